@@ -1,0 +1,193 @@
+"""Catalogs by name or path: YAML files under ``catalog/``, merged, checked, with derived models resolved.
+
+Errors name the file and the entry (``catalog/zoo.yaml: models[3] (id 'glove-abtt'): pooling: ...``) because a
+catalog of a hundred entries is unreadable otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from evalfarm.catalog.specs import CatalogFile, ModelSpec, PoolSpec, spec_hash
+
+
+class CatalogError(ValueError):
+    """A catalog that cannot be used: the message names the file and the entry."""
+
+
+def catalog_dir() -> Path:
+    """The folder of named catalogs: ``EVALFARM_CATALOG_DIR`` or the repository's ``catalog/``."""
+    env = os.environ.get("EVALFARM_CATALOG_DIR")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[2] / "catalog"
+
+
+def resolve_catalog_path(name_or_path: str | os.PathLike[str]) -> Path:
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        if not p.exists():
+            raise CatalogError(f"catalog file not found: {p}")
+        return p.resolve()
+    for ext in (".yaml", ".yml"):
+        cand = catalog_dir() / f"{name_or_path}{ext}"
+        if cand.exists():
+            return cand.resolve()
+    known = ", ".join(sorted(available_catalogs())) or "(none)"
+    raise CatalogError(
+        f"unknown catalog {str(name_or_path)!r}: not a file, and not a name under {catalog_dir()} (known: {known})"
+    )
+
+
+def available_catalogs() -> list[str]:
+    d = catalog_dir()
+    return sorted(p.stem for p in d.glob("*.y*ml")) if d.exists() else []
+
+
+def _describe_loc(raw: dict, loc: tuple) -> str:
+    parts: list[str] = []
+    for i, key in enumerate(loc):
+        if isinstance(key, int) and i > 0 and isinstance(loc[i - 1], str):
+            entry = raw.get(loc[i - 1], [])
+            ident = entry[key].get("id") if key < len(entry) and isinstance(entry[key], dict) else None
+            parts[-1] = f"{parts[-1]}[{key}]" + (f" (id {ident!r})" if ident else "")
+        else:
+            parts.append(str(key))
+    return ".".join(parts)
+
+
+def _parse_file(path: Path) -> CatalogFile:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise CatalogError(f"{path}{where}: not valid YAML: {exc}") from exc
+    if not isinstance(raw, dict):
+        raise CatalogError(f"{path}: a catalog is a mapping with 'models' and 'pools' keys")
+    try:
+        return CatalogFile.model_validate(raw)
+    except ValidationError as exc:
+        msgs = []
+        for err in exc.errors():
+            # pools entries may be names (str): drop the union branch names from the location.
+            loc = tuple(x for x in err["loc"] if x not in ("PoolSpec", "str"))
+            msgs.append(f"{path}: {_describe_loc(raw, loc)}: {err['msg']}")
+        raise CatalogError("\n".join(msgs)) from None
+
+
+@dataclass
+class Catalog:
+    """Models and pools of one catalog, includes merged; lookups by id."""
+
+    path: Path
+    models: dict[str, ModelSpec] = field(default_factory=dict)
+    pools: dict[str, PoolSpec] = field(default_factory=dict)
+    default_pools: list[str] = field(default_factory=list)
+
+    @property
+    def name(self) -> str:
+        return self.path.stem
+
+    def model(self, model_id: str) -> ModelSpec:
+        try:
+            return self.models[model_id]
+        except KeyError:
+            raise CatalogError(
+                f"unknown model id {model_id!r} in catalog {self.name!r} "
+                f"({len(self.models)} models; `evalfarm catalog list` shows them)"
+            ) from None
+
+    def pool(self, pool_id: str) -> PoolSpec:
+        try:
+            return self.pools[pool_id]
+        except KeyError:
+            raise CatalogError(f"unknown pool id {pool_id!r} (known: {', '.join(sorted(self.pools))})") from None
+
+    def lineage(self, model_id: str) -> list[ModelSpec]:
+        """The model and its bases, nearest first."""
+        chain = [self.model(model_id)]
+        while chain[-1].base is not None:
+            chain.append(self.model(chain[-1].base))
+        return chain
+
+    def kind(self, model_id: str) -> str:
+        """The model family: its own ``kind`` or, for a post-processed model, its base's."""
+        return next(s.kind for s in self.lineage(model_id) if s.kind is not None)
+
+    def spec_hash(self, model_id: str) -> str:
+        chain = self.lineage(model_id)
+        return spec_hash(chain[0], *chain[1:])
+
+    def pools_for(self, model_id: str) -> list[PoolSpec]:
+        level = self.model(model_id).level
+        return [self.pools[p] for p in self.default_pools if self.pools[p].level == level]
+
+
+def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...] = ()) -> Catalog:
+    """Load a catalog by name (file stem under ``catalog/``) or path, with its includes."""
+    path = resolve_catalog_path(name_or_path)
+    if path in _seen:
+        raise CatalogError(f"{path}: include cycle through {' -> '.join(str(p) for p in _seen)}")
+    parsed = _parse_file(path)
+    cat = Catalog(path=path)
+    for inc in parsed.include:
+        target = inc if not inc.endswith((".yaml", ".yml")) else str((path.parent / inc).resolve())
+        sub = load_catalog(target, _seen=(*_seen, path))
+        cat.pools.update(sub.pools)
+        cat.models.update(sub.models)
+        for p in sub.default_pools:
+            if p not in cat.default_pools:
+                cat.default_pools.append(p)
+    local_default: list[str] = []
+    for entry in parsed.pools:
+        if isinstance(entry, PoolSpec):
+            if entry.id in cat.pools and cat.pools[entry.id] != entry:
+                raise CatalogError(f"{path}: pool {entry.id!r} defined twice with different specs")
+            cat.pools[entry.id] = entry
+            local_default.append(entry.id)
+        else:
+            local_default.append(entry)
+    seen_ids: set[str] = set()
+    for m in parsed.models:
+        if m.id in seen_ids:
+            raise CatalogError(f"{path}: model id {m.id!r} appears twice")
+        seen_ids.add(m.id)
+        cat.models[m.id] = m
+    if local_default:
+        cat.default_pools = local_default
+    for p in cat.default_pools:
+        if p not in cat.pools:
+            raise CatalogError(f"{path}: pool {p!r} is listed but not defined (known: {', '.join(sorted(cat.pools))})")
+    _check_references(cat)
+    return cat
+
+
+def _check_references(cat: Catalog) -> None:
+    for m in cat.models.values():
+        if m.base is None:
+            continue
+        if m.base not in cat.models:
+            raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
+        base = cat.models[m.base]
+        if m.kind == "bow" and base.level != "word":  # bow over a word model
+            raise CatalogError(f"{cat.path}: model {m.id!r}: bow needs a word-level base, {m.base!r} is {base.level}")
+        if m.kind != "bow" and base.level != m.level:
+            raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
+        try:
+            cat.lineage(m.id)
+        except RecursionError:  # pragma: no cover - cycles are caught below
+            pass
+    for m in cat.models.values():
+        seen = {m.id}
+        cur = m
+        while cur.base is not None:
+            if cur.base in seen:
+                raise CatalogError(f"{cat.path}: model {m.id!r}: base cycle through {cur.base!r}")
+            seen.add(cur.base)
+            cur = cat.models[cur.base]

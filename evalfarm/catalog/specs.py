@@ -1,0 +1,184 @@
+"""Declarative specs of models and pools, validated with pydantic.
+
+A spec is the whole identity of a model or pool: everything that changes the numbers it produces is a field
+here, so the spec's hash (see :func:`spec_hash`) is a content fingerprint for caching and provenance.
+Unknown keys are errors (``extra="forbid"``), so a typo never silently falls back to a default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
+"""Ids become warehouse path segments, so they may not contain '/', '=' or spaces."""
+
+Level = Literal["word", "sentence"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Source(_Strict):
+    """Where a model's or pool's bytes come from.
+
+    - ``path``: a local file or folder (``~`` expanded; relative paths resolve against the catalog file).
+    - ``data``: a path inside the evaluation data directory (``EVALFARM_DATA``).
+    - ``package``: a file inside an installed Python distribution (``distribution``, ``path`` inside it).
+    - ``hf``: a Hugging Face hub repository id (downloaded by transformers / sentence-transformers).
+    - ``url``: a file downloaded into the cache and checked against ``sha256``.
+    """
+
+    type: Literal["path", "data", "package", "hf", "url"]
+    ref: str = Field(description="path, distribution name, hub id or URL, by type")
+    path: str | None = Field(default=None, description="file inside the package / archive")
+    sha256: str | None = None
+    requirement: str | None = Field(default=None, description="pip requirement that provides a package source")
+
+    @model_validator(mode="after")
+    def _check(self) -> Source:
+        if self.type == "url" and not self.sha256:
+            raise ValueError("a url source needs a sha256 so downloads can be verified")
+        return self
+
+
+Pooling = Literal["cls", "mean", "max", "first-last-avg"]
+
+
+class PostProcess(_Strict):
+    """A transform fitted on the base model's own embeddings, deriving a new model.
+
+    - ``abtt``: all-but-the-top (Mu & Viswanath 2018): subtract the mean, remove the top ``d`` principal
+      components. Fitted on the word vocabulary (word models) or on the embedded texts (sentence models).
+    - ``pcr``: principal-component removal (Arora et al. 2017 style): remove the top ``d`` components without
+      centering.
+    - ``whitening``: subtract the mean, multiply by ``W = U diag(1/sqrt(S))`` from the SVD of the covariance
+      (Su et al. 2021), keeping the first ``d`` dimensions when ``d`` is set.
+    """
+
+    method: Literal["abtt", "pcr", "whitening"]
+    d: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _check(self) -> PostProcess:
+        if self.method in ("abtt", "pcr") and self.d is None:
+            raise ValueError(f"post-processing {self.method!r} needs 'd' (number of components to remove)")
+        return self
+
+
+WordFormat = Literal["word2vec-text", "word2vec-binary", "glove-text", "gensim-kv", "numpy-vocab", "spacy"]
+
+
+class ModelSpec(_Strict):
+    """One model of the zoo. ``base`` + ``postprocess`` (or ``kind: bow``) derive a model from another."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    level: Level
+    kind: (
+        Literal["word-vectors", "bow", "transformers", "sentence-transformers", "onnx", "static", "spacy-tok2vec"]
+        | None
+    ) = Field(default=None, description="model family; derived (postprocess) models inherit their base's")
+    source: Source | None = None
+    base: str | None = Field(default=None, description="id of the model this one derives from")
+    revision: str | None = None
+    format: WordFormat | None = None
+    vocab: str | None = Field(default=None, description="vocabulary file inside the source (numpy-vocab)")
+    pooling: Pooling | None = None
+    postprocess: PostProcess | None = None
+    batch_size: int = Field(default=64, ge=1)
+    max_length: int = Field(default=128, ge=1)
+    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    lowercase: bool = False
+    oov: Literal["mean", "skip", "zero"] = "mean"
+    trust_remote_code: bool = False
+    onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
+    tokenizer: Source | None = None
+    description: str = ""
+    licence: str | None = None
+    tags: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> ModelSpec:
+        if self.base is None and self.kind is None:
+            raise ValueError(f"model {self.id!r}: 'kind' is required for a model without a 'base'")
+        if self.postprocess is not None:
+            if self.base is None:
+                raise ValueError(f"model {self.id!r}: 'postprocess' derives a model from a 'base'; none given")
+            if self.kind == "bow":
+                raise ValueError(f"model {self.id!r}: post-process a bow model in its own entry (base: the bow id)")
+        needs_source = self.kind not in ("bow",) and self.base is None
+        if needs_source and self.source is None:
+            raise ValueError(f"model {self.id!r}: kind {self.kind!r} needs a 'source' (or a 'base')")
+        if self.kind == "bow":
+            if self.level != "sentence":
+                raise ValueError(f"model {self.id!r}: a bow model is sentence-level")
+            if self.base is None:
+                raise ValueError(f"model {self.id!r}: a bow model needs 'base' (a word-vectors model id)")
+        if self.kind == "word-vectors":
+            if self.level != "word":
+                raise ValueError(f"model {self.id!r}: word-vectors models are word-level")
+            if self.base is None and self.format is None:
+                raise ValueError(f"model {self.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
+        if self.kind == "transformers" and self.pooling is None and self.base is None:
+            raise ValueError(f"model {self.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")
+        if self.base is not None and self.kind != "bow" and self.postprocess is None:
+            raise ValueError(f"model {self.id!r}: a model with a 'base' is either kind 'bow' or has a 'postprocess'")
+        return self
+
+
+class PoolSpec(_Strict):
+    """An evaluation pool: versioned data files with checksums, a licence and a public source."""
+
+    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    level: Level
+    kind: Literal["evalrank"]
+    version: str
+    files: dict[str, str] = Field(description="role -> path inside the data directory")
+    sha256: dict[str, str] = Field(description="role -> sha256 of the file")
+    urls: dict[str, str] = Field(default_factory=dict, description="role -> public download URL")
+    format: Literal["evalrank-word", "evalrank-sentence"]
+    licence: str
+    source: str
+    center: bool = Field(description="subtract the mean before scoring (paper protocol)")
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _check(self) -> PoolSpec:
+        missing = set(self.files) - set(self.sha256)
+        if missing:
+            raise ValueError(f"pool {self.id!r}: no sha256 for file role(s) {sorted(missing)}")
+        return self
+
+
+class CatalogFile(_Strict):
+    """The top-level shape of a ``catalog/*.yaml`` file."""
+
+    name: str | None = None
+    description: str = ""
+    include: tuple[str, ...] = Field(default=(), description="other catalogs (names or paths) merged in first")
+    pools: tuple[PoolSpec | str, ...] = ()
+    models: tuple[ModelSpec, ...] = ()
+
+    @field_validator("pools", mode="before")
+    @classmethod
+    def _pools(cls, v: Any) -> Any:
+        return tuple(v) if v is not None else ()
+
+
+def canonical_json(obj: Any) -> str:
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:
+    """Content hash of a spec and of the specs it derives from (descriptions and tags excluded)."""
+    payload = [s.model_dump(mode="json", exclude={"description", "tags", "licence"}) for s in (spec, *parents)]
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+
+
+def slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+-]+", "-", text).strip("-")

@@ -1,0 +1,110 @@
+"""Hugging Face ``transformers`` encoder (``AutoModel`` + ``AutoTokenizer``) with an explicit pooling.
+
+Pooling over the token states (padding masked out):
+
+- ``cls``: the first token's last-layer state.
+- ``mean``: mean of last-layer states.
+- ``max``: element-wise max of last-layer states.
+- ``first-last-avg``: mean over tokens of ``(hidden_states[1] + hidden_states[-1]) / 2``, i.e. the first
+  transformer layer's output and the last layer's (``hidden_states[0]`` is the embedding layer). This is the
+  convention of BERT-whitening (Su et al. 2021) and SimCSE's ``avg_first_last``.
+
+Texts are sorted by token length so each batch pads little, and rows come back in input order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+
+Pooling = Literal["cls", "mean", "max", "first-last-avg"]
+
+
+class HFTransformersEncoder:
+    """A sentence encoder over any ``AutoModel`` checkpoint (local folder or hub id)."""
+
+    level: Literal["sentence"] = "sentence"
+
+    def __init__(
+        self,
+        ref: str,
+        *,
+        pooling: Pooling,
+        revision: str | None = None,
+        max_length: int = 128,
+        batch_size: int = 64,
+        dtype: str = "float32",
+        trust_remote_code: bool = False,
+        device: str | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        if pooling not in ("cls", "mean", "max", "first-last-avg"):
+            raise ValueError(f"unknown pooling {pooling!r} (cls, mean, max, first-last-avg)")
+        self.device = device or pick_device()
+        self.dtype = effective_dtype(dtype, self.device)
+        self.pooling = pooling
+        self.max_length = max_length
+        self.batch_size = batch_size
+        self.tokenizer = AutoTokenizer.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
+        self.model = AutoModel.from_pretrained(
+            ref, revision=revision, trust_remote_code=trust_remote_code, dtype=torch_dtype(dtype, self.device)
+        )
+        self.model.eval().to(self.device)
+        self.dim = int(self.model.config.hidden_size)
+        self._torch = torch
+        self.spec_id = ""
+        self.provenance: dict = {}
+
+    def __repr__(self) -> str:
+        return f"HFTransformersEncoder({self.model.name_or_path!r}, pooling={self.pooling!r}, device={self.device})"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        torch = self._torch
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not len(texts):
+            return out
+        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
+        ids = enc["input_ids"]
+        types = enc.get("token_type_ids")
+        order = np.argsort([-len(x) for x in ids], kind="stable")
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        want_hidden = self.pooling == "first-last-avg"
+        with torch.inference_mode():
+            for start in range(0, len(order), self.batch_size):
+                idx = order[start : start + self.batch_size]
+                width = max(1, len(ids[idx[0]]))
+                # right padding, whatever the tokenizer's padding_side: position 0 is always the first token
+                input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
+                mask = np.zeros((len(idx), width), dtype=np.int64)
+                for j, i in enumerate(idx):
+                    input_ids[j, : len(ids[i])] = ids[i]
+                    mask[j, : len(ids[i])] = 1
+                batch = {"input_ids": input_ids, "attention_mask": mask}
+                if types is not None:
+                    tt = np.zeros_like(input_ids)
+                    for j, i in enumerate(idx):
+                        tt[j, : len(types[i])] = types[i]
+                    batch["token_type_ids"] = tt
+                tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
+                res = self.model(**tensors, output_hidden_states=want_hidden)
+                out[idx] = self._pool(res, tensors["attention_mask"]).float().cpu().numpy()
+        return out
+
+    def _pool(self, res, mask):  # -> torch.Tensor
+        torch = self._torch
+        if self.pooling == "cls":
+            return res.last_hidden_state[:, 0].float()
+        m = mask.unsqueeze(-1).to(torch.float32)
+        if self.pooling == "first-last-avg":
+            states = (res.hidden_states[1].float() + res.hidden_states[-1].float()) / 2.0
+        else:
+            states = res.last_hidden_state.float()
+        if self.pooling == "max":
+            return states.masked_fill(m == 0, torch.finfo(torch.float32).min).max(dim=1).values
+        return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)

@@ -1,0 +1,67 @@
+"""``sentence-transformers`` encoder: the model's own module pipeline, raw outputs.
+
+No extra normalisation is requested (``normalize_embeddings=False``): the rank stage normalises. A model whose
+pipeline itself ends in a ``Normalize`` module (all-MiniLM-L6-v2 does) still returns unit vectors, because that
+module is part of the model. ``max_length`` from the spec becomes ``max_seq_length`` so all kinds truncate alike.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+
+from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+
+
+class SentenceTransformerEncoder:
+    level: Literal["sentence"] = "sentence"
+
+    def __init__(
+        self,
+        ref: str,
+        *,
+        revision: str | None = None,
+        max_length: int = 128,
+        batch_size: int = 64,
+        dtype: str = "float32",
+        trust_remote_code: bool = False,
+        device: str | None = None,
+    ) -> None:
+        from sentence_transformers import SentenceTransformer
+
+        self.device = device or pick_device()
+        self.dtype = effective_dtype(dtype, self.device)
+        self.batch_size = batch_size
+        self.model = SentenceTransformer(
+            ref,
+            device=self.device,
+            trust_remote_code=trust_remote_code,
+            revision=revision,
+            model_kwargs={"dtype": torch_dtype(dtype, self.device)},
+        )
+        self.model.max_seq_length = max_length
+        get_dim = getattr(self.model, "get_embedding_dimension", None) or self.model.get_sentence_embedding_dimension
+        dim = get_dim()
+        if dim is None:
+            dim = int(self.model.encode(["a"], convert_to_numpy=True).shape[1])
+        self.dim = int(dim)
+        self.normalized = any(type(m).__name__ == "Normalize" for m in self.model)
+        self.spec_id = ""
+        self.provenance: dict = {}
+
+    def __repr__(self) -> str:
+        return f"SentenceTransformerEncoder(dim={self.dim}, device={self.device})"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        if not len(texts):
+            return np.zeros((0, self.dim), dtype=np.float32)
+        emb = self.model.encode(
+            list(texts),
+            batch_size=self.batch_size,
+            convert_to_numpy=True,
+            normalize_embeddings=False,
+            show_progress_bar=False,
+        )
+        return np.asarray(emb, dtype=np.float32)

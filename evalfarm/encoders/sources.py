@@ -1,0 +1,201 @@
+"""Turn a :class:`~evalfarm.catalog.specs.Source` into something a loader can open.
+
+Every source type ends as a local path, except ``hf``: hub downloads belong to transformers /
+sentence-transformers (their cache, their auth), so the hub id is returned unchanged as a ``str`` and the loader
+passes it to ``from_pretrained(id, revision=spec.revision)``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import os
+import shutil
+import tarfile
+import tempfile
+import urllib.parse
+import urllib.request
+import zipfile
+from pathlib import Path
+from typing import Any
+
+from evalfarm.catalog.specs import Source
+from evalfarm.encoders.protocol import ModelLoadError
+
+ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
+
+
+def cache_dir() -> Path:
+    """The evalfarm cache folder: ``EVALFARM_CACHE`` or ``~/.cache/evalfarm``."""
+    env = os.environ.get("EVALFARM_CACHE")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalfarm"
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | str:
+    """A local :class:`Path` for the source, or the hub id (``str``) for ``hf`` sources.
+
+    ``source.path`` names a file inside the resolved location: inside a package, a folder, or an archive (which
+    is unpacked once into the cache). When ``source.sha256`` is set for a path / data / package source that
+    resolves to a file, the file is checked against it.
+    """
+    if source.type == "hf":
+        return source.ref
+    if source.type == "url":
+        return _resolve_url(source)
+    if source.type == "path":
+        root = Path(source.ref).expanduser()
+        if not root.is_absolute() and base_dir is not None:
+            root = Path(base_dir) / root
+        if not root.exists():
+            raise ModelLoadError(
+                f"path source not found: {root}"
+                + (f" (relative paths resolve against {base_dir})" if base_dir else "")
+            )
+    elif source.type == "data":
+        env = os.environ.get("EVALFARM_DATA")
+        if not env:
+            raise ModelLoadError(
+                f"data source {source.ref!r} needs the EVALFARM_DATA environment variable "
+                "(the evaluation data folder); it is not set"
+            )
+        root = Path(env).expanduser() / source.ref
+        if not root.exists():
+            raise ModelLoadError(f"data source not found: {root} (EVALFARM_DATA={env})")
+    elif source.type == "package":
+        return _resolve_package(source)
+    else:  # pragma: no cover - Literal keeps this out
+        raise ModelLoadError(f"unknown source type {source.type!r}")
+    out = _inside(root, source.path, key=None)
+    if source.sha256 and out.is_file():
+        _verify(out, source.sha256)
+    return out
+
+
+def _resolve_package(source: Source) -> Path:
+    try:
+        dist = importlib.metadata.distribution(source.ref)
+    except importlib.metadata.PackageNotFoundError:
+        raise ModelLoadError(
+            f"Python distribution {source.ref!r} is not installed: pip install {source.requirement or source.ref}"
+        ) from None
+    located = Path(str(dist.locate_file(source.path or "")))
+    if not located.exists():
+        raise ModelLoadError(
+            f"{source.path!r} not found inside installed distribution {source.ref!r} "
+            f"{dist.version} (looked at {located}); reinstall it: "
+            f"pip install --force-reinstall {source.requirement or source.ref}"
+        )
+    if source.sha256 and located.is_file():
+        _verify(located, source.sha256)
+    return located
+
+
+def _verify(path: Path, expected: str) -> None:
+    got = sha256_file(path)
+    if got != expected.lower():
+        raise ModelLoadError(f"{path}: sha256 mismatch (expected {expected}, got {got})")
+
+
+def _is_archive(path: Path) -> bool:
+    return path.is_file() and path.name.lower().endswith(ARCHIVE_SUFFIXES)
+
+
+def _inside(root: Path, sub: str | None, key: str | None) -> Path:
+    """``root/sub`` for a folder; for an archive, unpack it once into the cache and return ``unpacked/sub``."""
+    if sub is None:
+        return root
+    if _is_archive(root):
+        if key is None:
+            st = root.stat()
+            key = hashlib.sha256(f"{root.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
+        target = _unpack(root, cache_dir() / "unpacked" / key[:16])
+        out = target / sub
+    else:
+        out = root / sub
+    if not out.exists():
+        raise ModelLoadError(f"{sub!r} not found inside {root} (looked at {out})")
+    return out
+
+
+def _unpack(archive: Path, target: Path) -> Path:
+    """Unpack into ``target`` atomically (a temp folder renamed into place); reuse when already there."""
+    if target.is_dir():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
+    try:
+        name = archive.name.lower()
+        if name.endswith(".zip"):
+            with zipfile.ZipFile(archive) as zf:
+                for member in zf.namelist():
+                    dest = (tmp / member).resolve()
+                    if not dest.is_relative_to(tmp.resolve()):
+                        raise ModelLoadError(f"{archive}: unsafe path in archive: {member!r}")
+                zf.extractall(tmp)
+        else:
+            with tarfile.open(archive) as tf:
+                tf.extractall(tmp, filter="data")
+        try:
+            os.replace(tmp, target)
+        except OSError:  # another process won the race
+            if not target.is_dir():
+                raise
+    except (zipfile.BadZipFile, tarfile.TarError) as exc:
+        raise ModelLoadError(f"{archive}: cannot unpack archive: {exc}") from exc
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+def _resolve_url(source: Source) -> Path:
+    assert source.sha256 is not None  # Source validation guarantees it
+    sha = source.sha256.lower()
+    name = Path(urllib.parse.urlparse(source.ref).path).name or "download"
+    folder = cache_dir() / "models" / sha[:16]
+    dest = folder / name
+    if not (dest.is_file() and sha256_file(dest) == sha):
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+        tmp = Path(tmp_name)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.ref, timeout=60) as resp:
+                while block := resp.read(1 << 20):
+                    h.update(block)
+                    out.write(block)
+            if h.hexdigest() != sha:
+                raise ModelLoadError(f"download of {source.ref} has sha256 {h.hexdigest()}, expected {sha}")
+            os.replace(tmp, dest)
+        except OSError as exc:
+            raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    return _inside(dest, source.path, key=sha)
+
+
+def source_provenance(source: Source | None, *, revision: str | None = None) -> dict[str, Any]:
+    """What identifies the bytes behind a source, for run records (no network, no hashing of big files)."""
+    if source is None:
+        return {}
+    out: dict[str, Any] = {"type": source.type, "ref": source.ref}
+    if source.path:
+        out["path"] = source.path
+    if source.sha256:
+        out["sha256"] = source.sha256
+    if source.type == "package":
+        try:
+            out["version"] = importlib.metadata.version(source.ref)
+        except importlib.metadata.PackageNotFoundError:
+            out["version"] = None
+    elif source.type == "hf":
+        out["revision"] = revision
+    return out

@@ -1,0 +1,111 @@
+"""Pool files: found in the data directory (``EVALFARM_DATA``) or downloaded into a cache, always checksummed.
+
+Users without a local copy get the real thing: each file is fetched from the pool's public source URL, checked
+against its sha256 and moved into place atomically, so a cut download never looks complete.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import tempfile
+import urllib.request
+from pathlib import Path
+
+from evalfarm.catalog.specs import PoolSpec
+
+
+class PoolDataError(RuntimeError):
+    """A pool file that is missing, corrupt or unreadable; the message names the file."""
+
+
+def data_dir() -> Path | None:
+    """The evaluation data directory, or None when ``EVALFARM_DATA`` is unset (download mode)."""
+    env = os.environ.get("EVALFARM_DATA")
+    if not env:
+        return None
+    path = Path(env).expanduser()
+    if not path.is_dir():
+        raise PoolDataError(
+            f"EVALFARM_DATA={env!r} is not a directory; point it at the evaluation data "
+            "(e.g. ../shared/data) or unset it to download pools into the cache"
+        )
+    return path
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("EVALFARM_CACHE", Path.home() / ".cache" / "evalfarm")).expanduser()
+
+
+def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+_VERIFIED: dict[tuple[str, int, int], str] = {}
+
+
+def _verified_sha(path: Path) -> str:
+    st = path.stat()
+    key = (str(path), st.st_size, st.st_mtime_ns)
+    if key not in _VERIFIED:
+        _VERIFIED[key] = sha256_file(path)
+    return _VERIFIED[key]
+
+
+def download(url: str, dest: Path, sha256: str) -> Path:
+    """Fetch ``url`` to ``dest`` through a temp file; verify ``sha256`` before the rename."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    try:
+        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
+            while block := resp.read(1 << 20):
+                out.write(block)
+        got = sha256_file(Path(tmp))
+        if got != sha256:
+            raise PoolDataError(f"download of {url} has sha256 {got}, expected {sha256}; not used")
+        os.replace(tmp, dest)
+    except OSError as exc:  # URLError is an OSError
+        Path(tmp).unlink(missing_ok=True)
+        raise PoolDataError(
+            f"could not download {url}: {exc}. Set EVALFARM_DATA to a local copy of the "
+            "evaluation data, or check the network"
+        ) from exc
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return dest
+
+
+def pool_file(pool: PoolSpec, role: str) -> Path:
+    """Local path of one pool file, verified against the catalog checksum (downloading if needed)."""
+    rel = pool.files[role]
+    expected = pool.sha256[role]
+    base = data_dir()
+    if base is not None:
+        path = base / rel
+        if not path.is_file():
+            raise PoolDataError(f"pool {pool.id!r}: file {path} is missing (EVALFARM_DATA={base})")
+    else:
+        path = cache_dir() / "pools" / pool.id / pool.version / rel
+        if not path.is_file():
+            url = pool.urls.get(role)
+            if not url:
+                raise PoolDataError(f"pool {pool.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
+            download(url, path, expected)
+    got = _verified_sha(path)
+    if got != expected:
+        raise PoolDataError(
+            f"pool {pool.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
+            f"{expected[:16]}… (corrupt or a different version of the file)"
+        )
+    return path
+
+
+def pool_checksum(pool: PoolSpec) -> str:
+    """One fingerprint for a pool's content: its version and every file's checksum."""
+    payload = pool.version + "|" + "|".join(f"{k}={pool.sha256[k]}" for k in sorted(pool.sha256))
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]

@@ -1,0 +1,127 @@
+"""EvalRank pools (Wang et al., ACL 2022): positive pairs ranked against a background of words or sentences.
+
+Item policy (documented in README, tested):
+- Items are unique texts, keyed by their exact string (case kept: cased models see cased text); ``item_id`` is
+  the position in first-appearance order: pair texts first (file order), then the background files.
+- The background is every item: pair texts are part of it, as in the paper's loader (22,207 words; 24,957
+  sentences).
+- Duplicate directed pairs are collapsed and counted (``n_duplicate_pairs``); the pool files already hold both
+  directions of every pair, so nothing is mirrored here.
+- Self-pairs (x == y, 13 in the sentence pool) are kept, as in the paper: x is excluded from its own
+  background, so such a pair has rank 1 unless another item scores strictly higher than x itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from evalfarm.catalog.specs import PoolSpec
+from evalfarm.pools.data import PoolDataError, pool_file
+
+
+@dataclass
+class RankPool:
+    """Items, directed positive pairs (as item ids) and the background (all items)."""
+
+    spec: PoolSpec
+    items: list[str]
+    queries: np.ndarray
+    positives: np.ndarray
+    n_duplicate_pairs: int = 0
+    sources: dict[str, Path] = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def level(self) -> str:
+        return self.spec.level
+
+    @property
+    def n_pairs(self) -> int:
+        return int(self.queries.shape[0])
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        line = path.read_bytes()[: exc.start].count(b"\n") + 1
+        raise PoolDataError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
+    return text.splitlines()
+
+
+def read_pairs(path: Path) -> list[tuple[str, str]]:
+    """``a<TAB>b`` per line; empty lines are skipped, anything else malformed is an error naming the line."""
+    pairs = []
+    for lineno, line in enumerate(_read_lines(path), 1):
+        if not line.strip():
+            continue
+        parts = line.rstrip("\r").split("\t")
+        if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
+            raise PoolDataError(f"{path}:{lineno}: expected two non-empty tab-separated fields, got {line[:80]!r}")
+        pairs.append((parts[0].strip(), parts[1].strip()))
+    if not pairs:
+        raise PoolDataError(f"{path}: no pairs")
+    return pairs
+
+
+def read_items(path: Path) -> list[str]:
+    out = []
+    for lineno, line in enumerate(_read_lines(path), 1):
+        text = line.rstrip("\r").strip()
+        if not text:
+            continue
+        if "\t" in text:
+            raise PoolDataError(f"{path}:{lineno}: background lines hold one item, found a tab")
+        out.append(text)
+    return out
+
+
+def build_rank_pool(
+    spec: PoolSpec, pairs: list[tuple[str, str]], backgrounds: list[list[str]], sources: dict[str, Path] | None = None
+) -> RankPool:
+    index: dict[str, int] = {}
+
+    def add(text: str) -> int:
+        if text not in index:
+            index[text] = len(index)
+        return index[text]
+
+    seen: set[tuple[int, int]] = set()
+    q, p = [], []
+    dup = 0
+    for a, b in pairs:
+        key = (add(a), add(b))
+        if key in seen:
+            dup += 1
+            continue
+        seen.add(key)
+        q.append(key[0])
+        p.append(key[1])
+    for bg in backgrounds:
+        for t in bg:
+            add(t)
+    return RankPool(
+        spec=spec,
+        items=list(index),
+        queries=np.asarray(q, dtype=np.int64),
+        positives=np.asarray(p, dtype=np.int64),
+        n_duplicate_pairs=dup,
+        sources=sources or {},
+    )
+
+
+def load_evalrank_pool(spec: PoolSpec) -> RankPool:
+    """Load and verify an EvalRank pool: files ``pairs`` plus one or more background roles."""
+    if "pairs" not in spec.files:
+        raise PoolDataError(f"pool {spec.id!r}: an evalrank pool needs a 'pairs' file")
+    sources = {role: pool_file(spec, role) for role in spec.files}
+    pairs = read_pairs(sources["pairs"])
+    bg_roles = sorted(r for r in spec.files if r != "pairs")
+    backgrounds = [read_items(sources[r]) for r in bg_roles]
+    return build_rank_pool(spec, pairs, backgrounds, sources)

@@ -1,0 +1,28 @@
+"""Shared fixtures: the real evaluation data (../shared/data or EVALFARM_DATA), offline model loading."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session")
+def data_dir() -> Path:
+    d = Path(os.environ["EVALFARM_DATA"])
+    if not (d / "evalrank").is_dir():
+        pytest.fail(f"evaluation data not found at {d}: set EVALFARM_DATA")
+    return d
+
+
+@pytest.fixture(scope="session")
+def toy_glove(data_dir: Path) -> Path:
+    return data_dir / "evalrank" / "reference" / "toy_emb.txt"

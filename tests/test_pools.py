@@ -1,0 +1,103 @@
+"""Pools from the real EvalRank data: counts match the paper; corrupt files and bad checksums are clear errors."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import pytest
+
+from evalfarm.catalog.registry import load_catalog
+from evalfarm.catalog.specs import PoolSpec
+from evalfarm.pools import load_pool
+from evalfarm.pools.data import PoolDataError
+
+
+@pytest.fixture(scope="module")
+def catalog():
+    return load_catalog("pools")
+
+
+def test_word_pool_matches_paper_table_2(catalog, data_dir):
+    pool = load_pool(catalog.pool("evalrank-word"))
+    assert pool.n_pairs == 5514
+    assert len(pool.items) == 22207
+    assert pool.n_duplicate_pairs == 0
+    # every item is a background item; pair words come first
+    assert set(pool.queries.tolist()) | set(pool.positives.tolist()) <= set(range(2774))
+
+
+def test_sentence_pool_matches_paper_table_2(catalog):
+    pool = load_pool(catalog.pool("evalrank-sentence"))
+    assert pool.n_pairs == 6989
+    assert len(pool.items) == 24957
+    assert int((pool.queries == pool.positives).sum()) == 13  # self-pairs kept, as in the paper
+
+
+def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> PoolSpec:
+    (tmp / "p").mkdir(parents=True, exist_ok=True)
+    (tmp / "p" / "pairs.txt").write_text(pairs)
+    (tmp / "p" / "bg.txt").write_text(background)
+    sha = {
+        r: hashlib.sha256((tmp / "p" / f).read_bytes()).hexdigest()
+        for r, f in [("pairs", "pairs.txt"), ("background", "bg.txt")]
+    }
+    fields = dict(
+        id="tiny",
+        level="sentence",
+        kind="evalrank",
+        version="1",
+        format="evalrank-sentence",
+        files={"pairs": "p/pairs.txt", "background": "p/bg.txt"},
+        sha256=sha,
+        licence="test",
+        source="tests",
+        center=True,
+    )
+    fields.update(over)
+    return PoolSpec(**fields)
+
+
+def test_corrupt_pair_file_names_file_and_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    spec = _pool_spec(tmp_path, "a b\tc d\nno tab here\n", "e f\n")
+    with pytest.raises(PoolDataError, match=r"pairs.txt:2: expected two non-empty tab-separated fields"):
+        load_pool(spec)
+
+
+def test_duplicate_pairs_are_collapsed_and_counted(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    pool = load_pool(_pool_spec(tmp_path, "a\tb\nb\ta\na\tb\n", "c\na\n"))
+    assert pool.n_pairs == 2 and pool.n_duplicate_pairs == 1
+    assert pool.items == ["a", "b", "c"]
+
+
+def test_checksum_mismatch_is_refused(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    spec = _pool_spec(tmp_path, "a\tb\n", "c\n")
+    (tmp_path / "p" / "bg.txt").write_text("tampered\n")
+    with pytest.raises(PoolDataError, match="sha256"):
+        load_pool(spec)
+
+
+def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path / "nope"))
+    with pytest.raises(PoolDataError, match="EVALFARM_DATA"):
+        load_pool(load_catalog("pools").pool("evalrank-word"))
+
+
+def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
+    """Without EVALFARM_DATA the files are fetched from their URLs (file:// here) and checked."""
+    src = tmp_path / "src"
+    spec = _pool_spec(src, "a\tb\nb\ta\n", "c\n")
+    urls = {role: (src / rel).as_uri() for role, rel in spec.files.items()}
+    spec = spec.model_copy(update={"urls": urls})
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    pool = load_pool(spec)
+    assert pool.n_pairs == 2
+    assert (tmp_path / "cache" / "pools" / "tiny" / "1" / "p" / "pairs.txt").is_file()
+    bad = spec.model_copy(update={"id": "tiny2", "sha256": {**spec.sha256, "pairs": "0" * 64}})
+    with pytest.raises(PoolDataError, match="expected"):
+        load_pool(bad)
+    assert not list((tmp_path / "cache" / "pools" / "tiny2").rglob("*.txt"))  # nothing half-written is kept

@@ -1,0 +1,143 @@
+"""EvalRank semantics on hand-computed cases, and the blocked kernel against the per-pair definition."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalfarm.rank import RankPolicy, evaluate_rank_pool, preprocess, rank_metrics, rank_pairs, rank_pairs_loop
+
+# Unit vectors in 2-D: cosines with X are exact decimals.
+X, Y, CLOSER, ORTH, OPP = (1.0, 0.0), (0.6, 0.8), (0.8, 0.6), (0.0, 1.0), (-1.0, 0.0)
+
+
+def _ranks(vectors, pairs, sim="cos", background=None, **kw):
+    emb = np.asarray(vectors, dtype=np.float32)
+    q = np.array([p[0] for p in pairs])
+    p = np.array([p[1] for p in pairs])
+    bg = np.arange(len(emb)) if background is None else np.asarray(background)
+    ranks, scores = rank_pairs(preprocess(emb, sim, center=None), q, p, bg, sim, **kw)
+    return ranks.tolist(), scores
+
+
+def test_cos_rank_counts_strictly_better_background_and_excludes_x_and_y():
+    # s(x,y)=0.6; CLOSER scores 0.8 (counts); x itself scores 1.0 but is excluded; ORTH 0, OPP -1 don't count.
+    ranks, scores = _ranks([X, Y, CLOSER, ORTH, OPP], [(0, 1)])
+    assert ranks == [2]
+    assert scores[0] == pytest.approx(0.6)
+
+
+def test_ties_optimistic_by_default_pessimistic_counts_equal_scores():
+    vecs = [X, Y, CLOSER, Y, ORTH]  # item 3 duplicates y: an exact tie
+    assert _ranks(vecs, [(0, 1)])[0] == [2]
+    assert _ranks(vecs, [(0, 1)], ties="pessimistic")[0] == [3]
+
+
+def test_other_positives_counted_by_default_filtered_on_request():
+    vecs = [X, Y, CLOSER, ORTH]
+    pairs = [(0, 1), (0, 2)]  # x has two positives; CLOSER outranks Y
+    assert _ranks(vecs, pairs)[0] == [2, 1]
+    assert _ranks(vecs, pairs, filter_other_positives=True)[0] == [1, 1]
+
+
+def test_self_pair_ranks_first_and_ties_with_duplicates_only_pessimistically():
+    vecs = [X, X, Y]  # item 1 duplicates x
+    assert _ranks(vecs, [(0, 0)])[0] == [1]
+    assert _ranks(vecs, [(0, 0)], ties="pessimistic")[0] == [2]
+
+
+def test_l2_similarity_is_one_over_one_plus_distance():
+    # 1-D points: x=0, y=2 (d=2); b=1 (d=1) counts; b=-2 (d=2) ties; b=3 (d=3) doesn't.
+    vecs = [[0.0], [2.0], [1.0], [-2.0], [3.0]]
+    ranks, scores = _ranks(vecs, [(0, 1)], sim="l2")
+    assert ranks == [2]
+    assert scores[0] == pytest.approx(1 / 3)
+    assert _ranks(vecs, [(0, 1)], sim="l2", ties="pessimistic")[0] == [3]
+
+
+def test_positive_outside_background_is_scored_in_the_same_gemm_but_never_counted():
+    vecs = [X, Y, CLOSER, ORTH]
+    assert _ranks(vecs, [(0, 1)], background=[0, 2, 3])[0] == [2]
+
+
+def test_zero_vector_has_cosine_zero():
+    vecs = [X, [0.0, 0.0], ORTH, OPP]
+    ranks, scores = _ranks(vecs, [(0, 1)])
+    assert scores[0] == 0.0
+    assert ranks == [1]  # ORTH ties at 0 (optimistic), OPP is below
+    assert _ranks(vecs, [(0, 1)], ties="pessimistic")[0] == [2]
+
+
+def test_metrics_by_hand():
+    m = rank_metrics(np.array([1, 2, 4, 10, 20]), hits=(1, 3, 10))
+    assert m["mr"] == pytest.approx(7.4)
+    assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.1 + 0.05) / 5)
+    assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.2, 0.4, 0.8)
+    assert m["n_pairs"] == 5
+    assert np.isnan(rank_metrics(np.array([], dtype=np.int64))["mr"])
+
+
+@pytest.mark.parametrize("sim", ["cos", "l2"])
+@pytest.mark.parametrize("ties", ["optimistic", "pessimistic"])
+@pytest.mark.parametrize("filt", [False, True])
+def test_blocked_kernel_equals_per_pair_definition(sim, ties, filt):
+    rng = np.random.default_rng(7)
+    for _ in range(15):
+        n, d = int(rng.integers(5, 80)), int(rng.integers(1, 6))
+        # l2 on small integers: exact arithmetic, many ties. cos on continuous data.
+        emb = rng.integers(-2, 3, (n, d)).astype(np.float32) if sim == "l2" else rng.normal(size=(n, d))
+        emb = preprocess(np.asarray(emb, np.float32), sim, center=None)
+        m = int(rng.integers(1, 50))
+        q, p = rng.integers(0, n, m), rng.integers(0, n, m)
+        bg = np.sort(rng.choice(n, int(rng.integers(1, n + 1)), replace=False))
+        tiny_blocks = int(rng.integers(1, 4000))  # forces many blocks
+        got, _ = rank_pairs(emb, q, p, bg, sim, ties=ties, filter_other_positives=filt, max_block_bytes=tiny_blocks)
+        want = rank_pairs_loop(emb, q, p, bg, sim, ties=ties, filter_other_positives=filt)
+        np.testing.assert_array_equal(got, want)
+
+
+def _pool_case():
+    emb = np.array([X, Y, CLOSER, ORTH, [0.0, 0.0]], dtype=np.float32)
+    oov = np.array([False, False, False, False, True])
+    q, p = np.array([0, 4, 1]), np.array([1, 0, 0])
+    return emb, oov, q, p
+
+
+def test_oov_skip_drops_pairs_and_background_items():
+    emb, oov, q, p = _pool_case()
+    res = evaluate_rank_pool(
+        emb, oov, {}, q, p, similarity="cos", policy=RankPolicy(), oov_policy="skip", pool_center=False
+    )
+    assert res.pair_index.tolist() == [0, 2]
+    assert res.metrics["n_pairs"] == 2
+    assert res.metrics["oov_rate"] == pytest.approx(0.2)
+    assert res.metrics["oov_pair_rate"] == pytest.approx(1 / 3)
+    assert res.metrics["n_background"] == 4
+
+
+def test_oov_mean_uses_the_vocabulary_mean_from_metadata():
+    emb, oov, q, p = _pool_case()
+    meta = {"vocab_mean": [0.0, 1.0]}  # OOV item 4 becomes ORTH's twin
+    res = evaluate_rank_pool(
+        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="mean", pool_center=False
+    )
+    # pair (4 -> 0): s = cos(ORTH, X) = 0; Y (0.8), CLOSER (0.6) and ORTH (1.0) all beat it.
+    assert res.ranks.tolist()[1] == 4
+    zero = evaluate_rank_pool(
+        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="zero", pool_center=False
+    )
+    assert zero.scores[1] == 0.0
+
+
+def test_centering_makes_ranks_invariant_to_a_common_offset():
+    rng = np.random.default_rng(3)
+    emb = rng.normal(size=(60, 8)).astype(np.float32)
+    oov = np.zeros(60, bool)
+    q, p = rng.integers(0, 60, 40), rng.integers(0, 60, 40)
+    shifted = emb + 5.0
+    kw = dict(similarity="cos", policy=RankPolicy(), oov_policy="mean")
+    a = evaluate_rank_pool(emb, oov, {}, q, p, pool_center=True, **kw).ranks
+    b = evaluate_rank_pool(shifted, oov, {}, q, p, pool_center=True, **kw).ranks
+    c = evaluate_rank_pool(shifted, oov, {}, q, p, pool_center=False, **kw).ranks
+    np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(a, c)

@@ -1,0 +1,62 @@
+"""Warehouse: atomic Parquet files, typed empty views, read-only SQL, embeddings round trip with OOV nulls."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from evalfarm.warehouse import Warehouse, atomic_write_table, embeddings_table, new_run_id, read_embeddings
+
+
+def test_views_exist_and_are_empty_on_a_new_warehouse(tmp_path):
+    wh = Warehouse(tmp_path / "wh").init()
+    for view in ["metrics", "metrics_history", "models", "ranks", "runs", "failures", "leaderboard"]:
+        assert wh.query(f"SELECT count(*) AS n FROM {view}").to_pylist() == [{"n": 0}]
+    cols = wh.query("SELECT * FROM metrics LIMIT 0").column_names
+    assert cols[:6] == ["run_id", "model", "pool", "similarity", "metric", "value"]
+
+
+def test_sql_is_read_only(tmp_path):
+    wh = Warehouse(tmp_path / "wh").init()
+    for stmt in [
+        "CREATE TABLE t AS SELECT 1",
+        f"COPY (SELECT 1) TO '{tmp_path}/wh/x.csv'",
+        "INSTALL httpfs",
+        "SET enable_external_access=true",
+    ]:
+        with pytest.raises(Exception):  # noqa: B017 - PermissionError or DuckDB's own refusal
+            wh.query(stmt)
+    with pytest.raises(Exception, match="(?i)permission|disabled"):
+        wh.query("SELECT * FROM read_csv('/etc/hostname')")
+    assert not (tmp_path / "wh" / "x.csv").exists()
+
+
+def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
+    import pyarrow as pa
+
+    target = tmp_path / "d" / "t.parquet"
+    atomic_write_table(pa.table({"a": [1]}), target)
+    with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow raises for an unknown codec
+        atomic_write_table(pa.table({"a": [2]}), target, compression="no-such-codec")
+    assert pq.read_table(target).to_pylist() == [{"a": 1}]
+    assert [p.name for p in target.parent.iterdir()] == ["t.parquet"]
+
+
+def test_embeddings_round_trip_with_null_oov_rows(tmp_path):
+    emb = np.arange(12, dtype=np.float32).reshape(4, 3)
+    oov = np.array([False, True, False, False])
+    t = embeddings_table(np.arange(4), list("abcd"), emb, oov, {"model": "m", "vocab_mean": [1.0, 2.0, 3.0]})
+    assert str(t.schema.field("embedding").type) == "fixed_size_list<item: float>[3]"
+    path = tmp_path / "e.parquet"
+    atomic_write_table(t, path)
+    ids, back, back_oov, meta = read_embeddings(path)
+    assert back_oov.tolist() == oov.tolist()
+    np.testing.assert_array_equal(back[~oov], emb[~oov])
+    assert (back[1] == 0).all()
+    assert meta["model"] == "m" and meta["vocab_mean"] == [1.0, 2.0, 3.0]
+
+
+def test_run_ids_are_unique_and_sortable():
+    ids = [new_run_id() for _ in range(50)]
+    assert len(set(ids)) == 50
