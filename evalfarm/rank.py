@@ -88,12 +88,15 @@ def rank_pairs(
     filter_other_positives: bool = False,
     device: str | None = None,
     max_block_bytes: int = 256 << 20,
+    tied_out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Exact ranks and positive scores for preprocessed embeddings.
 
     ``emb``: (n_items, d) float32, already preprocessed (see :func:`preprocess`). ``queries`` / ``positives``:
     item ids of each directed pair. ``background``: item ids ranked against. Returns ``(ranks, scores)`` with
-    ``scores`` the similarity s(x, y) of each pair (cos, or 1/(1+||x-y||) for l2).
+    ``scores`` the similarity s(x, y) of each pair (cos, or 1/(1+||x-y||) for l2). When ``tied_out`` (int64,
+    one slot per pair) is given it receives the number of counted background items that tie exactly with the
+    positive: the gap between pessimistic and optimistic rank.
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r} (choose from {SIMILARITIES})")
@@ -163,6 +166,8 @@ def rank_pairs(
             else:
                 count = (bg_rows >= pos[:, None]).sum(1)
             ranks[idx] = (count + 1).cpu().numpy()
+            if tied_out is not None:
+                tied_out[idx] = (bg_rows == pos[:, None]).sum(1).cpu().numpy()
             pos_np = pos.float().cpu().numpy()
             scores[idx] = pos_np if similarity == "cos" else 1.0 / (1.0 + np.sqrt(np.maximum(-pos_np, 0.0)))
     return ranks, scores
@@ -227,6 +232,7 @@ class RankResult:
     ranks: np.ndarray
     scores: np.ndarray
     pair_oov: np.ndarray
+    tied: np.ndarray
 
 
 def evaluate_rank_pool(
@@ -268,6 +274,7 @@ def evaluate_rank_pool(
         center = vocab_mean if vocab_mean is not None else x[background].mean(axis=0)
     xp = preprocess(x, similarity, center=center, l2_normalized=policy.l2_normalized)
     pair_index = np.flatnonzero(keep)
+    tied = np.zeros(len(pair_index), dtype=np.int64)
     ranks, scores = rank_pairs(
         xp,
         queries[pair_index],
@@ -277,11 +284,15 @@ def evaluate_rank_pool(
         ties=policy.ties,
         filter_other_positives=policy.filter_other_positives,
         device=device,
+        tied_out=tied,
     )
     metrics = rank_metrics(ranks, policy.hits)
     metrics["oov_rate"] = float(oov.mean()) if n_items else 0.0
     metrics["oov_pair_rate"] = float(pair_oov.mean()) if len(pair_oov) else 0.0
     metrics["n_background"] = float(len(background))
+    # Pairs whose positive ties exactly with some background item: their rank depends on the tie policy
+    # (identical OOV-filled vectors, shared rows in pruned vector tables, duplicate texts).
+    metrics["tie_rate"] = float((tied > 0).mean()) if len(tied) else 0.0
     return RankResult(
         similarity=similarity,
         metrics=metrics,
@@ -289,4 +300,5 @@ def evaluate_rank_pool(
         ranks=ranks,
         scores=scores,
         pair_oov=pair_oov[pair_index],
+        tied=tied,
     )

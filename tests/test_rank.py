@@ -141,3 +141,25 @@ def test_centering_makes_ranks_invariant_to_a_common_offset():
     c = evaluate_rank_pool(shifted, oov, {}, q, p, pool_center=False, **kw).ranks
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
+
+
+def test_tied_count_and_tie_rate_expose_policy_sensitive_pairs():
+    vecs = np.array([X, Y, Y, Y, CLOSER], dtype=np.float32)  # two background copies of y tie with the positive
+    tied = np.zeros(1, dtype=np.int64)
+    ranks, _ = rank_pairs(
+        preprocess(vecs, "cos", center=None), np.array([0]), np.array([1]), np.arange(5), "cos", tied_out=tied
+    )
+    assert ranks.tolist() == [2] and tied.tolist() == [2]
+    oov = np.zeros(5, bool)
+    res = evaluate_rank_pool(
+        vecs,
+        oov,
+        {},
+        np.array([0, 4]),
+        np.array([1, 0]),
+        similarity="cos",
+        policy=RankPolicy(),
+        oov_policy="mean",
+        pool_center=False,
+    )
+    assert res.metrics["tie_rate"] == 0.5 and res.tied.tolist() == [2, 0]
