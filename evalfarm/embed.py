@@ -98,9 +98,10 @@ def compute_embeddings(
 def embed_pool(
     encoder: Any,
     pool: RankPool,
-    path: Path,
+    path: str | Path,
     *,
     metadata: dict[str, Any],
+    filesystem: Any = None,
     progress: Callable[[int], None] | None = None,
     base_embeddings: np.ndarray | None = None,
 ) -> EmbedResult:
@@ -135,9 +136,9 @@ def embed_pool(
         }
     )
     table = embeddings_table(np.arange(len(texts)), texts, emb, oov_all, meta)
-    atomic_write_table(table, path)
+    atomic_write_table(table, path, filesystem=filesystem)
     return EmbedResult(
-        path=path,
+        path=Path(path),
         n_items=len(texts),
         dim=int(emb.shape[1]),
         oov_count=int(oov.sum()),
@@ -147,7 +148,7 @@ def embed_pool(
     )
 
 
-def load_embeddings(path: Path) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(matrix with OOV rows zero, OOV mask, metadata) of an embeddings file."""
-    _, emb, oov, meta = read_embeddings(path)
+def load_embeddings(path: str | Path, *, filesystem: Any = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """(matrix with OOV rows zero, OOV mask, metadata) of an embeddings file (local or on ``filesystem``)."""
+    _, emb, oov, meta = read_embeddings(path, filesystem=filesystem)
     return emb, oov, meta

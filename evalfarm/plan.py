@@ -61,6 +61,28 @@ class RunConfig:
         )
 
 
+# Relative cost of embedding one pool, per encoder kind (one rank pass of a pool = 1.0). Rough CPU figures for
+# a ~25k-item pool; only the order matters: largest-first assignment keeps a big model from starting last and
+# becoming the straggler that the whole run waits for.
+KIND_COST = {
+    "transformers": 40.0,
+    "sentence-transformers": 40.0,
+    "onnx": 15.0,
+    "spacy": 2.0,
+    "word-vectors": 0.5,
+    "bow": 1.0,
+    "static": 1.0,
+}
+
+
+def estimate_cost(kind: str, level: str, n_units: int, derived: bool = False) -> float:
+    """Relative cost of a model's units: embedding (by kind; sentences cost more than word lookups) + ranking."""
+    embed = KIND_COST.get(kind, 5.0) * (1.0 if level == "sentence" else 0.2)
+    if derived:
+        embed += 0.3  # fitting the post-processing (or re-embedding the base when its embeddings are absent)
+    return n_units * (embed + 1.0)
+
+
 def embed_fingerprint(spec_hash: str, pool_sum: str) -> str:
     return _h("embed", spec_hash, pool_sum, CODE_VERSIONS["embed"])
 
@@ -100,6 +122,7 @@ def plan_run(
                 )
             )
         if mp.units:
+            mp.cost = estimate_cost(catalog.kind(m), spec.level, len(mp.units), derived=spec.base is not None)
             plans.append(mp)
     # Bases first: a derived sentence model can then reuse its base's embeddings.
     depth = {m: len(catalog.lineage(m)) for m in model_ids}

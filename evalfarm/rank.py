@@ -20,10 +20,12 @@ PyKEEN-style counting (no sort): each block costs one GEMM and one comparison pa
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:  # torch is imported where it is used: planning a run (a no-op rerun) must not pay for it
+    import torch
 
 Similarity = Literal["cos", "l2"]
 SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
@@ -41,6 +43,8 @@ class RankPolicy:
 
 
 def pick_device(device: str | None = None) -> torch.device:
+    import torch
+
     if device:
         return torch.device(device)
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -105,6 +109,8 @@ def rank_pairs(
     n_pairs = len(queries)
     if n_pairs == 0:
         return np.empty(0, np.int64), np.empty(0, np.float32)
+    import torch
+
     dev = pick_device(device)
     n_items = emb.shape[0]
     # Columns: the background, then any positive that is not in it (scored in the same GEMM, never counted).

@@ -1,7 +1,10 @@
-"""Run a catalog: plan the units, execute them model by model, record the run, summarise.
+"""Run a catalog: plan the units, skip the finished ones, schedule the rest, record the run, summarise.
 
-This is the in-process runner (one machine, one worker). It is the baseline the distributed scheduler is
-measured against, and it shares ``execute_model`` with it, so both produce identical warehouses.
+The skip check runs on the driver before any executor starts: when every unit's metrics file already exists
+with the same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds.
+Executors: ``local`` (in-process, one worker: the baseline, and the Python API's default) and ``ray`` (worker
+actors on a local or remote Ray cluster: the CLI's default). Both share ``scheduler.core.Scheduler``, so they
+produce identical warehouses.
 """
 
 from __future__ import annotations
@@ -13,34 +16,66 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
-from evalfarm.execute import ExecContext, UnitOutcome, execute_model
-from evalfarm.plan import CODE_VERSIONS, RunConfig, plan_run
-from evalfarm.pools import load_pool
-from evalfarm.warehouse import Warehouse, new_run_id
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, RunConfig, plan_run
+from evalfarm.scheduler import EXECUTORS
+from evalfarm.warehouse import Warehouse, new_run_id, now
 
 
 @dataclass
 class RunSummary:
     run_id: str
-    warehouse: Path
-    outcomes: list[UnitOutcome] = field(default_factory=list)
+    warehouse: Path | str
+    outcomes: list[Any] = field(default_factory=list)  # UnitOutcome, one per unit
     seconds: float = 0.0
+    executor: str = "local"
+    workers: int = 0
+    n_units: int = 0
 
     @property
-    def failed(self) -> list[UnitOutcome]:
+    def failed(self) -> list[Any]:
         return [o for o in self.outcomes if o.status == "failed"]
 
     @property
     def ok(self) -> bool:
-        return not self.failed
+        return not self.failed and len(self.outcomes) == self.n_units
 
     def counts(self) -> dict[str, int]:
         c = {"done": 0, "skipped": 0, "failed": 0}
         for o in self.outcomes:
             c[o.status] += 1
         return c
+
+
+@dataclass
+class _Skipped:
+    """A unit whose results exist (a light stand-in for UnitOutcome: the no-op path imports nothing heavy)."""
+
+    model: str
+    pool: str
+    status: str = "skipped"
+    seconds: float = 0.0
+    error: str | None = None
+    stage: str | None = None
+
+
+def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list[ModelPlan], list[_Skipped]]:
+    """(plans of the units still to compute, the units already computed with the same fingerprint)."""
+    if force:
+        return plans, []
+    marker = {
+        (u.model, u.pool): wh.unit_path("metrics", u.model, u.pool, u.rank_fingerprint) for p in plans for u in p.units
+    }
+    present = wh.existing(list(marker.values()))
+    pending, skipped = [], []
+    for p in plans:
+        todo = [u for u in p.units if marker[(u.model, u.pool)] not in present]
+        skipped += [_Skipped(u.model, u.pool) for u in p.units if marker[(u.model, u.pool)] in present]
+        if todo:
+            pending.append(ModelPlan(p.model, p.spec_hash, p.level, todo, p.cost * len(todo) / len(p.units)))
+    return pending, skipped
 
 
 def run_catalog(
@@ -52,9 +87,20 @@ def run_catalog(
     config: RunConfig | None = None,
     force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    on_model_done: Callable[[list[UnitOutcome]], None] | None = None,
+    on_model_done: Callable[[list[Any]], None] | None = None,
+    executor: str = "local",
+    address: str | None = None,
+    workers: int | None = None,
+    max_attempts: int = 2,
+    on_event: Callable[[Any], None] | None = None,
 ) -> RunSummary:
-    """Evaluate ``models`` (default: all) of ``catalog`` on ``pools`` (default: the catalog's) into ``warehouse``."""
+    """Evaluate ``models`` (default: all) of ``catalog`` on ``pools`` (default: the catalog's) into ``warehouse``.
+
+    ``on_model_done`` is called with ``[outcome]`` as each unit finishes (skipped units first, in one call);
+    ``on_event`` receives every scheduler event (dispatch, retry, worker-lost, unit, tick).
+    """
+    if executor not in EXECUTORS:
+        raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     config = config or RunConfig()
     plans = plan_run(cat, models=models, pools=pools, config=config)
@@ -62,44 +108,106 @@ def run_catalog(
     run_id = new_run_id()
     t0 = time.perf_counter()
     n_units = sum(len(p.units) for p in plans)
-    wh.write_run_event(
-        run_id,
-        "start",
-        status="running",
-        catalog=str(cat.path),
-        n_units=n_units,
-        host=platform.node(),
-        argv=json.dumps(sys.argv),
-        code_version=json.dumps(CODE_VERSIONS),
-    )
-    summary = RunSummary(run_id=run_id, warehouse=wh.root)
-    ctx = ExecContext(catalog=cat, warehouse=wh, run_id=run_id, config=config, force=force, progress=progress)
-    # Check every pool once up front: a corrupt pool file fails its units with a message naming file and line.
-    for pid in {u.pool for p in plans for u in p.units}:
-        try:
-            ctx._pools[pid] = load_pool(cat.pool(pid))
-        except Exception:
-            pass
+    common = {
+        "catalog": str(cat.path),
+        "n_units": n_units,
+        "host": platform.node(),
+        "argv": json.dumps(sys.argv),
+        "code_version": json.dumps(CODE_VERSIONS),
+    }
+    wh.write_run_event(run_id, "start", status="running", **common)
+    summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
+    pending, skipped = split_done(plans, wh, force)
+    summary.outcomes.extend(skipped)
+    if skipped:
+        at = now()
+        wh.write_units(
+            run_id,
+            [
+                {"model": s.model, "pool": s.pool, "stage": "plan", "worker": "driver", "node": platform.node(),
+                 "started_at": at, "seconds": 0.0, "status": "skipped", "attempts": 0, "error": None}
+                for s in skipped
+            ],
+        )  # fmt: skip
+        if on_model_done:
+            on_model_done(list(skipped))
+
+    def event(e: Any) -> None:
+        if e.kind == "unit" and on_model_done:
+            on_model_done([e.outcome])
+        if on_event:
+            on_event(e)
+
+    backend = None
     try:
-        for plan in plans:
-            outs = execute_model(plan, ctx)
-            summary.outcomes.extend(outs)
-            if on_model_done:
-                on_model_done(outs)
+        if pending:
+            from evalfarm.scheduler.core import Scheduler
+
+            backend = _backend(executor, cat, wh, run_id, config, force, progress, pending, address, workers)
+            sched = Scheduler(
+                pending,
+                backend,
+                warehouse=wh,
+                run_id=run_id,
+                base_of=_bases(cat, pending),
+                max_attempts=max_attempts,
+                on_event=event,
+            )
+            try:
+                sched.run()
+            finally:
+                summary.outcomes.extend(sched.outcomes)
+                summary.workers = len(sched.workers)
     finally:
+        if backend is not None:
+            backend.close()
         summary.seconds = time.perf_counter() - t0
         c = summary.counts()
         status = "interrupted" if len(summary.outcomes) < n_units else ("ok" if c["failed"] == 0 else "failed")
-        wh.write_run_event(
-            run_id,
-            "end",
-            status=status,
-            catalog=str(cat.path),
-            n_units=n_units,
-            n_failed=c["failed"],
-            n_skipped=c["skipped"],
-            host=platform.node(),
-            argv=json.dumps(sys.argv),
-            code_version=json.dumps(CODE_VERSIONS),
-        )
+        wh.write_run_event(run_id, "end", status=status, n_failed=c["failed"], n_skipped=c["skipped"], **common)
     return summary
+
+
+def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
+    """Derived sentence models whose base is in this run wait for it: they reuse its embeddings."""
+    out: dict[str, str | None] = {}
+    for p in plans:
+        spec = cat.model(p.model)
+        out[p.model] = spec.base if (spec.base and spec.postprocess and spec.level == "sentence") else None
+    return out
+
+
+def _backend(
+    executor: str,
+    cat: Catalog,
+    wh: Warehouse,
+    run_id: str,
+    config: RunConfig,
+    force: bool,
+    progress: Callable[[str, int, int], None] | None,
+    pending: list[ModelPlan],
+    address: str | None,
+    workers: int | None,
+) -> Any:
+    if executor == "local":
+        from evalfarm.execute import ExecContext
+        from evalfarm.scheduler.local import LocalBackend
+
+        ctx = ExecContext(
+            catalog=cat, warehouse=wh, run_id=run_id, config=config, force=force, progress=progress,
+            record_failures=False,
+        )  # fmt: skip
+        return LocalBackend(ctx)
+    from evalfarm.scheduler.ray_runner import SMALL_KINDS, RayBackend
+
+    small = all(cat.kind(p.model) in SMALL_KINDS for p in pending)
+    return RayBackend(
+        catalog=cat,
+        warehouse=wh.uri,
+        run_id=run_id,
+        config=config,
+        force=force,
+        address=address,
+        workers=workers,
+        small_models=small,
+    )

@@ -9,9 +9,14 @@ Layout (private; the SQL views are the public interface)::
     <root>/tables/failures/<run_id>/<uuid>.parquet
     <root>/tables/<table>/_schema.parquet                                 (empty, typed: views work on day one)
 
-Every file appears atomically (written to a temp name in the same folder, then renamed), so a crash never
-leaves a half file that later looks complete. Files are named by content fingerprint: recomputing a unit
-replaces its file rather than adding a duplicate.
+    <root>/tables/units/<run_id>/<uuid>.parquet                           (per-unit timings and attempts)
+
+The root is a local path or any pyarrow filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray
+cluster it must be storage every node sees. Every file appears atomically: on a local (or NFS) filesystem it is
+written to a temp name in the same folder and renamed; on an object store it is written straight to its final
+key, because a PUT / completed multipart upload is visible whole or not at all while a "rename" there is a
+copy + delete that is not atomic. Files are named by content fingerprint: recomputing a unit replaces its file
+rather than adding a duplicate, so a retried or concurrently recomputed unit still has exactly one result.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 import duckdb
 import numpy as np
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
@@ -107,6 +113,21 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", _TS),
         ]
     ),
+    "units": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("model", pa.string()),
+            ("pool", pa.string()),
+            ("stage", pa.string()),
+            ("worker", pa.string()),
+            ("node", pa.string()),
+            ("started_at", _TS),
+            ("seconds", pa.float64()),
+            ("status", pa.string()),
+            ("attempts", pa.int64()),
+            ("error", pa.string()),
+        ]
+    ),
 }
 
 
@@ -119,59 +140,137 @@ def new_run_id() -> str:
     return now().strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
 
 
-def atomic_write_table(table: pa.Table, path: Path, **kwargs: Any) -> Path:
-    """Write Parquet to a temp file beside ``path``, fsync, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.tmp")
+def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
+    """(filesystem, path inside it) for a local path or a pyarrow URI (``file://``, ``s3://``, ``gs://``)."""
+    text = os.fspath(root)
+    if "://" not in text:
+        return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
     try:
-        pq.write_table(table, tmp, **kwargs)
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return path
+        fs, path = pafs.FileSystem.from_uri(text)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
+        raise ValueError(
+            f"cannot open warehouse {text!r}: {exc}. Use a local path or a pyarrow filesystem URI "
+            "(file:///abs/path, s3://bucket/prefix, gs://bucket/prefix) with credentials in the environment"
+        ) from exc
+    return fs, path.rstrip("/")
+
+
+def _is_local(fs: pafs.FileSystem) -> bool:
+    return isinstance(fs, pafs.LocalFileSystem)
+
+
+def atomic_write_table(
+    table: pa.Table, path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None, **kwargs: Any
+) -> str | Path:
+    """Write Parquet so that ``path`` is either absent, the old file, or the whole new file — never half.
+
+    Local filesystem: temp file beside ``path``, fsync, rename over it. Object store: a single write to the
+    final key (the object only becomes visible when the upload completes; rename there is copy + delete).
+    """
+    if filesystem is None or _is_local(filesystem):
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
+        try:
+            pq.write_table(table, tmp, **kwargs)
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, p)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
+        return path if isinstance(path, Path) else str(path)
+    key = os.fspath(path)
+    with filesystem.open_output_stream(key) as out:
+        pq.write_table(table, out, **kwargs)
+    return key
 
 
 class Warehouse:
-    """A warehouse root on the local filesystem."""
+    """A warehouse root: a local directory or a pyarrow filesystem URI (``s3://…``, ``gs://…``, ``file://…``).
+
+    Paths handed out (``embeddings_path``, ``unit_path``) are strings inside ``self.fs``; all I/O goes through
+    the methods here so the same code runs on a laptop and against shared storage on a cluster.
+    """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
-        self.root = Path(root).expanduser().resolve()
+        self.fs, self.base = resolve_filesystem(root)
+        self.local = _is_local(self.fs)
+        # `root`: a Path on the local filesystem (what users and tests see), else the URI.
+        self.root: Path | str = Path(self.base) if self.local else os.fspath(root).rstrip("/")
+        self.uri = str(self.root) if self.local else self.root
+
+    def _p(self, *parts: str) -> str:
+        return "/".join([self.base, *parts])
 
     # -- layout ---------------------------------------------------------------------------------------------
     def init(self) -> Warehouse:
         for name, schema in SCHEMAS.items():
-            p = self.root / "tables" / name / "_schema.parquet"
-            if not p.exists():
-                atomic_write_table(schema.empty_table(), p)
-        (self.root / "embeddings").mkdir(parents=True, exist_ok=True)
+            p = self._p("tables", name, "_schema.parquet")
+            if not self.exists(p):
+                self.write_table(schema.empty_table(), p)
+        if self.local:
+            Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
         return self
 
-    def embeddings_path(self, model: str, pool: str, fingerprint: str) -> Path:
-        return self.root / "embeddings" / f"model={model}" / f"pool={pool}" / f"{fingerprint}.parquet"
+    def embeddings_path(self, model: str, pool: str, fingerprint: str) -> str:
+        return self._p("embeddings", f"model={model}", f"pool={pool}", f"{fingerprint}.parquet")
 
-    def unit_path(self, table: str, model: str, pool: str, fingerprint: str) -> Path:
-        return self.root / "tables" / table / f"model={model}" / f"pool={pool}" / f"{fingerprint}.parquet"
+    def unit_path(self, table: str, model: str, pool: str, fingerprint: str) -> str:
+        return self._p("tables", table, f"model={model}", f"pool={pool}", f"{fingerprint}.parquet")
+
+    # -- file I/O -------------------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        if self.local:
+            return os.path.exists(path)
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def existing(self, paths: list[str]) -> set[str]:
+        """Which of ``paths`` exist: one stat each locally, one listing per table on an object store."""
+        if self.local:
+            return {p for p in paths if os.path.exists(p)}
+        found: set[str] = set()
+        for top in {"/".join(p[len(self.base) + 1 :].split("/")[:2]) for p in paths}:
+            sel = pafs.FileSelector(self._p(top), recursive=True, allow_not_found=True)
+            found.update(i.path for i in self.fs.get_file_info(sel))
+        return found & set(paths)
+
+    def mtime(self, path: str) -> float | None:
+        info = self.fs.get_file_info(path)
+        return None if info.type == pafs.FileType.NotFound or info.mtime is None else info.mtime.timestamp()
+
+    def write_table(self, table: pa.Table, path: str, **kwargs: Any) -> str:
+        return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
+
+    def read_table(self, path: str) -> pa.Table:
+        return pq.read_table(path, filesystem=None if self.local else self.fs)
 
     # -- writes ---------------------------------------------------------------------------------------------
-    def write(self, table: str, rows: pa.Table | list[dict[str, Any]], path: Path) -> Path:
+    def write(self, table: str, rows: pa.Table | list[dict[str, Any]], path: str) -> str:
         schema = SCHEMAS[table]
         t = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
-        return atomic_write_table(t.select(schema.names).cast(schema), path)
+        return self.write_table(t.select(schema.names).cast(schema), path)
 
-    def write_model(self, row: dict[str, Any]) -> Path:
-        path = self.root / "tables" / "models" / f"model={row['model']}" / f"{row['spec_hash']}.parquet"
-        return self.write("models", [row], path)
+    def model_path(self, model: str, spec_hash: str) -> str:
+        return self._p("tables", "models", f"model={model}", f"{spec_hash}.parquet")
 
-    def write_run_event(self, run_id: str, event: str, **fields: Any) -> Path:
+    def write_model(self, row: dict[str, Any]) -> str:
+        return self.write("models", [row], self.model_path(row["model"], row["spec_hash"]))
+
+    def write_run_event(self, run_id: str, event: str, **fields: Any) -> str:
         row = {"run_id": run_id, "event": event, "at": now(), **fields}
-        return self.write("runs", [row], self.root / "tables" / "runs" / f"{run_id}.{event}.parquet")
+        return self.write("runs", [row], self._p("tables", "runs", f"{run_id}.{event}.parquet"))
+
+    def write_units(self, run_id: str, rows: list[dict[str, Any]]) -> str | None:
+        """Per-unit timing rows (one file per batch; the scheduler writes them as units finish)."""
+        if not rows:
+            return None
+        rows = [{"run_id": run_id, **r} for r in rows]
+        return self.write("units", rows, self._p("tables", "units", run_id, f"{uuid.uuid4().hex}.parquet"))
 
     def write_failure(
         self, run_id: str, model: str | None, pool: str | None, stage: str, error: str, detail: str = ""
-    ) -> Path:
+    ) -> str:
         row = {
             "run_id": run_id,
             "model": model,
@@ -181,26 +280,37 @@ class Warehouse:
             "detail": detail,
             "created_at": now(),
         }
-        return self.write(
-            "failures", [row], self.root / "tables" / "failures" / run_id / f"{uuid.uuid4().hex}.parquet"
-        )
+        return self.write("failures", [row], self._p("tables", "failures", run_id, f"{uuid.uuid4().hex}.parquet"))
 
     # -- reads ----------------------------------------------------------------------------------------------
     def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse.
 
         Read-only means: only files under the warehouse are visible, nothing can be written, and the
-        configuration is locked so a query cannot lift those limits.
+        configuration is locked so a query cannot lift those limits. An ``s3://`` / ``gs://`` warehouse needs
+        DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
+        environment variables.
         """
-        if not (self.root / "tables").exists():
-            raise FileNotFoundError(f"no warehouse at {self.root} (run `evalfarm run --warehouse {self.root}` first)")
+        if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
+            raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
         con = duckdb.connect(":memory:")
-        root_sql = "'" + str(self.root).replace("'", "''") + "'"
+        where = self.base if self.local else self.uri
+        if not self.local:
+            try:
+                con.execute("LOAD httpfs")
+            except duckdb.Error as exc:
+                con.close()
+                raise RuntimeError(
+                    f"querying {self.uri} needs DuckDB's httpfs extension: run "
+                    "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
+                ) from exc
+        root_sql = "'" + where.replace("'", "''") + "'"
         for path in sorted(SQL_DIR.glob("*.sql")):
-            con.execute(path.read_text(encoding="utf-8").replace("{root}", str(self.root).replace("'", "''")))
+            con.execute(path.read_text(encoding="utf-8").replace("{root}", where.replace("'", "''")))
         if read_only:
             con.execute(f"SET allowed_directories=[{root_sql}]")
-            con.execute("SET enable_external_access=false")
+            if self.local:
+                con.execute("SET enable_external_access=false")
             con.execute("SET lock_configuration=true")
         return con
 
@@ -214,7 +324,7 @@ class Warehouse:
             con.close()
 
     def has_unit(self, table: str, model: str, pool: str, fingerprint: str) -> bool:
-        return self.unit_path(table, model, pool, fingerprint).exists()
+        return self.exists(self.unit_path(table, model, pool, fingerprint))
 
 
 _ALLOWED = {"SELECT", "EXPLAIN", "PRAGMA"}
@@ -251,9 +361,11 @@ def embeddings_table(
     return table.replace_schema_metadata(meta)
 
 
-def read_embeddings(path: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
+def read_embeddings(
+    path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
     """(item_ids, float32 matrix with OOV rows as zeros, oov mask, metadata)."""
-    t = pq.read_table(path)
+    t = pq.read_table(path, filesystem=filesystem)
     col = t.column("embedding").combine_chunks()
     dim = col.type.list_size
     oov = np.asarray(t.column("oov").to_numpy(zero_copy_only=False), dtype=bool)

@@ -1,0 +1,196 @@
+"""Scheduler benchmark: the same catalog run as a sequential in-process loop, on Ray with 1 and 2 warm workers,
+and as a no-op rerun; plus the no-op rerun of a generated 100-model catalog through the CLI.
+
+    python benchmarks/bench_scheduler.py --json benchmarks/results/scheduler.json
+
+Models: 12 cheap but real ones (toy GloVe and its ABTT / PC-removal / whitening / OOV-policy variants, bag of
+words over it with post-processing, the static model) on slices of the real EvalRank pools (``--word-pairs``,
+``--sent-pairs`` …), so a run takes tens of seconds on 2 cores. "Warm workers": each Ray configuration is run
+once untimed (actors start, import torch, load the pools) and then timed with ``--force`` on the same actors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+def _head(src: Path, n: int, dst: Path) -> Path:
+    dst.write_text("\n".join(src.read_text().splitlines()[:n]) + "\n")
+    return dst
+
+
+def _pool(pid: str, level: str, files: dict[str, Path], center: bool) -> str:
+    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
+    return (
+        f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: bench,"
+        f" source: bench, center: {str(center).lower()}, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
+    )
+
+
+def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
+    data = Path(os.environ["EVALFARM_DATA"]) / "evalrank"
+    w, s = data / "word_evalrank", data / "sent_evalrank"
+    word = {
+        "pairs": _head(w / "pos_pair_5514.txt", args.word_pairs, d / "wp.txt"),
+        "background_basic": _head(w / "basic_vocab.txt", args.word_bg, d / "wb.txt"),
+        "background_wiki": _head(w / "wiki_vocab.txt", args.word_bg, d / "ww.txt"),
+    }
+    sent = {
+        "pairs": _head(s / "pos_pair.txt", args.sent_pairs, d / "sp.txt"),
+        "background": _head(s / "background_sent.txt", args.sent_bg, d / "sb.txt"),
+    }
+    tiny = {
+        "pairs": _head(w / "pos_pair_5514.txt", 100, d / "tp.txt"),
+        "background_basic": _head(w / "basic_vocab.txt", 200, d / "tb.txt"),
+    }
+    (d / "pools.yaml").write_text(
+        "pools:\n"
+        + _pool("word-bench", "word", word, False)
+        + _pool("sent-bench", "sentence", sent, True)
+        + _pool("word-tiny", "word", tiny, False)
+    )
+    glove = data / "reference" / "toy_emb.txt"
+    g = f"{{type: path, ref: {glove}}}"
+    models = f"""
+  - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {g}}}
+  - {{id: toy-skip, level: word, kind: word-vectors, format: glove-text, oov: skip, source: {g}}}
+  - {{id: toy-zero, level: word, kind: word-vectors, format: glove-text, oov: zero, source: {g}}}
+  - {{id: toy-abtt1, level: word, base: toy, postprocess: {{method: abtt, d: 1}}}}
+  - {{id: toy-abtt3, level: word, base: toy, postprocess: {{method: abtt, d: 3}}}}
+  - {{id: toy-pcr1, level: word, base: toy, postprocess: {{method: pcr, d: 1}}}}
+  - {{id: toy-white, level: word, base: toy, postprocess: {{method: whitening}}}}
+  - {{id: bow-toy, level: sentence, kind: bow, base: toy, lowercase: true}}
+  - {{id: bow-toy-abtt1, level: sentence, base: bow-toy, postprocess: {{method: abtt, d: 1}}}}
+  - {{id: static, level: sentence, kind: static,
+      source: {{type: package, ref: tokenlearn-static-model, path: static_model/model}}}}
+  - {{id: static-white, level: sentence, base: static, postprocess: {{method: whitening}}}}
+  - {{id: static-pcr1, level: sentence, base: static, postprocess: {{method: pcr, d: 1}}}}
+"""
+    (d / "bench.yaml").write_text("include: [pools.yaml]\npools: [word-bench, sent-bench]\nmodels:" + models)
+    many = "".join(
+        f"  - {{id: m{i:03d}, level: word, kind: word-vectors, format: glove-text, source: {g}}}\n" for i in range(100)
+    )
+    (d / "hundred.yaml").write_text("include: [pools.yaml]\npools: [word-tiny]\nmodels:\n" + many)
+    return d / "bench.yaml", d / "hundred.yaml"
+
+
+def sequential(catalog: Path, wh: Path) -> tuple[float, int]:
+    """The baseline: a plain in-process loop over the models, ``execute_model`` each (no scheduler, no Ray)."""
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.execute import ExecContext, execute_model
+    from evalfarm.plan import plan_run
+    from evalfarm.warehouse import Warehouse, new_run_id
+
+    cat = load_catalog(catalog)
+    plans = plan_run(cat)
+    ctx = ExecContext(catalog=cat, warehouse=Warehouse(wh).init(), run_id=new_run_id(), force=True)
+    for pid in {u.pool for p in plans for u in p.units}:
+        ctx.pool(pid)  # pools loaded once, as the warm workers have them
+    t0 = time.perf_counter()
+    outs = [o for p in plans for o in execute_model(p, ctx)]
+    assert all(o.status == "done" for o in outs), [o.error for o in outs if o.status != "done"]
+    return time.perf_counter() - t0, len(outs)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--word-pairs", type=int, default=2000)
+    ap.add_argument("--word-bg", type=int, default=3000, help="lines of basic and of wiki vocabulary")
+    ap.add_argument("--sent-pairs", type=int, default=1500)
+    ap.add_argument("--sent-bg", type=int, default=6000)
+    ap.add_argument("--json", type=Path, help="write the results here")
+    args = ap.parse_args()
+
+    import torch
+
+    from evalfarm.runner import run_catalog
+
+    torch.set_num_threads(os.cpu_count() or 1)
+    d = Path(tempfile.mkdtemp(prefix="bench-sched-"))
+    bench, hundred = make_catalogs(d, args)
+    res: dict[str, object] = {
+        "machine": f"{platform.node()} {os.cpu_count()} CPUs",
+        "args": vars(args) | {"json": None},
+    }
+    seq, n_units = sequential(bench, d / "wh-seq")
+    res["units"], res["models"] = n_units, 12
+    res["sequential_s"] = round(seq, 2)
+    print(f"sequential in-process loop: {seq:.2f}s for {n_units} units", flush=True)
+
+    import ray
+
+    from evalfarm.scheduler.ray_runner import shutdown_workers
+
+    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
+    try:
+        for n in (1, 2):
+            wh = d / f"wh-ray{n}"
+            t0 = time.perf_counter()
+            run_catalog(bench, wh, executor="ray", workers=n)  # cold: actors start, import, load pools
+            cold = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            s = run_catalog(bench, wh, executor="ray", workers=n, force=True)
+            warm = time.perf_counter() - t0
+            assert s.ok and s.counts()["done"] == n_units, s.counts()
+            res[f"ray{n}_cold_s"], res[f"ray{n}_warm_s"] = round(cold, 2), round(warm, 2)
+            res[f"ray{n}_ratio"] = round(warm / seq, 3)
+            res[f"ray{n}_overhead_per_unit_ms"] = round((warm - seq) / n_units * 1000, 1)
+            print(f"ray {n} worker(s): cold {cold:.2f}s, warm {warm:.2f}s = {warm / seq:.2f}x sequential", flush=True)
+            t0 = time.perf_counter()
+            s = run_catalog(bench, wh, executor="ray", workers=n)
+            res[f"ray{n}_noop_inprocess_s"] = round(time.perf_counter() - t0, 3)
+            assert s.counts()["skipped"] == n_units
+    finally:
+        shutdown_workers()
+        ray.shutdown()
+
+    env = {**os.environ}
+    cli = [sys.executable, "-m", "evalfarm.cli", "run", "--warehouse"]
+    t0 = time.perf_counter()
+    subprocess.run([*cli, str(d / "wh-ray2"), "--catalog", str(bench)], check=True, env=env, capture_output=True)
+    res["noop_cli_12_models_s"] = round(time.perf_counter() - t0, 2)
+    # 100 models (the toy GloVe under 100 ids: 100 distinct spec hashes, 100 units) on a tiny word pool,
+    # computed once with the local executor, then rerun through the CLI with the default (ray) executor.
+    t0 = time.perf_counter()
+    s = run_catalog(hundred, d / "wh-100", executor="local")
+    assert s.ok and s.counts()["done"] == 100
+    res["hundred_compute_local_s"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    p = subprocess.run([*cli, str(d / "wh-100"), "--catalog", str(hundred)], env=env, capture_output=True, text=True)
+    res["noop_cli_100_models_s"] = round(time.perf_counter() - t0, 2)
+    assert p.returncode == 0 and "100 skipped" in p.stderr, p.stderr
+    print(json.dumps(res, indent=2))
+    print(
+        "\n| configuration | wall (s) | ratio to sequential | overhead per unit |\n|---|---:|---:|---:|\n"
+        f"| sequential in-process loop | {seq:.2f} | 1.00 | — |\n"
+        + "".join(
+            f"| Ray, {n} warm worker{'s' if n > 1 else ''} | {res[f'ray{n}_warm_s']} | {res[f'ray{n}_ratio']} "
+            f"| {res[f'ray{n}_overhead_per_unit_ms']} ms |\n"
+            for n in (1, 2)
+        )
+        + f"| no-op rerun, 12 models (CLI, whole process) | {res['noop_cli_12_models_s']} | | |\n"
+        f"| no-op rerun, 100 models (CLI, whole process) | {res['noop_cli_100_models_s']} | | |"
+    )
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(res, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,50 @@
+"""The ``local`` executor: the in-process loop, one worker, no Ray. The baseline the Ray executor is measured
+against (same scheduler, same ``embed_model`` / ``rank_unit``, so both produce identical warehouses)."""
+
+from __future__ import annotations
+
+import os
+import platform
+from typing import Any
+
+from evalfarm.scheduler.core import Task, WorkerInfo
+
+
+class LocalBackend:
+    """Runs each task synchronously on submit; ``wait`` then returns it as ready."""
+
+    name = "local-0"
+
+    def __init__(self, ctx: Any) -> None:
+        self.ctx = ctx
+        self._results: dict[int, Any] = {}
+        self._next = 0
+
+    def _handle(self, value: Any) -> int:
+        self._next += 1
+        self._results[self._next] = value
+        return self._next
+
+    def start(self) -> list[tuple[str, Any]]:
+        info = WorkerInfo(self.name, node=platform.node(), host=platform.node(), pid=os.getpid())
+        return [(self.name, self._handle(info))]
+
+    def submit(self, worker: str, task: Task) -> Any:
+        from evalfarm.execute import embed_model, rank_unit
+
+        if task.stage == "embed":
+            return self._handle(embed_model(task.plan, self.ctx))
+        assert task.unit is not None
+        return self._handle([rank_unit(task.unit, self.ctx)])
+
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]:
+        return list(handles)
+
+    def result(self, handle: Any) -> Any:
+        return self._results.pop(handle)
+
+    def revive(self, worker: str) -> Any | None:
+        return None
+
+    def close(self) -> None:
+        self._results.clear()

@@ -1,0 +1,71 @@
+"""A live progress line for the driver: units done / failed / remaining, and an ETA.
+
+The ETA extrapolates from units finished *in this run* (skipped ones cost nothing and would make it
+optimistic), weighted by the planner's relative cost, so one slow transformer left at the end shows up.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+
+def _fmt_seconds(s: float) -> str:
+    s = max(0, int(round(s)))
+    h, rem = divmod(s, 3600)
+    m, sec = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
+
+
+@dataclass
+class ProgressTracker:
+    """Counts of a run's units; ``line()`` is what the CLI shows (and what logs get on a non-TTY)."""
+
+    total: int
+    skipped: int = 0
+    done: int = 0
+    failed: int = 0
+    retries: int = 0
+    workers: int = 0
+    cost_total: float = 0.0
+    cost_finished: float = 0.0
+    started: float = field(default_factory=time.perf_counter)
+
+    @property
+    def remaining(self) -> int:
+        return self.total - self.skipped - self.done - self.failed
+
+    def finish(self, status: str, cost: float = 1.0) -> None:
+        if status == "done":
+            self.done += 1
+        elif status == "failed":
+            self.failed += 1
+        elif status == "skipped":
+            self.skipped += 1
+            return
+        self.cost_finished += cost
+
+    def eta(self) -> float | None:
+        if self.remaining == 0:
+            return 0.0
+        if self.cost_finished <= 0 or self.cost_total <= 0:
+            return None
+        elapsed = time.perf_counter() - self.started
+        return elapsed * max(self.cost_total - self.cost_finished, 0.0) / self.cost_finished
+
+    def line(self) -> str:
+        eta = self.eta()
+        parts = [
+            f"units {self.done + self.skipped + self.failed}/{self.total}",
+            f"{self.done} done",
+            f"{self.skipped} skipped",
+            f"{self.failed} failed",
+            f"{self.remaining} remaining",
+        ]
+        if self.retries:
+            parts.append(f"{self.retries} retried")
+        if self.workers:
+            parts.append(f"{self.workers} workers")
+        parts.append(f"elapsed {_fmt_seconds(time.perf_counter() - self.started)}")
+        parts.append("ETA " + ("?" if eta is None else _fmt_seconds(eta)))
+        return " · ".join(parts)

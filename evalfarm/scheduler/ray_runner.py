@@ -1,0 +1,252 @@
+"""The ``ray`` executor: one long-lived worker actor per GPU (or per CPU slot), driven by ``core.Scheduler``.
+
+Why actors (Ray Core) and not Ray Data: the expensive thing here is the *model* (import torch/transformers,
+load weights), not the data (a pool is ~25k short strings). An actor pays the imports once and then takes model
+after model; the scheduler needs per-model placement (largest-first), per-task retries with a bounded attempt
+count, failure rows written once, and per-unit timings — Ray Data's streaming executor would hide all four
+behind ``map_batches`` and re-partition tiny pools for no gain.
+
+Each actor runs two kinds of calls: ``embed(plan)`` (load one model, embed every pool it needs, drop it) and
+``rank(unit)`` (read one embeddings Parquet from the warehouse, rank on the actor's device — its GPU when it has
+one — write ranks + metrics). Rank calls are separate tasks so any free worker takes them, but they run on the
+actors because the actors already hold every GPU / CPU slot: a separate ``num_gpus`` task would wait for them.
+
+Faults: actors have ``max_restarts`` and ``max_task_retries=0``: Ray restarts a dead worker process, and the
+*scheduler* resubmits the lost task (to another worker when there is one), counting attempts, so a model that
+kills its worker every time is given up on after ``--max-attempts`` instead of looping.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import platform
+from typing import Any
+
+from evalfarm.scheduler.core import Task, WorkerInfo, WorkerLost
+
+# Environment the workers need on a remote cluster (a local one inherits the driver's environment).
+_FORWARD_ENV = ("EVALFARM_DATA", "EVALFARM_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME")
+SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
+
+
+class EvalWorker:
+    """One Ray actor: a warm Python with torch imported and a pool cache, reused across runs of one driver.
+
+    ``begin`` hands it a run's context (catalog, warehouse, run id, config); ``embed`` / ``rank`` then work in
+    that run. A restarted actor (after a crash) gets ``begin`` again from the scheduler before new work.
+    """
+
+    def __init__(self, name: str, threads: int) -> None:
+        import torch
+
+        torch.set_num_threads(max(1, threads))
+        import evalfarm.execute  # noqa: F401 - pay the imports now, not in the first unit
+
+        self.name = name
+        self.ctx: Any = None
+        self._pools: dict[tuple[str, str], Any] = {}
+
+    def info(self) -> WorkerInfo:
+        import ray
+
+        return WorkerInfo(
+            self.name, node=ray.get_runtime_context().get_node_id(), host=platform.node(), pid=os.getpid()
+        )
+
+    def begin(self, catalog: Any, warehouse: str, run_id: str, config: Any, force: bool) -> WorkerInfo:
+        from evalfarm.execute import ExecContext
+        from evalfarm.pools.data import pool_checksum
+        from evalfarm.warehouse import Warehouse
+
+        self.ctx = ExecContext(
+            catalog=catalog,
+            warehouse=Warehouse(warehouse),
+            run_id=run_id,
+            config=config,
+            force=force,
+            record_failures=False,
+        )
+        for pid, spec in catalog.pools.items():  # pools already loaded by an earlier run, same content
+            key = (pid, pool_checksum(spec))
+            if key in self._pools:
+                self.ctx._pools[pid] = self._pools[key]
+        return self.info()
+
+    def _keep_pools(self) -> None:
+        from evalfarm.pools.data import pool_checksum
+
+        for pid, pool in self.ctx._pools.items():
+            self._pools[(pid, pool_checksum(self.ctx.catalog.pool(pid)))] = pool
+
+    def embed(self, plan: Any) -> list[Any]:
+        from evalfarm.execute import embed_model
+
+        try:
+            return embed_model(plan, self.ctx)
+        finally:
+            self._keep_pools()
+
+    def rank(self, unit: Any) -> list[Any]:
+        from evalfarm.execute import rank_unit
+
+        try:
+            return [rank_unit(unit, self.ctx)]
+        finally:
+            self._keep_pools()
+
+
+# Warm actors of this driver, reused by the next run while Ray stays connected (a notebook, a benchmark, tests).
+_WARM: dict[tuple[Any, ...], dict[str, Any]] = {}
+
+
+def shutdown_workers() -> None:
+    """Kill the warm worker actors this process keeps between runs."""
+    import ray
+
+    for actors in _WARM.values():
+        for actor in actors.values():
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+    _WARM.clear()
+
+
+def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
+    """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
+
+    Returns True when this call started or connected Ray (and the caller should shut it down). An already
+    initialised Ray (a notebook, a test fixture) is used as is.
+    """
+    import ray
+
+    if ray.is_initialized():
+        return False
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+    if address is None:
+        # "local" and not None: ray.init(None) would attach to whatever `ray start` cluster ran last here.
+        ray.init(
+            address="local",
+            num_cpus=num_cpus or os.cpu_count() or 1,
+            object_store_memory=256 * 1024 * 1024,
+            **common,
+        )
+    else:
+        env = {k: os.environ[k] for k in _FORWARD_ENV if os.environ.get(k)}
+        try:
+            ray.init(address=address, runtime_env={"env_vars": env} if env else None, **common)
+        except ConnectionError as exc:
+            raise ConnectionError(
+                f"cannot reach the Ray cluster at {address!r}: {exc}. Start one (`ray start --head`), pass "
+                "--address auto / ray://host:10001, or leave --address out to run on a local Ray"
+            ) from exc
+    return True
+
+
+def worker_resources(
+    cluster: dict[str, float], workers: int | None, *, small_models: bool, gpus_per_worker: float | None = None
+) -> tuple[int, float, float]:
+    """(workers, CPUs per worker, GPUs per worker) for a cluster's resources.
+
+    Default: one worker per GPU — two per GPU (0.5 each) when every model is a small lookup model, where one
+    model alone would leave the GPU idle — else one per CPU slot. CPUs are split evenly so that torch in each
+    worker gets its share of threads (1 worker on 2 CPUs ranks with 2 threads, like the in-process loop).
+    """
+    gpus = float(cluster.get("GPU", 0.0))
+    cpus = float(cluster.get("CPU", 1.0))
+    if gpus >= 1:
+        gpw = gpus_per_worker or (0.5 if small_models else 1.0)
+        n = workers or max(1, int(gpus / gpw))
+        gpw = min(gpw, gpus / n) if workers else gpw
+    else:
+        gpw = 0.0
+        n = workers or max(1, int(cpus))
+    cpw = max(0.01, math.floor(cpus / n * 100) / 100)  # floor: n workers must fit
+    return n, cpw, gpw
+
+
+class RayBackend:
+    """Creates the worker actors and runs scheduler tasks on them."""
+
+    def __init__(
+        self,
+        *,
+        catalog: Any,
+        warehouse: str,
+        run_id: str,
+        config: Any,
+        force: bool,
+        address: str | None = None,
+        workers: int | None = None,
+        small_models: bool = False,
+        max_restarts: int = 4,
+    ) -> None:
+        self.args = (catalog, warehouse, run_id, config, force)
+        self.address = address
+        self.n_workers = workers
+        self.small_models = small_models
+        self.max_restarts = max_restarts
+        self.actors: dict[str, Any] = {}
+        self.owns_ray = False
+        self.resources: tuple[int, float, float] = (0, 0.0, 0.0)
+
+    def start(self) -> list[tuple[str, Any]]:
+        import ray
+
+        self.owns_ray = connect(self.address)
+        n, cpw, gpw = worker_resources(ray.cluster_resources(), self.n_workers, small_models=self.small_models)
+        self.resources = (n, cpw, gpw)
+        key = (ray.get_runtime_context().get_job_id(), n, cpw, gpw)
+        if key not in _WARM:
+            if not self.owns_ray:
+                shutdown_workers()  # other shapes: free their CPUs/GPUs for this run's workers
+            cls = ray.remote(EvalWorker).options(
+                num_cpus=cpw,
+                num_gpus=gpw,
+                max_restarts=self.max_restarts,
+                max_task_retries=0,
+            )
+            _WARM[key] = {f"w{i}": cls.remote(f"w{i}", max(1, int(cpw))) for i in range(n)}
+        self.actors = _WARM[key]
+        return [(name, actor.begin.remote(*self.args)) for name, actor in self.actors.items()]
+
+    def submit(self, worker: str, task: Task) -> Any:
+        actor = self.actors[worker]
+        if task.stage == "embed":
+            return actor.embed.remote(task.plan)
+        return actor.rank.remote(task.unit)
+
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]:
+        import ray
+
+        ready, rest = ray.wait(handles, num_returns=1, timeout=timeout)
+        if ready and rest:
+            more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
+
+    def result(self, handle: Any) -> Any:
+        import ray
+        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+
+        try:
+            return ray.get(handle)
+        except (RayActorError, WorkerCrashedError) as exc:
+            raise WorkerLost(type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300]) from exc
+        except RayTaskError as exc:
+            # A bug in our task code (embed_model/rank_unit never raise for model failures): fail the attempt.
+            raise WorkerLost(f"task raised {type(exc.cause).__name__}: {exc.cause}") from exc
+
+    def revive(self, worker: str) -> Any | None:
+        """A handle that resolves once Ray has restarted the worker and it has this run's context again."""
+        return self.actors[worker].begin.remote(*self.args)
+
+    def close(self) -> None:
+        """Keep the warm actors for the next run of this driver, unless this run started Ray itself."""
+        import ray
+
+        if self.owns_ray and ray.is_initialized():
+            shutdown_workers()
+            ray.shutdown()

@@ -1,0 +1,295 @@
+"""The scheduler against a real local Ray cluster: placement, retries, killed workers, killed drivers, concurrent
+runs, the no-op fast path. Real models (toy GloVe, bag-of-words, a static model) on slices of the real pools."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from evalfarm.catalog.registry import load_catalog
+from evalfarm.runner import run_catalog
+from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.scheduler.ray_runner import worker_resources
+from evalfarm.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+WORD_MODELS = ["toy", "toy-abtt1", "toy-pcr1", "toy-skip"]
+SENT_MODELS = ["bow-toy", "static"]
+
+
+def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path], center: bool) -> str:
+    sha = {role: hashlib.sha256(p.read_bytes()).hexdigest() for role, p in files.items()}
+    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    sh = ", ".join(f"{r}: {s}" for r, s in sha.items())
+    return (
+        f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: test,"
+        f" source: tests, center: {str(center).lower()}, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def catalog(tmp_path_factory, data_dir, toy_glove) -> Path:
+    """Small word and sentence pools (slices of the real ones, absolute paths) and cheap real models."""
+    d = tmp_path_factory.mktemp("sched")
+    w, s = data_dir / "evalrank" / "word_evalrank", data_dir / "evalrank" / "sent_evalrank"
+
+    def head(src: Path, n: int, name: str) -> Path:
+        (d / name).write_text("\n".join(src.read_text().splitlines()[:n]) + "\n")
+        return d / name
+
+    pairs = head(w / "pos_pair_5514.txt", 400, "wpairs.txt")
+    word = {"pairs": pairs, "background_basic": head(w / "basic_vocab.txt", 800, "basic.txt")}
+    word["background_wiki"] = head(w / "wiki_vocab.txt", 800, "wiki.txt")
+    sent = {
+        "pairs": head(s / "pos_pair.txt", 300, "spairs.txt"),
+        "background": head(s / "background_sent.txt", 1500, "bg.txt"),
+    }
+    # 40 pairs against the whole background: seconds of embedding, almost no ranking (for killing a worker).
+    big = {"pairs": head(s / "pos_pair.txt", 40, "bpairs.txt"), "background": s / "background_sent.txt"}
+    first = pairs.read_text().split()[:2]
+    nan = d / "nan.txt"
+    nan.write_text("".join(f"{x} nan nan nan nan\n" for x in first) + "cat 1 0 0 0\n")
+    g = f"{{type: path, ref: {toy_glove}}}"
+    (d / "pools.yaml").write_text(
+        "pools:\n"
+        + _pool_entry(d, "word-small", "word", word, False)
+        + _pool_entry(d, "sent-small", "sentence", sent, True)
+        + _pool_entry(d, "sent-bigbg", "sentence", big, True)
+    )
+    (d / "cat.yaml").write_text(
+        f"""include: [pools.yaml]
+pools: [word-small, sent-small]
+models:
+  - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {g}}}
+  - {{id: toy-abtt1, level: word, base: toy, postprocess: {{method: abtt, d: 1}}}}
+  - {{id: toy-pcr1, level: word, base: toy, postprocess: {{method: pcr, d: 1}}}}
+  - {{id: toy-skip, level: word, kind: word-vectors, format: glove-text, oov: skip, source: {g}}}
+  - {{id: bow-toy, level: sentence, kind: bow, base: toy, lowercase: true}}
+  - {{id: static, level: sentence, kind: static,
+      source: {{type: package, ref: tokenlearn-static-model, path: static_model/model}}}}
+  - {{id: missing-file, level: word, kind: word-vectors, format: glove-text,
+      source: {{type: path, ref: {d}/does-not-exist.txt}}}}
+  - {{id: nan-vectors, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {nan}}}}}
+"""
+    )
+    return d / "cat.yaml"
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    import ray
+
+    from evalfarm.scheduler.ray_runner import shutdown_workers
+
+    # "local": a cluster of our own, never whatever `ray start` another process left on this machine
+    ray.init(
+        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2
+    )
+    yield ray
+    shutdown_workers()
+    ray.shutdown()
+
+
+def _q(wh: Path, sql: str) -> list[dict]:
+    return Warehouse(wh).query(sql).to_pylist()
+
+
+def _no_duplicates(wh: Path) -> None:
+    dup = _q(wh, "SELECT model, pool, similarity, metric, count(*) AS n FROM metrics GROUP BY ALL HAVING n > 1")
+    assert dup == []
+    dup = _q(
+        wh,
+        "SELECT model, pool, similarity, metric, fingerprint, count(*) n FROM metrics_history GROUP BY ALL HAVING n>1",
+    )
+    assert dup == []
+    dup = _q(wh, "SELECT model, similarity, query_id, positive_id, count(*) n FROM ranks GROUP BY ALL HAVING n > 1")
+    assert dup == []
+    assert not list(Path(wh).rglob("*.tmp"))
+
+
+@pytest.fixture(scope="module")
+def ray_run(ray_cluster, catalog, tmp_path_factory):
+    wh = tmp_path_factory.mktemp("ray") / "wh"
+    events = []
+    summary = run_catalog(catalog, wh, executor="ray", workers=2, max_attempts=2, on_event=events.append)
+    return wh, summary, events
+
+
+def test_ray_run_equals_local_run_and_isolates_failures(ray_run, catalog, tmp_path):
+    wh, summary, events = ray_run
+    assert summary.counts() == {"done": 6, "skipped": 0, "failed": 2} and summary.workers == 2
+    assert sorted(o.model for o in summary.failed) == ["missing-file", "nan-vectors"]
+    run_catalog(catalog, tmp_path / "local", executor="local")
+    sql = "SELECT model, pool, similarity, metric, value FROM metrics ORDER BY ALL"
+    assert _q(wh, sql) == _q(tmp_path / "local", sql)  # same numbers, whichever executor
+    assert len({r["model"] for r in _q(wh, sql)}) == 6
+    _no_duplicates(wh)
+    # a raising model and a NaN model: tried max_attempts times, then exactly one failures row each
+    fails = _q(wh, "SELECT model, stage, error FROM failures WHERE stage != 'embed-quality' OR model = 'nan-vectors'")
+    assert sorted((r["model"], r["stage"]) for r in fails) == [
+        ("missing-file", "load"),
+        ("nan-vectors", "embed-quality"),
+    ]
+    assert "NaN" in next(r["error"] for r in fails if r["model"] == "nan-vectors")
+    att = _q(wh, "SELECT model, attempts, status FROM units WHERE status = 'failed' ORDER BY model")
+    assert att == [
+        {"model": "missing-file", "attempts": 2, "status": "failed"},
+        {"model": "nan-vectors", "attempts": 2, "status": "failed"},
+    ]
+    assert sum(e.kind == "retry" for e in events) == 2
+    assert _q(wh, "SELECT status, n_failed, n_units FROM runs") == [{"status": "failed", "n_failed": 2, "n_units": 8}]
+
+
+def test_units_view_records_where_and_how_long(ray_run):
+    wh, summary, events = ray_run
+    rows = _q(wh, "SELECT * FROM units WHERE status = 'done'")
+    assert {(r["model"], r["stage"]) for r in rows} == {
+        (m, s) for m in WORD_MODELS + SENT_MODELS for s in ("embed", "rank")
+    }
+    assert {r["worker"] for r in rows} == {"w0", "w1"}  # both workers took work
+    assert all(r["node"] and r["seconds"] >= 0 and r["started_at"] and r["attempts"] == 1 for r in rows)
+    # largest first: the sentence models (costlier kinds) were handed out before any word model
+    order = [e.task.plan.model for e in events if e.kind == "dispatch" and e.task.stage == "embed"]
+    assert set(order[:2]) == {"bow-toy", "static"}
+
+
+def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalog, tmp_path):
+    wh = tmp_path / "wh"
+    killed: dict[str, object] = {}
+
+    def on_event(e) -> None:
+        if e.kind == "dispatch" and e.task.stage == "embed" and e.task.plan.model == "static" and not killed:
+            killed["worker"], killed["pid"] = e.worker.name, e.worker.pid
+            # 1.5 s in: the worker is loading the model or embedding 25k sentences (several seconds)
+            threading.Timer(1.5, os.kill, (e.worker.pid, signal.SIGKILL)).start()
+        if e.kind == "worker-lost":
+            killed["lost"] = e.message
+
+    summary = run_catalog(
+        catalog, wh, models=["static", "toy", "toy-abtt1"], pools=["sent-bigbg", "word-small"],
+        executor="ray", workers=2, max_attempts=2, on_event=on_event,
+    )  # fmt: skip
+    assert "lost" in killed, "the worker was not killed while it worked"
+    assert summary.ok and summary.counts() == {"done": 3, "skipped": 0, "failed": 0}
+    row = _q(wh, "SELECT worker, attempts FROM units WHERE model = 'static' AND stage = 'embed'")
+    assert len(row) == 1 and row[0]["attempts"] == 2 and row[0]["worker"] != killed["worker"]
+    _no_duplicates(wh)
+    assert len(list((wh / "embeddings" / "model=static").rglob("*.parquet"))) == 1
+    assert _q(wh, "SELECT count(*) n FROM failures") == [{"n": 0}]
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "evalfarm.cli", "run", *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # its own process group: the local Ray it starts can be cleaned up with it
+        **kw,
+    )
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
+    wh = tmp_path / "wh"
+    models = ",".join(WORD_MODELS + SENT_MODELS)
+    proc = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--workers", "1")
+    try:
+        deadline = time.monotonic() + 240
+        while not list((wh / "tables" / "metrics").glob("model=*/pool=*/*.parquet")):
+            assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
+            assert time.monotonic() < deadline, "no unit finished in time"
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)  # the driver, mid-run
+        proc.wait(timeout=30)
+    finally:
+        _kill_group(proc)  # what it started (the local Ray) goes too
+    finished = {p: p.stat().st_mtime_ns for p in (wh / "tables" / "metrics").glob("model=*/pool=*/*.parquet")}
+    assert 1 <= len(finished)
+    assert _q(wh, "SELECT status FROM runs") == [{"status": "running"}]  # no end event: it was killed
+    summary = run_catalog(catalog, wh, models=WORD_MODELS + SENT_MODELS, executor="local")
+    c = summary.counts()
+    assert c["skipped"] == len(finished) and c["done"] == 6 - len(finished) and c["failed"] == 0
+    assert all(p.stat().st_mtime_ns == m for p, m in finished.items())  # finished units were not recomputed
+    _no_duplicates(wh)
+    assert len(_q(wh, "SELECT DISTINCT model, pool FROM metrics")) == 6
+
+
+def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
+    wh = tmp_path / "wh"
+    models = ",".join(["toy", "toy-skip", "bow-toy", "static"])
+    a = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--workers", "1")
+    b = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--executor", "local")
+    try:
+        out_a, _ = a.communicate(timeout=300)
+        out_b, _ = b.communicate(timeout=300)
+    finally:
+        _kill_group(a)
+        _kill_group(b)
+    assert a.returncode == 0, out_a
+    assert b.returncode == 0, out_b
+    runs = _q(wh, "SELECT run_id, status FROM runs")
+    assert len({r["run_id"] for r in runs}) == 2 and {r["status"] for r in runs} == {"ok"}
+    _no_duplicates(wh)
+    assert len(_q(wh, "SELECT DISTINCT model, pool FROM metrics")) == 4
+
+
+def test_noop_rerun_starts_no_ray_and_loads_nothing(ray_run, catalog):
+    wh, _, _ = ray_run
+    code = f"""
+import sys, time
+from evalfarm.runner import run_catalog
+t = time.perf_counter()
+s = run_catalog({str(catalog)!r}, {str(wh)!r}, models={WORD_MODELS + SENT_MODELS!r}, executor="ray")
+print(s.counts(), "ray" in sys.modules, "torch" in sys.modules, round(time.perf_counter() - t, 2))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    counts, ray_loaded, torch_loaded, seconds = proc.stdout.strip().rsplit(" ", 3)
+    assert counts.endswith("'skipped': 6, 'failed': 0}") and "'done': 0" in counts
+    assert (ray_loaded, torch_loaded) == ("False", "False")
+    assert float(seconds) < 10
+
+
+def test_warehouse_as_file_uri(catalog, tmp_path):
+    uri = (tmp_path / "wh").as_uri()
+    summary = run_catalog(catalog, uri, models=["toy"], executor="local")
+    assert summary.ok
+    wh = Warehouse(uri)
+    assert wh.local and wh.query("SELECT count(DISTINCT similarity) AS n FROM metrics").to_pylist() == [{"n": 2}]
+    assert run_catalog(catalog, uri, models=["toy"]).counts()["skipped"] == 1
+
+
+def test_worker_resources_and_fractional_gpus():
+    assert worker_resources({"CPU": 2}, None, small_models=False) == (2, 1.0, 0.0)
+    assert worker_resources({"CPU": 2}, 1, small_models=False) == (1, 2.0, 0.0)
+    assert worker_resources({"CPU": 16, "GPU": 2}, None, small_models=False) == (2, 8.0, 1.0)
+    assert worker_resources({"CPU": 16, "GPU": 2}, None, small_models=True) == (4, 4.0, 0.5)  # two per GPU
+    n, cpw, _ = worker_resources({"CPU": 2}, 3, small_models=False)
+    assert n == 3 and cpw * 3 <= 2
+
+
+def test_progress_line_counts_and_eta():
+    t = ProgressTracker(total=4, cost_total=4.0)
+    t.finish("skipped")
+    t.cost_total -= 1
+    t.finish("done", 1.0)
+    line = t.line()
+    assert "units 2/4" in line and "1 done" in line and "2 remaining" in line and "ETA" in line
+    assert load_catalog  # imported for the fixtures' catalogs
