@@ -31,23 +31,39 @@ class Source(_Strict):
     - ``data``: a path inside the evaluation data directory (``EVALFARM_DATA``).
     - ``package``: a file inside an installed Python distribution (``distribution``, ``path`` inside it).
     - ``hf``: a Hugging Face hub repository id (downloaded by transformers / sentence-transformers).
-    - ``url``: a file downloaded into the cache and checked against ``sha256``.
+    - ``url``: a file downloaded into the cache and checked against ``sha256``. Where no checksum is known (a
+      published model whose bytes nobody here has hashed), ``verify: false`` must say so explicitly; the download
+      is then recorded as unverified, with the sha256 it had.
+    - ``zoo``: a model trained by ``evalfarm zoo build``: ``ref`` is its recipe fingerprint, resolved inside the
+      cache (``<EVALFARM_CACHE>/zoo/<ref>/<path>``); a catalog naming one validates before it is built.
     """
 
-    type: Literal["path", "data", "package", "hf", "url"]
+    type: Literal["path", "data", "package", "hf", "url", "zoo"]
     ref: str = Field(description="path, distribution name, hub id or URL, by type")
     path: str | None = Field(default=None, description="file inside the package / archive")
     sha256: str | None = None
     requirement: str | None = Field(default=None, description="pip requirement that provides a package source")
+    verify: bool = Field(default=True, description="false: a url source whose sha256 is not known (unverified)")
 
     @model_validator(mode="after")
     def _check(self) -> Source:
-        if self.type == "url" and not self.sha256:
-            raise ValueError("a url source needs a sha256 so downloads can be verified")
+        if self.type == "url" and not self.sha256 and self.verify:
+            raise ValueError(
+                "a url source needs a sha256 so downloads can be verified "
+                "(or an explicit 'verify: false' where no checksum is known)"
+            )
+        if not self.verify and self.sha256:
+            raise ValueError("'verify: false' with a sha256 is contradictory: drop one")
         return self
 
 
 Pooling = Literal["cls", "mean", "max", "first-last-avg"]
+
+UNSUPPORTED_KINDS: dict[str, str] = {
+    "infersent": "the InferSent BiLSTM-max encoder (facebookresearch/InferSent models.py) and its word-vector file",
+    "bert-flow": "the BERT-flow normalizing flow (Li et al. 2020), which must be trained on the target sentences",
+}
+"""Model families a catalog may name (the paper evaluates them) but this project cannot run yet: what is missing."""
 
 
 class PostProcess(_Strict):
@@ -80,9 +96,23 @@ class ModelSpec(_Strict):
     id: Annotated[str, Field(pattern=ID_PATTERN)]
     level: Level
     kind: (
-        Literal["word-vectors", "bow", "transformers", "sentence-transformers", "onnx", "static", "spacy-tok2vec"]
+        Literal[
+            "word-vectors",
+            "bow",
+            "transformers",
+            "sentence-transformers",
+            "onnx",
+            "static",
+            "spacy-tok2vec",
+            "infersent",
+            "bert-flow",
+        ]
         | None
-    ) = Field(default=None, description="model family; derived (postprocess) models inherit their base's")
+    ) = Field(
+        default=None,
+        description="model family; derived (postprocess) models inherit their base's; "
+        f"{', '.join(UNSUPPORTED_KINDS)} are catalogued but raise NotSupportedYet when loaded",
+    )
     source: Source | None = None
     base: str | None = Field(default=None, description="id of the model this one derives from")
     revision: str | None = None
@@ -101,6 +131,11 @@ class ModelSpec(_Strict):
     description: str = ""
     licence: str | None = None
     tags: tuple[str, ...] = ()
+    provenance: dict[str, str] | None = Field(
+        default=None,
+        description="what produced the weights: package + version, or training recipe + corpus sha256 "
+        "(part of the spec hash when set: a different corpus is a different model)",
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
@@ -174,9 +209,30 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
+_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True}
+"""Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
+
+
+def _omit_defaults(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        return {
+            k: _omit_defaults(v)
+            for k, v in obj.items()
+            if not (k in _HASH_OMIT_DEFAULTS and v == _HASH_OMIT_DEFAULTS[k])
+        }
+    if isinstance(obj, list):
+        return [_omit_defaults(v) for v in obj]
+    return obj
+
+
 def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:
-    """Content hash of a spec and of the specs it derives from (descriptions and tags excluded)."""
-    payload = [s.model_dump(mode="json", exclude={"description", "tags", "licence"}) for s in (spec, *parents)]
+    """Content hash of a spec and of the specs it derives from (descriptions and tags excluded).
+
+    ``provenance`` counts when set (it names the corpus / package version behind the weights).
+    """
+    payload = [
+        _omit_defaults(s.model_dump(mode="json", exclude={"description", "tags", "licence"})) for s in (spec, *parents)
+    ]
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 
 

@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalfarm.catalog.specs import ModelSpec, PostProcess
+from evalfarm.catalog.specs import UNSUPPORTED_KINDS, ModelSpec, PostProcess
 from evalfarm.encoders.postprocess import FittedTransform, PostProcessedWordVectors, fit_postprocess
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet
 from evalfarm.encoders.sources import resolve_source, source_provenance
@@ -215,6 +215,12 @@ def _overlay(base: ModelSpec, derived: ModelSpec) -> ModelSpec:
 
 def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     """Load a model that has its own source; returns the encoder and its provenance."""
+    if spec.kind in UNSUPPORTED_KINDS:  # before resolving the source: nothing is downloaded for nothing
+        raise NotSupportedYet(
+            f"model {spec.id!r}: kind {spec.kind!r} is not supported yet: this project lacks "
+            f"{UNSUPPORTED_KINDS[spec.kind]}. The catalog lists it so results stay comparable with the paper; "
+            "leave it out of runs (--models) until an encoder for it exists"
+        )
     if spec.source is None:
         raise ModelLoadError(f"model {spec.id!r}: no 'source' to load")
     libs = list(_LIBS.get(spec.kind, ()))

@@ -50,6 +50,8 @@ def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | st
         return source.ref
     if source.type == "url":
         return _resolve_url(source)
+    if source.type == "zoo":
+        return _resolve_zoo(source)
     if source.type == "path":
         root = Path(source.ref).expanduser()
         if not root.is_absolute() and base_dir is not None:
@@ -156,8 +158,22 @@ def _unpack(archive: Path, target: Path) -> Path:
     return target
 
 
+def _resolve_zoo(source: Source) -> Path:
+    """A model trained by ``evalfarm zoo build``, inside the cache; a clear error when it is not built yet."""
+    root = cache_dir() / "zoo" / source.ref
+    target = root / (source.path or "")
+    if not target.exists():
+        raise ModelLoadError(
+            f"zoo model {source.ref!r} is not built (looked at {target}): run `evalfarm zoo build` "
+            f"(it trains the local zoo's word vectors into the cache, EVALFARM_CACHE={cache_dir()})"
+        )
+    return target
+
+
 def _resolve_url(source: Source) -> Path:
-    assert source.sha256 is not None  # Source validation guarantees it
+    """Download once into the cache; verified against ``sha256`` unless the spec says ``verify: false``."""
+    if source.sha256 is None:  # Source validation allows this only with verify: false
+        return _resolve_unverified_url(source)
     sha = source.sha256.lower()
     name = Path(urllib.parse.urlparse(source.ref).path).name or "download"
     folder = cache_dir() / "models" / sha[:16]
@@ -182,6 +198,31 @@ def _resolve_url(source: Source) -> Path:
     return _inside(dest, source.path, key=sha)
 
 
+def _resolve_unverified_url(source: Source) -> Path:
+    """A url without a known checksum: cached by URL; the sha256 it had is written next to it (``.sha256``)."""
+    key = hashlib.sha256(source.ref.encode()).hexdigest()
+    name = Path(urllib.parse.urlparse(source.ref).path).name or "download"
+    folder = cache_dir() / "models" / "unverified" / key[:16]
+    dest = folder / name
+    if not dest.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
+        tmp = Path(tmp_name)
+        try:
+            h = hashlib.sha256()
+            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.ref, timeout=60) as resp:
+                while block := resp.read(1 << 20):
+                    h.update(block)
+                    out.write(block)
+            os.replace(tmp, dest)
+            (folder / f"{name}.sha256").write_text(h.hexdigest() + "\n")
+        except OSError as exc:
+            raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
+        finally:
+            tmp.unlink(missing_ok=True)
+    return _inside(dest, source.path, key=key)
+
+
 def source_provenance(source: Source | None, *, revision: str | None = None) -> dict[str, Any]:
     """What identifies the bytes behind a source, for run records (no network, no hashing of big files)."""
     if source is None:
@@ -191,6 +232,12 @@ def source_provenance(source: Source | None, *, revision: str | None = None) -> 
         out["path"] = source.path
     if source.sha256:
         out["sha256"] = source.sha256
+    if source.type == "url" and not source.verify:
+        out["verified"] = False
+        side = cache_dir() / "models" / "unverified" / hashlib.sha256(source.ref.encode()).hexdigest()[:16]
+        got = side / f"{Path(urllib.parse.urlparse(source.ref).path).name or 'download'}.sha256"
+        if got.is_file():
+            out["sha256_downloaded"] = got.read_text().strip()
     if source.type == "package":
         try:
             out["version"] = importlib.metadata.version(source.ref)

