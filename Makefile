@@ -8,7 +8,7 @@ export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 WAREHOUSE ?= warehouse
 
-.PHONY: install run test lint format bench clean leaderboard
+.PHONY: install run test lint format bench clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
@@ -22,6 +22,14 @@ $(VENV)/.installed: pyproject.toml
 
 run: install
 	$(VENV)/bin/evalfarm run --catalog zoo-starter --warehouse $(WAREHOUSE)
+	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM leaderboard"
+
+zoo: install
+	$(VENV)/bin/evalfarm zoo build
+
+# The nightly zoo run (both EvalRank pools); run `make zoo` first. Measured runs go through the scheduler.
+zoo-run: zoo
+	$(VENV)/bin/evalfarm run --catalog zoo-local --warehouse $(WAREHOUSE)
 	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM leaderboard"
 
 leaderboard:

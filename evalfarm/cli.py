@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 app = typer.Typer(
@@ -69,6 +69,11 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+class Executor(StrEnum):
+    ray = "ray"
+    local = "local"
+
+
 @app.command()
 def run(
     catalog: Annotated[str, typer.Option(help="catalog name (file stem under catalog/) or path")] = "zoo-starter",
@@ -76,20 +81,38 @@ def run(
         list[str] | None, typer.Option("--models", "-m", help="model ids (comma-separated or repeated)")
     ] = None,
     pools: Annotated[list[str] | None, typer.Option("--pools", "-p", help="pool ids (default: the catalog's)")] = None,
-    warehouse: Annotated[Path, typer.Option(help="warehouse directory")] = Path("warehouse"),
+    warehouse: Annotated[
+        str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…); shared by all nodes")
+    ] = "warehouse",
     force: Annotated[bool, typer.Option(help="recompute units whose results already exist")] = False,
     similarity: Annotated[list[str] | None, typer.Option(help="cos and/or l2 (default both)")] = None,
     ties: Annotated[str, typer.Option(help="optimistic (count >) or pessimistic (count >=)")] = "optimistic",
     filter_other_positives: Annotated[bool, typer.Option(help="don't count x's other positives")] = False,
     center: Annotated[bool | None, typer.Option("--center/--no-center", help="override the pool's centering")] = None,
     device: Annotated[str | None, typer.Option(help="torch device for ranking (default: cuda if present)")] = None,
+    executor: Annotated[
+        Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")
+    ] = Executor.ray,
+    address: Annotated[
+        str | None,
+        typer.Option(
+            help="Ray cluster: auto, ray://host:10001 or host:port (default: $RAY_ADDRESS, else a local Ray)"
+        ),
+    ] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, help="Ray worker actors (default: one per GPU, else one per CPU)")
+    ] = None,
+    max_attempts: Annotated[
+        int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
+    ] = 2,
 ) -> None:
-    """Evaluate a catalog's models on its pools into the warehouse."""
+    """Evaluate a catalog's models on its pools into the warehouse; finished units are skipped."""
     from evalfarm.catalog.registry import CatalogError
     from evalfarm.plan import RunConfig
     from evalfarm.pools.data import PoolDataError, data_dir
     from evalfarm.rank import SIMILARITIES, RankPolicy
     from evalfarm.runner import run_catalog
+    from evalfarm.scheduler.progress import ProgressTracker
 
     sims = tuple(_split(similarity) or SIMILARITIES)
     try:
@@ -103,40 +126,55 @@ def run(
             similarities=sims,
             device=device,
         )
+        from evalfarm.catalog.registry import load_catalog
+        from evalfarm.plan import plan_run
+
+        cat = load_catalog(catalog)
+        plans = plan_run(cat, models=_split(models), pools=_split(pools), config=config)
+        tracker = ProgressTracker(total=sum(len(p.units) for p in plans))
+        unit_cost = {p.model: p.cost / len(p.units) for p in plans}
+        tracker.cost_total = sum(p.cost for p in plans)
         with Progress(
             TextColumn("{task.description}"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TimeElapsedColumn(),
-            TimeRemainingColumn(),
             console=console,
-            transient=False,
+            transient=True,
+            refresh_per_second=4,
+            disable=not console.is_terminal,
         ) as prog:
-            tasks: dict[str, Any] = {}
-            overall = prog.add_task("units", total=None)
+            line = prog.add_task(tracker.line())
+            embed_tasks: dict[str, Any] = {}
 
-            def on_progress(label: str, advance: int, total: int) -> None:
-                if label not in tasks:
-                    tasks[label] = prog.add_task(f"  embed {label}", total=total)
-                prog.advance(tasks[label], advance)
+            def on_progress(label: str, advance: int, total: int) -> None:  # local executor: per-pool embedding
+                if label not in embed_tasks:
+                    embed_tasks[label] = prog.add_task(f"  embed {label}", total=total)
+                prog.advance(embed_tasks[label], advance)
 
             def on_model_done(outs: list[Any]) -> None:
-                prog.advance(overall, len(outs))
                 for o in outs:
-                    mark = {"done": "[green]done", "skipped": "[dim]skipped", "failed": "[red]FAILED"}[o.status]
+                    if o.status == "skipped":
+                        tracker.finish("skipped")
+                        tracker.cost_total -= unit_cost.get(o.model, 1.0)
+                        continue
+                    tracker.finish(o.status, unit_cost.get(o.model, 1.0))
+                    mark = {"done": "[green]done", "failed": "[red]FAILED"}[o.status]
                     prog.console.print(
                         f"{mark}[/] {o.model} · {o.pool} ({o.seconds:.1f}s)"
                         + (f" [red]{o.stage}: {o.error}" if o.error else "")
                     )
+                prog.update(line, description=tracker.line())
 
-            from evalfarm.catalog.registry import load_catalog
-            from evalfarm.plan import plan_run
+            def on_event(e: Any) -> None:
+                if e.kind == "retry":
+                    tracker.retries += 1
+                    prog.console.print(f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {e.message}")
+                elif e.kind == "worker-lost":
+                    prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
+                elif e.kind == "worker-ready":
+                    tracker.workers += 1
+                prog.update(line, description=tracker.line())
+                if not console.is_terminal and e.kind == "unit":
+                    console.print(tracker.line(), highlight=False)
 
-            cat = load_catalog(catalog)
-            n_units = sum(
-                len(p.units) for p in plan_run(cat, models=_split(models), pools=_split(pools), config=config)
-            )
-            prog.update(overall, total=n_units)
             summary = run_catalog(
                 cat,
                 warehouse,
@@ -144,16 +182,22 @@ def run(
                 pools=_split(pools),
                 config=config,
                 force=force,
-                progress=on_progress,
+                progress=on_progress if executor is Executor.local else None,
                 on_model_done=on_model_done,
+                executor=executor.value,
+                address=address,
+                workers=workers,
+                max_attempts=max_attempts,
+                on_event=on_event,
             )
-    except (CatalogError, PoolDataError, ValueError) as exc:
+    except (CatalogError, PoolDataError, ValueError, ConnectionError) as exc:
         _fail(str(exc))
         return
     c = summary.counts()
+    where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     console.print(
         f"run {summary.run_id}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed "
-        f"in {summary.seconds:.1f}s → {summary.warehouse}"
+        f"in {summary.seconds:.1f}s ({where}) → {summary.warehouse}"
     )
     if summary.failed:
         console.print("[bold red]failures:[/]")
@@ -239,6 +283,147 @@ def catalog_validate(
         }
     ]
     print_rows(list(rows[0]), rows, format)
+
+
+@app.command()
+def submit(
+    model_spec: Annotated[
+        Path, typer.Argument(help="YAML with one model entry, a list of them, or a small catalog with models:")
+    ],
+    warehouse: Annotated[
+        str, typer.Option(help="warehouse directory that EVERY node of the cluster sees (shared storage)")
+    ],
+    address: Annotated[
+        str, typer.Option(envvar="RAY_API_SERVER_ADDRESS", help="the Ray job API (dashboard) address")
+    ] = "http://127.0.0.1:8265",
+    catalog: Annotated[str, typer.Option(help="base catalog that `base:` ids and pools refer to")] = "zoo-starter",
+    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")] = None,
+    pip: Annotated[
+        list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")
+    ] = None,
+    wait: Annotated[bool, typer.Option("--wait/--no-wait", help="follow the job's logs until it ends")] = True,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would run; submit nothing")] = False,
+    submission_id: Annotated[str | None, typer.Option(help="job id to use (default: generated)")] = None,
+) -> None:
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its pools)."""
+    from evalfarm.submit import SubmitError, follow_job, parse_env, plan_submission, raw_command, render_plan
+    from evalfarm.submit import submit_plan as _submit_plan
+
+    try:
+        plan = plan_submission(
+            model_spec,
+            warehouse=warehouse,
+            catalog=catalog,
+            env=parse_env(env or []),
+            pip=pip or None,
+            submission_id=submission_id,
+        )
+    except SubmitError as exc:
+        _fail(str(exc), code=2)
+        return
+    try:
+        for line in render_plan(plan, address).splitlines():
+            style = "bold red" if line.startswith("WARNING") else None
+            console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+        if dry_run:
+            console.print(f"equivalent: {raw_command(plan, address)}", markup=False, highlight=False, soft_wrap=True)
+            console.print(
+                f"--- {plan.catalog_file.name}: the job's catalog (save it in a folder for --working-dir)",
+                markup=False,
+                highlight=False,
+                soft_wrap=True,
+            )
+            sys.stdout.write(plan.catalog_file.read_text(encoding="utf-8"))
+            console.print("dry run: nothing submitted")
+            return
+        job_id = _submit_plan(plan, address)
+    except SubmitError as exc:
+        _fail(str(exc), code=2)
+        return
+    finally:
+        plan.cleanup()
+    sys.stdout.write(job_id + "\n")
+    sys.stdout.flush()
+    if not wait:
+        console.print(f"submitted; follow with: ray job logs --address {address} --follow {job_id}", markup=False)
+        return
+    try:
+        status = follow_job(address, job_id)
+    except KeyboardInterrupt:
+        console.print(f"\nstopped following; the job keeps running (ray job stop --address {address} {job_id})")
+        raise typer.Exit(130) from None
+    console.print(f"job {job_id}: {status}", style="green" if status == "SUCCEEDED" else "bold red")
+    raise typer.Exit(0 if status == "SUCCEEDED" else 1)
+
+
+# ---- zoo: the local model zoo ----------------------------------------------------------------------------------
+zoo_app = typer.Typer(
+    help="Build the local model zoo (word vectors trained here + packaged models).", no_args_is_help=True
+)
+app.add_typer(zoo_app, name="zoo")
+
+
+@zoo_app.command("build")
+def zoo_build(
+    out: Annotated[
+        Path | None, typer.Option(help="cache folder to train into (default: EVALFARM_CACHE or ~/.cache/evalfarm)")
+    ] = None,
+    catalog_out: Annotated[
+        Path | None,
+        typer.Option(help="catalog to write (default: catalog/zoo-local.yaml; with --quick: <out>/zoo-quick.yaml)"),
+    ] = None,
+    quick: Annotated[bool, typer.Option(help="one tiny model per algorithm on a corpus slice (seconds)")] = False,
+    catalog_only: Annotated[
+        bool, typer.Option(help="write the catalog without training (models load after a build)")
+    ] = False,
+) -> None:
+    """Train the zoo's missing word models (each once, cached by fingerprint) and write its catalog."""
+    import os
+
+    from evalfarm.catalog.registry import catalog_dir
+    from evalfarm.encoders.sources import cache_dir
+    from evalfarm.zoo import build_zoo, full_recipes, quick_recipes
+
+    root = out.expanduser() if out is not None else cache_dir()
+    if catalog_out is None:
+        catalog_out = root / "zoo-quick.yaml" if quick else catalog_dir() / "zoo-local.yaml"
+    recipes = quick_recipes() if quick else full_recipes()
+    try:
+        with Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        ) as prog:
+            task = prog.add_task("zoo build", total=len(recipes))
+
+            def on_progress(model_id: str, built: Any) -> None:
+                if built is None:
+                    prog.update(task, description=f"training {model_id}")
+                    return
+                prog.advance(task)
+                mark = f"[green]trained[/] ({built.seconds:.1f}s)" if built.trained else "[dim]cached[/]"
+                prog.console.print(f"{mark} {model_id} · {built.fingerprint}")
+
+            report = build_zoo(
+                cache=root,
+                recipes=recipes,
+                catalog_out=catalog_out,
+                quick=quick,
+                progress=on_progress,
+                train=not catalog_only,
+            )
+            prog.update(task, description="zoo build")
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        _fail(str(exc))
+        return
+    console.print(
+        f"zoo: {len(report.trained)} trained, {len(report.skipped)} already built, in {report.seconds:.1f}s "
+        f"→ {root / 'zoo'}; catalog {report.catalog}"
+    )
+    if out is not None and os.environ.get("EVALFARM_CACHE") != str(root):
+        console.print(f"load these models with EVALFARM_CACHE={root} (zoo sources resolve inside the cache)")
 
 
 def main() -> None:  # pragma: no cover
