@@ -324,6 +324,7 @@ def _rank_unit(
                     "positive": items[p].tolist(),
                     "rank": res.ranks,
                     "score": res.scores,
+                    "tied": res.tied,
                     "oov": res.pair_oov,
                     "fingerprint": [unit.rank_fingerprint] * len(q),
                 }

@@ -16,7 +16,7 @@ from evalfarm.pools.data import pool_checksum
 from evalfarm.rank import SIMILARITIES, RankPolicy
 
 # Bump when a stage's output for the same inputs changes (a bug fix, a new column that matters).
-CODE_VERSIONS = {"embed": "1", "rank": "1"}
+CODE_VERSIONS = {"embed": "1", "rank": "2"}
 
 
 def _h(*parts: str) -> str:

@@ -66,6 +66,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("positive", pa.string()),
             ("rank", pa.int64()),
             ("score", pa.float32()),
+            ("tied", pa.int64()),
             ("oov", pa.bool_()),
             ("fingerprint", pa.string()),
         ]

@@ -8,7 +8,8 @@ WITH wide AS (
            max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
            max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10",
            CAST(max(value) FILTER (WHERE metric = 'n_pairs') AS BIGINT) AS n_pairs,
-           max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate
+           max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate,
+           max(value) FILTER (WHERE metric = 'tie_rate') AS tie_rate
     FROM metrics
     GROUP BY pool, similarity, model
 )

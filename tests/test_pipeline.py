@@ -116,6 +116,9 @@ def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     assert m[("toy", "n_pairs")] == 5514  # mean policy keeps every pair
     assert m[("toy-skip", "n_pairs")] < 5514  # skip policy drops pairs with an OOV word
     assert m[("toy-skip", "n_background")] == round(len(items) * (1 - expected))
+    # 79% of the pool is OOV: under `mean` those words share one vector, so their pairs tie (and `tie_rate`
+    # says so); `skip` removes them and the ties with them.
+    assert m[("toy", "tie_rate")] > 0.3 > m[("toy-skip", "tie_rate")]
 
 
 def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
