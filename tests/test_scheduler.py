@@ -52,8 +52,12 @@ def catalog(tmp_path_factory, data_dir, toy_glove) -> Path:
         "pairs": head(s / "pos_pair.txt", 300, "spairs.txt"),
         "background": head(s / "background_sent.txt", 1500, "bg.txt"),
     }
-    # 40 pairs against the whole background: seconds of embedding, almost no ranking (for killing a worker).
-    big = {"pairs": head(s / "pos_pair.txt", 40, "bpairs.txt"), "background": s / "background_sent.txt"}
+    # 40 pairs against the whole background four times over (each copy made distinct by a suffix word): ~100k
+    # sentences, several seconds of embedding even for the static model, almost no ranking. A worker killed 1.5 s
+    # after dispatch is then always mid-unit, however fast or loaded the machine.
+    bg = (s / "background_sent.txt").read_text().splitlines()
+    (d / "bigbg.txt").write_text("\n".join(bg + [f"{x} {w}" for w in ("indeed", "again", "today") for x in bg]) + "\n")
+    big = {"pairs": head(s / "pos_pair.txt", 40, "bpairs.txt"), "background": d / "bigbg.txt"}
     first = pairs.read_text().split()[:2]
     nan = d / "nan.txt"
     nan.write_text("".join(f"{x} nan nan nan nan\n" for x in first) + "cat 1 0 0 0\n")
@@ -168,7 +172,7 @@ def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalo
     def on_event(e) -> None:
         if e.kind == "dispatch" and e.task.stage == "embed" and e.task.plan.model == "static" and not killed:
             killed["worker"], killed["pid"] = e.worker.name, e.worker.pid
-            # 1.5 s in: the worker is loading the model or embedding 25k sentences (several seconds)
+            # 1.5 s in: the worker is loading the model or embedding ~100k sentences (several seconds)
             threading.Timer(1.5, os.kill, (e.worker.pid, signal.SIGKILL)).start()
         if e.kind == "worker-lost":
             killed["lost"] = e.message

@@ -79,9 +79,15 @@ class EvalWorker:
         for pid, pool in self.ctx._pools.items():
             self._pools[(pid, pool_checksum(self.ctx.catalog.pool(pid)))] = pool
 
+    def _context(self) -> Any:
+        if self.ctx is None:  # Ray restarted this actor after a crash; the scheduler re-sends begin() first
+            raise RuntimeError(f"worker {self.name} restarted and has no run context yet")
+        return self.ctx
+
     def embed(self, plan: Any) -> list[Any]:
         from evalfarm.execute import embed_model
 
+        self._context()
         try:
             return embed_model(plan, self.ctx)
         finally:
@@ -90,6 +96,7 @@ class EvalWorker:
     def rank(self, unit: Any) -> list[Any]:
         from evalfarm.execute import rank_unit
 
+        self._context()
         try:
             return [rank_unit(unit, self.ctx)]
         finally:
