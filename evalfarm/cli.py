@@ -380,8 +380,8 @@ def zoo_build(
     """Train the zoo's missing word models (each once, cached by fingerprint) and write its catalog."""
     import os
 
+    from evalfarm.cache import cache_dir
     from evalfarm.catalog.registry import catalog_dir
-    from evalfarm.encoders.sources import cache_dir
     from evalfarm.zoo import build_zoo, full_recipes, quick_recipes
 
     root = out.expanduser() if out is not None else cache_dir()

@@ -30,8 +30,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.cache import cache_dir
 from evalfarm.catalog.specs import canonical_json
-from evalfarm.encoders.sources import cache_dir
 
 __all__ = [
     "CORPORA",

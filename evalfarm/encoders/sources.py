@@ -19,24 +19,11 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+from evalfarm.cache import ChecksumMismatch, cache_dir, download, sha256_file
 from evalfarm.catalog.specs import Source
 from evalfarm.encoders.protocol import ModelLoadError
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
-
-
-def cache_dir() -> Path:
-    """The evalfarm cache folder: ``EVALFARM_CACHE`` or ``~/.cache/evalfarm``."""
-    env = os.environ.get("EVALFARM_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalfarm"
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
 
 
 def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | str:
@@ -179,22 +166,12 @@ def _resolve_url(source: Source) -> Path:
     folder = cache_dir() / "models" / sha[:16]
     dest = folder / name
     if not (dest.is_file() and sha256_file(dest) == sha):
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-        tmp = Path(tmp_name)
         try:
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.ref, timeout=60) as resp:
-                while block := resp.read(1 << 20):
-                    h.update(block)
-                    out.write(block)
-            if h.hexdigest() != sha:
-                raise ModelLoadError(f"download of {source.ref} has sha256 {h.hexdigest()}, expected {sha}")
-            os.replace(tmp, dest)
+            download(source.ref, dest, sha)
+        except ChecksumMismatch as exc:
+            raise ModelLoadError(str(exc)) from exc
         except OSError as exc:
             raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
     return _inside(dest, source.path, key=sha)
 
 
@@ -205,21 +182,11 @@ def _resolve_unverified_url(source: Source) -> Path:
     folder = cache_dir() / "models" / "unverified" / key[:16]
     dest = folder / name
     if not dest.is_file():
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".part", dir=folder)
-        tmp = Path(tmp_name)
         try:
-            h = hashlib.sha256()
-            with os.fdopen(fd, "wb") as out, urllib.request.urlopen(source.ref, timeout=60) as resp:
-                while block := resp.read(1 << 20):
-                    h.update(block)
-                    out.write(block)
-            os.replace(tmp, dest)
-            (folder / f"{name}.sha256").write_text(h.hexdigest() + "\n")
+            got = download(source.ref, dest)
         except OSError as exc:
             raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
-        finally:
-            tmp.unlink(missing_ok=True)
+        (folder / f"{name}.sha256").write_text(got + "\n")
     return _inside(dest, source.path, key=key)
 
 

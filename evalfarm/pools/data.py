@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
-import urllib.request
 from pathlib import Path
 
+from evalfarm import cache
+from evalfarm.cache import cache_dir, sha256_file
 from evalfarm.catalog.specs import PoolSpec
 
 
@@ -33,18 +33,6 @@ def data_dir() -> Path | None:
     return path
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("EVALFARM_CACHE", Path.home() / ".cache" / "evalfarm")).expanduser()
-
-
-def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(chunk):
-            h.update(block)
-    return h.hexdigest()
-
-
 _VERIFIED: dict[tuple[str, int, int], str] = {}
 
 
@@ -57,26 +45,16 @@ def _verified_sha(path: Path) -> str:
 
 
 def download(url: str, dest: Path, sha256: str) -> Path:
-    """Fetch ``url`` to ``dest`` through a temp file; verify ``sha256`` before the rename."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=dest.parent, prefix=f".{dest.name}.", suffix=".part")
+    """Fetch ``url`` to ``dest`` (atomic, verified against ``sha256`` before it lands)."""
     try:
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=60) as resp:
-            while block := resp.read(1 << 20):
-                out.write(block)
-        got = sha256_file(Path(tmp))
-        if got != sha256:
-            raise PoolDataError(f"download of {url} has sha256 {got}, expected {sha256}; not used")
-        os.replace(tmp, dest)
+        cache.download(url, dest, sha256)
+    except cache.ChecksumMismatch as exc:
+        raise PoolDataError(f"{exc}; not used") from exc
     except OSError as exc:  # URLError is an OSError
-        Path(tmp).unlink(missing_ok=True)
         raise PoolDataError(
             f"could not download {url}: {exc}. Set EVALFARM_DATA to a local copy of the "
             "evaluation data, or check the network"
         ) from exc
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return dest
 
 
