@@ -86,7 +86,13 @@ def run(
     ] = "warehouse",
     force: Annotated[bool, typer.Option(help="recompute units whose results already exist")] = False,
     similarity: Annotated[list[str] | None, typer.Option(help="cos and/or l2 (default both)")] = None,
-    ties: Annotated[str, typer.Option(help="optimistic (count >) or pessimistic (count >=)")] = "optimistic",
+    ties: Annotated[
+        str,
+        typer.Option(
+            help="optimistic (count >, the paper's), pessimistic (count >=) or realistic (their mean: the expected "
+            "rank under random tie-breaking; no credit for identical vectors such as mean-filled OOV words)"
+        ),
+    ] = "optimistic",
     filter_other_positives: Annotated[bool, typer.Option(help="don't count x's other positives")] = False,
     center: Annotated[bool | None, typer.Option("--center/--no-center", help="override the pool's centering")] = None,
     device: Annotated[str | None, typer.Option(help="torch device for ranking (default: cuda if present)")] = None,

@@ -55,6 +55,11 @@ class RunConfig:
     device: str | None = None
     keep_ranks: bool = True
 
+    def __post_init__(self) -> None:
+        unknown = [s for s in self.similarities if s not in SIMILARITIES]
+        if unknown or not self.similarities:
+            raise ValueError(f"unknown similarity {unknown or '(none)'}: choose from {', '.join(SIMILARITIES)}")
+
     def rank_key(self) -> str:
         return canonical_json(
             {"policy": asdict(self.policy), "similarities": list(self.similarities), "code": CODE_VERSIONS["rank"]}

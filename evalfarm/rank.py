@@ -4,6 +4,11 @@ For a positive pair (x, y) and a similarity s::
 
     rank = 1 + #{b in background, b not in {x, y}: s(x, b) > s(x, y)}      (optimistic ties, default)
     rank = 1 + #{b in background, b not in {x, y}: s(x, b) >= s(x, y)}     (pessimistic ties)
+    rank = (optimistic + pessimistic) / 2                                   (realistic ties)
+
+  The realistic rank is the expected rank when ties are broken at random (PyKEEN's recommendation): identical
+  vectors (OOV words filled with one mean vector, rows shared in a pruned vector table) earn no credit from it,
+  where the optimistic rank gives a pair of two OOV words rank 1.
 
 - s(x, y) is read from the same computed row as every s(x, b) (never recomputed separately, so the positive
   cannot outrank itself by one ulp).
@@ -29,17 +34,25 @@ if TYPE_CHECKING:  # torch is imported where it is used: planning a run (a no-op
 
 Similarity = Literal["cos", "l2"]
 SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
+Ties = Literal["optimistic", "pessimistic", "realistic"]
+TIES: tuple[Ties, ...] = ("optimistic", "pessimistic", "realistic")
 
 
 @dataclass(frozen=True)
 class RankPolicy:
     """Every choice that changes a rank, explicit. Part of the rank unit's fingerprint."""
 
-    ties: Literal["optimistic", "pessimistic"] = "optimistic"
+    ties: Ties = "optimistic"
     filter_other_positives: bool = False
     center: bool | None = None  # None: the pool's protocol default
     l2_normalized: bool = False  # L2-normalise before the l2 similarity too
     hits: tuple[int, ...] = (1, 3, 10)
+
+    def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
+        if self.ties not in TIES:
+            raise ValueError(f"unknown tie policy {self.ties!r} (choose from {', '.join(TIES)})")
+        if not self.hits or any(int(k) != k or k < 1 for k in self.hits):
+            raise ValueError(f"hits@k needs whole numbers k >= 1, got {self.hits}")
 
 
 def pick_device(device: str | None = None) -> torch.device:
@@ -88,7 +101,7 @@ def rank_pairs(
     background: np.ndarray,
     similarity: Similarity,
     *,
-    ties: str = "optimistic",
+    ties: Ties = "optimistic",
     filter_other_positives: bool = False,
     device: str | None = None,
     max_block_bytes: int = 256 << 20,
@@ -97,18 +110,18 @@ def rank_pairs(
     """Exact ranks and positive scores for preprocessed embeddings.
 
     ``emb``: (n_items, d) float32, already preprocessed (see :func:`preprocess`). ``queries`` / ``positives``:
-    item ids of each directed pair. ``background``: item ids ranked against. Returns ``(ranks, scores)`` with
-    ``scores`` the similarity s(x, y) of each pair (cos, or 1/(1+||x-y||) for l2). When ``tied_out`` (int64,
-    one slot per pair) is given it receives the number of counted background items that tie exactly with the
-    positive: the gap between pessimistic and optimistic rank.
+    item ids of each directed pair. ``background``: item ids ranked against. Returns ``(ranks, scores)``: float64
+    ranks (whole numbers unless ``ties="realistic"``) and the similarity s(x, y) of each pair (cos, or
+    1/(1+||x-y||) for l2). When ``tied_out`` (int64, one slot per pair) is given it receives the number of counted
+    background items that tie exactly with the positive: the gap between pessimistic and optimistic rank.
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r} (choose from {SIMILARITIES})")
-    if ties not in ("optimistic", "pessimistic"):
-        raise ValueError(f"unknown tie policy {ties!r} (optimistic or pessimistic)")
+    if ties not in TIES:
+        raise ValueError(f"unknown tie policy {ties!r} (choose from {', '.join(TIES)})")
     n_pairs = len(queries)
     if n_pairs == 0:
-        return np.empty(0, np.int64), np.empty(0, np.float32)
+        return np.empty(0, np.float64), np.empty(0, np.float32)
     import torch
 
     dev = pick_device(device)
@@ -129,8 +142,9 @@ def rank_pairs(
         if filter_other_positives
         else (np.empty(0, np.int64), np.empty(0, np.int64))
     )
-    ranks = np.empty(n_pairs, dtype=np.int64)
+    ranks = np.empty(n_pairs, dtype=np.float64)
     scores = np.empty(n_pairs, dtype=np.float32)
+    count_ties = ties != "optimistic" or tied_out is not None
     # Process pairs grouped by query so each query's row is computed once per block.
     order = np.argsort(queries, kind="stable")
     bytes_per_row = max(1, len(cols)) * 4 * 3  # score row, gathered copy, comparison mask
@@ -167,13 +181,11 @@ def rank_pairs(
                         torch.from_numpy(other_slot[sel] - start).to(dev), torch.from_numpy(other_cols[sel]).to(dev)
                     ] = -torch.inf
             bg_rows = rows[:, :n_bg]
-            if ties == "optimistic":
-                count = (bg_rows > pos[:, None]).sum(1)
-            else:
-                count = (bg_rows >= pos[:, None]).sum(1)
-            ranks[idx] = (count + 1).cpu().numpy()
+            above = (bg_rows > pos[:, None]).sum(1).cpu().numpy()
+            tied = (bg_rows == pos[:, None]).sum(1).cpu().numpy() if count_ties else 0
+            ranks[idx] = 1 + above + {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}[ties] * tied
             if tied_out is not None:
-                tied_out[idx] = (bg_rows == pos[:, None]).sum(1).cpu().numpy()
+                tied_out[idx] = tied
             pos_np = pos.float().cpu().numpy()
             scores[idx] = pos_np if similarity == "cos" else 1.0 / (1.0 + np.sqrt(np.maximum(-pos_np, 0.0)))
     return ranks, scores
@@ -186,14 +198,14 @@ def rank_pairs_loop(
     background: np.ndarray,
     similarity: Similarity,
     *,
-    ties: str = "optimistic",
+    ties: Ties = "optimistic",
     filter_other_positives: bool = False,
 ) -> np.ndarray:
     """Reference implementation: one Python iteration per pair, straight from the definition.
 
     Used by the tests as an oracle and by the benchmark as the baseline; never on the hot path.
     """
-    ranks = np.empty(len(queries), dtype=np.int64)
+    ranks = np.empty(len(queries), dtype=np.float64)
     positives_of: dict[int, set[int]] = {}
     for qi, pi in zip(queries, positives, strict=True):
         positives_of.setdefault(int(qi), set()).add(int(pi))
@@ -209,7 +221,8 @@ def rank_pairs_loop(
             excluded |= positives_of[int(x)]
         keep = ~np.isin(background, list(excluded))
         sb = sb[keep]
-        ranks[i] = 1 + int((sb > sy).sum() if ties == "optimistic" else (sb >= sy).sum())
+        above, tied = int((sb > sy).sum()), int((sb == sy).sum())
+        ranks[i] = 1 + above + {"optimistic": 0, "pessimistic": tied, "realistic": tied / 2}[ties]
     return ranks
 
 

@@ -64,7 +64,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("positive_id", pa.int64()),
             ("query", pa.string()),
             ("positive", pa.string()),
-            ("rank", pa.int64()),
+            ("rank", pa.float64()),  # under the run's tie policy: half-integers for realistic ties
             ("score", pa.float32()),
             ("tied", pa.int64()),
             ("oov", pa.bool_()),

@@ -121,6 +121,40 @@ def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     assert m[("toy", "tie_rate")] > 0.3 > m[("toy-skip", "tie_rate")]
 
 
+def test_realistic_ties_rerank_from_stored_embeddings_and_give_oov_ties_no_credit(cli_run, word_catalog, tmp_path):
+    """`--ties realistic` on the toy model (79% of the pool OOV, filled with one mean vector): only the rank stage
+    runs again, every pair's rank is its optimistic rank plus half its tied count, and the OOV ties stop paying."""
+    import shutil
+
+    wh = tmp_path / "wh"
+    shutil.copytree(cli_run[0], wh)
+    embeddings = {p: p.stat().st_mtime_ns for p in (wh / "embeddings" / "model=toy").rglob("*.parquet")}
+    args = ("run", "--catalog", str(word_catalog), "--warehouse", str(wh))
+    proc = _cli(*args, "--models", "toy", "--ties", "realistic")
+    assert proc.returncode == 0, proc.stderr
+    assert embeddings and all(p.stat().st_mtime_ns == t for p, t in embeddings.items())  # not re-embedded
+    per_sim = _sql(
+        wh,
+        """SELECT similarity, count(*) AS n,
+                  count(*) FILTER (WHERE cur.rank = prev.rank + prev.tied / 2) AS consistent,
+                  count(*) FILTER (WHERE prev.tied > 0) AS tied,
+                  avg(1 / prev.rank) AS old_mrr, avg(1 / cur.rank) AS mrr
+           FROM ranks cur
+           JOIN ranks_history prev USING (model, pool, similarity, query_id, positive_id)
+           WHERE model = 'toy' AND prev.fingerprint NOT IN (SELECT fingerprint FROM metrics)
+           GROUP BY similarity ORDER BY similarity""",
+    )
+    board = _sql(wh, "SELECT similarity, mrr FROM leaderboard WHERE model = 'toy'")
+    board = {r["similarity"]: r["mrr"] for r in board}
+    assert [r["similarity"] for r in per_sim] == ["cos", "l2"]
+    for r in per_sim:
+        assert r["n"] == 5514 and r["consistent"] == r["n"] and r["tied"] > 0.3 * r["n"]
+        assert board[r["similarity"]] == pytest.approx(r["mrr"])  # the leaderboard is the realistic run's
+        assert r["mrr"] < 0.5 * r["old_mrr"]
+    proc = _cli(*args, "--ties", "random")
+    assert proc.returncode == 2 and "unknown tie policy 'random'" in proc.stderr
+
+
 def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
     wh, _ = cli_run
     rows = _sql(

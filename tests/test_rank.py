@@ -27,10 +27,48 @@ def test_cos_rank_counts_strictly_better_background_and_excludes_x_and_y():
     assert scores[0] == pytest.approx(0.6)
 
 
-def test_ties_optimistic_by_default_pessimistic_counts_equal_scores():
+def test_ties_optimistic_by_default_pessimistic_counts_equal_scores_realistic_is_their_mean():
     vecs = [X, Y, CLOSER, Y, ORTH]  # item 3 duplicates y: an exact tie
     assert _ranks(vecs, [(0, 1)])[0] == [2]
     assert _ranks(vecs, [(0, 1)], ties="pessimistic")[0] == [3]
+    assert _ranks(vecs, [(0, 1)], ties="realistic")[0] == [2.5]
+    vecs = [X, Y, Y, Y, Y, ORTH]  # three copies tie: 1 + 0 above + 3 / 2
+    assert _ranks(vecs, [(0, 1)], ties="realistic")[0] == [2.5]
+    assert _ranks(vecs, [(0, 1)], ties="pessimistic")[0] == [4]
+
+
+def test_unknown_tie_policy_or_similarity_fails_when_configured():
+    from evalfarm.plan import RunConfig
+
+    with pytest.raises(ValueError, match="tie policy 'random'"):
+        RankPolicy(ties="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown similarity"):
+        RunConfig(similarities=("cos", "dot"))
+    with pytest.raises(ValueError, match="hits@k"):
+        RankPolicy(hits=(0,))
+
+
+def test_mean_filled_oov_pairs_rank_first_optimistically_but_earn_nothing_realistically():
+    """Two OOV words filled with one mean vector are identical: cos 1, tied with every other OOV item.
+
+    Optimistic ties give such a pair rank 1 (a model that knows fewer words scores higher); realistic ties give
+    it the middle of its tie group; pessimistic its end.
+    """
+    rng = np.random.default_rng(0)
+    known = rng.normal(size=(6, 3)).astype(np.float32)
+    emb = np.vstack([known, np.zeros((4, 3), np.float32)])  # items 6..9 are OOV
+    oov = np.r_[np.zeros(6, bool), np.ones(4, bool)]
+    q, p = np.array([6]), np.array([7])
+    meta = {"vocab_mean": [1.0, 2.0, 3.0]}
+
+    def rank(ties: str) -> float:
+        res = evaluate_rank_pool(
+            emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(ties=ties), oov_policy="mean", pool_center=False
+        )
+        assert res.tied.tolist() == [2]  # items 8 and 9 (x and y themselves never count); nothing beats cos 1
+        return float(res.ranks[0])
+
+    assert (rank("optimistic"), rank("realistic"), rank("pessimistic")) == (1.0, 2.0, 3.0)
 
 
 def test_other_positives_counted_by_default_filtered_on_request():
@@ -78,7 +116,7 @@ def test_metrics_by_hand():
 
 
 @pytest.mark.parametrize("sim", ["cos", "l2"])
-@pytest.mark.parametrize("ties", ["optimistic", "pessimistic"])
+@pytest.mark.parametrize("ties", ["optimistic", "pessimistic", "realistic"])
 @pytest.mark.parametrize("filt", [False, True])
 def test_blocked_kernel_equals_per_pair_definition(sim, ties, filt):
     rng = np.random.default_rng(7)
