@@ -66,26 +66,30 @@ class RunConfig:
         )
 
 
-# Relative cost of embedding one pool, per encoder kind (one rank pass of a pool = 1.0). Rough CPU figures for
-# a ~25k-item pool; only the order matters: largest-first assignment keeps a big model from starting last and
-# becoming the straggler that the whole run waits for.
+# Relative cost of embedding one pool, per encoder kind, in units of one sentence-pool rank pass (cos + l2 over
+# ~7k pairs x 25k background: ~9 s on one of 2 CPU cores). Measured on the local zoo's nightly run (README): MiniLM
+# in torch or ONNX ~90 s a pool, spaCy's CNN ~20 s, the static model ~2 s, a bag of words or a word-vector lookup
+# under 1 s. Only the order and the ETA depend on it: largest-first assignment keeps a big model from starting last
+# and becoming the straggler that the whole run waits for.
 KIND_COST = {
-    "transformers": 40.0,
-    "sentence-transformers": 40.0,
-    "onnx": 15.0,
-    "spacy": 2.0,
-    "word-vectors": 0.5,
-    "bow": 1.0,
-    "static": 1.0,
+    "transformers": 10.0,
+    "sentence-transformers": 10.0,
+    "onnx": 10.0,
+    "spacy-tok2vec": 2.0,
+    "static": 0.25,
+    "spacy": 0.1,
+    "bow": 0.05,
+    "word-vectors": 0.02,
 }
+RANK_COST = {"sentence": 1.0, "word": 0.5}  # the word pool: 5.5k pairs x 22k background
+POSTPROCESS_COST = 0.15  # fitting ABTT / PC removal / whitening on a base's stored embeddings
 
 
-def estimate_cost(kind: str, level: str, n_units: int, derived: bool = False) -> float:
-    """Relative cost of a model's units: embedding (by kind; sentences cost more than word lookups) + ranking."""
-    embed = KIND_COST.get(kind, 5.0) * (1.0 if level == "sentence" else 0.2)
-    if derived:
-        embed += 0.3  # fitting the post-processing (or re-embedding the base when its embeddings are absent)
-    return n_units * (embed + 1.0)
+def estimate_cost(kind: str, level: str, n_units: int, postprocessed: bool = False) -> float:
+    """Relative cost of a model's units: embedding (by kind) + ranking. A post-processed sentence model reuses its
+    base's stored embeddings (the scheduler runs the base first), so it costs the fit, not the encoder."""
+    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else KIND_COST.get(kind, 5.0)
+    return n_units * (embed + RANK_COST.get(level, 1.0))
 
 
 def embed_fingerprint(spec_hash: str, pool_sum: str) -> str:
@@ -127,7 +131,9 @@ def plan_run(
                 )
             )
         if mp.units:
-            mp.cost = estimate_cost(catalog.kind(m), spec.level, len(mp.units), derived=spec.base is not None)
+            mp.cost = estimate_cost(
+                catalog.kind(m), spec.level, len(mp.units), postprocessed=spec.postprocess is not None
+            )
             plans.append(mp)
     # Bases first: a derived sentence model can then reuse its base's embeddings.
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
