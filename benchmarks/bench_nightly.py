@@ -1,0 +1,184 @@
+"""The nightly run, measured: build the local zoo, run every model on every pool through the scheduler, report.
+
+    python benchmarks/bench_nightly.py --ties realistic --warehouse /tmp/nightly --json benchmarks/results/nightly.json
+
+Steps, each a real ``evalfarm`` command in a subprocess (what a cron job would run):
+
+1. ``evalfarm zoo build`` (trains the missing word models; a second build trains nothing) — timed;
+2. ``evalfarm run --catalog zoo-local [--ties …]`` on a fresh warehouse (Ray, one worker per CPU) — wall time, and the
+   peak memory of the whole process tree (driver, Ray's own processes, worker actors) sampled every second:
+   the sum of RSS (counts shared pages once per process: an upper bound) and the sum of PSS (shares them out);
+3. the same command again: the no-op rerun of a nightly job with nothing new.
+
+Then it reads the warehouse through DuckDB: models and units, time per model by kind (embed + rank seconds of
+every unit, from the ``units`` view), failures, and the top of each leaderboard.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+EVALFARM = [sys.executable, "-m", "evalfarm.cli"]
+
+
+def _children(pid: int) -> list[int]:
+    """Every descendant of ``pid`` (Linux /proc: Ray's raylet and workers are descendants of a local driver)."""
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo += kids.get(p, [])
+    return out
+
+
+def _kib(path: Path, field: str) -> int:
+    try:
+        for line in path.read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+class MemorySampler(threading.Thread):
+    """Peak summed RSS / PSS (MiB) and process count of a process tree, sampled every ``interval`` seconds."""
+
+    def __init__(self, pid: int, interval: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.interval = pid, interval
+        self.peak_rss = self.peak_pss = 0.0
+        self.peak_procs = 0
+        self._halt = threading.Event()
+
+    def run(self) -> None:
+        while not self._halt.is_set():
+            pids = _children(self.pid)
+            rss = sum(_kib(Path(f"/proc/{p}/status"), "VmRSS") for p in pids) / 1024
+            pss = sum(_kib(Path(f"/proc/{p}/smaps_rollup"), "Pss") for p in pids) / 1024
+            self.peak_rss, self.peak_pss = max(self.peak_rss, rss), max(self.peak_pss, pss)
+            self.peak_procs = max(self.peak_procs, len(pids))
+            self._halt.wait(self.interval)
+
+    def stop(self) -> None:
+        self._halt.set()
+        self.join()
+
+
+def timed(cmd: list[str], log: Path, *, sample: bool = False) -> dict:
+    t0 = time.perf_counter()
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, cwd=REPO, stdout=f, stderr=subprocess.STDOUT)
+        sampler = MemorySampler(proc.pid) if sample else None
+        if sampler:
+            sampler.start()
+        rc = proc.wait()
+        if sampler:
+            sampler.stop()
+    out = {"cmd": " ".join(cmd[2:]), "rc": rc, "seconds": round(time.perf_counter() - t0, 1), "log": str(log)}
+    if sampler:
+        out |= {
+            "peak_rss_mib": round(sampler.peak_rss),
+            "peak_pss_mib": round(sampler.peak_pss),
+            "peak_processes": sampler.peak_procs,
+        }
+    return out
+
+
+def warehouse_report(wh: Path, top: int) -> dict:
+    from evalfarm.warehouse import Warehouse
+
+    w = Warehouse(wh)
+
+    def q(sql: str) -> list[dict]:
+        return w.query(sql).to_pylist()
+
+    per_model = """
+        SELECT u.model, m.kind, m.level, sum(u.seconds) AS seconds
+        FROM units u JOIN models m USING (model)
+        WHERE u.status = 'done' AND u.stage IN ('embed', 'rank')
+        GROUP BY ALL
+    """
+    return {
+        "models": q("SELECT level, count(*) AS n FROM models GROUP BY level ORDER BY level"),
+        "units": q("SELECT stage, status, count(*) AS n FROM units GROUP BY ALL ORDER BY ALL"),
+        "seconds_by_stage": q(
+            "SELECT stage, round(sum(seconds), 1) AS seconds FROM units WHERE status = 'done' GROUP BY ALL ORDER BY 1"
+        ),
+        "per_model_by_kind": q(
+            f"""SELECT kind, level, count(*) AS models, round(median(seconds), 1) AS median_s,
+                       round(max(seconds), 1) AS max_s, round(sum(seconds), 1) AS total_s
+                FROM ({per_model}) GROUP BY ALL ORDER BY total_s DESC"""
+        ),
+        "failures": q("SELECT model, pool, stage, error FROM failures ORDER BY ALL"),
+        "leaderboard_top": q(
+            f"""SELECT pool, similarity, position, model, round(mrr, 4) AS mrr, round(mr, 1) AS mr,
+                       round("hits@1", 4) AS "hits@1", round("hits@10", 4) AS "hits@10"
+                FROM leaderboard WHERE position <= {int(top)} ORDER BY pool, similarity, position"""
+        ),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--catalog", default="zoo-local")
+    ap.add_argument("--warehouse", type=Path, default=Path("/tmp/evalfarm-nightly"))
+    ap.add_argument("--keep", action="store_true", help="reuse an existing warehouse (default: start empty)")
+    ap.add_argument("--skip-build", action="store_true", help="don't run `evalfarm zoo build` first")
+    ap.add_argument("--ties", default="optimistic", help="the run's tie policy (`make zoo-run` uses realistic)")
+    ap.add_argument("--top", type=int, default=5, help="leaderboard rows per (pool, similarity)")
+    ap.add_argument("--json", type=Path, help="also write the results here")
+    args = ap.parse_args()
+    if args.warehouse.exists() and not args.keep:
+        shutil.rmtree(args.warehouse)
+    logs = args.warehouse.parent / (args.warehouse.name + "-logs")
+    logs.mkdir(parents=True, exist_ok=True)
+    result: dict = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "catalog": args.catalog,
+        "ties": args.ties,
+    }
+    if not args.skip_build:
+        result["zoo_build"] = timed([*EVALFARM, "zoo", "build"], logs / "zoo-build.log")
+        print(json.dumps({"zoo_build": result["zoo_build"]}), flush=True)
+    run = [*EVALFARM, "run", "--catalog", args.catalog, "--warehouse", str(args.warehouse), "--ties", args.ties]
+    result["run"] = timed(run, logs / "run.log", sample=True)
+    print(json.dumps({"run": result["run"]}), flush=True)
+    result["noop_rerun"] = timed(run, logs / "rerun.log")
+    print(json.dumps({"noop_rerun": result["noop_rerun"]}), flush=True)
+    result |= warehouse_report(args.warehouse, args.top)
+    for key in ("models", "units", "seconds_by_stage", "per_model_by_kind", "failures", "leaderboard_top"):
+        print(json.dumps({key: result[key]}, default=str), flush=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+if __name__ == "__main__":
+    main()
