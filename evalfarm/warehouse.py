@@ -17,12 +17,20 @@ written to a temp name in the same folder and renamed; on an object store it is 
 key, because a PUT / completed multipart upload is visible whole or not at all while a "rename" there is a
 copy + delete that is not atomic. Files are named by content fingerprint: recomputing a unit replaces its file
 rather than adding a duplicate, so a retried or concurrently recomputed unit still has exactly one result.
+
+A process killed between writing a temp file and renaming it (SIGKILL, OOM, a lost node) leaves the temp file
+behind. It never looks like a result (a hidden ``.….tmp`` name that no view reads), and the next ``init`` of the
+warehouse removes it: temp names carry the writer's pid and host, so a temp file of a dead process on this host
+goes at once, and one from another host once it is a day old (its writer cannot still be at work).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import platform
+import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -160,6 +168,50 @@ def _is_local(fs: pafs.FileSystem) -> bool:
     return isinstance(fs, pafs.LocalFileSystem)
 
 
+_HOST_KEY = hashlib.sha1(platform.node().encode()).hexdigest()[:8]
+STALE_TEMP_SECONDS = 24 * 3600  # a temp file of another host's writer this old is debris
+
+
+def _temp_name(p: Path) -> Path:
+    """A hidden temp name beside ``p`` that says who writes it: ``.<name>.<rand>.<pid>.<host key>.tmp``."""
+    return p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{_HOST_KEY}.tmp")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's live process
+        return True
+    return True
+
+
+def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) -> list[Path]:
+    """Remove temp files that killed writers left under a local warehouse ``root``; returns what was removed.
+
+    A temp file of this host whose writer pid is gone is removed at once; any other (another host's, or an
+    unparseable name) once it is older than :data:`STALE_TEMP_SECONDS`. Live writers' files are never touched.
+    """
+    now = time.time() if now is None else now
+    removed = []
+    for folder, _, files in os.walk(root):
+        for name in files:
+            if not (name.startswith(".") and name.endswith(".tmp")):
+                continue
+            path = Path(folder) / name
+            parts = name[: -len(".tmp")].rsplit(".", 2)
+            mine = len(parts) == 3 and parts[2] == _HOST_KEY and parts[1].isdigit()
+            try:
+                stale = (not _pid_alive(int(parts[1]))) if mine else now - path.stat().st_mtime > STALE_TEMP_SECONDS
+                if stale:
+                    path.unlink()
+                    removed.append(path)
+            except FileNotFoundError:  # renamed or removed by its writer meanwhile
+                continue
+    return removed
+
+
 def atomic_write_table(
     table: pa.Table, path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None, **kwargs: Any
 ) -> str | Path:
@@ -171,7 +223,7 @@ def atomic_write_table(
     if filesystem is None or _is_local(filesystem):
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.tmp")
+        tmp = _temp_name(p)
         try:
             pq.write_table(table, tmp, **kwargs)
             with open(tmp, "rb") as f:
@@ -212,6 +264,7 @@ class Warehouse:
                 self.write_table(schema.empty_table(), p)
         if self.local:
             Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
+            sweep_temp_files(self.base)
         return self
 
     def embeddings_path(self, model: str, pool: str, fingerprint: str) -> str:

@@ -60,3 +60,32 @@ def test_embeddings_round_trip_with_null_oov_rows(tmp_path):
 def test_run_ids_are_unique_and_sortable():
     ids = [new_run_id() for _ in range(50)]
     assert len(set(ids)) == 50
+
+
+def test_init_sweeps_temp_files_of_dead_writers_only(tmp_path):
+    """A writer killed between temp file and rename leaves a hidden .tmp; the next init removes it, but never a
+    live writer's (this process's) nor a fresh one from another host."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from evalfarm.warehouse import _temp_name
+
+    wh = Warehouse(tmp_path / "wh").init()
+    folder = tmp_path / "wh" / "tables" / "units" / "r1"
+    folder.mkdir(parents=True)
+    final = folder / "a.parquet"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead_pid = int(dead.stdout)
+    live = _temp_name(final)  # this process: alive
+    killed = live.with_name(live.name.replace(f".{os.getpid()}.", f".{dead_pid}."))
+    other_fresh = folder / f".a.parquet.0123abcd.{dead_pid}.otherhst.tmp"
+    other_old = folder / ".b.parquet.0123abcd.77.otherhst.tmp"
+    for p in (live, killed, other_fresh, other_old):
+        p.write_bytes(b"x")
+    day_ago = time.time() - 2 * 24 * 3600
+    os.utime(other_old, (day_ago, day_ago))
+    wh.init()
+    assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, other_fresh.name])
+    assert wh.query("SELECT count(*) AS n FROM units").to_pylist() == [{"n": 0}]  # temp names are never read
