@@ -128,6 +128,7 @@ class Scheduler:
         self.workers: dict[str, WorkerInfo] = {}
         self.dead: set[str] = set()
         self.outcomes: list[Any] = []
+        self._unit_rows: list[dict[str, Any]] = []  # `units` rows not yet written (see _flush_units)
         self._embed_seconds: dict[tuple[str, str], float] = {}
         self._cost: dict[str, float] = {p.model: p.cost / max(len(p.units), 1) for p in plans}
 
@@ -137,6 +138,7 @@ class Scheduler:
             self.running[handle] = (None, name)
         while self.embed_queue or self.rank_queue or any(t is not None for t, _ in self.running.values()):
             self._dispatch()
+            self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
             if not self.running:
                 self._fail_everything_left("no worker left alive to run it")
                 break
@@ -149,7 +151,15 @@ class Scheduler:
                     self._worker_ready(handle, worker)
                 else:
                     self._task_done(handle, task, worker)
+        self._flush_units()
         return self.outcomes
+
+    def _flush_units(self) -> None:
+        """Write the buffered ``units`` rows (timings are records, not results: a killed driver may lose the last
+        few; the results themselves are written by the workers, each unit's metrics file last)."""
+        if self._unit_rows:
+            rows, self._unit_rows = self._unit_rows, []
+            self.wh.write_units(self.run_id, rows)
 
     def _worker_ready(self, handle: Any, worker: str) -> None:
         try:
@@ -214,7 +224,7 @@ class Scheduler:
                 rows.append(_seconds_row(o, "rank", info, task.attempts, "done"))
                 o.seconds += self._embed_seconds.get((o.model, o.pool), 0.0)
                 self._final(o)
-        self.wh.write_units(self.run_id, rows)
+        self._unit_rows += rows
         if failed:
             by_pool = {o.pool: o for o in failed}
             self._retry_or_fail(task, worker, by_pool, "; ".join(sorted({o.error or "" for o in failed})))
@@ -240,7 +250,7 @@ class Scheduler:
             record_failure(self.wh, self.run_id, o)
             rows.append(_seconds_row(o, task.stage, info, task.attempts, "failed"))
             self._final(o)
-        self.wh.write_units(self.run_id, rows)
+        self._unit_rows += rows
         if task.stage == "embed":
             self.embedding.discard(task.plan.model)
 
