@@ -10,8 +10,8 @@ import hashlib
 import os
 from pathlib import Path
 
-from evalfarm import cache
-from evalfarm.cache import cache_dir, sha256_file
+from evalfarm.cache import ChecksumMismatch, cache_dir, sha256_file
+from evalfarm.cache import download as fetch
 from evalfarm.catalog.specs import PoolSpec
 
 
@@ -47,8 +47,8 @@ def _verified_sha(path: Path) -> str:
 def download(url: str, dest: Path, sha256: str) -> Path:
     """Fetch ``url`` to ``dest`` (atomic, verified against ``sha256`` before it lands)."""
     try:
-        cache.download(url, dest, sha256)
-    except cache.ChecksumMismatch as exc:
+        fetch(url, dest, sha256)
+    except ChecksumMismatch as exc:
         raise PoolDataError(f"{exc}; not used") from exc
     except OSError as exc:  # URLError is an OSError
         raise PoolDataError(
