@@ -136,22 +136,24 @@ class Scheduler:
     def run(self) -> list[Any]:
         for name, handle in self.backend.start():
             self.running[handle] = (None, name)
-        while self.embed_queue or self.rank_queue or any(t is not None for t, _ in self.running.values()):
-            self._dispatch()
-            self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
-            if not self.running:
-                self._fail_everything_left("no worker left alive to run it")
-                break
-            ready = self.backend.wait(list(self.running), self.tick)
-            if not ready:
-                self.on_event(Event("tick"))
-            for handle in ready:
-                task, worker = self.running.pop(handle)
-                if task is None:
-                    self._worker_ready(handle, worker)
-                else:
-                    self._task_done(handle, task, worker)
-        self._flush_units()
+        try:
+            while self.embed_queue or self.rank_queue or any(t is not None for t, _ in self.running.values()):
+                self._dispatch()
+                self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
+                if not self.running:
+                    self._fail_everything_left("no worker left alive to run it")
+                    break
+                ready = self.backend.wait(list(self.running), self.tick)
+                if not ready:
+                    self.on_event(Event("tick"))
+                for handle in ready:
+                    task, worker = self.running.pop(handle)
+                    if task is None:
+                        self._worker_ready(handle, worker)
+                    else:
+                        self._task_done(handle, task, worker)
+        finally:  # an interrupted run (Ctrl-C, a backend error) still records what finished
+            self._flush_units()
         return self.outcomes
 
     def _flush_units(self) -> None:
