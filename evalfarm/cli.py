@@ -94,7 +94,14 @@ def run(
         ),
     ] = "optimistic",
     filter_other_positives: Annotated[bool, typer.Option(help="don't count x's other positives")] = False,
-    center: Annotated[bool | None, typer.Option("--center/--no-center", help="override the pool's centering")] = None,
+    center: Annotated[
+        bool,
+        typer.Option(
+            "--center/--no-center",
+            help="EvalRank's protocol centres on the vocabulary mean (words) / the items' mean (sentences); "
+            "--no-center is a documented variant",
+        ),
+    ] = True,
     device: Annotated[str | None, typer.Option(help="torch device for ranking (default: cuda if present)")] = None,
     executor: Annotated[
         Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")

@@ -68,11 +68,19 @@ def compute_embeddings(
     """(matrix, oov mask, extra metadata) for ``texts``. Handles word lookup and sentence post-processing."""
     extra: dict[str, Any] = {}
     if hasattr(encoder, "lookup"):
-        emb, oov = encoder.lookup(texts)
+        # The word protocol (evalfarm.preprocess): lower-cased keys, first occurrence wins, lower-cased lookups;
+        # the raw vectors are stored and the vocabulary statistics travel with them.
+        from evalfarm.preprocess import lowercased_view, vocab_stats
+
+        view = lowercased_view(encoder)
+        emb, oov = view.lookup(texts)
         emb = np.asarray(emb, dtype=np.float32)
         oov = np.asarray(oov, dtype=bool)
-        extra["vocab_mean"] = [float(v) for v in encoder.vocab_mean()]
-        extra["vocab_size"] = int(encoder.vocab_size())
+        try:
+            extra["vocab_stats"] = vocab_stats(view.vectors, view.word_rows).to_meta()
+        except ValueError as exc:  # NaN / inf anywhere in the vocabulary, not only in the pool's words
+            raise EmbeddingQualityError(f"{exc}; nothing from this model is ranked") from None
+        extra["vocab_size"] = int(view.vocab_size())
         if progress:
             progress(len(texts))
         return emb, oov, extra

@@ -287,7 +287,7 @@ def _rank_unit(
             similarity=sim,
             policy=cfg.policy,
             oov_policy=spec.oov,
-            pool_center=pool.spec.center,
+            level=pool.level,
             device=cfg.device,
         )
         per_sim[sim] = res.metrics

@@ -13,10 +13,11 @@ from dataclasses import asdict, dataclass, field
 from evalfarm.catalog.registry import Catalog
 from evalfarm.catalog.specs import canonical_json
 from evalfarm.pools.data import pool_checksum
+from evalfarm.preprocess import PROTOCOL_VERSION
 from evalfarm.rank import SIMILARITIES, RankPolicy
 
 # Bump when a stage's output for the same inputs changes (a bug fix, a new column that matters).
-CODE_VERSIONS = {"embed": "1", "rank": "2"}
+CODE_VERSIONS = {"embed": "2", "rank": "3"}
 
 
 def _h(*parts: str) -> str:
@@ -62,7 +63,12 @@ class RunConfig:
 
     def rank_key(self) -> str:
         return canonical_json(
-            {"policy": asdict(self.policy), "similarities": list(self.similarities), "code": CODE_VERSIONS["rank"]}
+            {
+                "policy": asdict(self.policy),
+                "similarities": list(self.similarities),
+                "code": CODE_VERSIONS["rank"],
+                "protocol": PROTOCOL_VERSION,
+            }
         )
 
 

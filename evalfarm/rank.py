@@ -46,7 +46,7 @@ class RankPolicy:
 
     ties: Ties = "optimistic"
     filter_other_positives: bool = False
-    center: bool | None = None  # None: the pool's protocol default
+    center: bool = True  # the protocol's centring (EvalRank: on for both levels); False is a documented variant
     l2_normalized: bool = False  # L2-normalise before the l2 similarity too
     hits: tuple[int, ...] = (1, 3, 10)
 
@@ -93,34 +93,24 @@ def evaluate_rank_pool(
     similarity: Similarity,
     policy: RankPolicy,
     oov_policy: str,
-    pool_center: bool,
+    level: str,
     device: str | None = None,
 ) -> RankResult:
-    """Apply the OOV policy and the preprocessing protocol, then rank every pair against the background.
-
-    OOV policy: ``mean`` (the model's vocabulary mean vector, as the paper's toolkit), ``zero`` (a zero vector:
-    cosine 0 with everything), ``skip`` (pairs touching an OOV item are dropped and OOV items leave the
-    background). Centering subtracts the vocabulary mean for word models (``vocab_mean`` in the embeddings
-    metadata) and the background mean otherwise.
+    """Prepare the stored vectors under EvalRank's protocol for ``level`` (:mod:`evalfarm.preprocess`: centring,
+    normalisation, the OOV vector; ``policy.center`` and ``oov_policy`` select its variants), then rank every pair
+    against the background. Under ``skip`` pairs touching an OOV item are dropped and OOV items leave the background.
+    Word models need their vocabulary statistics (``vocab_stats`` in the embeddings metadata).
     """
+    from evalfarm.preprocess import Protocol, VocabStats, prepare
+
     n_items = emb.shape[0]
-    x = emb.astype(np.float32, copy=True)
-    vocab_mean = np.asarray(meta["vocab_mean"], dtype=np.float32) if "vocab_mean" in meta else None
-    known_mean = x[~oov].mean(axis=0) if (~oov).any() else np.zeros(x.shape[1], np.float32)
-    if oov_policy == "mean":
-        x[oov] = vocab_mean if vocab_mean is not None else known_mean
-    elif oov_policy == "zero":
-        x[oov] = 0.0
-    elif oov_policy != "skip":
-        raise ValueError(f"unknown OOV policy {oov_policy!r} (mean, skip or zero)")
+    protocol = Protocol.for_level(level, center=policy.center, oov=oov_policy)  # type: ignore[arg-type]
+    vocab = VocabStats.from_meta(meta["vocab_stats"]) if level == "word" else None
+    prep = prepare(emb, oov, protocol, similarity=similarity, vocab=vocab, l2_normalized=policy.l2_normalized)
+    xp = prep.vectors
     pair_oov = oov[queries] | oov[positives]
-    keep = ~pair_oov if oov_policy == "skip" else np.ones(len(queries), dtype=bool)
-    background = np.flatnonzero(~oov) if oov_policy == "skip" else np.arange(n_items)
-    center_on = policy.center if policy.center is not None else pool_center
-    center = None
-    if center_on:
-        center = vocab_mean if vocab_mean is not None else x[background].mean(axis=0)
-    xp = preprocess(x, similarity, center=center, l2_normalized=policy.l2_normalized)
+    keep = prep.usable[queries] & prep.usable[positives]
+    background = np.flatnonzero(prep.usable)
     pair_index = np.flatnonzero(keep)
     tied = np.zeros(len(pair_index), dtype=np.int64)
     ranks, scores = rank_pairs(

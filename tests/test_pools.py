@@ -52,7 +52,6 @@ def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> PoolSpec:
         sha256=sha,
         licence="test",
         source="tests",
-        center=True,
     )
     fields.update(over)
     return PoolSpec(**fields)

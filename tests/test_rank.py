@@ -48,29 +48,6 @@ def test_unknown_tie_policy_or_similarity_fails_when_configured():
         RankPolicy(hits=(0,))
 
 
-def test_mean_filled_oov_pairs_rank_first_optimistically_but_earn_nothing_realistically():
-    """Two OOV words filled with one mean vector are identical: cos 1, tied with every other OOV item.
-
-    Optimistic ties give such a pair rank 1 (a model that knows fewer words scores higher); realistic ties give
-    it the middle of its tie group; pessimistic its end.
-    """
-    rng = np.random.default_rng(0)
-    known = rng.normal(size=(6, 3)).astype(np.float32)
-    emb = np.vstack([known, np.zeros((4, 3), np.float32)])  # items 6..9 are OOV
-    oov = np.r_[np.zeros(6, bool), np.ones(4, bool)]
-    q, p = np.array([6]), np.array([7])
-    meta = {"vocab_mean": [1.0, 2.0, 3.0]}
-
-    def rank(ties: str) -> float:
-        res = evaluate_rank_pool(
-            emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(ties=ties), oov_policy="mean", pool_center=False
-        )
-        assert res.tied.tolist() == [2]  # items 8 and 9 (x and y themselves never count); nothing beats cos 1
-        return float(res.ranks[0])
-
-    assert (rank("optimistic"), rank("realistic"), rank("pessimistic")) == (1.0, 2.0, 3.0)
-
-
 def test_other_positives_counted_by_default_filtered_on_request():
     vecs = [X, Y, CLOSER, ORTH]
     pairs = [(0, 1), (0, 2)]  # x has two positives; CLOSER outranks Y
@@ -144,7 +121,7 @@ def _pool_case():
 def test_oov_skip_drops_pairs_and_background_items():
     emb, oov, q, p = _pool_case()
     res = evaluate_rank_pool(
-        emb, oov, {}, q, p, similarity="cos", policy=RankPolicy(), oov_policy="skip", pool_center=False
+        emb, oov, {}, q, p, similarity="cos", policy=RankPolicy(center=False), oov_policy="skip", level="sentence"
     )
     assert res.pair_index.tolist() == [0, 2]
     assert res.metrics["n_pairs"] == 2
@@ -153,16 +130,24 @@ def test_oov_skip_drops_pairs_and_background_items():
     assert res.metrics["n_background"] == 4
 
 
-def test_oov_mean_uses_the_vocabulary_mean_from_metadata():
+def test_oov_mean_is_the_vocabulary_statistic_from_metadata_used_as_is():
+    from evalfarm.preprocess import VocabStats
+
     emb, oov, q, p = _pool_case()
-    meta = {"vocab_mean": [0.0, 1.0]}  # OOV item 4 becomes ORTH's twin
+    # vocabulary mean 0 (centring changes nothing); the OOV vector is (0, 0.5), NOT renormalised to ORTH.
+    stats = VocabStats(size=4, mean=np.zeros(2), unit_centered_mean=np.array([0.0, 0.5]), unit_mean=np.ones(2))
+    meta = {"vocab_stats": stats.to_meta()}
     res = evaluate_rank_pool(
-        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="mean", pool_center=False
+        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="mean", level="word"
     )
-    # pair (4 -> 0): s = cos(ORTH, X) = 0; Y (0.8), CLOSER (0.6) and ORTH (1.0) all beat it.
+    # pair (4 -> 0): s = (0, .5)·X = 0; Y (.4), CLOSER (.3) and ORTH (.5) beat it.
     assert res.ranks.tolist()[1] == 4
+    assert res.scores[1] == 0.0
+    # pair (1 -> 0), Y's row: s(Y, X) = .6; CLOSER (.96) and ORTH (.8) beat it, the OOV item ((0, .5)·Y = .4)
+    # does not: a renormalised OOV vector would be ORTH's twin (.8) and beat it too.
+    assert res.ranks.tolist()[2] == 3
     zero = evaluate_rank_pool(
-        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="zero", pool_center=False
+        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="zero", level="word"
     )
     assert zero.scores[1] == 0.0
 
@@ -173,10 +158,10 @@ def test_centering_makes_ranks_invariant_to_a_common_offset():
     oov = np.zeros(60, bool)
     q, p = rng.integers(0, 60, 40), rng.integers(0, 60, 40)
     shifted = emb + 5.0
-    kw = dict(similarity="cos", policy=RankPolicy(), oov_policy="mean")
-    a = evaluate_rank_pool(emb, oov, {}, q, p, pool_center=True, **kw).ranks
-    b = evaluate_rank_pool(shifted, oov, {}, q, p, pool_center=True, **kw).ranks
-    c = evaluate_rank_pool(shifted, oov, {}, q, p, pool_center=False, **kw).ranks
+    kw = dict(similarity="cos", oov_policy="mean", level="sentence")
+    a = evaluate_rank_pool(emb, oov, {}, q, p, policy=RankPolicy(center=True), **kw).ranks
+    b = evaluate_rank_pool(shifted, oov, {}, q, p, policy=RankPolicy(center=True), **kw).ranks
+    c = evaluate_rank_pool(shifted, oov, {}, q, p, policy=RankPolicy(center=False), **kw).ranks
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -196,8 +181,8 @@ def test_tied_count_and_tie_rate_expose_policy_sensitive_pairs():
         np.array([0, 4]),
         np.array([1, 0]),
         similarity="cos",
-        policy=RankPolicy(),
+        policy=RankPolicy(center=False),
         oov_policy="mean",
-        pool_center=False,
+        level="sentence",
     )
     assert res.metrics["tie_rate"] == 0.5 and res.tied.tolist() == [2, 0]

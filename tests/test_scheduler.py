@@ -31,7 +31,7 @@ def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path], center: b
     sh = ", ".join(f"{r}: {s}" for r, s in sha.items())
     return (
         f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: test,"
-        f" source: tests, center: {str(center).lower()}, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
+        f" source: tests, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
     )
 
 

@@ -179,7 +179,6 @@ class PoolSpec(_Strict):
     format: Literal["evalrank-word", "evalrank-sentence"]
     licence: str
     source: str
-    center: bool = Field(description="subtract the mean before scoring (paper protocol)")
     description: str = ""
 
     @model_validator(mode="after")

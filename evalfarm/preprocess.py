@@ -1,0 +1,223 @@
+"""Preprocessing protocols: what every scorer does to stored embeddings before it compares them.
+
+One place, so every evaluator that claims the paper's protocol (EvalRank now; word similarity, STS and the
+downstream tasks later) gets the same vectors. The defaults mirror the EvalRank toolkit
+(BinWang28/EvalRank-Embedding-Evaluation @ c6422dbf); the README's protocol table points at the lines:
+
+- **word** (``src/w_model.py``; ``src/run_word_evaluation.py`` sets ``config.centralization = True``): the
+  vocabulary's keys are lower-cased as the file is read, the first occurrence of a key wins, looked-up words are
+  lower-cased; every vector is centred on the mean of the whole (lower-cased) vocabulary, then L2-normalised for
+  ``cos``; an out-of-vocabulary word gets ``word_emb_avg``, the mean of those centred, normalised vectors, used as
+  is (not renormalised: its norm is small, so a pair of two OOV words scores ≈ ‖m‖², near the bottom). ``l2``
+  uses the centred vectors unnormalised, and the OOV word the mean of the centred vectors (≈ 0).
+- **sentence** (``src/s_evaluation.py``: ``embedder_all(..., centralization=True)``): centred on the mean of the
+  pool's items, then L2-normalised for ``cos``.
+
+Variants, each explicit and part of a unit's fingerprint: the OOV policy (``mean`` as above, ``zero``, ``skip``:
+pairs with an OOV word are dropped and OOV words leave the background) and ``center=False`` (no centring; the OOV
+word is then the mean of the normalised raw vectors for ``cos``, the raw vocabulary mean for ``l2``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+Level = Literal["word", "sentence"]
+OovPolicy = Literal["mean", "skip", "zero"]
+OOV_POLICIES: tuple[OovPolicy, ...] = ("mean", "skip", "zero")
+
+PROTOCOL_VERSION = "1"
+"""Bump when a protocol's vectors change for the same inputs (it enters every scorer's fingerprint)."""
+
+PROTOCOLS: dict[str, str] = {
+    "evalrank-word": "lower-cased keys (first wins) -> centre on the vocabulary mean -> L2-normalise (cos); "
+    "OOV = mean of the normalised vectors, not renormalised",
+    "evalrank-sentence": "centre on the mean of the pool's items -> L2-normalise (cos)",
+    "raw": "the stored vectors as the model produced them (cos: L2-normalised)",
+}
+
+_CHUNK = 65536
+
+
+@dataclass(frozen=True)
+class VocabStats:
+    """Statistics of a word model's whole vocabulary (lower-cased keys, first occurrence wins), in float64.
+
+    ``mean`` is the centring vector; ``unit_centered_mean`` = mean(unit(v - mean)) is the toolkit's OOV vector for
+    ``cos``; ``unit_mean`` = mean(unit(v)) the OOV vector for ``cos`` without centring. Zero vectors count as zero
+    after normalisation (the toolkit would divide by zero).
+    """
+
+    size: int
+    mean: np.ndarray
+    unit_centered_mean: np.ndarray
+    unit_mean: np.ndarray
+
+    def to_meta(self) -> dict[str, Any]:
+        return {
+            "size": self.size,
+            "mean": [float(v) for v in self.mean],
+            "unit_centered_mean": [float(v) for v in self.unit_centered_mean],
+            "unit_mean": [float(v) for v in self.unit_mean],
+        }
+
+    @classmethod
+    def from_meta(cls, meta: dict[str, Any]) -> VocabStats:
+        return cls(
+            size=int(meta["size"]),
+            mean=np.asarray(meta["mean"], dtype=np.float64),
+            unit_centered_mean=np.asarray(meta["unit_centered_mean"], dtype=np.float64),
+            unit_mean=np.asarray(meta["unit_mean"], dtype=np.float64),
+        )
+
+
+def _unit_rows(block: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(block, axis=1, keepdims=True)
+    return np.divide(block, norms, out=np.zeros_like(block), where=norms > 0)
+
+
+def vocab_stats(matrix: np.ndarray, rows: np.ndarray | None = None) -> VocabStats:
+    """:class:`VocabStats` of ``matrix[rows]`` (all rows when ``rows`` is None) in two float64 passes over chunks.
+
+    ``rows`` may repeat a row (keys sharing one vector, as in spaCy's pruned tables): each key counts once.
+    """
+    n = matrix.shape[0] if rows is None else len(rows)
+    if n == 0:
+        raise ValueError("vocabulary statistics of an empty vocabulary")
+    dim = matrix.shape[1]
+
+    def chunks():
+        for start in range(0, n, _CHUNK):
+            sel = slice(start, start + _CHUNK) if rows is None else rows[start : start + _CHUNK]
+            yield np.asarray(matrix[sel], dtype=np.float64)
+
+    total = np.zeros(dim)
+    unit_total = np.zeros(dim)
+    for block in chunks():
+        total += block.sum(axis=0)
+        unit_total += _unit_rows(block).sum(axis=0)
+    mean = total / n
+    centred_total = np.zeros(dim)
+    for block in chunks():
+        centred_total += _unit_rows(block - mean).sum(axis=0)
+    stats = VocabStats(size=n, mean=mean, unit_centered_mean=centred_total / n, unit_mean=unit_total / n)
+    for name in ("mean", "unit_centered_mean", "unit_mean"):
+        if not np.isfinite(getattr(stats, name)).all():
+            raise ValueError(f"vocabulary statistic {name!r} is not finite: the vectors hold NaN or inf")
+    return stats
+
+
+@dataclass(frozen=True)
+class Protocol:
+    """A named preprocessing protocol with its variants; ``key()`` enters every unit fingerprint that uses it."""
+
+    name: Literal["evalrank-word", "evalrank-sentence", "raw"]
+    center: bool = True
+    oov: OovPolicy = "mean"
+
+    def __post_init__(self) -> None:
+        if self.name not in PROTOCOLS:
+            raise ValueError(f"unknown preprocessing protocol {self.name!r} (known: {', '.join(PROTOCOLS)})")
+        if self.oov not in OOV_POLICIES:
+            raise ValueError(f"unknown OOV policy {self.oov!r} (choose from {', '.join(OOV_POLICIES)})")
+
+    @classmethod
+    def for_level(cls, level: Level, *, center: bool = True, oov: OovPolicy = "mean") -> Protocol:
+        """EvalRank's protocol for a pool level (the default of every scorer that claims the paper's numbers)."""
+        return cls("evalrank-word" if level == "word" else "evalrank-sentence", center=center, oov=oov)
+
+    def key(self) -> dict[str, Any]:
+        return {"protocol": self.name, "center": self.center, "oov": self.oov, "version": PROTOCOL_VERSION}
+
+    @property
+    def label(self) -> str:
+        """Short name for a metric's ``variant``: the protocol name plus any non-default choice."""
+        parts = [self.name]
+        if not self.center and self.name != "raw":
+            parts.append("no-center")
+        if self.oov != "mean":
+            parts.append(f"oov-{self.oov}")
+        return "/".join(parts)
+
+
+@dataclass
+class Prepared:
+    """Vectors ready for a similarity, and which items may take part (``skip`` drops OOV items)."""
+
+    vectors: np.ndarray  # float32 (n_items, dim)
+    usable: np.ndarray  # bool (n_items,)
+    oov: np.ndarray  # bool (n_items,): items the model does not cover
+
+
+def prepare(
+    emb: np.ndarray,
+    oov: np.ndarray,
+    protocol: Protocol,
+    *,
+    similarity: Literal["cos", "l2"],
+    vocab: VocabStats | None = None,
+    l2_normalized: bool = False,
+) -> Prepared:
+    """Apply ``protocol`` to raw stored vectors ``emb`` (OOV rows: any value, replaced here).
+
+    Word protocol: needs ``vocab`` (the model's :class:`VocabStats`). Sentence protocol: centres on the mean of the
+    usable items. ``raw``: no centring, OOV rows zero. ``cos`` L2-normalises (zero rows stay zero); ``l2`` does not,
+    unless ``l2_normalized``. Works in float64, returns float32.
+    """
+    oov = np.asarray(oov, dtype=bool)
+    x = np.asarray(emb, dtype=np.float64).copy()
+    normalise = similarity == "cos" or l2_normalized
+    usable = ~oov if protocol.oov == "skip" else np.ones(len(x), dtype=bool)
+    if protocol.name == "evalrank-word":
+        if vocab is None:
+            raise ValueError("the word protocol needs the model's vocabulary statistics (VocabStats)")
+        if protocol.center:
+            x -= vocab.mean
+            fill = vocab.unit_centered_mean if normalise else np.zeros_like(vocab.mean)
+        else:
+            fill = vocab.unit_mean if normalise else vocab.mean
+        if normalise:
+            x = _unit_rows(x)
+        x[oov] = 0.0 if protocol.oov == "zero" else fill
+    else:
+        if protocol.name == "evalrank-sentence" and protocol.oov == "mean" and oov.any() and (~oov).any():
+            x[oov] = x[~oov].mean(axis=0)  # an empty bag of words: the mean of the model's other vectors
+        else:
+            x[oov] = 0.0
+        if protocol.name == "evalrank-sentence" and protocol.center and usable.any():
+            x -= x[usable].mean(axis=0)
+            if protocol.oov == "zero":
+                x[oov] = 0.0
+        if normalise:
+            x = _unit_rows(x)
+    return Prepared(vectors=x.astype(np.float32), usable=usable, oov=oov)
+
+
+def lowercased_view(wv: Any) -> Any:
+    """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
+    ``read_word_embs``), looked-up words lower-cased. Shares the matrix; returns a ``WordVectors``."""
+    from evalfarm.encoders.word_vectors import WordVectors
+
+    index: dict[str, int] = {}
+    keep_words: list[str] = []
+    keep_rows: list[int] = []
+    for w, r in zip(wv.words, wv.word_rows.tolist(), strict=True):
+        k = w.lower()
+        if k not in index:
+            index[k] = r
+            keep_words.append(k)
+            keep_rows.append(r)
+    view = WordVectors(
+        keep_words,
+        wv.vectors,
+        word_rows=np.asarray(keep_rows, dtype=np.int64),
+        index=index,
+        lowercase=True,
+        name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
+    )
+    view.spec_id = getattr(wv, "spec_id", "")
+    view.provenance = getattr(wv, "provenance", {})
+    return view

