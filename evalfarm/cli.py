@@ -80,20 +80,19 @@ def run(
     models: Annotated[
         list[str] | None, typer.Option("--models", "-m", help="model ids (comma-separated or repeated)")
     ] = None,
-    pools: Annotated[list[str] | None, typer.Option("--pools", "-p", help="pool ids (default: the catalog's)")] = None,
+    tasks: Annotated[
+        list[str] | None,
+        typer.Option("--tasks", "--pools", "-t", "-p", help="task ids (default: the catalog's; --pools: old name)"),
+    ] = None,
     warehouse: Annotated[
         str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…); shared by all nodes")
     ] = "warehouse",
-    force: Annotated[bool, typer.Option(help="recompute units whose results already exist")] = False,
-    similarity: Annotated[list[str] | None, typer.Option(help="cos and/or l2 (default both)")] = None,
-    ties: Annotated[
-        str,
-        typer.Option(
-            help="optimistic (count >, the paper's), pessimistic (count >=) or realistic (their mean: the expected "
-            "rank under random tie-breaking; no credit for identical vectors such as mean-filled OOV words)"
-        ),
-    ] = "optimistic",
-    filter_other_positives: Annotated[bool, typer.Option(help="don't count x's other positives")] = False,
+    force: Annotated[bool, typer.Option("--force", help="recompute units whose results already exist")] = False,
+    similarity: Annotated[list[str] | None, typer.Option(help="EvalRank: cos and/or l2 (default both)")] = None,
+    ties: Annotated[str | None, typer.Option(hidden=True)] = None,
+    filter_other_positives: Annotated[
+        bool, typer.Option("--filter-other-positives", help="EvalRank: don't count x's other positives")
+    ] = False,
     center: Annotated[
         bool,
         typer.Option(
@@ -102,7 +101,7 @@ def run(
             "--no-center is a documented variant",
         ),
     ] = True,
-    device: Annotated[str | None, typer.Option(help="torch device for ranking (default: cuda if present)")] = None,
+    device: Annotated[str | None, typer.Option(help="torch device for scoring (default: cuda if present)")] = None,
     executor: Annotated[
         Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")
     ] = Executor.ray,
@@ -119,34 +118,26 @@ def run(
         int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
     ] = 2,
 ) -> None:
-    """Evaluate a catalog's models on its pools into the warehouse; finished units are skipped."""
+    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     from evalfarm.catalog.registry import CatalogError
-    from evalfarm.plan import RunConfig
     from evalfarm.pools.data import PoolDataError, data_dir
-    from evalfarm.rank import SIMILARITIES, RankPolicy
     from evalfarm.runner import run_catalog
-    from evalfarm.scheduler.progress import ProgressTracker
+    from evalfarm.scorers.base import SIMILARITIES, RunOptions
 
-    sims = tuple(_split(similarity) or SIMILARITIES)
+    if ties is not None:
+        _fail(
+            "--ties is no longer a run option: every rank metric is stored under all three tie policies (optimistic, "
+            "pessimistic, realistic) from one pass; pick one in SQL, e.g. "
+            "`evalfarm sql \"SELECT * FROM leaderboard WHERE ties = 'realistic'\"`"
+        )
     try:
         data_dir()
-        config = RunConfig(
-            policy=RankPolicy(
-                ties=ties,
-                filter_other_positives=filter_other_positives,  # type: ignore[arg-type]
-                center=center,
-            ),
-            similarities=sims,
+        options = RunOptions(
+            similarities=tuple(_split(similarity) or SIMILARITIES),  # type: ignore[arg-type]
+            center=center,
+            filter_other_positives=filter_other_positives,
             device=device,
         )
-        from evalfarm.catalog.registry import load_catalog
-        from evalfarm.plan import plan_run
-
-        cat = load_catalog(catalog)
-        plans = plan_run(cat, models=_split(models), pools=_split(pools), config=config)
-        tracker = ProgressTracker(total=sum(len(p.units) for p in plans))
-        unit_cost = {p.model: p.cost / len(p.units) for p in plans}
-        tracker.cost_total = sum(p.cost for p in plans)
         with Progress(
             TextColumn("{task.description}"),
             console=console,
@@ -154,49 +145,43 @@ def run(
             refresh_per_second=4,
             disable=not console.is_terminal,
         ) as prog:
-            line = prog.add_task(tracker.line())
-            embed_tasks: dict[str, Any] = {}
+            line = prog.add_task("planning")
+            embed_bars: dict[str, Any] = {}
 
-            def on_progress(label: str, advance: int, total: int) -> None:  # local executor: per-pool embedding
-                if label not in embed_tasks:
-                    embed_tasks[label] = prog.add_task(f"  embed {label}", total=total)
-                prog.advance(embed_tasks[label], advance)
-
-            def on_model_done(outs: list[Any]) -> None:
-                for o in outs:
-                    if o.status == "skipped":
-                        tracker.finish("skipped")
-                        tracker.cost_total -= unit_cost.get(o.model, 1.0)
-                        continue
-                    tracker.finish(o.status, unit_cost.get(o.model, 1.0))
-                    mark = {"done": "[green]done", "failed": "[red]FAILED"}[o.status]
-                    prog.console.print(
-                        f"{mark}[/] {o.model} · {o.pool} ({o.seconds:.1f}s)"
-                        + (f" [red]{o.stage}: {o.error}" if o.error else "")
-                    )
-                prog.update(line, description=tracker.line())
+            def on_progress(label: str, advance: int, total: int) -> None:  # local executor: embedding
+                if label not in embed_bars:
+                    embed_bars[label] = prog.add_task(f"  embed {label}", total=total)
+                prog.advance(embed_bars[label], advance)
 
             def on_event(e: Any) -> None:
-                if e.kind == "retry":
-                    tracker.retries += 1
+                if e.kind == "unit":
+                    o = e.outcome
+                    mark = {"done": "[green]done", "failed": "[red]FAILED"}.get(str(o.status), str(o.status))
+                    shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
+                    prog.console.print(
+                        f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
+                        + (f" {shown}" if shown else "")
+                        + (f" [red]{o.stage}: {o.error}" if o.error else ""),
+                        highlight=False,
+                    )
+                elif e.kind == "retry":
                     prog.console.print(f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {e.message}")
                 elif e.kind == "worker-lost":
                     prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
-                elif e.kind == "worker-ready":
-                    tracker.workers += 1
-                prog.update(line, description=tracker.line())
+                elif e.kind == "skipped":
+                    prog.console.print(f"[dim]{e.message}[/]")
+                prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
-                    console.print(tracker.line(), highlight=False)
+                    console.print(e.progress.line(), highlight=False)
 
             summary = run_catalog(
-                cat,
+                catalog,
                 warehouse,
                 models=_split(models),
-                pools=_split(pools),
-                config=config,
+                tasks=_split(tasks),
+                options=options,
                 force=force,
                 progress=on_progress if executor is Executor.local else None,
-                on_model_done=on_model_done,
                 executor=executor.value,
                 address=address,
                 workers=workers,
@@ -215,7 +200,7 @@ def run(
     if summary.failed:
         console.print("[bold red]failures:[/]")
         for o in summary.failed:
-            console.print(f"  {o.model} · {o.pool} [{o.stage}] {o.error}")
+            console.print(f"  {o.model} · {o.task} [{o.stage}] {o.error}")
         raise typer.Exit(1)
 
 
@@ -267,7 +252,7 @@ def catalog_list(
                 "postprocess": m.postprocess.method if m.postprocess else "",
                 "source": f"{src.type}:{src.ref}" if src else "",
                 "spec_hash": cat.spec_hash(m.id),
-                "pools": ",".join(p.id for p in cat.pools_for(m.id)),
+                "tasks": ",".join(t.id for t in cat.tasks_for(m.id)),
             }
         )
     print_rows(list(rows[0]) if rows else ["id"], rows, format, title=f"{cat.name}: {len(rows)} models")
@@ -291,7 +276,7 @@ def catalog_validate(
             "catalog": cat.name,
             "path": str(cat.path),
             "models": len(cat.models),
-            "pools": len(cat.pools),
+            "tasks": len(cat.tasks),
             "status": "ok",
         }
     ]

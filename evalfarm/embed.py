@@ -1,45 +1,58 @@
-"""Embed stage: a loaded model's embeddings of one pool's items, checked, written to Parquet atomically.
+"""Embed stage: each distinct text a model needs, embedded once and stored once, in the model's text store.
 
-- Sentence texts are fed to the encoder sorted by length (batches of similar length pad less), then put back
-  in item order.
-- Word models report out-of-vocabulary items: their rows are null in Parquet with ``oov = true`` and the
-  OOV policy (``mean`` / ``skip`` / ``zero``) is applied by the rank stage, so changing it needs no re-embed.
-- Quality: any NaN/inf value fails the unit (nothing is ranked). All-zero rows that are not OOV (e.g. a
-  bag-of-words sentence with no known word) are reported as an ``embed-quality`` failure row and handled like
-  OOV rows, never silently ranked as if they were real vectors.
+A model's store is a folder of Parquet shards (``text_id``, ``text``, ``embedding``, ``oov``) keyed by its spec hash
+and the embed code version: every task of the model's level indexes into it by text, so adding STS to a model that
+already embedded the EvalRank sentence pool embeds only the STS sentences that are new. A shard holds the texts one
+embed call added; its name is a hash of its texts, its metadata holds no run id or time, so its bytes depend on its
+content only (two runs that embed the same texts write the same file).
+
+- Sentence texts go to the encoder sorted by length (batches of similar length pad less), then back in order.
+- Word models follow EvalRank's word protocol (:mod:`evalfarm.preprocess`): keys lower-cased with the first
+  occurrence winning, lookups lower-cased; the raw vectors are stored, OOV words as null rows, and the vocabulary
+  statistics (the centring vector, the OOV vectors) travel in every shard's metadata.
+- Quality: any NaN/inf value fails the model (nothing is scored). All-zero rows that are not OOV (a bag of words with
+  no known word) are stored as OOV and reported (an ``embed-quality`` failure row), never scored as if real.
 """
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
+import hashlib
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from evalfarm.pools.evalrank import RankPool
-from evalfarm.warehouse import atomic_write_table, embeddings_table, now, read_embeddings
+EMBED_VERSION = "3"
+"""Bump when stored vectors change for the same model and text (it keys every text store)."""
 
 
 class EmbeddingQualityError(RuntimeError):
-    """Embeddings that must not be ranked (NaN/inf, wrong shape)."""
+    """Embeddings that must not be scored (NaN/inf, wrong shape)."""
+
+
+def text_id(text: str) -> str:
+    return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
+
+
+def store_key(spec_hash: str) -> str:
+    """A model's text store: its spec hash and the embed code version."""
+    return hashlib.sha256(f"store|{spec_hash}|{EMBED_VERSION}".encode()).hexdigest()[:16]
 
 
 @dataclass
-class EmbedResult:
-    path: Path
-    n_items: int
-    dim: int
-    oov_count: int
-    zero_count: int
-    seconds: float
-    metadata: dict[str, Any] = field(default_factory=dict)
+class Encoded:
+    """Vectors of some texts: float32 rows (zero where ``oov``), plus model-level metadata (vocabulary stats)."""
+
+    emb: np.ndarray
+    oov: np.ndarray
+    meta: dict[str, Any] = field(default_factory=dict)
+    zero_count: int = 0
 
 
 def _encode_sorted(
-    encode: Callable[[list[str]], np.ndarray], texts: list[str], chunk: int, progress: Callable[[int], None] | None
+    encode: Callable[[list[str]], np.ndarray], texts: Sequence[str], chunk: int, progress: Callable[[int], None] | None
 ) -> np.ndarray:
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out: np.ndarray | None = None
@@ -53,110 +66,148 @@ def _encode_sorted(
         out[idx] = vecs
         if progress:
             progress(len(idx))
-    assert out is not None
+    if out is None:
+        raise EmbeddingQualityError("nothing to encode")
     return out
 
 
-def compute_embeddings(
-    encoder: Any,
-    texts: list[str],
-    *,
-    chunk: int = 2048,
-    progress: Callable[[int], None] | None = None,
-    base_embeddings: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(matrix, oov mask, extra metadata) for ``texts``. Handles word lookup and sentence post-processing."""
-    extra: dict[str, Any] = {}
-    if hasattr(encoder, "lookup"):
-        # The word protocol (evalfarm.preprocess): lower-cased keys, first occurrence wins, lower-cased lookups;
-        # the raw vectors are stored and the vocabulary statistics travel with them.
-        from evalfarm.preprocess import lowercased_view, vocab_stats
+def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:
+    """EvalRank's word protocol lookup: lower-cased keys (first wins), lower-cased words, vocabulary statistics."""
+    from evalfarm.preprocess import lowercased_view, vocab_stats
 
-        view = lowercased_view(encoder)
-        emb, oov = view.lookup(texts)
-        emb = np.asarray(emb, dtype=np.float32)
-        oov = np.asarray(oov, dtype=bool)
-        try:
-            extra["vocab_stats"] = vocab_stats(view.vectors, view.word_rows).to_meta()
-        except ValueError as exc:  # NaN / inf anywhere in the vocabulary, not only in the pool's words
-            raise EmbeddingQualityError(f"{exc}; nothing from this model is ranked") from None
-        extra["vocab_size"] = int(view.vocab_size())
+    view = lowercased_view(encoder)
+    emb, oov = view.lookup(list(words))
+    try:
+        stats = vocab_stats(view.vectors, view.word_rows)
+    except ValueError as exc:  # NaN / inf anywhere in the vocabulary, not only in the words looked up
+        raise EmbeddingQualityError(f"{exc}; nothing from this model is scored") from None
+    meta = {"vocab_stats": stats.to_meta(), "vocab_size": int(view.vocab_size())}
+    return Encoded(np.asarray(emb, dtype=np.float32), np.asarray(oov, dtype=bool), meta)
+
+
+def encode_texts(
+    encoder: Any, texts: Sequence[str], *, chunk: int = 2048, progress: Callable[[int], None] | None = None
+) -> Encoded:
+    """Embed ``texts`` with a loaded model (word models: the protocol lookup) and check the result."""
+    if not texts:
+        raise EmbeddingQualityError("nothing to encode")
+    if hasattr(encoder, "lookup"):
+        out = word_lookup(encoder, texts)
         if progress:
             progress(len(texts))
-        return emb, oov, extra
-    pp = getattr(encoder, "postprocess", None)
-    if pp is not None:
-        from evalfarm.encoders.postprocess import fit_postprocess
-
-        base = base_embeddings
-        if base is None:
-            base = _encode_sorted(encoder.base.encode, texts, chunk, progress)
-        elif progress:
-            progress(len(texts))
-        finite = np.isfinite(base).all(axis=1)
-        if not finite.all():
-            raise EmbeddingQualityError(f"base model produced NaN/inf for {int((~finite).sum())} items")
-        emb = fit_postprocess(base, pp).apply(base).astype(np.float32)
-        extra["postprocess_fitted_on"] = f"{len(texts)} pool items"
-        return emb, np.zeros(len(texts), dtype=bool), extra
-    emb = _encode_sorted(encoder.encode, texts, chunk, progress)
-    return emb, np.zeros(len(texts), dtype=bool), extra
+    else:
+        out = Encoded(_encode_sorted(encoder.encode, texts, chunk, progress), np.zeros(len(texts), dtype=bool))
+    return check_quality(texts, out)
 
 
-def embed_pool(
-    encoder: Any,
-    pool: RankPool,
-    path: str | Path,
-    *,
-    metadata: dict[str, Any],
-    filesystem: Any = None,
-    progress: Callable[[int], None] | None = None,
-    base_embeddings: np.ndarray | None = None,
-) -> EmbedResult:
-    """Embed every item of ``pool`` and write ``path`` atomically. Raises EmbeddingQualityError on NaN/inf."""
-    t0 = time.perf_counter()
-    texts = pool.items
-    emb, oov, extra = compute_embeddings(encoder, texts, progress=progress, base_embeddings=base_embeddings)
-    if emb.shape[0] != len(texts):
-        raise EmbeddingQualityError(f"{emb.shape[0]} vectors for {len(texts)} items")
-    bad = ~np.isfinite(emb).all(axis=1)
+def check_quality(texts: Sequence[str], out: Encoded) -> Encoded:
+    """NaN/inf fail; all-zero rows that are not OOV become OOV and are counted in ``zero_count``."""
+    if out.emb.shape[0] != len(texts):
+        raise EmbeddingQualityError(f"{out.emb.shape[0]} vectors for {len(texts)} texts")
+    bad = ~np.isfinite(out.emb).all(axis=1)
     if bad.any():
         examples = [texts[i] for i in np.flatnonzero(bad)[:3]]
         raise EmbeddingQualityError(
-            f"{int(bad.sum())} of {len(texts)} vectors contain NaN/inf "
-            f"(e.g. {examples}); nothing from this unit is ranked"
+            f"{int(bad.sum())} of {len(texts)} vectors contain NaN/inf (e.g. {examples}); nothing from this model "
+            "is scored"
         )
-    zero = (~oov) & ~np.any(emb != 0, axis=1)
-    oov_all = oov | zero
-    seconds = time.perf_counter() - t0
-    meta = dict(metadata)
-    meta.update(extra)
-    meta.update(
-        {
-            "pool": pool.id,
-            "dim": int(emb.shape[1]),
-            "dtype": "float32",
-            "n_items": len(texts),
-            "oov_count": int(oov.sum()),
-            "zero_count": int(zero.sum()),
-            "seconds": round(seconds, 3),
-            "created_at": now().isoformat(),
-        }
-    )
-    table = embeddings_table(np.arange(len(texts)), texts, emb, oov_all, meta)
-    atomic_write_table(table, path, filesystem=filesystem)
-    return EmbedResult(
-        path=Path(path),
-        n_items=len(texts),
-        dim=int(emb.shape[1]),
-        oov_count=int(oov.sum()),
-        zero_count=int(zero.sum()),
-        seconds=seconds,
-        metadata=meta,
-    )
+    zero = (~out.oov) & ~np.any(out.emb != 0, axis=1)
+    out.zero_count = int(zero.sum())
+    out.oov = out.oov | zero
+    return out
 
 
-def load_embeddings(path: str | Path, *, filesystem: Any = None) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
-    """(matrix with OOV rows zero, OOV mask, metadata) of an embeddings file (local or on ``filesystem``)."""
-    _, emb, oov, meta = read_embeddings(path, filesystem=filesystem)
-    return emb, oov, meta
+# ---- the text store ----------------------------------------------------------------------------------------------
+_CACHE: OrderedDict[tuple[str, ...], StoredTexts] = OrderedDict()
+_CACHE_SIZE = 4
+
+
+@dataclass
+class StoredTexts:
+    """Everything a model's store holds: a text -> row index over one matrix."""
+
+    index: dict[str, int]
+    emb: np.ndarray
+    oov: np.ndarray
+    meta: dict[str, Any]
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        get = self.index.get
+        return np.fromiter((get(t, -1) for t in texts), dtype=np.int64, count=len(texts))
+
+
+class TextStore:
+    """One model's text store in a warehouse (see the module docstring)."""
+
+    def __init__(self, warehouse: Any, model: str, key: str) -> None:
+        self.wh = warehouse
+        self.model = model
+        self.key = key
+        self.dir = warehouse.store_dir(model, key)
+
+    def shards(self) -> list[str]:
+        return self.wh.list_files(self.dir)
+
+    def load(self) -> StoredTexts:
+        """Every stored text (the first shard holding a text wins; shards of one store agree anyway)."""
+        from evalfarm.warehouse import read_embeddings
+
+        paths = tuple(self.shards())
+        cache_key = (self.dir, *paths)
+        if cache_key in _CACHE:
+            _CACHE.move_to_end(cache_key)
+            return _CACHE[cache_key]
+        index: dict[str, int] = {}
+        embs, oovs = [], []
+        meta: dict[str, Any] = {}
+        fs = None if self.wh.local else self.wh.fs
+        for path in paths:
+            texts, emb, oov, m = read_embeddings(path, filesystem=fs)
+            meta = meta or m
+            kept = [i for i, t in enumerate(texts) if t not in index]
+            base = len(index)
+            for j, i in enumerate(kept):
+                index[texts[i]] = base + j
+            embs.append(emb[kept])
+            oovs.append(oov[kept])
+        if embs:
+            stored = StoredTexts(index, np.concatenate(embs), np.concatenate(oovs), meta)
+        else:
+            stored = StoredTexts({}, np.zeros((0, 0), np.float32), np.zeros(0, bool), {})
+        _CACHE[cache_key] = stored
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+        return stored
+
+    def missing(self, texts: Sequence[str]) -> list[str]:
+        """The distinct texts of ``texts`` the store does not hold, in first-appearance order."""
+        have = self.load().index
+        return list(dict.fromkeys(t for t in texts if t not in have))
+
+    def write(self, texts: Sequence[str], out: Encoded, meta: dict[str, Any]) -> str:
+        """One new shard with ``texts`` (sorted by text id, so equal content gives equal bytes)."""
+        from evalfarm.warehouse import embeddings_table
+
+        ids = [text_id(t) for t in texts]
+        order = sorted(range(len(texts)), key=ids.__getitem__)
+        name = hashlib.sha256(("|".join([self.key, *sorted(ids)])).encode()).hexdigest()[:16]
+        table = embeddings_table(
+            [ids[i] for i in order],
+            [texts[i] for i in order],
+            out.emb[order],
+            out.oov[order],
+            {**meta, **out.meta, "dim": int(out.emb.shape[1]), "dtype": "float32", "embed_version": EMBED_VERSION},
+        )
+        return self.wh.write_table(table, f"{self.dir}/{name}.parquet")
+
+    def vectors(self, texts: Sequence[str]) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+        """(float32 rows in the order of ``texts``, OOV mask, store metadata); every text must be stored."""
+        stored = self.load()
+        rows = stored.rows(texts)
+        if (rows < 0).any():
+            missing = [texts[i] for i in np.flatnonzero(rows < 0)[:3]]
+            raise LookupError(
+                f"model {self.model!r}: {int((rows < 0).sum())} of {len(texts)} texts have no stored embedding "
+                f"(e.g. {missing}); the embed stage did not finish for them"
+            )
+        return stored.emb[rows], stored.oov[rows], stored.meta

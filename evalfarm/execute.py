@@ -1,10 +1,10 @@
-"""Execute one model's units: load the model once, embed each pool it needs, rank, write results.
+"""Execute one model's units: embed what its tasks need (loading the model at most once), then score each task.
 
-Two stages, so a scheduler can run them as separate tasks: ``embed_model`` (load once, embed every pool the
-model needs, one embeddings Parquet per pool) and ``rank_unit`` (read one embeddings Parquet, rank, write ranks
-and metrics). ``execute_model`` chains them in-process and keeps the original contract. Failures are isolated:
-a model that fails to load fails its own units, a unit that fails leaves the others alone. A unit's metrics
-file is written last, atomically, and is its completion marker: a killed worker leaves nothing that looks
+Two stages, so a scheduler can run them as separate tasks: ``embed_model`` (read each unit's task, embed the texts
+the model's store lacks, write them as one shard) and ``score_unit`` (read one task's vectors from the store, run
+its scorer, write detail tables, then the metrics file). ``execute_model`` chains them in-process. Failures are
+isolated: a model that fails to load fails its own units, a task whose data is broken fails its own unit. A unit's
+metrics file is written last, atomically, and is its completion marker: a killed worker leaves nothing that looks
 complete. With ``record_failures=False`` the caller (the scheduler, which retries) writes the ``failures`` rows
 itself, once, after the last attempt.
 """
@@ -14,34 +14,22 @@ from __future__ import annotations
 import json
 import platform
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import numpy as np
 
 from evalfarm.catalog.registry import Catalog
-from evalfarm.embed import EmbeddingQualityError, embed_pool, load_embeddings
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, RunConfig, Unit, embed_fingerprint
-from evalfarm.pools import RankPool, load_pool
-from evalfarm.rank import evaluate_rank_pool
-from evalfarm.warehouse import Warehouse, now
+from evalfarm.embed import EmbeddingQualityError, Encoded, TextStore, check_quality, encode_texts, store_key
+from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
+from evalfarm.scorers import scorer_for
+from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
+from evalfarm.warehouse import SCHEMAS, Warehouse, now
 
-
-@dataclass
-class UnitOutcome:
-    model: str
-    pool: str
-    status: str  # done | skipped | failed | embedded (embed stage finished, rank pending)
-    seconds: float = 0.0
-    error: str | None = None
-    stage: str | None = None
-    metrics: dict[str, dict[str, float]] = field(default_factory=dict)
-    dim: int | None = None
-    detail: str = ""
-    started_at: datetime | None = None
+DEFAULT_FIT_TASK = "evalrank-sentence"
+"""The texts a post-processed sentence model is fitted on, unless its spec names another task (``fit_on``)."""
 
 
 @dataclass
@@ -49,46 +37,168 @@ class ExecContext:
     catalog: Catalog
     warehouse: Warehouse
     run_id: str
-    config: RunConfig = field(default_factory=RunConfig)
+    options: RunOptions = field(default_factory=RunOptions)
     force: bool = False
     progress: Callable[[str, int, int], None] | None = None  # (label, advance, total)
     record_failures: bool = True
-    _pools: dict[str, RankPool] = field(default_factory=dict)
+    _tasks: dict[str, Any] = field(default_factory=dict)
 
-    def pool(self, pool_id: str) -> RankPool:
-        if pool_id not in self._pools:
-            self._pools[pool_id] = load_pool(self.catalog.pool(pool_id))
-        return self._pools[pool_id]
+    def task_data(self, task_id: str) -> Any:
+        """A task's loaded, verified data (cached: a worker reads each task's files once)."""
+        if task_id not in self._tasks:
+            spec = self.catalog.task(task_id)
+            self._tasks[task_id] = scorer_for(spec.kind).load(spec)
+        return self._tasks[task_id]
 
-    @property
-    def io_fs(self) -> Any:
-        """The pyarrow filesystem for reads and writes (None: the local filesystem)."""
-        return None if self.warehouse.local else self.warehouse.fs
+    def texts(self, task_id: str) -> list[str]:
+        spec = self.catalog.task(task_id)
+        return list(scorer_for(spec.kind).texts(self.task_data(task_id)))
+
+    def store(self, model: str) -> TextStore:
+        return TextStore(self.warehouse, model, store_key(self.catalog.spec_hash(model)))
 
 
-def _short(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}"
-
-
-def _fail(ctx: ExecContext, unit: Unit, stage: str, exc: BaseException, t0: float, started: datetime) -> UnitOutcome:
-    o = UnitOutcome(
-        unit.model, unit.pool, "failed", time.perf_counter() - t0, _short(exc), stage, detail=traceback.format_exc()
-    )
-    o.started_at = started
+def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
     if ctx.record_failures:
-        record_failure(ctx.warehouse, ctx.run_id, o)
-    return o
+        record_failure(ctx.warehouse, ctx.run_id, outcome)
+    return outcome
 
 
-def record_failure(wh: Warehouse, run_id: str, outcome: UnitOutcome) -> None:
-    """One ``failures`` row for a failed unit (the scheduler calls it once, after the last attempt)."""
-    wh.write_failure(
-        run_id, outcome.model, outcome.pool, outcome.stage or "unknown", outcome.error or "", outcome.detail
+def is_done(wh: Warehouse, unit: Unit) -> bool:
+    """The one test of "is this unit computed?": its metrics file (written last) exists."""
+    return wh.exists(wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))
+
+
+def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
+    """Run every unit of one model in-process; never raises for a model or unit failure (they are recorded)."""
+    todo = [u for u in plan.units if ctx.force or not is_done(ctx.warehouse, u)]
+    outcomes = [UnitOutcome(u.model, u.task, Status.SKIPPED) for u in plan.units if u not in todo]
+    if not todo:
+        return outcomes
+    by_task = {u.task: u for u in todo}
+    for o in embed_model(ModelPlan(plan.model, plan.spec_hash, plan.level, plan.store, todo, plan.cost), ctx):
+        if o.status is Status.EMBEDDED:
+            r = score_unit(by_task[o.task], ctx)
+            r.seconds += o.seconds
+            outcomes.append(r)
+        else:
+            outcomes.append(o)
+    return outcomes
+
+
+# ---- embed ------------------------------------------------------------------------------------------------------
+def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
+    """Embed stage of every unit in ``plan``: the texts of all its tasks that the model's store lacks, in one shard.
+    Outcome per unit: ``embedded`` or ``failed``; the embed time is counted in the first embedded unit."""
+    t0 = time.perf_counter()
+    started = now()
+    outcomes: dict[str, UnitOutcome] = {}
+    needed: dict[str, None] = {}
+    for u in plan.units:
+        try:
+            needed.update(dict.fromkeys(ctx.texts(u.task)))
+        except Exception as exc:
+            outcomes[u.task] = _fail(ctx, failed(u.model, u.task, Stage.TASK, exc, t0, started))
+    ok = [u for u in plan.units if u.task not in outcomes]
+    dim = None
+    if ok:
+        store = ctx.store(plan.model)
+        texts = list(needed)
+        missing = texts if ctx.force else store.missing(texts)
+        if missing:
+            state = {"stage": Stage.LOAD}
+            try:
+                dim = _embed_missing(ctx, plan, store, missing, state)
+            except Exception as exc:
+                kind = Stage.EMBED_QUALITY if isinstance(exc, EmbeddingQualityError) else state["stage"]
+                for u in ok:
+                    outcomes[u.task] = _fail(ctx, failed(u.model, u.task, kind, exc, t0, started))
+                ok = []
+    seconds = time.perf_counter() - t0
+    for u in ok:
+        outcomes[u.task] = UnitOutcome(u.model, u.task, Status.EMBEDDED, seconds, dim=dim, started_at=started)
+        seconds = 0.0
+    return [outcomes[u.task] for u in plan.units]
+
+
+def _reuses_base_store(spec: Any) -> bool:
+    """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads."""
+    from evalfarm.encoders.loader import _OVERRIDABLE
+
+    return (
+        spec.level == "sentence"
+        and spec.postprocess is not None
+        and spec.base is not None
+        and not (set(_OVERRIDABLE) | {"kind", "source"}) & spec.model_fields_set
     )
 
 
-def unit_done(ctx: ExecContext, unit: Unit) -> bool:
-    return ctx.warehouse.has_unit("metrics", unit.model, unit.pool, unit.rank_fingerprint)
+def _embed_missing(
+    ctx: ExecContext, plan: ModelPlan, store: TextStore, missing: list[str], state: dict[str, Stage]
+) -> int:
+    """Embed ``missing`` into ``store``; returns the dimension. ``state["stage"]`` says how far it got (a failure
+    while loading the model is a ``load`` failure, after it an ``embed`` one)."""
+    from evalfarm.encoders.loader import SentencePostProcessed, load_encoder
+
+    chain = ctx.catalog.lineage(plan.model)
+    spec = chain[0]
+    label = f"{plan.model} · {len(missing)} texts"
+    progress = ctx.progress
+    prog = (lambda n: progress(label, n, len(missing))) if progress else None
+    provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
+    meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store}
+    if _reuses_base_store(spec):
+        fit_task = spec.postprocess.fit_on or DEFAULT_FIT_TASK
+        fit_texts = ctx.texts(fit_task)
+        base_emb, base_oov = _base_vectors(ctx, spec.base, [*missing, *fit_texts])
+        fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
+        from evalfarm.encoders.postprocess import fit_postprocess
+
+        state["stage"] = Stage.EMBED
+        transform = fit_postprocess(fit_emb[~fit_oov], spec.postprocess)
+        out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
+        out.emb[out.oov] = 0.0
+        out = check_quality(missing, out)
+        provenance["postprocess"] = spec.postprocess.model_dump()
+        provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": spec.base}
+        if prog:
+            prog(len(missing))
+    else:
+        t_load = time.perf_counter()
+        encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
+        provenance.update(getattr(encoder, "provenance", {}) or {})
+        provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
+        state["stage"] = Stage.EMBED
+        if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
+            fit_task = spec.postprocess.fit_on or DEFAULT_FIT_TASK
+            encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
+            provenance["fit_on"] = {"task": fit_task}
+        out = encode_texts(encoder, missing, progress=prog)
+    store.write(missing, out, {**meta, "provenance": provenance})
+    if out.zero_count:  # informational: these texts are handled as OOV
+        ctx.warehouse.write_failure(
+            ctx.run_id,
+            plan.model,
+            None,
+            str(Stage.EMBED_QUALITY),
+            f"{out.zero_count} all-zero vectors (handled as OOV under policy {spec.oov!r})",
+        )
+    ctx.warehouse.write_model(_model_row(ctx, plan, int(out.emb.shape[1]), provenance))
+    return int(out.emb.shape[1])
+
+
+def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The base model's vectors of ``texts``, embedding (and storing) the ones its store lacks."""
+    from evalfarm.encoders.loader import load_encoder
+
+    store = ctx.store(base)
+    missing = store.missing(texts)
+    if missing:
+        encoder = load_encoder(ctx.catalog.lineage(base), base_dir=ctx.catalog.path.parent)
+        out = encode_texts(encoder, missing)
+        store.write(missing, out, {"model": base, "spec_hash": ctx.catalog.spec_hash(base), "store": store.key})
+    emb, oov, _ = store.vectors(texts)
+    return emb, oov
 
 
 def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: dict[str, Any]) -> dict[str, Any]:
@@ -111,234 +221,83 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
     }
 
 
-def _base_embeddings(ctx: ExecContext, plan: ModelPlan, unit: Unit) -> np.ndarray | None:
-    """A post-processed sentence model reuses its base's embeddings of the same pool when they exist."""
-    spec = ctx.catalog.model(plan.model)
-    if spec.base is None or spec.postprocess is None or spec.level != "sentence":
-        return None
-    path = ctx.warehouse.embeddings_path(
-        spec.base, unit.pool, embed_fingerprint(ctx.catalog.spec_hash(spec.base), unit.pool_checksum)
-    )
-    if not ctx.warehouse.exists(path):
-        return None
-    emb, oov, _ = load_embeddings(path, filesystem=ctx.io_fs)
-    return None if oov.any() else emb
-
-
-def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
-    """Run every unit of one model in-process; never raises for a model or unit failure (they are recorded)."""
-    todo = [u for u in plan.units if ctx.force or not unit_done(ctx, u)]
-    outcomes = [UnitOutcome(u.model, u.pool, "skipped") for u in plan.units if u not in todo]
-    if not todo:
-        return outcomes
-    by_pool = {u.pool: u for u in todo}
-    for o in embed_model(ModelPlan(plan.model, plan.spec_hash, plan.level, todo, plan.cost), ctx):
-        if o.status == "embedded":
-            r = rank_unit(by_pool[o.pool], ctx)
-            r.seconds += o.seconds
-            outcomes.append(r)
-        else:
-            outcomes.append(o)
-    return outcomes
-
-
-def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
-    """Embed stage of every unit in ``plan``: load the model once (only if some pool lacks embeddings), write
-    one embeddings Parquet per pool. Outcome per unit: ``embedded`` (its embeddings file exists) or ``failed``.
-    The model load time is counted in the first embedded unit's seconds."""
-    wh = ctx.warehouse
-    todo = list(plan.units)
-    need_encoder = [
-        u for u in todo if ctx.force or not wh.exists(wh.embeddings_path(u.model, u.pool, u.embed_fingerprint))
-    ]
-    encoder = None
-    provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
-    load_seconds = 0.0
-    started = now()
-    if need_encoder:
-        t0 = time.perf_counter()
-        try:
-            from evalfarm.encoders.loader import load_encoder
-
-            encoder = load_encoder(ctx.catalog.lineage(plan.model), base_dir=ctx.catalog.path.parent)
-            provenance.update(getattr(encoder, "provenance", {}) or {})
-            load_seconds = time.perf_counter() - t0
-            provenance["load_seconds"] = round(load_seconds, 3)
-        except Exception as exc:
-            detail = traceback.format_exc()
-            outs = [
-                UnitOutcome(
-                    u.model,
-                    u.pool,
-                    "failed",
-                    time.perf_counter() - t0,
-                    _short(exc),
-                    "load",
-                    detail=detail,
-                    started_at=started,
-                )
-                for u in todo
-            ]
-            if ctx.record_failures:
-                for o in outs:
-                    record_failure(wh, ctx.run_id, o)
-            return outs
-    outcomes: list[UnitOutcome] = []
-    dim = None
-    for unit in todo:
-        o = _embed_unit(ctx, plan, unit, encoder, force=unit in need_encoder)
-        o.seconds += load_seconds
-        load_seconds = 0.0
-        dim = o.dim or dim
-        outcomes.append(o)
-    if any(o.status == "embedded" for o in outcomes) and (
-        encoder is not None or not wh.exists(wh.model_path(plan.model, plan.spec_hash))
-    ):
-        wh.write_model(_model_row(ctx, plan, dim, provenance))
-    return outcomes
-
-
-def _embed_unit(ctx: ExecContext, plan: ModelPlan, unit: Unit, encoder: Any, *, force: bool) -> UnitOutcome:
+# ---- score ------------------------------------------------------------------------------------------------------
+def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
+    """Score stage of one unit: read the task's vectors from the model's store, run the scorer, write detail tables,
+    then metrics (the completion marker). Runs anywhere the warehouse is visible: a GPU worker, a CPU task."""
     t0 = time.perf_counter()
     started = now()
     try:
-        pool = ctx.pool(unit.pool)
+        task = ctx.catalog.task(unit.task)
+        scorer = scorer_for(task.kind)
+        data = ctx.task_data(unit.task)
     except Exception as exc:
-        return _fail(ctx, unit, "pool", exc, t0, started)
-    spec = ctx.catalog.model(unit.model)
-    emb_path = ctx.warehouse.embeddings_path(unit.model, unit.pool, unit.embed_fingerprint)
-    dim = None
-    if force:
-        try:
-            label = f"{unit.model} · {unit.pool}"
-            progress = ctx.progress
-            prog = (lambda n: progress(label, n, len(pool.items))) if progress else None
-            meta = {
-                "model": unit.model,
-                "spec_hash": unit.spec_hash,
-                "fingerprint": unit.embed_fingerprint,
-                "pool_checksum": unit.pool_checksum,
-                "run_id": ctx.run_id,
-                "provenance": getattr(encoder, "provenance", {}),
-            }
-            res = embed_pool(
-                encoder,
-                pool,
-                emb_path,
-                metadata=meta,
-                progress=prog,
-                base_embeddings=_base_embeddings(ctx, plan, unit),
-                filesystem=ctx.io_fs,
-            )
-            dim = res.dim
-            if res.zero_count:
-                # Informational (the unit still ranks): written at once, it cannot repeat on a retry because
-                # the embeddings file now exists.
-                ctx.warehouse.write_failure(
-                    ctx.run_id,
-                    unit.model,
-                    unit.pool,
-                    "embed-quality",
-                    f"{res.zero_count} all-zero vectors (handled as OOV under policy {spec.oov!r})",
-                )
-        except EmbeddingQualityError as exc:
-            return _fail(ctx, unit, "embed-quality", exc, t0, started)
-        except Exception as exc:
-            return _fail(ctx, unit, "embed", exc, t0, started)
-    return UnitOutcome(unit.model, unit.pool, "embedded", time.perf_counter() - t0, dim=dim, started_at=started)
-
-
-def rank_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
-    """Rank stage of one unit: read its embeddings Parquet, rank under every similarity, write ranks, then
-    metrics (the completion marker). Runs anywhere the warehouse is visible: a GPU worker, a CPU task."""
-    t0 = time.perf_counter()
-    started = now()
+        return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
-        pool = ctx.pool(unit.pool)
+        from evalfarm.preprocess import VocabStats
+
+        texts = list(scorer.texts(data))
+        emb, oov, meta = ctx.store(unit.model).vectors(texts)
+        vectors = TextVectors(
+            level=unit.level,  # type: ignore[arg-type]
+            emb=emb,
+            oov=oov,
+            vocab=VocabStats.from_meta(meta["vocab_stats"]) if "vocab_stats" in meta else None,
+            oov_policy=ctx.catalog.model(unit.model).oov,
+        )
+        result = scorer.score(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
+        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result)
     except Exception as exc:
-        return _fail(ctx, unit, "pool", exc, t0, started)
-    try:
-        path = ctx.warehouse.embeddings_path(unit.model, unit.pool, unit.embed_fingerprint)
-        emb, oov, meta = load_embeddings(path, filesystem=ctx.io_fs)
-        out = _rank_unit(ctx, unit, pool, emb, oov, meta, t0)
-    except Exception as exc:
-        return _fail(ctx, unit, "rank", exc, t0, started)
-    out.started_at = started
-    return out
+        return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
+    summary = {
+        "/".join(x for x in (r.subset if r.subset != "all" else "", r.variant, r.ties or "") if x): r.value
+        for r in result.rows
+        if r.primary and r.ties in (None, "optimistic")
+    }
+    return UnitOutcome(
+        unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,
+        started_at=started,
+    )  # fmt: skip
 
 
-def _rank_unit(
-    ctx: ExecContext, unit: Unit, pool: RankPool, emb: np.ndarray, oov: np.ndarray, meta: dict[str, Any], t0: float
-) -> UnitOutcome:
-    spec = ctx.catalog.model(unit.model)
-    cfg = ctx.config
+def write_results(wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: ScoreResult) -> None:
+    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) last."""
+    import pyarrow as pa
+
+    for name, table in result.details.items():
+        n = table.num_rows
+        for col, value in (
+            ("run_id", run_id),
+            ("model", unit.model),
+            ("task", unit.task),
+            ("fingerprint", unit.fingerprint),
+        ):
+            table = table.append_column(col, pa.array([value] * n, pa.string()))
+        schema = SCHEMAS[name]
+        wh.write_table(
+            table.select(schema.names).cast(schema), wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
+        )
     created = now()
-    policy_json = json.dumps({"oov": spec.oov, **json.loads(cfg.rank_key())})
-    metric_rows: list[dict[str, Any]] = []
-    rank_tables = []
-    per_sim: dict[str, dict[str, float]] = {}
-    for sim in cfg.similarities:
-        res = evaluate_rank_pool(
-            emb,
-            oov,
-            meta,
-            pool.queries,
-            pool.positives,
-            similarity=sim,
-            policy=cfg.policy,
-            oov_policy=spec.oov,
-            level=pool.level,
-            device=cfg.device,
-        )
-        per_sim[sim] = res.metrics
-        for name, value in res.metrics.items():
-            metric_rows.append(
-                {
-                    "run_id": ctx.run_id,
-                    "model": unit.model,
-                    "pool": unit.pool,
-                    "similarity": sim,
-                    "metric": name,
-                    "value": value,
-                    "fingerprint": unit.rank_fingerprint,
-                    "spec_hash": unit.spec_hash,
-                    "pool_checksum": unit.pool_checksum,
-                    "code_version": CODE_VERSIONS["rank"],
-                    "policy": policy_json,
-                    "created_at": created,
-                }
-            )
-        if cfg.keep_ranks:
-            q = pool.queries[res.pair_index]
-            p = pool.positives[res.pair_index]
-            items = np.asarray(pool.items, dtype=object)
-            rank_tables.append(
-                {
-                    "run_id": [ctx.run_id] * len(q),
-                    "model": [unit.model] * len(q),
-                    "pool": [unit.pool] * len(q),
-                    "similarity": [sim] * len(q),
-                    "query_id": q,
-                    "positive_id": p,
-                    "query": items[q].tolist(),
-                    "positive": items[p].tolist(),
-                    "rank": res.ranks,
-                    "score": res.scores,
-                    "tied": res.tied,
-                    "oov": res.pair_oov,
-                    "fingerprint": [unit.rank_fingerprint] * len(q),
-                }
-            )
-    wh = ctx.warehouse
-    if rank_tables:
-        import pyarrow as pa
-
-        from evalfarm.warehouse import SCHEMAS
-
-        table = pa.concat_tables(
-            [pa.table(t).select(SCHEMAS["ranks"].names).cast(SCHEMAS["ranks"]) for t in rank_tables]
-        )
-        wh.write("ranks", table, wh.unit_path("ranks", unit.model, unit.pool, unit.rank_fingerprint))
-    # Metrics last: their file is the unit's completion marker.
-    wh.write("metrics", metric_rows, wh.unit_path("metrics", unit.model, unit.pool, unit.rank_fingerprint))
-    return UnitOutcome(unit.model, unit.pool, "done", time.perf_counter() - t0, metrics=per_sim, dim=int(emb.shape[1]))
+    rows = [
+        {
+            "run_id": run_id,
+            "model": unit.model,
+            "task": unit.task,
+            "scorer": scorer.name,
+            "subset": r.subset,
+            "variant": r.variant,
+            "ties": r.ties,
+            "metric": r.metric,
+            "value": float(r.value),
+            "is_primary": bool(r.primary),
+            "higher_is_better": bool(scorer.higher_is_better),
+            "fingerprint": unit.fingerprint,
+            "spec_hash": unit.spec_hash,
+            "task_checksum": unit.task_checksum,
+            "scorer_version": scorer.version,
+            "params": unit.params,
+            "created_at": created,
+        }
+        for r in result.rows
+    ]
+    wh.write("metrics", rows, wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))

@@ -1,23 +1,28 @@
-"""Plan: the model × pool units of a run, each with content fingerprints.
+"""Plan: a run's units — one per (model, task) — each with a content fingerprint, and per model its text store.
 
-A unit's fingerprint hashes everything that can change its numbers: the model spec and its bases, the pool's
-data checksum, the evaluation code version and (for ranks) the rank policy. Same fingerprint → same result,
-so the runner skips it unless ``--force``.
+A unit's fingerprint hashes everything that can change its numbers: the model spec and its bases (spec hash),
+the task's data (version and file checksums), the scorer's name, version and parameters (the preprocessing protocol
+among them). Same fingerprint, same numbers: the runner skips it unless ``--force``. A scorer's version bump
+recomputes that scorer's units only; a new ``--ties`` needs no recomputation at all (every tie policy comes from one
+stored pass). A model's embeddings live in one text store (keyed by spec hash and embed version), shared by all of
+its units.
 """
 
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
+from typing import Any
 
-from evalfarm.catalog.registry import Catalog
+from evalfarm.catalog.registry import Catalog, CatalogError
 from evalfarm.catalog.specs import canonical_json
-from evalfarm.pools.data import pool_checksum
-from evalfarm.preprocess import PROTOCOL_VERSION
-from evalfarm.rank import SIMILARITIES, RankPolicy
+from evalfarm.embed import EMBED_VERSION, store_key
+from evalfarm.pools.data import task_checksum
+from evalfarm.scorers import scorer_for
+from evalfarm.scorers.base import RunOptions
 
-# Bump when a stage's output for the same inputs changes (a bug fix, a new column that matters).
-CODE_VERSIONS = {"embed": "2", "rank": "3"}
+CODE_VERSIONS = {"embed": EMBED_VERSION}
+"""Stage versions recorded with every run (scorer versions live on each scorer)."""
 
 
 def _h(*parts: str) -> str:
@@ -26,57 +31,39 @@ def _h(*parts: str) -> str:
 
 @dataclass(frozen=True)
 class Unit:
-    """One model on one pool: embed it, then rank it under every similarity."""
+    """One model on one task, scored by the task kind's scorer."""
 
     model: str
-    pool: str
+    task: str
+    scorer: str
+    level: str
     spec_hash: str
-    pool_checksum: str
-    embed_fingerprint: str
-    rank_fingerprint: str
+    task_checksum: str
+    params: str  # canonical JSON of the scorer's parameters
+    fingerprint: str
 
 
 @dataclass
 class ModelPlan:
-    """All units of one model: a worker loads the model once and runs them in order."""
+    """All units of one model: a worker loads the model once, embeds the texts its units need, then scores them."""
 
     model: str
     spec_hash: str
     level: str
+    store: str
     units: list[Unit] = field(default_factory=list)
     cost: float = 1.0  # relative size, for largest-first assignment
 
 
-@dataclass(frozen=True)
-class RunConfig:
-    """Options that change ranks (fingerprinted) plus how to run (not fingerprinted)."""
-
-    policy: RankPolicy = RankPolicy()
-    similarities: tuple[str, ...] = SIMILARITIES
-    device: str | None = None
-    keep_ranks: bool = True
-
-    def __post_init__(self) -> None:
-        unknown = [s for s in self.similarities if s not in SIMILARITIES]
-        if unknown or not self.similarities:
-            raise ValueError(f"unknown similarity {unknown or '(none)'}: choose from {', '.join(SIMILARITIES)}")
-
-    def rank_key(self) -> str:
-        return canonical_json(
-            {
-                "policy": asdict(self.policy),
-                "similarities": list(self.similarities),
-                "code": CODE_VERSIONS["rank"],
-                "protocol": PROTOCOL_VERSION,
-            }
-        )
+def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, params: str) -> str:
+    return _h("unit", spec_hash, checksum, scorer, version, params)
 
 
-# Relative cost of embedding one pool, per encoder kind, in units of one sentence-pool rank pass (cos + l2 over
-# ~7k pairs x 25k background: ~9 s on one of 2 CPU cores). Measured on the local zoo's nightly run (README): MiniLM
-# in torch or ONNX ~90 s a pool, spaCy's CNN ~20 s, the static model ~2 s, a bag of words or a word-vector lookup
-# under 1 s. Only the order and the ETA depend on it: largest-first assignment keeps a big model from starting last
-# and becoming the straggler that the whole run waits for.
+# Relative cost of embedding a model's texts, per encoder kind, in units of one EvalRank sentence-pool rank pass
+# (cos + l2 over ~7k pairs x 25k background: ~9 s on one of 2 CPU cores), measured on the local zoo's nightly run:
+# MiniLM in torch or ONNX ~90 s for 25k sentences, spaCy's CNN ~20 s, the static model ~2 s, a bag of words or a
+# word-vector lookup under 1 s. Only the order and the ETA depend on it: largest-first assignment keeps a big model
+# from starting last and becoming the straggler the whole run waits for.
 KIND_COST = {
     "transformers": 10.0,
     "sentence-transformers": 10.0,
@@ -87,61 +74,82 @@ KIND_COST = {
     "bow": 0.05,
     "word-vectors": 0.02,
 }
-RANK_COST = {"sentence": 1.0, "word": 0.5}  # the word pool: 5.5k pairs x 22k background
+SCORE_COST = {("evalrank", "sentence"): 1.0, ("evalrank", "word"): 0.5}  # others: cheap correlations
 POSTPROCESS_COST = 0.15  # fitting ABTT / PC removal / whitening on a base's stored embeddings
 
 
-def estimate_cost(kind: str, level: str, n_units: int, postprocessed: bool = False) -> float:
-    """Relative cost of a model's units: embedding (by kind) + ranking. A post-processed sentence model reuses its
-    base's stored embeddings (the scheduler runs the base first), so it costs the fit, not the encoder."""
+def estimate_cost(kind: str, level: str, units: list[Unit], postprocessed: bool = False) -> float:
+    """Relative cost of a model's units: embedding its texts (by kind) + scoring. A post-processed sentence model
+    reuses its base's stored embeddings (the scheduler runs the base first), so it costs the fit, not the encoder."""
     embed = POSTPROCESS_COST if postprocessed and level == "sentence" else KIND_COST.get(kind, 5.0)
-    return n_units * (embed + RANK_COST.get(level, 1.0))
-
-
-def embed_fingerprint(spec_hash: str, pool_sum: str) -> str:
-    return _h("embed", spec_hash, pool_sum, CODE_VERSIONS["embed"])
+    return embed + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
 
 
 def plan_run(
     catalog: Catalog,
     *,
     models: list[str] | None = None,
-    pools: list[str] | None = None,
-    config: RunConfig = RunConfig(),
+    tasks: list[str] | None = None,
+    options: RunOptions | None = None,
 ) -> list[ModelPlan]:
-    """Units for the selected models and pools (pools are matched to models by level)."""
+    """Units for the selected models and tasks (tasks are matched to models by level). Raises CatalogError when
+    nothing matches (an empty catalog, or tasks of another level than every selected model)."""
+    options = options or RunOptions()
     model_ids = list(models) if models else list(catalog.models)
+    if not model_ids:
+        raise CatalogError(f"catalog {catalog.name!r} has no models: nothing to run")
     for m in model_ids:
         catalog.model(m)  # clear error for unknown ids
-    pool_ids = list(pools) if pools else list(catalog.default_pools)
-    pool_specs = [catalog.pool(p) for p in pool_ids]
-    rank_key = config.rank_key()
+    task_ids = list(tasks) if tasks else list(catalog.default_tasks)
+    task_specs = [catalog.task(t) for t in task_ids]
+    keyed: dict[str, tuple[str, str, str]] = {}
+    for t in task_specs:
+        scorer = scorer_for(t.kind)
+        params = canonical_json(scorer.params(t, options))
+        keyed[t.id] = (scorer.name, scorer.version, params)
     plans: list[ModelPlan] = []
     for m in model_ids:
         spec = catalog.model(m)
         sh = catalog.spec_hash(m)
-        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level)
-        for ps in pool_specs:
-            if ps.level != spec.level:
+        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level, store=store_key(sh))
+        for t in task_specs:
+            if t.level != spec.level:
                 continue
-            ps_sum = pool_checksum(ps)
-            ef = embed_fingerprint(sh, ps_sum)
+            name, version, params = keyed[t.id]
+            checksum = task_checksum(t)
             mp.units.append(
                 Unit(
                     model=m,
-                    pool=ps.id,
+                    task=t.id,
+                    scorer=name,
+                    level=t.level,
                     spec_hash=sh,
-                    pool_checksum=ps_sum,
-                    embed_fingerprint=ef,
-                    rank_fingerprint=_h("rank", ef, spec.oov, rank_key),
+                    task_checksum=checksum,
+                    params=params,
+                    fingerprint=unit_fingerprint(sh, checksum, name, version, params),
                 )
             )
         if mp.units:
-            mp.cost = estimate_cost(
-                catalog.kind(m), spec.level, len(mp.units), postprocessed=spec.postprocess is not None
-            )
+            mp.cost = estimate_cost(catalog.kind(m), spec.level, mp.units, postprocessed=spec.postprocess is not None)
             plans.append(mp)
+    if not plans:
+        levels = sorted({catalog.model(m).level for m in model_ids})
+        have = sorted({t.level for t in task_specs})
+        raise CatalogError(
+            f"nothing to run: the selected models are {'/'.join(levels)}-level but the selected tasks "
+            f"({', '.join(task_ids) or 'none'}) are {'/'.join(have) or 'none'}-level; pick tasks of the models' level "
+            "(`evalfarm catalog list` shows each model's tasks)"
+        )
     # Bases first: a derived sentence model can then reuse its base's embeddings.
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
     plans.sort(key=lambda p: depth[p.model])
     return plans
+
+
+def describe(plans: list[ModelPlan]) -> dict[str, Any]:
+    """Counts for a summary line: models, units, tasks."""
+    return {
+        "models": len(plans),
+        "units": sum(len(p.units) for p in plans),
+        "tasks": sorted({u.task for p in plans for u in p.units}),
+    }

@@ -1,10 +1,10 @@
 """Run a catalog: plan the units, skip the finished ones, schedule the rest, record the run, summarise.
 
-The skip check runs on the driver before any executor starts: when every unit's metrics file already exists
-with the same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds.
-Executors: ``local`` (in-process, one worker: the baseline, and the Python API's default) and ``ray`` (worker
-actors on a local or remote Ray cluster: the CLI's default). Both share ``scheduler.core.Scheduler``, so they
-produce identical warehouses.
+The skip check runs on the driver before any executor starts: when every unit's metrics file already exists with the
+same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds. Executors:
+``local`` (in-process, one worker: the baseline) and ``ray`` (worker actors on a local or remote Ray cluster: the
+CLI's default). Both share ``scheduler.core.Scheduler``, so they produce identical warehouses. Progress (counts,
+cost-weighted ETA) is tracked here and handed to ``on_event`` with every event, so front ends only render it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,11 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, RunConfig, plan_run
+from evalfarm.outcomes import Stage, Status
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run
 from evalfarm.scheduler import EXECUTORS
+from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Warehouse, new_run_id, now
 
 
@@ -28,7 +31,7 @@ from evalfarm.warehouse import Warehouse, new_run_id, now
 class RunSummary:
     run_id: str
     warehouse: Path | str
-    outcomes: list[Any] = field(default_factory=list)  # UnitOutcome, one per unit
+    outcomes: list[Any] = field(default_factory=list)  # UnitOutcome (or a skipped stand-in), one per unit
     seconds: float = 0.0
     executor: str = "local"
     workers: int = 0
@@ -36,7 +39,7 @@ class RunSummary:
 
     @property
     def failed(self) -> list[Any]:
-        return [o for o in self.outcomes if o.status == "failed"]
+        return [o for o in self.outcomes if o.status == Status.FAILED]
 
     @property
     def ok(self) -> bool:
@@ -45,36 +48,47 @@ class RunSummary:
     def counts(self) -> dict[str, int]:
         c = {"done": 0, "skipped": 0, "failed": 0}
         for o in self.outcomes:
-            c[o.status] += 1
+            c[str(o.status)] += 1
         return c
 
 
 @dataclass
-class _Skipped:
+class Skipped:
     """A unit whose results exist (a light stand-in for UnitOutcome: the no-op path imports nothing heavy)."""
 
     model: str
-    pool: str
-    status: str = "skipped"
+    task: str
+    status: Status = Status.SKIPPED
     seconds: float = 0.0
     error: str | None = None
-    stage: str | None = None
+    stage: Stage | None = None
 
 
-def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list[ModelPlan], list[_Skipped]]:
+@dataclass
+class RunEvent:
+    """What ``run_catalog`` reports: ``planned``, ``skipped`` (units already done), then the scheduler's events
+    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``tick``). ``progress`` is current."""
+
+    kind: str
+    progress: ProgressTracker
+    outcome: Any = None
+    task: Any = None
+    worker: Any = None
+    message: str = ""
+
+
+def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list[ModelPlan], list[Skipped]]:
     """(plans of the units still to compute, the units already computed with the same fingerprint)."""
     if force:
         return plans, []
-    marker = {
-        (u.model, u.pool): wh.unit_path("metrics", u.model, u.pool, u.rank_fingerprint) for p in plans for u in p.units
-    }
+    marker = {id(u): wh.unit_path("metrics", u.model, u.task, u.fingerprint) for p in plans for u in p.units}
     present = wh.existing(list(marker.values()))
     pending, skipped = [], []
     for p in plans:
-        todo = [u for u in p.units if marker[(u.model, u.pool)] not in present]
-        skipped += [_Skipped(u.model, u.pool) for u in p.units if marker[(u.model, u.pool)] in present]
+        todo = [u for u in p.units if marker[id(u)] not in present]
+        skipped += [Skipped(u.model, u.task) for u in p.units if marker[id(u)] in present]
         if todo:
-            pending.append(ModelPlan(p.model, p.spec_hash, p.level, todo, p.cost * len(todo) / len(p.units)))
+            pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
     return pending, skipped
 
 
@@ -83,31 +97,33 @@ def run_catalog(
     warehouse: str | Path,
     *,
     models: list[str] | None = None,
-    pools: list[str] | None = None,
-    config: RunConfig | None = None,
+    tasks: list[str] | None = None,
+    options: RunOptions | None = None,
     force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    on_model_done: Callable[[list[Any]], None] | None = None,
     executor: str = "local",
     address: str | None = None,
     workers: int | None = None,
     max_attempts: int = 2,
-    on_event: Callable[[Any], None] | None = None,
+    on_event: Callable[[RunEvent], None] | None = None,
 ) -> RunSummary:
-    """Evaluate ``models`` (default: all) of ``catalog`` on ``pools`` (default: the catalog's) into ``warehouse``.
+    """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
 
-    ``on_model_done`` is called with ``[outcome]`` as each unit finishes (skipped units first, in one call);
-    ``on_event`` receives every scheduler event (dispatch, retry, worker-lost, unit, tick).
+    ``progress(label, advance, total)`` reports embedding progress (in-process executor); ``on_event`` receives a
+    :class:`RunEvent` for everything else.
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
-    config = config or RunConfig()
-    plans = plan_run(cat, models=models, pools=pools, config=config)
+    options = options or RunOptions()
+    plans = plan_run(cat, models=models, tasks=tasks, options=options)
     wh = Warehouse(warehouse).init()
     run_id = new_run_id()
     t0 = time.perf_counter()
     n_units = sum(len(p.units) for p in plans)
+    tracker = ProgressTracker(total=n_units, cost_total=sum(p.cost for p in plans))
+    unit_cost = {p.model: p.cost / len(p.units) for p in plans}
+    emit = on_event or (lambda e: None)
     common = {
         "catalog": str(cat.path),
         "n_units": n_units,
@@ -118,32 +134,40 @@ def run_catalog(
     wh.write_run_event(run_id, "start", status="running", **common)
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
     pending, skipped = split_done(plans, wh, force)
+    emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
     summary.outcomes.extend(skipped)
     if skipped:
         at = now()
         wh.write_units(
             run_id,
             [
-                {"model": s.model, "pool": s.pool, "stage": "plan", "worker": "driver", "node": platform.node(),
-                 "started_at": at, "seconds": 0.0, "status": "skipped", "attempts": 0, "error": None}
+                {"model": s.model, "task": s.task, "stage": str(Stage.PLAN), "worker": "driver",
+                 "node": platform.node(), "started_at": at, "seconds": 0.0, "status": str(Status.SKIPPED),
+                 "attempts": 0, "error": None, "fingerprint": None}
                 for s in skipped
             ],
         )  # fmt: skip
-        if on_model_done:
-            on_model_done(list(skipped))
+        for s in skipped:
+            tracker.finish(Status.SKIPPED, unit_cost.get(s.model, 1.0))
+        emit(RunEvent("skipped", tracker, message=f"{len(skipped)} units already done"))
 
     def event(e: Any) -> None:
-        if e.kind == "unit" and on_model_done:
-            on_model_done([e.outcome])
-        if on_event:
-            on_event(e)
+        if e.kind == "unit":
+            tracker.finish(e.outcome.status, unit_cost.get(e.outcome.model, 1.0))
+        elif e.kind == "retry":
+            tracker.retries += 1
+        elif e.kind == "worker-ready":
+            tracker.workers += 1
+        elif e.kind == "worker-lost":
+            tracker.workers = max(0, tracker.workers - 1)
+        emit(RunEvent(e.kind, tracker, outcome=e.outcome, task=e.task, worker=e.worker, message=e.message))
 
     backend = None
     try:
         if pending:
             from evalfarm.scheduler.core import Scheduler
 
-            backend = _backend(executor, cat, wh, run_id, config, force, progress, pending, address, workers)
+            backend = _backend(executor, cat, wh, run_id, options, force, progress, pending, address, workers)
             sched = Scheduler(
                 pending,
                 backend,
@@ -182,7 +206,7 @@ def _backend(
     cat: Catalog,
     wh: Warehouse,
     run_id: str,
-    config: RunConfig,
+    options: RunOptions,
     force: bool,
     progress: Callable[[str, int, int], None] | None,
     pending: list[ModelPlan],
@@ -194,7 +218,7 @@ def _backend(
         from evalfarm.scheduler.local import LocalBackend
 
         ctx = ExecContext(
-            catalog=cat, warehouse=wh, run_id=run_id, config=config, force=force, progress=progress,
+            catalog=cat, warehouse=wh, run_id=run_id, options=options, force=force, progress=progress,
             record_failures=False,
         )  # fmt: skip
         return LocalBackend(ctx)
@@ -205,7 +229,7 @@ def _backend(
         catalog=cat,
         warehouse=wh.uri,
         run_id=run_id,
-        config=config,
+        options=options,
         force=force,
         address=address,
         workers=workers,

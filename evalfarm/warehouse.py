@@ -2,8 +2,8 @@
 
 Layout (private; the SQL views are the public interface)::
 
-    <root>/embeddings/model=<id>/pool=<pool>/<fingerprint>.parquet
-    <root>/tables/<table>/model=<id>/pool=<pool>/<fingerprint>.parquet   (metrics, ranks)
+    <root>/embeddings/model=<id>/store=<key>/<shard>.parquet             (a model's texts, each embedded once)
+    <root>/tables/<table>/model=<id>/task=<task>/<fingerprint>.parquet   (metrics, ranks)
     <root>/tables/models/model=<id>/<spec_hash>.parquet
     <root>/tables/runs/<run_id>.<start|end>.parquet
     <root>/tables/failures/<run_id>/<uuid>.parquet
@@ -46,35 +46,43 @@ SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMAS: dict[str, pa.Schema] = {
+    # one row per number; `primary` marks the scorer's primary metric (the leaderboard's), `ties` the tie policy of
+    # a rank metric (null elsewhere); params: the scorer's fingerprinted parameters as JSON
     "metrics": pa.schema(
         [
             ("run_id", pa.string()),
             ("model", pa.string()),
-            ("pool", pa.string()),
-            ("similarity", pa.string()),
+            ("task", pa.string()),
+            ("scorer", pa.string()),
+            ("subset", pa.string()),
+            ("variant", pa.string()),
+            ("ties", pa.string()),
             ("metric", pa.string()),
             ("value", pa.float64()),
+            ("is_primary", pa.bool_()),
+            ("higher_is_better", pa.bool_()),
             ("fingerprint", pa.string()),
             ("spec_hash", pa.string()),
-            ("pool_checksum", pa.string()),
-            ("code_version", pa.string()),
-            ("policy", pa.string()),
+            ("task_checksum", pa.string()),
+            ("scorer_version", pa.string()),
+            ("params", pa.string()),
             ("created_at", _TS),
         ]
     ),
+    # EvalRank per pair: the optimistic rank and the tied count, once; the views derive the other tie policies
     "ranks": pa.schema(
         [
             ("run_id", pa.string()),
             ("model", pa.string()),
-            ("pool", pa.string()),
-            ("similarity", pa.string()),
+            ("task", pa.string()),
+            ("variant", pa.string()),
             ("query_id", pa.int64()),
             ("positive_id", pa.int64()),
             ("query", pa.string()),
             ("positive", pa.string()),
-            ("rank", pa.float64()),  # under the run's tie policy: half-integers for realistic ties
-            ("score", pa.float32()),
+            ("rank", pa.int64()),
             ("tied", pa.int64()),
+            ("score", pa.float32()),
             ("oov", pa.bool_()),
             ("fingerprint", pa.string()),
         ]
@@ -115,7 +123,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             ("run_id", pa.string()),
             ("model", pa.string()),
-            ("pool", pa.string()),
+            ("task", pa.string()),
             ("stage", pa.string()),
             ("error", pa.string()),
             ("detail", pa.string()),
@@ -126,7 +134,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         [
             ("run_id", pa.string()),
             ("model", pa.string()),
-            ("pool", pa.string()),
+            ("task", pa.string()),
             ("stage", pa.string()),
             ("worker", pa.string()),
             ("node", pa.string()),
@@ -135,9 +143,12 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("status", pa.string()),
             ("attempts", pa.int64()),
             ("error", pa.string()),
+            ("fingerprint", pa.string()),
         ]
     ),
 }
+DETAIL_TABLES = ("ranks",)
+"""Per-unit detail tables a scorer may write (each has run_id, model, task and fingerprint columns)."""
 
 
 def now() -> datetime:
@@ -267,11 +278,25 @@ class Warehouse:
             sweep_temp_files(self.base)
         return self
 
-    def embeddings_path(self, model: str, pool: str, fingerprint: str) -> str:
-        return self._p("embeddings", f"model={model}", f"pool={pool}", f"{fingerprint}.parquet")
+    def store_dir(self, model: str, store_key: str) -> str:
+        """A model's text store: one Parquet shard per batch of newly embedded texts."""
+        return self._p("embeddings", f"model={model}", f"store={store_key}")
 
-    def unit_path(self, table: str, model: str, pool: str, fingerprint: str) -> str:
-        return self._p("tables", table, f"model={model}", f"pool={pool}", f"{fingerprint}.parquet")
+    def unit_path(self, table: str, model: str, task: str, fingerprint: str) -> str:
+        return self._p("tables", table, f"model={model}", f"task={task}", f"{fingerprint}.parquet")
+
+    def list_files(self, folder: str, suffix: str = ".parquet") -> list[str]:
+        """Visible files (no hidden temp files) directly in ``folder``, sorted; [] when it does not exist."""
+        if self.local:
+            try:
+                names = os.listdir(folder)
+            except FileNotFoundError:
+                return []
+            return sorted(f"{folder}/{n}" for n in names if n.endswith(suffix) and not n.startswith("."))
+        sel = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
+        return sorted(
+            i.path for i in self.fs.get_file_info(sel) if i.path.endswith(suffix) and not i.base_name.startswith(".")
+        )
 
     # -- file I/O -------------------------------------------------------------------------------------------
     def exists(self, path: str) -> bool:
@@ -323,12 +348,12 @@ class Warehouse:
         return self.write("units", rows, self._p("tables", "units", run_id, f"{uuid.uuid4().hex}.parquet"))
 
     def write_failure(
-        self, run_id: str, model: str | None, pool: str | None, stage: str, error: str, detail: str = ""
+        self, run_id: str, model: str | None, task: str | None, stage: str, error: str, detail: str = ""
     ) -> str:
         row = {
             "run_id": run_id,
             "model": model,
-            "pool": pool,
+            "task": task,
             "stage": stage,
             "error": error,
             "detail": detail,
@@ -377,9 +402,6 @@ class Warehouse:
         finally:
             con.close()
 
-    def has_unit(self, table: str, model: str, pool: str, fingerprint: str) -> bool:
-        return self.exists(self.unit_path(table, model, pool, fingerprint))
-
 
 _ALLOWED = {"SELECT", "EXPLAIN", "PRAGMA"}
 
@@ -396,29 +418,33 @@ def check_read_only(sql: str) -> None:
 
 
 def embeddings_table(
-    item_ids: np.ndarray, texts: list[str], emb: np.ndarray, oov: np.ndarray, metadata: dict[str, Any]
+    text_ids: list[str], texts: list[str], emb: np.ndarray, oov: np.ndarray, metadata: dict[str, Any]
 ) -> pa.Table:
-    """Embeddings as ``FixedSizeList<float32>[dim]``; OOV rows are null (the rank stage applies the policy)."""
+    """A text-store shard: ``FixedSizeList<float32>[dim]`` vectors; OOV rows are null (a scorer's preprocessing
+    protocol decides what they become). ``metadata`` holds no run id or time: a shard's bytes depend on its content
+    only, so two runs that embed the same texts write the same file."""
     dim = emb.shape[1]
     flat = pa.array(np.ascontiguousarray(emb, dtype=np.float32).reshape(-1), type=pa.float32())
     mask = pa.array(oov.astype(bool))
     values = pa.FixedSizeListArray.from_arrays(flat, dim, mask=mask)
     table = pa.table(
         {
-            "item_id": pa.array(item_ids, pa.int64()),
+            "text_id": pa.array(text_ids, pa.string()),
             "text": pa.array(texts, pa.string()),
             "embedding": values,
             "oov": pa.array(oov.astype(bool)),
         }
     )
-    meta = {k.encode(): (v if isinstance(v, str) else json.dumps(v)).encode() for k, v in metadata.items()}
+    meta = {
+        k.encode(): (v if isinstance(v, str) else json.dumps(v, sort_keys=True)).encode() for k, v in metadata.items()
+    }
     return table.replace_schema_metadata(meta)
 
 
 def read_embeddings(
     path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[str, Any]]:
-    """(item_ids, float32 matrix with OOV rows as zeros, oov mask, metadata)."""
+) -> tuple[list[str], np.ndarray, np.ndarray, dict[str, Any]]:
+    """(texts, float32 matrix with OOV rows as zeros, oov mask, metadata) of a text-store shard."""
     t = pq.read_table(path, filesystem=filesystem)
     col = t.column("embedding").combine_chunks()
     dim = col.type.list_size
@@ -437,4 +463,4 @@ def read_embeddings(
             meta[key] = json.loads(v)
         except json.JSONDecodeError:
             meta[key] = v.decode()
-    return t.column("item_id").to_numpy(), emb, oov, meta
+    return t.column("text").to_pylist(), emb, oov, meta

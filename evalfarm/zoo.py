@@ -734,8 +734,7 @@ def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
         "description": "A real zoo that runs offline on a 2-core machine: packaged models of ../shared/MODELS.md, "
         "their pooling variants, word vectors trained here (Word2Vec CBOW / skip-gram, FastText, PPMI-SVD), their "
         "bag-of-words sentence models and post-processed variants.",
-        "include": ["pools"],
-        "pools": ["evalrank-word", "evalrank-sentence"],
+        "include": ["tasks"],
         "models": models,
     }
     return header + yaml.safe_dump(body, sort_keys=False, width=119, allow_unicode=True)

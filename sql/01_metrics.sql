@@ -1,15 +1,20 @@
--- metrics_history: every number ever computed, one row per number (append-only; recomputing a unit with the
--- same fingerprint replaces its file, so there are no duplicates).
+-- metrics_history: every number ever computed, one row per number (append-only; recomputing a unit with the same
+-- fingerprint replaces its file, so there are no duplicates). Rows of the first wave's layout (no task) are left out.
 CREATE OR REPLACE VIEW metrics_history AS
-SELECT run_id, model, pool, similarity, metric, value, fingerprint, spec_hash, pool_checksum, code_version,
-       policy, created_at
-FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false);
+SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
+       spec_hash, task_checksum, scorer_version, params, created_at
+FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false)
+WHERE task IS NOT NULL;
 
--- metrics: the current numbers: for each (model, pool), the unit computed last (its spec, pool data and code).
+-- metrics: the current numbers: for each (model, task, scorer, subset, variant), the unit computed last. A second
+-- scorer or variant never hides another's numbers (a run with --similarity cos keeps the l2 rows of an earlier one).
 CREATE OR REPLACE VIEW metrics AS
-SELECT run_id, model, pool, similarity, metric, value, fingerprint, spec_hash, created_at
+SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
+       spec_hash, scorer_version, params, created_at
 FROM (
-    SELECT *, dense_rank() OVER (PARTITION BY model, pool ORDER BY created_at DESC, fingerprint) AS _newest
+    SELECT *, dense_rank() OVER (
+        PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint
+    ) AS _newest
     FROM metrics_history
 )
 WHERE _newest = 1;

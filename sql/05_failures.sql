@@ -1,4 +1,5 @@
--- failures: what went wrong, per run, model, pool and stage (load, embed, embed-quality, rank, pool).
+-- failures: what went wrong, per run, model, task and stage (task, load, embed, embed-quality, score); task is null
+-- for model-level rows (a model that failed to load, informational embed-quality rows).
 CREATE OR REPLACE VIEW failures AS
-SELECT run_id, model, pool, stage, error, detail, created_at
+SELECT run_id, model, task, stage, error, detail, created_at
 FROM read_parquet('{root}/tables/failures/**/*.parquet', union_by_name = true, hive_partitioning = false);

@@ -1,18 +1,41 @@
--- leaderboard: current EvalRank results, one row per (pool, similarity, model), best MRR first.
+-- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
+-- best first. Rank metrics carry their tie policy in `ties` (optimistic: the paper's); numbers computed under
+-- different policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = 'realistic'.
 CREATE OR REPLACE VIEW leaderboard AS
-WITH wide AS (
-    SELECT pool, similarity, model,
+SELECT task, scorer, subset, variant, ties,
+       rank() OVER (
+           PARTITION BY task, scorer, subset, variant, ties
+           ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
+       ) AS position,
+       model, metric, value
+FROM metrics
+WHERE is_primary
+ORDER BY task, scorer, subset, variant, ties, position, model;
+
+-- evalrank: the EvalRank board, one row per (task, variant, ties, model): MRR, MR, Hits@k under that tie policy and
+-- the pool's coverage figures (oov_rate, tie_rate: the share of pairs whose positive ties with some item).
+CREATE OR REPLACE VIEW evalrank AS
+WITH ranked AS (
+    SELECT task, variant, ties, model,
            max(value) FILTER (WHERE metric = 'mrr') AS mrr,
            max(value) FILTER (WHERE metric = 'mr') AS mr,
            max(value) FILTER (WHERE metric = 'hits@1') AS "hits@1",
            max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
-           max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10",
+           max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10"
+    FROM metrics
+    WHERE scorer = 'evalrank' AND ties IS NOT NULL
+    GROUP BY task, variant, ties, model
+),
+coverage AS (
+    SELECT task, variant, model,
            CAST(max(value) FILTER (WHERE metric = 'n_pairs') AS BIGINT) AS n_pairs,
            max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate,
            max(value) FILTER (WHERE metric = 'tie_rate') AS tie_rate
     FROM metrics
-    GROUP BY pool, similarity, model
+    WHERE scorer = 'evalrank' AND ties IS NULL
+    GROUP BY task, variant, model
 )
-SELECT rank() OVER (PARTITION BY pool, similarity ORDER BY mrr DESC NULLS LAST) AS position, *
-FROM wide
-ORDER BY pool, similarity, position, model;
+SELECT task, variant, ties, rank() OVER (PARTITION BY task, variant, ties ORDER BY mrr DESC NULLS LAST) AS position,
+       model, mrr, mr, "hits@1", "hits@3", "hits@10", n_pairs, oov_rate, tie_rate
+FROM ranked LEFT JOIN coverage USING (task, variant, model)
+ORDER BY task, variant, ties, position, model;

@@ -8,24 +8,25 @@ import pytest
 
 from evalfarm.catalog.registry import CatalogError, available_catalogs, load_catalog
 
-POOLS = str(Path(__file__).resolve().parents[1] / "catalog" / "pools.yaml")
+TASKS = str(Path(__file__).resolve().parents[1] / "catalog" / "tasks.yaml")
 
 
 def _write(tmp_path: Path, body: str) -> Path:
     p = tmp_path / "cat.yaml"
-    p.write_text(f"include: [{POOLS}]\npools: [evalrank-word, evalrank-sentence]\n" + body)
+    p.write_text(f"include: [{TASKS}]\ntasks: [evalrank-word, evalrank-sentence]\n" + body)
     return p
 
 
-def test_starter_zoo_loads_with_at_least_eight_models_and_both_pools():
+def test_starter_zoo_loads_with_at_least_eight_models_and_every_task():
     cat = load_catalog("zoo-starter")
     assert len(cat.models) >= 8
-    assert cat.default_pools == ["evalrank-word", "evalrank-sentence"]
-    assert {"zoo-starter", "pools"} <= set(available_catalogs())
+    assert {"evalrank-word", "evalrank-sentence"} <= set(cat.default_tasks) == set(cat.tasks)
+    assert {"zoo-starter", "tasks"} <= set(available_catalogs())
     # a derived model inherits kind and is a model in its own right, with its own hash
     assert cat.kind("glove-6b-50d-abtt3") == "word-vectors"
     assert cat.spec_hash("glove-6b-50d-abtt3") != cat.spec_hash("glove-6b-50d")
-    assert [p.id for p in cat.pools_for("bow-glove-6b-50d")] == ["evalrank-sentence"]
+    assert "evalrank-sentence" in [t.id for t in cat.tasks_for("bow-glove-6b-50d")]
+    assert all(t.level == "sentence" for t in cat.tasks_for("bow-glove-6b-50d"))
 
 
 def test_unknown_key_names_file_and_entry(tmp_path):
@@ -77,3 +78,29 @@ def test_yaml_syntax_error_names_the_line(tmp_path):
 def test_unknown_catalog_name_lists_known_ones():
     with pytest.raises(CatalogError, match="zoo-starter"):
         load_catalog("no-such-catalog")
+
+
+def test_base_cycle_is_an_error_that_names_it_not_a_hang(tmp_path):
+    p = _write(
+        tmp_path,
+        "models:\n  - {id: a, level: word, base: b, postprocess: {method: abtt, d: 1}}\n"
+        "  - {id: b, level: word, base: a, postprocess: {method: abtt, d: 1}}\n",
+    )
+    with pytest.raises(CatalogError, match=r"base cycle a -> b -> a"):
+        load_catalog(p)
+
+
+def test_task_entries_are_a_discriminated_union_by_kind(tmp_path):
+    p = tmp_path / "cat.yaml"
+    p.write_text(
+        "tasks:\n  - {id: t, level: word, kind: nonsense, version: '1', files: {}, sha256: {}, licence: x, source: y}\n"
+    )
+    with pytest.raises(CatalogError) as e:
+        load_catalog(p)
+    assert "tasks[0] (id 't')" in str(e.value) and "nonsense" in str(e.value) and "evalrank" in str(e.value)
+    p.write_text(
+        "tasks:\n  - {id: t, level: word, kind: evalrank, version: '1', files: {pairs: p.txt}, sha256: {},"
+        " licence: x, source: y, format: evalrank-word}\n"
+    )
+    with pytest.raises(CatalogError, match="no sha256 for file role"):
+        load_catalog(p)

@@ -420,7 +420,7 @@ def test_postprocessed_word_vectors(toy: WordVectors) -> None:
     vecs, oov = enc.lookup(["The", "qqqzzzxx"])
     assert oov.tolist() == [False, True] and not vecs[1].any()
     np.testing.assert_allclose(vecs[0], enc.transform.apply(toy.lookup(["the"])[0])[0], atol=1e-6)
-    assert enc.provenance["postprocess"] == {"method": "abtt", "d": 2}
+    assert enc.provenance["postprocess"] == {"method": "abtt", "d": 2, "fit_on": None}
     assert enc.provenance["base"]["model"] == "toy-glove"
     # bow over the derived word model
     bow_chain = [spec(id="bow-toy-abtt", level="sentence", kind="bow", base="toy-abtt"), *chain]

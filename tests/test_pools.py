@@ -8,18 +8,18 @@ from pathlib import Path
 import pytest
 
 from evalfarm.catalog.registry import load_catalog
-from evalfarm.catalog.specs import PoolSpec
+from evalfarm.scorers.evalrank import EvalRankTask
 from evalfarm.pools import load_pool
 from evalfarm.pools.data import PoolDataError
 
 
 @pytest.fixture(scope="module")
 def catalog():
-    return load_catalog("pools")
+    return load_catalog("tasks")
 
 
 def test_word_pool_matches_paper_table_2(catalog, data_dir):
-    pool = load_pool(catalog.pool("evalrank-word"))
+    pool = load_pool(catalog.task("evalrank-word"))
     assert pool.n_pairs == 5514
     assert len(pool.items) == 22207
     assert pool.n_duplicate_pairs == 0
@@ -28,13 +28,13 @@ def test_word_pool_matches_paper_table_2(catalog, data_dir):
 
 
 def test_sentence_pool_matches_paper_table_2(catalog):
-    pool = load_pool(catalog.pool("evalrank-sentence"))
+    pool = load_pool(catalog.task("evalrank-sentence"))
     assert pool.n_pairs == 6989
     assert len(pool.items) == 24957
     assert int((pool.queries == pool.positives).sum()) == 13  # self-pairs kept, as in the paper
 
 
-def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> PoolSpec:
+def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> EvalRankTask:
     (tmp / "p").mkdir(parents=True, exist_ok=True)
     (tmp / "p" / "pairs.txt").write_text(pairs)
     (tmp / "p" / "bg.txt").write_text(background)
@@ -54,7 +54,7 @@ def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> PoolSpec:
         source="tests",
     )
     fields.update(over)
-    return PoolSpec(**fields)
+    return EvalRankTask(**fields)
 
 
 def test_corrupt_pair_file_names_file_and_line(tmp_path, monkeypatch):
@@ -82,7 +82,7 @@ def test_checksum_mismatch_is_refused(tmp_path, monkeypatch):
 def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(tmp_path / "nope"))
     with pytest.raises(PoolDataError, match="EVALFARM_DATA"):
-        load_pool(load_catalog("pools").pool("evalrank-word"))
+        load_pool(load_catalog("tasks").task("evalrank-word"))
 
 
 def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):

@@ -16,13 +16,14 @@ import numpy as np
 import pytest
 from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
 
-from evalfarm.embed import compute_embeddings
+from evalfarm.embed import word_lookup
 from evalfarm.encoders.word_vectors import WordVectors
 from evalfarm.preprocess import Protocol, VocabStats, lowercased_view, prepare, vocab_stats
-from evalfarm.rank import RankPolicy, evaluate_rank_pool
+from evalfarm.scorers.base import TextVectors
+from evalfarm.scorers.evalrank import rank_pool
 
 REPO = Path(__file__).resolve().parents[1]
-POOLS = REPO / "catalog" / "pools.yaml"
+POOLS = REPO / "catalog" / "tasks.yaml"
 
 # Raw vocabulary, in file order. The second "b" line is a duplicate key once keys are lower-cased: the toolkit keeps
 # "B"'s vector for "b" and drops the line. Vocabulary = a, b, c, d; mean m = (2, 0); centred:
@@ -41,22 +42,16 @@ def hand_model(tmp_path: Path) -> WordVectors:
     return WordVectors.load(path, "glove-text")
 
 
-def _ranks(model, pairs, *, center=True, oov="mean", similarity="cos") -> list[float]:
-    emb, oov_mask, extra = compute_embeddings(model, ITEMS)
+def _vectors(model, oov: str = "mean") -> TextVectors:
+    """The embed stage's protocol lookup of ITEMS, as the score stage receives it."""
+    out = word_lookup(model, ITEMS)
+    return TextVectors("word", out.emb, out.oov, VocabStats.from_meta(out.meta["vocab_stats"]), oov)
+
+
+def _ranks(model, pairs, *, center=True, oov="mean", similarity="cos") -> list[int]:
     q = np.array([p[0] for p in pairs])
     p = np.array([p[1] for p in pairs])
-    res = evaluate_rank_pool(
-        emb,
-        oov_mask,
-        extra,
-        q,
-        p,
-        similarity=similarity,
-        policy=RankPolicy(center=center),
-        oov_policy=oov,
-        level="word",
-    )
-    return res.ranks.tolist()
+    return rank_pool(_vectors(model, oov), q, p, similarity=similarity, center=center).rank.tolist()
 
 
 def test_hand_vocabulary_statistics(hand_model):
@@ -88,19 +83,8 @@ def test_oov_vector_is_the_mean_of_normalised_vectors_not_renormalised(hand_mode
     # (ties, not counted) -> rank 1; pair (a, q): s = 0; b (.447) counts, c (0) ties -> rank 2.
     assert _ranks(hand_model, [(Q, R), (A, Q)], oov="zero") == [1, 2]
     # skip: pairs touching q or r are dropped, and q, r leave the background.
-    emb, oov_mask, extra = compute_embeddings(hand_model, ITEMS)
-    res = evaluate_rank_pool(
-        emb,
-        oov_mask,
-        extra,
-        np.array([Q, A, A]),
-        np.array([R, Q, B_]),
-        similarity="cos",
-        policy=RankPolicy(),
-        oov_policy="skip",
-        level="word",
-    )
-    assert res.pair_index.tolist() == [2] and res.ranks.tolist() == [1] and res.metrics["n_background"] == 4
+    res = rank_pool(_vectors(hand_model, "skip"), np.array([Q, A, A]), np.array([R, Q, B_]), similarity="cos")
+    assert res.pair_index.tolist() == [2] and res.rank.tolist() == [1] and res.n_background == 4
 
 
 def test_lower_casing_keys_first_occurrence_wins_changes_a_rank(hand_model):
@@ -147,7 +131,7 @@ def conformance_run(tmp_path_factory, toy_glove):
             f"  - {{id: glove-{oov}, level: word, kind: word-vectors, format: numpy-vocab, oov: {oov},"
             f" vocab: glove_6B_index.parquet, source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}}}"
         )
-    (d / "cat.yaml").write_text(f"include: [{POOLS}]\npools: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
+    (d / "cat.yaml").write_text(f"include: [{POOLS}]\ntasks: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
     wh = d / "wh"
     summary = run_catalog(d / "cat.yaml", wh)
     assert summary.ok, [o.error for o in summary.failed]
@@ -174,7 +158,7 @@ def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, o
     from evalfarm.pools import load_pool
 
     wh, models = conformance_run
-    pool = load_pool(load_catalog(str(POOLS)).pool("evalrank-word"))
+    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
     X, is_oov = toolkit_vectors(*models[model], pool.items, similarity=similarity, oov=oov)
     q, p = pool.queries, pool.positives
     background = np.arange(len(pool.items))
@@ -183,7 +167,7 @@ def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, o
         q, p, background = q[keep], p[keep], np.flatnonzero(~is_oov)
     want, near = oracle_ranks(X, q, p, background, similarity=similarity)
     rows = wh.query(
-        f"SELECT query_id, positive_id, rank FROM ranks WHERE model = '{model}-{oov}' AND similarity = '{similarity}'"
+        f"SELECT query_id, positive_id, rank FROM ranks WHERE model = '{model}-{oov}' AND variant = '{similarity}'"
     ).to_pydict()
     got_by_pair = {(a, b): r for a, b, r in zip(rows["query_id"], rows["positive_id"], rows["rank"], strict=True)}
     assert len(got_by_pair) == len(q)
@@ -195,7 +179,8 @@ def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, o
     # background items within 1e-5 of the positive's score
     assert np.all(np.abs(got[differ] - want[differ]) <= near[differ]), listing
     mrr = wh.query(
-        f"SELECT value FROM metrics WHERE model = '{model}-{oov}' AND similarity = '{similarity}' AND metric = 'mrr'"
+        f"SELECT value FROM metrics WHERE model = '{model}-{oov}' AND variant = '{similarity}' AND metric = 'mrr'"
+        " AND ties = 'optimistic'"
     ).to_pylist()[0]["value"]
     assert mrr == pytest.approx(float(np.mean(1.0 / want)), abs=1e-5)
 
@@ -213,14 +198,14 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     from evalfarm.pools import load_pool
 
     wh, models = conformance_run
-    pool = load_pool(load_catalog(str(POOLS)).pool("evalrank-word"))
+    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
     index, matrix = models["toy"]
     loop, loop_pos = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
     assert round(100 * float(np.mean(1.0 / loop)), 2) == 3.18
     assert round(100 * float(np.mean(loop <= 1)), 2) == 1.18
     assert round(100 * float(np.mean(loop <= 3)), 2) == 3.54
     rows = wh.query(
-        "SELECT query_id, positive_id, rank, score, tied FROM ranks WHERE model = 'toy-mean' AND similarity = 'cos'"
+        "SELECT query_id, positive_id, rank, score, tied FROM ranks WHERE model = 'toy-mean' AND variant = 'cos'"
     ).to_pydict()
     by_pair = {(a, b): i for i, (a, b) in enumerate(zip(rows["query_id"], rows["positive_id"], strict=True))}
     order = np.array([by_pair[(a, b)] for a, b in zip(pool.queries.tolist(), pool.positives.tolist(), strict=True)])
@@ -244,7 +229,7 @@ def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run
     import pyarrow.parquet as pq
 
     wh, models = conformance_run
-    (path,) = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))
+    (path,) = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))  # one shard
     meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
     stats = VocabStats.from_meta(json.loads(meta["vocab_stats"]))
     index, matrix = models["toy"]

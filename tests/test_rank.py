@@ -2,10 +2,41 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
-from evalfarm.rank import RankPolicy, evaluate_rank_pool, preprocess, rank_metrics, rank_pairs, rank_pairs_loop
+from evalfarm.preprocess import VocabStats
+from evalfarm.scorers.base import RunOptions, TextVectors
+from evalfarm.scorers.evalrank import EvalRankScorer, rank_metrics, rank_pool
+from evalfarm.scorers.rank_kernel import rank_pairs, rank_pairs_loop
+
+
+def preprocess(emb: np.ndarray, similarity: str, *, center=None) -> np.ndarray:
+    """L2-normalise for cos (zero rows stay zero), as the kernel expects its input."""
+    x = np.asarray(emb, dtype=np.float32).copy()
+    if similarity == "cos":
+        n = np.linalg.norm(x, axis=1, keepdims=True)
+        np.divide(x, n, out=x, where=n > 0)
+    return x
+
+
+def evaluate_rank_pool(emb, oov, meta, q, p, *, similarity, center=True, oov_policy="mean", level):
+    """One similarity of the EvalRank scorer on a hand-made pool: ranks, scores, tied counts and metrics."""
+    vocab = VocabStats.from_meta(meta["vocab_stats"]) if "vocab_stats" in meta else None
+    vectors = TextVectors(level, np.asarray(emb, np.float32), np.asarray(oov, bool), vocab, oov_policy)
+    res = rank_pool(vectors, np.asarray(q), np.asarray(p), similarity=similarity, center=center)
+    data = SimpleNamespace(items=[str(i) for i in range(len(emb))], queries=np.asarray(q), positives=np.asarray(p))
+    params = EvalRankScorer().params(
+        SimpleNamespace(level=level), RunOptions(similarities=(similarity,), center=center)
+    )
+    rows = EvalRankScorer().score(None, data, vectors, params).rows
+    metrics = {r.metric: r.value for r in rows if r.ties in (None, "optimistic")}
+    return SimpleNamespace(
+        ranks=res.rank.astype(float), scores=res.score, tied=res.tied, pair_index=res.pair_index, metrics=metrics
+    )
+
 
 # Unit vectors in 2-D: cosines with X are exact decimals.
 X, Y, CLOSER, ORTH, OPP = (1.0, 0.0), (0.6, 0.8), (0.8, 0.6), (0.0, 1.0), (-1.0, 0.0)
@@ -38,14 +69,12 @@ def test_ties_optimistic_by_default_pessimistic_counts_equal_scores_realistic_is
 
 
 def test_unknown_tie_policy_or_similarity_fails_when_configured():
-    from evalfarm.plan import RunConfig
-
-    with pytest.raises(ValueError, match="tie policy 'random'"):
-        RankPolicy(ties="random")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="unknown tie policy 'random'"):
+        rank_pairs(np.eye(2, dtype=np.float32), np.array([0]), np.array([1]), np.arange(2), "cos", ties="random")
     with pytest.raises(ValueError, match="unknown similarity"):
-        RunConfig(similarities=("cos", "dot"))
+        RunOptions(similarities=("cos", "dot"))  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="hits@k"):
-        RankPolicy(hits=(0,))
+        RunOptions(hits=(0,))
 
 
 def test_other_positives_counted_by_default_filtered_on_request():
@@ -88,7 +117,6 @@ def test_metrics_by_hand():
     assert m["mr"] == pytest.approx(7.4)
     assert m["mrr"] == pytest.approx((1 + 0.5 + 0.25 + 0.1 + 0.05) / 5)
     assert (m["hits@1"], m["hits@3"], m["hits@10"]) == (0.2, 0.4, 0.8)
-    assert m["n_pairs"] == 5
     assert np.isnan(rank_metrics(np.array([], dtype=np.int64))["mr"])
 
 
@@ -120,9 +148,7 @@ def _pool_case():
 
 def test_oov_skip_drops_pairs_and_background_items():
     emb, oov, q, p = _pool_case()
-    res = evaluate_rank_pool(
-        emb, oov, {}, q, p, similarity="cos", policy=RankPolicy(center=False), oov_policy="skip", level="sentence"
-    )
+    res = evaluate_rank_pool(emb, oov, {}, q, p, similarity="cos", center=False, oov_policy="skip", level="sentence")
     assert res.pair_index.tolist() == [0, 2]
     assert res.metrics["n_pairs"] == 2
     assert res.metrics["oov_rate"] == pytest.approx(0.2)
@@ -137,18 +163,14 @@ def test_oov_mean_is_the_vocabulary_statistic_from_metadata_used_as_is():
     # vocabulary mean 0 (centring changes nothing); the OOV vector is (0, 0.5), NOT renormalised to ORTH.
     stats = VocabStats(size=4, mean=np.zeros(2), unit_centered_mean=np.array([0.0, 0.5]), unit_mean=np.ones(2))
     meta = {"vocab_stats": stats.to_meta()}
-    res = evaluate_rank_pool(
-        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="mean", level="word"
-    )
+    res = evaluate_rank_pool(emb, oov, meta, q, p, similarity="cos", oov_policy="mean", level="word")
     # pair (4 -> 0): s = (0, .5)·X = 0; Y (.4), CLOSER (.3) and ORTH (.5) beat it.
     assert res.ranks.tolist()[1] == 4
     assert res.scores[1] == 0.0
     # pair (1 -> 0), Y's row: s(Y, X) = .6; CLOSER (.96) and ORTH (.8) beat it, the OOV item ((0, .5)·Y = .4)
     # does not: a renormalised OOV vector would be ORTH's twin (.8) and beat it too.
     assert res.ranks.tolist()[2] == 3
-    zero = evaluate_rank_pool(
-        emb, oov, meta, q, p, similarity="cos", policy=RankPolicy(), oov_policy="zero", level="word"
-    )
+    zero = evaluate_rank_pool(emb, oov, meta, q, p, similarity="cos", oov_policy="zero", level="word")
     assert zero.scores[1] == 0.0
 
 
@@ -159,9 +181,9 @@ def test_centering_makes_ranks_invariant_to_a_common_offset():
     q, p = rng.integers(0, 60, 40), rng.integers(0, 60, 40)
     shifted = emb + 5.0
     kw = dict(similarity="cos", oov_policy="mean", level="sentence")
-    a = evaluate_rank_pool(emb, oov, {}, q, p, policy=RankPolicy(center=True), **kw).ranks
-    b = evaluate_rank_pool(shifted, oov, {}, q, p, policy=RankPolicy(center=True), **kw).ranks
-    c = evaluate_rank_pool(shifted, oov, {}, q, p, policy=RankPolicy(center=False), **kw).ranks
+    a = evaluate_rank_pool(emb, oov, {}, q, p, center=True, **kw).ranks
+    b = evaluate_rank_pool(shifted, oov, {}, q, p, center=True, **kw).ranks
+    c = evaluate_rank_pool(shifted, oov, {}, q, p, center=False, **kw).ranks
     np.testing.assert_array_equal(a, b)
     assert not np.array_equal(a, c)
 
@@ -181,7 +203,7 @@ def test_tied_count_and_tie_rate_expose_policy_sensitive_pairs():
         np.array([0, 4]),
         np.array([1, 0]),
         similarity="cos",
-        policy=RankPolicy(center=False),
+        center=False,
         oov_policy="mean",
         level="sentence",
     )

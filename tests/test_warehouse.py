@@ -11,10 +11,10 @@ from evalfarm.warehouse import Warehouse, atomic_write_table, embeddings_table, 
 
 def test_views_exist_and_are_empty_on_a_new_warehouse(tmp_path):
     wh = Warehouse(tmp_path / "wh").init()
-    for view in ["metrics", "metrics_history", "models", "ranks", "runs", "failures", "leaderboard"]:
+    for view in ["metrics", "metrics_history", "models", "ranks", "runs", "failures", "leaderboard", "evalrank"]:
         assert wh.query(f"SELECT count(*) AS n FROM {view}").to_pylist() == [{"n": 0}]
     cols = wh.query("SELECT * FROM metrics LIMIT 0").column_names
-    assert cols[:6] == ["run_id", "model", "pool", "similarity", "metric", "value"]
+    assert cols[:9] == ["run_id", "model", "task", "scorer", "subset", "variant", "ties", "metric", "value"]
 
 
 def test_sql_is_read_only(tmp_path):
@@ -46,11 +46,12 @@ def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
 def test_embeddings_round_trip_with_null_oov_rows(tmp_path):
     emb = np.arange(12, dtype=np.float32).reshape(4, 3)
     oov = np.array([False, True, False, False])
-    t = embeddings_table(np.arange(4), list("abcd"), emb, oov, {"model": "m", "vocab_mean": [1.0, 2.0, 3.0]})
+    t = embeddings_table(list("ABCD"), list("abcd"), emb, oov, {"model": "m", "vocab_mean": [1.0, 2.0, 3.0]})
     assert str(t.schema.field("embedding").type) == "fixed_size_list<item: float>[3]"
     path = tmp_path / "e.parquet"
     atomic_write_table(t, path)
-    ids, back, back_oov, meta = read_embeddings(path)
+    texts, back, back_oov, meta = read_embeddings(path)
+    assert texts == list("abcd")
     assert back_oov.tolist() == oov.tolist()
     np.testing.assert_array_equal(back[~oov], emb[~oov])
     assert (back[1] == 0).all()

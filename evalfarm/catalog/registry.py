@@ -9,11 +9,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
-from evalfarm.catalog.specs import CatalogFile, ModelSpec, PoolSpec, spec_hash
+from evalfarm.catalog.specs import CatalogFile, ModelSpec, TaskSpec, spec_hash
 
 
 class CatalogError(ValueError):
@@ -83,12 +84,12 @@ def _parse_file(path: Path) -> CatalogFile:
 
 @dataclass
 class Catalog:
-    """Models and pools of one catalog, includes merged; lookups by id."""
+    """Models and tasks of one catalog, includes merged; lookups by id."""
 
     path: Path
     models: dict[str, ModelSpec] = field(default_factory=dict)
-    pools: dict[str, PoolSpec] = field(default_factory=dict)
-    default_pools: list[str] = field(default_factory=list)
+    tasks: dict[str, TaskSpec] = field(default_factory=dict)
+    default_tasks: list[str] = field(default_factory=list)
 
     @property
     def name(self) -> str:
@@ -103,17 +104,23 @@ class Catalog:
                 f"({len(self.models)} models; `evalfarm catalog list` shows them)"
             ) from None
 
-    def pool(self, pool_id: str) -> PoolSpec:
+    def task(self, task_id: str) -> TaskSpec:
         try:
-            return self.pools[pool_id]
+            return self.tasks[task_id]
         except KeyError:
-            raise CatalogError(f"unknown pool id {pool_id!r} (known: {', '.join(sorted(self.pools))})") from None
+            raise CatalogError(f"unknown task id {task_id!r} (known: {', '.join(sorted(self.tasks))})") from None
 
     def lineage(self, model_id: str) -> list[ModelSpec]:
-        """The model and its bases, nearest first."""
+        """The model and its bases, nearest first (a cycle is an error naming it, never a hang)."""
         chain = [self.model(model_id)]
+        seen = {model_id}
         while chain[-1].base is not None:
-            chain.append(self.model(chain[-1].base))
+            base = chain[-1].base
+            if base in seen:
+                cycle = " -> ".join([*(s.id for s in chain), base])
+                raise CatalogError(f"{self.path}: model {model_id!r}: base cycle {cycle}")
+            seen.add(base)
+            chain.append(self.model(base))
         return chain
 
     def kind(self, model_id: str) -> str:
@@ -124,9 +131,47 @@ class Catalog:
         chain = self.lineage(model_id)
         return spec_hash(chain[0], *chain[1:])
 
-    def pools_for(self, model_id: str) -> list[PoolSpec]:
+    def tasks_for(self, model_id: str) -> list[TaskSpec]:
         level = self.model(model_id).level
-        return [self.pools[p] for p in self.default_pools if self.pools[p].level == level]
+        return [self.tasks[t] for t in self.default_tasks if self.tasks[t].level == level]
+
+    # the first wave's names
+    @property
+    def pools(self) -> dict[str, TaskSpec]:
+        return self.tasks
+
+    @property
+    def default_pools(self) -> list[str]:
+        return self.default_tasks
+
+    def pool(self, pool_id: str) -> TaskSpec:
+        return self.task(pool_id)
+
+    def pools_for(self, model_id: str) -> list[TaskSpec]:
+        return self.tasks_for(model_id)
+
+
+def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskSpec:
+    from evalfarm.scorers import scorers, task_adapter
+
+    kinds = sorted(s.task_kind for s in scorers().values())
+    if entry.get("kind") not in kinds:
+        ident = entry.get("id")
+        where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
+        raise CatalogError(f"{path}: {where}: unknown task kind {entry.get('kind')!r} (known: {', '.join(kinds)})")
+    try:
+        return task_adapter().validate_python(entry)
+    except ValidationError as exc:
+        ident = entry.get("id") if isinstance(entry, dict) else None
+        where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
+        msgs = []
+        kind = entry.get("kind") if isinstance(entry, dict) else None
+        for err in exc.errors():
+            loc = list(err["loc"])
+            if loc and loc[0] == kind:  # the union's tag
+                loc = loc[1:]
+            msgs.append(f"{path}: {where}: {'.'.join(str(x) for x in loc) or 'kind'}: {err['msg']}")
+        raise CatalogError("\n".join(msgs)) from None
 
 
 def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...] = ()) -> Catalog:
@@ -139,18 +184,20 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
     for inc in parsed.include:
         target = inc if not inc.endswith((".yaml", ".yml")) else str((path.parent / inc).resolve())
         sub = load_catalog(target, _seen=(*_seen, path))
-        cat.pools.update(sub.pools)
+        cat.tasks.update(sub.tasks)
         cat.models.update(sub.models)
-        for p in sub.default_pools:
-            if p not in cat.default_pools:
-                cat.default_pools.append(p)
+        for t in sub.default_tasks:
+            if t not in cat.default_tasks:
+                cat.default_tasks.append(t)
+    key = "tasks" if parsed.tasks else "pools"
     local_default: list[str] = []
-    for entry in parsed.pools:
-        if isinstance(entry, PoolSpec):
-            if entry.id in cat.pools and cat.pools[entry.id] != entry:
-                raise CatalogError(f"{path}: pool {entry.id!r} defined twice with different specs")
-            cat.pools[entry.id] = entry
-            local_default.append(entry.id)
+    for i, entry in enumerate(parsed.task_entries):
+        if isinstance(entry, dict):
+            task = _validate_task(path, entry, i, key)
+            if task.id in cat.tasks and cat.tasks[task.id] != task:
+                raise CatalogError(f"{path}: task {task.id!r} defined twice with different specs")
+            cat.tasks[task.id] = task
+            local_default.append(task.id)
         else:
             local_default.append(entry)
     seen_ids: set[str] = set()
@@ -160,34 +207,31 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
         seen_ids.add(m.id)
         cat.models[m.id] = m
     if local_default:
-        cat.default_pools = local_default
-    for p in cat.default_pools:
-        if p not in cat.pools:
-            raise CatalogError(f"{path}: pool {p!r} is listed but not defined (known: {', '.join(sorted(cat.pools))})")
+        cat.default_tasks = local_default
+    for t in cat.default_tasks:
+        if t not in cat.tasks:
+            raise CatalogError(f"{path}: task {t!r} is listed but not defined (known: {', '.join(sorted(cat.tasks))})")
     _check_references(cat)
     return cat
 
 
 def _check_references(cat: Catalog) -> None:
     for m in cat.models.values():
+        if m.base is not None and m.base not in cat.models:
+            raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
+    for m in cat.models.values():  # a cycle is an error naming it (lineage walks bases)
+        cat.lineage(m.id)
+    for m in cat.models.values():
         if m.base is None:
             continue
-        if m.base not in cat.models:
-            raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
         base = cat.models[m.base]
         if m.kind == "bow" and base.level != "word":  # bow over a word model
             raise CatalogError(f"{cat.path}: model {m.id!r}: bow needs a word-level base, {m.base!r} is {base.level}")
         if m.kind != "bow" and base.level != m.level:
             raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
-        try:
-            cat.lineage(m.id)
-        except RecursionError:  # pragma: no cover - cycles are caught below
-            pass
-    for m in cat.models.values():
-        seen = {m.id}
-        cur = m
-        while cur.base is not None:
-            if cur.base in seen:
-                raise CatalogError(f"{cat.path}: model {m.id!r}: base cycle through {cur.base!r}")
-            seen.add(cur.base)
-            cur = cat.models[cur.base]
+        fit_on = m.postprocess.fit_on if m.postprocess is not None else None
+        if fit_on is not None and (fit_on not in cat.tasks or cat.tasks[fit_on].level != m.level):
+            raise CatalogError(
+                f"{cat.path}: model {m.id!r}: postprocess.fit_on {fit_on!r} is not a {m.level}-level task of the "
+                f"catalog (known: {', '.join(sorted(cat.tasks))})"
+            )

@@ -70,15 +70,22 @@ class PostProcess(_Strict):
     """A transform fitted on the base model's own embeddings, deriving a new model.
 
     - ``abtt``: all-but-the-top (Mu & Viswanath 2018): subtract the mean, remove the top ``d`` principal
-      components. Fitted on the word vocabulary (word models) or on the embedded texts (sentence models).
+      components.
     - ``pcr``: principal-component removal (Arora et al. 2017 style): remove the top ``d`` components without
       centering.
     - ``whitening``: subtract the mean, multiply by ``W = U diag(1/sqrt(S))`` from the SVD of the covariance
       (Su et al. 2021), keeping the first ``d`` dimensions when ``d`` is set.
+
+    The fit set is declared, so a model's numbers never depend on which tasks happen to be in a run: a word model is
+    fitted on its whole vocabulary; a sentence model on the texts of the task ``fit_on`` (default
+    ``evalrank-sentence``: the EvalRank sentence pool's 24,957 sentences), embedded by its base.
     """
 
     method: Literal["abtt", "pcr", "whitening"]
     d: int | None = Field(default=None, ge=1)
+    fit_on: str | None = Field(
+        default=None, description="sentence models: the task whose texts the transform is fitted on"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> PostProcess:
@@ -166,49 +173,71 @@ class ModelSpec(_Strict):
         return self
 
 
-class PoolSpec(_Strict):
-    """An evaluation pool: versioned data files with checksums, a licence and a public source."""
+class TaskSpec(_Strict):
+    """An evaluation task: versioned data files with checksums, a licence and a public source.
+
+    One subclass per task ``kind`` (``kind: Literal[...]``), declared in its scorer's module with the fields that
+    fix the scorer's parameters; catalogs validate task entries as a discriminated union of the registered kinds
+    (:func:`evalfarm.scorers.task_adapter`). ``files`` roles resolve under ``EVALFARM_DATA`` or download from
+    ``urls`` into the cache, checked against ``sha256``.
+    """
 
     id: Annotated[str, Field(pattern=ID_PATTERN)]
     level: Level
-    kind: Literal["evalrank"]
+    kind: str
     version: str
     files: dict[str, str] = Field(description="role -> path inside the data directory")
     sha256: dict[str, str] = Field(description="role -> sha256 of the file")
     urls: dict[str, str] = Field(default_factory=dict, description="role -> public download URL")
-    format: Literal["evalrank-word", "evalrank-sentence"]
     licence: str
     source: str
     description: str = ""
 
     @model_validator(mode="after")
-    def _check(self) -> PoolSpec:
+    def _check_files(self) -> TaskSpec:
         missing = set(self.files) - set(self.sha256)
         if missing:
-            raise ValueError(f"pool {self.id!r}: no sha256 for file role(s) {sorted(missing)}")
+            raise ValueError(f"task {self.id!r}: no sha256 for file role(s) {sorted(missing)}")
         return self
 
 
+PoolSpec = TaskSpec
+"""The first wave's name for a task (an EvalRank pool); kept for readers of older code."""
+
+
 class CatalogFile(_Strict):
-    """The top-level shape of a ``catalog/*.yaml`` file."""
+    """The top-level shape of a ``catalog/*.yaml`` file. Task entries stay raw here: the registry validates them
+    against the registered task kinds (a discriminated union by ``kind``); ``pools`` is the older name of ``tasks``.
+    """
 
     name: str | None = None
     description: str = ""
     include: tuple[str, ...] = Field(default=(), description="other catalogs (names or paths) merged in first")
-    pools: tuple[PoolSpec | str, ...] = ()
+    tasks: tuple[dict[str, Any] | str, ...] = ()
+    pools: tuple[dict[str, Any] | str, ...] = ()
     models: tuple[ModelSpec, ...] = ()
 
-    @field_validator("pools", mode="before")
+    @field_validator("tasks", "pools", mode="before")
     @classmethod
-    def _pools(cls, v: Any) -> Any:
+    def _tasks(cls, v: Any) -> Any:
         return tuple(v) if v is not None else ()
+
+    @model_validator(mode="after")
+    def _one_name(self) -> CatalogFile:
+        if self.tasks and self.pools:
+            raise ValueError("use 'tasks' (or its older name 'pools'), not both")
+        return self
+
+    @property
+    def task_entries(self) -> tuple[dict[str, Any] | str, ...]:
+        return self.tasks or self.pools
 
 
 def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True}
+_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True, "fit_on": None}
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
 

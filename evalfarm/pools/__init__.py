@@ -1,16 +1,24 @@
-"""Evaluation pools: one module per pool kind, plus ``data`` for fetching and checksumming files."""
+"""Task data: readers of each task kind's files (``evalrank``, ...), and ``data`` for fetching and checksumming them.
+
+Scorers (``evalfarm.scorers``) call these readers from their ``load``; ``load_pool`` loads any task through its
+scorer, for scripts and tests.
+"""
 
 from __future__ import annotations
 
-from evalfarm.catalog.specs import PoolSpec
+from typing import Any
+
+from evalfarm.catalog.specs import TaskSpec
 from evalfarm.pools.evalrank import RankPool, load_evalrank_pool
 
 
-def load_pool(spec: PoolSpec) -> RankPool:
-    """Load a pool by its kind. New kinds (wordsim, sts, heros, …) register here."""
-    if spec.kind == "evalrank":
-        return load_evalrank_pool(spec)
-    raise ValueError(f"pool {spec.id!r}: unknown kind {spec.kind!r}")
+def load_pool(spec: TaskSpec) -> Any:
+    """Load a task's data through its scorer (an EvalRank pool gives a :class:`RankPool`)."""
+    from evalfarm.scorers import scorer_for
+
+    return scorer_for(spec.kind).load(spec)
 
 
-__all__ = ["RankPool", "load_pool"]
+load_task = load_pool
+
+__all__ = ["RankPool", "load_evalrank_pool", "load_pool", "load_task"]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from evalfarm.cache import ChecksumMismatch, cache_dir, sha256_file
 from evalfarm.cache import download as fetch
-from evalfarm.catalog.specs import PoolSpec
+from evalfarm.catalog.specs import TaskSpec, canonical_json
 
 
 class PoolDataError(RuntimeError):
@@ -58,7 +58,7 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     return dest
 
 
-def pool_file(pool: PoolSpec, role: str) -> Path:
+def task_file(pool: TaskSpec, role: str) -> Path:
     """Local path of one pool file, verified against the catalog checksum (downloading if needed)."""
     rel = pool.files[role]
     expected = pool.sha256[role]
@@ -77,13 +77,20 @@ def pool_file(pool: PoolSpec, role: str) -> Path:
     got = _verified_sha(path)
     if got != expected:
         raise PoolDataError(
-            f"pool {pool.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
+            f"task {pool.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
             f"{expected[:16]}… (corrupt or a different version of the file)"
         )
     return path
 
 
-def pool_checksum(pool: PoolSpec) -> str:
-    """One fingerprint for a pool's content: its version and every file's checksum."""
-    payload = pool.version + "|" + "|".join(f"{k}={pool.sha256[k]}" for k in sorted(pool.sha256))
-    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+def task_checksum(task: TaskSpec) -> str:
+    """One fingerprint for a task's content: its version, every file's checksum and every kind-specific field that
+    changes the numbers (band edges, sample sizes, seeds, ...). Paths, URLs, licence and descriptions do not count."""
+    payload = task.model_dump(mode="json", exclude={"files", "urls", "licence", "source", "description"})
+    return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
+
+
+pool_checksum = task_checksum
+
+
+pool_file = task_file

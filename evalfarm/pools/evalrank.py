@@ -18,15 +18,15 @@ from pathlib import Path
 
 import numpy as np
 
-from evalfarm.catalog.specs import PoolSpec
-from evalfarm.pools.data import PoolDataError, pool_file
+from evalfarm.catalog.specs import TaskSpec
+from evalfarm.pools.data import PoolDataError, task_file
 
 
 @dataclass
 class RankPool:
     """Items, directed positive pairs (as item ids) and the background (all items)."""
 
-    spec: PoolSpec
+    spec: TaskSpec
     items: list[str]
     queries: np.ndarray
     positives: np.ndarray
@@ -44,6 +44,11 @@ class RankPool:
     @property
     def n_pairs(self) -> int:
         return int(self.queries.shape[0])
+
+    @property
+    def texts(self) -> list[str]:
+        """The texts to embed: every item."""
+        return self.items
 
 
 def _read_lines(path: Path) -> list[str]:
@@ -83,7 +88,7 @@ def read_items(path: Path) -> list[str]:
 
 
 def build_rank_pool(
-    spec: PoolSpec, pairs: list[tuple[str, str]], backgrounds: list[list[str]], sources: dict[str, Path] | None = None
+    spec: TaskSpec, pairs: list[tuple[str, str]], backgrounds: list[list[str]], sources: dict[str, Path] | None = None
 ) -> RankPool:
     index: dict[str, int] = {}
 
@@ -116,11 +121,11 @@ def build_rank_pool(
     )
 
 
-def load_evalrank_pool(spec: PoolSpec) -> RankPool:
+def load_evalrank_pool(spec: TaskSpec) -> RankPool:
     """Load and verify an EvalRank pool: files ``pairs`` plus one or more background roles."""
     if "pairs" not in spec.files:
         raise PoolDataError(f"pool {spec.id!r}: an evalrank pool needs a 'pairs' file")
-    sources = {role: pool_file(spec, role) for role in spec.files}
+    sources = {role: task_file(spec, role) for role in spec.files}
     pairs = read_pairs(sources["pairs"])
     bg_roles = sorted(r for r in spec.files if r != "pairs")
     backgrounds = [read_items(sources[r]) for r in bg_roles]

@@ -1,17 +1,18 @@
-"""The driver loop: hand embed and rank tasks to workers, retry what failed, record every unit once.
+"""The driver loop: hand embed and score tasks to workers, retry what failed, record every unit once.
 
 Task kinds:
 
-- ``embed``: one model, every pool it still needs. A worker loads the model once and writes one embeddings
-  Parquet per pool. Models are handed out largest-first (``ModelPlan.cost``) so a big model never starts last
+- ``embed``: one model, every text its tasks need that its text store lacks. A worker loads the model once and
+  writes one shard. Models are handed out largest-first (``ModelPlan.cost``) so a big model never starts last
   and becomes the straggler the run waits for; a post-processed sentence model waits for its base (it reuses
   the base's embeddings).
-- ``rank``: one unit, reading its embeddings Parquet; small, so they fill the gaps between models and are
-  preferred when a worker is free (a finished unit is worth more than a started one).
+- ``score``: one unit, reading its task's vectors from the model's text store; small, so they fill the gaps between
+  models and are preferred when a worker is free (a finished unit is worth more than a started one).
 
 Faults: a task whose worker dies (``WorkerLost``) or whose units fail (load error, NaN, …) is retried on
 another worker when there is one, up to ``max_attempts`` tries in all; only then are its ``failures`` rows
-written, once. Results are idempotent (files named by fingerprint, written atomically), so a retried or
+written, once. Errors that cannot succeed on another attempt (a missing file, a checksum mismatch, bad data) are
+not retried. Results are idempotent (files named by fingerprint, written atomically), so a retried or
 duplicated task can never leave a unit twice in the warehouse.
 """
 
@@ -38,9 +39,9 @@ class WorkerInfo:
 
 @dataclass
 class Task:
-    stage: str  # embed | rank
+    stage: str  # embed | score
     plan: ModelPlan
-    unit: Unit | None = None  # rank tasks
+    unit: Unit | None = None  # score tasks
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)
 
@@ -50,7 +51,7 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{self.stage} {self.plan.model}" + (f" · {self.unit.pool}" if self.unit else "")
+        return f"{self.stage} {self.plan.model}" + (f" · {self.unit.task}" if self.unit else "")
 
 
 @dataclass
@@ -81,10 +82,12 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def _seconds_row(o: Any, stage: str, info: WorkerInfo, attempts: int, status: str) -> dict[str, Any]:
+def _seconds_row(
+    o: Any, stage: str, info: WorkerInfo, attempts: int, status: str, fingerprint: str | None = None
+) -> dict[str, Any]:
     return {
         "model": o.model,
-        "pool": o.pool,
+        "task": o.task,
         "stage": stage,
         "worker": info.name,
         "node": info.node or info.host,
@@ -93,6 +96,7 @@ def _seconds_row(o: Any, stage: str, info: WorkerInfo, attempts: int, status: st
         "status": status,
         "attempts": attempts,
         "error": o.error,
+        "fingerprint": fingerprint,
     }
 
 
@@ -120,7 +124,7 @@ class Scheduler:
         self.on_event = on_event or (lambda e: None)
         self.tick = tick
         self.embed_queue: list[Task] = sorted((Task("embed", p) for p in plans), key=lambda t: -t.plan.cost)
-        self.rank_queue: list[Task] = []
+        self.score_queue: list[Task] = []
         self.embedding: set[str] = {p.model for p in plans}  # models whose embed stage is not resolved
         self.base_of = base_of
         self.running: dict[Any, tuple[Task | None, str]] = {}
@@ -137,7 +141,7 @@ class Scheduler:
         for name, handle in self.backend.start():
             self.running[handle] = (None, name)
         try:
-            while self.embed_queue or self.rank_queue or any(t is not None for t, _ in self.running.values()):
+            while self.embed_queue or self.score_queue or any(t is not None for t, _ in self.running.values()):
                 self._dispatch()
                 self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
                 if not self.running:
@@ -180,7 +184,7 @@ class Scheduler:
 
     def _pick(self, worker: str) -> Task | None:
         alive = [w for w in self.workers if w not in self.dead]
-        for queue in (self.rank_queue, self.embed_queue):
+        for queue in (self.score_queue, self.embed_queue):
             candidates = [t for t in queue if not (t.stage == "embed" and self._blocked(t))]
             # Prefer a task that did not already fail on this worker, unless no other worker can take it.
             for t in candidates:
@@ -218,36 +222,40 @@ class Scheduler:
         rows = []
         for o in outs:
             if o.status == "embedded":
-                unit = next(u for u in task.units if u.pool == o.pool)
-                self._embed_seconds[(o.model, o.pool)] = o.seconds
-                self.rank_queue.append(Task("rank", task.plan, unit))
+                unit = next(u for u in task.units if u.task == o.task)
+                self._embed_seconds[(o.model, o.task)] = o.seconds
+                self.score_queue.append(Task("score", task.plan, unit))
                 rows.append(_seconds_row(o, "embed", info, task.attempts, "done"))
             elif o.status == "done":
-                rows.append(_seconds_row(o, "rank", info, task.attempts, "done"))
-                o.seconds += self._embed_seconds.get((o.model, o.pool), 0.0)
+                unit = next(u for u in task.units if u.task == o.task)
+                rows.append(_seconds_row(o, "score", info, task.attempts, "done", unit.fingerprint))
+                o.seconds += self._embed_seconds.get((o.model, o.task), 0.0)
                 self._final(o)
         self._unit_rows += rows
         if failed:
-            by_pool = {o.pool: o for o in failed}
-            self._retry_or_fail(task, worker, by_pool, "; ".join(sorted({o.error or "" for o in failed})))
+            by_task = {o.task: o for o in failed}
+            final = not all(getattr(o, "retryable", True) for o in failed)
+            self._retry_or_fail(task, worker, by_task, "; ".join(sorted({o.error or "" for o in failed})), final=final)
         elif task.stage == "embed":
             self.embedding.discard(task.plan.model)
 
-    def _retry_or_fail(self, task: Task, worker: str, failed: dict[str, Any] | None, why: str) -> None:
-        units = [u for u in task.units if failed is None or u.pool in failed]
-        if task.attempts < self.max_attempts:
-            plan = task.plan if task.stage == "rank" else replace(task.plan, units=units)
+    def _retry_or_fail(
+        self, task: Task, worker: str, failed: dict[str, Any] | None, why: str, *, final: bool = False
+    ) -> None:
+        units = [u for u in task.units if failed is None or u.task in failed]
+        if task.attempts < self.max_attempts and not final:
+            plan = task.plan if task.stage == "score" else replace(task.plan, units=units)
             again = Task(task.stage, plan, task.unit, attempts=task.attempts, avoid=task.avoid | {worker})
-            (self.rank_queue if task.stage == "rank" else self.embed_queue).insert(0, again)
+            (self.score_queue if task.stage == "score" else self.embed_queue).insert(0, again)
             self.on_event(Event("retry", task=again, message=f"attempt {task.attempts} failed: {why}"))
             return
-        from evalfarm.execute import UnitOutcome, record_failure
+        from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
 
         info = self.workers.get(worker, WorkerInfo(worker))
         rows = []
         for u in units:
-            o = (failed or {}).get(u.pool) or UnitOutcome(
-                u.model, u.pool, "failed", 0.0, why, task.stage, detail=why, started_at=None
+            o = (failed or {}).get(u.task) or UnitOutcome(
+                u.model, u.task, Status.FAILED, 0.0, why, Stage(task.stage), detail=why, started_at=None
             )
             record_failure(self.wh, self.run_id, o)
             rows.append(_seconds_row(o, task.stage, info, task.attempts, "failed"))
@@ -261,8 +269,8 @@ class Scheduler:
         self.on_event(Event("unit", outcome=outcome, message=f"{self._cost.get(outcome.model, 1.0)}"))
 
     def _fail_everything_left(self, why: str) -> None:
-        for task in self.rank_queue + self.embed_queue:
+        for task in self.score_queue + self.embed_queue:
             task.attempts = self.max_attempts
             self._retry_or_fail(task, "-", None, why)
-        self.rank_queue.clear()
+        self.score_queue.clear()
         self.embed_queue.clear()

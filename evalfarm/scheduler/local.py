@@ -1,5 +1,5 @@
 """The ``local`` executor: the in-process loop, one worker, no Ray. The baseline the Ray executor is measured
-against (same scheduler, same ``embed_model`` / ``rank_unit``, so both produce identical warehouses)."""
+against (same scheduler, same ``embed_model`` / ``score_unit``, so both produce identical warehouses)."""
 
 from __future__ import annotations
 
@@ -30,12 +30,12 @@ class LocalBackend:
         return [(self.name, self._handle(info))]
 
     def submit(self, worker: str, task: Task) -> Any:
-        from evalfarm.execute import embed_model, rank_unit
+        from evalfarm.execute import embed_model, score_unit
 
         if task.stage == "embed":
             return self._handle(embed_model(task.plan, self.ctx))
         assert task.unit is not None
-        return self._handle([rank_unit(task.unit, self.ctx)])
+        return self._handle([score_unit(task.unit, self.ctx)])
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         return list(handles)

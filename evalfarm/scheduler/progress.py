@@ -36,12 +36,14 @@ class ProgressTracker:
         return self.total - self.skipped - self.done - self.failed
 
     def finish(self, status: str, cost: float = 1.0) -> None:
+        """Count a unit's final status; a skipped unit's cost leaves the total (it costs nothing)."""
         if status == "done":
             self.done += 1
         elif status == "failed":
             self.failed += 1
         elif status == "skipped":
             self.skipped += 1
+            self.cost_total = max(0.0, self.cost_total - cost)
             return
         self.cost_finished += cost
 
@@ -65,7 +67,7 @@ class ProgressTracker:
         if self.retries:
             parts.append(f"{self.retries} retried")
         if self.workers:
-            parts.append(f"{self.workers} workers")
+            parts.append(f"{self.workers} workers alive")
         parts.append(f"elapsed {_fmt_seconds(time.perf_counter() - self.started)}")
         parts.append("ETA " + ("?" if eta is None else _fmt_seconds(eta)))
         return " · ".join(parts)

@@ -1,15 +1,15 @@
 """The ``ray`` executor: one long-lived worker actor per GPU (or per CPU slot), driven by ``core.Scheduler``.
 
 Why actors (Ray Core) and not Ray Data: the expensive thing here is the *model* (import torch/transformers,
-load weights), not the data (a pool is ~25k short strings). An actor pays the imports once and then takes model
-after model; the scheduler needs per-model placement (largest-first), per-task retries with a bounded attempt
-count, failure rows written once, and per-unit timings — Ray Data's streaming executor would hide all four
-behind ``map_batches`` and re-partition tiny pools for no gain.
+load weights), not the data (a task is at most tens of thousands of short strings). An actor pays the imports
+once and then takes model after model; the scheduler needs per-model placement (largest-first), per-task retries
+with a bounded attempt count, failure rows written once, and per-unit timings — Ray Data's streaming executor
+would hide all four behind ``map_batches`` and re-partition tiny tasks for no gain.
 
-Each actor runs two kinds of calls: ``embed(plan)`` (load one model, embed every pool it needs, drop it) and
-``rank(unit)`` (read one embeddings Parquet from the warehouse, rank on the actor's device — its GPU when it has
-one — write ranks + metrics). Rank calls are separate tasks so any free worker takes them, but they run on the
-actors because the actors already hold every GPU / CPU slot: a separate ``num_gpus`` task would wait for them.
+Each actor runs two kinds of calls: ``embed(plan)`` (load one model, embed the texts its tasks need, drop it) and
+``score(unit)`` (read one task's vectors from the model's text store, score on the actor's device — its GPU when
+it has one — write details + metrics). Score calls are separate tasks so any free worker takes them, but they run
+on the actors because the actors already hold every GPU / CPU slot: a separate ``num_gpus`` task would wait for them.
 
 Faults: actors have ``max_restarts`` and ``max_task_retries=0``: Ray restarts a dead worker process, and the
 *scheduler* resubmits the lost task (to another worker when there is one), counting attempts, so a model that
@@ -31,9 +31,9 @@ SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
 
 
 class EvalWorker:
-    """One Ray actor: a warm Python with torch imported and a pool cache, reused across runs of one driver.
+    """One Ray actor: a warm Python with torch imported and a task-data cache, reused across runs of one driver.
 
-    ``begin`` hands it a run's context (catalog, warehouse, run id, config); ``embed`` / ``rank`` then work in
+    ``begin`` hands it a run's context (catalog, warehouse, run id, options); ``embed`` / ``score`` then work in
     that run. A restarted actor (after a crash) gets ``begin`` again from the scheduler before new work.
     """
 
@@ -45,7 +45,7 @@ class EvalWorker:
 
         self.name = name
         self.ctx: Any = None
-        self._pools: dict[tuple[str, str], Any] = {}
+        self._tasks: dict[tuple[str, str], Any] = {}
 
     def info(self) -> WorkerInfo:
         import ray
@@ -54,30 +54,30 @@ class EvalWorker:
             self.name, node=ray.get_runtime_context().get_node_id(), host=platform.node(), pid=os.getpid()
         )
 
-    def begin(self, catalog: Any, warehouse: str, run_id: str, config: Any, force: bool) -> WorkerInfo:
+    def begin(self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool) -> WorkerInfo:
         from evalfarm.execute import ExecContext
-        from evalfarm.pools.data import pool_checksum
+        from evalfarm.pools.data import task_checksum
         from evalfarm.warehouse import Warehouse
 
         self.ctx = ExecContext(
             catalog=catalog,
             warehouse=Warehouse(warehouse),
             run_id=run_id,
-            config=config,
+            options=options,
             force=force,
             record_failures=False,
         )
-        for pid, spec in catalog.pools.items():  # pools already loaded by an earlier run, same content
-            key = (pid, pool_checksum(spec))
-            if key in self._pools:
-                self.ctx._pools[pid] = self._pools[key]
+        for tid, spec in catalog.tasks.items():  # task data already loaded by an earlier run, same content
+            key = (tid, task_checksum(spec))
+            if key in self._tasks:
+                self.ctx._tasks[tid] = self._tasks[key]
         return self.info()
 
-    def _keep_pools(self) -> None:
-        from evalfarm.pools.data import pool_checksum
+    def _keep_tasks(self) -> None:
+        from evalfarm.pools.data import task_checksum
 
-        for pid, pool in self.ctx._pools.items():
-            self._pools[(pid, pool_checksum(self.ctx.catalog.pool(pid)))] = pool
+        for tid, data in self.ctx._tasks.items():
+            self._tasks[(tid, task_checksum(self.ctx.catalog.task(tid)))] = data
 
     def _context(self) -> Any:
         if self.ctx is None:  # Ray restarted this actor after a crash; the scheduler re-sends begin() first
@@ -91,16 +91,16 @@ class EvalWorker:
         try:
             return embed_model(plan, self.ctx)
         finally:
-            self._keep_pools()
+            self._keep_tasks()
 
-    def rank(self, unit: Any) -> list[Any]:
-        from evalfarm.execute import rank_unit
+    def score(self, unit: Any) -> list[Any]:
+        from evalfarm.execute import score_unit
 
         self._context()
         try:
-            return [rank_unit(unit, self.ctx)]
+            return [score_unit(unit, self.ctx)]
         finally:
-            self._keep_pools()
+            self._keep_tasks()
 
 
 # Warm actors of this driver, reused by the next run while Ray stays connected (a notebook, a benchmark, tests).
@@ -159,7 +159,7 @@ def worker_resources(
 
     Default: one worker per GPU — two per GPU (0.5 each) when every model is a small lookup model, where one
     model alone would leave the GPU idle — else one per CPU slot. CPUs are split evenly so that torch in each
-    worker gets its share of threads (1 worker on 2 CPUs ranks with 2 threads, like the in-process loop).
+    worker gets its share of threads (1 worker on 2 CPUs scores with 2 threads, like the in-process loop).
     """
     gpus = float(cluster.get("GPU", 0.0))
     cpus = float(cluster.get("CPU", 1.0))
@@ -183,14 +183,14 @@ class RayBackend:
         catalog: Any,
         warehouse: str,
         run_id: str,
-        config: Any,
+        options: Any,
         force: bool,
         address: str | None = None,
         workers: int | None = None,
         small_models: bool = False,
         max_restarts: int = 4,
     ) -> None:
-        self.args = (catalog, warehouse, run_id, config, force)
+        self.args = (catalog, warehouse, run_id, options, force)
         self.address = address
         self.n_workers = workers
         self.small_models = small_models
@@ -223,7 +223,7 @@ class RayBackend:
         actor = self.actors[worker]
         if task.stage == "embed":
             return actor.embed.remote(task.plan)
-        return actor.rank.remote(task.unit)
+        return actor.score.remote(task.unit)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray
@@ -243,7 +243,7 @@ class RayBackend:
         except (RayActorError, WorkerCrashedError) as exc:
             raise WorkerLost(type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300]) from exc
         except RayTaskError as exc:
-            # A bug in our task code (embed_model/rank_unit never raise for model failures): fail the attempt.
+            # A bug in our task code (embed_model/score_unit never raise for model failures): fail the attempt.
             raise WorkerLost(f"task raised {type(exc.cause).__name__}: {exc.cause}") from exc
 
     def revive(self, worker: str) -> Any | None:

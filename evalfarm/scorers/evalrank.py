@@ -1,0 +1,205 @@
+"""EvalRank (Wang, Kuo & Li, ACL 2022, "Just Rank"): for each positive pair (x, y), the rank of y among all
+background items by similarity to x.
+
+Task kind ``evalrank``: a file of directed positive pairs (``pairs``) and background files; every item of the pool
+is background (22,207 words; 24,957 sentences, as in the paper). Vectors are prepared under EvalRank's protocol for
+the pool's level (:mod:`evalfarm.preprocess`), ranks are counted exactly by :mod:`evalfarm.scorers.rank_kernel`.
+
+One pass stores, per pair, the optimistic rank (1 + the number of background items scoring strictly above the
+positive) and the number of items tied with it; MR, MRR and Hits@k are reported under the three tie policies from
+that one pass (PyKEEN's way): ``optimistic`` (the paper's), ``pessimistic`` (rank + tied) and ``realistic``
+(rank + tied / 2, the expected rank under random tie-breaking). Variants: the similarity (``cos``, ``l2``: 1/(1+d)),
+``no-center`` and ``filter-other-positives``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import numpy as np
+
+from evalfarm.catalog.specs import TaskSpec
+from evalfarm.preprocess import Protocol, prepare
+from evalfarm.scorers import register
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+
+TIES = ("optimistic", "pessimistic", "realistic")
+_TIE_WEIGHT = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}
+
+
+class EvalRankTask(TaskSpec):
+    """An EvalRank pool: ``pairs`` (``x<TAB>y`` per line, both directions listed) and one or more background files."""
+
+    kind: Literal["evalrank"] = "evalrank"
+    format: Literal["evalrank-word", "evalrank-sentence"]
+
+
+@dataclass
+class PairRanks:
+    """One similarity's pass over a pool: per ranked pair, the optimistic rank and the tied count."""
+
+    similarity: str
+    pair_index: np.ndarray  # indices into the pool's pairs (skip drops some)
+    rank: np.ndarray  # int64 optimistic ranks
+    tied: np.ndarray  # int64 background items tied exactly with the positive
+    score: np.ndarray  # float32 s(x, y)
+    pair_oov: np.ndarray  # bool: x or y out of vocabulary
+    n_background: int
+
+    def ranks(self, ties: str) -> np.ndarray:
+        """Float ranks under a tie policy, derived from the one pass."""
+        return self.rank + _TIE_WEIGHT[ties] * self.tied
+
+
+def rank_metrics(ranks: np.ndarray, hits: tuple[int, ...] = (1, 3, 10)) -> dict[str, float]:
+    """MR, MRR and Hits@k of a rank vector (empty: NaN)."""
+    n = len(ranks)
+    if n == 0:
+        return {"mr": float("nan"), "mrr": float("nan")} | {f"hits@{k}": float("nan") for k in hits}
+    r = np.asarray(ranks, dtype=np.float64)
+    return {"mr": float(r.mean()), "mrr": float((1.0 / r).mean())} | {
+        f"hits@{k}": float((r <= k).mean()) for k in hits
+    }
+
+
+def rank_pool(
+    vectors: TextVectors,
+    queries: np.ndarray,
+    positives: np.ndarray,
+    *,
+    similarity: str,
+    center: bool = True,
+    filter_other_positives: bool = False,
+    device: str | None = None,
+) -> PairRanks:
+    """Prepare the stored vectors under EvalRank's protocol (centring, normalisation, the OOV vector and OOV policy
+    of ``vectors.oov_policy``) and rank every pair against the background (all usable items)."""
+    from evalfarm.scorers.rank_kernel import rank_pairs
+
+    protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)  # type: ignore[arg-type]
+    prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)  # type: ignore[arg-type]
+    pair_oov = vectors.oov[queries] | vectors.oov[positives]
+    pair_index = np.flatnonzero(prep.usable[queries] & prep.usable[positives])
+    background = np.flatnonzero(prep.usable)
+    tied = np.zeros(len(pair_index), dtype=np.int64)
+    ranks, scores = rank_pairs(
+        prep.vectors,
+        queries[pair_index],
+        positives[pair_index],
+        background,
+        similarity,  # type: ignore[arg-type]
+        ties="optimistic",
+        filter_other_positives=filter_other_positives,
+        device=device,
+        tied_out=tied,
+    )
+    return PairRanks(
+        similarity=similarity,
+        pair_index=pair_index,
+        rank=np.rint(ranks).astype(np.int64),
+        tied=tied,
+        score=scores,
+        pair_oov=pair_oov[pair_index],
+        n_background=len(background),
+    )
+
+
+def variant_name(similarity: str, *, center: bool, filter_other_positives: bool) -> str:
+    parts = [similarity]
+    if not center:
+        parts.append("no-center")
+    if filter_other_positives:
+        parts.append("filter-other-positives")
+    return "/".join(parts)
+
+
+@register
+class EvalRankScorer(Scorer):
+    name = "evalrank"
+    version = "1"
+    task_spec = EvalRankTask
+    primary_metric = "mrr"
+    higher_is_better = True
+    detail_tables = ("ranks",)
+    description = "rank of y among all background items by similarity to x; MR, MRR, Hits@k under three tie policies"
+
+    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+        return {
+            "similarities": list(options.similarities),
+            "center": options.center,
+            "filter_other_positives": options.filter_other_positives,
+            "hits": list(options.hits),
+            "protocol": Protocol.for_level(task.level, center=options.center).key(),
+            "keep_details": options.keep_details,
+        }
+
+    def load(self, task: TaskSpec) -> Any:
+        from evalfarm.pools.evalrank import load_evalrank_pool
+
+        return load_evalrank_pool(task)
+
+    def score(
+        self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+    ) -> ScoreResult:
+        hits = tuple(params["hits"])
+        out = ScoreResult()
+        details = []
+        n_items = len(data.items)
+        for sim in params["similarities"]:
+            res = rank_pool(
+                vectors,
+                data.queries,
+                data.positives,
+                similarity=sim,
+                center=params["center"],
+                filter_other_positives=params["filter_other_positives"],
+                device=device,
+            )
+            variant = variant_name(
+                sim, center=params["center"], filter_other_positives=params["filter_other_positives"]
+            )
+            for ties in TIES:
+                for metric, value in rank_metrics(res.ranks(ties), hits).items():
+                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties, primary=metric == "mrr"))
+            n_pairs = len(res.pair_index)
+            for metric, value in {
+                "n_pairs": float(n_pairs),
+                "oov_rate": float(vectors.oov.mean()) if n_items else 0.0,
+                "oov_pair_rate": float((vectors.oov[data.queries] | vectors.oov[data.positives]).mean()),
+                "n_background": float(res.n_background),
+                # pairs whose positive ties exactly with some background item: their rank depends on the policy
+                "tie_rate": float((res.tied > 0).mean()) if n_pairs else 0.0,
+            }.items():
+                out.rows.append(MetricRow(metric, value, variant=variant))
+            if params.get("keep_details", True):
+                details.append((variant, res))
+        if details:
+            out.details["ranks"] = _ranks_table(data, details)
+        return out
+
+
+def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+    import pyarrow as pa
+
+    items = np.asarray(data.items, dtype=object)
+    parts = []
+    for variant, res in details:
+        q = data.queries[res.pair_index]
+        p = data.positives[res.pair_index]
+        parts.append(
+            pa.table(
+                {
+                    "variant": pa.array([variant] * len(q), pa.string()),
+                    "query_id": pa.array(q, pa.int64()),
+                    "positive_id": pa.array(p, pa.int64()),
+                    "query": pa.array(items[q].tolist(), pa.string()),
+                    "positive": pa.array(items[p].tolist(), pa.string()),
+                    "rank": pa.array(res.rank, pa.int64()),
+                    "tied": pa.array(res.tied, pa.int64()),
+                    "score": pa.array(res.score, pa.float32()),
+                    "oov": pa.array(res.pair_oov, pa.bool_()),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
