@@ -1,0 +1,71 @@
+"""Reading the evaluation text files with a declared encoding, so no byte is ever guessed.
+
+Every reader in ``wordsim``, ``sts`` and ``downstream`` goes through :func:`read_lines`: the file is decoded
+strictly with the encoding its reader declares, a UTF-8 byte-order mark is dropped, CRLF line ends lose their
+``\\r``, and lines are split on ``\\n`` only (``str.splitlines`` would also split on U+2028, U+0085, form feeds…
+and silently shift the pairing of an input file with its gold file). What the bytes of the real files are
+(checked with the files' bytes, see each module's docstring):
+
+============================================  ===================================  ==========================
+file(s)                                       bytes                                read as
+============================================  ===================================  ==========================
+downstream/TREC/train_5500.label              one 0xF0 byte (line 66), not UTF-8   latin-1 (as SentEval)
+downstream/TREC/TREC_10.label                 ASCII                                latin-1 (as SentEval)
+downstream/MRPC/msr_paraphrase_*.txt          UTF-8 with a BOM                     utf-8, BOM dropped
+sts/SICK/SICK_test_annotated.txt (= SICK-E)   CRLF line ends                       utf-8, ``\\r`` dropped
+sts/STSBenchmark-raw/sts-train.csv            CRLF line ends                       utf-8, ``\\r`` dropped
+wordsim: WS-353-ALL, MTurk-771, VERB-143,     CRLF line ends (SimVerb and          utf-8, ``\\r`` dropped
+SimVerb-3500                                  MTurk-287 lack the final newline)
+everything else                               UTF-8 (most of it ASCII), LF         utf-8
+============================================  ===================================  ==========================
+
+A file that does not decode is an error naming ``file:line``, never a silent replacement character.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from evalfarm.pools.data import PoolDataError
+
+UTF8 = "utf-8"
+LATIN1 = "latin-1"
+_BOM = b"\xef\xbb\xbf"
+
+
+def read_text(path: Path, encoding: str = UTF8) -> str:
+    """The whole file decoded strictly; a leading UTF-8 BOM is dropped (it is never data)."""
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise PoolDataError(f"{path}: file not found") from None
+    if encoding == UTF8 and raw.startswith(_BOM):
+        raw = raw[len(_BOM) :]
+    try:
+        return raw.decode(encoding)
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PoolDataError(
+            f"{path}:{line}: not valid {encoding} (byte 0x{raw[exc.start]:02x}: {exc.reason}); "
+            "the file is not the expected version, or needs another encoding"
+        ) from None
+
+
+def read_lines(path: Path, encoding: str = UTF8) -> list[str]:
+    """Lines split on ``\\n`` only, each without its ``\\r``; no empty last line for a final newline."""
+    text = read_text(path, encoding)
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
+
+
+def normalize_space(text: str) -> str:
+    """SentEval's view of a sentence: its whitespace tokens joined by one space (``" ".join(s.split())``)."""
+    return " ".join(text.split())
+
+
+def malformed(path: Path, lineno: int, what: str, line: str) -> PoolDataError:
+    """An error naming ``file:line``, what was expected, and the start of the offending line."""
+    return PoolDataError(f"{path}:{lineno}: {what}, got {line[:100]!r}")
