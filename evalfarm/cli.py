@@ -69,6 +69,26 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _version_callback(value: bool) -> None:
+    if value:
+        from evalfarm import __version__
+
+        sys.stdout.write(f"evalfarm {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version_callback, is_eager=True, help="print evalfarm's version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Distributed batch evaluation of word and sentence embedding models (EvalRank and more)."""
+
+
 class Executor(StrEnum):
     ray = "ray"
     local = "local"
@@ -217,7 +237,9 @@ def sql(
     query: Annotated[
         str, typer.Argument(help="a SELECT over the views: metrics, leaderboard, ranks, models, runs, failures")
     ],
-    warehouse: Annotated[Path, typer.Option(help="warehouse directory")] = Path("warehouse"),
+    warehouse: Annotated[
+        str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
+    ] = "warehouse",
     format: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
 ) -> None:
     """Query the warehouse (read-only) and print the result."""
