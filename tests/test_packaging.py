@@ -9,6 +9,7 @@ the ``.pth`` line adds the folder without running its ``.pth`` files (the editab
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -221,6 +222,59 @@ def test_catalog_search_path(tmp_path, monkeypatch):
     assert "evalrank-paper" not in available_catalogs()
 
 
+# -- the command line ------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "evalfarm.cli", *args], capture_output=True, text=True, env=full, timeout=120
+    )
+
+
+def test_version_flag():
+    import evalfarm
+
+    for flag in ("--version", "-V"):
+        proc = _cli(flag)
+        assert proc.returncode == 0 and proc.stdout == f"evalfarm {evalfarm.__version__}\n"
+    assert evalfarm.__version__ == importlib.metadata.version("evalfarm") == VERSION
+
+
+def test_sql_takes_warehouse_uris_as_run_does(tmp_path):
+    from evalfarm.warehouse import Warehouse
+
+    Warehouse(tmp_path / "wh").init()
+    proc = _cli(
+        "sql", "--warehouse", f"file://{tmp_path / 'wh'}", "--format", "json", "SELECT count(*) AS n FROM runs"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"n": 0}]
+    # an object store URI reaches the object store (here a closed port on loopback), not a local ./s3:/ path
+    port = _closed_port()
+    uri = f"s3://bucket/wh?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    proc = _cli(
+        "sql",
+        "--warehouse",
+        uri,
+        "SELECT 1",
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "bucket 'bucket'" in err and f"127.0.0.1:{port}" in err, err
+    assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 # -- the wheel, installed outside the checkout ------------------------------------------------------------------
 
 
@@ -247,6 +301,7 @@ def wheel(tmp_path_factory) -> Path:
     return whl
 
 
+@pytest.mark.slow  # ~15-35 s on 2 shared cores: a venv, a pip install, a starter model
 def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel, tmp_path):
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, pkg in (("catalog", "_catalogs"), ("sql", "_sql")):
