@@ -545,7 +545,12 @@ def test_inline_catalog_job_runs_without_a_working_dir(ray_head, tmp_path):
     assert "working_dir" not in plan.runtime_env
     job = submit_plan(plan, ray_head)
     client = JobSubmissionClient(ray_head)
-    assert wait_for_job(client, job, timeout_s=180) == "SUCCEEDED", client.get_job_logs(job)[-3000:]
+    try:
+        status = wait_for_job(client, job, timeout_s=300)
+    except TimeoutError as exc:
+        client.stop_job(job)
+        pytest.fail(f"{exc}; its log:\n{client.get_job_logs(job)[-4000:]}")
+    assert status == "SUCCEEDED", client.get_job_logs(job)[-3000:]
     assert "2 done, 0 skipped, 0 failed" in client.get_job_logs(job)
     rows = Warehouse(wh).query("SELECT DISTINCT model FROM leaderboard ORDER BY model").to_pylist()
     assert rows == [{"model": "bow-toy-glove-submitted"}, {"model": "toy-glove-submitted"}]
