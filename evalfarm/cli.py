@@ -69,6 +69,26 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _version_callback(value: bool) -> None:
+    if value:
+        from evalfarm import __version__
+
+        sys.stdout.write(f"evalfarm {__version__}\n")
+        raise typer.Exit()
+
+
+@app.callback()
+def _main(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version_callback, is_eager=True, help="print evalfarm's version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Distributed batch evaluation of word and sentence embedding models (EvalRank and more)."""
+
+
 class Executor(StrEnum):
     ray = "ray"
     local = "local"
@@ -209,7 +229,9 @@ def sql(
     query: Annotated[
         str, typer.Argument(help="a SELECT over the views: metrics, leaderboard, ranks, models, runs, failures")
     ],
-    warehouse: Annotated[Path, typer.Option(help="warehouse directory")] = Path("warehouse"),
+    warehouse: Annotated[
+        str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
+    ] = "warehouse",
     format: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
 ) -> None:
     """Query the warehouse (read-only) and print the result."""
@@ -292,21 +314,67 @@ def submit(
         str, typer.Option(help="warehouse directory that EVERY node of the cluster sees (shared storage)")
     ],
     address: Annotated[
-        str, typer.Option(envvar="RAY_API_SERVER_ADDRESS", help="the Ray job API (dashboard) address")
-    ] = "http://127.0.0.1:8265",
+        str | None,
+        typer.Option(
+            help="the Ray job API (dashboard) address (default: $RAY_API_SERVER_ADDRESS, else $RAY_ADDRESS, "
+            "else http://127.0.0.1:8265)"
+        ),
+    ] = None,
     catalog: Annotated[str, typer.Option(help="base catalog that `base:` ids and pools refer to")] = "zoo-starter",
-    env: Annotated[list[str] | None, typer.Option("--env", help="KEY=VALUE for the job (repeatable)")] = None,
+    env: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--env",
+            help="KEY=VALUE for the job (repeatable); local EVALFARM_DATA / EVALFARM_CACHE are NOT forwarded, "
+            "pass them here to override the cluster's",
+        ),
+    ] = None,
     pip: Annotated[
         list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")
+    ] = None,
+    runtime_env: Annotated[
+        Path | None,
+        typer.Option(
+            "--runtime-env",
+            help="YAML/JSON Ray runtime_env merged into the job's (pip, uv, conda, image_uri, env_vars, ...)",
+        ),
+    ] = None,
+    entrypoint_num_cpus: Annotated[
+        float | None, typer.Option(min=0, help="CPUs reserved for the job's driver (ray job submit's option)")
+    ] = None,
+    entrypoint_num_gpus: Annotated[
+        float | None, typer.Option(min=0, help="GPUs reserved for the job's driver (ray job submit's option)")
+    ] = None,
+    trust_remote_code: Annotated[
+        bool,
+        typer.Option(
+            "--trust-remote-code",
+            help="confirm that models with trust_remote_code: true may run their downloaded code on the cluster",
+        ),
+    ] = False,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="write the job folder (its catalog) here and keep it (default: a temporary folder)"),
     ] = None,
     wait: Annotated[bool, typer.Option("--wait/--no-wait", help="follow the job's logs until it ends")] = True,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="show what would run; submit nothing")] = False,
     submission_id: Annotated[str | None, typer.Option(help="job id to use (default: generated)")] = None,
 ) -> None:
     """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its pools)."""
-    from evalfarm.submit import SubmitError, follow_job, parse_env, plan_submission, raw_command, render_plan
+    from evalfarm.submit import (
+        SubmitError,
+        check_remote_code,
+        default_address,
+        follow_job,
+        load_runtime_env,
+        parse_env,
+        plan_submission,
+        raw_command,
+        render_plan,
+    )
     from evalfarm.submit import submit_plan as _submit_plan
 
+    address = address or default_address()
     try:
         plan = plan_submission(
             model_spec,
@@ -314,32 +382,44 @@ def submit(
             catalog=catalog,
             env=parse_env(env or []),
             pip=pip or None,
+            runtime_env=load_runtime_env(runtime_env) if runtime_env is not None else None,
+            runtime_env_source=f"--runtime-env {runtime_env}",
             submission_id=submission_id,
+            trust_remote_code=trust_remote_code,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_num_gpus=entrypoint_num_gpus,
+            out=out,
         )
     except SubmitError as exc:
         _fail(str(exc), code=2)
         return
+
+    def say(text: str, style: str | None = None) -> None:
+        console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
     try:
         for line in render_plan(plan, address).splitlines():
-            style = "bold red" if line.startswith("WARNING") else None
-            console.print(line, style=style, markup=False, highlight=False, soft_wrap=True)
+            say(line, "bold red" if line.startswith("WARNING") else None)
         if dry_run:
-            console.print(f"equivalent: {raw_command(plan, address)}", markup=False, highlight=False, soft_wrap=True)
-            console.print(
-                f"--- {plan.catalog_file.name}: the job's catalog (save it in a folder for --working-dir)",
-                markup=False,
-                highlight=False,
-                soft_wrap=True,
-            )
+            say(f"equivalent: {raw_command(plan, address)}")
+            where = "--out folder" if plan.keep_workdir else "temporary folder, kept for the command above"
+            say(f"job folder: {plan.workdir} ({where}; remove it when done)")
+            say(f"--- {plan.catalog_file.name}: the job's catalog")
             sys.stdout.write(plan.catalog_file.read_text(encoding="utf-8"))
+            try:
+                check_remote_code(plan)
+            except SubmitError as exc:
+                say(f"this submission would be refused: {exc}", "bold red")
             console.print("dry run: nothing submitted")
             return
         job_id = _submit_plan(plan, address)
     except SubmitError as exc:
+        plan.cleanup()
         _fail(str(exc), code=2)
         return
-    finally:
+    except BaseException:
         plan.cleanup()
+        raise
     sys.stdout.write(job_id + "\n")
     sys.stdout.flush()
     if not wait:

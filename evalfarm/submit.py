@@ -6,9 +6,14 @@ so nothing depends on the head node's ``catalog/`` folder or on the evalfarm ver
 same zoo. The entrypoint is a plain ``evalfarm run`` command, so what the cluster runs is what a user could run
 by hand (``ray job submit --working-dir DIR -- evalfarm run --catalog ... --models ...``).
 
+What the job sees of the submitting machine is explicit: its own paths (``EVALFARM_DATA``, ``EVALFARM_CACHE``) are
+not forwarded, because they would override the cluster's; ``--env KEY=VALUE`` passes what the job should get, and
+``--runtime-env FILE`` adds any Ray runtime_env (pip, uv, conda, a container image). Models that run remote code
+(``trust_remote_code``) are submitted only with an explicit confirmation (``--trust-remote-code``).
+
 Python API::
 
-    plan = plan_submission("new-model.yaml", warehouse="/mnt/shared/warehouse")
+    plan = plan_submission("new-model.yaml", warehouse="/mnt/shared/warehouse", trust_remote_code=False)
     print(render_plan(plan))
     job_id = submit_plan(plan, "http://127.0.0.1:8265")
     status = follow_job("http://127.0.0.1:8265", job_id)
@@ -18,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import getpass
+import json
 import os
 import re
 import secrets
@@ -38,11 +44,24 @@ from pydantic import ValidationError
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PoolSpec, Source, slug
 
-FORWARDED_ENV = ("EVALFARM_DATA", "HF_HUB_OFFLINE", "EVALFARM_CACHE")
-"""Variables passed to the job when they are set here: where data, hub mode and cache live on the cluster."""
+FORWARDED_ENV = ("HF_HUB_OFFLINE",)
+"""Variables passed to the job when they are set here. Only a mode, never a path: the submitter's
+``EVALFARM_DATA`` / ``EVALFARM_CACHE`` name folders on this machine and would override the cluster's own settings
+(pass ``--env EVALFARM_DATA=/shared/data`` to set them for the job on purpose)."""
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
+ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
+"""Where the job API address comes from when none is given, in the order ``ray job submit`` reads them."""
 TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
+SUBMIT_CATALOG_ENV = "EVALFARM_SUBMIT_CATALOG"
+"""The job's catalog, inline, where the runtime_env cannot carry a working_dir (a container image)."""
+_INLINE_LIMIT = 100_000  # bytes: one environment string may hold at most 128 KiB on Linux
+_IMAGE_KEYS = ("image_uri", "container")  # runtime_env fields that Ray allows only with env_vars / config
+
+
+def default_address() -> str:
+    """The job API address to use when none is given: ``RAY_API_SERVER_ADDRESS``, ``RAY_ADDRESS``, else local."""
+    return next((os.environ[k] for k in ADDRESS_ENV if os.environ.get(k)), DEFAULT_ADDRESS)
 
 
 class SubmitError(ValueError):
@@ -58,18 +77,26 @@ class SubmitPlan:
     model_ids: list[str]
     catalog: Catalog  # the merged catalog, loaded back from the file the job will read
     catalog_file: Path  # inside ``workdir``
-    workdir: Path  # the job's runtime_env working_dir (a temp dir; ``cleanup()`` removes it)
+    workdir: Path  # the job folder: the runtime_env's working_dir (unless the catalog travels inline)
     warehouse: str
     entrypoint: str
     runtime_env: dict[str, Any]
     submission_id: str
     metadata: dict[str, str]
     remote_code: list[str] = field(default_factory=list)  # model ids whose lineage sets trust_remote_code
+    remote_code_confirmed: bool = False  # the submitter said --trust-remote-code
+    unpinned: list[dict[str, str | None]] = field(default_factory=list)  # hub sources without a commit hash
     requirements: list[str] = field(default_factory=list)  # pip requirements named by the models' sources
     warnings: list[str] = field(default_factory=list)
+    entrypoint_num_cpus: float | None = None
+    entrypoint_num_gpus: float | None = None
+    inline_catalog: bool = False  # the catalog is in the env (SUBMIT_CATALOG_ENV), there is no working_dir
+    keep_workdir: bool = False  # the folder is the user's (--out): ``cleanup()`` leaves it
 
     def cleanup(self) -> None:
-        shutil.rmtree(self.workdir, ignore_errors=True)
+        """Remove the temporary job folder (never an ``--out`` folder)."""
+        if not self.keep_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
 
 # -- the spec file ------------------------------------------------------------------------------------------
@@ -253,6 +280,16 @@ def build_entrypoint(catalog_file: str, model_ids: Iterable[str], warehouse: str
     return shlex.join(args)
 
 
+def inline_entrypoint(catalog_name: str, run_command: str) -> str:
+    """A shell entrypoint that writes the catalog from :data:`SUBMIT_CATALOG_ENV` into a fresh folder and runs
+    there: for runtime_envs without a working_dir (Ray allows none beside ``image_uri`` / ``container``)."""
+    target = shlex.quote(catalog_name)
+    return (
+        f'd="$(mktemp -d)" && trap \'rm -rf "$d"\' EXIT && printf \'%s\' "${SUBMIT_CATALOG_ENV}" > "$d"/{target} '
+        f'&& cd "$d" && {run_command}'
+    )
+
+
 def parse_env(pairs: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
@@ -261,6 +298,82 @@ def parse_env(pairs: Iterable[str]) -> dict[str, str]:
             raise SubmitError(f"--env {pair!r}: expected KEY=VALUE (e.g. --env EVALFARM_DATA=/mnt/data)")
         out[key] = value
     return out
+
+
+_PATH_KEYS = ("pip", "uv", "conda")  # a string here may name a requirements / environment file
+
+
+def _is_uri(text: str) -> bool:
+    return bool(re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text))
+
+
+def load_runtime_env(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """A Ray runtime_env from a YAML or JSON file; relative file paths in it resolve against the file's folder."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise SubmitError(f"--runtime-env: file not found: {path}")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise SubmitError(f"{path}: not valid YAML / JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise SubmitError(f"{path}: a runtime_env is a mapping (pip, uv, conda, image_uri, env_vars, ...)")
+    if "working_dir" in raw:
+        raise SubmitError(
+            f"{path}: working_dir is evalfarm submit's (it carries the job's catalog); ship your code with "
+            "py_modules, pip or an image instead"
+        )
+    base = path.parent.resolve()
+    env = dict(raw)
+    for key in _PATH_KEYS:
+        val = env.get(key)
+        if isinstance(val, str) and val.endswith((".txt", ".yml", ".yaml")) and not Path(val).is_absolute():
+            if (base / val).is_file():
+                env[key] = str(base / val)
+    if isinstance(env.get("py_modules"), list):
+        env["py_modules"] = [
+            str(base / m) if isinstance(m, str) and not _is_uri(m) and (base / m).exists() else m
+            for m in env["py_modules"]
+        ]
+    return env
+
+
+def merge_runtime_env(
+    built: dict[str, Any], user: dict[str, Any] | None, pip: list[str] | None, env: dict[str, str] | None
+) -> dict[str, Any]:
+    """What the job runs with: ``built`` (working_dir, forwarded env) < the ``--runtime-env`` file < ``--pip`` /
+    ``--env``. ``env_vars`` merge key by key; ``--pip`` extends the file's pip list."""
+    out = dict(built)
+    user = dict(user or {})
+    env_vars = {**built.get("env_vars", {}), **(user.pop("env_vars", None) or {}), **(env or {})}
+    out.update(user)
+    if pip:
+        have = out.get("pip")
+        if have is None:
+            out["pip"] = list(pip)
+        elif isinstance(have, list):
+            out["pip"] = [*have, *pip]
+        elif isinstance(have, dict) and isinstance(have.get("packages"), list):
+            out["pip"] = {**have, "packages": [*have["packages"], *pip]}
+        else:
+            raise SubmitError(
+                f"--pip {' '.join(pip)}: the --runtime-env file's pip is {have!r}; list the packages in one place"
+            )
+    if env_vars:
+        out["env_vars"] = env_vars
+    else:
+        out.pop("env_vars", None)
+    return out
+
+
+def validate_runtime_env(runtime_env: dict[str, Any], source: str) -> None:
+    """Ray's own checks (conflicting fields, types), run here so a bad runtime_env fails before submission."""
+    from ray.runtime_env import RuntimeEnv
+
+    try:
+        RuntimeEnv(**runtime_env)
+    except (TypeError, ValueError) as exc:
+        raise SubmitError(f"{source}: Ray refuses this runtime_env: {exc}") from None
 
 
 def _warehouse_arg(warehouse: str, warnings: list[str]) -> str:
@@ -281,6 +394,22 @@ def _warehouse_arg(warehouse: str, warnings: list[str]) -> str:
     return str(p)
 
 
+def _prepare_out(out: Path) -> Path:
+    """An ``--out`` folder: new, empty, or holding only an earlier submit's catalog (the whole folder is uploaded)."""
+    out = out.expanduser().resolve()
+    if out.exists() and not out.is_dir():
+        raise SubmitError(f"--out {out}: exists and is not a folder")
+    if out.is_dir():
+        other = [p.name for p in out.iterdir() if not (p.is_file() and re.fullmatch(r"submit-.*\.yaml", p.name))]
+        if other:
+            raise SubmitError(
+                f"--out {out}: the folder holds {sorted(other)[:5]}; it becomes the job's working_dir and is "
+                "uploaded whole, so give an empty or new folder"
+            )
+    out.mkdir(parents=True, exist_ok=True)
+    return out
+
+
 def plan_submission(
     spec: str | os.PathLike[str],
     *,
@@ -288,10 +417,27 @@ def plan_submission(
     catalog: str = "zoo-starter",
     env: dict[str, str] | None = None,
     pip: list[str] | None = None,
+    runtime_env: dict[str, Any] | None = None,
+    runtime_env_source: str = "--runtime-env",
     submission_id: str | None = None,
     run_options: set[str] | None = None,
+    trust_remote_code: bool = False,
+    entrypoint_num_cpus: float | None = None,
+    entrypoint_num_gpus: float | None = None,
+    out: str | os.PathLike[str] | None = None,
+    inline_catalog: bool | None = None,
 ) -> SubmitPlan:
-    """Validate the spec against the base catalog and compute the job: entrypoint, runtime_env, metadata."""
+    """Validate the spec against the base catalog and compute the job: entrypoint, runtime_env, metadata.
+
+    ``runtime_env``: a Ray runtime_env merged into the job's (see :func:`merge_runtime_env`); ``trust_remote_code``:
+    the submitter's confirmation that remote code may run (:func:`submit_plan` refuses models that need it
+    otherwise); ``out``: write the job folder there and keep it (else a temporary folder); ``inline_catalog``:
+    carry the catalog in the environment instead of a working_dir (default: when the runtime_env names a
+    container image, where Ray allows no working_dir).
+    """
+    from evalfarm import __version__
+    from evalfarm.provenance import CATALOG_AS_GIVEN_ENV, unpinned_revisions
+
     spec_path = Path(spec).expanduser().resolve()
     models, pools = load_spec_file(spec_path)
     try:
@@ -299,12 +445,15 @@ def plan_submission(
     except CatalogError as exc:
         raise SubmitError(f"base catalog: {exc}") from None
     doc, model_ids = merge_catalog(spec_path, models, pools, base)
+    user_env = dict(runtime_env or {})
+    inline = any(k in user_env for k in _IMAGE_KEYS) if inline_catalog is None else inline_catalog
 
-    workdir = Path(tempfile.mkdtemp(prefix="evalfarm-submit-"))
+    workdir = _prepare_out(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="evalfarm-submit-"))
     try:
         catalog_file = workdir / f"{doc['name']}.yaml"
         header = "# Generated by `evalfarm submit`: self-contained (pools in full), run with --catalog <this file>.\n"
-        catalog_file.write_text(header + yaml.safe_dump(doc, sort_keys=False, width=118), encoding="utf-8")
+        catalog_text = header + yaml.safe_dump(doc, sort_keys=False, width=118)
+        catalog_file.write_text(catalog_text, encoding="utf-8")
         try:  # the same checks the job will do: schema, references, levels
             merged = load_catalog(catalog_file)
         except CatalogError as exc:
@@ -316,7 +465,10 @@ def plan_submission(
             warnings.append(
                 f"model {m!r} sets trust_remote_code: true — the cluster will EXECUTE PYTHON CODE downloaded "
                 "with the model; submit only if you trust its source and revision"
+                + ("" if trust_remote_code else " (refused without --trust-remote-code)")
             )
+        unpinned = unpinned_revisions(merged, model_ids)
+        warnings += [str(u["message"]) for u in unpinned]
         requirements: list[str] = []
         for m in model_ids:
             for s in merged.lineage(m):
@@ -329,38 +481,55 @@ def plan_submission(
                         msg = f"model {s.id!r} reads {src.ref}: that path must exist on every node of the cluster"
                         if msg not in warnings:
                             warnings.append(msg)
-        if any(s.source and s.source.type == "data" for m in model_ids for s in merged.lineage(m)) and not (
-            (env and "EVALFARM_DATA" in env) or os.environ.get("EVALFARM_DATA")
-        ):
-            warnings.append("a model reads a 'data' source but EVALFARM_DATA is neither set here nor in --env")
 
         wh = _warehouse_arg(warehouse, warnings)
-        env_vars = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
         options = run_command_options() if run_options is None else run_options
-        entrypoint = build_entrypoint(catalog_file.name, model_ids, wh, options)
+        run_cmd = build_entrypoint(catalog_file.name, model_ids, wh, options)
+        entrypoint = inline_entrypoint(catalog_file.name, run_cmd) if inline else run_cmd
+        built_env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+        built: dict[str, Any] = {} if inline else {"working_dir": str(workdir)}
+        if built_env:
+            built["env_vars"] = built_env
+        job_env = merge_runtime_env(built, user_env, pip, env)
+        plumbing = {CATALOG_AS_GIVEN_ENV: f"{catalog_file.name}={spec_path} (submitted over {catalog})"}
         if "--address" in options:
             # `evalfarm run --address auto` calls ray.init(runtime_env={"env_vars": ...}) with the same keys as
             # the job's; Ray refuses such a merge inside a job unless told the driver's values may win.
-            env_vars["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
-        env_vars.update(env or {})
-        runtime_env: dict[str, Any] = {"working_dir": str(workdir)}
-        if env_vars:
-            runtime_env["env_vars"] = env_vars
-        if pip:
-            runtime_env["pip"] = list(pip)
+            plumbing["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
+        if inline:
+            if len(catalog_text.encode()) > _INLINE_LIMIT:
+                raise SubmitError(
+                    f"{spec_path}: the job's catalog is {len(catalog_text.encode())} bytes, too large to pass in "
+                    "the environment beside a container image; submit fewer models at once"
+                )
+            plumbing[SUBMIT_CATALOG_ENV] = catalog_text
+        job_env["env_vars"] = {**job_env.get("env_vars", {}), **plumbing}
+        validate_runtime_env(job_env, runtime_env_source)
+        data_models = [s.id for m in model_ids for s in merged.lineage(m) if s.source and s.source.type == "data"]
+        if data_models and "EVALFARM_DATA" not in job_env["env_vars"]:
+            warnings.append(
+                f"model {data_models[0]!r} reads a 'data' source: the job uses the cluster's EVALFARM_DATA (set on "
+                "its nodes); pass --env EVALFARM_DATA=/shared/data to choose another"
+            )
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         sub_id = submission_id or f"evalfarm-{slug(model_ids[0])[:48]}-{stamp}-{secrets.token_hex(3)}"
+        pools_used = sorted({p.id for m in model_ids for p in merged.pools_for(m)})
         metadata = {
+            "evalfarm.version": __version__,
             "evalfarm.models": ",".join(model_ids),
             "evalfarm.spec_hashes": ",".join(f"{m}={merged.spec_hash(m)}" for m in model_ids),
+            "evalfarm.pools": ",".join(f"{p}@{merged.pools[p].version}" for p in pools_used),
             "evalfarm.spec_file": str(spec_path),
             "evalfarm.base_catalog": str(base.path),
+            "evalfarm.catalog": catalog,
             "evalfarm.warehouse": wh,
             "evalfarm.trust_remote_code": ",".join(remote_code) or "none",
+            "evalfarm.unpinned_revisions": ",".join(sorted({str(u["model"]) for u in unpinned})) or "none",
             "evalfarm.submitted_by": _user(),
         }
     except BaseException:
-        shutil.rmtree(workdir, ignore_errors=True)
+        if out is None:
+            shutil.rmtree(workdir, ignore_errors=True)
         raise
     return SubmitPlan(
         spec_path=spec_path,
@@ -371,12 +540,18 @@ def plan_submission(
         workdir=workdir,
         warehouse=wh,
         entrypoint=entrypoint,
-        runtime_env=runtime_env,
+        runtime_env=job_env,
         submission_id=sub_id,
         metadata=metadata,
         remote_code=remote_code,
+        remote_code_confirmed=trust_remote_code,
+        unpinned=unpinned,
         requirements=requirements,
         warnings=warnings,
+        entrypoint_num_cpus=entrypoint_num_cpus,
+        entrypoint_num_gpus=entrypoint_num_gpus,
+        inline_catalog=inline,
+        keep_workdir=out is not None,
     )
 
 
@@ -385,6 +560,14 @@ def _user() -> str:
         return getpass.getuser()
     except Exception:  # no passwd entry in some containers
         return "unknown"
+
+
+def _shown_env(plan: SubmitPlan) -> dict[str, str]:
+    """The job's env_vars as shown to people: the inline catalog is printed separately, not as one huge line."""
+    env = dict(plan.runtime_env.get("env_vars", {}))
+    if SUBMIT_CATALOG_ENV in env:
+        env[SUBMIT_CATALOG_ENV] = f"<{plan.catalog_file.name}, {len(env[SUBMIT_CATALOG_ENV])} characters>"
+    return env
 
 
 def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
@@ -397,24 +580,39 @@ def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
     for m in plan.model_ids:
         spec = cat.model(m)
         src = next((s.source for s in cat.lineage(m) if s.source), None)
+        rev = next((s.revision for s in cat.lineage(m) if s.source), None)
         chain = " <- ".join(s.id for s in cat.lineage(m))
-        trc = "ON (remote code will run)" if m in plan.remote_code else "off"
+        trc = "off"
+        if m in plan.remote_code:
+            trc = "ON (remote code will run)" if plan.remote_code_confirmed else "ON: needs --trust-remote-code"
+        where = f"{src.type}:{src.ref}" + (f" ({src.path})" if src.path else "") if src else "-"
+        if src is not None and src.type == "hf":
+            where += f" @ {rev}" if rev else " (revision not pinned)"
         lines += [
             f"  model        {m}  [{spec.level}, kind {cat.kind(m)}, spec {cat.spec_hash(m)}]",
             f"    lineage    {chain}",
-            f"    source     {f'{src.type}:{src.ref}' + (f' ({src.path})' if src.path else '') if src else '-'}",
+            f"    source     {where}",
             f"    trust_remote_code  {trc}",
             f"    pools      {', '.join(p.id for p in cat.pools_for(m)) or '(none at this level!)'}",
         ]
     lines += [
         f"  warehouse    {plan.warehouse}",
         f"  entrypoint   {plan.entrypoint}",
-        f"  working_dir  {plan.workdir} ({plan.catalog_file.name}, uploaded with the job)",
     ]
-    for k, v in plan.runtime_env.get("env_vars", {}).items():
+    if plan.inline_catalog:
+        lines.append(
+            f"  catalog      {plan.catalog_file.name}, passed inline in {SUBMIT_CATALOG_ENV} (no working_dir)"
+        )
+    else:
+        lines.append(f"  working_dir  {plan.workdir} ({plan.catalog_file.name}, uploaded with the job)")
+    for k, v in _shown_env(plan).items():
         lines.append(f"  env          {k}={v}")
-    if plan.runtime_env.get("pip"):
-        lines.append(f"  pip          {' '.join(plan.runtime_env['pip'])}")
+    for k, v in plan.runtime_env.items():
+        if k not in ("working_dir", "env_vars"):
+            lines.append(f"  {k:<12} {json.dumps(v) if not isinstance(v, str) else v}")
+    for what, n in (("CPUs", plan.entrypoint_num_cpus), ("GPUs", plan.entrypoint_num_gpus)):
+        if n is not None:
+            lines.append(f"  entrypoint   reserves {n:g} {what}")
     if plan.requirements:
         lines.append(
             f"  needs        {' '.join(plan.requirements)} (installed on the cluster, or add them with --pip)"
@@ -424,14 +622,20 @@ def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
 
 
 def raw_command(plan: SubmitPlan, address: str) -> str:
-    """The equivalent ``ray job submit`` command line (for docs, and for users without evalfarm locally)."""
+    """The equivalent ``ray job submit`` command line (for docs, and for users without evalfarm locally).
+
+    It names the plan's job folder: run it while that folder exists (``--out DIR`` keeps one)."""
     args = ["ray", "job", "submit", "--address", address, "--submission-id", plan.submission_id]
-    args += ["--working-dir", str(plan.workdir)]
+    if "working_dir" in plan.runtime_env:
+        args += ["--working-dir", str(plan.runtime_env["working_dir"])]
     rest = {k: v for k, v in plan.runtime_env.items() if k != "working_dir"}
     if rest:
-        import json
-
         args += ["--runtime-env-json", json.dumps(rest)]
+    if plan.entrypoint_num_cpus is not None:
+        args += ["--entrypoint-num-cpus", f"{plan.entrypoint_num_cpus:g}"]
+    if plan.entrypoint_num_gpus is not None:
+        args += ["--entrypoint-num-gpus", f"{plan.entrypoint_num_gpus:g}"]
+    args += ["--metadata-json", json.dumps(plan.metadata)]
     return shlex.join(args) + " -- " + plan.entrypoint
 
 
@@ -451,15 +655,42 @@ def _client(address: str) -> Any:
         ) from None
 
 
-def submit_plan(plan: SubmitPlan, address: str = DEFAULT_ADDRESS, *, client: Any = None) -> str:
-    """Submit the planned job; returns the submission id. The working_dir is uploaded here, then removed."""
-    client = client or _client(address)
+def check_remote_code(plan: SubmitPlan) -> None:
+    """Refuse a plan whose models run remote code unless the submitter confirmed it (``--trust-remote-code``)."""
+    if plan.remote_code and not plan.remote_code_confirmed:
+        unpinned = {str(u["model"]) for u in plan.unpinned}
+        details = []
+        for m in plan.remote_code:
+            src = next((s.source for s in plan.catalog.lineage(m) if s.source), None)
+            where = f"{src.type}:{src.ref}" if src else "?"
+            details.append(f"{m} ({where}{', revision NOT pinned' if m in unpinned else ''})")
+        raise SubmitError(
+            f"{plan.spec_path}: refusing to submit: {', '.join(details)} set trust_remote_code: true, so the "
+            "cluster would execute Python code downloaded with the model. Review that code (at a pinned "
+            "revision), then confirm with --trust-remote-code"
+        )
+
+
+def submit_plan(plan: SubmitPlan, address: str | None = None, *, client: Any = None) -> str:
+    """Submit the planned job; returns the submission id. The working_dir is uploaded here, then removed
+    (unless it is an ``--out`` folder). Refuses unconfirmed remote code (:func:`check_remote_code`)."""
     try:
+        check_remote_code(plan)
+        client = client or _client(address or default_address())
+        resources = {
+            k: v
+            for k, v in (
+                ("entrypoint_num_cpus", plan.entrypoint_num_cpus),
+                ("entrypoint_num_gpus", plan.entrypoint_num_gpus),
+            )
+            if v is not None
+        }
         return client.submit_job(
             entrypoint=plan.entrypoint,
             runtime_env=plan.runtime_env,
             submission_id=plan.submission_id,
             metadata=plan.metadata,
+            **resources,
         )
     finally:
         plan.cleanup()
@@ -506,16 +737,22 @@ def wait_for_job(client: Any, job_id: str, *, poll_s: float = 1.0, timeout_s: fl
 def submit(
     spec: str | os.PathLike[str],
     *,
-    address: str = DEFAULT_ADDRESS,
+    address: str | None = None,
     warehouse: str,
     wait: bool = True,
     on_plan: Callable[[SubmitPlan], None] | None = None,
     **plan_kwargs: Any,
 ) -> tuple[str, str | None]:
-    """Plan, submit and (optionally) follow: returns ``(job_id, final status or None)``."""
+    """Plan, submit and (optionally) follow: returns ``(job_id, final status or None)``. ``address``: the job
+    API (default: :func:`default_address`)."""
+    address = address or default_address()
     plan = plan_submission(spec, warehouse=warehouse, **plan_kwargs)
     if on_plan:
         on_plan(plan)
-    client = _client(address)
+    try:
+        client = _client(address)
+    except SubmitError:
+        plan.cleanup()
+        raise
     job_id = submit_plan(plan, address, client=client)
     return job_id, (follow_job(address, job_id, client=client) if wait else None)

@@ -42,7 +42,13 @@ import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+
+def sql_dir() -> Path:
+    """The views' ``*.sql`` files: the checkout's ``sql/``, or the installed package's ``evalfarm._sql``."""
+    from evalfarm._resources import shipped_dir
+
+    return shipped_dir("evalfarm._sql", "sql")
+
 
 _TS = pa.timestamp("us", tz="UTC")
 SCHEMAS: dict[str, pa.Schema] = {
@@ -384,7 +390,7 @@ class Warehouse:
                     "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
                 ) from exc
         root_sql = "'" + where.replace("'", "''") + "'"
-        for path in sorted(SQL_DIR.glob("*.sql")):
+        for path in sorted(sql_dir().glob("*.sql")):
             con.execute(path.read_text(encoding="utf-8").replace("{root}", where.replace("'", "''")))
         if read_only:
             con.execute(f"SET allowed_directories=[{root_sql}]")

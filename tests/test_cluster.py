@@ -148,8 +148,8 @@ def test_autoscaler_config_matches_rays_schema_and_has_a_gpu_group():
     assert cfg["head_node_type"] in types
     gpu = [n for n, t in types.items() if t.get("resources", {}).get("GPU", 0) >= 1]
     assert gpu and all(types[n]["max_workers"] >= types[n].get("min_workers", 0) for n in gpu)
-    setup = " ".join(cfg["setup_commands"])
-    assert "evalfarm[gpu" in setup and "torch" in setup
+    assert cfg["docker"]["image"].startswith("ghcr.io/") and ":latest" not in cfg["docker"]["image"]
+    assert "evalfarm --version" in " ".join(cfg["setup_commands"])  # the image's pinned evalfarm, checked
     head_start = " ".join(cfg["head_start_ray_commands"])
     assert "ray start --head" in head_start and "--dashboard-host=127.0.0.1" in head_start
     assert any("ray start --address" in c for c in cfg["worker_start_ray_commands"])

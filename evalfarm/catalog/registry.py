@@ -1,5 +1,8 @@
 """Catalogs by name or path: YAML files under ``catalog/``, merged, checked, with derived models resolved.
 
+Names are looked up on a search path: the folders of ``EVALFARM_CATALOG_PATH`` (user catalogs), then the catalogs
+evalfarm ships (``catalog/`` in a checkout, the ``evalfarm._catalogs`` data package in an installed wheel).
+
 Errors name the file and the entry (``catalog/zoo.yaml: models[3] (id 'glove-abtt'): pooling: ...``) because a
 catalog of a hundred entries is unreadable otherwise.
 """
@@ -21,33 +24,63 @@ class CatalogError(ValueError):
     """A catalog that cannot be used: the message names the file and the entry."""
 
 
+CATALOG_PATH_ENV = "EVALFARM_CATALOG_PATH"
+"""A search path of folders of user catalogs (``os.pathsep``-separated, like ``PATH``), searched in order before
+the shipped catalogs: ``--catalog my-zoo`` finds ``my-zoo.yaml`` in the first folder that has it."""
+
+CATALOG_DIR_ENV = "EVALFARM_CATALOG_DIR"
+"""One folder that replaces the shipped catalogs (older setting; ``EVALFARM_CATALOG_PATH`` adds folders instead)."""
+
+
+def shipped_catalog_dir() -> Path:
+    """The catalogs that ship with evalfarm: the checkout's ``catalog/``, or the installed package's copy."""
+    from evalfarm._resources import shipped_dir
+
+    return shipped_dir("evalfarm._catalogs", "catalog")
+
+
 def catalog_dir() -> Path:
-    """The folder of named catalogs: ``EVALFARM_CATALOG_DIR`` or the repository's ``catalog/``."""
-    env = os.environ.get("EVALFARM_CATALOG_DIR")
+    """The shipped catalogs' folder, or ``EVALFARM_CATALOG_DIR`` in its place (``zoo build`` writes here)."""
+    env = os.environ.get(CATALOG_DIR_ENV)
     if env:
-        return Path(env)
-    return Path(__file__).resolve().parents[2] / "catalog"
+        return Path(env).expanduser()
+    return shipped_catalog_dir()
+
+
+def catalog_search_path() -> list[Path]:
+    """Where catalog names are looked up, first match wins: ``EVALFARM_CATALOG_PATH``'s folders, then
+    :func:`catalog_dir`. Empty entries are skipped."""
+    extra = [Path(p).expanduser() for p in os.environ.get(CATALOG_PATH_ENV, "").split(os.pathsep) if p.strip()]
+    return [*extra, catalog_dir()]
 
 
 def resolve_catalog_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A catalog file: a path as given (``.yaml`` / ``.yml`` or an existing file), else a name on the search path."""
     p = Path(name_or_path).expanduser()
     if p.suffix in (".yaml", ".yml") or p.exists():
         if not p.exists():
             raise CatalogError(f"catalog file not found: {p}")
         return p.resolve()
-    for ext in (".yaml", ".yml"):
-        cand = catalog_dir() / f"{name_or_path}{ext}"
-        if cand.exists():
-            return cand.resolve()
-    known = ", ".join(sorted(available_catalogs())) or "(none)"
+    for folder in catalog_search_path():
+        for ext in (".yaml", ".yml"):
+            cand = folder / f"{name_or_path}{ext}"
+            if cand.is_file():
+                return cand.resolve()
+    known = ", ".join(available_catalogs()) or "(none)"
+    where = os.pathsep.join(str(d) for d in catalog_search_path())
     raise CatalogError(
-        f"unknown catalog {str(name_or_path)!r}: not a file, and not a name under {catalog_dir()} (known: {known})"
+        f"unknown catalog {str(name_or_path)!r}: not a file, and not a name on the catalog search path {where} "
+        f"(known: {known}); pass a path, or add its folder to {CATALOG_PATH_ENV}"
     )
 
 
 def available_catalogs() -> list[str]:
-    d = catalog_dir()
-    return sorted(p.stem for p in d.glob("*.y*ml")) if d.exists() else []
+    """The catalog names the search path offers (each once, whichever folder has it first)."""
+    names: set[str] = set()
+    for folder in catalog_search_path():
+        if folder.is_dir():
+            names.update(p.stem for p in folder.glob("*.y*ml") if p.suffix in (".yaml", ".yml") and p.is_file())
+    return sorted(names)
 
 
 def _describe_loc(raw: dict, loc: tuple) -> str:
@@ -175,7 +208,7 @@ def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskS
 
 
 def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...] = ()) -> Catalog:
-    """Load a catalog by name (file stem under ``catalog/``) or path, with its includes."""
+    """Load a catalog by name (file stem on the catalog search path) or path, with its includes."""
     path = resolve_catalog_path(name_or_path)
     if path in _seen:
         raise CatalogError(f"{path}: include cycle through {' -> '.join(str(p) for p in _seen)}")

