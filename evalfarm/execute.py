@@ -21,15 +21,13 @@ from typing import Any
 import numpy as np
 
 from evalfarm.catalog.registry import Catalog
+from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK
 from evalfarm.embed import EmbeddingQualityError, Encoded, TextStore, check_quality, encode_texts, store_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, now
-
-DEFAULT_FIT_TASK = "evalrank-sentence"
-"""The texts a post-processed sentence model is fitted on, unless its spec names another task (``fit_on``)."""
 
 
 @dataclass
@@ -148,7 +146,7 @@ def _embed_missing(
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
     meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store}
     if _reuses_base_store(spec):
-        fit_task = spec.postprocess.fit_on or DEFAULT_FIT_TASK
+        fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
         fit_texts = ctx.texts(fit_task)
         base_emb, base_oov = _base_vectors(ctx, spec.base, [*missing, *fit_texts])
         fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
@@ -170,11 +168,13 @@ def _embed_missing(
         provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
         state["stage"] = Stage.EMBED
         if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
-            fit_task = spec.postprocess.fit_on or DEFAULT_FIT_TASK
+            fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
             encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
             provenance["fit_on"] = {"task": fit_task}
         out = encode_texts(encoder, missing, progress=prog)
-    store.write(missing, out, {**meta, "provenance": provenance})
+    # the shard keeps what made its vectors (deterministic: no host, no timing); the models row keeps everything
+    content = {k: v for k, v in provenance.items() if k not in ("host", "load_seconds", "code_versions")}
+    store.write(missing, out, {**meta, "provenance": content})
     if out.zero_count:  # informational: these texts are handled as OOV
         ctx.warehouse.write_failure(
             ctx.run_id,

@@ -1,7 +1,7 @@
 """Submit one new model to a Ray cluster as a Ray job: validate locally, show the plan, then run it remotely.
 
 Everything is checked on the submitting machine first (a typo should cost seconds, not a cluster slot). The job
-gets a self-contained catalog (the new models, their bases, the pools' full definitions) in its ``working_dir``,
+gets a self-contained catalog (the new models, their bases, the tasks' full definitions) in its ``working_dir``,
 so nothing depends on the head node's ``catalog/`` folder or on the evalfarm version installed there having the
 same zoo. The entrypoint is a plain ``evalfarm run`` command, so what the cluster runs is what a user could run
 by hand (``ray job submit --working-dir DIR -- evalfarm run --catalog ... --models ...``).
@@ -43,6 +43,7 @@ from pydantic import ValidationError
 
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PoolSpec, Source, slug
+from evalfarm.scorers import task_adapter as _task_adapter
 
 FORWARDED_ENV = ("HF_HUB_OFFLINE",)
 """Variables passed to the job when they are set here. Only a mode, never a path: the submitter's
@@ -126,13 +127,13 @@ def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[
         raise SubmitError(f"{path}: not valid YAML: {exc}") from exc
     raw_pools: list[Any] = []
     if isinstance(raw, dict) and "models" in raw:
-        extra = set(raw) - {"name", "description", "models", "pools"}
+        extra = set(raw) - {"name", "description", "models", "tasks", "pools"}
         if extra:
             raise SubmitError(
                 f"{path}: unsupported key(s) {sorted(extra)} in a submit spec "
-                "(allowed: name, description, models, pools; choose the base catalog with --catalog)"
+                "(allowed: name, description, models, tasks (or pools); choose the base catalog with --catalog)"
             )
-        entries, raw_pools = raw.get("models") or [], raw.get("pools") or []
+        entries, raw_pools = raw.get("models") or [], raw.get("tasks") or raw.get("pools") or []
     elif isinstance(raw, dict):
         entries = [raw]
     elif isinstance(raw, list):
@@ -157,7 +158,7 @@ def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[
             pools.append(entry)
             continue
         try:
-            pools.append(PoolSpec.model_validate(entry))
+            pools.append(_task_adapter().validate_python(entry))
         except ValidationError as exc:
             errors.extend(_validation_messages(path, _entry_name(entry, i, "pools"), exc))
     if errors:
@@ -192,85 +193,65 @@ def _with_absolute_paths(spec: ModelSpec, base_dir: Path) -> ModelSpec:
 
 
 def _dump(spec: ModelSpec | PoolSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json", exclude_defaults=True)
+    out = spec.model_dump(mode="json", exclude_defaults=True)
+    if isinstance(spec, PoolSpec):  # a task's kind is its union tag: always written
+        out = {"id": out.pop("id"), "kind": spec.kind, **out}
+    return out
 
 
 def merge_catalog(
     spec_path: Path, models: list[ModelSpec], pools: list[PoolSpec | str], base: Catalog
 ) -> tuple[dict[str, Any], list[str]]:
-    """A self-contained catalog document: the new models, their bases from ``base``, the pools in full."""
-    new = {m.id: _with_absolute_paths(m, spec_path.parent.resolve()) for m in models}
-    for m in new.values():
+    """A self-contained catalog document: the new models, their bases from ``base``, the tasks in full.
+
+    The merge and its checks (bases exist, no cycles, levels) are the registry's (:meth:`Catalog.with_models`).
+    """
+    new = [_with_absolute_paths(m, spec_path.parent.resolve()) for m in models]
+    for m in new:
         if m.id in base.models and _dump(_with_absolute_paths(base.models[m.id], base.path.parent)) != _dump(m):
             raise SubmitError(
                 f"{spec_path}: model id {m.id!r} already exists in base catalog {base.name!r} with a different "
                 "spec; give the new model its own id (ids key the warehouse's results)"
             )
-    # lineage: new models may build on each other or on base models
+    try:
+        merged = base.with_models(new, source=spec_path)
+    except CatalogError as exc:
+        raise SubmitError(
+            f"{exc}; fix the id (`evalfarm catalog list --catalog {base.name}` lists the base catalog's models) or "
+            "pick another base catalog with --catalog"
+        ) from None
     wanted: dict[str, ModelSpec] = {}
-    for m in new.values():
-        cur: ModelSpec | None = m
-        seen: set[str] = set()
-        while cur is not None:
-            if cur.id in seen:
-                raise SubmitError(f"{spec_path}: model {m.id!r}: base cycle through {cur.id!r}")
-            seen.add(cur.id)
-            wanted.setdefault(cur.id, cur)
-            if cur.base is None:
-                break
-            if cur.base in new:
-                cur = new[cur.base]
-            elif cur.base in base.models:
-                cur = _with_absolute_paths(base.models[cur.base], base.path.parent)
-            else:
-                raise SubmitError(
-                    f"{spec_path}: model {cur.id!r}: base {cur.base!r} is neither in this file nor in the base "
-                    f"catalog {base.name!r} ({base.path}); fix the id (`evalfarm catalog list --catalog "
-                    f"{base.name}` lists them) or pick another base catalog with --catalog"
-                )
-    pool_docs: list[dict[str, Any]] = []
-    pool_ids = pools or list(base.default_pools)
-    for p in pool_ids:
+    for m in new:  # the new models and their lineages, bases first
+        for spec in reversed(merged.lineage(m.id)):
+            from_base = spec.id in base.models and spec.id not in {n.id for n in new}
+            wanted.setdefault(spec.id, _with_absolute_paths(spec, base.path.parent) if from_base else spec)
+    task_docs: list[dict[str, Any]] = []
+    for p in pools or list(base.default_tasks):
         if isinstance(p, PoolSpec):
-            pool_docs.append(_dump(p))
-        elif p in base.pools:
-            pool_docs.append(_dump(base.pools[p]))
+            task_docs.append(_dump(p))
+        elif p in base.tasks:
+            task_docs.append(_dump(base.tasks[p]))
         else:
             raise SubmitError(
-                f"{spec_path}: pool {p!r} is not defined in base catalog {base.name!r} "
-                f"(known: {', '.join(sorted(base.pools))})"
+                f"{spec_path}: task {p!r} is not defined in base catalog {base.name!r} "
+                f"(known: {', '.join(sorted(base.tasks))})"
             )
-    # bases first, so the file reads top-down
-    ordered = sorted(wanted.values(), key=lambda s: _depth(s, wanted))
     first = models[0].id
     doc = {
         "name": f"submit-{first}",
         "description": f"Generated by `evalfarm submit {spec_path.name}` over base catalog {base.name!r}.",
-        "pools": pool_docs,
-        "models": [_dump(s) for s in ordered],
+        "tasks": task_docs,
+        "models": [_dump(s) for s in wanted.values()],
     }
     return doc, [m.id for m in models]
-
-
-def _depth(spec: ModelSpec, known: dict[str, ModelSpec]) -> int:
-    d = 0
-    while spec.base is not None and spec.base in known:
-        spec, d = known[spec.base], d + 1
-    return d
 
 
 # -- the entrypoint and runtime_env -------------------------------------------------------------------------
 
 
 def run_command_options() -> set[str]:
-    """The option names ``evalfarm run`` accepts in this install (so new options are used only once they exist)."""
-    import typer.main
-
-    from evalfarm.cli import app
-
-    group = typer.main.get_command(app)
-    cmd = group.commands["run"]  # type: ignore[attr-defined]
-    return {opt for p in cmd.params for opt in getattr(p, "opts", [])}
+    """The ``evalfarm run`` options :func:`build_entrypoint` may use (this version's ``run`` has them all)."""
+    return {"--catalog", "--models", "--warehouse", "--address"}
 
 
 def build_entrypoint(catalog_file: str, model_ids: Iterable[str], warehouse: str, options: set[str]) -> str:
@@ -451,7 +432,7 @@ def plan_submission(
     workdir = _prepare_out(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="evalfarm-submit-"))
     try:
         catalog_file = workdir / f"{doc['name']}.yaml"
-        header = "# Generated by `evalfarm submit`: self-contained (pools in full), run with --catalog <this file>.\n"
+        header = "# Generated by `evalfarm submit`: self-contained (tasks in full), run with --catalog <this file>.\n"
         catalog_text = header + yaml.safe_dump(doc, sort_keys=False, width=118)
         catalog_file.write_text(catalog_text, encoding="utf-8")
         try:  # the same checks the job will do: schema, references, levels
@@ -513,12 +494,12 @@ def plan_submission(
             )
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         sub_id = submission_id or f"evalfarm-{slug(model_ids[0])[:48]}-{stamp}-{secrets.token_hex(3)}"
-        pools_used = sorted({p.id for m in model_ids for p in merged.pools_for(m)})
+        pools_used = sorted({t.id for m in model_ids for t in merged.tasks_for(m)})
         metadata = {
             "evalfarm.version": __version__,
             "evalfarm.models": ",".join(model_ids),
             "evalfarm.spec_hashes": ",".join(f"{m}={merged.spec_hash(m)}" for m in model_ids),
-            "evalfarm.pools": ",".join(f"{p}@{merged.pools[p].version}" for p in pools_used),
+            "evalfarm.pools": ",".join(f"{p}@{merged.tasks[p].version}" for p in pools_used),
             "evalfarm.spec_file": str(spec_path),
             "evalfarm.base_catalog": str(base.path),
             "evalfarm.catalog": catalog,
@@ -593,7 +574,7 @@ def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
             f"    lineage    {chain}",
             f"    source     {where}",
             f"    trust_remote_code  {trc}",
-            f"    pools      {', '.join(p.id for p in cat.pools_for(m)) or '(none at this level!)'}",
+            f"    tasks      {', '.join(t.id for t in cat.tasks_for(m)) or '(none at this level!)'}",
         ]
     lines += [
         f"  warehouse    {plan.warehouse}",

@@ -93,7 +93,8 @@ def test_base_cycle_is_an_error_that_names_it_not_a_hang(tmp_path):
 def test_task_entries_are_a_discriminated_union_by_kind(tmp_path):
     p = tmp_path / "cat.yaml"
     p.write_text(
-        "tasks:\n  - {id: t, level: word, kind: nonsense, version: '1', files: {}, sha256: {}, licence: x, source: y}\n"
+        "tasks:\n  - {id: t, level: word, kind: nonsense, version: '1', files: {}, sha256: {},"
+        " licence: x, source: y}\n"
     )
     with pytest.raises(CatalogError) as e:
         load_catalog(p)

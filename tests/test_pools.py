@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from evalfarm.catalog.registry import load_catalog
-from evalfarm.scorers.evalrank import EvalRankTask
 from evalfarm.pools import load_pool
 from evalfarm.pools.data import PoolDataError
+from evalfarm.scorers.evalrank import EvalRankTask
 
 
 @pytest.fixture(scope="module")

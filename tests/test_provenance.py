@@ -131,7 +131,7 @@ def test_ray_job_info_reads_the_job_config_ray_hands_the_entrypoint(monkeypatch)
 
 def test_unpinned_hub_revisions(tmp_path):
     (tmp_path / "c.yaml").write_text(
-        f"include: [{REPO / 'catalog' / 'pools.yaml'}]\n"
+        f"include: [{REPO / 'catalog' / 'tasks.yaml'}]\n"
         "models:\n"
         "  - {id: loose, level: sentence, kind: sentence-transformers, source: {type: hf, ref: org/loose}}\n"
         "  - {id: branch, level: sentence, kind: sentence-transformers, source: {type: hf, ref: org/b},"

@@ -25,7 +25,7 @@ WORD_MODELS = ["toy", "toy-abtt1", "toy-pcr1", "toy-skip"]
 SENT_MODELS = ["bow-toy", "static"]
 
 
-def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path], center: bool) -> str:
+def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path]) -> str:
     sha = {role: hashlib.sha256(p.read_bytes()).hexdigest() for role, p in files.items()}
     fl = ", ".join(f"{r}: {p}" for r, p in files.items())
     sh = ", ".join(f"{r}: {s}" for r, s in sha.items())
@@ -64,9 +64,9 @@ def catalog(tmp_path_factory, data_dir, toy_glove) -> Path:
     g = f"{{type: path, ref: {toy_glove}}}"
     (d / "pools.yaml").write_text(
         "pools:\n"
-        + _pool_entry(d, "word-small", "word", word, False)
-        + _pool_entry(d, "sent-small", "sentence", sent, True)
-        + _pool_entry(d, "sent-bigbg", "sentence", big, True)
+        + _pool_entry(d, "word-small", "word", word)
+        + _pool_entry(d, "sent-small", "sentence", sent)
+        + _pool_entry(d, "sent-bigbg", "sentence", big)
     )
     (d / "cat.yaml").write_text(
         f"""include: [pools.yaml]
@@ -107,14 +107,15 @@ def _q(wh: Path, sql: str) -> list[dict]:
 
 
 def _no_duplicates(wh: Path) -> None:
-    dup = _q(wh, "SELECT model, pool, similarity, metric, count(*) AS n FROM metrics GROUP BY ALL HAVING n > 1")
+    dup = _q(wh, "SELECT model, task, variant, ties, metric, count(*) AS n FROM metrics GROUP BY ALL HAVING n > 1")
     assert dup == []
     dup = _q(
         wh,
-        "SELECT model, pool, similarity, metric, fingerprint, count(*) n FROM metrics_history GROUP BY ALL HAVING n>1",
+        "SELECT model, task, variant, ties, metric, fingerprint, count(*) n FROM metrics_history"
+        " GROUP BY ALL HAVING n > 1",
     )
     assert dup == []
-    dup = _q(wh, "SELECT model, similarity, query_id, positive_id, count(*) n FROM ranks GROUP BY ALL HAVING n > 1")
+    dup = _q(wh, "SELECT model, variant, query_id, positive_id, count(*) n FROM ranks GROUP BY ALL HAVING n > 1")
     assert dup == []
     assert not list(Path(wh).rglob("*.tmp"))
 
@@ -132,7 +133,7 @@ def test_ray_run_equals_local_run_and_isolates_failures(ray_run, catalog, tmp_pa
     assert summary.counts() == {"done": 6, "skipped": 0, "failed": 2} and summary.workers == 2
     assert sorted(o.model for o in summary.failed) == ["missing-file", "nan-vectors"]
     run_catalog(catalog, tmp_path / "local", executor="local")
-    sql = "SELECT model, pool, similarity, metric, value FROM metrics ORDER BY ALL"
+    sql = "SELECT model, task, variant, ties, metric, value FROM metrics ORDER BY ALL"
     assert _q(wh, sql) == _q(tmp_path / "local", sql)  # same numbers, whichever executor
     assert len({r["model"] for r in _q(wh, sql)}) == 6
     _no_duplicates(wh)
@@ -156,7 +157,7 @@ def test_units_view_records_where_and_how_long(ray_run):
     wh, summary, events = ray_run
     rows = _q(wh, "SELECT * FROM units WHERE status = 'done'")
     assert {(r["model"], r["stage"]) for r in rows} == {
-        (m, s) for m in WORD_MODELS + SENT_MODELS for s in ("embed", "rank")
+        (m, s) for m in WORD_MODELS + SENT_MODELS for s in ("embed", "score")
     }
     assert {r["worker"] for r in rows} == {"w0", "w1"}  # both workers took work
     assert all(r["node"] and r["seconds"] >= 0 and r["started_at"] and r["attempts"] == 1 for r in rows)
@@ -178,7 +179,7 @@ def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalo
             killed["lost"] = e.message
 
     summary = run_catalog(
-        catalog, wh, models=["static", "toy", "toy-abtt1"], pools=["sent-bigbg", "word-small"],
+        catalog, wh, models=["static", "toy", "toy-abtt1"], tasks=["sent-bigbg", "word-small"],
         executor="ray", workers=2, max_attempts=2, on_event=on_event,
     )  # fmt: skip
     assert "lost" in killed, "the worker was not killed while it worked"
@@ -216,7 +217,7 @@ def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
     proc = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--workers", "1")
     try:
         deadline = time.monotonic() + 240
-        while not list((wh / "tables" / "metrics").glob("model=*/pool=*/*.parquet")):
+        while not list((wh / "tables" / "metrics").glob("model=*/task=*/*.parquet")):
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "no unit finished in time"
             time.sleep(0.05)
@@ -224,7 +225,7 @@ def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
         proc.wait(timeout=30)
     finally:
         _kill_group(proc)  # what it started (the local Ray) goes too
-    finished = {p: p.stat().st_mtime_ns for p in (wh / "tables" / "metrics").glob("model=*/pool=*/*.parquet")}
+    finished = {p: p.stat().st_mtime_ns for p in (wh / "tables" / "metrics").glob("model=*/task=*/*.parquet")}
     assert 1 <= len(finished)
     assert _q(wh, "SELECT status FROM runs") == [{"status": "running"}]  # no end event: it was killed
     summary = run_catalog(catalog, wh, models=WORD_MODELS + SENT_MODELS, executor="local")
@@ -232,7 +233,7 @@ def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
     assert c["skipped"] == len(finished) and c["done"] == 6 - len(finished) and c["failed"] == 0
     assert all(p.stat().st_mtime_ns == m for p, m in finished.items())  # finished units were not recomputed
     _no_duplicates(wh)
-    assert len(_q(wh, "SELECT DISTINCT model, pool FROM metrics")) == 6
+    assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 6
 
 
 def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
@@ -251,7 +252,7 @@ def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
     runs = _q(wh, "SELECT run_id, status FROM runs")
     assert len({r["run_id"] for r in runs}) == 2 and {r["status"] for r in runs} == {"ok"}
     _no_duplicates(wh)
-    assert len(_q(wh, "SELECT DISTINCT model, pool FROM metrics")) == 4
+    assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 4
 
 
 def test_noop_rerun_starts_no_ray_and_loads_nothing(ray_run, catalog):
@@ -276,7 +277,7 @@ def test_warehouse_as_file_uri(catalog, tmp_path):
     summary = run_catalog(catalog, uri, models=["toy"], executor="local")
     assert summary.ok
     wh = Warehouse(uri)
-    assert wh.local and wh.query("SELECT count(DISTINCT similarity) AS n FROM metrics").to_pylist() == [{"n": 2}]
+    assert wh.local and wh.query("SELECT count(DISTINCT variant) AS n FROM metrics").to_pylist() == [{"n": 2}]
     assert run_catalog(catalog, uri, models=["toy"]).counts()["skipped"] == 1
 
 
@@ -291,8 +292,8 @@ def test_worker_resources_and_fractional_gpus():
 
 def test_progress_line_counts_and_eta():
     t = ProgressTracker(total=4, cost_total=4.0)
-    t.finish("skipped")
-    t.cost_total -= 1
+    t.finish("skipped")  # costs nothing: its share leaves the total
+    assert t.cost_total == 3.0
     t.finish("done", 1.0)
     line = t.line()
     assert "units 2/4" in line and "1 done" in line and "2 remaining" in line and "ETA" in line

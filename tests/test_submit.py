@@ -47,6 +47,7 @@ models:
 """
 
 CLUSTER_MODELS = """\
+pools: [evalrank-word, evalrank-sentence]  # the two EvalRank pools only: a unit each
 models:  # cheap and real: the EvalRank toolkit's toy GloVe (5k words) and a bag of words over it
   - id: toy-glove-submitted
     level: word
@@ -112,13 +113,13 @@ def test_dry_run_prints_the_plan_and_submits_nothing(spec, tmp_path):
     err = proc.stderr
     assert "glove-6b-50d-pcr2" in err and "bow-glove-6b-50d-cased" in err
     assert "trust_remote_code  off" in err and "WARNING" not in err
-    assert "pools      evalrank-word" in err and "pools      evalrank-sentence" in err
+    assert "tasks      evalrank-word" in err and "evalrank-sentence" in err
     entry = "evalfarm run --catalog submit-glove-6b-50d-pcr2.yaml --models glove-6b-50d-pcr2,bow-glove-6b-50d-cased"
     assert entry in err
     assert "dry run: nothing submitted" in err and "ray job submit --address http://x:1" in err
     # stdout is the job's catalog: self-contained (pools in full, the base model copied in)
     doc = yaml.safe_load(proc.stdout)
-    assert [p["id"] for p in doc["pools"]] == ["evalrank-word", "evalrank-sentence"] and doc["pools"][0]["sha256"]
+    assert {"evalrank-word", "evalrank-sentence"} <= {t["id"] for t in doc["tasks"]} and doc["tasks"][0]["sha256"]
     assert [m["id"] for m in doc["models"]][0] == "glove-6b-50d"
     assert not (tmp_path / "wh").exists()
     # the equivalent command's --working-dir still exists after the dry run, with that catalog in it
@@ -159,7 +160,8 @@ def test_invalid_spec_names_file_and_entry(tmp_path):
     proc = _cli("submit", str(unknown), "--warehouse", str(tmp_path / "wh"), "--dry-run")
     assert proc.returncode == 2
     msg = " ".join(proc.stderr.split())
-    assert "base 'no-such-model' is neither in this file nor in the base catalog 'zoo-starter'" in msg
+    assert f"{unknown}: model 'x-abtt': base 'no-such-model' is not in the catalog" in msg
+    assert "--catalog zoo-starter` lists the base catalog's models" in msg
 
     clash = tmp_path / "clash.yaml"
     clash.write_text(
@@ -263,9 +265,9 @@ def test_plan_runtime_env_and_entrypoint(spec, tmp_path, monkeypatch):
 
         assert plan.metadata["evalfarm.version"] == evalfarm.__version__
         pools = {p.id: p.version for p in base.pools.values()}
-        assert plan.metadata["evalfarm.pools"] == (
-            f"evalrank-sentence@{pools['evalrank-sentence']},evalrank-word@{pools['evalrank-word']}"
-        )
+        used = plan.metadata["evalfarm.pools"].split(",")  # every task of the models' levels, with its version
+        assert f"evalrank-word@{pools['evalrank-word']}" in used and f"stsb@{pools['stsb']}" in used
+        assert len(used) == len(base.tasks)
         assert all(isinstance(v, str) for v in plan.metadata.values())  # Ray's metadata is str -> str
     finally:
         plan.cleanup()
@@ -514,8 +516,9 @@ def test_submit_runs_the_new_model_on_a_real_cluster(ray_head, tmp_path):
     )
     assert info.entrypoint.startswith("evalfarm run --catalog submit-toy-glove-submitted.yaml")
 
-    board = Warehouse(wh).query("SELECT model, pool, similarity, mrr, n_pairs FROM leaderboard").to_pylist()
-    got = {(r["model"], r["pool"], r["similarity"]) for r in board}
+    board = Warehouse(wh).query("SELECT model, task, variant, mrr, n_pairs FROM evalrank WHERE ties = 'optimistic'")
+    board = board.to_pylist()
+    got = {(r["model"], r["task"], r["variant"]) for r in board}
     assert got == {
         (m, p, s)
         for m, p in [("toy-glove-submitted", "evalrank-word"), ("bow-toy-glove-submitted", "evalrank-sentence")]

@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from evalfarm.catalog.specs import CatalogFile, ModelSpec, TaskSpec, spec_hash
+from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, CatalogFile, ModelSpec, TaskSpec, spec_hash
 
 
 class CatalogError(ValueError):
@@ -168,6 +168,17 @@ class Catalog:
         level = self.model(model_id).level
         return [self.tasks[t] for t in self.default_tasks if self.tasks[t].level == level]
 
+    def with_models(self, models: list[ModelSpec], *, source: Path | None = None) -> Catalog:
+        """A copy of this catalog with ``models`` added (replacing same ids), checked as a loaded catalog is."""
+        merged = Catalog(
+            path=source or self.path,
+            models={**self.models, **{m.id: m for m in models}},
+            tasks=dict(self.tasks),
+            default_tasks=list(self.default_tasks),
+        )
+        _check_references(merged)
+        return merged
+
     # the first wave's names
     @property
     def pools(self) -> dict[str, TaskSpec]:
@@ -262,9 +273,11 @@ def _check_references(cat: Catalog) -> None:
             raise CatalogError(f"{cat.path}: model {m.id!r}: bow needs a word-level base, {m.base!r} is {base.level}")
         if m.kind != "bow" and base.level != m.level:
             raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
-        fit_on = m.postprocess.fit_on if m.postprocess is not None else None
-        if fit_on is not None and (fit_on not in cat.tasks or cat.tasks[fit_on].level != m.level):
-            raise CatalogError(
-                f"{cat.path}: model {m.id!r}: postprocess.fit_on {fit_on!r} is not a {m.level}-level task of the "
-                f"catalog (known: {', '.join(sorted(cat.tasks))})"
-            )
+        if m.postprocess is not None and m.level == "sentence":
+            fit_on = m.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
+            if fit_on not in cat.tasks or cat.tasks[fit_on].level != "sentence":
+                raise CatalogError(
+                    f"{cat.path}: model {m.id!r}: post-processing is fitted on the texts of task {fit_on!r}, which is "
+                    f"not a sentence-level task of the catalog (known: {', '.join(sorted(cat.tasks)) or 'none'}); "
+                    "include it, or name another with postprocess.fit_on"
+                )

@@ -94,6 +94,9 @@ class PostProcess(_Strict):
         return self
 
 
+DEFAULT_SENTENCE_FIT_TASK = "evalrank-sentence"
+"""The task whose texts a post-processed sentence model is fitted on unless its spec names another (``fit_on``)."""
+
 WordFormat = Literal["word2vec-text", "word2vec-binary", "glove-text", "gensim-kv", "numpy-vocab", "spacy"]
 
 

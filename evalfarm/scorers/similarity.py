@@ -1,0 +1,311 @@
+"""The similarity baselines EvalRank is compared with: word similarity, STS, and STS similarity bands.
+
+Each scores a model by the rank correlation between the cosine of its embeddings of two texts and a human gold
+score. Three task kinds, one scorer each:
+
+- ``wordsim`` (words): one word-similarity set (``w1 w2 score`` per line, lower-cased as the EvalRank toolkit reads
+  it). Spearman and Pearson of cosine vs gold over the pairs whose two words the model knows (OOV pairs are skipped;
+  ``coverage`` = share of pairs scored is always reported). Two variants: ``evalrank-word`` (the EvalRank protocol's
+  vectors: centred on the vocabulary mean, normalised — what the paper's toolkit correlates) and ``raw`` (the
+  model's raw vectors: the usual word-similarity protocol).
+- ``sts`` (sentences): STS12–16 (each subset; the pooled ``all``; ``mean`` and ``wmean``, SentEval's mean and
+  pair-weighted mean of the subsets' correlations — the toolkit reports ``wmean``), STS-B and SICK-R (train / dev /
+  test and pooled ``all``), STR. Spearman and Pearson of the raw cosine vs gold (SentEval's protocol).
+- ``sts-bands`` (sentences; the paper's Figure 2): STS-B pairs split by gold score into overlapping bands ([3, 5],
+  [2, 4], [1, 3], [0, 2] by default, both ends inclusive), each band an equal-size seeded sample (the smallest band's
+  size), Spearman per band: how well a model orders pairs that are all similar, or all dissimilar.
+
+Correlations are NaN when fewer than 3 pairs are scored or either side is constant.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from evalfarm.catalog.specs import TaskSpec
+from evalfarm.preprocess import Protocol, prepare
+from evalfarm.scorers import register
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+
+MIN_PAIRS = 3
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho: Pearson's r of the average ranks (ties share their mean rank), NaN when undefined."""
+    from scipy.stats import rankdata
+
+    if len(x) < MIN_PAIRS:
+        return float("nan")
+    return pearson(rankdata(x), rankdata(y))
+
+
+def pearson(x: np.ndarray, y: np.ndarray) -> float:
+    """Pearson's r in float64, NaN when fewer than 3 pairs or a side is constant."""
+    x = np.asarray(x, dtype=np.float64)
+    y = np.asarray(y, dtype=np.float64)
+    if len(x) < MIN_PAIRS:
+        return float("nan")
+    dx, dy = x - x.mean(), y - y.mean()
+    denom = np.sqrt((dx * dx).sum() * (dy * dy).sum())
+    return float((dx * dy).sum() / denom) if denom > 0 else float("nan")
+
+
+def _paired_cosines(vectors: np.ndarray, rows1: np.ndarray, rows2: np.ndarray) -> np.ndarray:
+    """Cosine of row pairs of already L2-normalised vectors (zero rows give 0), in float64."""
+    a = vectors[rows1].astype(np.float64)
+    b = vectors[rows2].astype(np.float64)
+    return (a * b).sum(axis=1)
+
+
+@dataclass
+class PairData:
+    """Scored text pairs, grouped in named subsets; ``texts`` lists each distinct text once."""
+
+    subsets: dict[str, tuple[list[str], list[str], np.ndarray]]
+    texts: list[str] = field(default_factory=list)
+    primary_subset: str = "all"
+
+    def __post_init__(self) -> None:
+        if not self.texts:
+            seen: dict[str, None] = {}
+            for s1, s2, _ in self.subsets.values():
+                for a, b in zip(s1, s2, strict=True):
+                    seen.setdefault(a)
+                    seen.setdefault(b)
+            self.texts = list(seen)
+
+
+# ---- word similarity ----------------------------------------------------------------------------------------------
+class WordSimTask(TaskSpec):
+    """One word-similarity set: ``files: {pairs: ...}``."""
+
+    kind: Literal["wordsim"] = "wordsim"
+    level: Literal["word"] = "word"
+
+
+@register
+class WordSimilarityScorer(Scorer):
+    name = "word-similarity"
+    version = "1"
+    task_spec = WordSimTask
+    primary_metric = "spearman"
+    description = "Spearman / Pearson of cosine vs gold word-pair similarity; OOV pairs skipped, coverage reported"
+
+    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+        return {
+            "variants": ["evalrank-word", "raw"],
+            "center": options.center,
+            "oov_pairs": "skip",
+            "protocol": Protocol.for_level("word", center=options.center).key(),
+        }
+
+    def load(self, task: TaskSpec) -> PairData:
+        from evalfarm.pools.data import task_file
+        from evalfarm.pools.wordsim import read_wordsim
+
+        ws = read_wordsim(task_file(task, "pairs"), task.id)
+        return PairData({"all": (ws.word1, ws.word2, ws.gold)})
+
+    def score(
+        self,
+        task: TaskSpec,
+        data: PairData,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        out = ScoreResult()
+        w1, w2, gold = data.subsets["all"]
+        index = {t: i for i, t in enumerate(data.texts)}
+        r1 = np.array([index[w] for w in w1])
+        r2 = np.array([index[w] for w in w2])
+        known = ~(vectors.oov[r1] | vectors.oov[r2])
+        for variant in params["variants"]:
+            protocol = (
+                Protocol.for_level("word", center=params["center"]) if variant == "evalrank-word" else Protocol("raw")
+            )
+            x = prepare(vectors.emb, vectors.oov, protocol, similarity="cos", vocab=vectors.vocab).vectors
+            cos = _paired_cosines(x, r1[known], r2[known])
+            g = gold[known]
+            name = variant if params["center"] or variant == "raw" else f"{variant}/no-center"
+            out.rows += [
+                MetricRow("spearman", spearman(cos, g), variant=name, primary=True),
+                MetricRow("pearson", pearson(cos, g), variant=name),
+                MetricRow("coverage", float(known.mean()), variant=name),
+                MetricRow("n_pairs", float(known.sum()), variant=name),
+            ]
+        return out
+
+
+# ---- STS ----------------------------------------------------------------------------------------------------------
+STSFormat = Literal["senteval-sts", "stsb", "sick-r", "str"]
+_DEFAULT_PRIMARY = {"senteval-sts": "wmean", "stsb": "test", "sick-r": "test", "str": "test"}
+
+
+class STSTaskSpec(TaskSpec):
+    """A sentence-similarity set in one of SentEval's layouts; ``primary_subset`` is the leaderboard's subset
+    (default: ``wmean`` for STS12–16, ``test`` for STS-B, SICK-R and STR)."""
+
+    kind: Literal["sts"] = "sts"
+    level: Literal["sentence"] = "sentence"
+    format: STSFormat
+    primary_subset: str | None = None
+
+
+def _folder(task: TaskSpec) -> Path:
+    """Verify every file of ``task`` and return the folder holding them (the readers read a folder's layout)."""
+    from evalfarm.pools.data import task_file
+
+    paths = [task_file(task, role) for role in sorted(task.files)]
+    folders = {p.parent for p in paths}
+    if len(folders) != 1:
+        raise ValueError(f"task {task.id!r}: its files must share one folder, got {sorted(map(str, folders))}")
+    return folders.pop()
+
+
+def load_sts(task: Any) -> PairData:
+    from evalfarm.pools import sts
+
+    if task.format == "senteval-sts":
+        folder = _folder(task)
+        year = folder.name.split("-")[0]
+        loaded = sts.load_sts_year(folder, year)
+    elif task.format == "stsb":
+        loaded = sts.load_stsb(_folder(task))
+    elif task.format == "sick-r":
+        loaded = sts.load_sick_r(_folder(task))
+    else:
+        from evalfarm.pools.data import task_file
+
+        loaded = sts.load_str(task_file(task, "data"))
+    subsets = {name: (s.sent1, s.sent2, s.gold) for name, s in loaded.subsets.items()}
+    return PairData(subsets, primary_subset=task.primary_subset or _DEFAULT_PRIMARY[task.format])
+
+
+@register
+class STSScorer(Scorer):
+    name = "sts"
+    version = "1"
+    task_spec = STSTaskSpec
+    primary_metric = "spearman"
+    description = "Spearman / Pearson of the cosine of raw sentence embeddings vs gold (SentEval's STS protocol)"
+
+    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+        return {"similarity": "cos", "protocol": Protocol("raw").key()}
+
+    def load(self, task: TaskSpec) -> PairData:
+        return load_sts(task)
+
+    def score(
+        self,
+        task: TaskSpec,
+        data: PairData,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        out = ScoreResult()
+        x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
+        index = {t: i for i, t in enumerate(data.texts)}
+        per: dict[str, tuple[float, float, int]] = {}
+        all_cos, all_gold = [], []
+        for name, (s1, s2, gold) in data.subsets.items():
+            cos = _paired_cosines(x, np.array([index[t] for t in s1]), np.array([index[t] for t in s2]))
+            per[name] = (spearman(cos, gold), pearson(cos, gold), len(gold))
+            all_cos.append(cos)
+            all_gold.append(gold)
+        rows = {name: v for name, v in per.items()}
+        if len(per) > 1:
+            cos, gold = np.concatenate(all_cos), np.concatenate(all_gold)
+            rows["all"] = (spearman(cos, gold), pearson(cos, gold), len(gold))
+            n = np.array([v[2] for v in per.values()], dtype=np.float64)
+            sp = np.array([v[0] for v in per.values()])
+            pe = np.array([v[1] for v in per.values()])
+            rows["mean"] = (float(np.mean(sp)), float(np.mean(pe)), int(n.sum()))
+            rows["wmean"] = (float(np.average(sp, weights=n)), float(np.average(pe, weights=n)), int(n.sum()))
+        primary = data.primary_subset if data.primary_subset in rows else next(iter(rows))
+        for name, (sp_v, pe_v, n_v) in rows.items():
+            out.rows += [
+                MetricRow("spearman", sp_v, subset=name, variant="cos", primary=name == primary),
+                MetricRow("pearson", pe_v, subset=name, variant="cos"),
+                MetricRow("n_pairs", float(n_v), subset=name, variant="cos"),
+            ]
+        return out
+
+
+# ---- similarity bands ---------------------------------------------------------------------------------------------
+class STSBandsTask(TaskSpec):
+    """STS-B's train/dev/test pairs (``files`` as the ``stsb`` task), split into gold-score bands."""
+
+    kind: Literal["sts-bands"] = "sts-bands"
+    level: Literal["sentence"] = "sentence"
+    bands: tuple[tuple[float, float], ...] = ((3.0, 5.0), (2.0, 4.0), (1.0, 3.0), (0.0, 2.0))
+    sample: int | None = None  # pairs per band (default: the smallest band's size)
+    seed: int = 0
+
+
+def band_name(low: float, high: float) -> str:
+    return f"{low:g}-{high:g}"
+
+
+def band_samples(gold: np.ndarray, bands: Sequence[tuple[float, float]], sample: int | None, seed: int) -> dict:
+    """Indices of each band's equal-size seeded sample (sorted), by band name."""
+    members = {band_name(lo, hi): np.flatnonzero((gold >= lo) & (gold <= hi)) for lo, hi in bands}
+    size = sample or min(len(m) for m in members.values())
+    out = {}
+    for i, (name, idx) in enumerate(members.items()):
+        if len(idx) < size:
+            raise ValueError(f"band {name} has {len(idx)} pairs, fewer than the sample size {size}")
+        rng = np.random.default_rng([seed, i])
+        out[name] = np.sort(rng.choice(idx, size=size, replace=False))
+    return out
+
+
+@register
+class STSBandsScorer(Scorer):
+    name = "similarity-bands"
+    version = "1"
+    task_spec = STSBandsTask
+    primary_metric = "spearman"
+    description = "Spearman within gold-score bands of STS-B (equal-size seeded samples; the paper's Figure 2)"
+
+    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+        return {"similarity": "cos", "protocol": Protocol("raw").key()}
+
+    def load(self, task: TaskSpec) -> PairData:
+        from evalfarm.pools import sts
+
+        loaded = sts.load_stsb(_folder(task))
+        s1 = [t for s in loaded.subsets.values() for t in s.sent1]
+        s2 = [t for s in loaded.subsets.values() for t in s.sent2]
+        gold = np.concatenate([s.gold for s in loaded.subsets.values()])
+        picks = band_samples(gold, task.bands, task.sample, task.seed)  # type: ignore[attr-defined]
+        subsets = {name: ([s1[i] for i in idx], [s2[i] for i in idx], gold[idx]) for name, idx in picks.items()}
+        return PairData(subsets)
+
+    def score(
+        self,
+        task: TaskSpec,
+        data: PairData,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        out = ScoreResult()
+        x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
+        index = {t: i for i, t in enumerate(data.texts)}
+        for name, (s1, s2, gold) in data.subsets.items():
+            cos = _paired_cosines(x, np.array([index[t] for t in s1]), np.array([index[t] for t in s2]))
+            out.rows += [
+                MetricRow("spearman", spearman(cos, gold), subset=name, variant="cos", primary=True),
+                MetricRow("n_pairs", float(len(gold)), subset=name, variant="cos"),
+            ]
+        return out
