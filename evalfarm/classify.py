@@ -81,7 +81,7 @@ def cv_folds(labels: np.ndarray, k: int, seed: int = DEFAULT_SEED) -> list[tuple
     return [(tr.astype(np.int64), te.astype(np.int64)) for tr, te in skf.split(np.zeros(len(labels)), labels)]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Fit:
     """One model to train: its training rows, its C, and the rows whose labels it must predict."""
 
@@ -197,9 +197,10 @@ def evaluate(
         Xt, yt = parts[train_role]
         idx = stratified_subsample(yt, max_train, seed)
         parts[train_role] = (Xt[idx], yt[idx])
-    K = n_classes or 1 + max(int(y.max()) for _, y in parts.values())
-    if K < 2:
-        raise ValueError("need at least two classes")
+    top = max(int(y.max()) for _, y in parts.values())
+    K = n_classes or top + 1
+    if K < 2 or top >= K:
+        raise ValueError(f"labels run up to {top}: need 2 <= n_classes (got {K}) and every label < n_classes")
     if backend == "auto":
         backend = "torch" if _cuda_available() else "sklearn"
     if backend not in ("sklearn", "torch"):
@@ -506,26 +507,30 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
     lam = lam.to(dt)
     P = d * K + K
     yf = yt.to(dt)[:, None]
-    y_idx = yt.view(n, 1, 1).expand(n, B, 1)
+    every = torch.arange(B, device=dev)
 
-    def logits(theta: torch.Tensor, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        W = theta[:, : d * K].view(B, d, K)
+    def logits(theta: torch.Tensor, X: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits (rows of X, len(models), K) of the given models, and their weights W."""
+        m = len(models)
+        W = theta[:, : d * K].view(m, d, K)
         b = theta[:, d * K :]
-        V = W / sd[:, :, None]
-        c = b - torch.einsum("bd,bdk->bk", mu / sd, W)
-        Z = (rows @ V.permute(1, 0, 2).reshape(d, B * K)).view(rows.shape[0], B, K) + c[None]
+        mu_m, sd_m = mu[models], sd[models]
+        V = W / sd_m[:, :, None]
+        c = b - torch.einsum("bd,bdk->bk", mu_m / sd_m, W)
+        Z = (X @ V.permute(1, 0, 2).reshape(d, m * K)).view(X.shape[0], m, K) + c[None]
         return Z, W
 
-    def fg(theta: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.enable_grad():
             theta = theta.detach().requires_grad_(True)
-            Z, W = logits(theta, Xt)
+            Z, W = logits(theta, Xt, models)
             if K == 1:
                 z = Z[..., 0]
                 loss = F.softplus(z) - yf * z
             else:
-                loss = torch.logsumexp(Z, dim=-1) - Z.gather(2, y_idx).squeeze(2)
-            f = (loss * Mt).sum(0) / nb + 0.5 * lam * (W * W).sum(dim=(1, 2))
+                loss = torch.logsumexp(Z, dim=-1) - Z.gather(2, yt.view(n, 1, 1).expand(n, len(models), 1)).squeeze(2)
+            mask = Mt if len(models) == B else Mt[:, models]
+            f = (loss * mask).sum(0) / nb[models] + 0.5 * lam[models] * (W * W).sum(dim=(1, 2))
             (g,) = torch.autograd.grad(f.sum(), theta)
         return f.detach(), g
 
@@ -539,7 +544,7 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
             stacklevel=3,
         )
     with torch.no_grad():
-        Z, _ = logits(theta, X_eval)
+        Z, _ = logits(theta, X_eval, every)
         scores = (Z[..., 0] if K == 1 else Z).to(torch.float64).cpu().numpy()  # (rows of X_eval, B[, K])
     return [scores[f.evaluate, b] for b, f in enumerate(fits)]
 
@@ -554,18 +559,20 @@ def batched_lbfgs(
     history: int = 10,
     max_halvings: int = 40,
 ):
-    """Minimise B independent smooth objectives at once: ``fg(theta (B, P)) -> (f (B,), grad (B, P))``.
+    """Minimise B independent smooth objectives at once; ``fg(theta_rows, rows) -> (f, grad)`` evaluates the
+    objectives ``rows`` (an index tensor) at ``theta_rows`` (len(rows), P).
 
     Each row has its own L-BFGS memory, initial scaling and backtracking (Armijo) step. A row converges when
     its largest gradient entry is at most ``tol``, or when a step decreases it by no more than
     ``ftol * max(|f|, |f_new|, 1)`` (scipy's L-BFGS-B rules); it stops unconverged when no step decreases it.
-    One ``fg`` call evaluates every row, so the cost per iteration is that of a single batched product.
-    Returns ``(theta, converged (B,) bool, max |grad| (B,))``.
+    Each ``fg`` call evaluates only the rows still moving, so converged models cost nothing while the slow
+    ones (weak penalties) finish. Returns ``(theta, converged (B,) bool, max |grad| (B,))``.
     """
     import torch
 
     B, P = theta.shape
-    f, g = fg(theta)
+    every = torch.arange(B, device=theta.device)
+    f, g = fg(theta, every)
     S = theta.new_zeros(history, B, P)
     Y = theta.new_zeros(history, B, P)
     rho = theta.new_zeros(history, B)
@@ -595,28 +602,28 @@ def batched_lbfgs(
         if bool(uphill.any()):
             direction = torch.where(uphill[:, None], -g, direction)
             gd = (g * direction).sum(1)
-        direction = direction * active[:, None]
-        gd = gd * active
-        # backtracking line search, all rows at once
+        # backtracking line search over the moving rows only
         step = theta.new_ones(B)
-        done = ~active
+        pending = active.clone()
         new_theta, new_f, new_g = theta.clone(), f.clone(), g.clone()
         for _ in range(max_halvings):
-            cand = theta + step[:, None] * direction
-            fc, gc = fg(cand)
-            ok = ~done & (fc <= f + 1e-4 * step * gd)
-            if bool(ok.any()):
-                new_theta[ok], new_f[ok], new_g[ok] = cand[ok], fc[ok], gc[ok]
-                done = done | ok
-            if bool(done.all()):
+            idx = pending.nonzero().squeeze(1)
+            cand = theta[idx] + step[idx, None] * direction[idx]
+            fc, gc = fg(cand, idx)
+            ok = fc <= f[idx] + 1e-4 * step[idx] * gd[idx]
+            won = idx[ok]
+            new_theta[won], new_f[won], new_g[won] = cand[ok], fc[ok], gc[ok]
+            pending[won] = False
+            if not bool(pending.any()):
                 break
-            step = torch.where(done, step, step * 0.5)
-        stalled = ~done
+            step = torch.where(pending, step * 0.5, step)
+        stalled = pending
+        done = active & ~stalled
         s = new_theta - theta
         yv = new_g - g
         sy = (s * yv).sum(1)
         yy = (yv * yv).sum(1)
-        valid = active & done & (sy > 1e-10 * yy) & (yy > 0)
+        valid = done & (sy > 1e-10 * yy) & (yy > 0)
         slot = stored % history
         S[slot] = s * valid[:, None]
         Y[slot] = yv * valid[:, None]
@@ -625,9 +632,9 @@ def batched_lbfgs(
         stored += 1
         decrease = f - new_f
         scale = torch.maximum(torch.maximum(f.abs(), new_f.abs()), torch.ones_like(f))
-        flat = flat | (active & done & (decrease <= ftol * scale))
+        flat = flat | (done & (decrease <= ftol * scale))
         theta, f, g = new_theta, new_f, new_g
         gmax = g.abs().amax(dim=1)
-        active = active & ~stalled & ~flat & (gmax > tol)
+        active = done & ~flat & (gmax > tol)
     converged = (gmax <= tol) | flat
     return theta, converged, gmax

@@ -233,6 +233,8 @@ def test_bad_inputs_are_clear_errors():
         evaluate({"cv": (X, y)}, backend="jax")
     with pytest.raises(ValueError, match="positive"):
         evaluate({"cv": (X, y)}, c_grid=(0.0, 1.0))
+    with pytest.raises(ValueError, match="every label < n_classes"):
+        evaluate({"cv": (X, y + 1)}, n_classes=2)
 
 
 def test_torch_warns_when_it_stops_before_converging():
