@@ -196,6 +196,9 @@ def test_max_train_samples_the_training_part_before_embedding():
     assert res.n_train == 10 and res.accuracy == 1.0
     assert len(seen) == 10 + 20  # the 30 unsampled training sentences were never embedded
     assert set(seen[:10]) == set(task.subsample_train(10).splits["train"].text1)
+    # the same rows evaluate(max_train=) draws from the full features
+    same = evaluate(task_features(task, embed), max_train=10, inner_k=2, threads=1)
+    assert (same.n_train, same.dev_accuracy, same.chosen_c) == (res.n_train, res.dev_accuracy, res.chosen_c)
 
 
 def test_task_features_build_pair_features_once_per_text():
