@@ -290,7 +290,7 @@ class WordVectors:
         try:
             matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
         except ValueError as exc:
-            if "allow_pickle" in str(exc):
+            if "allow_pickle" in str(exc) or "Python objects" in str(exc):
                 raise ModelLoadError(
                     f"{matrix_path}: holds Python objects (a pickled array), which are never loaded: "
                     "save the matrix as a float array (np.save(path, np.asarray(m, dtype=np.float32)))"
@@ -333,7 +333,7 @@ class WordVectors:
         try:
             vocab = Vocab().from_disk(folder, exclude=["lookups"])
         except ValueError as exc:
-            if "allow_pickle" in str(exc):
+            if "allow_pickle" in str(exc) or "Python objects" in str(exc):
                 raise ModelLoadError(
                     f"{folder / 'vectors'}: holds Python objects (a pickled array), which are never loaded"
                 ) from None
@@ -453,7 +453,7 @@ class TextVectorReader:
 
     Iterating yields ``(words, float32 block)`` pairs of new (first-occurrence) words. A line is ``word v1 ... vdim``
     separated by single spaces; a word may itself contain spaces (GloVe 840B: ``. . .``), so the last ``dim``
-    fields are the vector, unless the extra fields are numbers too: then the line has too many numbers.
+    fields are the vector, unless the word's last piece is a number too: then the line has too many numbers.
 
     The dimension is ``dim`` when given (else the header's), checked against the first :data:`SAMPLE_LINES` vector
     lines; otherwise the one that fits most of them (ties: the larger). Lines that do not fit, do not parse, or hold
@@ -510,7 +510,7 @@ class TextVectorReader:
             words: list[str] = []
             vecs: list[str] = []
             linenos: list[int] = []
-            lines = 0
+            lines = not_utf8 = 0
             for lineno, raw in itertools.chain(sample, numbered):
                 try:
                     line = raw.decode("utf-8").rstrip("\r\n ")
@@ -518,6 +518,7 @@ class TextVectorReader:
                     if lineno == 1:
                         _decode_first(path, raw)  # raises with the binary-file hint
                     lines += 1
+                    not_utf8 += 1
                     bad.add(lineno, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
                     continue
                 if not line:
@@ -529,13 +530,12 @@ class TextVectorReader:
                 elif n < dim:
                     bad.add(lineno, f"expected a word and {dim} numbers, got {n} fields after the word")
                     continue
-                else:
-                    sp = -1
+                else:  # a multi-word token, unless its last piece is a number: then the line has too many
+                    sp = prev = -1
                     for _ in range(n - dim + 1):
-                        sp = line.find(" ", sp + 1)
-                    extras = line[line.find(" ") + 1 : sp].split(" ")
-                    if all(_NUMBER.fullmatch(e) for e in extras):
-                        bad.add(lineno, f"expected a word and {dim} numbers, got {n} numbers after the word")
+                        prev, sp = sp, line.find(" ", sp + 1)
+                    if _NUMBER.fullmatch(line, prev + 1, sp):
+                        bad.add(lineno, f"expected a word and {dim} numbers, got {_trailing_numbers(line)} numbers")
                         continue
                 word = line[:sp]
                 if not word:
@@ -557,7 +557,7 @@ class TextVectorReader:
         problems = []
         if bad.count:
             are = "is" if bad.count == 1 else "are"
-            binary = " (a binary file? use format word2vec-binary)" if "not UTF-8" in bad.shown[0] else ""
+            binary = " (a binary file? use format word2vec-binary)" if not_utf8 * 2 > lines else ""
             problems.append(
                 f"{bad.count} of {lines} vector lines {are} not a word and {dim} numbers "
                 f"(dimension {dim}: {self.dim_source}){binary}: {bad.text()}"
@@ -591,18 +591,17 @@ class TextVectorReader:
                 continue
             if first is None:
                 first = line
-            fields = line.split(" ")
-            lead = 0
-            for fld in fields[1:]:
-                if not _NUMBER.fullmatch(fld):
-                    break
-                lead += 1
-            shape.append((len(fields) - 1, lead))
+            num = [bool(_NUMBER.fullmatch(fld)) for fld in line.split(" ")]
+            trail = 0  # numbers at the end of the line
+            while trail < len(num) - 1 and num[-1 - trail]:
+                trail += 1
+            shape.append((len(num) - 1, trail, num))
 
         def fits(d: int) -> int:
-            return sum(1 for n, lead in shape if n == d or (n > d and lead < n - d))
+            """Lines that read as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
+            return sum(1 for n, trail, num in shape if trail >= d and (n == d or (n > d and not num[n - d])))
 
-        candidates = sorted({n for n, _ in shape if n >= 1})
+        candidates = sorted({n for n, _, _ in shape if n >= 1})
         scores = {d: fits(d) for d in candidates}
         best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
         m = len(shape)
@@ -681,6 +680,14 @@ class TextVectorReader:
         self._sum = s if self._sum is None else self._sum + s
         self.rows += len(keep)
         return kept_words, block
+
+
+def _trailing_numbers(line: str) -> int:
+    fields = line.split(" ")
+    t = 0
+    while t < len(fields) - 1 and _NUMBER.fullmatch(fields[-1 - t]):
+        t += 1
+    return t
 
 
 def _loadtxt(lines: list[str]) -> np.ndarray:
