@@ -9,6 +9,8 @@ import pickle
 import re
 import shlex
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -54,7 +56,7 @@ def cache_root(path: Path) -> Iterator[Path]:
 
 def finished_cache_folders(root: Path) -> list[Path]:
     d = root / "vectors"
-    return [p for p in d.iterdir() if not p.name.startswith(".")] if d.is_dir() else []
+    return [p for p in d.iterdir() if p.is_dir()] if d.is_dir() else []
 
 
 # -- the bad-input corpus ---------------------------------------------------------------------------------------
@@ -291,7 +293,34 @@ def test_cache_build_failure_leaves_nothing(tmp_path: Path) -> None:
     (tmp_path / "f.txt").write_text("x")
     with pytest.raises(ModelLoadError, match="bad line"):
         cached_vectors(tmp_path / "f.txt", options={}, build=build, root=tmp_path / "c")
-    assert list((tmp_path / "c").iterdir()) == []
+    assert [p for p in (tmp_path / "c").iterdir() if p.is_dir()] == []  # no cache, no temp folder (a lock file)
+
+
+def test_two_openers_of_one_file_build_its_cache_once(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    builds: list[int] = []
+    started = threading.Event()
+
+    def build(open_matrix, vocab):
+        builds.append(1)
+        started.set()
+        time.sleep(0.2)  # the second opener arrives while this build holds the lock
+        open_matrix(2).write(np.ones((1, 2), np.float32))
+        vocab.write(b"a\n")
+        return {"rows": 1, "dim": 2, "mean": [1.0, 1.0]}
+
+    out: list = []
+
+    def opener() -> None:
+        out.append(cached_vectors(tmp_path / "f.txt", options={}, build=build, root=tmp_path / "c"))
+
+    first = threading.Thread(target=opener)
+    first.start()
+    started.wait(10)
+    opener()
+    first.join()
+    assert len(builds) == 1 and sorted(built for _, built in out) == [False, True]
+    assert out[0][0].folder == out[1][0].folder and out[1][0].words == ["a"]
 
 
 def test_npy_writer_writes_a_plain_npy(tmp_path: Path) -> None:

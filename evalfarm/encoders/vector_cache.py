@@ -12,7 +12,8 @@ up a few tens of thousands of words. :func:`cached_vectors` streams the file onc
 The key covers the file's size, mtime and the sha256 of its first and last MiB (a cheap fingerprint: no full
 hash of 5 GB on every open) plus the reader options, so an edited file is read again. The folder appears
 atomically (built in a temp folder, renamed into place), so an interrupted build or a parse error leaves nothing
-that looks like a cache, and two workers building the same file at once both end up using one folder.
+that looks like a cache; a lock file (``flock``) makes a second worker opening the same file wait for the first
+one's build instead of parsing the file again.
 
 :func:`vocab_statistics` computes the EvalRank protocol's vocabulary statistics over a (memory-mapped) matrix and
 a row selection in two float64 passes; :func:`lowercase_first_rows` gives the selection "the lower-cased
@@ -21,6 +22,7 @@ vocabulary, first occurrence of a lower-cased key wins".
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -53,7 +55,7 @@ CACHE_MIN_BYTES = 32 << 20
 """Text vector files at least this large go through the binary cache by default (smaller ones are parsed in RAM)."""
 
 _EDGE = 1 << 20
-_CHUNK = 65536
+_CHUNK = 8192
 _NPY_HEADER = 128
 
 
@@ -258,8 +260,24 @@ def cached_vectors(
         cached = _open(folder)
         if cached is not None:
             return cached, False
-        shutil.rmtree(folder, ignore_errors=True)  # inconsistent (should not happen: folders appear whole)
     folder.parent.mkdir(parents=True, exist_ok=True)
+    # one builder per file: a second process (or thread) opening the same file waits here, then reuses the result
+    with open(folder.parent / f".{key}.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if folder.is_dir():
+                cached = _open(folder)
+                if cached is not None:
+                    return cached, False
+                shutil.rmtree(folder, ignore_errors=True)  # inconsistent (should not happen: folders appear whole)
+            return _build(path, folder, key, fp, options, build), True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(
+    path: Path, folder: Path, key: str, fp: dict[str, Any], options: dict[str, Any], build: BuildFn
+) -> CachedMatrix:
     tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
     writer: list[NpyWriter] = []
 
@@ -291,7 +309,7 @@ def cached_vectors(
     cached = _open(folder)
     if cached is None:  # pragma: no cover - just built
         raise RuntimeError(f"vector cache {folder} is inconsistent right after building it")
-    return cached, True
+    return cached
 
 
 def _open(folder: Path) -> CachedMatrix | None:
