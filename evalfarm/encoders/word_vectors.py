@@ -102,7 +102,9 @@ class WordVectors:
         if check_finite:
             check_finite_rows(vectors, name or "word vectors", lambda r: _words_of_row(self, r))
         if index is None:  # first occurrence wins: later duplicates are overwritten by earlier ones
-            index = dict(zip(reversed(self.words), reversed(self.word_rows.tolist()), strict=True))
+            n = len(self.words)
+            rows = range(n - 1, -1, -1) if word_rows is None else reversed(self.word_rows.tolist())
+            index = dict(zip(reversed(self.words), rows, strict=True))
         self._index = index
         self.lowercase = lowercase
         self.name = name
@@ -580,7 +582,8 @@ class TextVectorReader:
 
     def _decide_dim(self, sample: list[tuple[int, bytes]], header_dim: int | None) -> int:
         path = self.path
-        shape: list[tuple[int, int]] = []  # per sample line: (fields after the first, leading numeric fields)
+        shape: list[tuple[int, int, list[bool]]] = []  # per sample line: (fields after the first, numbers at the
+        # end of the line, which fields are numbers)
         first: str | None = None
         for lineno, raw in sample:
             try:
@@ -592,7 +595,7 @@ class TextVectorReader:
             if first is None:
                 first = line
             num = [bool(_NUMBER.fullmatch(fld)) for fld in line.split(" ")]
-            trail = 0  # numbers at the end of the line
+            trail = 0
             while trail < len(num) - 1 and num[-1 - trail]:
                 trail += 1
             shape.append((len(num) - 1, trail, num))
