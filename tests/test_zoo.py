@@ -4,6 +4,9 @@ real (tiny) training that is idempotent and loads through the normal path, and P
 from __future__ import annotations
 
 import math
+import os
+import pickle
+import shlex
 from collections import Counter
 from pathlib import Path
 
@@ -16,7 +19,15 @@ from evalfarm.catalog.specs import ModelSpec, Source, spec_hash
 from evalfarm.cli import app
 from evalfarm.encoders.loader import load_encoder
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
-from evalfarm.zoo import build_zoo, packaged_models, ppmi_matrix, quick_recipes, train_ppmi_svd, zoo_catalog
+from evalfarm.zoo import (
+    build_zoo,
+    packaged_models,
+    plan_zoo,
+    ppmi_matrix,
+    quick_recipes,
+    train_ppmi_svd,
+    zoo_catalog,
+)
 
 
 @pytest.fixture
@@ -110,6 +121,13 @@ def test_quick_build_trains_each_algorithm_once_and_models_load(empty_cache, tmp
     assert out.read_text() == text
     cat = load_catalog(out)
     assert len(cat.models) == 8
+    for b in first.models:  # data only: a float32 .npy and a word list, never a pickle
+        assert {p.name for p in (empty_cache / "zoo" / b.fingerprint).iterdir()} == {
+            "model.npy",
+            "vocab.txt",
+            "recipe.json",
+        }
+        assert cat.model(b.recipe.model_id).format == "numpy-vocab"
     for r in quick_recipes():
         spec = cat.model(r.model_id)
         assert spec.provenance["corpus_sha256"] == first.models[0].corpus_sha256
@@ -174,3 +192,28 @@ def test_zoo_catalog_is_deterministic_and_valid(tmp_path, empty_cache):
     spec_ids = {ModelSpec.model_validate(m).id for m in packaged_models()}
     assert {"all-minilm-l6-v2-mean", "all-minilm-l6-v2-max", "spacy-md-tok2vec"} <= spec_ids
     assert zoo_catalog([], quick=False) == zoo_catalog([], quick=False)
+
+
+class _Payload:
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
+
+
+def test_a_pickled_model_left_in_the_zoo_cache_is_rebuilt_never_loaded(empty_cache, tmp_path):
+    """A zoo folder from before (model.kv, a pickle; here a malicious one) is retrained over, never unpickled."""
+    recipe = next(r for r in quick_recipes() if r.algo == "ppmi-svd")
+    (b,) = plan_zoo([recipe])
+    folder = empty_cache / "zoo" / b.fingerprint
+    folder.mkdir(parents=True)
+    marker = tmp_path / "pwned"
+    (folder / "model.kv").write_bytes(pickle.dumps(_Payload(marker)))
+    (folder / "recipe.json").write_text("{}")
+    report = build_zoo(recipes=[recipe], catalog_out=tmp_path / "zoo.yaml", quick=True)
+    assert [x.trained for x in report.models] == [True] and not marker.exists()
+    assert not (folder / "model.kv").exists() and (folder / "model.npy").is_file()
+    cat = load_catalog(tmp_path / "zoo.yaml")
+    enc = load_encoder(cat.lineage(recipe.model_id), base_dir=tmp_path)
+    assert enc.vocab_size() > 100 and not marker.exists()

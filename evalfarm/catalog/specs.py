@@ -98,6 +98,8 @@ DEFAULT_SENTENCE_FIT_TASK = "evalrank-sentence"
 """The task whose texts a post-processed sentence model is fitted on unless its spec names another (``fit_on``)."""
 
 WordFormat = Literal["word2vec-text", "word2vec-binary", "glove-text", "gensim-kv", "numpy-vocab", "spacy"]
+PICKLE_FORMATS = ("gensim-kv",)
+"""Word formats whose loader unpickles the file: a spec must opt in with ``allow_pickle: true``."""
 
 
 class ModelSpec(_Strict):
@@ -136,6 +138,11 @@ class ModelSpec(_Strict):
     lowercase: bool = False
     oov: Literal["mean", "skip", "zero"] = "mean"
     trust_remote_code: bool = False
+    allow_pickle: bool = Field(
+        default=False,
+        description="load a format that unpickles its file (gensim-kv), which runs any code the file carries: "
+        "only for files you trust; convert to word2vec-binary or numpy-vocab instead",
+    )
     onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
     tokenizer: Source | None = None
     description: str = ""
@@ -169,6 +176,18 @@ class ModelSpec(_Strict):
                 raise ValueError(f"model {self.id!r}: word-vectors models are word-level")
             if self.base is None and self.format is None:
                 raise ValueError(f"model {self.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
+        if self.format in PICKLE_FORMATS and not self.allow_pickle:
+            raise ValueError(
+                f"model {self.id!r}: format {self.format!r} is a Python pickle, and loading it runs any code the "
+                "file carries. Convert the file to a data-only format (word2vec-binary: KeyedVectors.load(f)"
+                ".save_word2vec_format(out, binary=True); or numpy-vocab), or, only for a file you trust, set "
+                "'allow_pickle: true'"
+            )
+        if self.allow_pickle and self.format not in PICKLE_FORMATS:
+            raise ValueError(
+                f"model {self.id!r}: 'allow_pickle' only applies to {', '.join(PICKLE_FORMATS)}; "
+                f"format {self.format!r} never unpickles: drop it"
+            )
         if self.kind == "transformers" and self.pooling is None and self.base is None:
             raise ValueError(f"model {self.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")
         if self.base is not None and self.kind != "bow" and self.postprocess is None:
@@ -240,7 +259,7 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True, "fit_on": None}
+_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True, "fit_on": None, "allow_pickle": False}
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
 

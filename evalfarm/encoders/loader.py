@@ -240,7 +240,9 @@ def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, A
         assert spec.format is not None
         if spec.format == "spacy":
             libs.append("spacy")
-        enc: Any = WordVectors.load(Path(loc), spec.format, vocab=spec.vocab, lowercase=spec.lowercase)
+        enc: Any = WordVectors.load(
+            Path(loc), spec.format, vocab=spec.vocab, lowercase=spec.lowercase, allow_pickle=spec.allow_pickle
+        )
         prov.update(
             format=spec.format, lowercase=spec.lowercase, vocab_size=enc.vocab_size(), rows=int(enc.vectors.shape[0])
         )

@@ -13,7 +13,7 @@ from typing import Literal
 import numpy as np
 
 from evalfarm.catalog.specs import PostProcess
-from evalfarm.encoders.word_vectors import WordVectors
+from evalfarm.encoders.word_vectors import NonFiniteVectors, WordVectors
 
 _CHUNK = 65536
 
@@ -103,18 +103,45 @@ def fit_postprocess(X: np.ndarray, pp: PostProcess, *, eps: float = 1e-9) -> Fit
         raise ValueError(f"{pp.method}: d={pp.d} exceeds the embedding dimension {dim}")
     if pp.method in ("abtt", "pcr"):
         mean, M = _moments(X, center=pp.method == "abtt")
+        _require_finite(pp.method, X, mean=mean, moments=M)
         _, vecs = _top_eigvecs(M)
-        return FittedTransform(pp.method, mean, components=vecs[: pp.d].copy(), n_fit=n)
+        t = FittedTransform(pp.method, mean, components=vecs[: pp.d].copy(), n_fit=n)
+        _require_finite(pp.method, X, components=t.components)
+        return t
     if pp.method == "whitening":
         if n < 2:
             raise ValueError("whitening needs at least two rows to estimate a covariance")
         mean, M = _moments(X, center=True)
+        _require_finite(pp.method, X, mean=mean, covariance=M)
         cov = M / (n - 1)
         U, S, _ = np.linalg.svd(cov)
         k = pp.d or dim
         W = U[:, :k] / np.sqrt(S[:k] + eps * max(float(S[0]), 1e-300))
+        _require_finite(pp.method, X, W=W)
         return FittedTransform("whitening", mean, W=W, n_fit=n)
     raise ValueError(f"unknown post-processing method {pp.method!r}")
+
+
+def _require_finite(method: str, X: np.ndarray, **parts: np.ndarray | None) -> None:
+    """A fitted transform with NaN or inf would turn every embedding it touches into NaN: an error naming why."""
+    bad = [name for name, a in parts.items() if a is not None and not np.isfinite(a).all()]
+    if not bad:
+        return
+    rows: list[int] = []
+    n_bad = 0
+    for start in range(0, X.shape[0], _CHUNK):
+        idx = np.flatnonzero(~np.isfinite(X[start : start + _CHUNK]).all(axis=1)) + start
+        n_bad += len(idx)
+        rows.extend(idx[: 5 - len(rows)].tolist())
+    why = (
+        f"{n_bad} of the {X.shape[0]} input rows hold NaN or inf (rows {rows}{' ...' if n_bad > len(rows) else ''})"
+        if n_bad
+        else "the input is finite but its values overflow float64"
+    )
+    raise NonFiniteVectors(
+        f"{method} post-processing: the fitted {' and '.join(bad)} hold NaN or inf: {why}. Fix the base model's "
+        "vectors; a non-finite transform is never applied"
+    )
 
 
 class PostProcessedWordVectors(WordVectors):

@@ -5,23 +5,70 @@ spaCy vectors share rows between many keys (en_core_web_md: 685k keys over 20k r
 matrix are kept apart instead of copying shared rows into a gensim ``KeyedVectors``.
 :meth:`WordVectors.to_keyed_vectors` builds one when gensim's API is wanted.
 
+Bad input never becomes a number. Every loader checks that every vector is finite (NaN or inf in any word, in a
+pool or not, would poison the vocabulary mean that fills OOV words) and the errors name the file and the line
+(text formats) or the row and word (binary formats).
+
 Text formats (``word2vec-text``, ``glove-text``) are parsed here rather than by gensim's
-``load_word2vec_format``: gensim's errors carry no line number, and with ``no_header=True`` it turns duplicate
-words into a ``None`` key with a zero row. Duplicate words keep their **first** occurrence in every format
-(the word2vec convention); later duplicates are dropped from the matrix.
+``load_word2vec_format``: gensim's errors carry no line number, with ``no_header=True`` it turns duplicate words
+into a ``None`` key with a zero row, and it takes the dimension from line 1 alone. Here the dimension is the one
+that fits most of the first :data:`SAMPLE_LINES` vector lines (or the header's / the caller's declared ``dim``,
+checked against those lines), and every line that does not fit is reported. Files of
+:data:`~evalfarm.encoders.vector_cache.CACHE_MIN_BYTES` or more are streamed once into a memory-mapped cache
+(:mod:`evalfarm.encoders.vector_cache`). Duplicate words keep their **first** occurrence in every format (the
+word2vec convention); later duplicates are dropped from the matrix.
+
+Formats that execute code when loaded are refused unless the spec opts in: ``gensim-kv`` is a pickle
+(``allow_pickle: true``). ``.npy`` files are loaded with ``allow_pickle=False``; spaCy vectors are read from the
+pipeline's ``vocab/`` folder (JSON, msgpack and ``.npy`` data) without resolving its ``config.cfg``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import IO, Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.specs import PICKLE_FORMATS
 from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.encoders.vector_cache import (
+    CACHE_MIN_BYTES,
+    CachedMatrix,
+    NpyWriter,
+    VocabStats,
+    cached_vectors,
+    lowercase_first_rows,
+    vocab_statistics,
+)
+
+__all__ = [
+    "PICKLE_FORMATS",
+    "TEXT_FORMATS",
+    "NonFiniteVectors",
+    "TextVectorReader",
+    "WordVectors",
+    "check_finite_rows",
+    "read_text_vectors",
+    "save_numpy_vocab",
+]
+
+TEXT_FORMATS = ("word2vec-text", "glove-text")
+
+SAMPLE_LINES = 1000
+"""Vector lines whose field counts decide a text file's dimension."""
 
 _CHUNK_LINES = 20_000
+_CHECK_ROWS = 65536
+_MAX_EXAMPLES = 5
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|[+-]?(?:nan|inf|infinity)", re.IGNORECASE)
+
+
+class NonFiniteVectors(ModelLoadError, ValueError):
+    """Vectors (or a fitted transform) holding NaN or inf; the message names where."""
 
 
 class WordVectors:
@@ -29,6 +76,7 @@ class WordVectors:
 
     ``vectors`` is the ``(rows, dim)`` matrix, ``words`` the vocabulary and ``word_rows[i]`` the row of
     ``words[i]`` (``arange`` unless rows are shared). ``lowercase`` lowercases query words, not the vocabulary.
+    The matrix must be finite: ``check_finite=False`` only where the caller has checked it already.
     """
 
     level: Literal["word"] = "word"
@@ -42,21 +90,28 @@ class WordVectors:
         index: Mapping[str, int] | None = None,
         lowercase: bool = False,
         name: str = "",
+        check_finite: bool = True,
     ) -> None:
         if vectors.ndim != 2:
             raise ValueError(f"{name or 'word vectors'}: matrix must be 2-D, got shape {vectors.shape}")
         self.words = list(words)
         self.vectors = vectors
         self.word_rows = np.arange(len(self.words)) if word_rows is None else np.asarray(word_rows, np.int64)
-        if index is None:
-            index = {}
-            for w, r in zip(self.words, self.word_rows.tolist(), strict=True):
-                index.setdefault(w, r)
+        if len(self.word_rows) != len(self.words):
+            raise ValueError(f"{name or 'word vectors'}: {len(self.words)} words but {len(self.word_rows)} rows")
+        if check_finite:
+            check_finite_rows(vectors, name or "word vectors", lambda r: _words_of_row(self, r))
+        if index is None:  # first occurrence wins: later duplicates are overwritten by earlier ones
+            n = len(self.words)
+            rows = range(n - 1, -1, -1) if word_rows is None else reversed(self.word_rows.tolist())
+            index = dict(zip(reversed(self.words), rows, strict=True))
         self._index = index
         self.lowercase = lowercase
         self.name = name
         self.dim = int(vectors.shape[1])
         self._mean: np.ndarray | None = None
+        self._stats: dict[str, VocabStats] = {}
+        self._cache: CachedMatrix | None = None
         self.spec_id = ""
         self.provenance: dict = {}
 
@@ -88,14 +143,31 @@ class WordVectors:
         """Mean over the rows of the matrix (float64 accumulation); shared rows count once."""
         if self._mean is None:
             acc = np.zeros(self.dim, dtype=np.float64)
-            for start in range(0, self.vectors.shape[0], 65536):
-                acc += self.vectors[start : start + 65536].sum(axis=0, dtype=np.float64)
+            for start in range(0, self.vectors.shape[0], _CHECK_ROWS):
+                acc += self.vectors[start : start + _CHECK_ROWS].sum(axis=0, dtype=np.float64)
             self._mean = (acc / max(self.vectors.shape[0], 1)).astype(np.float32)
         return self._mean
 
     def vocab_size(self) -> int:
         """Number of words (keys); may exceed the number of matrix rows when rows are shared."""
         return len(self.words)
+
+    def vocab_statistics(self, *, lowercase_first: bool = True) -> VocabStats:
+        """The EvalRank protocol's vocabulary statistics (:class:`~evalfarm.encoders.vector_cache.VocabStats`).
+
+        ``lowercase_first``: over the lower-cased vocabulary, the first occurrence of a lower-cased key wins (each
+        key counts once); otherwise over every matrix row once. Computed once per model, in float64; for a cached
+        text file, kept beside the cached matrix.
+        """
+        name = "lower-first" if lowercase_first else "all-rows"
+        if name not in self._stats:
+
+            def compute() -> VocabStats:
+                rows = lowercase_first_rows(self.words, self.word_rows) if lowercase_first else None
+                return vocab_statistics(self.vectors, rows)
+
+            self._stats[name] = self._cache.stats(name, compute) if self._cache is not None else compute()
+        return self._stats[name]
 
     def __contains__(self, word: str) -> bool:
         return (word.lower() if self.lowercase else word) in self._index
@@ -110,23 +182,39 @@ class WordVectors:
 
     # -- loading ------------------------------------------------------------------------------------------------
     @classmethod
-    def load(cls, path: Path, fmt: str, *, vocab: str | None = None, lowercase: bool = False) -> WordVectors:
-        """Load ``path`` in format ``fmt`` (see :data:`evalfarm.catalog.specs.WordFormat`)."""
+    def load(
+        cls,
+        path: Path,
+        fmt: str,
+        *,
+        vocab: str | None = None,
+        lowercase: bool = False,
+        dim: int | None = None,
+        allow_pickle: bool = False,
+        cache: bool | None = None,
+    ) -> WordVectors:
+        """Load ``path`` in format ``fmt`` (see :data:`evalfarm.catalog.specs.WordFormat`).
+
+        ``dim``: the declared dimension (checked against the file; text formats use it instead of the consensus
+        of lines). ``allow_pickle``: load formats that unpickle (:data:`PICKLE_FORMATS`); only for trusted files.
+        ``cache``: stream a text file into the binary cache (default: files of ``CACHE_MIN_BYTES`` or more).
+        """
         path = Path(path)
         if not path.exists():
             raise ModelLoadError(f"word vectors file not found: {path}")
-        if fmt in ("word2vec-text", "glove-text"):
-            words, matrix = read_text_vectors(path, header=fmt == "word2vec-text")
-            return cls(words, matrix, lowercase=lowercase, name=str(path))
-        if fmt == "word2vec-binary":
+        if fmt in PICKLE_FORMATS and not allow_pickle:
+            raise ModelLoadError(_pickle_refusal(path, fmt))
+        if fmt in TEXT_FORMATS:
+            enc = cls._load_text(path, fmt, dim=dim, lowercase=lowercase, cache=cache)
+        elif fmt == "word2vec-binary":
             from gensim.models import KeyedVectors
 
-            try:
+            try:  # gensim parses the binary layout with numpy (no pickle)
                 kv = KeyedVectors.load_word2vec_format(str(path), binary=True)
             except Exception as exc:
                 raise ModelLoadError(f"{path}: not a valid word2vec binary file: {type(exc).__name__}: {exc}") from exc
-            return cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
-        if fmt == "gensim-kv":
+            enc = cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
+        elif fmt == "gensim-kv":
             from gensim.models import KeyedVectors
 
             try:
@@ -139,12 +227,42 @@ class WordVectors:
                 kv = getattr(kv, "wv", None)
                 if not isinstance(kv, KeyedVectors):
                     raise ModelLoadError(f"{path}: loads, but holds no KeyedVectors")
-            return cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
-        if fmt == "numpy-vocab":
-            return cls._load_numpy_vocab(path, vocab, lowercase=lowercase)
-        if fmt == "spacy":
-            return cls._load_spacy(path, lowercase=lowercase)
-        raise ModelLoadError(f"unknown word-vector format {fmt!r}")
+            enc = cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
+        elif fmt == "numpy-vocab":
+            enc = cls._load_numpy_vocab(path, vocab, lowercase=lowercase)
+        elif fmt == "spacy":
+            enc = cls._load_spacy(path, lowercase=lowercase)
+        else:
+            raise ModelLoadError(f"unknown word-vector format {fmt!r}")
+        if dim is not None and enc.dim != dim and fmt not in TEXT_FORMATS:
+            raise ModelLoadError(f"{path}: the spec declares dimension {dim} but the {fmt} matrix has {enc.dim}")
+        return enc
+
+    @classmethod
+    def _load_text(cls, path: Path, fmt: str, *, dim: int | None, lowercase: bool, cache: bool | None) -> WordVectors:
+        header = fmt == "word2vec-text"
+        if cache is None:
+            cache = path.stat().st_size >= CACHE_MIN_BYTES
+        if not cache:
+            words, matrix = read_text_vectors(path, header=header, dim=dim)
+            return cls(words, matrix, lowercase=lowercase, name=str(path), check_finite=False)  # checked per line
+
+        def build(open_matrix: Callable[[int], NpyWriter], vocab_file: IO[bytes]) -> dict[str, Any]:
+            reader = TextVectorReader(path, header=header, dim=dim)
+            writer: NpyWriter | None = None
+            for words, block in reader:
+                if writer is None:
+                    writer = open_matrix(block.shape[1])
+                writer.write(block)
+                vocab_file.write(("\n".join(words) + "\n").encode("utf-8"))
+            assert reader.dim is not None
+            return {"rows": reader.rows, "dim": reader.dim, "lines": reader.lines, "mean": reader.mean().tolist()}
+
+        cached, _ = cached_vectors(path, options={"format": fmt, "dim": dim}, build=build)
+        enc = cls(cached.words, cached.matrix, lowercase=lowercase, name=str(path), check_finite=False)
+        enc._mean = cached.mean.astype(np.float32)
+        enc._cache = cached
+        return enc
 
     @classmethod
     def from_keyed_vectors(cls, kv, *, lowercase: bool = False, name: str = "") -> WordVectors:
@@ -172,38 +290,64 @@ class WordVectors:
         if not vocab_path.exists():
             raise ModelLoadError(f"vocabulary file not found: {vocab_path}")
         try:
-            matrix = np.load(matrix_path, mmap_mode="r")
+            matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
+        except ValueError as exc:
+            if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+                raise ModelLoadError(
+                    f"{matrix_path}: holds Python objects (a pickled array), which are never loaded: "
+                    "save the matrix as a float array (np.save(path, np.asarray(m, dtype=np.float32)))"
+                ) from None
+            raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
         except Exception as exc:
             raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
+        if matrix.ndim != 2:
+            raise ModelLoadError(f"{matrix_path}: expected a 2-D matrix, got shape {matrix.shape}")
+        if matrix.dtype.kind not in "fiu":
+            raise ModelLoadError(f"{matrix_path}: expected a numeric matrix, got dtype {matrix.dtype}")
         words = _read_vocab(vocab_path)
         if len(words) != matrix.shape[0]:
             raise ModelLoadError(f"{vocab_path}: {len(words)} words but {matrix_path} has {matrix.shape[0]} rows")
-        if matrix.ndim != 2:
-            raise ModelLoadError(f"{matrix_path}: expected a 2-D matrix, got shape {matrix.shape}")
-        index: dict[str, int] = {}
-        for i, w in enumerate(words):
-            index.setdefault(w, i)
+        check_finite_rows(matrix, str(matrix_path), lambda r: repr(words[r]))
+        index: dict[str, int] = dict(zip(reversed(words), range(len(words) - 1, -1, -1), strict=True))
         if len(index) != len(words):  # duplicates: keep the first occurrence, drop the other rows
             keep = np.fromiter(sorted(index.values()), dtype=np.int64)
             words = [words[i] for i in keep]
             matrix = np.ascontiguousarray(matrix[keep])
         if matrix.dtype != np.float32:
             matrix = matrix.astype(np.float32)
-        return cls(words, matrix, lowercase=lowercase, name=str(matrix_path))
+        return cls(words, matrix, lowercase=lowercase, name=str(matrix_path), check_finite=False)
 
     @classmethod
     def _load_spacy(cls, path: Path, *, lowercase: bool) -> WordVectors:
-        """spaCy vectors: every key whose string is known maps to its (possibly shared) row."""
-        import spacy
+        """spaCy vectors: every key whose string is known maps to its (possibly shared) row.
 
+        Only the pipeline's ``vocab/`` folder is read (``strings.json``, ``key2row`` msgpack, ``vectors`` .npy
+        through numpy without pickle, ``vectors.cfg``): ``config.cfg`` is never resolved, so no registered
+        function, sourced component or package import named by the folder runs.
+        """
+        from spacy.vocab import Vocab
+
+        folder = Path(path) / "vocab"
+        if not (folder / "vectors").is_file() or not (folder / "strings.json").is_file():
+            raise ModelLoadError(
+                f"{path}: not a spaCy pipeline folder with vectors (expected vocab/vectors and vocab/strings.json)"
+            )
         try:
-            nlp = spacy.load(path, exclude=_all_pipes(path))
+            vocab = Vocab().from_disk(folder, exclude=["lookups"])
+        except ValueError as exc:
+            if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+                raise ModelLoadError(
+                    f"{folder / 'vectors'}: holds Python objects (a pickled array), which are never loaded"
+                ) from None
+            raise ModelLoadError(f"{path}: cannot read the spaCy vectors: {exc}") from exc
         except Exception as exc:
-            raise ModelLoadError(f"{path}: not a loadable spaCy pipeline folder: {exc}") from exc
-        vectors = nlp.vocab.vectors
+            raise ModelLoadError(f"{path}: cannot read the spaCy vectors: {type(exc).__name__}: {exc}") from exc
+        vectors = vocab.vectors
+        if vectors.mode != "default":
+            raise ModelLoadError(f"{path}: spaCy vectors in {vectors.mode!r} mode are not supported (only 'default')")
         if vectors.shape[0] == 0 or vectors.shape[1] == 0:
             raise ModelLoadError(f"{path}: the spaCy pipeline has no word vectors")
-        strings = nlp.vocab.strings
+        strings = vocab.strings
         words: list[str] = []
         rows: list[int] = []
         for key, row in vectors.key2row.items():
@@ -211,18 +355,63 @@ class WordVectors:
                 words.append(strings[key])
                 rows.append(row)
         matrix = np.asarray(vectors.data, dtype=np.float32)
-        return cls(words, matrix, word_rows=np.asarray(rows, dtype=np.int64), lowercase=lowercase, name=str(path))
+        if matrix.ndim != 2:
+            raise ModelLoadError(f"{folder / 'vectors'}: expected a 2-D matrix, got shape {matrix.shape}")
+        word_rows = np.asarray(rows, dtype=np.int64)
+        if len(word_rows) and (word_rows.min() < 0 or word_rows.max() >= matrix.shape[0]):
+            raise ModelLoadError(f"{folder / 'key2row'}: rows outside the {matrix.shape[0]}-row matrix")
+        return cls(words, matrix, word_rows=word_rows, lowercase=lowercase, name=str(path))
 
 
-def _all_pipes(path: Path) -> list[str]:
-    """Names of every pipe in a spaCy pipeline folder (read from its meta.json; nothing else is loaded)."""
-    import json
+def _pickle_refusal(path: Path, fmt: str) -> str:
+    return (
+        f"{path}: format {fmt!r} is a Python pickle (gensim KeyedVectors.save), and unpickling runs whatever code "
+        "the file carries, so a catalog entry cannot load one by default. Convert it once, where you trust the "
+        "file, to a format that holds only data: "
+        f"`python -c \"from gensim.models import KeyedVectors as K; K.load('{path}').save_word2vec_format("
+        "'vectors.bin', binary=True)\"` and use format word2vec-binary (or np.save the matrix + a vocab.txt: "
+        "format numpy-vocab). Only if you trust this file and where it came from, set `allow_pickle: true` in "
+        "its spec"
+    )
 
-    meta = Path(path) / "meta.json"
-    if meta.is_file():
-        data = json.loads(meta.read_text(encoding="utf-8"))
-        return list(dict.fromkeys([*data.get("components", []), *data.get("pipeline", [])]))
-    return []
+
+def _words_of_row(wv: WordVectors, row: int) -> str:
+    hits = np.flatnonzero(wv.word_rows == row)[:3]
+    return ", ".join(repr(wv.words[i]) for i in hits) if len(hits) else "no word"
+
+
+def check_finite_rows(matrix: np.ndarray, source: str, describe: Callable[[int], str]) -> None:
+    """Raise :class:`NonFiniteVectors` naming the first rows (and their words) that hold NaN or inf.
+
+    Scans in row chunks so a memory-mapped matrix is never copied whole.
+    """
+    if matrix.dtype.kind not in "fc":
+        return
+    bad: list[int] = []
+    n_bad = 0
+    for start in range(0, matrix.shape[0], _CHECK_ROWS):
+        ok = np.isfinite(matrix[start : start + _CHECK_ROWS]).all(axis=1)
+        if not ok.all():
+            idx = np.flatnonzero(~ok) + start
+            n_bad += len(idx)
+            bad.extend(idx[: _MAX_EXAMPLES - len(bad)].tolist())
+    if n_bad:
+        shown = "; ".join(f"row {r} ({describe(r)})" for r in bad)
+        raise NonFiniteVectors(
+            f"{source}: {n_bad} of {matrix.shape[0]} vectors {'holds' if n_bad == 1 else 'hold'} NaN or inf: {shown}"
+            f"{' ...' if n_bad > len(bad) else ''}. A corrupt or badly exported file: re-export it (every vector "
+            "must be finite; one NaN anywhere would make the vocabulary mean, and every OOV word, NaN)"
+        )
+
+
+def save_numpy_vocab(folder: Path, words: Sequence[str], matrix: np.ndarray, *, stem: str = "model") -> None:
+    """Write ``<stem>.npy`` (float32, no pickle) + ``vocab.txt`` (UTF-8, one word per line): format numpy-vocab."""
+    bad = [w for w in words if "\n" in w or "\r" in w]
+    if bad:
+        raise ValueError(f"words with line breaks cannot go into vocab.txt: {bad[:3]}")
+    folder = Path(folder)
+    np.save(folder / f"{stem}.npy", np.ascontiguousarray(matrix, dtype=np.float32), allow_pickle=False)
+    (folder / "vocab.txt").write_bytes(("\n".join(words) + "\n").encode("utf-8") if words else b"")
 
 
 def _read_vocab(path: Path) -> list[str]:
@@ -243,84 +432,292 @@ def _read_vocab(path: Path) -> list[str]:
     return text.rstrip("\n").split("\n") if text else []
 
 
-def read_text_vectors(path: Path, *, header: bool) -> tuple[list[str], np.ndarray]:
-    """Parse a word2vec text file (``header=True``: first line ``count dim``) or a GloVe text file.
+# -- text formats -----------------------------------------------------------------------------------------------
+class _Examples:
+    """A count of problems plus the first few, each as ``file:line: what``."""
 
-    A line is ``word v1 ... vdim`` separated by single spaces; a word may itself contain spaces (GloVe 840B),
-    so the last ``dim`` fields are the vector. Errors name the file and line.
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.count = 0
+        self.shown: list[str] = []
+
+    def add(self, lineno: int, what: str) -> None:
+        self.count += 1
+        if len(self.shown) < _MAX_EXAMPLES:
+            self.shown.append(f"{self.path}:{lineno}: {what}")
+
+    def text(self) -> str:
+        return "; ".join(self.shown) + (" ..." if self.count > len(self.shown) else "")
+
+
+class TextVectorReader:
+    """Stream a word2vec text file (``header=True``: first line ``count dim``) or a GloVe text file.
+
+    Iterating yields ``(words, float32 block)`` pairs of new (first-occurrence) words. A line is ``word v1 ... vdim``
+    separated by single spaces; a word may itself contain spaces (GloVe 840B: ``. . .``), so the last ``dim``
+    fields are the vector, unless the word's last piece is a number too: then the line has too many numbers.
+
+    The dimension is ``dim`` when given (else the header's), checked against the first :data:`SAMPLE_LINES` vector
+    lines; otherwise the one that fits most of them (ties: the larger). Lines that do not fit, do not parse, or hold
+    NaN/inf are collected over the whole file and raised at the end as one :class:`ModelLoadError` naming the file,
+    how many, and the first few lines, so a broken file never yields a silently wrong matrix.
     """
-    words: list[str] = []
-    seen: set[str] = set()
-    chunks: list[np.ndarray] = []
-    pending: list[str] = []
-    pending_lines: list[int] = []
-    dim: int | None = None
-    expected: int | None = None
-    n_lines = 0
 
-    def flush() -> None:
-        if not pending:
-            return
-        try:
-            arr = np.array(pending, dtype=np.float32)
-        except ValueError:
-            for lineno, block in zip(pending_lines, _split(pending, dim), strict=True):
-                try:
-                    np.array(block, dtype=np.float32)
-                except ValueError as exc:
-                    raise ModelLoadError(f"{path}:{lineno}: not a number in the vector: {exc}") from None
-            raise
-        chunks.append(arr.reshape(-1, dim))
-        pending.clear()
-        pending_lines.clear()
+    def __init__(self, path: Path, *, header: bool, dim: int | None = None) -> None:
+        self.path = Path(path)
+        self.header = header
+        self.declared = dim
+        self.dim: int | None = None
+        self.dim_source = ""
+        self.lines = 0  # vector lines (non-empty, after the header), duplicates and bad lines included
+        self.rows = 0  # rows yielded (first occurrences)
+        self._sum: np.ndarray | None = None
 
-    with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, 1):
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n").rstrip(" ")
-            except UnicodeDecodeError as exc:
-                hint = " (a binary file? use format word2vec-binary)" if lineno == 1 else ""
-                raise ModelLoadError(f"{path}:{lineno}: not UTF-8 text{hint}: {exc}") from None
-            if lineno == 1 and header:
+    def mean(self) -> np.ndarray:
+        """Mean of the yielded rows, accumulated in float64 while reading."""
+        if self._sum is None or self.rows == 0:
+            raise ValueError(f"{self.path}: no rows read yet")
+        return self._sum / self.rows
+
+    def __iter__(self) -> Iterator[tuple[list[str], np.ndarray]]:
+        path = self.path
+        bad = _Examples(path)
+        nonfinite = _Examples(path)
+        with open(path, "rb") as f:
+            numbered = enumerate(f, 1)
+            header_count = header_dim = None
+            if self.header:
+                first = next(numbered, None)
+                line = _decode_first(path, first[1] if first else b"")
                 parts = line.split()
                 if len(parts) != 2 or not all(p.isdigit() for p in parts):
                     raise ModelLoadError(
                         f"{path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
                         "(a GloVe file without header? use format glove-text)"
                     )
-                expected, dim = int(parts[0]), int(parts[1])
+                header_count, header_dim = int(parts[0]), int(parts[1])
+            sample: list[tuple[int, bytes]] = []
+            for lineno, raw in numbered:
+                if raw.strip():
+                    sample.append((lineno, raw))
+                    if len(sample) >= SAMPLE_LINES:
+                        break
+            if not sample:
+                raise ModelLoadError(f"{path}: no vectors in file")
+            if sample[0][0] == 1 and sample[0][1].startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+                sample[0] = (1, sample[0][1][3:])
+            dim = self._decide_dim(sample, header_dim)
+            self.dim = dim
+            seen: set[str] = set()
+            words: list[str] = []
+            vecs: list[str] = []
+            linenos: list[int] = []
+            lines = not_utf8 = 0
+            for lineno, raw in itertools.chain(sample, numbered):
+                try:
+                    line = raw.decode("utf-8").rstrip("\r\n ")
+                except UnicodeDecodeError as exc:
+                    if lineno == 1:
+                        _decode_first(path, raw)  # raises with the binary-file hint
+                    lines += 1
+                    not_utf8 += 1
+                    bad.add(lineno, f"not UTF-8 text ({exc.reason} at byte {exc.start})")
+                    continue
+                if not line:
+                    continue
+                lines += 1
+                n = line.count(" ")
+                if n == dim:
+                    sp = line.find(" ")
+                elif n < dim:
+                    bad.add(lineno, f"expected a word and {dim} numbers, got {n} fields after the word")
+                    continue
+                else:  # a multi-word token, unless its last piece is a number: then the line has too many
+                    sp = prev = -1
+                    for _ in range(n - dim + 1):
+                        prev, sp = sp, line.find(" ", sp + 1)
+                    if _NUMBER.fullmatch(line, prev + 1, sp):
+                        bad.add(lineno, f"expected a word and {dim} numbers, got {_trailing_numbers(line)} numbers")
+                        continue
+                word = line[:sp]
+                if not word:
+                    bad.add(lineno, "empty word (the line starts with a space)")
+                    continue
+                words.append(word)
+                vecs.append(line[sp + 1 :])
+                linenos.append(lineno)
+                if len(vecs) >= _CHUNK_LINES:
+                    out = self._parse(words, vecs, linenos, seen, bad, nonfinite)
+                    words, vecs, linenos = [], [], []
+                    if out is not None:
+                        yield out
+            if vecs:
+                out = self._parse(words, vecs, linenos, seen, bad, nonfinite)
+                if out is not None:
+                    yield out
+        self.lines = lines
+        problems = []
+        if bad.count:
+            are = "is" if bad.count == 1 else "are"
+            binary = " (a binary file? use format word2vec-binary)" if not_utf8 * 2 > lines else ""
+            problems.append(
+                f"{bad.count} of {lines} vector lines {are} not a word and {dim} numbers "
+                f"(dimension {dim}: {self.dim_source}){binary}: {bad.text()}"
+            )
+        if nonfinite.count:
+            hold = "vector holds" if nonfinite.count == 1 else "vectors hold"
+            problems.append(f"{nonfinite.count} {hold} NaN or inf: {nonfinite.text()}")
+        if problems:
+            cls = NonFiniteVectors if not bad.count else ModelLoadError
+            raise cls(
+                f"{path}: " + ". ".join(problems) + ". Fix or remove these lines: every line must be a word and "
+                f"{dim} finite numbers, or the vocabulary (and its mean, which fills OOV words) is silently wrong"
+            )
+        if header_count is not None and header_count != lines:
+            raise ModelLoadError(
+                f"{path}: header says {header_count} vectors but the file has {lines} (truncated download?)"
+            )
+        if self.rows == 0:
+            raise ModelLoadError(f"{path}: no vectors in file")
+
+    def _decide_dim(self, sample: list[tuple[int, bytes]], header_dim: int | None) -> int:
+        path = self.path
+        shape: list[tuple[int, int, list[bool]]] = []  # per sample line: (fields after the first, numbers at the
+        # end of the line, which fields are numbers)
+        first: str | None = None
+        for lineno, raw in sample:
+            try:
+                line = raw.decode("utf-8").rstrip("\r\n ")
+            except UnicodeDecodeError:
+                if lineno == 1:
+                    _decode_first(path, raw)
                 continue
-            if not line:
-                continue
-            parts = line.split(" ")
-            if dim is None:
-                dim = len(parts) - 1
-                if dim < 1:
-                    raise ModelLoadError(f"{path}:{lineno}: expected 'word v1 v2 ...', got {line[:80]!r}")
-            if len(parts) < dim + 1:
+            if first is None:
+                first = line
+            num = [bool(_NUMBER.fullmatch(fld)) for fld in line.split(" ")]
+            trail = 0
+            while trail < len(num) - 1 and num[-1 - trail]:
+                trail += 1
+            shape.append((len(num) - 1, trail, num))
+
+        def fits(d: int) -> int:
+            """Lines that read as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
+            return sum(1 for n, trail, num in shape if trail >= d and (n == d or (n > d and not num[n - d])))
+
+        candidates = sorted({n for n, _, _ in shape if n >= 1})
+        scores = {d: fits(d) for d in candidates}
+        best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
+        m = len(shape)
+        if not self.header and first is not None and best not in (None, 1):
+            parts = first.split(" ")
+            if len(parts) == 2 and all(p.isdigit() for p in parts):
                 raise ModelLoadError(
-                    f"{path}:{lineno}: expected a word and {dim} numbers, got {len(parts)} fields: {line[:80]!r}"
+                    f"{path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
+                    f"{best} numbers: this looks like word2vec-text, not glove-text; declare format word2vec-text"
                 )
-            n_lines += 1
-            word = parts[0] if len(parts) == dim + 1 else " ".join(parts[:-dim])
-            if word in seen:  # keep the first occurrence
-                continue
-            seen.add(word)
-            words.append(word)
-            pending.extend(parts[-dim:])
-            pending_lines.append(lineno)
-            if len(pending_lines) >= _CHUNK_LINES:
-                flush()
-    flush()
-    if dim is None or not words:
-        raise ModelLoadError(f"{path}: no vectors in file")
-    if expected is not None and expected != n_lines:
-        raise ModelLoadError(
-            f"{path}: header says {expected} vectors but the file has {n_lines} (truncated download?)"
-        )
-    return words, np.concatenate(chunks, axis=0)
+        if header_dim is not None and self.declared is not None and header_dim != self.declared:
+            raise ModelLoadError(
+                f"{path}:1: the header says dimension {header_dim} but the spec declares {self.declared}"
+            )
+        if self.declared is not None:
+            declared, source, suspect = self.declared, "the declared dimension", "the declared dim"
+        else:
+            declared, source, suspect = header_dim, "the header's dimension", "the header"
+        if declared is not None:
+            self.dim_source = source
+            got = fits(declared)
+            if best is not None and best != declared and scores[best] > got:
+                raise ModelLoadError(
+                    f"{path}: {source} is {declared}, but {scores[best]} of the first {m} vector lines have a word "
+                    f"and {best} numbers (only {got} fit {declared}): is {suspect} wrong, or the file?"
+                )
+            if declared < 1:
+                raise ModelLoadError(f"{path}: dimension {declared} is not a vector dimension")
+            return declared
+        if best is None:
+            example = first[:80] if first is not None else ""
+            raise ModelLoadError(f"{path}:{sample[0][0]}: expected 'word v1 v2 ...', got {example!r}")
+        self.dim_source = f"the dimension that fits {scores[best]} of the first {m} vector lines"
+        return best
+
+    def _parse(
+        self,
+        words: list[str],
+        vecs: list[str],
+        linenos: list[int],
+        seen: set[str],
+        bad: _Examples,
+        nonfinite: _Examples,
+    ) -> tuple[list[str], np.ndarray] | None:
+        """Parse one chunk; returns its first-occurrence words and rows (None when none are left)."""
+        dim = self.dim
+        assert dim is not None
+        try:
+            arr = _loadtxt(vecs)
+            ok = np.ones(len(vecs), dtype=bool)
+        except ValueError:  # find the lines that do not parse; keep the others
+            arr = np.zeros((len(vecs), dim), dtype=np.float32)
+            ok = np.zeros(len(vecs), dtype=bool)
+            for i, v in enumerate(vecs):
+                try:
+                    arr[i] = _loadtxt([v])[0]
+                    ok[i] = True
+                except ValueError:
+                    bad.add(linenos[i], _why_not_numbers(v))
+        finite = np.isfinite(arr).all(axis=1)
+        if not finite.all():
+            for i in np.flatnonzero(~finite & ok).tolist():
+                nonfinite.add(linenos[i], f"{words[i]!r} has NaN or inf")
+            ok &= finite
+        keep: list[int] = []
+        kept_words: list[str] = []
+        for i, w in enumerate(words):  # first occurrence wins (duplicates are still parsed and checked above)
+            if ok[i] and w not in seen:
+                seen.add(w)
+                keep.append(i)
+                kept_words.append(w)
+        if not keep:
+            return None
+        block = arr if len(keep) == len(vecs) else arr[keep]
+        s = block.sum(axis=0, dtype=np.float64)
+        self._sum = s if self._sum is None else self._sum + s
+        self.rows += len(keep)
+        return kept_words, block
 
 
-def _split(values: list[str], dim: int | None) -> list[list[str]]:
-    assert dim is not None
-    return [values[i : i + dim] for i in range(0, len(values), dim)]
+def _trailing_numbers(line: str) -> int:
+    fields = line.split(" ")
+    t = 0
+    while t < len(fields) - 1 and _NUMBER.fullmatch(fields[-1 - t]):
+        t += 1
+    return t
+
+
+def _loadtxt(lines: list[str]) -> np.ndarray:
+    return np.loadtxt(lines, dtype=np.float32, delimiter=" ", comments=None, quotechar=None, ndmin=2)
+
+
+def _why_not_numbers(vec: str) -> str:
+    for j, fld in enumerate(vec.split(" "), 1):
+        if not _NUMBER.fullmatch(fld):
+            shown = "an empty field (two spaces in a row?)" if fld == "" else repr(fld[:40])
+            return f"not a number in the vector: {shown} (number {j})"
+    return "not a number in the vector"
+
+
+def _decode_first(path: Path, raw: bytes) -> str:
+    try:
+        return raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n ")
+    except UnicodeDecodeError as exc:
+        raise ModelLoadError(f"{path}:1: not UTF-8 text (a binary file? use format word2vec-binary): {exc}") from None
+
+
+def read_text_vectors(path: Path, *, header: bool, dim: int | None = None) -> tuple[list[str], np.ndarray]:
+    """Parse a whole text vector file into RAM (see :class:`TextVectorReader` for the rules and errors)."""
+    reader = TextVectorReader(path, header=header, dim=dim)
+    words: list[str] = []
+    blocks: list[np.ndarray] = []
+    for w, b in reader:
+        words.extend(w)
+        blocks.append(b)
+    return words, (blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0))

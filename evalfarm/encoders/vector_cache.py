@@ -1,0 +1,328 @@
+"""Large word-vector files, read once: a memory-mapped binary cache, and vocabulary statistics in streaming passes.
+
+A ``glove.840B.300d``-sized text file (2.2 M words x 300, 5.6 GB) cannot be held in RAM on a worker just to look
+up a few tens of thousands of words. :func:`cached_vectors` streams the file once through the text reader into
+``<EVALFARM_CACHE>/vectors/<key>/``:
+
+- ``matrix.npy``: float32 ``(rows, dim)``, opened memory-mapped afterwards (``np.load(..., mmap_mode="r")``,
+  never unpickled);
+- ``vocab.txt``: the words, UTF-8, one per line (a word of a text vector file never holds ``\\n``);
+- ``meta.json``: the source file's fingerprint, shape, and the vocabulary mean accumulated in float64 on the fly.
+
+The key covers the file's size, mtime and the sha256 of its first and last MiB (a cheap fingerprint: no full
+hash of 5 GB on every open) plus the reader options, so an edited file is read again. The folder appears
+atomically (built in a temp folder, renamed into place), so an interrupted build or a parse error leaves nothing
+that looks like a cache; a lock file (``flock``) makes a second worker opening the same file wait for the first
+one's build instead of parsing the file again.
+
+:func:`vocab_statistics` computes the EvalRank protocol's vocabulary statistics over a (memory-mapped) matrix and
+a row selection in two float64 passes; :func:`lowercase_first_rows` gives the selection "the lower-cased
+vocabulary, first occurrence of a lower-cased key wins".
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+
+from evalfarm.cache import cache_dir
+
+__all__ = [
+    "CACHE_MIN_BYTES",
+    "CachedMatrix",
+    "NpyWriter",
+    "VocabStats",
+    "cached_vectors",
+    "file_fingerprint",
+    "lowercase_first_rows",
+    "vocab_statistics",
+]
+
+READER_VERSION = "1"
+"""Bump when the text reader changes what it produces: every cached matrix is then read again."""
+
+CACHE_MIN_BYTES = 32 << 20
+"""Text vector files at least this large go through the binary cache by default (smaller ones are parsed in RAM)."""
+
+_EDGE = 1 << 20
+_CHUNK = 8192
+_NPY_HEADER = 128
+
+
+# -- vocabulary statistics --------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VocabStats:
+    """Statistics over a set of vocabulary rows, all float64 ``(dim,)``.
+
+    ``mean`` = mean(v); ``mean_unit_centred`` = mean(unit(v - mean)); ``mean_unit`` = mean(unit(v)).
+    ``unit(0) = 0``: a zero vector (or one equal to the mean) contributes nothing but still counts in ``n``.
+    """
+
+    n: int
+    mean: np.ndarray
+    mean_unit_centred: np.ndarray
+    mean_unit: np.ndarray
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "n": self.n,
+            "mean": self.mean.tolist(),
+            "mean_unit_centred": self.mean_unit_centred.tolist(),
+            "mean_unit": self.mean_unit.tolist(),
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> VocabStats:
+        return cls(
+            int(d["n"]),
+            np.asarray(d["mean"], np.float64),
+            np.asarray(d["mean_unit_centred"], np.float64),
+            np.asarray(d["mean_unit"], np.float64),
+        )
+
+
+def lowercase_first_rows(words: Sequence[str], word_rows: np.ndarray | None = None) -> np.ndarray:
+    """Matrix rows of the lower-cased vocabulary: for each lower-cased key, the row of its first occurrence.
+
+    ``words[i]`` lives in row ``word_rows[i]`` (``i`` when ``word_rows`` is None). Each key counts once, so a row
+    shared by two keys (spaCy) is selected twice; the result keeps vocabulary order.
+    """
+    seen: set[str] = set()
+    picked: list[int] = []
+    add = seen.add
+    for i, w in enumerate(words):
+        k = w.lower()
+        if k not in seen:
+            add(k)
+            picked.append(i)
+    idx = np.asarray(picked, dtype=np.int64)
+    return idx if word_rows is None else np.asarray(word_rows, dtype=np.int64)[idx]
+
+
+def _unit(block: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(block, axis=1, keepdims=True)
+    np.divide(block, norms, out=block, where=norms > 0)  # a zero row stays zero
+    return block
+
+
+def vocab_statistics(matrix: np.ndarray, rows: np.ndarray | None = None, *, chunk: int = _CHUNK) -> VocabStats:
+    """:class:`VocabStats` of ``matrix[rows]`` (all rows when None) in two streaming float64 passes.
+
+    Rows are visited in ascending order, ``chunk`` at a time, so a memory-mapped matrix is read sequentially and
+    never copied whole; a row listed twice counts twice. Pass 1: sum(v), sum(unit(v)); pass 2: sum(unit(v - m)).
+    """
+    n_rows, dim = matrix.shape
+    order = None if rows is None else np.sort(np.asarray(rows, dtype=np.int64))
+    n = n_rows if order is None else len(order)
+    if n == 0:
+        raise ValueError("vocabulary statistics need at least one row")
+
+    def blocks():
+        for start in range(0, n, chunk):
+            if order is None:
+                yield np.asarray(matrix[start : start + chunk], dtype=np.float64)
+            else:
+                yield np.asarray(matrix[order[start : start + chunk]], dtype=np.float64)
+
+    s = np.zeros(dim, np.float64)
+    su = np.zeros(dim, np.float64)
+    for b in blocks():
+        s += b.sum(axis=0)
+        su += _unit(b).sum(axis=0)
+    mean = s / n
+    suc = np.zeros(dim, np.float64)
+    for b in blocks():
+        b -= mean
+        suc += _unit(b).sum(axis=0)
+    return VocabStats(n, mean, suc / n, su / n)
+
+
+# -- the cache --------------------------------------------------------------------------------------------------
+def file_fingerprint(path: Path) -> dict[str, Any]:
+    """Size, mtime and the sha256 of the first and last MiB: enough to notice an edited or replaced file."""
+    st = path.stat()
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(_EDGE))
+        if st.st_size > 2 * _EDGE:
+            f.seek(st.st_size - _EDGE)
+            h.update(f.read(_EDGE))
+        elif st.st_size > _EDGE:
+            h.update(f.read())
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "edges_sha256": h.hexdigest()}
+
+
+class NpyWriter:
+    """Append float32 rows to a ``.npy`` file whose row count is known only at the end.
+
+    The v1.0 header is written with a fixed 128-byte length and rewritten in place on :meth:`close`, so the data
+    is written once, in order, and the file is a plain ``.npy`` that ``np.load(mmap_mode="r")`` opens.
+    """
+
+    def __init__(self, path: Path, dim: int) -> None:
+        self.path = Path(path)
+        self.dim = int(dim)
+        self.rows = 0
+        self._f: IO[bytes] = open(self.path, "wb")  # closed by close() / abort()
+        self._f.write(self._header(0))
+
+    def _header(self, rows: int) -> bytes:
+        d = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {self.dim}), }}"
+        body = d.encode("latin1")
+        pad = _NPY_HEADER - 10 - len(body) - 1
+        if pad < 0:  # pragma: no cover - needs a shape with ~90 digits
+            raise ValueError(f"matrix shape ({rows}, {self.dim}) does not fit a {_NPY_HEADER}-byte .npy header")
+        body += b" " * pad + b"\n"
+        return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+    def write(self, block: np.ndarray) -> None:
+        block = np.ascontiguousarray(block, dtype="<f4")
+        if block.ndim != 2 or block.shape[1] != self.dim:
+            raise ValueError(f"{self.path}: expected rows of width {self.dim}, got shape {block.shape}")
+        self._f.write(block.tobytes())
+        self.rows += block.shape[0]
+
+    def close(self) -> None:
+        self._f.seek(0)
+        self._f.write(self._header(self.rows))
+        self._f.close()
+
+    def abort(self) -> None:
+        self._f.close()
+
+
+@dataclass
+class CachedMatrix:
+    """A cached vector file: its folder, vocabulary, memory-mapped float32 matrix and metadata."""
+
+    folder: Path
+    words: list[str]
+    matrix: np.ndarray
+    meta: dict[str, Any]
+
+    @property
+    def mean(self) -> np.ndarray:
+        """Mean of every row, accumulated in float64 while the file was read."""
+        return np.asarray(self.meta["mean"], dtype=np.float64)
+
+    def stats(self, name: str, compute: Callable[[], VocabStats]) -> VocabStats:
+        """Statistics ``name`` (e.g. ``lower-first``) computed once and kept beside the matrix."""
+        path = self.folder / f"stats-{name}.json"
+        if path.is_file():
+            try:
+                return VocabStats.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError):
+                pass  # unreadable: recompute and rewrite
+        st = compute()
+        _write_atomic(path, json.dumps(st.to_json()) + "\n")
+        return st
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+BuildFn = Callable[[Callable[[int], NpyWriter], IO[bytes]], dict[str, Any]]
+"""``build(open_matrix, vocab_file) -> meta``: ``open_matrix(dim)`` starts the ``.npy`` once the reader knows the
+dimension; the words go to ``vocab_file`` as UTF-8 lines; the returned meta must hold ``rows``, ``dim`` and
+``mean`` (a float64 list)."""
+
+
+def cached_vectors(
+    path: Path, *, options: dict[str, Any], build: BuildFn, root: Path | None = None
+) -> tuple[CachedMatrix, bool]:
+    """Open the cache of ``path`` read with ``options``, building it with ``build`` first when missing.
+
+    Returns ``(cache, built_now)``. Errors raised by ``build`` (bad lines, NaN) propagate and leave no folder.
+    """
+    path = Path(path)
+    fp = file_fingerprint(path)
+    key_payload = {"file": fp, "options": options, "reader": READER_VERSION}
+    key = hashlib.sha256(json.dumps(key_payload, sort_keys=True).encode()).hexdigest()[:20]
+    folder = (root if root is not None else cache_dir() / "vectors") / key
+    if folder.is_dir():
+        cached = _open(folder)
+        if cached is not None:
+            return cached, False
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    # one builder per file: a second process (or thread) opening the same file waits here, then reuses the result
+    with open(folder.parent / f".{key}.lock", "wb") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            if folder.is_dir():
+                cached = _open(folder)
+                if cached is not None:
+                    return cached, False
+                shutil.rmtree(folder, ignore_errors=True)  # inconsistent (should not happen: folders appear whole)
+            return _build(path, folder, key, fp, options, build), True
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _build(
+    path: Path, folder: Path, key: str, fp: dict[str, Any], options: dict[str, Any], build: BuildFn
+) -> CachedMatrix:
+    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
+    writer: list[NpyWriter] = []
+
+    def open_matrix(dim: int) -> NpyWriter:
+        writer.append(NpyWriter(tmp / "matrix.npy", dim))
+        return writer[0]
+
+    try:
+        with open(tmp / "vocab.txt", "wb") as vocab:
+            meta = build(open_matrix, vocab)
+        if not writer:
+            raise RuntimeError(f"{path}: the reader produced no matrix")  # pragma: no cover - build raises first
+        writer[0].close()
+        meta = {**meta, "source": str(path.resolve()), "fingerprint": fp, "options": options}
+        meta["reader"] = READER_VERSION
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        try:
+            os.replace(tmp, folder)
+        except OSError:  # another process finished the same cache first: use theirs
+            if not folder.is_dir():
+                raise
+    except BaseException:
+        if writer:
+            writer[0].abort()
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    cached = _open(folder)
+    if cached is None:  # pragma: no cover - just built
+        raise RuntimeError(f"vector cache {folder} is inconsistent right after building it")
+    return cached
+
+
+def _open(folder: Path) -> CachedMatrix | None:
+    """The cache in ``folder``, or None when a piece is missing or inconsistent."""
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        if meta.get("reader") != READER_VERSION:
+            return None
+        matrix = np.load(folder / "matrix.npy", mmap_mode="r", allow_pickle=False)
+        raw = (folder / "vocab.txt").read_bytes()
+    except (OSError, ValueError):
+        return None
+    words = raw.decode("utf-8").split("\n")[:-1] if raw else []
+    if matrix.shape != (meta["rows"], meta["dim"]) or len(words) != meta["rows"] or matrix.dtype != np.float32:
+        return None
+    return CachedMatrix(folder, words, matrix, meta)

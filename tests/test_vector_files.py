@@ -1,0 +1,498 @@
+"""Reading word-vector files: the bad-input corpus, property-based round trips and corruptions of the text readers,
+the binary cache, vocabulary statistics by hand, finite post-processing, and pickle attacks that must not run."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import re
+import shlex
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from evalfarm.catalog.registry import load_catalog
+from evalfarm.catalog.specs import ModelSpec, PostProcess, Source, spec_hash
+from evalfarm.encoders import word_vectors as wv_mod
+from evalfarm.encoders.loader import load_encoder
+from evalfarm.encoders.postprocess import PostProcessedWordVectors, fit_postprocess
+from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.encoders.vector_cache import (
+    NpyWriter,
+    VocabStats,
+    cached_vectors,
+    lowercase_first_rows,
+    vocab_statistics,
+)
+from evalfarm.encoders.word_vectors import NonFiniteVectors, TextVectorReader, WordVectors, save_numpy_vocab
+
+BAD = Path(__file__).parent / "bad_inputs"
+MANIFEST = yaml.safe_load((BAD / "vectors.yaml").read_text(encoding="utf-8"))
+TEXT = ("glove-text", "word2vec-text")
+
+
+@contextlib.contextmanager
+def cache_root(path: Path) -> Iterator[Path]:
+    """EVALFARM_CACHE pointed at ``path`` for the block (hypothesis tests cannot take function fixtures)."""
+    old = os.environ.get("EVALFARM_CACHE")
+    os.environ["EVALFARM_CACHE"] = str(path)
+    try:
+        yield path
+    finally:
+        if old is None:
+            os.environ.pop("EVALFARM_CACHE", None)
+        else:
+            os.environ["EVALFARM_CACHE"] = old
+
+
+def finished_cache_folders(root: Path) -> list[Path]:
+    d = root / "vectors"
+    return [p for p in d.iterdir() if p.is_dir()] if d.is_dir() else []
+
+
+# -- the bad-input corpus ---------------------------------------------------------------------------------------
+def _cases() -> list:
+    return [
+        pytest.param(name, label, expect, id=f"{name}:{label}")
+        for name, per_format in MANIFEST.items()
+        for label, expect in per_format.items()
+    ]
+
+
+def test_every_corpus_file_is_in_the_manifest() -> None:
+    files = {str(p.relative_to(BAD)) for p in BAD.rglob("*") if p.is_file() and p.name != "vectors.yaml"}
+    assert files == set(MANIFEST), "tests/bad_inputs files and vectors.yaml entries must match"
+
+
+@pytest.mark.parametrize(("name", "label", "expect"), _cases())
+def test_bad_vector_file(name: str, label: str, expect: str | dict | None, tmp_path: Path) -> None:
+    if isinstance(expect, dict):
+        opts = {k: expect[k] for k in ("dim", "vocab") if k in expect}
+        fmt, pattern, error = expect.get("format", label), expect.get("match"), expect.get("error", "ModelLoadError")
+    else:
+        opts, fmt, pattern, error = {}, label, expect, "ModelLoadError"
+    path = BAD / name
+    modes = [False, True] if fmt in TEXT else [None]
+    for cache in modes:
+        kw = {**opts, **({"cache": cache} if cache is not None else {})}
+        with cache_root(tmp_path / f"cache-{cache}") as root:
+            if pattern is None:
+                enc = WordVectors.load(path, fmt, **kw)
+                assert enc.vocab_size() > 0 and np.isfinite(enc.vectors).all()
+                continue
+            with pytest.raises(ModelLoadError) as exc:
+                WordVectors.load(path, fmt, **kw)
+            assert type(exc.value).__name__ == error, exc.value
+            assert re.search(pattern, str(exc.value)), f"{name} as {fmt}: {exc.value}"
+            assert not finished_cache_folders(root), "a failed read must leave no cache behind"
+
+
+def test_a_nan_outside_the_pool_fails_the_model_through_the_loader() -> None:
+    """Issue 13.3 end to end: the catalog path names the model, the file, the line and the word."""
+    spec = ModelSpec.model_validate(
+        {
+            "id": "glove-with-a-nan",
+            "level": "word",
+            "kind": "word-vectors",
+            "format": "glove-text",
+            "source": {"type": "path", "ref": str(BAD / "nan_outside_pool.txt")},
+        }
+    )
+    with pytest.raises(ModelLoadError, match=r"model 'glove-with-a-nan'.*nan_outside_pool\.txt:7: 'zyzzyva'") as exc:
+        load_encoder([spec])
+    assert isinstance(exc.value.__cause__, NonFiniteVectors)
+
+
+# -- property-based: text readers ------------------------------------------------------------------------------
+_PIECE = st.text(
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Zs", "Zl", "Zp"), blacklist_characters="\ufeff"),
+    min_size=1,
+    max_size=8,
+)
+
+
+@st.composite
+def _word(draw, spaces: bool) -> str:
+    """A word; with ``spaces``, sometimes a GloVe-840B-style multi-word token whose last piece is not a number
+    (a line whose word ends in a number reads as a line with too many numbers, which the reader reports)."""
+    pieces = [draw(_PIECE)]
+    if spaces and draw(st.booleans()):
+        more = draw(st.lists(_PIECE, min_size=1, max_size=3))
+        assume(not wv_mod._NUMBER.fullmatch(more[-1]))
+        pieces += more
+    return " ".join(pieces)
+
+
+@st.composite
+def vector_files(draw):
+    fmt = draw(st.sampled_from(TEXT))
+    dim = draw(st.integers(1, 6))
+    words = draw(st.lists(_word(spaces=fmt == "glove-text"), min_size=3, max_size=25, unique=True))
+    finite = st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False, width=32)
+    M = np.array(
+        draw(st.lists(st.lists(finite, min_size=dim, max_size=dim), min_size=len(words), max_size=len(words)))
+    )
+    M = M.astype(np.float32).reshape(len(words), dim)
+    dups = draw(st.lists(st.integers(0, len(words) - 1), max_size=3))  # re-listed later with other numbers
+    style = draw(st.sampled_from(["plain", "crlf", "trailing-space", "blank-lines", "sci"]))
+    return fmt, words, M, dups, style
+
+
+def _fmt(x: float, style: str) -> str:
+    return f"{x:.9e}" if style == "sci" else repr(float(x))  # both round-trip a float32 exactly
+
+
+def _write(path: Path, fmt: str, words: list[str], M: np.ndarray, dups: list[int], style: str) -> list[int]:
+    """Write the file; returns the line number of each word's (first) line."""
+    eol = "\r\n" if style == "crlf" else "\n"
+    tail = " " if style == "trailing-space" else ""
+    lines, where = [], []
+    if fmt == "word2vec-text":
+        lines.append(f"{len(words) + len(dups)} {M.shape[1]}")
+    for w, row in zip(words, M, strict=True):
+        if style == "blank-lines":
+            lines.append("")
+        lines.append(f"{w} " + " ".join(_fmt(x, style) for x in row) + tail)
+        where.append(len(lines))
+    for i in dups:
+        lines.append(f"{words[i]} " + " ".join(_fmt(x + 1, style) for x in M[i]) + tail)
+    path.write_bytes((eol.join(lines) + eol).encode("utf-8"))
+    return where
+
+
+@settings(max_examples=120, deadline=None, derandomize=True, database=None)
+@given(vector_files())
+def test_text_files_read_back_equal(case) -> None:
+    fmt, words, M, dups, style = case
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "v.txt"
+        _write(path, fmt, words, M, dups, style)
+        enc = WordVectors.load(path, fmt, cache=False)
+        assert enc.words == words and enc.dim == M.shape[1]
+        np.testing.assert_array_equal(enc.vectors, M)  # duplicates: the first occurrence wins
+        np.testing.assert_array_equal(enc.lookup([words[0]])[0][0], M[0])
+        with cache_root(Path(d) / "cache"):
+            cached = WordVectors.load(path, fmt, cache=True)
+            assert isinstance(cached.vectors, np.memmap)
+            assert cached.words == words
+            np.testing.assert_array_equal(cached.vectors, M)
+            np.testing.assert_allclose(cached.vocab_mean(), M.astype(np.float64).mean(axis=0), rtol=1e-6, atol=1e-6)
+
+
+CORRUPTIONS = ("drop-number", "add-number", "not-a-number", "nan", "inf", "bad-utf8", "word-only")
+
+
+@settings(
+    max_examples=150, deadline=None, derandomize=True, database=None, suppress_health_check=[HealthCheck.too_slow]
+)
+@given(
+    case=vector_files(),
+    which=st.sampled_from(CORRUPTIONS),
+    pick=st.integers(0, 10**6),
+    token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=6),
+)
+def test_corrupted_text_files_fail_naming_the_line(case, which: str, pick: int, token: str) -> None:
+    """Never a silently wrong matrix: one corrupted line (of >= 3) gives an error naming that line."""
+    fmt, words, M, _dups, style = case
+    if which == "not-a-number":
+        assume(not wv_mod._NUMBER.fullmatch(token))
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "v.txt"
+        where = _write(path, fmt, words, M, [], style)
+        raw = path.read_bytes().split(b"\n")
+        i = pick % len(words)
+        lineno = where[i]
+        fields = raw[lineno - 1].rstrip(b"\r").rstrip(b" ").split(b" ")
+        k = len(fields) - 1 - (pick % M.shape[1])  # a position inside the vector
+        if which == "drop-number":
+            fields.pop()
+        elif which == "add-number":
+            fields.append(b"0.5")
+        elif which == "not-a-number":
+            fields[k] = token.encode()
+        elif which == "nan":
+            fields[k] = b"nan"
+        elif which == "inf":
+            fields[k] = b"-inf"
+        elif which == "bad-utf8":
+            fields[0] = fields[0] + b"\xff"
+        elif which == "word-only":
+            fields = fields[: len(fields) - M.shape[1]]
+        raw[lineno - 1] = b" ".join(fields)
+        path.write_bytes(b"\n".join(raw))
+        with pytest.raises(ModelLoadError) as exc:
+            WordVectors.load(path, fmt, cache=False)
+        assert f"{path}:{lineno}:" in str(exc.value), (which, str(exc.value))
+        if which in ("nan", "inf"):
+            assert isinstance(exc.value, NonFiniteVectors)
+
+
+def test_a_multi_word_token_is_read_as_one_word(tmp_path: Path) -> None:
+    (tmp_path / "g.txt").write_text("a 1 2\n. . . 3 4\nat name@domain.com 5 6\nb 7 8\n")
+    enc = WordVectors.load(tmp_path / "g.txt", "glove-text")
+    assert enc.words == ["a", ". . .", "at name@domain.com", "b"]
+    assert enc.lookup(["at name@domain.com"])[0].tolist() == [[5, 6]]
+
+
+def test_dimension_is_the_consensus_not_line_one(tmp_path: Path, toy_glove: Path) -> None:
+    """The case of issue 13.1 on real data: toy GloVe (50d) with line 1 cut to 48 numbers."""
+    src = toy_glove
+    lines = src.read_text(encoding="utf-8").splitlines()
+    lines[0] = " ".join(lines[0].split(" ")[:49])
+    (tmp_path / "cut.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ModelLoadError, match=r"1 of 5000 vector lines is not a word and 50 numbers.*cut\.txt:1: "):
+        WordVectors.load(tmp_path / "cut.txt", "glove-text")
+    reader = TextVectorReader(src, header=False)
+    assert sum(len(w) for w, _ in reader) == 5000 and reader.dim == 50
+
+
+# -- the binary cache -------------------------------------------------------------------------------------------
+def test_cache_is_built_once_and_reopened_memory_mapped(tmp_path: Path) -> None:
+    src = tmp_path / "g.txt"
+    rng = np.random.default_rng(1)
+    M = rng.normal(size=(300, 7)).astype(np.float32)
+    words = [f"w{i}" for i in range(300)]
+    src.write_text("".join(f"{w} {' '.join(repr(float(x)) for x in r)}\n" for w, r in zip(words, M, strict=True)))
+    with cache_root(tmp_path / "cache") as root:
+        a = WordVectors.load(src, "glove-text", cache=True)
+        folders = finished_cache_folders(root)
+        assert len(folders) == 1 and {p.name for p in folders[0].iterdir()} == {"matrix.npy", "vocab.txt", "meta.json"}
+        mtime = (folders[0] / "matrix.npy").stat().st_mtime_ns
+        b = WordVectors.load(src, "glove-text", cache=True)
+        assert (folders[0] / "matrix.npy").stat().st_mtime_ns == mtime  # reopened, not rebuilt
+        assert isinstance(b.vectors, np.memmap) and not b.vectors.flags.writeable
+        np.testing.assert_array_equal(b.vectors, M)
+        np.testing.assert_array_equal(a.vocab_mean(), b.vocab_mean())
+        np.testing.assert_allclose(b.vocab_mean(), M.mean(axis=0, dtype=np.float64), rtol=1e-6)
+        # an edited file is a new cache entry
+        src.write_text(src.read_text().replace("w0 ", "zz ", 1))
+        c = WordVectors.load(src, "glove-text", cache=True)
+        assert c.words[0] == "zz" and len(finished_cache_folders(root)) == 2
+        # the vocabulary statistics are computed once and kept beside the matrix
+        st1 = c.vocab_statistics()
+        assert (c._cache.folder / "stats-lower-first.json").is_file()
+        st2 = WordVectors.load(src, "glove-text", cache=True).vocab_statistics()
+        np.testing.assert_array_equal(st1.mean_unit_centred, st2.mean_unit_centred)
+
+
+def test_cache_build_failure_leaves_nothing(tmp_path: Path) -> None:
+    def build(open_matrix, vocab):
+        w = open_matrix(3)
+        w.write(np.ones((2, 3), np.float32))
+        raise ModelLoadError("bad line found at the end of the file")
+
+    (tmp_path / "f.txt").write_text("x")
+    with pytest.raises(ModelLoadError, match="bad line"):
+        cached_vectors(tmp_path / "f.txt", options={}, build=build, root=tmp_path / "c")
+    assert [p for p in (tmp_path / "c").iterdir() if p.is_dir()] == []  # no cache, no temp folder (a lock file)
+
+
+def test_two_openers_of_one_file_build_its_cache_once(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("x")
+    builds: list[int] = []
+    started = threading.Event()
+
+    def build(open_matrix, vocab):
+        builds.append(1)
+        started.set()
+        time.sleep(0.2)  # the second opener arrives while this build holds the lock
+        open_matrix(2).write(np.ones((1, 2), np.float32))
+        vocab.write(b"a\n")
+        return {"rows": 1, "dim": 2, "mean": [1.0, 1.0]}
+
+    out: list = []
+
+    def opener() -> None:
+        out.append(cached_vectors(tmp_path / "f.txt", options={}, build=build, root=tmp_path / "c"))
+
+    first = threading.Thread(target=opener)
+    first.start()
+    started.wait(10)
+    opener()
+    first.join()
+    assert len(builds) == 1 and sorted(built for _, built in out) == [False, True]
+    assert out[0][0].folder == out[1][0].folder and out[1][0].words == ["a"]
+
+
+def test_npy_writer_writes_a_plain_npy(tmp_path: Path) -> None:
+    w = NpyWriter(tmp_path / "m.npy", 5)
+    rows = [np.arange(10, dtype=np.float64).reshape(2, 5), np.full((3, 5), -1.5, np.float32)]
+    for r in rows:
+        w.write(r)
+    w.close()
+    got = np.load(tmp_path / "m.npy", allow_pickle=False)
+    assert got.dtype == np.float32 and got.shape == (5, 5)
+    np.testing.assert_array_equal(got, np.concatenate(rows).astype(np.float32))
+    with open(tmp_path / "m.npy", "rb") as f:
+        version = np.lib.format.read_magic(f)
+        np.lib.format.read_array_header_1_0(f)
+        assert version == (1, 0) and f.tell() == 128  # data aligned after a fixed-size header
+    w = NpyWriter(tmp_path / "empty.npy", 3)
+    w.close()
+    assert np.load(tmp_path / "empty.npy").shape == (0, 3)
+
+
+# -- vocabulary statistics --------------------------------------------------------------------------------------
+def test_lowercase_first_rows() -> None:
+    words = ["The", "the", "a", "THE", "A", "b", "Apple"]
+    assert lowercase_first_rows(words).tolist() == [0, 2, 5, 6]
+    assert lowercase_first_rows(words, np.array([9, 8, 7, 6, 5, 4, 3])).tolist() == [9, 7, 4, 3]
+
+
+def test_vocab_statistics_by_hand() -> None:
+    M = np.array([[3, 4], [0, 0], [1, 0], [9, 9]], dtype=np.float32)
+    st = vocab_statistics(M, np.array([2, 0, 1]), chunk=2)  # row 3 is not selected; order does not matter
+    assert st.n == 3
+    m = (4 / 3, 4 / 3)
+    np.testing.assert_allclose(st.mean, m)
+    np.testing.assert_allclose(st.mean_unit, [(0.6 + 0 + 1) / 3, (0.8 + 0 + 0) / 3])  # unit(0) = 0
+    centred = [(3 - m[0], 4 - m[1]), (0 - m[0], 0 - m[1]), (1 - m[0], 0 - m[1])]
+    units = [(x / (x * x + y * y) ** 0.5, y / (x * x + y * y) ** 0.5) for x, y in centred]
+    np.testing.assert_allclose(st.mean_unit_centred, [sum(u[0] for u in units) / 3, sum(u[1] for u in units) / 3])
+    assert st.mean.dtype == np.float64
+    assert VocabStats.from_json(st.to_json()).mean_unit_centred.tolist() == st.mean_unit_centred.tolist()
+    full = vocab_statistics(M)
+    np.testing.assert_allclose(full.mean, M.mean(axis=0))
+
+
+def test_word_vectors_statistics_use_the_lowercased_first_vocabulary() -> None:
+    enc = WordVectors(["Cat", "cat", "dog"], np.array([[2, 0], [0, 4], [0, 6]], np.float32))
+    st = enc.vocab_statistics()
+    assert st.n == 2
+    np.testing.assert_allclose(st.mean, [1, 3])  # rows of "Cat" and "dog"; "cat" is a later duplicate key
+    np.testing.assert_allclose(enc.vocab_statistics(lowercase_first=False).mean, [2 / 3, 10 / 3])
+
+
+# -- finite post-processing -------------------------------------------------------------------------------------
+@pytest.mark.parametrize("method, d", [("abtt", 1), ("pcr", 1), ("whitening", None)])
+def test_postprocessing_refuses_non_finite_inputs_and_transforms(method: str, d: int | None) -> None:
+    pp = PostProcess(method=method, d=d)
+    X = np.random.default_rng(0).normal(size=(50, 4))
+    X[7, 2] = np.nan
+    with pytest.raises(NonFiniteVectors, match=rf"{method} post-processing: the fitted .*\(rows \[7\]\)"):
+        fit_postprocess(X, pp)
+    big = np.random.default_rng(0).normal(size=(50, 4)) * 1e200  # finite, but its second moments overflow
+    with pytest.raises(NonFiniteVectors, match=rf"{method} post-processing.*overflow"), np.errstate(over="ignore"):
+        fit_postprocess(big, pp)
+    assert np.isfinite(fit_postprocess(X[8:], pp).apply(X[8:])).all()
+
+
+def test_word_vectors_refuse_a_non_finite_matrix() -> None:
+    M = np.ones((4, 2), np.float32)
+    M[3, 0] = np.inf
+    with pytest.raises(NonFiniteVectors, match=r"m: 1 of 4 vectors holds NaN or inf: row 3 \('d'\)"):
+        WordVectors(list("abcd"), M, name="m")
+    base = WordVectors(list("abc"), np.array([[1, 0], [0, 1], [1, 1]], np.float32))
+    assert np.isfinite(PostProcessedWordVectors(base, PostProcess(method="abtt", d=1)).vectors).all()
+
+
+# -- pickles and code on load (issue 11.9) ---------------------------------------------------------------------
+class _Payload:
+    """Unpickling this runs ``touch <marker>``: the os.system attack of issue 11.9."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {shlex.quote(str(self.marker))}",))
+
+
+def _write_catalog(folder: Path, entry: dict) -> Path:
+    path = folder / "attack.yaml"
+    path.write_text(yaml.safe_dump({"name": "attack", "models": [entry]}), encoding="utf-8")
+    return path
+
+
+def test_a_malicious_gensim_kv_in_a_catalog_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    kv = tmp_path / "model.kv"
+    kv.write_bytes(pickle.dumps(_Payload(marker)))
+    entry = {
+        "id": "evil",
+        "level": "word",
+        "kind": "word-vectors",
+        "format": "gensim-kv",
+        "source": {"type": "path", "ref": str(kv)},
+    }
+    with pytest.raises(ValueError, match=r"model 'evil': format 'gensim-kv' is a Python pickle.*allow_pickle"):
+        load_catalog(_write_catalog(tmp_path, entry))
+    # a spec that skipped validation (model_construct) still meets the loader's refusal
+    spec = ModelSpec.model_construct(**{**entry, "source": Source.model_validate(entry["source"])})
+    with pytest.raises(ModelLoadError, match=r"model 'evil'.*is a Python pickle"):
+        load_encoder([spec])
+    with pytest.raises(ModelLoadError, match="is a Python pickle"):
+        WordVectors.load(kv, "gensim-kv")
+    assert not marker.exists()
+    # the payload is real: opting in runs it (which is why the opt-in is named after what it does)
+    cat = load_catalog(_write_catalog(tmp_path, {**entry, "allow_pickle": True}))
+    with pytest.raises(ModelLoadError):
+        load_encoder(cat.lineage("evil"), base_dir=tmp_path)
+    assert marker.exists()
+
+
+def test_a_pickled_npy_matrix_never_runs(tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "m"
+    folder.mkdir()
+    np.save(folder / "matrix.npy", np.array([_Payload(marker), 1.0], dtype=object), allow_pickle=True)
+    (folder / "vocab.txt").write_text("a\nb\n")
+    cat = load_catalog(
+        _write_catalog(
+            tmp_path,
+            {
+                "id": "evil-npy",
+                "level": "word",
+                "kind": "word-vectors",
+                "format": "numpy-vocab",
+                "vocab": "vocab.txt",
+                "source": {"type": "path", "ref": str(folder / "matrix.npy")},
+            },
+        )
+    )
+    with pytest.raises(ModelLoadError, match=r"model 'evil-npy'.*holds Python objects"):
+        load_encoder(cat.lineage("evil-npy"), base_dir=tmp_path)
+    assert not marker.exists()
+    np.load(folder / "matrix.npy", allow_pickle=True)  # the control: this payload does run when unpickled
+    assert marker.exists()
+
+
+def test_a_spacy_folder_with_pickled_vectors_never_runs(tmp_path: Path) -> None:
+    """The spaCy reader reads vocab/ only (config.cfg is never resolved) and numpy refuses pickled arrays."""
+    pytest.importorskip("spacy")
+    marker = tmp_path / "pwned"
+    folder = tmp_path / "pipeline"
+    (folder / "vocab").mkdir(parents=True)
+    (folder / "config.cfg").write_text('[nlp]\nlang = "en"\n[components.evil]\nsource = "/nonexistent"\n')
+    (folder / "vocab" / "strings.json").write_text('["apple"]')
+    with open(folder / "vocab" / "vectors", "wb") as f:
+        np.save(f, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
+    with pytest.raises(ModelLoadError, match="holds Python objects"):
+        WordVectors.load(folder, "spacy")
+    assert not marker.exists()
+
+
+def test_save_numpy_vocab_round_trips(tmp_path: Path) -> None:
+    M = np.arange(6, dtype=np.float64).reshape(3, 2)
+    save_numpy_vocab(tmp_path, ["a", "é", "c d"], M)
+    enc = WordVectors.load(tmp_path / "model.npy", "numpy-vocab", vocab="vocab.txt")
+    assert enc.words == ["a", "é", "c d"] and enc.vectors.dtype == np.float32
+    np.testing.assert_array_equal(enc.vectors, M)
+    with pytest.raises(ValueError, match="line breaks"):
+        save_numpy_vocab(tmp_path, ["a\nb"], M[:1])
+
+
+def test_allow_pickle_is_validated_and_kept_out_of_old_hashes() -> None:
+    base = {"id": "w", "level": "word", "kind": "word-vectors", "source": {"type": "path", "ref": "x"}}
+    with pytest.raises(ValueError, match="'allow_pickle' only applies to gensim-kv"):
+        ModelSpec.model_validate({**base, "format": "glove-text", "allow_pickle": True})
+    opted = ModelSpec.model_validate({**base, "format": "gensim-kv", "allow_pickle": True})
+    assert spec_hash(opted) != spec_hash(opted.model_copy(update={"allow_pickle": False}))
