@@ -78,10 +78,14 @@ def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:
     view = lowercased_view(encoder)
     emb, oov = view.lookup(list(words))
     try:
-        stats = vocab_stats(view.vectors, view.word_rows)
+        if hasattr(encoder, "vocab_statistics"):  # computed once per model (kept beside a cached big matrix)
+            stats = encoder.vocab_statistics(lowercase_first=True)
+            vocab_stats(np.stack([stats.mean, stats.mean_unit, stats.mean_unit_centred]))  # finite?
+        else:
+            stats = vocab_stats(view.vectors, view.word_rows)
     except ValueError as exc:  # NaN / inf anywhere in the vocabulary, not only in the words looked up
         raise EmbeddingQualityError(f"{exc}; nothing from this model is scored") from None
-    meta = {"vocab_stats": stats.to_meta(), "vocab_size": int(view.vocab_size())}
+    meta = {"vocab_stats": stats.to_json(), "vocab_size": int(view.vocab_size())}
     return Encoded(np.asarray(emb, dtype=np.float32), np.asarray(oov, dtype=bool), meta)
 
 

@@ -242,7 +242,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             level=unit.level,  # type: ignore[arg-type]
             emb=emb,
             oov=oov,
-            vocab=VocabStats.from_meta(meta["vocab_stats"]) if "vocab_stats" in meta else None,
+            vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
             oov_policy=ctx.catalog.model(unit.model).oov,
         )
         result = scorer.score(task, data, vectors, json.loads(unit.params), device=ctx.options.device)

@@ -25,6 +25,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.encoders.vector_cache import VocabStats, vocab_statistics
+
 Level = Literal["word", "sentence"]
 OovPolicy = Literal["mean", "skip", "zero"]
 OOV_POLICIES: tuple[OovPolicy, ...] = ("mean", "skip", "zero")
@@ -39,40 +41,6 @@ PROTOCOLS: dict[str, str] = {
     "raw": "the stored vectors as the model produced them (cos: L2-normalised)",
 }
 
-_CHUNK = 65536
-
-
-@dataclass(frozen=True)
-class VocabStats:
-    """Statistics of a word model's whole vocabulary (lower-cased keys, first occurrence wins), in float64.
-
-    ``mean`` is the centring vector; ``unit_centered_mean`` = mean(unit(v - mean)) is the toolkit's OOV vector for
-    ``cos``; ``unit_mean`` = mean(unit(v)) the OOV vector for ``cos`` without centring. Zero vectors count as zero
-    after normalisation (the toolkit would divide by zero).
-    """
-
-    size: int
-    mean: np.ndarray
-    unit_centered_mean: np.ndarray
-    unit_mean: np.ndarray
-
-    def to_meta(self) -> dict[str, Any]:
-        return {
-            "size": self.size,
-            "mean": [float(v) for v in self.mean],
-            "unit_centered_mean": [float(v) for v in self.unit_centered_mean],
-            "unit_mean": [float(v) for v in self.unit_mean],
-        }
-
-    @classmethod
-    def from_meta(cls, meta: dict[str, Any]) -> VocabStats:
-        return cls(
-            size=int(meta["size"]),
-            mean=np.asarray(meta["mean"], dtype=np.float64),
-            unit_centered_mean=np.asarray(meta["unit_centered_mean"], dtype=np.float64),
-            unit_mean=np.asarray(meta["unit_mean"], dtype=np.float64),
-        )
-
 
 def _unit_rows(block: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(block, axis=1, keepdims=True)
@@ -80,31 +48,10 @@ def _unit_rows(block: np.ndarray) -> np.ndarray:
 
 
 def vocab_stats(matrix: np.ndarray, rows: np.ndarray | None = None) -> VocabStats:
-    """:class:`VocabStats` of ``matrix[rows]`` (all rows when ``rows`` is None) in two float64 passes over chunks.
-
-    ``rows`` may repeat a row (keys sharing one vector, as in spaCy's pruned tables): each key counts once.
-    """
-    n = matrix.shape[0] if rows is None else len(rows)
-    if n == 0:
-        raise ValueError("vocabulary statistics of an empty vocabulary")
-    dim = matrix.shape[1]
-
-    def chunks():
-        for start in range(0, n, _CHUNK):
-            sel = slice(start, start + _CHUNK) if rows is None else rows[start : start + _CHUNK]
-            yield np.asarray(matrix[sel], dtype=np.float64)
-
-    total = np.zeros(dim)
-    unit_total = np.zeros(dim)
-    for block in chunks():
-        total += block.sum(axis=0)
-        unit_total += _unit_rows(block).sum(axis=0)
-    mean = total / n
-    centred_total = np.zeros(dim)
-    for block in chunks():
-        centred_total += _unit_rows(block - mean).sum(axis=0)
-    stats = VocabStats(size=n, mean=mean, unit_centered_mean=centred_total / n, unit_mean=unit_total / n)
-    for name in ("mean", "unit_centered_mean", "unit_mean"):
+    """:class:`VocabStats` of ``matrix[rows]`` (the one implementation lives beside the vector cache, which keeps
+    them with a cached matrix), refusing non-finite results (NaN / inf anywhere in the vocabulary)."""
+    stats = vocab_statistics(matrix, rows)
+    for name in ("mean", "mean_unit_centred", "mean_unit"):
         if not np.isfinite(getattr(stats, name)).all():
             raise ValueError(f"vocabulary statistic {name!r} is not finite: the vectors hold NaN or inf")
     return stats
@@ -176,9 +123,9 @@ def prepare(
             raise ValueError("the word protocol needs the model's vocabulary statistics (VocabStats)")
         if protocol.center:
             x -= vocab.mean
-            fill = vocab.unit_centered_mean if normalise else np.zeros_like(vocab.mean)
+            fill = vocab.mean_unit_centred if normalise else np.zeros_like(vocab.mean)
         else:
-            fill = vocab.unit_mean if normalise else vocab.mean
+            fill = vocab.mean_unit if normalise else vocab.mean
         if normalise:
             x = _unit_rows(x)
         x[oov] = 0.0 if protocol.oov == "zero" else fill
@@ -199,24 +146,21 @@ def prepare(
 def lowercased_view(wv: Any) -> Any:
     """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
     ``read_word_embs``), looked-up words lower-cased. Shares the matrix; returns a ``WordVectors``."""
+    from evalfarm.encoders.vector_cache import lowercase_first_rows
     from evalfarm.encoders.word_vectors import WordVectors
 
-    index: dict[str, int] = {}
-    keep_words: list[str] = []
-    keep_rows: list[int] = []
-    for w, r in zip(wv.words, wv.word_rows.tolist(), strict=True):
-        k = w.lower()
-        if k not in index:
-            index[k] = r
-            keep_words.append(k)
-            keep_rows.append(r)
+    first = lowercase_first_rows(wv.words)  # positions of each lower-cased key's first occurrence
+    keep_words = [wv.words[i].lower() for i in first.tolist()]
+    keep_rows = np.asarray(wv.word_rows, dtype=np.int64)[first]
+    index = dict(zip(keep_words, keep_rows.tolist(), strict=True))
     view = WordVectors(
         keep_words,
         wv.vectors,
-        word_rows=np.asarray(keep_rows, dtype=np.int64),
+        word_rows=keep_rows,
         index=index,
         lowercase=True,
         name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
+        check_finite=False,  # the model's matrix was checked when it loaded
     )
     view.spec_id = getattr(wv, "spec_id", "")
     view.provenance = getattr(wv, "provenance", {})

@@ -45,7 +45,7 @@ def hand_model(tmp_path: Path) -> WordVectors:
 def _vectors(model, oov: str = "mean") -> TextVectors:
     """The embed stage's protocol lookup of ITEMS, as the score stage receives it."""
     out = word_lookup(model, ITEMS)
-    return TextVectors("word", out.emb, out.oov, VocabStats.from_meta(out.meta["vocab_stats"]), oov)
+    return TextVectors("word", out.emb, out.oov, VocabStats.from_json(out.meta["vocab_stats"]), oov)
 
 
 def _ranks(model, pairs, *, center=True, oov="mean", similarity="cos") -> list[int]:
@@ -60,7 +60,7 @@ def test_hand_vocabulary_statistics(hand_model):
     np.testing.assert_array_equal(view.lookup(["B", "b"])[0], [[1, 3], [1, 3]])
     s = vocab_stats(view.vectors, view.word_rows)
     np.testing.assert_allclose(s.mean, [2, 0])
-    np.testing.assert_allclose(s.unit_centered_mean, [(2 / np.sqrt(2) - 2 / np.sqrt(10)) / 4, 0], atol=1e-12)
+    np.testing.assert_allclose(s.mean_unit_centred, [(2 / np.sqrt(2) - 2 / np.sqrt(10)) / 4, 0], atol=1e-12)
 
 
 def test_centring_changes_a_rank(hand_model):
@@ -231,7 +231,7 @@ def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run
     wh, models = conformance_run
     (path,) = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))  # one shard
     meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
-    stats = VocabStats.from_meta(json.loads(meta["vocab_stats"]))
+    stats = VocabStats.from_json(json.loads(meta["vocab_stats"]))
     index, matrix = models["toy"]
-    assert stats.size == len(index) == 5000
+    assert stats.n == len(index) == 5000
     np.testing.assert_allclose(stats.mean, matrix.astype(np.float64).mean(axis=0), atol=1e-9)

@@ -24,7 +24,7 @@ def preprocess(emb: np.ndarray, similarity: str, *, center=None) -> np.ndarray:
 
 def evaluate_rank_pool(emb, oov, meta, q, p, *, similarity, center=True, oov_policy="mean", level):
     """One similarity of the EvalRank scorer on a hand-made pool: ranks, scores, tied counts and metrics."""
-    vocab = VocabStats.from_meta(meta["vocab_stats"]) if "vocab_stats" in meta else None
+    vocab = VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None
     vectors = TextVectors(level, np.asarray(emb, np.float32), np.asarray(oov, bool), vocab, oov_policy)
     res = rank_pool(vectors, np.asarray(q), np.asarray(p), similarity=similarity, center=center)
     data = SimpleNamespace(items=[str(i) for i in range(len(emb))], queries=np.asarray(q), positives=np.asarray(p))
@@ -161,8 +161,8 @@ def test_oov_mean_is_the_vocabulary_statistic_from_metadata_used_as_is():
 
     emb, oov, q, p = _pool_case()
     # vocabulary mean 0 (centring changes nothing); the OOV vector is (0, 0.5), NOT renormalised to ORTH.
-    stats = VocabStats(size=4, mean=np.zeros(2), unit_centered_mean=np.array([0.0, 0.5]), unit_mean=np.ones(2))
-    meta = {"vocab_stats": stats.to_meta()}
+    stats = VocabStats(n=4, mean=np.zeros(2), mean_unit_centred=np.array([0.0, 0.5]), mean_unit=np.ones(2))
+    meta = {"vocab_stats": stats.to_json()}
     res = evaluate_rank_pool(emb, oov, meta, q, p, similarity="cos", oov_policy="mean", level="word")
     # pair (4 -> 0): s = (0, .5)·X = 0; Y (.4), CLOSER (.3) and ORTH (.5) beat it.
     assert res.ranks.tolist()[1] == 4

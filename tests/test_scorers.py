@@ -56,7 +56,7 @@ def test_correlations_by_hand_and_against_scipy():
 def _word_vectors(texts: list[str], rows: dict[str, tuple[float, float]]) -> TextVectors:
     emb = np.array([rows.get(t, (0.0, 0.0)) for t in texts], dtype=np.float32)
     oov = np.array([t not in rows for t in texts])
-    stats = VocabStats(size=4, mean=np.array([1.0, 0.0]), unit_centered_mean=np.zeros(2), unit_mean=np.zeros(2))
+    stats = VocabStats(n=4, mean=np.array([1.0, 0.0]), mean_unit_centred=np.zeros(2), mean_unit=np.zeros(2))
     return TextVectors("word", emb, oov, stats)
 
 
