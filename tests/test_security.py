@@ -142,7 +142,8 @@ def test_sql_cannot_read_files_outside_the_warehouse(warehouse, tmp_path):
     """SELECTs pass the statement check; DuckDB's sandbox (external access off, one allowed prefix) stops them."""
     sibling = tmp_path / "wh-secrets"  # shares the warehouse's name as a prefix: '/…/wh' must not admit it
     sibling.mkdir()
-    pq.write_table(pq.read_table(next((Path(warehouse.root) / "tables" / "metrics").rglob("f*.parquet"))), sibling / "s.parquet")
+    honest = next((Path(warehouse.root) / "tables" / "metrics").rglob("f*.parquet"))
+    pq.write_table(pq.read_table(honest), sibling / "s.parquet")
     (tmp_path / "secret.txt").write_text("token\n")
     for sql in [
         "SELECT * FROM read_csv('/etc/passwd', sep=':')",
