@@ -6,8 +6,14 @@ unauthenticated job submission or ``ray.init``) and checks both the refusal and 
 
 from __future__ import annotations
 
+import json
+import os
+import re
+import signal
+import socket
 import subprocess
 import sys
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -236,3 +242,214 @@ def test_read_only_statements_still_work(warehouse):
     ]:
         assert warehouse.query(sql).num_rows >= 1, sql
     assert check_read_only("  SELECT 1 ; ").strip() == "SELECT 1 ;"
+
+
+# -- Ray heads: token authentication and loopback ---------------------------------------------------------------
+# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session); see test_cluster.py.
+
+from test_cluster import (  # noqa: E402 - the head helpers live with the cluster files' tests
+    head_env,
+    http,
+    is_loopback,
+    listening_sockets,
+    routable_ip,
+    session_pids,
+    start_head,
+    stop_head,
+)
+
+# The attacker's ray.init: a task that leaves a mark if it ever runs.
+ATTACK = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+@ray.remote
+def mark(path):
+    open(path, "w").write("ran")
+    return "RAN"
+print(ray.get(mark.remote(sys.argv[2]), timeout=60), flush=True)
+"""
+
+
+def _attacker_env(home: Path, **extra: str) -> dict[str, str]:
+    """No token anywhere: no RAY_AUTH_* and a HOME without ~/.ray/auth_token (root's default token file)."""
+    home.mkdir(exist_ok=True)
+    return head_env(HOME=str(home), **extra)
+
+
+def _ray_init(address: str, mark: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", ATTACK, address, str(mark)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str]:
+    """(exit code, or None when it was still trying and was killed; output)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    h = start_head(tmp_path_factory.mktemp("head"))
+    try:
+        yield h
+    finally:
+        stop_head(h)
+
+
+def test_start_head_listens_on_loopback_only(head):
+    """Every listening socket of the head's processes is on 127.0.0.1 (Ray's single-node mode)."""
+    sockets = listening_sockets(head.pids())
+    print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
+    ports = {port for *_, port in sockets}
+    assert {head.ports["gcs"], head.ports["dashboard"], head.ports["agent_http"], head.ports["node_manager"]} <= ports
+    exposed = [s for s in sockets if not is_loopback(s[2])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    # the token: a new random one, readable by this user only, and the client settings beside it
+    assert len(head.token) == 64 and int(head.token, 16) >= 0
+    assert (head.ray_dir / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert (head.ray_dir / "env").stat().st_mode & 0o777 == 0o600
+    assert head.ray_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_job_api_refuses_callers_without_the_token(head, tmp_path):
+    mark = tmp_path / "pwned"
+    job = {"entrypoint": f"touch {mark}"}
+    ip = routable_ip()
+    if ip is not None:  # from the network: nothing listens there at all
+        for port in sorted({p for *_, p in listening_sockets(head.pids())}):
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((ip, port), timeout=5).close()
+        assert (
+            http(f"http://{ip}:{head.ports['agent_http']}/api/job_agent/jobs/", body=job)[0]
+            == "ConnectionRefusedError"
+        )
+        assert http(f"http://{ip}:{head.ports['dashboard']}/api/jobs/", body=job)[0] == "ConnectionRefusedError"
+    # from this machine (another user, a browser page): the token is required
+    for url in (
+        f"http://127.0.0.1:{head.ports['agent_http']}/api/job_agent/jobs/",
+        f"http://127.0.0.1:{head.ports['dashboard']}/api/jobs/",
+    ):
+        code, text = http(url, body=job)
+        assert code == 401 and "authentication token" in text.lower(), (url, code, text)
+        code, _ = http(url, body=job, token="0" * 64)
+        assert code in (401, 403), (url, code)
+    # and Ray's own CLI without the token
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", head.dashboard, "--no-wait", "--"]
+        + job["entrypoint"].split(),
+        env=_attacker_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "auth" in (proc.stdout + proc.stderr).lower()
+    time.sleep(2)
+    assert not mark.exists()
+    code, text = http(f"{head.dashboard}/api/jobs/", token=head.token)
+    assert code == 200 and str(mark) not in text  # no job was ever created
+
+
+def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
+    """GCS (ray.init) on loopback without the token is refused; from the routable address nothing answers.
+
+    The loopback attacker runs in Ray's single-node mode too, or its Ray would rewrite 127.0.0.1 to the routable
+    address and never reach the GCS: that is the strongest attempt. The same call with the token runs a task.
+    """
+    gcs = head.ports["gcs"]
+    tries = {
+        "loopback, no token": (
+            f"127.0.0.1:{gcs}",
+            _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"),
+        ),
+        "with the token": (f"127.0.0.1:{gcs}", head.client_env()),
+    }
+    ip = routable_ip()
+    if ip is not None:
+        tries["routable, no token"] = (f"{ip}:{gcs}", _attacker_env(tmp_path / "home"))
+    procs = {}
+    for name, (addr, env) in tries.items():
+        mark = tmp_path / name.replace(" ", "-").replace(",", "")
+        procs[name] = (_ray_init(addr, mark, env), mark)
+    deadline = time.monotonic() + 40  # Ray retries a refused token ~20 times; an unreachable address forever
+    results = {
+        name: (*_finish(proc, max(1, deadline - time.monotonic())), mark) for name, (proc, mark) in procs.items()
+    }
+
+    code, out, mark = results["with the token"]
+    assert code == 0 and "RAN" in out and mark.exists(), out[-2000:]
+    code, out, mark = results["loopback, no token"]
+    assert code not in (0, None) and not mark.exists(), out[-2000:]
+    assert "Failed to connect to Ray cluster" in out and re.search(r"Unauthenticated|InvalidAuthToken", out)
+    if ip is not None:
+        code, out, mark = results["routable, no token"]
+        assert code != 0 and "RAN" not in out and not mark.exists(), out[-2000:]  # killed still trying, or refused
+
+
+def test_evalfarms_own_local_ray_is_closed_too(tmp_path):
+    """`evalfarm run` without --address starts its own Ray: token per head (0600 file), every server on loopback,
+    and no token-authentication warning on the way."""
+    script = """
+import json, os, sys
+from evalfarm.scheduler.ray_runner import connect
+import ray
+assert connect(None, num_cpus=1)
+node = ray._private.worker._global_node
+token = os.environ["RAY_AUTH_TOKEN_PATH"]
+mode = oct(os.stat(token).st_mode & 0o777)
+folder = oct(os.stat(os.path.dirname(token)).st_mode & 0o777)
+print(json.dumps({"gcs": node.gcs_address, "agent": node.dashboard_agent_listen_port, "token": token,
+                  "mode": mode, "dir": folder, "ip": ray.util.get_node_ip_address()}), flush=True)
+sys.stdin.readline()
+ray.shutdown()
+"""
+    env = _attacker_env(tmp_path / "home")  # no token of its own: connect makes one
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        line = driver.stdout.readline()
+        assert line, driver.stderr.read()[-3000:]
+        info = json.loads(line)
+        assert info["mode"] == "0o600" and info["dir"] == "0o700" and info["ip"] == "127.0.0.1"
+        sockets = listening_sockets(session_pids(driver.pid))
+        print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
+        assert {int(info["gcs"].rsplit(":", 1)[1]), info["agent"]} <= {port for *_, port in sockets}
+        assert all(is_loopback(addr) for _, _, addr, _ in sockets), sockets
+
+        mark = tmp_path / "pwned"
+        attack = _ray_init(info["gcs"], mark, _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
+        code, text = http(
+            f"http://127.0.0.1:{info['agent']}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"}
+        )
+        assert code == 401, (code, text)
+        ip = routable_ip()
+        if ip is not None:
+            for *_, port in sockets:
+                with pytest.raises(ConnectionRefusedError):
+                    socket.create_connection((ip, port), timeout=5).close()
+        code, out = _finish(attack, 45)
+        assert code not in (0, None) and re.search(r"Unauthenticated|InvalidAuthToken", out), out[-2000:]
+        assert not mark.exists()
+    finally:
+        out, err = driver.communicate("\n", timeout=60)
+    assert driver.returncode == 0, err[-3000:]
+    assert "Token authentication is" not in err, err[-3000:]  # Ray's warning on every run (issue 13)
+    assert not Path(info["token"]).exists()  # the token goes with the driver
