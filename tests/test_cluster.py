@@ -12,6 +12,7 @@ import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
 import signal
 import socket
@@ -21,6 +22,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -338,7 +340,7 @@ def test_rayjob_runs_evalfarm_and_cleans_up():
     assert "rayClusterSpec" in spec or "clusterSelector" in spec
     if "rayClusterSpec" in spec:
         _check_ray_cluster_spec(spec["rayClusterSpec"])
-    assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]["EVALFARM_DATA"]
+    # what it runs, and that it runs, is tested on a real head: test_nightly_rayjob_entrypoint_runs_on_a_real_head
 
 
 def test_nightly_cronjob_creates_the_rayjob_with_least_privilege():
@@ -403,9 +405,104 @@ def test_start_head_binds_loopback_by_default():
     assert "RAY_USAGE_STATS_ENABLED=0" in text
     assert re.search(r"WARNING: binding the Ray dashboard", text)  # overriding the host warns
     assert "0.0.0.0" not in text
+    # token authentication, always; Ray's single-node mode for a loopback node (the sockets: test_security.py)
+    assert "export RAY_AUTH_MODE=token" in text and 'RAY_AUTH_TOKEN_PATH="$RAY_DIR/auth_token"' in text
+    assert "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in text and "umask 077" in text
 
 
 def test_readme_explains_storage_and_loopback():
     text = " ".join((CLUSTER / "README.md").read_text().split())
     for needle in ("127.0.0.1", "arbitrary code", "shared", "evalfarm submit", "ray job submit", "RAY_AUTH_MODE"):
         assert needle in text, needle
+
+
+# -- the shipped entrypoints, as written, on a real head ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory) -> Iterator[Head]:
+    head = start_head(tmp_path_factory.mktemp("head"))
+    try:
+        yield head
+    finally:
+        stop_head(head)
+
+
+def _on_this_machine(text: str, tmp: Path, head: Head) -> str:
+    """A shipped command with the cluster's places replaced by this machine's: the only edit the tests make."""
+    for cluster_path, here in {
+        "/mnt/evalfarm/warehouse": str(tmp / "warehouse"),
+        "/mnt/evalfarm/data": os.environ["EVALFARM_DATA"],
+        "/mnt/evalfarm/cache": os.environ.get("EVALFARM_CACHE") or str(tmp / "cache"),
+        "http://HEAD:8265": head.dashboard,
+    }.items():
+        text = text.replace(cluster_path, here)
+    return text
+
+
+def _metrics(warehouse: Path) -> set[tuple[str, str]]:
+    from evalfarm.warehouse import Warehouse
+
+    rows = Warehouse(warehouse).query("SELECT DISTINCT model, pool FROM metrics").to_pylist()
+    return {(r["model"], r["pool"]) for r in rows}
+
+
+@pytest.mark.slow
+def test_nightly_rayjob_entrypoint_runs_on_a_real_head(ray_head, tmp_path):
+    """The RayJob's entrypoint and runtimeEnvYAML, submitted the way KubeRay's submitter does (`ray job submit
+    --runtime-env-json … -- ENTRYPOINT`). It used to fail at start: the job's env_vars and evalfarm's own
+    ray.init runtime_env set the same keys ("Failed to merge the Job's runtime env")."""
+    (job,) = _of_kind("RayJob")
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert runtime_env["env_vars"], "the nightly's env_vars are what broke it: keep them under test"
+    entrypoint = _on_this_machine(job["spec"]["entrypoint"], tmp_path, ray_head)
+    runtime_env = json.loads(_on_this_machine(json.dumps(runtime_env), tmp_path, ray_head))
+    # one starter model instead of the whole zoo: what failed was the start, and a night's length is not tested
+    entrypoint += " --models glove-6b-50d"
+    proc = subprocess.run(
+        [str(BIN / "ray"), "job", "submit", "--address", ray_head.dashboard]
+        + ["--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(entrypoint)],
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
+    assert "1 done, 0 skipped, 0 failed" in out and "(ray" in out, out[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("glove-6b-50d", "evalrank-word")}
+
+
+RAW_MODEL = """\
+id: my-model            # the EvalRank toolkit's toy GloVe (5k words): cheap and real
+level: word
+kind: word-vectors
+format: glove-text
+source: {type: data, ref: evalrank/reference/toy_emb.txt}
+"""
+
+
+def _readme_block(containing: str) -> str:
+    text = (CLUSTER / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+@pytest.mark.slow
+def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
+    """The README's raw `ray job submit` block, run by bash in a shell that sourced the head's settings."""
+    block = _readme_block("ray job submit --address http://HEAD:8265")
+    (tmp_path / "my-model.yaml").write_text(RAW_MODEL)
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _on_this_machine(block, tmp_path, ray_head)],
+        cwd=tmp_path,
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
+    assert "1 done, 0 skipped, 0 failed" in out, out[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
