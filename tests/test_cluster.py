@@ -386,6 +386,267 @@ def test_autoscaler_config_matches_rays_schema_and_has_a_gpu_group():
     assert any("ray start --address" in c for c in cfg["worker_start_ray_commands"])
 
 
+# -- KubeRay manifests: schemas, token authentication, network policy, Pod Security "restricted" --------------------
+
+K8S_VERSIONS = ("1.29", "1.37")  # the oldest Kubernetes these manifests claim, and kubernetes-validate's newest
+RAY_SCHEMA = REPO / "tests" / "fixtures" / "kuberay" / "ray-v1-schema.yaml"
+TOKEN_SECRET = "evalfarm-ray-token"
+
+
+def _k8s_type_validator(type_name: str, version: str) -> Any:
+    """A strict validator for one Kubernetes type (e.g. podtemplatespec-v1) from kubernetes-validate's schemas."""
+    import jsonschema
+    from kubernetes_validate.utils import schema_contents
+    from referencing import Registry, Resource
+
+    folder = f"kubernetes-json-schema/v{version}.0-local-strict"
+    schema = schema_contents(f"{folder}/{type_name}.json", version)
+    defs = schema_contents(f"{folder}/_definitions.json", version)
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+def _ray_validator(version: str) -> Any:
+    """The fixture's Ray layer, with every `x-kubernetes-type` node validated strictly as that Kubernetes type."""
+    import jsonschema
+
+    cache: dict[str, Any] = {}
+
+    def k8s_type(validator: Any, type_name: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if type_name not in cache:
+            cache[type_name] = _k8s_type_validator(type_name, version)
+        for err in cache[type_name].iter_errors(instance):
+            yield jsonschema.ValidationError(f"{type_name}: {err.message} (at {'/'.join(map(str, err.path))})")
+
+    cls = jsonschema.validators.extend(jsonschema.validators.Draft202012Validator, {"x-kubernetes-type": k8s_type})
+    return cls(yaml.safe_load(RAY_SCHEMA.read_text()))
+
+
+def _ray_docs() -> list[tuple[Path, dict[str, Any]]]:
+    return [(p, d) for p, d in _all_docs() if d.get("apiVersion") == "ray.io/v1"]
+
+
+def _schema_errors(doc: dict[str, Any], version: str) -> list[str]:
+    return [e.message for e in _ray_validator(version).iter_errors(doc)]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_ray_manifests_match_kuberay_and_kubernetes_schemas(version):
+    docs = _ray_docs()
+    assert {d["kind"] for _, d in docs} == {"RayCluster", "RayJob"}
+    for path, doc in docs:
+        assert not _schema_errors(doc, version), f"{path.name}: {_schema_errors(doc, version)}"
+
+
+def test_schema_check_refuses_what_kubectl_would():
+    """The check is not a rubber stamp: each typo below must be reported."""
+    import copy
+
+    (rc,) = _of_kind("RayCluster")
+    typos = {
+        "unknown Ray field": lambda d: d["spec"]["headGroupSpec"].update(rayStartParam={"num-cpus": "0"}),
+        "bad auth mode": lambda d: d["spec"]["authOptions"].update(mode="tokens"),
+        "auth field misspelt": lambda d: d["spec"]["authOptions"].update(secretname=TOKEN_SECRET),
+        "container field misspelt": lambda d: d["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+            securityContex={}
+        ),
+        "wrong type in a pod": lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"][
+            "securityContext"
+        ].update(runAsNonRoot="yes"),
+        "bad replica count": lambda d: d["spec"]["workerGroupSpecs"][0].update(maxReplicas="8"),
+    }
+    for name, mutate in typos.items():
+        bad = copy.deepcopy(rc)
+        mutate(bad)
+        assert _schema_errors(bad, K8S_VERSIONS[-1]), f"{name}: not detected"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_kubernetes_manifests_match_kubernetes_schema(version):
+    import kubernetes_validate
+
+    docs = [(p, d) for p, d in _all_docs() if "kind" in d and d["kind"] != "Kustomization"]
+    docs = [(p, d) for p, d in docs if d["apiVersion"] != "ray.io/v1"]
+    assert {d["kind"] for _, d in docs} >= {"NetworkPolicy", "CronJob", "Role", "PersistentVolumeClaim"}
+    for path, doc in docs:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path.name}: {doc['kind']} {doc['metadata'].get('name')}: {exc.message}")
+
+
+def _ray_cluster_specs() -> list[tuple[str, dict[str, Any]]]:
+    (rc,) = _of_kind("RayCluster")
+    (job,) = _of_kind("RayJob")
+    return [("RayCluster", rc["spec"]), ("RayJob", job["spec"]["rayClusterSpec"])]
+
+
+def _ray_pod_templates() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, spec in _ray_cluster_specs():
+        out.append((f"{name} head", spec["headGroupSpec"]["template"]))
+        out += [(f"{name} {g['groupName']} workers", g["template"]) for g in spec["workerGroupSpecs"]]
+    return out
+
+
+def test_every_ray_cluster_requires_the_token_from_a_secret():
+    for name, spec in _ray_cluster_specs():
+        assert spec["authOptions"] == {"mode": "token", "secretName": TOKEN_SECRET}, name
+        assert spec["headGroupSpec"]["serviceType"] == "ClusterIP" and not spec["headGroupSpec"].get("enableIngress")
+    (rc,) = _of_kind("RayCluster")
+    assert rc["spec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"  # port-forward only
+    # the nightly's submitter authenticates with the same Secret
+    (job,) = _of_kind("RayJob")
+    (submitter,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    env = {e["name"]: e for e in submitter["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": TOKEN_SECRET, "key": "auth_token"}}
+    # no token is ever committed: no Secret with data, no literal token in any manifest
+    assert not [d for _, d in _all_docs() if d.get("kind") == "Secret"]
+    for path in YAMLS:
+        assert not re.search(r"RAY_AUTH_TOKEN\b.*value:", path.read_text()), path
+
+
+def _labels_match(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # matchExpressions would need an evaluator
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def test_network_policies_admit_only_own_pods_and_the_submitter():
+    policies = _of_kind("NetworkPolicy")
+    (kust,) = _of_kind("Kustomization")
+    assert "network-policy.yaml" in kust["resources"]
+    (job,) = _of_kind("RayJob")
+    submitter = job["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    operator = {"app.kubernetes.io/name": "kuberay-operator"}
+    stranger = {"app.kubernetes.io/name": "something-else"}
+    for name, template in _ray_pod_templates():
+        labels = template["metadata"]["labels"]
+        (policy,) = [p for p in policies if _labels_match(p["spec"]["podSelector"], labels)]  # exactly one
+        assert "Ingress" in policy["spec"]["policyTypes"], name
+        for rule in policy["spec"]["ingress"]:
+            assert rule.get("from"), f"{name}: an ingress rule without `from` admits everyone"
+            ports = {p["port"] for p in rule.get("ports", [])}
+            for peer in rule["from"]:
+                assert "ipBlock" not in peer and "podSelector" in peer, f"{name}: {peer}"
+                if "namespaceSelector" in peer:  # other namespaces: the operator only, on the job API only
+                    assert _labels_match(peer["podSelector"], operator) and ports == {8265}, f"{name}: {peer}"
+                elif not _labels_match(peer["podSelector"], labels):  # not its own cluster: the submitter
+                    assert _labels_match(peer["podSelector"], submitter) and ports == {8265}, f"{name}: {peer}"
+                assert not _labels_match(peer["podSelector"], stranger), f"{name}: {peer} admits any pod"
+        other = "adhoc" if labels["evalfarm.io/ray-cluster"] == "nightly" else "nightly"
+        assert not any(
+            _labels_match(peer["podSelector"], {**labels, "evalfarm.io/ray-cluster": other})
+            for rule in policy["spec"]["ingress"]
+            for peer in rule["from"]
+            if "namespaceSelector" not in peer
+        ), f"{name}: the other cluster's pods are admitted"
+    nightly = next(p for p in policies if p["metadata"]["name"] == "evalfarm-ray-nightly")
+    assert any(_labels_match(peer["podSelector"], submitter) for r in nightly["spec"]["ingress"] for peer in r["from"])
+
+
+# Pod Security Standards, "restricted" (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+# the baseline controls plus the restricted ones, for the fields these manifests can set.
+_RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
+}  # fmt: skip
+
+
+def restricted_violations(pod: dict[str, Any], extra_containers: list[dict[str, Any]] = ()) -> list[str]:
+    """What keeps ``pod`` (a PodSpec) from passing the "restricted" profile; empty when it passes."""
+    bad = []
+    psc = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            bad.append(key)
+    for vol in pod.get("volumes", []):
+        kinds = set(vol) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUMES:
+            bad.append(f"volume {vol['name']}: {kinds}")
+    if psc.get("runAsUser") == 0:
+        bad.append("pod runAsUser 0")
+    containers = pod.get("initContainers", []) + pod["containers"] + list(extra_containers)
+    for c in containers:
+        sc = c.get("securityContext", {})
+        name = c.get("name", "?")
+        if sc.get("privileged"):
+            bad.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{name}: allowPrivilegeEscalation must be false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad.append(f"{name}: capabilities must drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{name}: adds capabilities {caps['add']}")
+        if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
+            bad.append(f"{name}: runAsNonRoot must be true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            bad.append(f"{name}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
+        if sc.get("procMount", "Default") != "Default":
+            bad.append(f"{name}: procMount")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            bad.append(f"{name}: hostPort")
+    return bad
+
+
+def _all_pods() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """(name, PodSpec, containers KubeRay adds to it) for every pod these manifests make."""
+    pods = []
+    for name, spec in _ray_cluster_specs():
+        autoscaler = {"name": "autoscaler", "securityContext": spec["autoscalerOptions"]["securityContext"]}
+        pods.append((f"{name} head", spec["headGroupSpec"]["template"]["spec"], [autoscaler]))
+        pods += [(f"{name} {g['groupName']} workers", g["template"]["spec"], []) for g in spec["workerGroupSpecs"]]
+    (job,) = _of_kind("RayJob")
+    pods.append(("RayJob submitter", job["spec"]["submitterPodTemplate"]["spec"], []))
+    (cron,) = _of_kind("CronJob")
+    pods.append(("CronJob", _get(cron, "spec.jobTemplate.spec.template.spec"), []))
+    return pods
+
+
+def test_every_pod_meets_the_restricted_pod_security_profile():
+    pods = _all_pods()
+    assert len(pods) == 6
+    for name, pod, extra in pods:
+        assert not restricted_violations(pod, extra), f"{name}: {restricted_violations(pod, extra)}"
+        for c in pod["containers"] + extra:  # read-only root: Ray writes to its emptyDirs only
+            assert c["securityContext"].get("readOnlyRootFilesystem") is True, f"{name}: {c['name']}"
+        mounts = {m["mountPath"] for c in pod["containers"] for m in c.get("volumeMounts", [])}
+        assert "/tmp" in mounts, f"{name}: nowhere to write with a read-only root"
+        if name.startswith("Ray") and "submitter" not in name:
+            assert "/dev/shm" in mounts, f"{name}: Ray's object store needs /dev/shm"
+
+
+def test_the_restricted_check_refuses_what_the_profile_refuses():
+    import copy
+
+    (name, pod, extra) = _all_pods()[0]
+
+    def unset(p: dict[str, Any], key: str) -> None:  # at pod and container level
+        p["securityContext"].pop(key)
+        p["containers"][0]["securityContext"].pop(key)
+
+    for mutate in (
+        lambda p: p["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda p: p["containers"][0]["securityContext"].update(capabilities={"drop": ["NET_RAW"]}),
+        lambda p: p["containers"][0]["securityContext"].update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
+        lambda p: (
+            p["securityContext"].pop("runAsNonRoot") and p["containers"][0]["securityContext"].pop("runAsNonRoot")
+        ),
+        lambda p: p["securityContext"].update(runAsUser=0),
+        lambda p: p["volumes"].append({"name": "host", "hostPath": {"path": "/"}}),
+        lambda p: p.update(hostNetwork=True),
+        lambda p: (
+            p["securityContext"].pop("seccompProfile") and p["containers"][0]["securityContext"].pop("seccompProfile")
+        ),
+    ):
+        bad = copy.deepcopy(pod)
+        mutate(bad)
+        assert restricted_violations(bad, extra), f"{name}: a violation went unnoticed"
+
+
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
 def test_scripts_are_executable_and_parse(script):
     assert os.access(script, os.X_OK), f"{script} is not executable (chmod +x)"
