@@ -384,6 +384,10 @@ def test_autoscaler_config_matches_rays_schema_and_has_a_gpu_group():
     head_start = " ".join(cfg["head_start_ray_commands"])
     assert "ray start --head" in head_start and "--dashboard-host=127.0.0.1" in head_start
     assert any("ray start --address" in c for c in cfg["worker_start_ray_commands"])
+    # token authentication on every node, with the launching machine's token
+    for cmds in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]):
+        assert all("RAY_AUTH_MODE=token ray start" in c for c in cmds if "ray start" in c)
+    assert any(dst.endswith("/.ray/auth_token") for dst in cfg["file_mounts"])
 
 
 # -- KubeRay manifests: schemas, token authentication, network policy, Pod Security "restricted" --------------------
