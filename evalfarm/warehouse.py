@@ -461,7 +461,10 @@ def _check_explain(text: str) -> None:
         body = close + 1
     if body >= len(words):
         raise ValueError("EXPLAIN of nothing")
-    inner = duckdb.extract_statements(text[words[body][0] :])
+    try:
+        inner = duckdb.extract_statements(text[words[body][0] :])
+    except Exception as exc:  # as in check_read_only
+        raise ValueError(f"cannot parse the statement EXPLAIN explains: {exc}") from exc
     if len(inner) != 1 or inner[0].type.name != "SELECT":
         got = ", ".join(s.type.name for s in inner) or "nothing"
         raise PermissionError(f"refused: EXPLAIN of {got}. {_READ_ONLY_HELP}")

@@ -67,6 +67,7 @@ def _forge(wh: Warehouse) -> tuple[str, Path]:
         "EXPLAIN /* hidden */ ANALYZE {copy}",
         "EXPLAIN ANALYSE {copy}",
         "EXPLAIN (ANALYZE) {copy}",
+        "EXPLAIN(ANALYZE){copy}",
         "EXPLAIN (FORMAT json, ANALYZE) {copy}",
         "{copy}",
         "SELECT 1; {copy}",
