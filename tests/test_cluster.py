@@ -771,3 +771,30 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
     assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
     assert "1 done, 0 skipped, 0 failed" in out, out[-4000:]
     assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
+
+
+@pytest.mark.slow
+def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
+    """The README's workstation flow on a token head: with the settings start-head.sh writes, `evalfarm submit`
+    runs the model; without them the job API turns it away and nothing runs."""
+    spec = tmp_path / "my-model.yaml"
+    spec.write_text(RAW_MODEL)
+    args = [str(BIN / "evalfarm"), "submit", str(spec), "--address", ray_head.dashboard]
+    refused = subprocess.run(
+        [*args, "--warehouse", str(tmp_path / "refused")],
+        env=head_env(HOME=str(tmp_path)),  # no token anywhere (not even ~/.ray/auth_token)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode != 0 and "Missing authentication token" in refused.stdout + refused.stderr
+    assert not (tmp_path / "refused").exists()
+    proc = subprocess.run(
+        [*args, "--warehouse", str(tmp_path / "warehouse")],
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
