@@ -473,10 +473,6 @@ def plan_submission(
             built["env_vars"] = built_env
         job_env = merge_runtime_env(built, user_env, pip, env)
         plumbing = {CATALOG_AS_GIVEN_ENV: f"{catalog_file.name}={spec_path} (submitted over {catalog})"}
-        if "--address" in options:
-            # `evalfarm run --address auto` calls ray.init(runtime_env={"env_vars": ...}) with the same keys as
-            # the job's; Ray refuses such a merge inside a job unless told the driver's values may win.
-            plumbing["RAY_OVERRIDE_JOB_RUNTIME_ENV"] = "1"
         if inline:
             if len(catalog_text.encode()) > _INLINE_LIMIT:
                 raise SubmitError(

@@ -371,56 +371,131 @@ class Warehouse:
     def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse.
 
-        Read-only means: only files under the warehouse are visible, nothing can be written, and the
-        configuration is locked so a query cannot lift those limits. An ``s3://`` / ``gs://`` warehouse needs
+        Read-only (the default, and what ``evalfarm sql`` uses) locks the connection down before any view
+        exists: only files under the warehouse root (a local directory, or the ``s3://`` / ``gs://`` prefix)
+        can be opened, external access and extension installs are off, and the configuration is locked so a
+        query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
+        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse needs
         DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
         environment variables.
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
         con = duckdb.connect(":memory:")
-        where = self.base if self.local else self.uri
-        if not self.local:
-            try:
-                con.execute("LOAD httpfs")
-            except duckdb.Error as exc:
-                con.close()
-                raise RuntimeError(
-                    f"querying {self.uri} needs DuckDB's httpfs extension: run "
-                    "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
-                ) from exc
-        root_sql = "'" + where.replace("'", "''") + "'"
-        for path in sorted(sql_dir().glob("*.sql")):
-            con.execute(path.read_text(encoding="utf-8").replace("{root}", where.replace("'", "''")))
-        if read_only:
-            con.execute(f"SET allowed_directories=[{root_sql}]")
-            if self.local:
-                con.execute("SET enable_external_access=false")
-            con.execute("SET lock_configuration=true")
+        # what DuckDB reads: the local directory, or scheme://bucket/prefix (without pyarrow's ?options)
+        where = self.base if self.local else f"{str(self.root).split('://', 1)[0]}://{self.base}"
+        try:
+            if not self.local:
+                try:
+                    con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
+                except duckdb.Error as exc:
+                    raise RuntimeError(
+                        f"querying {self.uri} needs DuckDB's httpfs extension: run "
+                        "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
+                    ) from exc
+            if read_only:
+                lock_down(con, where)
+            for path in sorted(sql_dir().glob("*.sql")):
+                con.execute(path.read_text(encoding="utf-8").replace("{root}", where.replace("'", "''")))
+        except BaseException:
+            con.close()
+            raise
         return con
 
     def query(self, sql: str) -> pa.Table:
-        """Run one read-only statement (SELECT / WITH / DESCRIBE / SHOW / EXPLAIN / SUMMARIZE) on the views."""
-        check_read_only(sql)
+        """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
+
+        The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
+        connection (:meth:`connect`); exactly the statement that was checked is executed.
+        """
+        statement = check_read_only(sql)
         con = self.connect()
         try:
-            return con.sql(sql).to_arrow_table()
+            return con.sql(statement).to_arrow_table()
         finally:
             con.close()
 
 
-_ALLOWED = {"SELECT", "EXPLAIN", "PRAGMA"}
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
 
 
-def check_read_only(sql: str) -> None:
-    """Refuse anything but queries: the warehouse is append-only and owned by runs."""
-    statements = duckdb.extract_statements(sql)
+def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
+    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good.
+
+    External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
+    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
+    matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
+    ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
+    last so no statement can undo any of it.
+    """
+    prefix = root.rstrip("/") + "/"
+    con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
+    con.execute("SET enable_external_access=false")
+    con.execute("SET autoinstall_known_extensions=false")
+    con.execute("SET autoload_known_extensions=false")
+    con.execute("SET lock_configuration=true")
+
+
+_READ_ONLY_HELP = (
+    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, "
+    "SUMMARIZE, or EXPLAIN of one of those"
+)
+
+
+def check_read_only(sql: str) -> str:
+    """Refuse anything but a single query, and return that statement's text (what the caller must execute).
+
+    The warehouse is append-only and owned by runs: a query that could write (COPY, EXPORT, ATTACH, INSTALL,
+    SET, PRAGMA — IMPORT DATABASE parses as one —, CREATE …) could forge a result file under
+    ``tables/metrics/`` that the views would then rank. DuckDB's own parser splits and classifies the text;
+    EXPLAIN is allowed only without ANALYZE (``EXPLAIN ANALYZE`` *executes* the statement it explains) and
+    only over a SELECT.
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
+        raise ValueError(f"cannot parse the query: {exc}") from exc
     if not statements:
         raise ValueError("empty query")
-    for st in statements:
-        kind = st.type.name if hasattr(st.type, "name") else str(st.type)
-        if kind not in _ALLOWED:
-            raise PermissionError(f"`evalfarm sql` is read-only: {kind} statements are not allowed")
+    if len(statements) > 1:
+        raise PermissionError(f"refused: {len(statements)} statements. {_READ_ONLY_HELP}")
+    (st,) = statements
+    kind = st.type.name
+    if kind == "EXPLAIN":
+        _check_explain(st.query)
+    elif kind != "SELECT":
+        raise PermissionError(f"refused: a {kind} statement. {_READ_ONLY_HELP}")
+    return st.query
+
+
+def _check_explain(text: str) -> None:
+    """EXPLAIN [ (options) ] SELECT …, with no ANALYZE anywhere in its keywords (it would run the statement)."""
+    kinds = duckdb.token_type
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    words = [
+        (pos, kind, text[pos:end].strip().lower())
+        for (pos, kind), end in zip(tokens, ends, strict=True)
+        if kind != kinds.comment
+    ]
+    if any(kind == kinds.keyword and word in ("analyze", "analyse") for _, kind, word in words):
+        raise PermissionError(f"refused: EXPLAIN ANALYZE runs the statement it explains. {_READ_ONLY_HELP}")
+    body = 1  # the token after EXPLAIN, or after its parenthesised options
+    if len(words) > 1 and words[1][2] == "(":
+        close = next((i for i, w in enumerate(words) if w[2] == ")"), None)
+        if close is None:
+            raise ValueError(f"cannot parse the EXPLAIN options of {text!r}")
+        body = close + 1
+    if body >= len(words):
+        raise ValueError("EXPLAIN of nothing")
+    try:
+        inner = duckdb.extract_statements(text[words[body][0] :])
+    except Exception as exc:  # as in check_read_only
+        raise ValueError(f"cannot parse the statement EXPLAIN explains: {exc}") from exc
+    if len(inner) != 1 or inner[0].type.name != "SELECT":
+        got = ", ".join(s.type.name for s in inner) or "nothing"
+        raise PermissionError(f"refused: EXPLAIN of {got}. {_READ_ONLY_HELP}")
 
 
 def embeddings_table(

@@ -1,25 +1,256 @@
-"""cluster/: every YAML parses and has the fields its kind needs; the local scripts are sound and bind loopback.
+"""cluster/: every YAML parses and has the fields its kind needs; the local scripts are sound and bind loopback;
+the shipped entrypoints (the nightly RayJob's, the README's raw `ray job submit`) run on a real head.
 
-Nothing here can be applied (no cloud, no Kubernetes): these checks catch typos, missing fields and unsafe
-defaults. The autoscaler config is validated against Ray's own schema (ray/autoscaler/ray-schema.json).
+Kubernetes cannot be applied here: those checks catch typos, missing fields and unsafe defaults. The autoscaler
+config is validated against Ray's own schema (ray/autoscaler/ray-schema.json). The head is the one
+`cluster/local/start-head.sh` starts (token authentication, loopback only), on free ports, one per module.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import re
+import shlex
 import shutil
+import signal
+import socket
 import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-CLUSTER = Path(__file__).resolve().parents[1] / "cluster"
+REPO = Path(__file__).resolve().parents[1]
+CLUSTER = REPO / "cluster"
 YAMLS = sorted(CLUSTER.rglob("*.yaml"))
 SCRIPTS = sorted((CLUSTER / "local").glob("*.sh"))
+BIN = Path(sys.executable).parent
+
+
+# -- a real head, started by cluster/local/start-head.sh ----------------------------------------------------------
+# Other people run Ray on this machine at the same time: every port is a free one, and only the processes of the
+# head's own session are ever stopped (never `ray stop`, which stops every Ray of the user).
+
+_RAY_CLIENT_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_API_SERVER_ADDRESS")
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def session_pids(sid: int) -> list[int]:
+    """Every live process of session ``sid`` (a head started with start_new_session: all its Ray processes)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
+        if int(fields[3]) == sid and fields[0] != "Z":
+            pids.append(int(entry.name))
+    return pids
+
+
+def _decode(hex_addr: str) -> str:
+    raw = bytes.fromhex(hex_addr)
+    if len(raw) == 4:
+        return socket.inet_ntop(socket.AF_INET, raw[::-1])
+    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
+
+
+def listening_sockets(pids: list[int]) -> list[tuple[int, str, str, int]]:
+    """(pid, process name, address, port) of every listening TCP socket of ``pids``: what `ss -ltnp` shows."""
+    owner: dict[int, int] = {}
+    for pid in pids:
+        try:
+            for fd in Path(f"/proc/{pid}/fd").iterdir():
+                try:
+                    link = os.readlink(fd)
+                except OSError:
+                    continue
+                if link.startswith("socket:["):
+                    owner[int(link[8:-1])] = pid
+        except OSError:
+            continue
+    found = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] != "0A" or int(fields[9]) not in owner:  # 0A: LISTEN
+                continue
+            pid = owner[int(fields[9])]
+            host, port = fields[1].split(":")
+            try:
+                name = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                name = "?"
+            found.append((pid, name, _decode(host), int(port, 16)))
+    return sorted(set(found), key=lambda r: (r[3], r[2]))
+
+
+def is_loopback(address: str) -> bool:
+    ip = ipaddress.ip_address(address)
+    mapped = getattr(ip, "ipv4_mapped", None)
+    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
+
+
+def routable_ip() -> str | None:
+    """This host's address on its default route (no packet is sent), or None on a loopback-only machine."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect(("192.0.2.254", 9))
+        except OSError:
+            return None
+        ip = s.getsockname()[0]
+    return None if is_loopback(ip) else ip
+
+
+def http(url: str, *, body: dict | None = None, token: str | None = None, timeout: float = 10) -> tuple[Any, str]:
+    """(status code or exception name, text) of a GET, or a JSON POST when ``body`` is given."""
+    headers = {"Content-Type": "application/json"}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode(errors="replace")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return type(reason).__name__, str(reason)
+
+
+@dataclass
+class Head:
+    proc: subprocess.Popen
+    ports: dict[str, int]
+    ray_dir: Path
+    log: Path
+    temp_dir: Path
+
+    @property
+    def dashboard(self) -> str:
+        return f"http://127.0.0.1:{self.ports['dashboard']}"
+
+    @property
+    def token(self) -> str:
+        return (self.ray_dir / "auth_token").read_text().strip()
+
+    def pids(self) -> list[int]:
+        return session_pids(self.proc.pid)
+
+    def client_env(self, **extra: str) -> dict[str, str]:
+        """This environment plus what `. $EVALFARM_RAY_DIR/env` sets, as a user's shell would have it."""
+        out = subprocess.run(
+            ["bash", "-c", 'set -a; . "$0"; env -0', str(self.ray_dir / "env")],
+            env=head_env(),
+            capture_output=True,
+            check=True,
+        ).stdout
+        env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+        return {**env, **extra}
+
+
+def head_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in _RAY_CLIENT_VARS}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # this venv's `ray` and `evalfarm`
+    env["RAY_USAGE_STATS_ENABLED"] = "0"
+    return {**env, **extra}
+
+
+def start_head(tmp: Path, *, num_cpus: int = 2) -> Head:
+    """cluster/local/start-head.sh --block on free ports; returns once the job API answers the token."""
+    names = ["gcs", "dashboard", "client", "node_manager", "object_manager", "agent_http", "agent_grpc"]
+    names += ["runtime_env", "metrics", "autoscaler_metrics", "dashboard_metrics"]
+    ports = dict(zip(names, free_ports(len(names)), strict=True))
+    ray_dir = tmp / "ray"
+    env = head_env(
+        EVALFARM_RAY_DIR=str(ray_dir),
+        EVALFARM_GCS_PORT=str(ports["gcs"]),
+        EVALFARM_DASHBOARD_PORT=str(ports["dashboard"]),
+        EVALFARM_NUM_CPUS=str(num_cpus),
+        EVALFARM_NUM_GPUS="0",
+        AUTOSCALER_METRIC_PORT=str(ports["autoscaler_metrics"]),  # fixed 44217 / 44227 by default
+        DASHBOARD_METRIC_PORT=str(ports["dashboard_metrics"]),
+    )
+    cmd = [
+        "bash",
+        str(CLUSTER / "local" / "start-head.sh"),
+        "--block",
+        f"--ray-client-server-port={ports['client']}",
+        f"--node-manager-port={ports['node_manager']}",
+        f"--object-manager-port={ports['object_manager']}",
+        f"--dashboard-agent-listen-port={ports['agent_http']}",
+        f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+        f"--runtime-env-agent-port={ports['runtime_env']}",
+        f"--metrics-export-port={ports['metrics']}",
+        "--object-store-memory=300000000",
+        # its own temp dir: `ray start` records "the current cluster" under it, and the default (/tmp/ray) is
+        # where other people's `ray.init()` on this machine would look (short: Ray's socket paths must fit)
+        f"--temp-dir={tempfile.mkdtemp(prefix='efray-')}",
+    ]
+    log = tmp / "head.log"
+    with open(log, "w") as fh:
+        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
+    head = Head(proc, ports, ray_dir, log, Path(cmd[-1].split("=", 1)[1]))
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(f"start-head.sh exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
+        listening = {port for *_, port in listening_sockets(head.pids())}
+        if {ports[k] for k in ("gcs", "dashboard", "agent_http", "node_manager", "runtime_env")} <= listening:
+            code, _ = http(f"{head.dashboard}/api/jobs/", token=head.token, timeout=5)
+            if code == 200:
+                return head
+        if time.monotonic() > deadline:
+            stop_head(head)
+            raise RuntimeError(f"the job API did not come up in 120 s:\n{log.read_text()[-4000:]}")
+        time.sleep(1)
+
+
+def stop_head(head: Head) -> None:
+    """SIGTERM to the head's session (its own processes only), SIGKILL to what is left after a few seconds.
+
+    Ray's processes take up to a minute to leave on SIGTERM alone; a test head has nothing worth waiting for.
+    """
+    try:
+        os.killpg(head.proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    deadline = time.monotonic() + 5
+    while session_pids(head.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    for pid in session_pids(head.proc.pid):  # stragglers of this head only
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    head.proc.wait(timeout=30)
+    shutil.rmtree(head.temp_dir, ignore_errors=True)
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -109,7 +340,7 @@ def test_rayjob_runs_evalfarm_and_cleans_up():
     assert "rayClusterSpec" in spec or "clusterSelector" in spec
     if "rayClusterSpec" in spec:
         _check_ray_cluster_spec(spec["rayClusterSpec"])
-    assert yaml.safe_load(spec["runtimeEnvYAML"])["env_vars"]["EVALFARM_DATA"]
+    # what it runs, and that it runs, is tested on a real head: test_nightly_rayjob_entrypoint_runs_on_a_real_head
 
 
 def test_nightly_cronjob_creates_the_rayjob_with_least_privilege():
@@ -153,6 +384,271 @@ def test_autoscaler_config_matches_rays_schema_and_has_a_gpu_group():
     head_start = " ".join(cfg["head_start_ray_commands"])
     assert "ray start --head" in head_start and "--dashboard-host=127.0.0.1" in head_start
     assert any("ray start --address" in c for c in cfg["worker_start_ray_commands"])
+    # token authentication on every node, with the launching machine's token
+    for cmds in (cfg["head_start_ray_commands"], cfg["worker_start_ray_commands"]):
+        assert all("RAY_AUTH_MODE=token ray start" in c for c in cmds if "ray start" in c)
+    assert any(dst.endswith("/.ray/auth_token") for dst in cfg["file_mounts"])
+
+
+# -- KubeRay manifests: schemas, token authentication, network policy, Pod Security "restricted" --------------------
+
+K8S_VERSIONS = ("1.29", "1.37")  # the oldest Kubernetes these manifests claim, and kubernetes-validate's newest
+RAY_SCHEMA = REPO / "tests" / "fixtures" / "kuberay" / "ray-v1-schema.yaml"
+TOKEN_SECRET = "evalfarm-ray-token"
+
+
+def _k8s_type_validator(type_name: str, version: str) -> Any:
+    """A strict validator for one Kubernetes type (e.g. podtemplatespec-v1) from kubernetes-validate's schemas."""
+    import jsonschema
+    from kubernetes_validate.utils import schema_contents
+    from referencing import Registry, Resource
+
+    folder = f"kubernetes-json-schema/v{version}.0-local-strict"
+    schema = schema_contents(f"{folder}/{type_name}.json", version)
+    defs = schema_contents(f"{folder}/_definitions.json", version)
+    registry = Resource.from_contents(defs) @ (Resource.from_contents(schema) @ Registry())
+    return jsonschema.validators.Draft202012Validator(schema, registry=registry)
+
+
+def _ray_validator(version: str) -> Any:
+    """The fixture's Ray layer, with every `x-kubernetes-type` node validated strictly as that Kubernetes type."""
+    import jsonschema
+
+    cache: dict[str, Any] = {}
+
+    def k8s_type(validator: Any, type_name: str, instance: Any, schema: Any) -> Iterator[Any]:
+        if type_name not in cache:
+            cache[type_name] = _k8s_type_validator(type_name, version)
+        for err in cache[type_name].iter_errors(instance):
+            yield jsonschema.ValidationError(f"{type_name}: {err.message} (at {'/'.join(map(str, err.path))})")
+
+    cls = jsonschema.validators.extend(jsonschema.validators.Draft202012Validator, {"x-kubernetes-type": k8s_type})
+    return cls(yaml.safe_load(RAY_SCHEMA.read_text()))
+
+
+def _ray_docs() -> list[tuple[Path, dict[str, Any]]]:
+    return [(p, d) for p, d in _all_docs() if d.get("apiVersion") == "ray.io/v1"]
+
+
+def _schema_errors(doc: dict[str, Any], version: str) -> list[str]:
+    return [e.message for e in _ray_validator(version).iter_errors(doc)]
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_ray_manifests_match_kuberay_and_kubernetes_schemas(version):
+    docs = _ray_docs()
+    assert {d["kind"] for _, d in docs} == {"RayCluster", "RayJob"}
+    for path, doc in docs:
+        assert not _schema_errors(doc, version), f"{path.name}: {_schema_errors(doc, version)}"
+
+
+def test_schema_check_refuses_what_kubectl_would():
+    """The check is not a rubber stamp: each typo below must be reported."""
+    import copy
+
+    (rc,) = _of_kind("RayCluster")
+    typos = {
+        "unknown Ray field": lambda d: d["spec"]["headGroupSpec"].update(rayStartParam={"num-cpus": "0"}),
+        "bad auth mode": lambda d: d["spec"]["authOptions"].update(mode="tokens"),
+        "auth field misspelt": lambda d: d["spec"]["authOptions"].update(secretname=TOKEN_SECRET),
+        "container field misspelt": lambda d: d["spec"]["headGroupSpec"]["template"]["spec"]["containers"][0].update(
+            securityContex={}
+        ),
+        "wrong type in a pod": lambda d: d["spec"]["workerGroupSpecs"][0]["template"]["spec"][
+            "securityContext"
+        ].update(runAsNonRoot="yes"),
+        "bad replica count": lambda d: d["spec"]["workerGroupSpecs"][0].update(maxReplicas="8"),
+    }
+    for name, mutate in typos.items():
+        bad = copy.deepcopy(rc)
+        mutate(bad)
+        assert _schema_errors(bad, K8S_VERSIONS[-1]), f"{name}: not detected"
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_kubernetes_manifests_match_kubernetes_schema(version):
+    import kubernetes_validate
+
+    docs = [(p, d) for p, d in _all_docs() if "kind" in d and d["kind"] != "Kustomization"]
+    docs = [(p, d) for p, d in docs if d["apiVersion"] != "ray.io/v1"]
+    assert {d["kind"] for _, d in docs} >= {"NetworkPolicy", "CronJob", "Role", "PersistentVolumeClaim"}
+    for path, doc in docs:
+        try:
+            kubernetes_validate.validate(doc, version, strict=True)
+        except kubernetes_validate.ValidationError as exc:
+            pytest.fail(f"{path.name}: {doc['kind']} {doc['metadata'].get('name')}: {exc.message}")
+
+
+def _ray_cluster_specs() -> list[tuple[str, dict[str, Any]]]:
+    (rc,) = _of_kind("RayCluster")
+    (job,) = _of_kind("RayJob")
+    return [("RayCluster", rc["spec"]), ("RayJob", job["spec"]["rayClusterSpec"])]
+
+
+def _ray_pod_templates() -> list[tuple[str, dict[str, Any]]]:
+    out = []
+    for name, spec in _ray_cluster_specs():
+        out.append((f"{name} head", spec["headGroupSpec"]["template"]))
+        out += [(f"{name} {g['groupName']} workers", g["template"]) for g in spec["workerGroupSpecs"]]
+    return out
+
+
+def test_every_ray_cluster_requires_the_token_from_a_secret():
+    for name, spec in _ray_cluster_specs():
+        assert spec["authOptions"] == {"mode": "token", "secretName": TOKEN_SECRET}, name
+        assert spec["headGroupSpec"]["serviceType"] == "ClusterIP" and not spec["headGroupSpec"].get("enableIngress")
+    (rc,) = _of_kind("RayCluster")
+    assert rc["spec"]["headGroupSpec"]["rayStartParams"]["dashboard-host"] == "127.0.0.1"  # port-forward only
+    # the nightly's submitter authenticates with the same Secret
+    (job,) = _of_kind("RayJob")
+    (submitter,) = job["spec"]["submitterPodTemplate"]["spec"]["containers"]
+    env = {e["name"]: e for e in submitter["env"]}
+    assert env["RAY_AUTH_MODE"]["value"] == "token"
+    assert env["RAY_AUTH_TOKEN"]["valueFrom"] == {"secretKeyRef": {"name": TOKEN_SECRET, "key": "auth_token"}}
+    # no token is ever committed: no Secret with data, no literal token in any manifest
+    assert not [d for _, d in _all_docs() if d.get("kind") == "Secret"]
+    for path in YAMLS:
+        assert not re.search(r"RAY_AUTH_TOKEN\b.*value:", path.read_text()), path
+
+
+def _labels_match(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    assert set(selector) <= {"matchLabels"}, selector  # matchExpressions would need an evaluator
+    return all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+
+
+def test_network_policies_admit_only_own_pods_and_the_submitter():
+    policies = _of_kind("NetworkPolicy")
+    (kust,) = _of_kind("Kustomization")
+    assert "network-policy.yaml" in kust["resources"]
+    (job,) = _of_kind("RayJob")
+    submitter = job["spec"]["submitterPodTemplate"]["metadata"]["labels"]
+    operator = {"app.kubernetes.io/name": "kuberay-operator"}
+    stranger = {"app.kubernetes.io/name": "something-else"}
+    for name, template in _ray_pod_templates():
+        labels = template["metadata"]["labels"]
+        (policy,) = [p for p in policies if _labels_match(p["spec"]["podSelector"], labels)]  # exactly one
+        assert "Ingress" in policy["spec"]["policyTypes"], name
+        for rule in policy["spec"]["ingress"]:
+            assert rule.get("from"), f"{name}: an ingress rule without `from` admits everyone"
+            ports = {p["port"] for p in rule.get("ports", [])}
+            for peer in rule["from"]:
+                assert "ipBlock" not in peer and "podSelector" in peer, f"{name}: {peer}"
+                if "namespaceSelector" in peer:  # other namespaces: the operator only, on the job API only
+                    assert _labels_match(peer["podSelector"], operator) and ports == {8265}, f"{name}: {peer}"
+                elif not _labels_match(peer["podSelector"], labels):  # not its own cluster: the submitter
+                    assert _labels_match(peer["podSelector"], submitter) and ports == {8265}, f"{name}: {peer}"
+                assert not _labels_match(peer["podSelector"], stranger), f"{name}: {peer} admits any pod"
+        other = "adhoc" if labels["evalfarm.io/ray-cluster"] == "nightly" else "nightly"
+        assert not any(
+            _labels_match(peer["podSelector"], {**labels, "evalfarm.io/ray-cluster": other})
+            for rule in policy["spec"]["ingress"]
+            for peer in rule["from"]
+            if "namespaceSelector" not in peer
+        ), f"{name}: the other cluster's pods are admitted"
+    nightly = next(p for p in policies if p["metadata"]["name"] == "evalfarm-ray-nightly")
+    assert any(_labels_match(peer["podSelector"], submitter) for r in nightly["spec"]["ingress"] for peer in r["from"])
+
+
+# Pod Security Standards, "restricted" (https://kubernetes.io/docs/concepts/security/pod-security-standards/):
+# the baseline controls plus the restricted ones, for the fields these manifests can set.
+_RESTRICTED_VOLUMES = {
+    "configMap", "csi", "downwardAPI", "emptyDir", "ephemeral", "persistentVolumeClaim", "projected", "secret",
+}  # fmt: skip
+
+
+def restricted_violations(pod: dict[str, Any], extra_containers: list[dict[str, Any]] = ()) -> list[str]:
+    """What keeps ``pod`` (a PodSpec) from passing the "restricted" profile; empty when it passes."""
+    bad = []
+    psc = pod.get("securityContext", {})
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
+        if pod.get(key):
+            bad.append(key)
+    for vol in pod.get("volumes", []):
+        kinds = set(vol) - {"name"}
+        if not kinds <= _RESTRICTED_VOLUMES:
+            bad.append(f"volume {vol['name']}: {kinds}")
+    if psc.get("runAsUser") == 0:
+        bad.append("pod runAsUser 0")
+    containers = pod.get("initContainers", []) + pod["containers"] + list(extra_containers)
+    for c in containers:
+        sc = c.get("securityContext", {})
+        name = c.get("name", "?")
+        if sc.get("privileged"):
+            bad.append(f"{name}: privileged")
+        if sc.get("allowPrivilegeEscalation") is not False:
+            bad.append(f"{name}: allowPrivilegeEscalation must be false")
+        caps = sc.get("capabilities", {})
+        if "ALL" not in caps.get("drop", []):
+            bad.append(f"{name}: capabilities must drop ALL")
+        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+            bad.append(f"{name}: adds capabilities {caps['add']}")
+        if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
+            bad.append(f"{name}: runAsNonRoot must be true")
+        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+            bad.append(f"{name}: runAsUser 0")
+        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+        if seccomp not in ("RuntimeDefault", "Localhost"):
+            bad.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
+        if sc.get("procMount", "Default") != "Default":
+            bad.append(f"{name}: procMount")
+        if any(p.get("hostPort") for p in c.get("ports", [])):
+            bad.append(f"{name}: hostPort")
+    return bad
+
+
+def _all_pods() -> list[tuple[str, dict[str, Any], list[dict[str, Any]]]]:
+    """(name, PodSpec, containers KubeRay adds to it) for every pod these manifests make."""
+    pods = []
+    for name, spec in _ray_cluster_specs():
+        autoscaler = {"name": "autoscaler", "securityContext": spec["autoscalerOptions"]["securityContext"]}
+        pods.append((f"{name} head", spec["headGroupSpec"]["template"]["spec"], [autoscaler]))
+        pods += [(f"{name} {g['groupName']} workers", g["template"]["spec"], []) for g in spec["workerGroupSpecs"]]
+    (job,) = _of_kind("RayJob")
+    pods.append(("RayJob submitter", job["spec"]["submitterPodTemplate"]["spec"], []))
+    (cron,) = _of_kind("CronJob")
+    pods.append(("CronJob", _get(cron, "spec.jobTemplate.spec.template.spec"), []))
+    return pods
+
+
+def test_every_pod_meets_the_restricted_pod_security_profile():
+    pods = _all_pods()
+    assert len(pods) == 6
+    for name, pod, extra in pods:
+        assert not restricted_violations(pod, extra), f"{name}: {restricted_violations(pod, extra)}"
+        for c in pod["containers"] + extra:  # read-only root: Ray writes to its emptyDirs only
+            assert c["securityContext"].get("readOnlyRootFilesystem") is True, f"{name}: {c['name']}"
+        mounts = {m["mountPath"] for c in pod["containers"] for m in c.get("volumeMounts", [])}
+        assert "/tmp" in mounts, f"{name}: nowhere to write with a read-only root"
+        if name.startswith("Ray") and "submitter" not in name:
+            assert "/dev/shm" in mounts, f"{name}: Ray's object store needs /dev/shm"
+
+
+def test_the_restricted_check_refuses_what_the_profile_refuses():
+    import copy
+
+    (name, pod, extra) = _all_pods()[0]
+
+    def unset(p: dict[str, Any], key: str) -> None:  # at pod and container level
+        p["securityContext"].pop(key)
+        p["containers"][0]["securityContext"].pop(key)
+
+    for mutate in (
+        lambda p: p["containers"][0]["securityContext"].update(allowPrivilegeEscalation=True),
+        lambda p: p["containers"][0]["securityContext"].update(capabilities={"drop": ["NET_RAW"]}),
+        lambda p: p["containers"][0]["securityContext"].update(capabilities={"drop": ["ALL"], "add": ["SYS_ADMIN"]}),
+        lambda p: (
+            p["securityContext"].pop("runAsNonRoot") and p["containers"][0]["securityContext"].pop("runAsNonRoot")
+        ),
+        lambda p: p["securityContext"].update(runAsUser=0),
+        lambda p: p["volumes"].append({"name": "host", "hostPath": {"path": "/"}}),
+        lambda p: p.update(hostNetwork=True),
+        lambda p: (
+            p["securityContext"].pop("seccompProfile") and p["containers"][0]["securityContext"].pop("seccompProfile")
+        ),
+    ):
+        bad = copy.deepcopy(pod)
+        mutate(bad)
+        assert restricted_violations(bad, extra), f"{name}: a violation went unnoticed"
 
 
 @pytest.mark.parametrize("script", SCRIPTS, ids=lambda p: p.name)
@@ -174,9 +670,131 @@ def test_start_head_binds_loopback_by_default():
     assert "RAY_USAGE_STATS_ENABLED=0" in text
     assert re.search(r"WARNING: binding the Ray dashboard", text)  # overriding the host warns
     assert "0.0.0.0" not in text
+    # token authentication, always; Ray's single-node mode for a loopback node (the sockets: test_security.py)
+    assert "export RAY_AUTH_MODE=token" in text and 'RAY_AUTH_TOKEN_PATH="$RAY_DIR/auth_token"' in text
+    assert "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in text and "umask 077" in text
 
 
 def test_readme_explains_storage_and_loopback():
     text = " ".join((CLUSTER / "README.md").read_text().split())
     for needle in ("127.0.0.1", "arbitrary code", "shared", "evalfarm submit", "ray job submit", "RAY_AUTH_MODE"):
         assert needle in text, needle
+
+
+# -- the shipped entrypoints, as written, on a real head ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_head(tmp_path_factory) -> Iterator[Head]:
+    head = start_head(tmp_path_factory.mktemp("head"))
+    try:
+        yield head
+    finally:
+        stop_head(head)
+
+
+def _on_this_machine(text: str, tmp: Path, head: Head) -> str:
+    """A shipped command with the cluster's places replaced by this machine's: the only edit the tests make."""
+    for cluster_path, here in {
+        "/mnt/evalfarm/warehouse": str(tmp / "warehouse"),
+        "/mnt/evalfarm/data": os.environ["EVALFARM_DATA"],
+        "/mnt/evalfarm/cache": os.environ.get("EVALFARM_CACHE") or str(tmp / "cache"),
+        "http://HEAD:8265": head.dashboard,
+    }.items():
+        text = text.replace(cluster_path, here)
+    return text
+
+
+def _metrics(warehouse: Path) -> set[tuple[str, str]]:
+    from evalfarm.warehouse import Warehouse
+
+    rows = Warehouse(warehouse).query("SELECT DISTINCT model, pool FROM metrics").to_pylist()
+    return {(r["model"], r["pool"]) for r in rows}
+
+
+@pytest.mark.slow
+def test_nightly_rayjob_entrypoint_runs_on_a_real_head(ray_head, tmp_path):
+    """The RayJob's entrypoint and runtimeEnvYAML, submitted the way KubeRay's submitter does (`ray job submit
+    --runtime-env-json … -- ENTRYPOINT`). It used to fail at start: the job's env_vars and evalfarm's own
+    ray.init runtime_env set the same keys ("Failed to merge the Job's runtime env")."""
+    (job,) = _of_kind("RayJob")
+    runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
+    assert runtime_env["env_vars"], "the nightly's env_vars are what broke it: keep them under test"
+    entrypoint = _on_this_machine(job["spec"]["entrypoint"], tmp_path, ray_head)
+    runtime_env = json.loads(_on_this_machine(json.dumps(runtime_env), tmp_path, ray_head))
+    # one starter model instead of the whole zoo: what failed was the start, and a night's length is not tested
+    entrypoint += " --models glove-6b-50d"
+    proc = subprocess.run(
+        [str(BIN / "ray"), "job", "submit", "--address", ray_head.dashboard]
+        + ["--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(entrypoint)],
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
+    assert "1 done, 0 skipped, 0 failed" in out and "(ray" in out, out[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("glove-6b-50d", "evalrank-word")}
+
+
+RAW_MODEL = """\
+id: my-model            # the EvalRank toolkit's toy GloVe (5k words): cheap and real
+level: word
+kind: word-vectors
+format: glove-text
+source: {type: data, ref: evalrank/reference/toy_emb.txt}
+"""
+
+
+def _readme_block(containing: str) -> str:
+    text = (CLUSTER / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    (block,) = [b for b in blocks if containing in b]
+    return block
+
+
+@pytest.mark.slow
+def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
+    """The README's raw `ray job submit` block, run by bash in a shell that sourced the head's settings."""
+    block = _readme_block("ray job submit --address http://HEAD:8265")
+    (tmp_path / "my-model.yaml").write_text(RAW_MODEL)
+    proc = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", _on_this_machine(block, tmp_path, ray_head)],
+        cwd=tmp_path,
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
+    assert "1 done, 0 skipped, 0 failed" in out, out[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
+
+
+@pytest.mark.slow
+def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
+    """The README's workstation flow on a token head: with the settings start-head.sh writes, `evalfarm submit`
+    runs the model; without them the job API turns it away and nothing runs."""
+    spec = tmp_path / "my-model.yaml"
+    spec.write_text(RAW_MODEL)
+    args = [str(BIN / "evalfarm"), "submit", str(spec), "--address", ray_head.dashboard]
+    refused = subprocess.run(
+        [*args, "--warehouse", str(tmp_path / "refused")],
+        env=head_env(HOME=str(tmp_path)),  # no token anywhere (not even ~/.ray/auth_token)
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert refused.returncode != 0 and "Missing authentication token" in refused.stdout + refused.stderr
+    assert not (tmp_path / "refused").exists()
+    proc = subprocess.run(
+        [*args, "--warehouse", str(tmp_path / "warehouse")],
+        env=ray_head.client_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}

@@ -8,3 +8,6 @@ if ! command -v ray >/dev/null 2>&1; then
   exit 2
 fi
 ray stop "$@"
+# the head's token (start-head.sh makes a new one for the next head)
+RAY_DIR="${EVALFARM_RAY_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/evalfarm/ray}"
+rm -f "$RAY_DIR/auth_token" "$RAY_DIR/env"

@@ -125,7 +125,21 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
 
     Returns True when this call started or connected Ray (and the caller should shut it down). An already
     initialised Ray (a notebook, a test fixture) is used as is.
+
+    A local Ray started here is closed to everyone else: token authentication (``RAY_AUTH_MODE=token``) with a
+    token generated for this head, kept in a 0600 file in a private temporary folder (removed at exit), and
+    every Ray server bound to 127.0.0.1. Ray binds loopback only in its single-node mode
+    (``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0``, read once when Ray is imported); otherwise it rewrites 127.0.0.1
+    to the host's routable address and its GCS, raylet and agents (whose job API runs shell commands) listen
+    there. Setting the mode explicitly also keeps Ray from warning about token authentication on every run.
+
+    On a cluster, the variables the workers need (``_FORWARD_ENV``) are forwarded through the job's runtime_env,
+    except those the enclosing Ray job already sets: a driver started by ``ray job submit`` / a RayJob inherits
+    the job's runtime_env, every task of the job gets it, and Ray refuses a ``ray.init`` runtime_env that sets
+    the same keys again ("Failed to merge the Job's runtime env").
     """
+    import json
+
     import ray
 
     if ray.is_initialized():
@@ -133,15 +147,47 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     address = address or os.environ.get("RAY_ADDRESS") or None
     common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
     if address is None:
-        # "local" and not None: ray.init(None) would attach to whatever `ray start` cluster ran last here.
-        ray.init(
-            address="local",
-            num_cpus=num_cpus or os.cpu_count() or 1,
-            object_store_memory=256 * 1024 * 1024,
-            **common,
-        )
+        import atexit
+        import secrets
+        import shutil
+        import tempfile
+
+        from ray._private import ray_constants
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        folder = tempfile.mkdtemp(prefix="evalfarm-ray-auth-")  # 0700
+        atexit.register(shutil.rmtree, folder, True)  # registered before ray.init: runs after Ray's own shutdown
+        token = os.path.join(folder, "auth_token")
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(secrets.token_hex(32))
+        os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
+        os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token)
+        Config.initialize("")  # Ray caches its config (and the auth mode) per process: re-read the environment
+        AuthenticationTokenLoader.instance().reset_cache()
+        cluster_mode, was = ray_constants.ENABLE_RAY_CLUSTER, os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
+        os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"  # for the processes ray.init starts
+        ray_constants.ENABLE_RAY_CLUSTER = False  # for this one, which imported Ray before we could say so
+        try:
+            # "local" and not None: ray.init(None) would attach to whatever `ray start` cluster ran last here.
+            ray.init(
+                address="local",
+                num_cpus=num_cpus or os.cpu_count() or 1,
+                object_store_memory=256 * 1024 * 1024,
+                **common,
+            )
+        finally:  # the servers are bound now; later connections of this process resolve addresses as before
+            ray_constants.ENABLE_RAY_CLUSTER = cluster_mode
+            if was is None:
+                os.environ.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+            else:
+                os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = was
     else:
         env = {k: os.environ[k] for k in _FORWARD_ENV if os.environ.get(k)}
+        job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray for the driver of a submitted job
+        if job:
+            in_job = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}
+            env = {k: v for k, v in env.items() if k not in in_job}
         try:
             ray.init(address=address, runtime_env={"env_vars": env} if env else None, **common)
         except ConnectionError as exc:

@@ -1,0 +1,460 @@
+"""Attacks that must fail: `evalfarm sql` writing or reading outside the warehouse, and a Ray head driven by anyone.
+
+Each test really tries to get in (a forged result file, a file outside the warehouse, a second statement, an
+unauthenticated job submission or ``ray.init``) and checks both the refusal and that nothing happened.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import duckdb
+import pyarrow.parquet as pq
+import pytest
+
+from evalfarm.warehouse import SCHEMAS, Warehouse, check_read_only, lock_down
+
+REPO = Path(__file__).resolve().parents[1]
+
+# -- evalfarm sql ---------------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def warehouse(tmp_path: Path) -> Warehouse:
+    """A warehouse with one honest result (MRR 0.5), the number a forged file would try to beat."""
+    wh = Warehouse(tmp_path / "wh").init()
+    row = {name: None for name in SCHEMAS["metrics"].names}
+    row.update(
+        run_id="r1",
+        model="honest",
+        pool="evalrank-word",
+        similarity="cos",
+        metric="mrr",
+        value=0.5,
+        fingerprint="f" * 16,
+        created_at=datetime(2026, 1, 1, tzinfo=UTC),
+    )
+    wh.write("metrics", [row], wh.unit_path("metrics", "honest", "evalrank-word", "f" * 16))
+    return wh
+
+
+def _metric_models(wh: Warehouse) -> list[tuple[str, float]]:
+    return [(r["model"], r["value"]) for r in wh.query("SELECT model, value FROM metrics ORDER BY model").to_pylist()]
+
+
+def _forge(wh: Warehouse) -> tuple[str, Path]:
+    """The reported attack: a COPY that writes a Parquet file where the metrics view reads results."""
+    target = Path(wh.root) / "tables" / "metrics" / "model=evil" / "pool=evalrank-word" / "forged.parquet"
+    target.parent.mkdir(parents=True)
+    copy = f"COPY (SELECT * REPLACE ('evil' AS model, 0.99 AS value) FROM metrics_history) TO '{target}'"
+    return copy, target
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        "EXPLAIN ANALYZE {copy}",
+        "explain   analyze {copy}",
+        "EXPLAIN /* hidden */ ANALYZE {copy}",
+        "EXPLAIN ANALYSE {copy}",
+        "EXPLAIN (ANALYZE) {copy}",
+        "EXPLAIN(ANALYZE){copy}",
+        "EXPLAIN (FORMAT json, ANALYZE) {copy}",
+        "{copy}",
+        "SELECT 1; {copy}",
+        "SELECT 1 /* ; */; {copy}",
+        "EXPLAIN {copy}",
+    ],
+)
+def test_sql_cannot_forge_a_result_file(warehouse, template):
+    copy, target = _forge(warehouse)
+    with pytest.raises(PermissionError, match="refused"):
+        warehouse.query(template.format(copy=copy))
+    assert not target.exists()
+    assert _metric_models(warehouse) == [("honest", 0.5)]
+
+
+def test_sql_cli_refuses_the_reported_attack(warehouse):
+    """The exact attack of issue 11, through `evalfarm sql` as a user would type it."""
+    copy, target = _forge(warehouse)
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalfarm.cli", "sql", "--warehouse", str(warehouse.root), f"EXPLAIN ANALYZE {copy}"],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "EXPLAIN ANALYZE" in proc.stderr and "refused" in proc.stderr
+    assert not target.exists()
+    assert _metric_models(warehouse) == [("honest", 0.5)]
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "SELECT 1; SELECT 2",
+        "SELECT 1;;SELECT 2",
+        "CREATE TABLE t AS SELECT 1",
+        "DROP VIEW metrics",
+        "INSTALL httpfs",
+        "LOAD httpfs",
+        "SET enable_external_access=true",
+        "RESET lock_configuration",
+        "SET allowed_directories=['/']",
+        "CALL pragma_version()",
+        "PRAGMA enable_profiling",
+        "CREATE SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
+        "PIVOT (SELECT 1 AS a, 2 AS b) ON a USING sum(b)",
+        "PREPARE p AS SELECT 1",
+        "BEGIN TRANSACTION",
+        "",
+        "-- only a comment",
+    ],
+)
+def test_sql_runs_exactly_one_read_only_statement(warehouse, sql):
+    with pytest.raises((PermissionError, ValueError)):
+        warehouse.query(sql)
+
+
+def test_sql_cannot_write_or_attach_files_in_or_outside_the_warehouse(warehouse, tmp_path):
+    root = Path(warehouse.root)
+    attempts = {
+        "EXPORT DATABASE '{p}'": root / "tables" / "metrics" / "export",
+        "ATTACH '{p}' AS x": root / "tables" / "metrics" / "x.duckdb",
+        "IMPORT DATABASE '{p}'": tmp_path / "import",
+        "COPY (SELECT 1) TO '{p}'": tmp_path / "outside.csv",
+        "EXPLAIN ANALYZE COPY (SELECT 1) TO '{p}'": tmp_path / "outside.parquet",
+    }
+    (tmp_path / "import").mkdir()
+    (tmp_path / "import" / "schema.sql").write_text(f"COPY (SELECT 1) TO '{tmp_path}/imported.csv';\n")
+    (tmp_path / "import" / "load.sql").write_text("")
+    for template, path in attempts.items():
+        with pytest.raises(PermissionError, match="refused"):
+            warehouse.query(template.format(p=path))
+        assert not path.exists() or path == tmp_path / "import"
+    assert not (tmp_path / "imported.csv").exists()
+    assert sorted(p.name for p in (root / "tables" / "metrics").iterdir()) == ["_schema.parquet", "model=honest"]
+
+
+def test_sql_cannot_read_files_outside_the_warehouse(warehouse, tmp_path):
+    """SELECTs pass the statement check; DuckDB's sandbox (external access off, one allowed prefix) stops them."""
+    sibling = tmp_path / "wh-secrets"  # shares the warehouse's name as a prefix: '/…/wh' must not admit it
+    sibling.mkdir()
+    honest = next((Path(warehouse.root) / "tables" / "metrics").rglob("f*.parquet"))
+    pq.write_table(pq.read_table(honest), sibling / "s.parquet")
+    (tmp_path / "secret.txt").write_text("token\n")
+    for sql in [
+        "SELECT * FROM read_csv('/etc/passwd', sep=':')",
+        f"SELECT * FROM read_text('{tmp_path}/secret.txt')",
+        f"SELECT * FROM read_parquet('{sibling}/s.parquet')",
+        f"SELECT * FROM read_parquet('{warehouse.root}/../wh-secrets/s.parquet')",
+        f"SELECT * FROM glob('{tmp_path}/*')",
+        f"SELECT * FROM read_text('file://{tmp_path}/secret.txt')",
+        "SELECT * FROM read_parquet('https://example.com/x.parquet')",
+        "SELECT * FROM read_parquet('s3://bucket/x.parquet')",
+    ]:
+        with pytest.raises(duckdb.Error, match="(?i)permission|disabled|not allowed"):
+            warehouse.query(sql)
+    # what is inside stays readable
+    assert warehouse.query(f"SELECT count(*) AS n FROM read_parquet('{warehouse.root}/tables/metrics/*/*/*.parquet')")[
+        "n"
+    ].to_pylist() == [1]
+
+
+def test_a_read_only_connection_cannot_unlock_itself(warehouse, tmp_path):
+    """Without the statement check (a library user calling connect()), the engine's lock still holds."""
+    con = warehouse.connect()
+    try:
+        for sql in [
+            "SET enable_external_access=true",
+            "SET allowed_directories=['/']",
+            "RESET allowed_directories",
+            "SET lock_configuration=false",
+            "INSTALL httpfs",
+            f"COPY (SELECT 1) TO '{tmp_path}/outside.csv'",
+            f"ATTACH '{tmp_path}/outside.duckdb' AS x",
+        ]:
+            with pytest.raises(duckdb.Error):
+                con.execute(sql)
+        assert con.sql("SELECT current_setting('enable_external_access')").fetchall() == [(False,)]
+    finally:
+        con.close()
+    assert not (tmp_path / "outside.csv").exists() and not (tmp_path / "outside.duckdb").exists()
+
+
+@pytest.mark.parametrize("scheme", ["s3", "gs"])
+def test_object_store_warehouses_get_the_same_lock(scheme):
+    """The prefix sandbox on an object-store root: only ``scheme://bucket/wh/…`` may be opened.
+
+    DuckDB's httpfs is not installable offline, so the in-prefix read fails for want of it (not of permission);
+    every other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
+    """
+    con = duckdb.connect()
+    lock_down(con, f"{scheme}://bucket/wh")
+    refused = [
+        f"{scheme}://bucket/wh-other/x.parquet",
+        f"{scheme}://bucket/other/x.parquet",
+        f"{scheme}://other-bucket/wh/x.parquet",
+        f"{scheme}://bucket/wh/../other/x.parquet",
+        "s3://bucket/x.parquet" if scheme == "gs" else "gs://bucket/wh/x.parquet",
+        "https://bucket.example.com/wh/x.parquet",
+        "/etc/hostname",
+    ]
+    for url in refused:
+        with pytest.raises(duckdb.PermissionException):
+            con.sql(f"SELECT * FROM read_parquet('{url}')").fetchall()
+    with pytest.raises(duckdb.Error) as inside:
+        con.sql(f"SELECT * FROM read_parquet('{scheme}://bucket/wh/tables/metrics/x.parquet')").fetchall()
+    assert not isinstance(inside.value, duckdb.PermissionException)
+    with pytest.raises(duckdb.Error):
+        con.execute("SET enable_external_access=true")
+    con.close()
+
+
+def test_object_store_queries_are_checked_before_anything_is_opened():
+    """The statement check does not depend on where the warehouse lives: nothing is contacted for a refusal."""
+    wh = Warehouse("s3://bucket/wh?region=us-east-1&endpoint_override=127.0.0.1:9&scheme=http")
+    with pytest.raises(PermissionError, match="EXPLAIN ANALYZE"):
+        wh.query("EXPLAIN ANALYZE COPY (SELECT 1) TO 's3://bucket/wh/tables/metrics/x.parquet'")
+    with pytest.raises(PermissionError, match="2 statements"):
+        wh.query("SELECT 1; SELECT 2")
+
+
+def test_read_only_statements_still_work(warehouse):
+    for sql in [
+        "SELECT model FROM metrics",
+        "WITH m AS (SELECT * FROM metrics) SELECT model FROM m",
+        "FROM metrics SELECT model",
+        "DESCRIBE metrics",
+        "SHOW TABLES",
+        "SUMMARIZE metrics",
+        "EXPLAIN SELECT * FROM metrics",
+        "EXPLAIN (FORMAT json) SELECT * FROM metrics",
+        "SELECT 'analyze' AS \"analyze\";",
+    ]:
+        assert warehouse.query(sql).num_rows >= 1, sql
+    assert check_read_only("  SELECT 1 ; ").strip() == "SELECT 1 ;"
+
+
+# -- Ray heads: token authentication and loopback ---------------------------------------------------------------
+# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session); see test_cluster.py.
+
+from test_cluster import (  # noqa: E402 - the head helpers live with the cluster files' tests
+    head_env,
+    http,
+    is_loopback,
+    listening_sockets,
+    routable_ip,
+    session_pids,
+    start_head,
+    stop_head,
+)
+
+# The attacker's ray.init: a task that leaves a mark if it ever runs.
+ATTACK = """
+import sys, ray
+ray.init(address=sys.argv[1], log_to_driver=False)
+@ray.remote
+def mark(path):
+    open(path, "w").write("ran")
+    return "RAN"
+print(ray.get(mark.remote(sys.argv[2]), timeout=60), flush=True)
+"""
+
+
+def _attacker_env(home: Path, **extra: str) -> dict[str, str]:
+    """No token anywhere: no RAY_AUTH_* and a HOME without ~/.ray/auth_token (root's default token file)."""
+    home.mkdir(exist_ok=True)
+    return head_env(HOME=str(home), **extra)
+
+
+def _ray_init(address: str, mark: Path, env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-c", ATTACK, address, str(mark)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str]:
+    """(exit code, or None when it was still trying and was killed; output)."""
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+        return proc.returncode, out
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        out, _ = proc.communicate()
+        return None, out
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    h = start_head(tmp_path_factory.mktemp("head"))
+    try:
+        yield h
+    finally:
+        stop_head(h)
+
+
+def test_start_head_listens_on_loopback_only(head):
+    """Every listening socket of the head's processes is on 127.0.0.1 (Ray's single-node mode)."""
+    sockets = listening_sockets(head.pids())
+    print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
+    ports = {port for *_, port in sockets}
+    assert {head.ports["gcs"], head.ports["dashboard"], head.ports["agent_http"], head.ports["node_manager"]} <= ports
+    exposed = [s for s in sockets if not is_loopback(s[2])]
+    assert not exposed, f"listening beyond loopback: {exposed}"
+    # the token: a new random one, readable by this user only, and the client settings beside it
+    assert len(head.token) == 64 and int(head.token, 16) >= 0
+    assert (head.ray_dir / "auth_token").stat().st_mode & 0o777 == 0o600
+    assert (head.ray_dir / "env").stat().st_mode & 0o777 == 0o600
+    assert head.ray_dir.stat().st_mode & 0o777 == 0o700
+
+
+def test_job_api_refuses_callers_without_the_token(head, tmp_path):
+    mark = tmp_path / "pwned"
+    job = {"entrypoint": f"touch {mark}"}
+    ip = routable_ip()
+    if ip is not None:  # from the network: nothing listens there at all
+        for port in sorted({p for *_, p in listening_sockets(head.pids())}):
+            with pytest.raises(ConnectionRefusedError):
+                socket.create_connection((ip, port), timeout=5).close()
+        assert (
+            http(f"http://{ip}:{head.ports['agent_http']}/api/job_agent/jobs/", body=job)[0]
+            == "ConnectionRefusedError"
+        )
+        assert http(f"http://{ip}:{head.ports['dashboard']}/api/jobs/", body=job)[0] == "ConnectionRefusedError"
+    # from this machine (another user, a browser page): the token is required
+    for url in (
+        f"http://127.0.0.1:{head.ports['agent_http']}/api/job_agent/jobs/",
+        f"http://127.0.0.1:{head.ports['dashboard']}/api/jobs/",
+    ):
+        code, text = http(url, body=job)
+        assert code == 401 and "authentication token" in text.lower(), (url, code, text)
+        code, _ = http(url, body=job, token="0" * 64)
+        assert code in (401, 403), (url, code)
+    # and Ray's own CLI without the token
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "ray"), "job", "submit", "--address", head.dashboard, "--no-wait", "--"]
+        + job["entrypoint"].split(),
+        env=_attacker_env(tmp_path / "home"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode != 0 and "auth" in (proc.stdout + proc.stderr).lower()
+    time.sleep(2)
+    assert not mark.exists()
+    code, text = http(f"{head.dashboard}/api/jobs/", token=head.token)
+    assert code == 200 and str(mark) not in text  # no job was ever created
+
+
+def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
+    """GCS (ray.init) on loopback without the token is refused; from the routable address nothing answers.
+
+    The loopback attacker runs in Ray's single-node mode too, or its Ray would rewrite 127.0.0.1 to the routable
+    address and never reach the GCS: that is the strongest attempt. The same call with the token runs a task.
+    """
+    gcs = head.ports["gcs"]
+    tries = {
+        "loopback, no token": (
+            f"127.0.0.1:{gcs}",
+            _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"),
+        ),
+        "with the token": (f"127.0.0.1:{gcs}", head.client_env()),
+    }
+    ip = routable_ip()
+    if ip is not None:
+        tries["routable, no token"] = (f"{ip}:{gcs}", _attacker_env(tmp_path / "home"))
+    procs = {}
+    for name, (addr, env) in tries.items():
+        mark = tmp_path / name.replace(" ", "-").replace(",", "")
+        procs[name] = (_ray_init(addr, mark, env), mark)
+    # Ray retries a refused token ~20 times (about 20 s), and an address where nothing listens forever: that one
+    # gets 15 s to do what it cannot, while the others run to their end
+    start = time.monotonic()
+    limits = {name: 15 if name.startswith("routable") else 90 for name in procs}
+    results = {
+        name: (*_finish(proc, max(1, start + limits[name] - time.monotonic())), mark)
+        for name, (proc, mark) in procs.items()
+    }
+
+    code, out, mark = results["with the token"]
+    assert code == 0 and "RAN" in out and mark.exists(), out[-2000:]
+    code, out, mark = results["loopback, no token"]
+    assert code not in (0, None) and not mark.exists(), out[-2000:]
+    assert "Failed to connect to Ray cluster" in out and re.search(r"Unauthenticated|InvalidAuthToken", out)
+    if ip is not None:
+        code, out, mark = results["routable, no token"]
+        assert code != 0 and "RAN" not in out and not mark.exists(), out[-2000:]  # killed still trying, or refused
+
+
+def test_evalfarms_own_local_ray_is_closed_too(tmp_path):
+    """`evalfarm run` without --address starts its own Ray: token per head (0600 file), every server on loopback,
+    and no token-authentication warning on the way."""
+    script = """
+import json, os, sys
+from evalfarm.scheduler.ray_runner import connect
+import ray
+assert connect(None, num_cpus=1)
+node = ray._private.worker._global_node
+token = os.environ["RAY_AUTH_TOKEN_PATH"]
+mode = oct(os.stat(token).st_mode & 0o777)
+folder = oct(os.stat(os.path.dirname(token)).st_mode & 0o777)
+print(json.dumps({"gcs": node.gcs_address, "agent": node.dashboard_agent_listen_port, "token": token,
+                  "mode": mode, "dir": folder, "ip": ray.util.get_node_ip_address()}), flush=True)
+sys.stdin.readline()
+ray.shutdown()
+"""
+    env = _attacker_env(tmp_path / "home")  # no token of its own: connect makes one
+    driver = subprocess.Popen(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        line = driver.stdout.readline()
+        assert line, driver.stderr.read()[-3000:]
+        info = json.loads(line)
+        assert info["mode"] == "0o600" and info["dir"] == "0o700" and info["ip"] == "127.0.0.1"
+        sockets = listening_sockets(session_pids(driver.pid))
+        print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
+        assert {int(info["gcs"].rsplit(":", 1)[1]), info["agent"]} <= {port for *_, port in sockets}
+        assert all(is_loopback(addr) for _, _, addr, _ in sockets), sockets
+
+        mark = tmp_path / "pwned"
+        attack = _ray_init(info["gcs"], mark, _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
+        code, text = http(
+            f"http://127.0.0.1:{info['agent']}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"}
+        )
+        assert code == 401, (code, text)
+        ip = routable_ip()
+        if ip is not None:
+            for *_, port in sockets:
+                with pytest.raises(ConnectionRefusedError):
+                    socket.create_connection((ip, port), timeout=5).close()
+        code, out = _finish(attack, 45)
+        assert code not in (0, None) and re.search(r"Unauthenticated|InvalidAuthToken", out), out[-2000:]
+        assert not mark.exists()
+    finally:
+        out, err = driver.communicate("\n", timeout=60)
+    assert driver.returncode == 0, err[-3000:]
+    assert "Token authentication is" not in err, err[-3000:]  # Ray's warning on every run (issue 13)
+    assert not Path(info["token"]).exists()  # the token goes with the driver
