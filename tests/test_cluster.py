@@ -708,8 +708,8 @@ def _on_this_machine(text: str, tmp: Path, head: Head) -> str:
 def _metrics(warehouse: Path) -> set[tuple[str, str]]:
     from evalfarm.warehouse import Warehouse
 
-    rows = Warehouse(warehouse).query("SELECT DISTINCT model, pool FROM metrics").to_pylist()
-    return {(r["model"], r["pool"]) for r in rows}
+    rows = Warehouse(warehouse).query("SELECT DISTINCT model, task FROM metrics").to_pylist()
+    return {(r["model"], r["task"]) for r in rows}
 
 
 @pytest.mark.slow
@@ -723,7 +723,7 @@ def test_nightly_rayjob_entrypoint_runs_on_a_real_head(ray_head, tmp_path):
     entrypoint = _on_this_machine(job["spec"]["entrypoint"], tmp_path, ray_head)
     runtime_env = json.loads(_on_this_machine(json.dumps(runtime_env), tmp_path, ray_head))
     # one starter model instead of the whole zoo: what failed was the start, and a night's length is not tested
-    entrypoint += " --models glove-6b-50d"
+    entrypoint += " --models glove-6b-50d --tasks evalrank-word"
     proc = subprocess.run(
         [str(BIN / "ray"), "job", "submit", "--address", ray_head.dashboard]
         + ["--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(entrypoint)],
@@ -769,8 +769,8 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
-    assert "1 done, 0 skipped, 0 failed" in out, out[-4000:]
-    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
+    assert re.search(r"\b14 done, 0 skipped, 0 failed", out), out[-4000:]  # EvalRank pool + 13 wordsim sets
+    assert ("my-model", "evalrank-word") in _metrics(tmp_path / "warehouse")
 
 
 @pytest.mark.slow
@@ -797,4 +797,5 @@ def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
         timeout=300,
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
-    assert _metrics(tmp_path / "warehouse") == {("my-model", "evalrank-word")}
+    got = _metrics(tmp_path / "warehouse")  # every word task of the base catalog: the EvalRank pool, 13 wordsim sets
+    assert ("my-model", "evalrank-word") in got and len(got) == 14

@@ -350,8 +350,8 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
 
     wh = work / "wh"
     run = _run(
-        [evalfarm, "run", "--catalog", "zoo-starter", "--models", "glove-6b-50d", "--executor", "local"]
-        + ["--warehouse", str(wh)],
+        [evalfarm, "run", "--catalog", "zoo-starter", "--models", "glove-6b-50d", "--tasks", "evalrank-word"]
+        + ["--executor", "local", "--warehouse", str(wh)],
         cwd=work,
         env=env,
     )
@@ -365,13 +365,13 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
                 "wh",
                 "--format",
                 "json",
-                "SELECT model, pool, similarity, mrr FROM leaderboard",
+                "SELECT model, task, variant, value AS mrr FROM leaderboard WHERE ties = 'optimistic'",
             ],
             cwd=work,
             env=env,
         ).stdout
     )
-    assert {(r["model"], r["pool"], r["similarity"]) for r in board} == {
+    assert {(r["model"], r["task"], r["variant"]) for r in board} == {
         ("glove-6b-50d", "evalrank-word", "cos"),
         ("glove-6b-50d", "evalrank-word", "l2"),
     }

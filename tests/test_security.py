@@ -36,9 +36,14 @@ def warehouse(tmp_path: Path) -> Warehouse:
     row.update(
         run_id="r1",
         model="honest",
-        pool="evalrank-word",
-        similarity="cos",
+        task="evalrank-word",
+        scorer="evalrank",
+        subset="all",
+        variant="cos",
+        ties="optimistic",
         metric="mrr",
+        is_primary=True,
+        higher_is_better=True,
         value=0.5,
         fingerprint="f" * 16,
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
@@ -53,7 +58,7 @@ def _metric_models(wh: Warehouse) -> list[tuple[str, float]]:
 
 def _forge(wh: Warehouse) -> tuple[str, Path]:
     """The reported attack: a COPY that writes a Parquet file where the metrics view reads results."""
-    target = Path(wh.root) / "tables" / "metrics" / "model=evil" / "pool=evalrank-word" / "forged.parquet"
+    target = Path(wh.root) / "tables" / "metrics" / "model=evil" / "task=evalrank-word" / "forged.parquet"
     target.parent.mkdir(parents=True)
     copy = f"COPY (SELECT * REPLACE ('evil' AS model, 0.99 AS value) FROM metrics_history) TO '{target}'"
     return copy, target
