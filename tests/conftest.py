@@ -6,6 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
+
+# Property tests run the same examples on every CI run (a failure is reproducible, never a coin toss);
+# HYPOTHESIS_PROFILE=explore searches new examples locally.
+settings.register_profile("ci", derandomize=True, deadline=None)
+settings.register_profile("explore", max_examples=500, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))

@@ -604,7 +604,9 @@ class TextVectorReader:
             """Lines that read as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
             return sum(1 for n, trail, num in shape if trail >= d and (n == d or (n > d and not num[n - d])))
 
-        candidates = sorted({n for n, _, _ in shape if n >= 1})
+        # every field count and every run of trailing numbers: a multi-word token ("0 :") makes the dimension
+        # shorter than the line's field count
+        candidates = sorted({n for n, _, _ in shape if n >= 1} | {t for _, t, _ in shape if t >= 1})
         scores = {d: fits(d) for d in candidates}
         best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
         m = len(shape)
