@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import os
-import tempfile
 import urllib.request
 from pathlib import Path
+
+from evalfarm import atomic
 
 
 class ChecksumMismatch(ValueError):
@@ -37,19 +38,12 @@ def download(url: str, dest: Path, sha256: str | None = None, *, timeout: float 
     With ``sha256`` given, a mismatch raises :class:`ChecksumMismatch` and leaves nothing at ``dest``. Network and
     file errors propagate as :class:`OSError` (``URLError`` is one) for the caller to name its own context.
     """
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent)
-    tmp = Path(tmp_name)
-    try:
-        h = hashlib.sha256()
-        with os.fdopen(fd, "wb") as out, urllib.request.urlopen(url, timeout=timeout) as resp:
-            while block := resp.read(1 << 20):
-                h.update(block)
-                out.write(block)
+    h = hashlib.sha256()
+    with atomic.replacing(dest) as out, urllib.request.urlopen(url, timeout=timeout) as resp:
+        while block := resp.read(1 << 20):
+            h.update(block)
+            out.write(block)
         got = h.hexdigest()
-        if sha256 is not None and got != sha256.lower():
+        if sha256 is not None and got != sha256.lower():  # raised inside: nothing lands at dest
             raise ChecksumMismatch(f"download of {url} has sha256 {got}, expected {sha256.lower()}")
-        os.replace(tmp, dest)
-        return got
-    finally:
-        tmp.unlink(missing_ok=True)
+    return got

@@ -123,14 +123,20 @@ def _direct_url() -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def package_versions(names: Iterable[str] = PACKAGES) -> dict[str, str]:
-    """Installed versions of the named distributions, from their metadata (nothing is imported)."""
-    out: dict[str, str] = {}
+_SKIP = object()
+
+
+def package_versions(names: Iterable[str] = PACKAGES, *, missing: Any = _SKIP) -> dict[str, Any]:
+    """Installed versions of the named distributions, from their metadata (nothing is imported): the one place
+    evalfarm reads library versions (run provenance, encoder provenance, the zoo's training fingerprints).
+    A distribution that is not installed is left out, or mapped to ``missing`` when given."""
+    out: dict[str, Any] = {}
     for name in names:
         try:
             out[name] = importlib.metadata.version(name)
         except importlib.metadata.PackageNotFoundError:
-            continue
+            if missing is not _SKIP:
+                out[name] = missing
     return out
 
 

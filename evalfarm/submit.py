@@ -43,12 +43,10 @@ from pydantic import ValidationError
 
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PoolSpec, Source, slug
+from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.scorers import task_adapter as _task_adapter
 
-FORWARDED_ENV = ("HF_HUB_OFFLINE",)
-"""Variables passed to the job when they are set here. Only a mode, never a path: the submitter's
-``EVALFARM_DATA`` / ``EVALFARM_CACHE`` name folders on this machine and would override the cluster's own settings
-(pass ``--env EVALFARM_DATA=/shared/data`` to set them for the job on purpose)."""
+FORWARDED_ENV = SUBMIT_ENV  # modes only, never a path (see evalfarm.environment)
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
 ADDRESS_ENV = ("RAY_API_SERVER_ADDRESS", "RAY_ADDRESS")
@@ -467,7 +465,7 @@ def plan_submission(
         options = run_command_options() if run_options is None else run_options
         run_cmd = build_entrypoint(catalog_file.name, model_ids, wh, options)
         entrypoint = inline_entrypoint(catalog_file.name, run_cmd) if inline else run_cmd
-        built_env = {k: os.environ[k] for k in FORWARDED_ENV if os.environ.get(k)}
+        built_env = forwarded(SUBMIT_ENV)
         built: dict[str, Any] = {} if inline else {"working_dir": str(workdir)}
         if built_env:
             built["env_vars"] = built_env

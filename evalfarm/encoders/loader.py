@@ -18,7 +18,6 @@ returned encoder carries ``spec_id`` and ``provenance`` (library versions, sourc
 
 from __future__ import annotations
 
-import importlib.metadata
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -59,13 +58,9 @@ _SWITCHABLE_KINDS = {"transformers", "sentence-transformers"}
 
 def library_versions(*names: str) -> dict[str, str | None]:
     """Installed versions of the named distributions (``None`` where not installed)."""
-    out: dict[str, str | None] = {}
-    for name in names:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
+    from evalfarm.provenance import package_versions
+
+    return package_versions(names, missing=None)
 
 
 class SentencePostProcessed:

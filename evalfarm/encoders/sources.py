@@ -10,15 +10,14 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
-import shutil
 import tarfile
-import tempfile
 import urllib.parse
 import urllib.request
 import zipfile
 from pathlib import Path
 from typing import Any
 
+from evalfarm import atomic
 from evalfarm.cache import ChecksumMismatch, cache_dir, download, sha256_file
 from evalfarm.catalog.specs import Source
 from evalfarm.encoders.protocol import ModelLoadError
@@ -118,9 +117,8 @@ def _unpack(archive: Path, target: Path) -> Path:
     """Unpack into ``target`` atomically (a temp folder renamed into place); reuse when already there."""
     if target.is_dir():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".unpack-", dir=target.parent))
-    try:
+
+    def unpack(tmp: Path) -> None:
         name = archive.name.lower()
         if name.endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
@@ -132,16 +130,11 @@ def _unpack(archive: Path, target: Path) -> Path:
         else:
             with tarfile.open(archive) as tf:
                 tf.extractall(tmp, filter="data")
-        try:
-            os.replace(tmp, target)
-        except OSError:  # another process won the race
-            if not target.is_dir():
-                raise
+
+    try:
+        atomic.publish_dir(target, unpack)  # another process that unpacked it first wins
     except (zipfile.BadZipFile, tarfile.TarError) as exc:
         raise ModelLoadError(f"{archive}: cannot unpack archive: {exc}") from exc
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -25,9 +25,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
+from evalfarm import atomic
 from evalfarm.cache import cache_dir
 
 __all__ = [
@@ -229,13 +228,7 @@ class CachedMatrix:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
+    atomic.write_text(path, text)
 
 
 BuildFn = Callable[[Callable[[int], NpyWriter], IO[bytes]], dict[str, Any]]
@@ -278,14 +271,13 @@ def cached_vectors(
 def _build(
     path: Path, folder: Path, key: str, fp: dict[str, Any], options: dict[str, Any], build: BuildFn
 ) -> CachedMatrix:
-    tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=folder.parent))
     writer: list[NpyWriter] = []
 
-    def open_matrix(dim: int) -> NpyWriter:
-        writer.append(NpyWriter(tmp / "matrix.npy", dim))
-        return writer[0]
+    def fill(tmp: Path) -> None:
+        def open_matrix(dim: int) -> NpyWriter:
+            writer.append(NpyWriter(tmp / "matrix.npy", dim))
+            return writer[0]
 
-    try:
         with open(tmp / "vocab.txt", "wb") as vocab:
             meta = build(open_matrix, vocab)
         if not writer:
@@ -294,18 +286,13 @@ def _build(
         meta = {**meta, "source": str(path.resolve()), "fingerprint": fp, "options": options}
         meta["reader"] = READER_VERSION
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        try:
-            os.replace(tmp, folder)
-        except OSError:  # another process finished the same cache first: use theirs
-            if not folder.is_dir():
-                raise
+
+    try:
+        atomic.publish_dir(folder, fill)  # another process that finished the same cache first wins
     except BaseException:
         if writer:
             writer[0].abort()
         raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     cached = _open(folder)
     if cached is None:  # pragma: no cover - just built
         raise RuntimeError(f"vector cache {folder} is inconsistent right after building it")

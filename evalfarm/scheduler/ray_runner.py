@@ -23,10 +23,10 @@ import os
 import platform
 from typing import Any
 
+from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.scheduler.core import Task, WorkerInfo, WorkerLost
 
 # Environment the workers need on a remote cluster (a local one inherits the driver's environment).
-_FORWARD_ENV = ("EVALFARM_DATA", "EVALFARM_CACHE", "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_HOME")
 SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
 
 
@@ -133,7 +133,8 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     to the host's routable address and its GCS, raylet and agents (whose job API runs shell commands) listen
     there. Setting the mode explicitly also keeps Ray from warning about token authentication on every run.
 
-    On a cluster, the variables the workers need (``_FORWARD_ENV``) are forwarded through the job's runtime_env,
+    On a cluster, the variables the workers need (``evalfarm.environment.WORKER_ENV``) are forwarded through the
+    job's runtime_env,
     except those the enclosing Ray job already sets: a driver started by ``ray job submit`` / a RayJob inherits
     the job's runtime_env, every task of the job gets it, and Ray refuses a ``ray.init`` runtime_env that sets
     the same keys again ("Failed to merge the Job's runtime env").
@@ -183,7 +184,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             else:
                 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = was
     else:
-        env = {k: os.environ[k] for k in _FORWARD_ENV if os.environ.get(k)}
+        env = forwarded(WORKER_ENV)
         job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray for the driver of a submitted job
         if job:
             in_job = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}

@@ -1,0 +1,22 @@
+"""The environment variables that travel: the one list of what workers and jobs get from the driver's environment.
+
+- :data:`WORKER_ENV`: what a worker actor on another node needs to do the driver's work: where the evaluation data
+  and the cache live, and the hub mode. ``evalfarm run`` forwards the ones set in its environment to its workers
+  (a job's own env vars already reach every task of the job: then nothing is sent again).
+- :data:`SUBMIT_ENV`: what ``evalfarm submit`` forwards from the submitting machine to the job: modes only. Local
+  paths (``EVALFARM_DATA``, ``EVALFARM_CACHE``) are paths on the submitter's machine and would override the
+  cluster's own settings; pass them on purpose with ``--env``.
+"""
+
+from __future__ import annotations
+
+import os
+
+MODE_ENV: tuple[str, ...] = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+WORKER_ENV: tuple[str, ...] = ("EVALFARM_DATA", "EVALFARM_CACHE", "HF_HOME", *MODE_ENV)
+SUBMIT_ENV: tuple[str, ...] = MODE_ENV
+
+
+def forwarded(names: tuple[str, ...]) -> dict[str, str]:
+    """The variables of ``names`` that are set (non-empty) in this process's environment."""
+    return {k: os.environ[k] for k in names if os.environ.get(k)}
