@@ -18,4 +18,15 @@ def _version() -> str:
 
 __version__ = _version()
 
-__all__ = ["__version__"]
+_API = ("run", "evaluate", "query", "open_warehouse")
+
+
+def __getattr__(name: str):  # the Python API, loaded on first use (see evalfarm.api)
+    if name in _API:
+        from evalfarm import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'evalfarm' has no attribute {name!r}")
+
+
+__all__ = ["__version__", "evaluate", "open_warehouse", "query", "run"]

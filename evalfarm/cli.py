@@ -15,6 +15,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from evalfarm.api import DEFAULT_EXECUTOR
+
 app = typer.Typer(
     help="Distributed batch evaluation of word and sentence embedding models (EvalRank and more).",
     no_args_is_help=True,
@@ -124,7 +126,7 @@ def run(
     device: Annotated[str | None, typer.Option(help="torch device for scoring (default: cuda if present)")] = None,
     executor: Annotated[
         Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")
-    ] = Executor.ray,
+    ] = Executor(DEFAULT_EXECUTOR),
     address: Annotated[
         str | None,
         typer.Option(
@@ -190,6 +192,8 @@ def run(
                     prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
+                elif e.kind == "warning":
+                    prog.console.print(f"[yellow]warning[/] {e.message}", highlight=False)
                 prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
                     console.print(e.progress.line(), highlight=False)

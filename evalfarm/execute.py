@@ -39,6 +39,7 @@ class ExecContext:
     force: bool = False
     progress: Callable[[str, int, int], None] | None = None  # (label, advance, total)
     record_failures: bool = True
+    encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
     _tasks: dict[str, Any] = field(default_factory=dict)
 
     def task_data(self, task_id: str) -> Any:
@@ -163,7 +164,11 @@ def _embed_missing(
             prog(len(missing))
     else:
         t_load = time.perf_counter()
-        encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
+        if plan.model in ctx.encoders:  # an object handed to evalfarm.evaluate()
+            encoder = ctx.encoders[plan.model]
+            provenance["python_object"] = type(encoder).__module__ + "." + type(encoder).__qualname__
+        else:
+            encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
         provenance.update(getattr(encoder, "provenance", {}) or {})
         provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
         state["stage"] = Stage.EMBED

@@ -106,14 +106,18 @@ def run_catalog(
     workers: int | None = None,
     max_attempts: int = 2,
     on_event: Callable[[RunEvent], None] | None = None,
+    encoders: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
 
     ``progress(label, advance, total)`` reports embedding progress (in-process executor); ``on_event`` receives a
-    :class:`RunEvent` for everything else.
+    :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
+    objects (in-process executor only).
     """
     if executor not in EXECUTORS:
         raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+    if encoders and executor != "local":
+        raise ValueError("in-memory encoder objects run in this process: use executor='local'")
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     options = options or RunOptions()
     plans = plan_run(cat, models=models, tasks=tasks, options=options)
@@ -131,10 +135,19 @@ def run_catalog(
         "argv": json.dumps(sys.argv),
         "code_version": json.dumps(CODE_VERSIONS),
     }
-    wh.write_run_event(run_id, "start", status="running", **common)
+    from evalfarm.provenance import run_provenance
+
+    provenance = run_provenance(
+        catalog if not isinstance(catalog, Catalog) else cat.path, loaded=cat, models=models, device=options.device
+    )
+    wh.write_run_event(run_id, "start", status="running", provenance=json.dumps(provenance, default=str), **common)
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
     pending, skipped = split_done(plans, wh, force)
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
+    from evalfarm.provenance import unpinned_revisions
+
+    for u in unpinned_revisions(cat, models):  # also recorded in the run's provenance
+        emit(RunEvent("warning", tracker, message=str(u["message"])))
     summary.outcomes.extend(skipped)
     if skipped:
         at = now()
@@ -167,7 +180,9 @@ def run_catalog(
         if pending:
             from evalfarm.scheduler.core import Scheduler
 
-            backend = _backend(executor, cat, wh, run_id, options, force, progress, pending, address, workers)
+            backend = _backend(
+                executor, cat, wh, run_id, options, force, progress, pending, address, workers, encoders or {}
+            )
             sched = Scheduler(
                 pending,
                 backend,
@@ -212,6 +227,7 @@ def _backend(
     pending: list[ModelPlan],
     address: str | None,
     workers: int | None,
+    encoders: dict[str, Any],
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
@@ -219,7 +235,7 @@ def _backend(
 
         ctx = ExecContext(
             catalog=cat, warehouse=wh, run_id=run_id, options=options, force=force, progress=progress,
-            record_failures=False,
+            record_failures=False, encoders=encoders,
         )  # fmt: skip
         return LocalBackend(ctx)
     from evalfarm.scheduler.ray_runner import SMALL_KINDS, RayBackend

@@ -122,6 +122,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("host", pa.string()),
             ("argv", pa.string()),
             ("code_version", pa.string()),
+            ("provenance", pa.string()),  # JSON: versions, git commit, device, Ray job, catalog as given
         ]
     ),
     "failures": pa.schema(
@@ -244,14 +245,22 @@ class Warehouse:
 
     # -- layout ---------------------------------------------------------------------------------------------
     def init(self) -> Warehouse:
+        """Create the layout; a table's typed empty ``_schema.parquet`` is (re)written when missing or when this
+        version of evalfarm added columns, so the views see every column even before a row has one."""
         for name, schema in SCHEMAS.items():
             p = self._p("tables", name, "_schema.parquet")
-            if not self.exists(p):
+            if not self.exists(p) or not self._schema_current(p, schema):
                 self.write_table(schema.empty_table(), p)
         if self.local:
             Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
             sweep_temp_files(self.base)
         return self
+
+    def _schema_current(self, path: str, schema: pa.Schema) -> bool:
+        try:
+            return pq.read_schema(path, filesystem=None if self.local else self.fs).equals(schema)
+        except (OSError, pa.ArrowInvalid):  # unreadable: rewrite it
+            return False
 
     def store_dir(self, model: str, store_key: str) -> str:
         """A model's text store: one Parquet shard per batch of newly embedded texts."""

@@ -118,11 +118,13 @@ class ModelSpec(_Strict):
             "spacy-tok2vec",
             "infersent",
             "bert-flow",
+            "python",
         ]
         | None
     ) = Field(
         default=None,
-        description="model family; derived (postprocess) models inherit their base's; "
+        description="model family; derived (postprocess) models inherit their base's; `python`: an in-memory "
+        "encoder object handed to evalfarm.evaluate(); "
         f"{', '.join(UNSUPPORTED_KINDS)} are catalogued but raise NotSupportedYet when loaded",
     )
     source: Source | None = None
@@ -163,7 +165,7 @@ class ModelSpec(_Strict):
                 raise ValueError(f"model {self.id!r}: 'postprocess' derives a model from a 'base'; none given")
             if self.kind == "bow":
                 raise ValueError(f"model {self.id!r}: post-process a bow model in its own entry (base: the bow id)")
-        needs_source = self.kind not in ("bow",) and self.base is None
+        needs_source = self.kind not in ("bow", "python") and self.base is None
         if needs_source and self.source is None:
             raise ValueError(f"model {self.id!r}: kind {self.kind!r} needs a 'source' (or a 'base')")
         if self.kind == "bow":

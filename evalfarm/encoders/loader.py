@@ -216,6 +216,11 @@ def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, A
             f"{UNSUPPORTED_KINDS[spec.kind]}. The catalog lists it so results stay comparable with the paper; "
             "leave it out of runs (--models) until an encoder for it exists"
         )
+    if spec.kind == "python":
+        raise ModelLoadError(
+            f"model {spec.id!r}: kind 'python' is an in-memory encoder object: evaluate it with "
+            "evalfarm.evaluate(encoder, name=...) in the process that holds it"
+        )
     if spec.source is None:
         raise ModelLoadError(f"model {spec.id!r}: no 'source' to load")
     libs = list(_LIBS.get(spec.kind, ()))

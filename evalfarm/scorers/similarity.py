@@ -169,6 +169,16 @@ def _folder(task: TaskSpec) -> Path:
     return folders.pop()
 
 
+def raw_cosines(data: PairData, vectors: TextVectors) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Per subset: (cosine of the raw embeddings of each pair, gold), SentEval's STS protocol."""
+    x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
+    index = {t: i for i, t in enumerate(data.texts)}
+    out = {}
+    for name, (s1, s2, gold) in data.subsets.items():
+        out[name] = (_paired_cosines(x, np.array([index[t] for t in s1]), np.array([index[t] for t in s2])), gold)
+    return out
+
+
 def load_sts(task: Any) -> PairData:
     from evalfarm.pools import sts
 
@@ -212,12 +222,9 @@ class STSScorer(Scorer):
         device: str | None = None,
     ) -> ScoreResult:
         out = ScoreResult()
-        x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
-        index = {t: i for i, t in enumerate(data.texts)}
         per: dict[str, tuple[float, float, int]] = {}
         all_cos, all_gold = [], []
-        for name, (s1, s2, gold) in data.subsets.items():
-            cos = _paired_cosines(x, np.array([index[t] for t in s1]), np.array([index[t] for t in s2]))
+        for name, (cos, gold) in raw_cosines(data, vectors).items():
             per[name] = (spearman(cos, gold), pearson(cos, gold), len(gold))
             all_cos.append(cos)
             all_gold.append(gold)
@@ -300,10 +307,7 @@ class STSBandsScorer(Scorer):
         device: str | None = None,
     ) -> ScoreResult:
         out = ScoreResult()
-        x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
-        index = {t: i for i, t in enumerate(data.texts)}
-        for name, (s1, s2, gold) in data.subsets.items():
-            cos = _paired_cosines(x, np.array([index[t] for t in s1]), np.array([index[t] for t in s2]))
+        for name, (cos, gold) in raw_cosines(data, vectors).items():
             out.rows += [
                 MetricRow("spearman", spearman(cos, gold), subset=name, variant="cos", primary=True),
                 MetricRow("n_pairs", float(len(gold)), subset=name, variant="cos"),

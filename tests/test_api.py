@@ -1,0 +1,47 @@
+"""The Python API: its documented examples run as written (doctest), and its errors are clear."""
+
+from __future__ import annotations
+
+import doctest
+
+import numpy as np
+import pytest
+
+import evalfarm
+from evalfarm import api
+
+
+def test_the_documented_examples_run():
+    result = doctest.testmod(api, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted >= 8 and result.failed == 0
+
+
+def test_library_and_cli_share_one_default_executor():
+    import inspect
+
+    from evalfarm.cli import Executor, run
+
+    cli_default = inspect.signature(run).parameters["executor"].default
+    assert cli_default is Executor(api.DEFAULT_EXECUTOR)
+    assert inspect.signature(evalfarm.run).parameters["executor"].default == api.DEFAULT_EXECUTOR
+
+
+def test_evaluate_refuses_objects_that_cannot_encode():
+    with pytest.raises(TypeError, match="no encode"):
+        evalfarm.evaluate(object(), name="x")
+
+    class Sentences:
+        def encode(self, texts):
+            return np.ones((len(texts), 4))
+
+    with pytest.raises(TypeError, match="word-vector model"):
+        evalfarm.evaluate(Sentences(), name="x", level="word")
+
+
+def test_import_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, evalfarm; print('torch' in sys.modules, 'ray' in sys.modules, 'duckdb' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "False"]
