@@ -70,7 +70,7 @@ def test_l2_continuous_vectors_and_the_shifted_block_path_match_the_oracle(sim, 
     rng = np.random.default_rng(5)
     for limit in (1 << 40, 0):  # 0: every whole-table l2 background takes the per-block shift
         monkeypatch.setattr(rank_kernel, "L2_COPY_LIMIT_BYTES", limit)
-        for _ in range(10):
+        for _ in range(6):
             n, d = int(rng.integers(5, 80)), int(rng.integers(2, 40))
             emb = rng.normal(size=(n, d)).astype(np.float32) * 3
             emb[rng.integers(0, n, 5)] = emb[rng.integers(0, n, 5)]  # duplicates

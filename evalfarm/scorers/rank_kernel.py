@@ -8,7 +8,10 @@ and every tie policy derives from those two counts: optimistic rank = 1 + above,
 realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
 
 - s(x, y) is read from the same computed GEMM row as every s(x, b) (never recomputed separately, so the positive
-  cannot outrank itself by one ulp, and exact duplicates of y tie with it exactly).
+  cannot outrank itself by one ulp).
+- Identical vectors (OOV items filled with one mean vector, rows shared in a pruned vector table, duplicate
+  texts) share one GEMM column, counted with its multiplicity: an exact duplicate of y ties with y on every
+  backend, although a GEMM may round the same dot product differently in two columns (MKL does, measured).
 - cos: dot products of the given (already L2-normalised) vectors; a zero vector has cosine 0 with everything.
 - l2: s = 1 / (1 + ||x - b||). Ranks are counted on x.b - ||b||^2 / 2, which orders the background exactly as
   -||x - b||^2 does (x's own norm is constant along a row). The shift is folded into the GEMM itself: queries
@@ -16,11 +19,12 @@ realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
 - x and y never count; other positives of x count as background by default (as in the paper) and
   ``filter_other_positives`` removes them. Exclusions are applied after counting, by subtracting the excluded
   items' own comparisons (read from the same row), so a query's row is shared by all of its pairs.
-- A positive outside the background is scored in the same GEMM (an extra column) but never counted.
+- A positive outside the background is scored in the same GEMM (an extra column, or the column of the
+  background vector it equals) but never counted.
 
 Backends (``device``):
-- CPU: NumPy's GEMM (OpenBLAS). Measured single-threaded on this project's pool shapes it beat torch/MKL by 1.3-1.7x
-  and matched FAISS's exact search (``benchmarks/bench_rank.py``). The CPU path never imports torch.
+- CPU: NumPy's GEMM (OpenBLAS). Measured single-threaded on this project's pool shapes it beat torch/MKL by
+  1.3-1.7x and matched FAISS's exact search (``benchmarks/bench_rank.py``). The CPU path never imports torch.
 - CUDA: torch. torch is imported only when ``device`` names a non-CPU device, or when ``device`` is None and
   torch is *already imported* and sees a GPU (``pick_device``): a word model on a CPU worker pays no torch import.
   ``backend="torch"`` forces the torch code path on any device (the tests check it on CPU against the oracle).
@@ -37,9 +41,13 @@ The kernel knows nothing of models, pools or OOV policies: it takes preprocessed
 from __future__ import annotations
 
 import sys
-from typing import Literal, NamedTuple
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from evalfarm.scorers.neighbours import BlockTopK, Neighbours
 
 Similarity = Literal["cos", "l2"]
 SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
@@ -58,16 +66,19 @@ DEFAULT_MAX_BLOCK_BYTES_GPU = 1 << 30
 L2_COPY_LIMIT_BYTES = 256 << 20
 
 
-class RankCounts(NamedTuple):
+@dataclass(frozen=True)
+class RankCounts:
     """Per-pair counts over the background (x, y and, when filtering, other positives excluded).
 
     ``above``: items scoring strictly higher than the positive; ``tied``: items scoring exactly the same;
     ``score``: s(x, y) (cos, or 1 / (1 + ||x - y||) for l2), read from the same GEMM row as the counts.
+    ``neighbours``: each unique query's top-k background items, when asked for (``rank_counts(neighbours=k)``).
     """
 
     above: np.ndarray  # int64 [n_pairs]
     tied: np.ndarray  # int64 [n_pairs]
     score: np.ndarray  # float32 [n_pairs]
+    neighbours: Neighbours | None = None
 
     def ranks(self, ties: Ties = "optimistic") -> np.ndarray:
         """float64 ranks under a tie policy: 1 + above (+ tied, or + tied / 2)."""
@@ -136,6 +147,8 @@ class _Plan(NamedTuple):
     """
 
     cols: np.ndarray  # representative item of every GEMM column
+    background: np.ndarray  # background item ids, as given
+    bg_col: np.ndarray  # column of each background item
     n_single: int
     weights: np.ndarray  # int64, background items sharing each of the next len(weights) columns
     order: np.ndarray  # pairs in processing order (grouped by query)
@@ -247,6 +260,8 @@ def _plan(
     key = np.unique(e_pair_all[counted] * n_items + e_item_all[counted])  # one per item, sorted by pair
     return _Plan(
         cols=rep[col_order],
+        background=background,
+        bg_col=col_of[background],
         n_single=int(np.count_nonzero(region == 0)),
         weights=weight[col_order][region[col_order] == 1].astype(np.int64),
         order=order,
@@ -317,6 +332,7 @@ def _finish(
     tied: np.ndarray,
     pos: np.ndarray,
     excl_val: np.ndarray,
+    top: BlockTopK | None,
 ) -> RankCounts:
     """Subtract the excluded items' comparisons, derive scores, return in the caller's pair order."""
     pv = pos[plan.excl_pair]
@@ -328,7 +344,8 @@ def _finish(
         q_sq = _sq_norms(emb, plan.uq)
         d2 = np.maximum(q_sq[plan.pair_row] - 2.0 * pos.astype(np.float64), 0.0)
         score = (1.0 / (1.0 + np.sqrt(d2))).astype(np.float32)
-    out = RankCounts(np.empty_like(above), np.empty_like(tied), np.empty(len(above), np.float32))
+    nb = top.result(emb, similarity) if top is not None else None
+    out = RankCounts(np.empty_like(above), np.empty_like(tied), np.empty(len(above), np.float32), nb)
     out.above[plan.order] = above
     out.tied[plan.order] = tied
     out.score[plan.order] = score
@@ -340,7 +357,9 @@ def _block_rows(requested: int | None, dim: int, n_cols: int, max_block_bytes: i
     return max(1, min(rows, max_block_bytes // max(1, 4 * n_cols)))
 
 
-def _counts_numpy(plan: _Plan, emb: np.ndarray, similarity: Similarity, rows: int) -> RankCounts:
+def _counts_numpy(
+    plan: _Plan, emb: np.ndarray, similarity: Similarity, rows: int, top: BlockTopK | None
+) -> RankCounts:
     n_pairs, n_single, n_counted = len(plan.order), plan.n_single, plan.n_counted
     cand, shift = _candidates(emb, plan.cols, similarity)
     cand_t = cand.T  # BLAS reads the transpose in place
@@ -369,6 +388,8 @@ def _counts_numpy(plan: _Plan, emb: np.ndarray, similarity: Similarity, rows: in
         np.matmul(q, cand_t, out=s)
         if shift is not None:
             np.add(s, shift, out=s)
+        if top is not None:
+            top.add_numpy(u0, s)
         p0, p1 = plan.starts[u0], plan.starts[u1]
         local = plan.pair_row[p0:p1] - u0
         t_block = s[local, plan.pair_col[p0:p1]]
@@ -385,10 +406,12 @@ def _counts_numpy(plan: _Plan, emb: np.ndarray, similarity: Similarity, rows: in
             shared = s[local, n_single:n_counted]  # a per-pair copy of these few columns only
             above[p0:p1] += ((shared > t_block[:, None]) @ weights).astype(np.int64)
             tied[p0:p1] += ((shared == t_block[:, None]) @ weights).astype(np.int64)
-    return _finish(plan, emb, similarity, above, tied, pos, excl_val)
+    return _finish(plan, emb, similarity, above, tied, pos, excl_val, top)
 
 
-def _counts_torch(plan: _Plan, emb: np.ndarray, similarity: Similarity, device: str, rows: int) -> RankCounts:
+def _counts_torch(
+    plan: _Plan, emb: np.ndarray, similarity: Similarity, device: str, rows: int, top: BlockTopK | None
+) -> RankCounts:
     import torch
 
     dev = torch.device(device)
@@ -431,6 +454,8 @@ def _counts_torch(plan: _Plan, emb: np.ndarray, similarity: Similarity, device: 
             torch.mm(q, cand.T, out=s)
             if shift is not None:
                 s += shift
+            if top is not None:
+                top.add_torch(u0, s)
             p0, p1 = int(plan.starts[u0]), int(plan.starts[u1])
             local = plan.pair_row[p0:p1] - u0
             pos[p0:p1] = s[put(local), put(plan.pair_col[p0:p1])]
@@ -461,6 +486,7 @@ def _counts_torch(plan: _Plan, emb: np.ndarray, similarity: Similarity, device: 
         tied.cpu().numpy(),
         pos.cpu().numpy(),
         excl_val.cpu().numpy(),
+        top,
     )
 
 
@@ -476,6 +502,7 @@ def rank_counts(
     backend: Backend | None = None,
     block_rows: int | None = None,
     max_block_bytes: int | None = None,
+    neighbours: int = 0,
 ) -> RankCounts:
     """``above`` / ``tied`` counts and the positive's score for every directed pair (x = queries[i], y = positives[i]).
 
@@ -483,6 +510,8 @@ def rank_counts(
     ``positives``, ``background``: item ids (rows of ``emb``; the background must not repeat an id). ``device``:
     see :func:`pick_device`; ``backend`` forces "numpy" (CPU only) or "torch". ``block_rows`` overrides the
     sweet-spot block size, ``max_block_bytes`` caps the score block (both for tests and benchmarks).
+    ``neighbours=k`` also returns each unique query's top-k background items, selected from the same score
+    blocks (policy: :mod:`evalfarm.scorers.neighbours`).
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r} (choose from {SIMILARITIES})")
@@ -500,18 +529,30 @@ def rank_counts(
     if use not in ("numpy", "torch"):
         raise ValueError(f"unknown backend {use!r} (numpy or torch)")
     if len(queries) == 0:
-        return RankCounts(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
+        nb = None
+        if neighbours:
+            from evalfarm.scorers.neighbours import Neighbours
+
+            nb = Neighbours(
+                np.empty(0, np.int64), np.empty((0, neighbours), np.int64), np.empty((0, neighbours), np.float32)
+            )
+        return RankCounts(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), nb)
     emb = np.ascontiguousarray(emb, dtype=np.float32)  # no copy when it already is
     plan = _plan(emb, queries, positives, background, filter_other_positives)
+    top = None
+    if neighbours:
+        from evalfarm.scorers.neighbours import BlockTopK
+
+        top = BlockTopK(plan, neighbours)
     if max_block_bytes is None:
         max_block_bytes = DEFAULT_MAX_BLOCK_BYTES if _is_cpu(dev) else DEFAULT_MAX_BLOCK_BYTES_GPU
     if use == "numpy":
         return _counts_numpy(
-            plan, emb, similarity, _block_rows(block_rows, emb.shape[1], len(plan.cols), max_block_bytes)
+            plan, emb, similarity, _block_rows(block_rows, emb.shape[1], len(plan.cols), max_block_bytes), top
         )
     gpu_rows = block_rows if block_rows is not None or _is_cpu(dev) else max_block_bytes // max(1, 4 * len(plan.cols))
     rows = _block_rows(gpu_rows, emb.shape[1], len(plan.cols), max_block_bytes)
-    return _counts_torch(plan, emb, similarity, dev, rows)
+    return _counts_torch(plan, emb, similarity, dev, rows, top)
 
 
 def rank_pairs(
