@@ -15,8 +15,9 @@ Shapes (the real pools; `evalfarm.pools`):
 - sentence pool: 6,989 pairs (6,784 unique queries) x 24,957 items; random d = 384, and bag of words over GloVe
   50d (d = 50).
 Vectors are centred; cos L2-normalises them. The floor is the GEMM alone of the same unique-query rows against
-the same background (NumPy/OpenBLAS into a reused buffer, the best of 64- and 256-row blocks); ``torch.mm`` and
-FAISS's exact top-10 search (``IndexFlatIP``, GEMM + selection) of the same rows are the other backends.
+the same background (NumPy/OpenBLAS into a reused buffer, the best of 64-, 256- and 1,024-row blocks in each
+round); ``torch.mm`` and FAISS's exact top-10 search (``IndexFlatIP``, GEMM + selection) of the same rows are
+the other backends.
 
     python benchmarks/bench_rank.py [--repeats 3] [--loop-pairs 300] [--old-kernel 996f388] [--sweep]
                                     [--json benchmarks/results/rank.json]
@@ -244,6 +245,7 @@ def run_shape(name, emb_raw, pool, args, old) -> list[dict]:
             "kernel+neighbours": partial(rank_counts, x, pool.queries, pool.positives, bg, sim, neighbours=10),
             "floor_gemm_64": partial(gemm_numpy, q, x, 64),
             "floor_gemm_256": partial(gemm_numpy, q, x, 256),
+            "floor_gemm_1024": partial(gemm_numpy, q, x, 1024),
             "torch_mm": partial(gemm_torch, q, x, rows),
             "faiss_search_top10": partial(faiss_search, q, x),
             "faiss_neighbours": partial(top_neighbours, x, uq, bg, k=10, similarity=sim),
@@ -259,7 +261,8 @@ def run_shape(name, emb_raw, pool, args, old) -> list[dict]:
                 t, s = timed(fn)
                 times[name_].append(t)
                 sys_t[name_].append(s)
-        floor = median([min(a, b) for a, b in zip(times["floor_gemm_64"], times["floor_gemm_256"], strict=True)])
+        floors = zip(times["floor_gemm_64"], times["floor_gemm_256"], times["floor_gemm_1024"], strict=True)
+        floor = median([min(f) for f in floors])
         kernel = median(times["kernel"])
         n_loop = min(args.loop_pairs, pool.n_pairs)
         loop_ranks: list[np.ndarray] = []

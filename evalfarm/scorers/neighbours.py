@@ -153,7 +153,7 @@ class BlockTopK:
         self._faiss = None
 
     def add_numpy(self, u0: int, s: np.ndarray) -> None:
-        """FAISS's selection heap over each row's counted columns (one C call per row, no copy)."""
+        """FAISS's selection heap over each row's counted columns (one C call per block, no copy)."""
         if self.width == 0:
             return
         if self._faiss is None:
@@ -165,8 +165,11 @@ class BlockTopK:
         heap.nh, heap.k = m, self.width
         heap.val, heap.ids = faiss.swig_ptr(val), faiss.swig_ptr(col)
         heap.heapify()
-        for r in range(m):
-            heap.addn(n, faiss.swig_ptr(s[r, :n]), 0, r, 1)
+        if s.shape[1] == n and s.flags.c_contiguous:  # the usual case: every column is a background vector
+            heap.addn(n, faiss.swig_ptr(s), 0, 0, m)
+        else:  # positives outside the background add columns that are never neighbours: row by row
+            for r in range(m):
+                heap.addn(n, faiss.swig_ptr(s[r, :n]), 0, r, 1)
         heap.reorder()
 
     def add_torch(self, u0: int, s: Any) -> None:

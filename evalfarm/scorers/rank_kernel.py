@@ -30,10 +30,11 @@ Backends (``device``):
   ``backend="torch"`` forces the torch code path on any device (the tests check it on CPU against the oracle).
 
 Memory and speed (CPU): queries are processed in blocks of unique query rows; the score block, the query block
-and a boolean row are allocated once and reused. Block rows come from the GEMM's measured sweet spot (64 rows
-when d <= 128, where the GEMM is bound by writing its output; 256 above), capped so the score block stays under
-``max_block_bytes``. Each pair then costs two passes over its query's row while the row is still in cache
-(``>`` and ``==`` into one reused boolean buffer, counted by ``np.count_nonzero``: no int64 copies).
+and a boolean row are allocated once and reused (no page faults after the first block). Block rows come from
+the GEMM's measured sweet spot (:func:`sweet_spot_rows`: 128 rows when d <= 128, 512 above), capped so the
+score block stays under ``max_block_bytes``. Each pair then costs two passes over its query's row, back to back
+so the second reads it from cache (``>`` and ``==`` into one reused boolean buffer, counted by
+``np.count_nonzero``: no int64 copies); queries with several positives reuse their row for each of them.
 
 The kernel knows nothing of models, pools or OOV policies: it takes preprocessed vectors and item ids.
 """
@@ -55,9 +56,9 @@ Ties = Literal["optimistic", "pessimistic", "realistic"]
 TIES: tuple[Ties, ...] = ("optimistic", "pessimistic", "realistic")
 Backend = Literal["numpy", "torch"]
 
-# Score block cap: rows x columns x 4 bytes. At the pool shapes the sweet-spot rows stay far below it (256 rows x
-# 25k columns = 25 MB); it only binds for very large backgrounds (1M columns: 64 rows, where the GEMM still
-# reaches ~90 % of its 256-row rate; 16 rows reached 60 %).
+# Score block cap: rows x columns x 4 bytes. At the pool shapes the sweet-spot rows stay below it (512 rows x
+# 25k columns = 51 MB); it binds for very large backgrounds (1M columns: 64 rows, where a d = 384 GEMM still
+# reached ~90 % of its 128-row rate; 16 rows reached 60 %).
 DEFAULT_MAX_BLOCK_BYTES = 256 << 20
 # On a GPU larger blocks amortise kernel launches; the cap keeps a block well inside a GPU's memory.
 DEFAULT_MAX_BLOCK_BYTES_GPU = 1 << 30
@@ -108,13 +109,14 @@ def _is_cpu(device: str) -> bool:
 
 
 def sweet_spot_rows(dim: int) -> int:
-    """Query rows per GEMM block on CPU, measured on the pool shapes (``benchmarks/bench_rank.py --sweep``).
+    """Query rows per GEMM block on CPU, from ``benchmarks/bench_rank.py --sweep`` on the pool shapes (1 thread).
 
-    At small d the GEMM writes 4 bytes per 2d flops and is bound by where its output lands: 64-row blocks of a
-    25k-column background were 2.8x faster than 1,024-row ones at d = 50. At d >= 300 larger blocks amortise the
-    packing of the background panel (256 rows best, within 10 % from 128 to 1,024).
+    With the workspace reused, the count passes cost the same at any block size; the GEMM decides. At d = 50
+    the kernel time was flat (within 10 %) from 32 to 1,024 rows; 16 rows lost 10-25 %. At d = 300-384 the GEMM
+    gains up to 512 rows (16 rows: 2x slower, 64: +25 %, 256: +5 %, 1,024: flat). 128 / 512 rows keep the score
+    block at 11-51 MB on the pools; ``max_block_bytes`` caps it for larger backgrounds.
     """
-    return 64 if dim <= 128 else 256
+    return 128 if dim <= 128 else 512
 
 
 def _other_positive_pairs(queries: np.ndarray, positives: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
