@@ -42,6 +42,7 @@ The kernel knows nothing of models, pools or OOV policies: it takes preprocessed
 from __future__ import annotations
 
 import sys
+import threading
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, NamedTuple
 
@@ -65,6 +66,31 @@ DEFAULT_MAX_BLOCK_BYTES_GPU = 1 << 30
 # l2 over a whole table larger than this shifts each score block instead of copying the table with one more
 # column (a 1M x 384 table would double the rank stage's memory, 1.5 GB more).
 L2_COPY_LIMIT_BYTES = 256 << 20
+# Work buffers up to this size are kept per thread between calls: a rank worker runs the kernel model after
+# model, and fresh multi-MB buffers cost page faults on every call (measured: 10-20 % system time at d = 300).
+WORKSPACE_KEEP_BYTES = 128 << 20
+
+_workspace = threading.local()
+
+
+def _buffer(name: str, shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """An uninitialised array of ``shape``: this thread's kept buffer ``name`` when it fits (grown when too small)."""
+    dt = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dt.itemsize
+    if nbytes > WORKSPACE_KEEP_BYTES:
+        return np.empty(shape, dt)
+    kept = getattr(_workspace, "buffers", None)
+    if kept is None:
+        kept = _workspace.buffers = {}
+    buf = kept.get(name)
+    if buf is None or buf.nbytes < nbytes:
+        buf = kept[name] = np.empty(max(nbytes, 64), np.uint8)
+    return buf[:nbytes].view(dt).reshape(shape)
+
+
+def release_workspace() -> None:
+    """Free this thread's kept work buffers (at most a few times ``WORKSPACE_KEEP_BYTES``)."""
+    _workspace.buffers = {}
 
 
 @dataclass(frozen=True)
@@ -281,7 +307,7 @@ def _row_chunks(emb: np.ndarray, ids: np.ndarray, step: int = 2048):
     scratch = np.empty((min(step, len(ids)), emb.shape[1]), dtype=np.float32)
     for s in range(0, len(ids), step):
         block = scratch[: len(ids[s : s + step])]
-        np.take(emb, ids[s : s + step], axis=0, out=block)
+        np.take(emb, ids[s : s + step], axis=0, out=block, mode="clip")
         yield s, block
 
 
@@ -316,10 +342,12 @@ def _candidates(emb: np.ndarray, cols: np.ndarray, similarity: Similarity) -> tu
     n, d = emb.shape
     identity = _is_identity(cols, n)
     if similarity == "cos":
-        return (emb if identity else np.take(emb, cols, axis=0)), None
+        if identity:
+            return emb, None
+        return np.take(emb, cols, axis=0, out=_buffer("candidates", (len(cols), d), np.float32), mode="clip"), None
     if identity and emb.nbytes > L2_COPY_LIMIT_BYTES:
         return emb, (_sq_norms(emb, cols) * -0.5).astype(np.float32)
-    cand = np.empty((len(cols), d + 1), dtype=np.float32)
+    cand = _buffer("candidates", (len(cols), d + 1), np.float32)
     for s, block in _row_chunks(emb, cols):
         cand[s : s + len(block), :d] = block
         cand[s : s + len(block), d] = _block_sq_norms(block) * -0.5
@@ -368,12 +396,12 @@ def _counts_numpy(
     d = emb.shape[1]
     n_uq = len(plan.uq)
     rows = min(rows, n_uq)
-    q_buf = np.empty((rows, cand.shape[1]), dtype=np.float32)
+    q_buf = _buffer("queries", (rows, cand.shape[1]), np.float32)
     augmented = cand.shape[1] > d
     if augmented:
         q_buf[:, d] = 1.0
-    s_buf = np.empty((rows, len(plan.cols)), dtype=np.float32)
-    hit = np.empty(n_single, dtype=bool)
+    s_buf = _buffer("scores", (rows, len(plan.cols)), np.float32)
+    hit = _buffer("hit", (n_single,), np.bool_)
     weights = plan.weights.astype(np.float64)  # exact for counts below 2**53
     above = np.empty(n_pairs, dtype=np.int64)
     tied = np.empty(n_pairs, dtype=np.int64)
@@ -385,7 +413,7 @@ def _counts_numpy(
         u1 = min(u0 + rows, n_uq)
         m = u1 - u0
         q = q_buf[:m]
-        np.take(emb, plan.uq[u0:u1], axis=0, out=q[:, :d] if augmented else q)
+        np.take(emb, plan.uq[u0:u1], axis=0, out=q[:, :d] if augmented else q, mode="clip")
         s = s_buf[:m]
         np.matmul(q, cand_t, out=s)
         if shift is not None:
