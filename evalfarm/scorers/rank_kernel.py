@@ -23,8 +23,9 @@ realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
   background vector it equals) but never counted.
 
 Backends (``device``):
-- CPU: NumPy's GEMM (OpenBLAS). Measured single-threaded on this project's pool shapes it beat torch/MKL by
-  1.3-1.7x and matched FAISS's exact search (``benchmarks/bench_rank.py``). The CPU path never imports torch.
+- CPU: NumPy's GEMM (OpenBLAS). Measured single-threaded on the pool shapes, the bare NumPy GEMM beat
+  ``torch.mm`` (MKL) by 1.35-2.1x and FAISS's exact search of the same rows (its GEMM + top-10 selection) by
+  1.06-1.33x (``benchmarks/bench_rank.py``). The CPU path never imports torch.
 - CUDA: torch. torch is imported only when ``device`` names a non-CPU device, or when ``device`` is None and
   torch is *already imported* and sees a GPU (``pick_device``): a word model on a CPU worker pays no torch import.
   ``backend="torch"`` forces the torch code path on any device (the tests check it on CPU against the oracle).
@@ -137,10 +138,10 @@ def _is_cpu(device: str) -> bool:
 def sweet_spot_rows(dim: int) -> int:
     """Query rows per GEMM block on CPU, from ``benchmarks/bench_rank.py --sweep`` on the pool shapes (1 thread).
 
-    With the workspace reused, the count passes cost the same at any block size; the GEMM decides. At d = 50
-    the kernel time was flat (within 10 %) from 32 to 1,024 rows; 16 rows lost 10-25 %. At d = 300-384 the GEMM
-    gains up to 512 rows (16 rows: 2x slower, 64: +25 %, 256: +5 %, 1,024: flat). 128 / 512 rows keep the score
-    block at 11-51 MB on the pools; ``max_block_bytes`` caps it for larger backgrounds.
+    With the workspace kept, the count passes cost the same at any block size; the GEMM decides. At d = 50 the
+    kernel time varied by <= 15 % between 32 and 1,024 rows (16 rows: +10-40 %). At d = 300-384 it fell up to
+    512-1,024 rows (against the best: 16 rows 1.6-2.2x, 64 rows +16-32 %, 256 rows +4-6 %). 128 / 512 rows keep
+    the score block at 11-51 MB on the pools; ``max_block_bytes`` caps it for larger backgrounds.
     """
     return 128 if dim <= 128 else 512
 
