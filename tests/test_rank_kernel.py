@@ -150,6 +150,23 @@ def test_rank_pairs_is_the_tie_policy_view_of_the_counts():
         np.testing.assert_array_equal(scores, c.score)
 
 
+def test_kept_work_buffers_never_leak_between_calls_of_different_shapes():
+    rng = np.random.default_rng(8)
+    big = _normalise(rng.normal(size=(500, 20)))
+    small = _normalise(rng.normal(size=(30, 3)))
+    q, p = rng.integers(0, 500, 200), rng.integers(0, 500, 200)
+    first = rank_counts(big, q, p, np.arange(500), "l2", block_rows=64)
+    rank_counts(small, q[:10] % 30, p[:10] % 30, np.arange(30), "cos")  # smaller views of the same buffers
+    again = rank_counts(big, q, p, np.arange(500), "l2", block_rows=64)
+    rank_kernel.release_workspace()
+    fresh = rank_counts(big, q, p, np.arange(500), "l2", block_rows=64)
+    for c in (again, fresh):
+        np.testing.assert_array_equal(c.above, first.above)
+        np.testing.assert_array_equal(c.tied, first.tied)
+        np.testing.assert_array_equal(c.score, first.score)
+    assert not np.shares_memory(first.above, again.above)  # results are never views of the workspace
+
+
 def test_empty_input_and_bad_ids_fail_with_what_to_fix():
     emb = np.eye(3, dtype=np.float32)
     empty = rank_counts(emb, np.array([], np.int64), np.array([], np.int64), np.arange(3), "cos")

@@ -119,12 +119,15 @@ def top_neighbours(
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     d = emb.shape[1]
     index = faiss.IndexFlatIP(d) if similarity == "cos" else faiss.IndexFlatL2(d)
+    resources = None  # must outlive the GPU index
     if _faiss_gpu(faiss, device):
         gpu = int(device.split(":")[1]) if device and ":" in device else 0
-        index = faiss.index_cpu_to_gpu(faiss.StandardGpuResources(), gpu, index)
+        resources = faiss.StandardGpuResources()
+        index = faiss.index_cpu_to_gpu(resources, gpu, index)
     index.add(np.take(emb, background, axis=0))
     width = min(k + 1, len(background))  # one more: the query itself may be among them
     dist, label = index.search(np.take(emb, queries, axis=0), width)
+    del index, resources
     cand_ids = np.where(label >= 0, background[np.maximum(label, 0)], -1)
     if similarity == "cos":
         scores = dist
