@@ -1,0 +1,98 @@
+"""Top-k neighbours: the FAISS search and the rank kernel's fused selection against a float64 brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalfarm.scorers.neighbours import top_neighbours
+from evalfarm.scorers.rank_kernel import rank_counts
+
+
+def _normalise(x: np.ndarray) -> np.ndarray:
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def _brute(emb, queries, background, k, sim):
+    """float64 scores of every background item, the query itself removed, (score desc, id asc), first k."""
+    e = emb.astype(np.float64)
+    ids, scores = [], []
+    for x in queries:
+        if sim == "cos":
+            s = e[background] @ e[x]
+        else:
+            s = 1.0 / (1.0 + np.linalg.norm(e[background] - e[x], axis=1))
+        keep = background != x
+        b, s = background[keep], s[keep]
+        order = np.lexsort((b, -s))[:k]
+        ids.append(np.r_[b[order], np.full(k - len(order), -1)])
+        scores.append(np.r_[s[order], np.full(k - len(order), np.nan)])
+    return np.array(ids, np.int64), np.array(scores)
+
+
+def _case(seed, sim, n=300, d=16):
+    rng = np.random.default_rng(seed)
+    emb = rng.normal(size=(n, d)).astype(np.float32)
+    if sim == "cos":
+        emb = _normalise(emb)
+    background = np.sort(rng.choice(n, 250, replace=False))
+    queries = rng.choice(n, 40, replace=False)  # some outside the background
+    return emb, queries, background
+
+
+@pytest.mark.parametrize("sim", ["cos", "l2"])
+def test_faiss_search_equals_brute_force_and_never_returns_the_query(sim):
+    emb, queries, background = _case(1, sim)
+    ids, scores = top_neighbours(emb, queries, background, k=10, similarity=sim)
+    want_ids, want_scores = _brute(emb, queries, background, 10, sim)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(scores, want_scores, rtol=1e-4, atol=1e-5)
+    assert not (ids == queries[:, None]).any()
+    assert ids.dtype == np.int64 and scores.dtype == np.float32
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("sim", ["cos", "l2"])
+def test_rank_kernel_fused_selection_equals_the_faiss_search(sim, backend):
+    emb, queries, background = _case(2, sim)
+    positives = np.roll(queries, 1)
+    got = rank_counts(emb, queries, positives, background, sim, neighbours=7, backend=backend, block_rows=9).neighbours
+    assert got is not None
+    order = np.argsort(got.queries)
+    ids, scores = top_neighbours(emb, np.sort(np.unique(queries)), background, k=7, similarity=sim)
+    np.testing.assert_array_equal(got.ids[order], ids)
+    np.testing.assert_allclose(got.scores[order], scores, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("sim", ["cos", "l2"])
+def test_exact_duplicates_of_the_query_are_its_first_neighbours_and_the_query_is_not(sim):
+    rng = np.random.default_rng(4)
+    emb = _normalise(rng.normal(size=(200, 8)))
+    x, copies = 5, [40, 90, 150]
+    emb[copies] = emb[x]
+    want = [40, 90, 150]  # score 1 (cos) / 1 (l2, distance 0), ids ascending
+    ids, scores = top_neighbours(emb, np.array([x]), np.arange(200), k=5, similarity=sim)
+    assert ids[0, :3].tolist() == want and x not in ids[0]
+    np.testing.assert_allclose(scores[0, :3], 1.0, rtol=1e-6)
+    fused = rank_counts(emb, np.array([x]), np.array([7]), np.arange(200), sim, neighbours=5).neighbours
+    np.testing.assert_array_equal(fused.ids, ids)  # the kernel's shared column expands to the three copies
+    np.testing.assert_allclose(fused.scores, scores, rtol=1e-5)
+
+
+def test_small_background_pads_with_minus_one_and_nan():
+    emb = _normalise(np.random.default_rng(0).normal(size=(4, 3)))
+    ids, scores = top_neighbours(emb, np.array([0]), np.array([0, 1, 2]), k=4, similarity="cos")
+    assert ids[0, 2:].tolist() == [-1, -1] and np.isnan(scores[0, 2:]).all()
+    assert sorted(ids[0, :2].tolist()) == [1, 2]
+    fused = rank_counts(emb, np.array([0]), np.array([3]), np.array([0, 1, 2]), "cos", neighbours=4).neighbours
+    np.testing.assert_array_equal(fused.ids, ids)
+
+
+def test_gpu_asked_for_without_a_gpu_build_says_what_to_install():
+    import faiss
+
+    if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0:
+        pytest.skip("a FAISS GPU is present")
+    emb = np.eye(3, dtype=np.float32)
+    with pytest.raises(RuntimeError, match="faiss-gpu-cu12"):
+        top_neighbours(emb, np.array([0]), np.arange(3), k=1, similarity="cos", device="cuda")
