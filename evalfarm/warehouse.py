@@ -92,6 +92,22 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("fingerprint", pa.string()),
         ]
     ),
+    # EvalRank: each query's top-k background items (what the model confuses it with), from the rank pass
+    "neighbours": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("model", pa.string()),
+            ("task", pa.string()),
+            ("variant", pa.string()),
+            ("query_id", pa.int64()),
+            ("query", pa.string()),
+            ("position", pa.int64()),
+            ("neighbour_id", pa.int64()),
+            ("neighbour", pa.string()),
+            ("score", pa.float32()),
+            ("fingerprint", pa.string()),
+        ]
+    ),
     "models": pa.schema(
         [
             ("model", pa.string()),
@@ -153,7 +169,7 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
-DETAIL_TABLES = ("ranks",)
+DETAIL_TABLES = ("ranks", "neighbours")
 """Per-unit detail tables a scorer may write (each has run_id, model, task and fingerprint columns)."""
 
 

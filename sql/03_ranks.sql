@@ -11,3 +11,20 @@ SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) A
        r.score, r.oov, r.query_id, r.positive_id, r.run_id
 FROM ranks_history r
 SEMI JOIN (SELECT DISTINCT fingerprint FROM metrics WHERE scorer = 'evalrank') m ON r.fingerprint = m.fingerprint;
+
+-- neighbours: each EvalRank query's top-k background items (k = 10) under each variant, of the current results:
+-- what a model places above the positive. The query itself is never its own neighbour; exact duplicates of it are.
+CREATE OR REPLACE VIEW neighbours AS
+SELECT n.model, n.task, n.variant, n.query, n.position, n.neighbour, n.score, n.query_id, n.neighbour_id, n.run_id
+FROM read_parquet('{root}/tables/neighbours/**/*.parquet', union_by_name = true, hive_partitioning = false) n
+SEMI JOIN (SELECT DISTINCT fingerprint FROM metrics WHERE scorer = 'evalrank') m ON n.fingerprint = m.fingerprint
+WHERE n.task IS NOT NULL;
+
+-- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.
+CREATE OR REPLACE VIEW hardest_pairs AS
+SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank_realistic AS rank, r.score,
+       n.neighbour AS top_neighbour, n.score AS top_score,
+       row_number() OVER (PARTITION BY r.model, r.task, r.variant ORDER BY r.rank_realistic DESC, r.query) AS worst
+FROM ranks r
+LEFT JOIN neighbours n ON n.model = r.model AND n.task = r.task AND n.variant = r.variant
+                       AND n.query_id = r.query_id AND n.position = 1;

@@ -178,6 +178,29 @@ def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
     assert n[("toy", "cos")] == 5514 and n[("static", "l2")] == 6989
 
 
+def test_neighbours_come_from_the_rank_pass_and_name_what_a_model_confuses(cli_run):
+    wh, _ = cli_run
+    rows = _sql(
+        wh,
+        """SELECT model, variant, count(*) AS n, count(DISTINCT query_id) AS queries, max(position) AS k,
+                  count(*) FILTER (WHERE neighbour_id = query_id) AS self
+           FROM neighbours WHERE task = 'evalrank-word' GROUP BY ALL ORDER BY ALL""",
+    )
+    toy = {r["variant"]: r for r in rows if r["model"] == "toy"}
+    assert set(toy) == {"cos"}  # selected in the cos pass only
+    for r in toy.values():
+        assert r["k"] == 10 and r["self"] == 0 and r["n"] == 10 * r["queries"] and r["queries"] == 2774
+    # scores fall with position, and a pair ranked first has its positive (or a tie of it) as top neighbour
+    order = _sql(
+        wh,
+        """SELECT count(*) AS bad FROM neighbours a JOIN neighbours b USING (model, task, variant, query_id)
+           WHERE b.position = a.position + 1 AND b.score > a.score""",
+    )
+    assert order == [{"bad": 0}]
+    hard = _sql(wh, "SELECT * FROM hardest_pairs WHERE model = 'static' AND variant = 'cos' AND worst <= 3")
+    assert len(hard) == 3 and all(r["top_neighbour"] and r["rank"] > 1 for r in hard)
+
+
 def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cli_run, word_catalog, tmp_path):
     wh, _ = cli_run
     (shard,) = list((wh / "embeddings" / "model=static").rglob("*.parquet"))

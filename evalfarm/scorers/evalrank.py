@@ -25,6 +25,11 @@ from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
 
 TIES = ("optimistic", "pessimistic", "realistic")
+NEIGHBOURS = 10
+"""Each query's top-k background items kept in the ``neighbours`` table (what a model confuses its queries with),
+selected from the cos pass's own score blocks (``NEIGHBOURS_SIMILARITY``): at d = 50 the selection costs about a
+quarter of one pass, so doing it once keeps it near a tenth of a unit (benchmarks/README.md)."""
+NEIGHBOURS_SIMILARITY = "cos"
 _TIE_WEIGHT = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}
 
 
@@ -46,6 +51,7 @@ class PairRanks:
     score: np.ndarray  # float32 s(x, y)
     pair_oov: np.ndarray  # bool: x or y out of vocabulary
     n_background: int
+    neighbours: Any = None  # evalfarm.scorers.neighbours.Neighbours: each query's top-k background items
 
     def ranks(self, ties: str) -> np.ndarray:
         """Float ranks under a tie policy, derived from the one pass."""
@@ -72,36 +78,37 @@ def rank_pool(
     center: bool = True,
     filter_other_positives: bool = False,
     device: str | None = None,
+    neighbours: int = 0,
 ) -> PairRanks:
     """Prepare the stored vectors under EvalRank's protocol (centring, normalisation, the OOV vector and OOV policy
-    of ``vectors.oov_policy``) and rank every pair against the background (all usable items)."""
-    from evalfarm.scorers.rank_kernel import rank_pairs
+    of ``vectors.oov_policy``) and rank every pair against the background (all usable items); with
+    ``neighbours=k`` also each query's top-k background items, from the same score blocks."""
+    from evalfarm.scorers.rank_kernel import rank_counts
 
     protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)  # type: ignore[arg-type]
     prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)  # type: ignore[arg-type]
     pair_oov = vectors.oov[queries] | vectors.oov[positives]
     pair_index = np.flatnonzero(prep.usable[queries] & prep.usable[positives])
     background = np.flatnonzero(prep.usable)
-    tied = np.zeros(len(pair_index), dtype=np.int64)
-    ranks, scores = rank_pairs(
+    counts = rank_counts(
         prep.vectors,
         queries[pair_index],
         positives[pair_index],
         background,
         similarity,  # type: ignore[arg-type]
-        ties="optimistic",
         filter_other_positives=filter_other_positives,
         device=device,
-        tied_out=tied,
+        neighbours=neighbours,
     )
     return PairRanks(
         similarity=similarity,
         pair_index=pair_index,
-        rank=np.rint(ranks).astype(np.int64),
-        tied=tied,
-        score=scores,
+        rank=1 + counts.above,
+        tied=counts.tied,
+        score=counts.score,
         pair_oov=pair_oov[pair_index],
         n_background=len(background),
+        neighbours=counts.neighbours,
     )
 
 
@@ -121,7 +128,7 @@ class EvalRankScorer(Scorer):
     task_spec = EvalRankTask
     primary_metric = "mrr"
     higher_is_better = True
-    detail_tables = ("ranks",)
+    detail_tables = ("ranks", "neighbours")
     description = "rank of y among all background items by similarity to x; MR, MRR, Hits@k under three tie policies"
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
@@ -132,6 +139,10 @@ class EvalRankScorer(Scorer):
             "hits": list(options.hits),
             "protocol": Protocol.for_level(task.level, center=options.center).key(),
             "keep_details": options.keep_details,
+            "neighbours": NEIGHBOURS if options.keep_details else 0,
+            "neighbours_for": NEIGHBOURS_SIMILARITY
+            if NEIGHBOURS_SIMILARITY in options.similarities
+            else options.similarities[0],
         }
 
     def load(self, task: TaskSpec) -> Any:
@@ -155,6 +166,7 @@ class EvalRankScorer(Scorer):
                 center=params["center"],
                 filter_other_positives=params["filter_other_positives"],
                 device=device,
+                neighbours=int(params.get("neighbours", 0)) if sim == params.get("neighbours_for", sim) else 0,
             )
             variant = variant_name(
                 sim, center=params["center"], filter_other_positives=params["filter_other_positives"]
@@ -176,13 +188,27 @@ class EvalRankScorer(Scorer):
                 details.append((variant, res))
         if details:
             out.details["ranks"] = _ranks_table(data, details)
+            if any(res.neighbours is not None for _, res in details):
+                out.details["neighbours"] = _neighbours_table(data, details)
         return out
+
+
+def _items_array(data: Any) -> Any:
+    """The pool's items as one Arrow string array (built once per task): texts are taken from it by id in C++,
+    never through Python lists (60k neighbour texts cost 0.15 s that way, 7 ms this way)."""
+    import pyarrow as pa
+
+    arr = getattr(data, "_items_array", None)
+    if arr is None:
+        arr = pa.array(data.items, pa.string())
+        data._items_array = arr
+    return arr
 
 
 def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
     import pyarrow as pa
 
-    items = np.asarray(data.items, dtype=object)
+    items = _items_array(data)
     parts = []
     for variant, res in details:
         q = data.queries[res.pair_index]
@@ -193,12 +219,43 @@ def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
                     "variant": pa.array([variant] * len(q), pa.string()),
                     "query_id": pa.array(q, pa.int64()),
                     "positive_id": pa.array(p, pa.int64()),
-                    "query": pa.array(items[q].tolist(), pa.string()),
-                    "positive": pa.array(items[p].tolist(), pa.string()),
+                    "query": items.take(pa.array(q)),
+                    "positive": items.take(pa.array(p)),
                     "rank": pa.array(res.rank, pa.int64()),
                     "tied": pa.array(res.tied, pa.int64()),
                     "score": pa.array(res.score, pa.float32()),
                     "oov": pa.array(res.pair_oov, pa.bool_()),
+                }
+            )
+        )
+    return pa.concat_tables(parts)
+
+
+def _neighbours_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+    import pyarrow as pa
+
+    items = _items_array(data)
+    parts = []
+    for variant, res in details:
+        nb = res.neighbours
+        if nb is None:
+            continue
+        k = nb.ids.shape[1]
+        q = np.repeat(nb.queries, k)
+        pos = np.tile(np.arange(1, k + 1), len(nb.queries))
+        ids = nb.ids.reshape(-1)
+        keep = ids >= 0  # padding where the background has fewer than k items
+        q, pos, ids, sc = q[keep], pos[keep], ids[keep], nb.scores.reshape(-1)[keep]
+        parts.append(
+            pa.table(
+                {
+                    "variant": pa.array([variant] * len(q), pa.string()),
+                    "query_id": pa.array(q, pa.int64()),
+                    "query": items.take(pa.array(q)),
+                    "position": pa.array(pos, pa.int64()),
+                    "neighbour_id": pa.array(ids, pa.int64()),
+                    "neighbour": items.take(pa.array(ids)),
+                    "score": pa.array(sc, pa.float32()),
                 }
             )
         )
