@@ -120,8 +120,10 @@ def refresh_intervals(
     Spearman's rho is computed from, and it is stored with the cell's ``inputs_hash``: when a model is added or
     recomputed the hash changes and the view shows the interval as stale (null) until the next refresh.
     """
-    wh = _warehouse(warehouse).init()
-    con = wh.connect()
+    wh = _warehouse(warehouse)
+    if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet"):
+        wh.init()  # a warehouse from before the correlation_ci table gets its (empty) schema file
+    con = wh.connect()  # no warehouse there: FileNotFoundError, and nothing is created
     try:
         cells = con.sql(
             "SELECT * EXCLUDE (ci_low, ci_high, ci_status) FROM correlations WHERE ci_status <> 'current'"
