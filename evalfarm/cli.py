@@ -292,6 +292,8 @@ def correlations(
         if refresh:
             try:
                 refresh_intervals(warehouse, n_resamples=resamples, seed=seed)
+            except FileNotFoundError:
+                raise
             except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
                 console.print(f"[yellow]intervals not refreshed[/] ({exc}); showing the stored ones", markup=True)
         table = correlation_table(

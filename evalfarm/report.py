@@ -130,8 +130,7 @@ def heatmap(table: CorrelationTable, path: Path) -> Path:
     ax = fig.add_subplot()
     import matplotlib
 
-    cmap = matplotlib.colormaps["RdBu"].copy()
-    cmap.set_bad("#dddddd")
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#dddddd")
     im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
     ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right")
     ax.set_yticks(range(len(rows)), labels=rows)
@@ -578,6 +577,8 @@ def build_report(
     if refresh:
         try:
             refresh_intervals(wh)
+        except FileNotFoundError:
+            raise
         except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
             pass
     out = Path(out)
