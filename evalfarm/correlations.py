@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+import duckdb
 import numpy as np
 
 from evalfarm.warehouse import Warehouse, now
@@ -50,6 +51,14 @@ KEY_COLUMNS = (
 
 def _warehouse(warehouse: Warehouse | str | os.PathLike[str]) -> Warehouse:
     return warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+
+
+def connect(warehouse: Warehouse | str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """A connection with the views, for evalfarm's own fixed queries (no user SQL runs on it, so it needs not be
+    locked down), without DuckDB's progress bar: a refresh at the end of a run must not draw over the run's output."""
+    con = _warehouse(warehouse).connect(read_only=False)
+    con.execute("SET enable_progress_bar = false")
+    return con
 
 
 # ---- the bootstrap ------------------------------------------------------------------------------------------------
@@ -123,32 +132,30 @@ def refresh_intervals(
     wh = _warehouse(warehouse)
     if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet"):
         wh.init()  # a warehouse from before the correlation_ci table gets its (empty) schema file
-    con = wh.connect()  # no warehouse there: FileNotFoundError, and nothing is created
-    try:
-        cells = con.sql(
-            "SELECT * EXCLUDE (ci_low, ci_high, ci_status) FROM correlations WHERE ci_status <> 'current'"
-        ).to_arrow_table()
-        if cells.num_rows == 0:
-            return 0
-        pairs = con.sql(
-            "SELECT cell_key, intrinsic_value, downstream_value FROM correlation_pairs WHERE cell_key IN "
-            "(SELECT cell_key FROM correlations WHERE ci_status <> 'current') ORDER BY cell_key, model"
-        ).to_arrow_table()
+    con = connect(wh)  # no warehouse there: FileNotFoundError, and nothing is created
+    try:  # one pass over the metrics: the cells without a current interval, with the numbers behind them
+        cells = (
+            con.sql(
+                "SELECT c.* FROM correlation_cells c ANTI JOIN correlation_intervals s "
+                "ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash"
+            )
+            .to_arrow_table()
+            .to_pylist()
+        )
     finally:
         con.close()
-    keys = pairs.column("cell_key").to_numpy(zero_copy_only=False)
-    xs = pairs.column("intrinsic_value").to_numpy()
-    ys = pairs.column("downstream_value").to_numpy()
-    bounds = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1], True]) if len(keys) else np.array([0])
-    groups = {keys[a]: (xs[a:b], ys[a:b]) for a, b in zip(bounds[:-1], bounds[1:], strict=True)}
+    if not cells:
+        return 0
     created = now()
     rows = []
-    for cell in cells.to_pylist():
-        x, y = groups.get(cell["cell_key"], (np.array([]), np.array([])))
+    for cell in cells:
+        x, y = np.array(cell["intrinsic_values"], np.float64), np.array(cell["downstream_values"], np.float64)
         low, high, n_valid = bootstrap_interval(x, y, n_resamples=n_resamples, seed=seed, confidence=confidence)
+        rho = spearman(x, y)
         rows.append(
             {
-                **{k: cell[k] for k in ("cell_key", "inputs_hash", *KEY_COLUMNS, "n_models", "spearman")},
+                **{k: cell[k] for k in ("cell_key", "inputs_hash", *KEY_COLUMNS, "n_models")},
+                "spearman": rho if np.isfinite(rho) else None,
                 "ci_low": low,
                 "ci_high": high,
                 "confidence": confidence,
@@ -225,6 +232,17 @@ def _row_order(r: dict[str, Any]) -> tuple:
     )
 
 
+def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.DuckDBPyConnection) -> list[dict]:
+    """Every row of the ``correlations`` view (one pass over the metrics), for :func:`shape_table`."""
+    if isinstance(warehouse, duckdb.DuckDBPyConnection):
+        return warehouse.sql("SELECT * FROM correlations").to_arrow_table().to_pylist()
+    con = connect(warehouse)
+    try:
+        return fetch_correlations(con)
+    finally:
+        con.close()
+
+
 def correlation_table(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
@@ -235,23 +253,31 @@ def correlation_table(
     """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
     (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
     without ties are always shown. Reads only: call :func:`refresh_intervals` first for current intervals."""
+    _check(level, ties)
+    return shape_table(
+        fetch_correlations(warehouse), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
+    )
+
+
+def _check(level: str, ties: str) -> None:
     if level not in ("word", "sentence"):
         raise ValueError(f"level must be word or sentence, got {level!r}")
     if ties not in (*TIES, "all"):
         raise ValueError(f"ties must be one of {', '.join(TIES)} or all, got {ties!r}")
-    con = _warehouse(warehouse).connect()
-    try:
-        records = (
-            con.sql(
-                "SELECT * FROM correlations WHERE level = $level AND excludes_postprocessed = $excluded "
-                "AND (ties IS NULL OR $ties = 'all' OR ties = $ties)",
-                params={"level": level, "excluded": exclude_postprocessed, "ties": ties},
-            )
-            .to_arrow_table()
-            .to_pylist()
-        )
-    finally:
-        con.close()
+
+
+def shape_table(
+    rows: list[dict[str, Any]], *, level: str, exclude_postprocessed: bool = False, ties: str = "optimistic"
+) -> CorrelationTable:
+    """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`)."""
+    _check(level, ties)
+    records = [
+        dict(r)
+        for r in rows
+        if r["level"] == level
+        and r["excludes_postprocessed"] == exclude_postprocessed
+        and (r["ties"] is None or ties == "all" or r["ties"] == ties)
+    ]
     table = CorrelationTable(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
     if not records:
         table.notes.append(

@@ -27,9 +27,11 @@ from evalfarm.correlations import (
     CorrelationTable,
     caption,
     column_order,
-    correlation_table,
+    connect,
+    fetch_correlations,
     format_cell,
     refresh_intervals,
+    shape_table,
 )
 from evalfarm.warehouse import Warehouse, now
 
@@ -215,9 +217,7 @@ def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
     return evalrank + others
 
 
-def _correlation_section(
-    con: Any, wh: Warehouse, out: Path, figure_task: str | None
-) -> tuple[str, list[CorrelationTable]]:
+def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[str, list[CorrelationTable]]:
     parts = ["<h2 id='correlations'>Intrinsic evaluators against downstream accuracy</h2>"]
     parts.append(
         "<p>Spearman's ρ across the models of a level between each intrinsic evaluator (rows: its primary metric) "
@@ -227,9 +227,10 @@ def _correlation_section(
         "every tie policy and variant.</p>"
     )
     tables: list[CorrelationTable] = []
+    everything = fetch_correlations(con)
     for level in ("sentence", "word"):
         for excluded in (False, True):
-            table = correlation_table(wh, level=level, exclude_postprocessed=excluded)
+            table = shape_table(everything, level=level, exclude_postprocessed=excluded)
             if not table.cells:
                 if not excluded:
                     parts.append(f"<h3>{esc(level)} level</h3><p class='note'>{esc(table.notes[0])}</p>")
@@ -584,7 +585,7 @@ def build_report(
     out = Path(out)
     (out / "img").mkdir(parents=True, exist_ok=True)
     (out / "models").mkdir(exist_ok=True)
-    con = wh.connect()
+    con = connect(wh)
     try:
         models = {r["model"]: r for r in _query(con, "SELECT * FROM models ORDER BY level, model")}
         metrics: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -609,7 +610,7 @@ def build_report(
             failures[r["model"]].append(r)
         link_rows = _query(con, "SELECT word_model, bow_model FROM downstream_link")
         leaderboards = _leaderboard_section(con, models)
-        correlations, _ = _correlation_section(con, wh, out, figure_task)
+        correlations, _ = _correlation_section(con, out, figure_task)
         provenance = _provenance_section(con, models)
     finally:
         con.close()

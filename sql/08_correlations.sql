@@ -63,27 +63,33 @@ CREATE OR REPLACE VIEW correlation_intervals AS
 SELECT *
 FROM read_parquet('{root}/tables/correlation_ci/**/*.parquet', union_by_name = true, hive_partitioning = false);
 
+-- correlation_cells: one row per cell: rho over the average ranks, n_models, and the numbers behind it (models and
+-- both values, in model order) with their fingerprint inputs_hash; what `correlations` shows and the bootstrap reads.
+CREATE OR REPLACE VIEW correlation_cells AS
+SELECT cell_key, level, intrinsic_task, intrinsic_scorer, intrinsic_metric, intrinsic_subset, variant, ties,
+       downstream_task, downstream_variant, excludes_postprocessed,
+       corr(intrinsic_rank, downstream_rank) AS rho, count(*) AS n_models,
+       md5(string_agg(model || '=' || CAST(intrinsic_value AS VARCHAR) || ',' || downstream_model || '='
+                      || CAST(downstream_value AS VARCHAR), ';' ORDER BY model)) AS inputs_hash,
+       list(model ORDER BY model) AS models,
+       list(intrinsic_value ORDER BY model) AS intrinsic_values,
+       list(downstream_value ORDER BY model) AS downstream_values
+FROM correlation_pairs
+GROUP BY ALL;
+
 -- correlations: Spearman's rho per cell, n_models behind it, and the stored bootstrap 95 % interval over models.
 -- inputs_hash fingerprints the cell's (model, intrinsic, downstream) numbers; a stored interval counts only while
 -- its inputs_hash matches: ci_status is 'current', 'stale' (models or numbers changed since: ci_low / ci_high are
 -- null until `evalfarm correlations` or the next run recomputes them) or 'missing'. spearman is null when it says
 -- nothing (fewer than 3 models) or is undefined (every model has the same number on one side).
 -- The paper's Table 3 (word) / 6 (sentence), one SELECT:
---   SELECT intrinsic_task, variant, downstream_task, spearman, n_models FROM correlations
+--   SELECT intrinsic_task, intrinsic_subset, variant, downstream_task, spearman, n_models FROM correlations
 --   WHERE level = 'word' AND NOT excludes_postprocessed AND coalesce(ties, 'optimistic') = 'optimistic'
 -- and Table 11 is the same with excludes_postprocessed.
 CREATE OR REPLACE VIEW correlations AS
-WITH cells AS (
-    SELECT cell_key, level, intrinsic_task, intrinsic_scorer, intrinsic_metric, intrinsic_subset, variant, ties,
-           downstream_task, downstream_variant, excludes_postprocessed,
-           corr(intrinsic_rank, downstream_rank) AS rho, count(*) AS n_models,
-           md5(string_agg(model || '=' || CAST(intrinsic_value AS VARCHAR) || ',' || downstream_model || '='
-                          || CAST(downstream_value AS VARCHAR), ';' ORDER BY model)) AS inputs_hash
-    FROM correlation_pairs
-    GROUP BY ALL
-),
-stored AS (
-    SELECT cell_key, inputs_hash, arg_max_null(ci_low, created_at) AS ci_low, arg_max_null(ci_high, created_at) AS ci_high
+WITH stored AS (
+    SELECT cell_key, inputs_hash, arg_max_null(ci_low, created_at) AS ci_low,
+           arg_max_null(ci_high, created_at) AS ci_high
     FROM correlation_intervals
     GROUP BY cell_key, inputs_hash
 ),
@@ -94,7 +100,7 @@ SELECT c.level, c.intrinsic_task, c.intrinsic_scorer, c.intrinsic_metric, c.intr
        CASE WHEN s.cell_key IS NOT NULL THEN 'current' WHEN k.cell_key IS NOT NULL THEN 'stale' ELSE 'missing' END
            AS ci_status,
        c.inputs_hash, c.cell_key
-FROM cells c
+FROM correlation_cells c
 LEFT JOIN stored s ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash
 LEFT JOIN seen k ON k.cell_key = c.cell_key
 ORDER BY c.level, c.excludes_postprocessed, c.intrinsic_task, c.intrinsic_subset, c.variant, c.ties,
