@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.warehouse import Warehouse, now
+from evalfarm.warehouse import SCHEMAS, Warehouse, now
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
@@ -130,8 +130,10 @@ def refresh_intervals(
     recomputed the hash changes and the view shows the interval as stale (null) until the next refresh.
     """
     wh = _warehouse(warehouse)
-    if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet"):
-        wh.init()  # a warehouse from before the correlation_ci table gets its (empty) schema file
+    schema = f"{wh.base}/tables/correlation_ci/_schema.parquet"
+    if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet") and not wh.exists(schema):
+        # a warehouse from before the correlation_ci table: its empty, typed file, so the views open
+        wh.write_table(SCHEMAS["correlation_ci"].empty_table(), schema)
     con = connect(wh)  # no warehouse there: FileNotFoundError, and nothing is created
     try:  # one pass over the metrics: the cells without a current interval, with the numbers behind them
         cells = (

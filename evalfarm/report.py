@@ -165,7 +165,7 @@ def figure4(pairs: list[dict[str, Any]], task: str, rho: dict[str, float | None]
     models = sorted({p["model"]: p["downstream_rank"] for p in pairs}.items(), key=lambda kv: (kv[1], kv[0]))
     order = {m: i + 1 for i, (m, _) in enumerate(models)}
     n = len(models)
-    fig = _figure(max(6.0, 1.5 + 0.28 * n), 4.6)
+    fig = _figure(min(14.0, max(6.0, 1.5 + 0.28 * n)), 4.6)  # past 40 models: no names, a fixed width
     ax = fig.add_subplot()
     ax.plot([1, n], [1, n], color="#999", linestyle="--", linewidth=1, label=f"{task} itself")
     markers = "osD^v<>Xph*"
