@@ -44,6 +44,7 @@ KEY_COLUMNS = (
     "variant",
     "ties",
     "downstream_task",
+    "downstream_subset",
     "downstream_variant",
     "excludes_postprocessed",
 )
@@ -287,13 +288,18 @@ def shape_table(
             "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's)"
         )
         return table
+    many_dsubsets = len({r["downstream_subset"] for r in records}) > 1
     many_dvariants = len({r["downstream_variant"] for r in records}) > 1
     for r in sorted(records, key=_row_order):
         label = r["intrinsic_task"]
         if r["intrinsic_subset"] != "all":
             label += f" {r['intrinsic_subset']}"
         label += f" ({r['variant']}" + (f", {r['ties']}" if ties == "all" and r["ties"] else "") + ")"
-        column = r["downstream_task"] + (f" ({r['downstream_variant']})" if many_dvariants else "")
+        column = (
+            r["downstream_task"]
+            + (f" {r['downstream_subset']}" if many_dsubsets else "")
+            + (f" ({r['downstream_variant']})" if many_dvariants else "")
+        )
         r["row"], r["column"], r["best"] = label, column, False
         if label not in table.rows:
             table.rows.append(label)

@@ -167,6 +167,7 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("variant", pa.string()),
             ("ties", pa.string()),
             ("downstream_task", pa.string()),
+            ("downstream_subset", pa.string()),
             ("downstream_variant", pa.string()),
             ("excludes_postprocessed", pa.bool_()),
             ("n_models", pa.int64()),

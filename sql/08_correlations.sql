@@ -15,7 +15,7 @@ GROUP BY base;
 -- correlation_pairs: one row per (cell, model): the model's intrinsic number (the primary metric of every scorer
 -- but `downstream`, oriented so that higher is better) next to its downstream accuracy, with their average ranks
 -- among the cell's models (ties share the mean rank, so corr() over the ranks is Spearman's rho). A cell is
--- (level, intrinsic task / scorer / metric / subset / variant / ties, downstream task / variant,
+-- (level, intrinsic task / scorer / metric / subset / variant / ties, downstream task / subset / variant,
 -- excludes_postprocessed); only models that have both numbers (finite) are in it.
 CREATE OR REPLACE VIEW correlation_pairs AS
 WITH intrinsic AS (
@@ -26,12 +26,12 @@ WITH intrinsic AS (
     WHERE m.is_primary AND m.scorer <> 'downstream' AND isfinite(m.value)
 ),
 downstream AS (
-    SELECT model, task, variant, CASE WHEN higher_is_better THEN value ELSE -value END AS value
+    SELECT model, task, subset, variant, CASE WHEN higher_is_better THEN value ELSE -value END AS value
     FROM metrics
     WHERE is_primary AND scorer = 'downstream' AND isfinite(value)
 ),
 linked AS (  -- a sentence model's own downstream numbers; a word model's through its bag of words
-    SELECT mo.model, d.model AS downstream_model, d.task, d.variant, d.value
+    SELECT mo.model, d.model AS downstream_model, d.task, d.subset, d.variant, d.value
     FROM models mo
     LEFT JOIN downstream_link l ON l.word_model = mo.model
     JOIN downstream d ON d.model = CASE WHEN mo.level = 'word' THEN l.bow_model ELSE mo.model END
@@ -39,7 +39,8 @@ linked AS (  -- a sentence model's own downstream numbers; a word model's throug
 pairs AS (
     SELECT i.level, i.task AS intrinsic_task, i.scorer AS intrinsic_scorer, i.metric AS intrinsic_metric,
            i.subset AS intrinsic_subset, i.variant, i.ties, d.task AS downstream_task,
-           d.variant AS downstream_variant, x.excludes_postprocessed, i.model, d.downstream_model,
+           d.subset AS downstream_subset, d.variant AS downstream_variant, x.excludes_postprocessed, i.model,
+           d.downstream_model,
            i.postprocessed, i.value AS intrinsic_value, d.value AS downstream_value
     FROM intrinsic i
     JOIN linked d USING (model)
@@ -49,7 +50,8 @@ pairs AS (
 keyed AS (
     SELECT *,
            md5(concat_ws('|', level, intrinsic_task, intrinsic_scorer, intrinsic_metric, intrinsic_subset, variant,
-                         coalesce(ties, ''), downstream_task, downstream_variant, excludes_postprocessed)) AS cell_key
+                         coalesce(ties, ''), downstream_task, downstream_subset, downstream_variant,
+                         excludes_postprocessed)) AS cell_key
     FROM pairs
 )
 SELECT *,
@@ -67,7 +69,7 @@ FROM read_parquet('{root}/tables/correlation_ci/**/*.parquet', union_by_name = t
 -- both values, in model order) with their fingerprint inputs_hash; what `correlations` shows and the bootstrap reads.
 CREATE OR REPLACE VIEW correlation_cells AS
 SELECT cell_key, level, intrinsic_task, intrinsic_scorer, intrinsic_metric, intrinsic_subset, variant, ties,
-       downstream_task, downstream_variant, excludes_postprocessed,
+       downstream_task, downstream_subset, downstream_variant, excludes_postprocessed,
        corr(intrinsic_rank, downstream_rank) AS rho, count(*) AS n_models,
        md5(string_agg(model || '=' || CAST(intrinsic_value AS VARCHAR) || ',' || downstream_model || '='
                       || CAST(downstream_value AS VARCHAR), ';' ORDER BY model)) AS inputs_hash,
@@ -95,7 +97,7 @@ WITH stored AS (
 ),
 seen AS (SELECT DISTINCT cell_key FROM correlation_intervals)
 SELECT c.level, c.intrinsic_task, c.intrinsic_scorer, c.intrinsic_metric, c.intrinsic_subset, c.variant, c.ties,
-       c.downstream_task, c.downstream_variant, c.excludes_postprocessed,
+       c.downstream_task, c.downstream_subset, c.downstream_variant, c.excludes_postprocessed,
        CASE WHEN c.n_models >= 3 AND isfinite(c.rho) THEN c.rho END AS spearman, c.n_models, s.ci_low, s.ci_high,
        CASE WHEN s.cell_key IS NOT NULL THEN 'current' WHEN k.cell_key IS NOT NULL THEN 'stale' ELSE 'missing' END
            AS ci_status,
@@ -104,4 +106,4 @@ FROM correlation_cells c
 LEFT JOIN stored s ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash
 LEFT JOIN seen k ON k.cell_key = c.cell_key
 ORDER BY c.level, c.excludes_postprocessed, c.intrinsic_task, c.intrinsic_subset, c.variant, c.ties,
-         c.downstream_task, c.downstream_variant;
+         c.downstream_task, c.downstream_subset, c.downstream_variant;

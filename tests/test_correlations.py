@@ -442,3 +442,30 @@ def test_a_warehouse_from_before_the_interval_table_gets_it_on_refresh(sentence_
         sentence_wh.query("SELECT 1")
     assert refresh_intervals(sentence_wh, n_resamples=100) > 0
     assert schema.exists() and cells(sentence_wh, "ci_status <> 'current'") == []
+
+
+def test_each_downstream_subset_and_variant_is_a_column_of_its_own(sentence_wh):
+    """A downstream scorer that marks several subsets (or variants) primary never puts a model twice in a cell."""
+    dev, test = [0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]
+    for i in range(5):
+        m, created = f"s{i + 1}", now()
+        rows = [
+            {"run_id": "hand", "model": m, "task": "cr", "scorer": "downstream", "subset": subset, "variant": variant,
+             "ties": None, "metric": "accuracy", "value": value, "is_primary": True, "higher_is_better": True,
+             "fingerprint": f"cr-{m}", "created_at": created}
+            for subset, variant, value in [("dev", "logreg", dev[i]), ("test", "logreg", test[i]),
+                                           ("test", "mlp", dev[i])]
+        ]  # fmt: skip
+        sentence_wh.write("metrics", rows, sentence_wh.unit_path("metrics", m, "cr", f"cr-{m}"))
+    got = {
+        (c["downstream_subset"], c["downstream_variant"]): (c["n_models"], c["spearman"])
+        for c in cells(sentence_wh, "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed")
+    }
+    assert got == {
+        ("all", "logreg"): (5, pytest.approx(0.9)),
+        ("dev", "logreg"): (5, pytest.approx(1.0)),
+        ("test", "logreg"): (5, pytest.approx(-1.0)),
+        ("test", "mlp"): (5, pytest.approx(1.0)),
+    }
+    table = correlation_table(sentence_wh, level="sentence")
+    assert table.columns == ["mr all (logreg)", "cr dev (logreg)", "cr test (logreg)", "cr test (mlp)"]
