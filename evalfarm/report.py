@@ -162,7 +162,8 @@ def figure4(pairs: list[dict[str, Any]], task: str, rho: dict[str, float | None]
     by_row: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for p in pairs:
         by_row[p["row"]].append(p)
-    models = sorted({p["model"]: p["downstream_rank"] for p in pairs}.items(), key=lambda kv: (kv[1], kv[0]))
+    # x: the models by their accuracy on the task (the same for every evaluator); y: ranks within each cell
+    models = sorted({p["model"]: p["downstream_value"] for p in pairs}.items(), key=lambda kv: (kv[1], kv[0]))
     order = {m: i + 1 for i, (m, _) in enumerate(models)}
     n = len(models)
     fig = _figure(min(14.0, max(6.0, 1.5 + 0.28 * n)), 4.6)  # past 40 models: no names, a fixed width
@@ -262,7 +263,7 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
         row_of = {recs[(row, column)]["cell_key"]: row for row in rows if (row, column) in recs}
         pairs = _query(
             con,
-            "SELECT cell_key, model, intrinsic_rank, downstream_rank FROM correlation_pairs "
+            "SELECT cell_key, model, intrinsic_rank, downstream_value FROM correlation_pairs "
             "WHERE list_contains($keys, cell_key) ORDER BY model",
             {"keys": keys},
         )
