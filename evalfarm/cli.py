@@ -282,8 +282,10 @@ def correlations(
     refresh: Annotated[
         bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
     ] = True,
-    resamples: Annotated[int, typer.Option(min=100, help="bootstrap resamples per cell")] = 1000,
-    seed: Annotated[int, typer.Option(help="bootstrap seed")] = 0,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
+    ] = 1000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")] = 0,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
     from evalfarm.correlations import caption, correlation_table, format_cell, refresh_intervals
