@@ -252,6 +252,110 @@ def sql(
     print_rows(table.column_names, table.to_pylist(), format)
 
 
+class Level(StrEnum):
+    sentence = "sentence"
+    word = "word"
+
+
+class TiesChoice(StrEnum):
+    optimistic = "optimistic"
+    pessimistic = "pessimistic"
+    realistic = "realistic"
+    all = "all"
+
+
+@app.command()
+def correlations(
+    level: Annotated[Level, typer.Option(help="which models: sentence, or word (downstream through their BoW)")] = (
+        Level.sentence
+    ),
+    warehouse: Annotated[str, typer.Option(help="warehouse: a directory or a pyarrow URI, as `run` takes it")] = (
+        "warehouse"
+    ),
+    format: Annotated[
+        Format, typer.Option("--format", "-f", help="table: the paper's shape; csv / json: one row per cell")
+    ] = Format.table,
+    exclude_postprocessed: Annotated[
+        bool,
+        typer.Option("--exclude-postprocessed", help="leave out post-processed models and BoW over them (Table 11)"),
+    ] = False,
+    ties: Annotated[
+        TiesChoice, typer.Option(help="EvalRank tie policy shown (optimistic: the paper's), or all")
+    ] = TiesChoice.optimistic,
+    intervals: Annotated[bool, typer.Option("--intervals", help="table: show the 95 % bootstrap interval")] = False,
+    refresh: Annotated[
+        bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
+    ] = True,
+    resamples: Annotated[
+        int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
+    ] = 1000,
+    seed: Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")] = 0,
+) -> None:
+    """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    from evalfarm.correlations import caption, correlation_table, format_cell, refresh_intervals
+
+    try:
+        if refresh:
+            try:
+                refresh_intervals(warehouse, n_resamples=resamples, seed=seed)
+            except FileNotFoundError:
+                raise
+            except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
+                console.print(f"[yellow]intervals not refreshed[/] ({exc}); showing the stored ones", markup=True)
+        table = correlation_table(
+            warehouse, level=level.value, exclude_postprocessed=exclude_postprocessed, ties=ties.value
+        )
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+        return
+    if format is not Format.table:
+        first = table.records[0] if table.records else {}
+        columns = ["row", "column", "best", *[c for c in first if c not in ("row", "column", "best")]]
+        print_rows(columns, table.records, format)
+        for note in table.notes:
+            console.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+        return
+    t = Table(show_lines=False)
+    t.add_column("intrinsic evaluator")
+    for c in table.columns:
+        t.add_column(c, justify="right")
+    t.add_column("n", justify="right")
+    for row in table.rows:
+        cells = [table.cells.get((row, c)) for c in table.columns]
+        texts = [format_cell(cell, intervals=intervals) for cell in cells]
+        styled = [f"[bold]{x}[/]" if c is not None and c.best else x for x, c in zip(texts, cells, strict=True)]
+        t.add_row(row, *styled, table.row_n(row))
+    if table.rows:
+        out.print(caption(table), markup=False, highlight=False, soft_wrap=True)
+        out.print(t)
+    for note in table.notes:
+        out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+@app.command()
+def report(
+    out_dir: Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")],
+    warehouse: Annotated[str, typer.Option(help="warehouse: a directory or a pyarrow URI, as `run` takes it")] = (
+        "warehouse"
+    ),
+    figure_task: Annotated[
+        str | None, typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: sst2)")
+    ] = None,
+    hardest: Annotated[
+        int, typer.Option(min=0, help="hardest EvalRank pairs listed per model, task and variant")
+    ] = 10,
+) -> None:
+    """Write a static HTML report (no server, no network): leaderboards, correlations, per-model pages, provenance."""
+    from evalfarm.report import build_report
+
+    try:
+        index = build_report(warehouse, out_dir, figure_task=figure_task, hardest=hardest)
+    except FileNotFoundError as exc:
+        _fail(str(exc))
+        return
+    console.print(f"report: {index}")
+
+
 @catalog_app.command("list")
 def catalog_list(
     catalog: Annotated[str, typer.Option(help="catalog name or path")] = "zoo-starter",

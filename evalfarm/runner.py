@@ -10,6 +10,7 @@ cost-weighted ETA) is tracked here and handed to ``on_event`` with every event, 
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import sys
 import time
@@ -204,7 +205,25 @@ def run_catalog(
         c = summary.counts()
         status = "interrupted" if len(summary.outcomes) < n_units else ("ok" if c["failed"] == 0 else "failed")
         wh.write_run_event(run_id, "end", status=status, n_failed=c["failed"], n_skipped=c["skipped"], **common)
+    if summary.counts()["done"]:
+        refresh_correlations(wh)
     return summary
+
+
+def refresh_correlations(wh: Warehouse) -> None:
+    """Bring the stored bootstrap intervals of the ``correlations`` view up to date after a run that computed
+    something. Never fails the run: the view's correlations are always current, only their intervals would wait for
+    ``evalfarm correlations``."""
+    try:
+        from evalfarm.correlations import refresh_intervals
+
+        refresh_intervals(wh)
+    except Exception as exc:
+        logging.getLogger(__name__).warning(
+            "correlation intervals not refreshed (%s: %s); `evalfarm correlations` recomputes them",
+            type(exc).__name__,
+            exc,
+        )
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:

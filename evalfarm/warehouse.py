@@ -10,6 +10,7 @@ Layout (private; the SQL views are the public interface)::
     <root>/tables/<table>/_schema.parquet                                 (empty, typed: views work on day one)
 
     <root>/tables/units/<run_id>/<uuid>.parquet                           (per-unit timings and attempts)
+    <root>/tables/correlation_ci/<hash>.parquet                           (bootstrap intervals of correlations)
 
 The root is a local path or any pyarrow filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray
 cluster it must be storage every node sees. Every file appears atomically: on a local (or NFS) filesystem it is
@@ -166,6 +167,34 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("attempts", pa.int64()),
             ("error", pa.string()),
             ("fingerprint", pa.string()),
+        ]
+    ),
+    # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/correlations.py
+    # writes them; the view shows a row only while `inputs_hash` still matches the cell's current numbers)
+    "correlation_ci": pa.schema(
+        [
+            ("cell_key", pa.string()),
+            ("inputs_hash", pa.string()),
+            ("level", pa.string()),
+            ("intrinsic_task", pa.string()),
+            ("intrinsic_scorer", pa.string()),
+            ("intrinsic_metric", pa.string()),
+            ("intrinsic_subset", pa.string()),
+            ("variant", pa.string()),
+            ("ties", pa.string()),
+            ("downstream_task", pa.string()),
+            ("downstream_subset", pa.string()),
+            ("downstream_variant", pa.string()),
+            ("excludes_postprocessed", pa.bool_()),
+            ("n_models", pa.int64()),
+            ("spearman", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("confidence", pa.float64()),
+            ("n_resamples", pa.int64()),
+            ("n_valid", pa.int64()),
+            ("seed", pa.int64()),
+            ("created_at", _TS),
         ]
     ),
 }

@@ -1,0 +1,366 @@
+"""Intrinsic evaluators against downstream accuracy across a zoo: the EvalRank paper's Tables 3, 6 and 11.
+
+Spearman's rho lives in SQL (``sql/08_correlations.sql``: the ``correlations`` view, always current). What SQL
+cannot do cheaply is the bootstrap: :func:`refresh_intervals` resamples the models of every cell whose stored
+interval is missing or stale (seeded, 1,000 resamples by default) and writes the intervals into the warehouse
+(``tables/correlation_ci``), keyed by the cell and a hash of the numbers behind it, so the view shows an interval
+only while it still belongs to those numbers. The runner calls it at the end of a run; ``evalfarm correlations``
+calls it before printing. :func:`correlation_table` shapes the view as the paper does (intrinsic evaluators as rows,
+downstream tasks as columns); the CLI and the report both render it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import duckdb
+import numpy as np
+
+from evalfarm.warehouse import SCHEMAS, Warehouse, now
+
+DEFAULT_RESAMPLES = 1000
+DEFAULT_SEED = 0
+CONFIDENCE = 0.95
+MIN_MODELS = 5
+"""Below this many models a cell's rank correlation is mostly chance: the table says so."""
+MIN_MODELS_FOR_INTERVAL = 4
+"""With fewer models most resamples repeat one or two models and the interval is not worth computing."""
+WIDE_INTERVAL = 1.0
+"""A median interval this wide (half of [-1, 1]) means the zoo cannot tell the evaluators apart: the table says so."""
+BEST_TOLERANCE = 1e-9
+TIES = ("optimistic", "pessimistic", "realistic")
+PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
+"""The paper's column order; other downstream tasks follow alphabetically."""
+SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
+KEY_COLUMNS = (
+    "level",
+    "intrinsic_task",
+    "intrinsic_scorer",
+    "intrinsic_metric",
+    "intrinsic_subset",
+    "variant",
+    "ties",
+    "downstream_task",
+    "downstream_subset",
+    "downstream_variant",
+    "excludes_postprocessed",
+)
+
+
+def _warehouse(warehouse: Warehouse | str | os.PathLike[str]) -> Warehouse:
+    return warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+
+
+def connect(warehouse: Warehouse | str | os.PathLike[str]) -> duckdb.DuckDBPyConnection:
+    """A connection with the views, for evalfarm's own fixed queries (no user SQL runs on it, so it needs not be
+    locked down), without DuckDB's progress bar: a refresh at the end of a run must not draw over the run's output."""
+    con = _warehouse(warehouse).connect(read_only=False)
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+# ---- the bootstrap ------------------------------------------------------------------------------------------------
+def _average_ranks(a: np.ndarray) -> np.ndarray:
+    from scipy.stats import rankdata
+
+    return rankdata(a, method="average", axis=-1)
+
+
+def spearman(x: np.ndarray, y: np.ndarray) -> float:
+    """Spearman's rho (Pearson's r of average ranks), NaN with fewer than 3 values or a constant side: what the
+    view computes, in numpy (the bootstrap's statistic)."""
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    if len(x) < 3:
+        return float("nan")
+    return float(_row_pearson(_average_ranks(x)[None], _average_ranks(y)[None])[0])
+
+
+def _row_pearson(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Pearson's r of each row pair of two (resamples, n) matrices; NaN where a row is constant."""
+    a = a - a.mean(axis=1, keepdims=True)
+    b = b - b.mean(axis=1, keepdims=True)
+    den = np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, (a * b).sum(axis=1) / np.where(den > 0, den, 1.0), np.nan)
+
+
+def bootstrap_interval(
+    x: np.ndarray,
+    y: np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> tuple[float | None, float | None, int]:
+    """Percentile bootstrap interval of Spearman's rho over models: ``(low, high, n_valid)``.
+
+    Each resample draws n models with replacement (a model drawn twice ties with itself) and recomputes rho from
+    its own ranks. Resamples where one side is constant have no rho and are dropped; ``n_valid`` counts the rest.
+    With fewer than :data:`MIN_MODELS_FOR_INTERVAL` models, or fewer than half the resamples valid, there is no
+    interval (None, None). Seeded: the same numbers give the same interval.
+    """
+    x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
+    n = len(x)
+    if n < MIN_MODELS_FOR_INTERVAL:
+        return None, None, 0
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_resamples, n))
+    rho = _row_pearson(_average_ranks(x[idx]), _average_ranks(y[idx]))
+    valid = rho[np.isfinite(rho)]
+    if len(valid) < n_resamples / 2:
+        return None, None, int(len(valid))
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(valid, [tail, 100 - tail])
+    return float(low), float(high), int(len(valid))
+
+
+def refresh_intervals(
+    warehouse: Warehouse | str | os.PathLike[str],
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> int:
+    """Compute and store the bootstrap interval of every cell of ``correlations`` whose interval is missing or stale
+    (its models or numbers changed); returns how many cells were computed (0: all current, nothing written).
+
+    The cells and their models' numbers are read through the view, so an interval is always of exactly the pairs
+    Spearman's rho is computed from, and it is stored with the cell's ``inputs_hash``: when a model is added or
+    recomputed the hash changes and the view shows the interval as stale (null) until the next refresh.
+    """
+    wh = _warehouse(warehouse)
+    schema = f"{wh.base}/tables/correlation_ci/_schema.parquet"
+    if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet") and not wh.exists(schema):
+        # a warehouse from before the correlation_ci table: its empty, typed file, so the views open
+        wh.write_table(SCHEMAS["correlation_ci"].empty_table(), schema)
+    con = connect(wh)  # no warehouse there: FileNotFoundError, and nothing is created
+    try:  # one pass over the metrics: the cells without a current interval, with the numbers behind them
+        cells = (
+            con.sql(
+                "SELECT c.* FROM correlation_cells c ANTI JOIN correlation_intervals s "
+                "ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash"
+            )
+            .to_arrow_table()
+            .to_pylist()
+        )
+    finally:
+        con.close()
+    if not cells:
+        return 0
+    created = now()
+    rows = []
+    for cell in cells:
+        x, y = np.array(cell["intrinsic_values"], np.float64), np.array(cell["downstream_values"], np.float64)
+        low, high, n_valid = bootstrap_interval(x, y, n_resamples=n_resamples, seed=seed, confidence=confidence)
+        rho = spearman(x, y)
+        rows.append(
+            {
+                **{k: cell[k] for k in ("cell_key", "inputs_hash", *KEY_COLUMNS, "n_models")},
+                "spearman": rho if np.isfinite(rho) else None,
+                "ci_low": low,
+                "ci_high": high,
+                "confidence": confidence,
+                "n_resamples": n_resamples,
+                "n_valid": n_valid,
+                "seed": seed,
+                "created_at": created,
+            }
+        )
+    rows.sort(key=lambda r: r["cell_key"])
+    digest = hashlib.sha256(
+        f"{n_resamples}:{seed}:{confidence}:".encode()
+        + "".join(f"{r['cell_key']}={r['inputs_hash']};" for r in rows).encode()
+    ).hexdigest()[:24]
+    wh.write("correlation_ci", rows, f"{wh.base}/tables/correlation_ci/{digest}.parquet")
+    return len(rows)
+
+
+# ---- the paper-shaped table ---------------------------------------------------------------------------------------
+@dataclass
+class Cell:
+    spearman: float | None
+    n_models: int
+    ci_low: float | None
+    ci_high: float | None
+    ci_status: str
+    best: bool = False
+
+
+@dataclass
+class CorrelationTable:
+    """The correlations of one level in the paper's shape: ``rows`` (intrinsic evaluators) x ``columns`` (downstream
+    tasks); ``cells[(row, column)]``; ``records``: the view's rows behind it, each with its row / column label and
+    ``best``; ``notes``: what a reader must know (too few models, wide intervals, no data)."""
+
+    level: str
+    exclude_postprocessed: bool
+    ties: str
+    rows: list[str] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
+    records: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def n_models(self) -> tuple[int, int]:
+        """(fewest, most) models behind a cell; (0, 0) for an empty table."""
+        ns = [c.n_models for c in self.cells.values()]
+        return (min(ns), max(ns)) if ns else (0, 0)
+
+    @property
+    def meaningful(self) -> bool:
+        return bool(self.cells) and not any(n.startswith("meaningless") for n in self.notes)
+
+    def row_n(self, row: str) -> str:
+        ns = sorted({c.n_models for (r, _), c in self.cells.items() if r == row})
+        return str(ns[0]) if len(ns) == 1 else f"{ns[0]}-{ns[-1]}" if ns else ""
+
+
+def column_order(name: str) -> tuple[int, str]:
+    task = name.split(" ", 1)[0]
+    return (PAPER_DOWNSTREAM.index(task) if task in PAPER_DOWNSTREAM else len(PAPER_DOWNSTREAM), name)
+
+
+def _row_order(r: dict[str, Any]) -> tuple:
+    scorer = r["intrinsic_scorer"]
+    return (
+        SCORER_ORDER.index(scorer) if scorer in SCORER_ORDER else len(SCORER_ORDER),
+        scorer,
+        r["intrinsic_task"],
+        r["intrinsic_subset"],
+        r["variant"],
+        TIES.index(r["ties"]) if r["ties"] in TIES else -1,
+    )
+
+
+def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.DuckDBPyConnection) -> list[dict]:
+    """Every row of the ``correlations`` view (one pass over the metrics), for :func:`shape_table`."""
+    if isinstance(warehouse, duckdb.DuckDBPyConnection):
+        return warehouse.sql("SELECT * FROM correlations").to_arrow_table().to_pylist()
+    con = connect(warehouse)
+    try:
+        return fetch_correlations(con)
+    finally:
+        con.close()
+
+
+def correlation_table(
+    warehouse: Warehouse | str | os.PathLike[str],
+    *,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+) -> CorrelationTable:
+    """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
+    (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
+    without ties are always shown. Reads only: call :func:`refresh_intervals` first for current intervals."""
+    _check(level, ties)
+    return shape_table(
+        fetch_correlations(warehouse), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
+    )
+
+
+def _check(level: str, ties: str) -> None:
+    if level not in ("word", "sentence"):
+        raise ValueError(f"level must be word or sentence, got {level!r}")
+    if ties not in (*TIES, "all"):
+        raise ValueError(f"ties must be one of {', '.join(TIES)} or all, got {ties!r}")
+
+
+def shape_table(
+    rows: list[dict[str, Any]], *, level: str, exclude_postprocessed: bool = False, ties: str = "optimistic"
+) -> CorrelationTable:
+    """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`)."""
+    _check(level, ties)
+    records = [
+        dict(r)
+        for r in rows
+        if r["level"] == level
+        and r["excludes_postprocessed"] == exclude_postprocessed
+        and (r["ties"] is None or ties == "all" or r["ties"] == ties)
+    ]
+    table = CorrelationTable(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
+    if not records:
+        table.notes.append(
+            f"no correlations for level {level}: they need downstream accuracies (scorer `downstream`) and "
+            "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's)"
+        )
+        return table
+    many_dsubsets = len({r["downstream_subset"] for r in records}) > 1
+    many_dvariants = len({r["downstream_variant"] for r in records}) > 1
+    for r in sorted(records, key=_row_order):
+        label = r["intrinsic_task"]
+        if r["intrinsic_subset"] != "all":
+            label += f" {r['intrinsic_subset']}"
+        label += f" ({r['variant']}" + (f", {r['ties']}" if ties == "all" and r["ties"] else "") + ")"
+        column = (
+            r["downstream_task"]
+            + (f" {r['downstream_subset']}" if many_dsubsets else "")
+            + (f" ({r['downstream_variant']})" if many_dvariants else "")
+        )
+        r["row"], r["column"], r["best"] = label, column, False
+        if label not in table.rows:
+            table.rows.append(label)
+        table.cells[(label, column)] = Cell(r["spearman"], r["n_models"], r["ci_low"], r["ci_high"], r["ci_status"])
+    table.columns = sorted({r["column"] for r in records}, key=column_order)
+    for column in table.columns:
+        column_cells = [c for (_, col), c in table.cells.items() if col == column and c.spearman is not None]
+        top = max((c.spearman for c in column_cells), default=None)
+        for c in column_cells:  # ties for best within float noise (corr of ranks: 1 - 2e-16) are all marked
+            c.best = top is not None and c.spearman >= top - BEST_TOLERANCE
+    for r in records:
+        r["best"] = table.cells[(r["row"], r["column"])].best
+    table.records = records
+    _add_notes(table)
+    return table
+
+
+def _add_notes(table: CorrelationTable) -> None:
+    low, high = table.n_models
+    widths = [c.ci_high - c.ci_low for c in table.cells.values() if c.ci_low is not None and c.ci_high is not None]
+    median_width = float(np.median(widths)) if widths else None
+    if high < MIN_MODELS:
+        table.notes.append(
+            f"meaningless: at most {high} models have both numbers (fewer than {MIN_MODELS}); a rank correlation "
+            "over so few models is mostly chance. Evaluate more models of this level on the downstream tasks"
+        )
+    elif median_width is not None and median_width >= WIDE_INTERVAL:
+        table.notes.append(
+            f"meaningless: the median 95 % bootstrap interval is {median_width:.2f} wide (of the 2 from -1 to 1): "
+            f"{high} models cannot tell these evaluators apart. Evaluate more models"
+        )
+    elif low < MIN_MODELS:
+        table.notes.append(f"some cells rest on fewer than {MIN_MODELS} models (n = {low}): read those with care")
+    if median_width is not None and not any(n.startswith("meaningless: the median") for n in table.notes):
+        table.notes.append(f"median width of the 95 % bootstrap intervals: {median_width:.2f}")
+    pending = sum(c.ci_status != "current" for c in table.cells.values())
+    if pending:
+        table.notes.append(
+            f"{pending} cells have no current interval (models changed since): `evalfarm correlations` recomputes them"
+        )
+
+
+def format_cell(cell: Cell | None, *, intervals: bool = False) -> str:
+    """A cell as the table prints it: rho to 2 decimals, ``*`` on the best of its column, ``-`` when undefined."""
+    if cell is None:
+        return ""
+    text = "-" if cell.spearman is None else f"{cell.spearman:.2f}"
+    if cell.best:
+        text += "*"
+    if intervals and cell.ci_low is not None and cell.ci_high is not None:
+        text += f" [{cell.ci_low:.2f}, {cell.ci_high:.2f}]"
+    return text
+
+
+def caption(table: CorrelationTable) -> str:
+    """One line that says what the table is."""
+    low, high = table.n_models
+    n = f"{low}" if low == high else f"{low}-{high}"
+    which = "excluding post-processed models" if table.exclude_postprocessed else "all models"
+    ties = "" if table.ties == "all" else f", EvalRank ties {table.ties}"
+    return (
+        f"Spearman's rho between intrinsic evaluators (rows) and downstream accuracy (columns), {table.level} "
+        f"level, {which}{ties}; n = {n} models per cell; * = best of its column"
+    )

@@ -1,0 +1,666 @@
+"""A static HTML report of a warehouse: files only, no server, no network, no script.
+
+``build_report(warehouse, out)`` writes ``out/index.html`` (leaderboards per task, the intrinsic-vs-downstream
+correlation tables with heatmaps, the paper's Figure 4, run provenance and failures), ``out/models/<id>.html`` (one
+page per model: every metric, its hardest EvalRank pairs with their texts, its provenance) and the PNG figures
+under ``out/img/`` (matplotlib, Agg: no display needed). Every string that comes from the warehouse (model ids,
+texts, errors, paths) is HTML-escaped, and each page carries a Content-Security-Policy that forbids scripts and any
+load but its own files, so a hostile text in a pool can neither run nor fetch anything.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import json
+import os
+import re
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+from evalfarm.correlations import (
+    PAPER_DOWNSTREAM,
+    SCORER_ORDER,
+    CorrelationTable,
+    caption,
+    column_order,
+    connect,
+    fetch_correlations,
+    format_cell,
+    refresh_intervals,
+    shape_table,
+)
+from evalfarm.warehouse import Warehouse, now
+
+TIES_ORDER = ("optimistic", "pessimistic", "realistic")
+FIGURE_EVALUATORS = 6
+"""Figure 4 shows every EvalRank row and, of the other evaluators, the best and worst correlated up to this many."""
+
+_CSP = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'"
+_STYLE = """
+body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 72rem; color: #222; line-height: 1.4 }
+h1, h2, h3 { font-weight: 600 } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2rem; margin-top: 2rem }
+table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .88rem }
+th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: left; vertical-align: top }
+th { background: #f3f3f3 } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap }
+td.best { font-weight: 700; background: #eef6ee } .note { color: #8a4b00 } small, .muted { color: #666 }
+pre { background: #f7f7f7; padding: .6rem; overflow-x: auto; font-size: .8rem; max-height: 30rem }
+img { max-width: 100%; height: auto; border: 1px solid #eee } nav a { margin-right: .8rem }
+details { margin: .3rem 0 } summary { cursor: pointer }
+"""
+
+
+def esc(value: Any) -> str:
+    """HTML-escaped text of any value (quotes too: safe in attributes); None is empty."""
+    return "" if value is None else html.escape(str(value), quote=True)
+
+
+def model_slug(model: str) -> str:
+    """A file name for a model's page: the id itself when it is a plain name, else a sanitised id plus a hash of
+    the original (two ids never share a page, and no id can reach outside ``models/``)."""
+    if re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]{0,100}", model):
+        return model
+    clean = re.sub(r"[^A-Za-z0-9._-]+", "_", model)[:60].strip("._") or "model"
+    return f"{clean}-{hashlib.sha256(model.encode()).hexdigest()[:12]}"
+
+
+def _href(model: str, prefix: str = "models/") -> str:
+    return esc(prefix + quote(model_slug(model)) + ".html")
+
+
+def _num(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        if value != value:  # NaN
+            return "nan"
+        return f"{value:.{digits}f}" if abs(value) < 1e5 else f"{value:.4g}"
+    return esc(value)
+
+
+def _page(title: str, body: str) -> str:
+    return (
+        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
+        f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
+        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
+        "<link rel='icon' href='data:,'>"
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+    )
+
+
+def _table(
+    headers: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = "", numeric: Sequence[bool] | None = None
+) -> str:
+    """An HTML table of already-escaped cell HTML (callers escape data with :func:`esc` / :func:`_num`)."""
+    numeric = numeric or [False] * len(headers)
+    head = "".join(f"<th>{h}</th>" for h in headers)
+    body = []
+    for row in rows:
+        cells = []
+        for i, cell in enumerate(row):
+            cells.append(cell if cell.startswith("<td") else f"<td{' class=num' if numeric[i] else ''}>{cell}</td>")
+        body.append("<tr>" + "".join(cells) + "</tr>")
+    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+def _query(con: Any, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    relation = con.sql(sql, params=params) if params else con.sql(sql)
+    return relation.to_arrow_table().to_pylist()
+
+
+# ---- figures ------------------------------------------------------------------------------------------------------
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure  # the object API: no pyplot state, no display backend
+
+    return Figure(figsize=(width, height), dpi=110, layout="constrained")
+
+
+def heatmap(table: CorrelationTable, path: Path) -> Path:
+    """The correlation table as a heatmap (rho in [-1, 1], red negative, blue positive; best per column boxed)."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+
+    rows, cols = table.rows, table.columns
+    values = np.full((len(rows), len(cols)), np.nan)
+    for (r, c), cell in table.cells.items():
+        if cell.spearman is not None:
+            values[rows.index(r), cols.index(c)] = cell.spearman
+    fig = _figure(max(5.0, 1.0 + 0.75 * len(cols) + 0.09 * max(map(len, rows))), max(2.5, 0.9 + 0.38 * len(rows)))
+    ax = fig.add_subplot()
+    import matplotlib
+
+    cmap = matplotlib.colormaps["RdBu"].with_extremes(bad="#dddddd")
+    im = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, vmin=-1, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(cols)), labels=cols, rotation=45, ha="right")
+    ax.set_yticks(range(len(rows)), labels=rows)
+    for (r, c), cell in table.cells.items():
+        i, j = rows.index(r), cols.index(c)
+        text = "–" if cell.spearman is None else f"{cell.spearman:.2f}"
+        dark = cell.spearman is not None and abs(cell.spearman) > 0.6
+        ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black",
+                fontweight="bold" if cell.best else "normal")  # fmt: skip
+        if cell.best:
+            ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+    fig.colorbar(im, ax=ax, label="Spearman's ρ", shrink=0.8)
+    low, high = table.n_models
+    ax.set_title(f"{table.level} level, n = {low if low == high else f'{low}–{high}'} models", fontsize=10)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def figure4(pairs: list[dict[str, Any]], task: str, rho: dict[str, float | None], path: Path) -> Path:
+    """The paper's Figure 4: models ordered by accuracy on ``task`` (x), their rank under each evaluator (y, dots).
+
+    ``pairs``: rows of ``correlation_pairs`` for that task (one evaluator per ``row`` label). An evaluator that
+    agrees with the task puts its dots on the diagonal.
+    """
+    import numpy as np
+
+    by_row: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for p in pairs:
+        by_row[p["row"]].append(p)
+    # x: the models by their accuracy on the task (the same for every evaluator); y: ranks within each cell
+    models = sorted({p["model"]: p["downstream_value"] for p in pairs}.items(), key=lambda kv: (kv[1], kv[0]))
+    order = {m: i + 1 for i, (m, _) in enumerate(models)}
+    n = len(models)
+    fig = _figure(min(14.0, max(6.0, 1.5 + 0.28 * n)), 4.6)  # past 40 models: no names, a fixed width
+    ax = fig.add_subplot()
+    ax.plot([1, n], [1, n], color="#999", linestyle="--", linewidth=1, label=f"{task} itself")
+    markers = "osD^v<>Xph*"
+    spread = 0.35
+    for k, (row, ps) in enumerate(by_row.items()):
+        offset = (k - (len(by_row) - 1) / 2) * (spread / max(1, len(by_row) - 1)) if len(by_row) > 1 else 0.0
+        xs = np.array([order[p["model"]] for p in ps], dtype=float) + offset
+        ys = [p["intrinsic_rank"] for p in ps]
+        r = rho.get(row)
+        label = f"{row}  ρ = {r:.2f}" if r is not None else f"{row}  ρ = –"
+        ax.scatter(xs, ys, s=22, marker=markers[k % len(markers)], label=label, alpha=0.85)
+    ax.set_xlabel(f"models ordered by {task} accuracy (1 = lowest)")
+    ax.set_ylabel("position under the evaluator (1 = lowest)")
+    if n <= 40:
+        ax.set_xticks(range(1, n + 1), labels=[m for m, _ in models], rotation=90, fontsize=7)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlim(0.4, n + 0.6)
+    ax.set_ylim(0.4, n + 0.6)
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+# ---- the report ---------------------------------------------------------------------------------------------------
+def _pick_figure_task(tables: list[CorrelationTable], wanted: str | None) -> str | None:
+    tasks = {c.split(" ", 1)[0] for t in tables for c in t.columns}
+    if wanted:
+        return wanted if wanted in tasks else None
+    for t in ("sst2", *PAPER_DOWNSTREAM):
+        if t in tasks:
+            return t
+    return min(tasks) if tasks else None
+
+
+def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
+    """EvalRank rows, then the best and worst correlated other evaluators (up to FIGURE_EVALUATORS in all)."""
+    scorer = {r["row"]: r["intrinsic_scorer"] for r in table.records}
+    present = [r for r in table.rows if (r, column) in table.cells]
+    evalrank = [r for r in present if scorer[r] == "evalrank"]
+    others = sorted(
+        (r for r in present if r not in evalrank),
+        key=lambda r: -2.0 if table.cells[(r, column)].spearman is None else -table.cells[(r, column)].spearman,
+    )
+    room = max(0, FIGURE_EVALUATORS - len(evalrank))
+    if len(others) > room:
+        others = others[: (room + 1) // 2] + (others[-(room // 2) :] if room // 2 else [])
+    return evalrank + others
+
+
+def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[str, list[CorrelationTable]]:
+    parts = ["<h2 id='correlations'>Intrinsic evaluators against downstream accuracy</h2>"]
+    parts.append(
+        "<p>Spearman's ρ across the models of a level between each intrinsic evaluator (rows: its primary metric) "
+        "and each downstream task's accuracy (columns); a word model's downstream accuracy is its bag-of-words "
+        "model's. Bold and boxed: the best of its column. <small>[low, high]</small>: the 95 % bootstrap interval "
+        "over models. EvalRank rows use optimistic ties (the paper's). The view <code>correlations</code> holds "
+        "every tie policy and variant.</p>"
+    )
+    tables: list[CorrelationTable] = []
+    everything = fetch_correlations(con)
+    for level in ("sentence", "word"):
+        for excluded in (False, True):
+            table = shape_table(everything, level=level, exclude_postprocessed=excluded)
+            if not table.cells:
+                if not excluded:
+                    parts.append(f"<h3>{esc(level)} level</h3><p class='note'>{esc(table.notes[0])}</p>")
+                continue
+            if excluded and table.cells.keys() == tables[-1].cells.keys() and _same_n(table, tables[-1]):
+                continue  # no post-processed model at this level: the same table again says nothing
+            tables.append(table)
+            name = f"heatmap-{level}{'-no-postprocessed' if excluded else ''}.png"
+            heatmap(table, out / "img" / name)
+            title = f"{level} level" + (", excluding post-processed models (Table 11)" if excluded else "")
+            parts.append(f"<h3>{esc(title)}</h3>")
+            parts.append(
+                f"<figure><img src='img/{esc(name)}' alt='heatmap of the {esc(title)} correlation table'>"
+                f"<figcaption class='muted'>{esc(caption(table))}</figcaption></figure>"
+            )
+            parts.append(_correlation_html(table))
+    task = _pick_figure_task(tables, figure_task)
+    parts.append("<h2 id='figure4'>Models ordered by a downstream task (the paper's Figure 4)</h2>")
+    if task is None:
+        parts.append("<p class='note'>No downstream accuracies yet: nothing to order the models by.</p>")
+        return "\n".join(parts), tables
+    for table in [t for t in tables if not t.exclude_postprocessed]:
+        column = next((c for c in table.columns if c.split(" ", 1)[0] == task), None)
+        if column is None:
+            continue
+        rows = _figure_rows(table, column)
+        recs = {(r["row"], r["column"]): r for r in table.records}
+        keys = [recs[(row, column)]["cell_key"] for row in rows if (row, column) in recs]
+        row_of = {recs[(row, column)]["cell_key"]: row for row in rows if (row, column) in recs}
+        pairs = _query(
+            con,
+            "SELECT cell_key, model, intrinsic_rank, downstream_value FROM correlation_pairs "
+            "WHERE list_contains($keys, cell_key) ORDER BY model",
+            {"keys": keys},
+        )
+        for p in pairs:
+            p["row"] = row_of[p["cell_key"]]
+        pairs.sort(key=lambda p: rows.index(p["row"]))
+        name = f"figure4-{table.level}-{re.sub(r'[^A-Za-z0-9_-]+', '_', task)}.png"
+        figure4(pairs, task, {r: table.cells[(r, column)].spearman for r in rows}, out / "img" / name)
+        parts.append(
+            f"<h3>{esc(table.level)} level, ordered by {esc(task)}</h3><figure><img src='img/{esc(name)}' "
+            f"alt='{esc(table.level)} models ordered by {esc(task)} accuracy, with their positions under each "
+            f"evaluator'><figcaption class='muted'>x: the models ordered by {esc(task)} accuracy; y: each model's "
+            "position under an evaluator (EvalRank, then the best and worst correlated others). Dots on the "
+            "diagonal: the evaluator orders the models as the task does.</figcaption></figure>"
+        )
+    return "\n".join(parts), tables
+
+
+def _same_n(a: CorrelationTable, b: CorrelationTable) -> bool:
+    return all(a.cells[k].n_models == b.cells[k].n_models for k in a.cells)
+
+
+def _correlation_html(table: CorrelationTable) -> str:
+    headers = ["intrinsic evaluator", *[esc(c) for c in table.columns], "n"]
+    rows = []
+    for row in table.rows:
+        cells = [esc(row)]
+        for c in table.columns:
+            cell = table.cells.get((row, c))
+            if cell is None:
+                cells.append("<td class=num></td>")
+                continue
+            text = esc(format_cell(cell).rstrip("*"))
+            if cell.ci_low is not None and cell.ci_high is not None:
+                text += f" <small>[{cell.ci_low:.2f}, {cell.ci_high:.2f}]</small>"
+            cells.append(f"<td class='num{' best' if cell.best else ''}'>{text}</td>")
+        cells.append(esc(table.row_n(row)))
+        rows.append(cells)
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in table.notes)
+    return _table(headers, rows, cls="correlations", numeric=[False] + [True] * (len(table.columns) + 1)) + notes
+
+
+def _leaderboard_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
+    rows = _query(
+        con,
+        "SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, mo.level "
+        "FROM leaderboard l LEFT JOIN models mo USING (model)",
+    )
+    parts = ["<h2 id='leaderboards'>Leaderboards</h2>"]
+    if not rows:
+        return parts[0] + "<p class='note'>The warehouse has no results yet.</p>"
+    parts.append(
+        "<p>Each task's primary metric per model; one column per subset, variant and tie policy, sorted by the first "
+        "column. Click a model for all its numbers.</p>"
+    )
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task"]].append(r)
+    level_of = {t: next((r["level"] for r in rs if r["level"]), "") for t, rs in by_task.items()}
+    scorer_of = {t: rs[0]["scorer"] for t, rs in by_task.items()}
+    order = sorted(
+        by_task,
+        key=lambda t: (
+            level_of[t] or "",
+            scorer_of[t] == "downstream",
+            SCORER_ORDER.index(scorer_of[t]) if scorer_of[t] in SCORER_ORDER else len(SCORER_ORDER),
+            column_order(t) if scorer_of[t] == "downstream" else (0, t),
+        ),
+    )
+    for task in order:
+        rs = by_task[task]
+        combos = sorted(
+            {(r["subset"], r["variant"], r["ties"]) for r in rs},
+            key=lambda c: (c[1], TIES_ORDER.index(c[2]) if c[2] in TIES_ORDER else -1, c[0]),
+        )
+        values: dict[str, dict[tuple, dict[str, Any]]] = defaultdict(dict)
+        for r in rs:
+            values[r["model"]][(r["subset"], r["variant"], r["ties"])] = r
+        first = combos[0]
+        ranked = sorted(values, key=lambda m: (values[m].get(first, {}).get("position") or 10**9, m))
+        metric = rs[0]["metric"]
+        headers = ["#", "model"] + [esc(" · ".join(x for x in c if x and x != "all") or metric) for c in combos]
+        body = []
+        for m in ranked:
+            pos = values[m].get(first, {}).get("position")
+            link = f"<a href='{_href(m)}'>{esc(m)}</a>" if m in models else esc(m)
+            body.append([_num(pos), link, *[_num(values[m].get(c, {}).get("value")) for c in combos]])
+        scorer = rs[0]["scorer"]
+        parts.append(
+            f"<details open><summary><b>{esc(task)}</b> <span class='muted'>{esc(scorer)} · {esc(metric)} · "
+            f"{esc(level_of[task])} · {len(ranked)} models</span></summary>"
+            + _table(headers, body, cls="leaderboard", numeric=[True, False] + [True] * len(combos))
+            + "</details>"
+        )
+    return "\n".join(parts)
+
+
+def _libraries(prov: Any) -> dict[str, str]:
+    """Every ``libraries`` mapping in a provenance tree (the model's and its bases'), merged."""
+    found: dict[str, str] = {}
+    if isinstance(prov, dict):
+        for key, value in prov.items():
+            if key == "libraries" and isinstance(value, dict):
+                found.update({str(k): str(v) for k, v in value.items()})
+            else:
+                found.update(_libraries(value))
+    elif isinstance(prov, list):
+        for value in prov:
+            found.update(_libraries(value))
+    return found
+
+
+def _json(text: Any) -> Any:
+    try:
+        return json.loads(text) if isinstance(text, str) else text
+    except json.JSONDecodeError:
+        return text
+
+
+def _provenance_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
+    runs = _query(con, "SELECT * FROM runs ORDER BY started_at DESC")
+    parts = ["<h2 id='provenance'>Runs and provenance</h2>", f"<h3>Runs ({len(runs)})</h3>"]
+    parts.append(
+        _table(
+            ["run", "started", "finished", "status", "units", "failed", "skipped", "host", "catalog", "code versions"],
+            [
+                [
+                    esc(r["run_id"]),
+                    esc(r["started_at"]),
+                    esc(r["finished_at"]),
+                    esc(r["status"]),
+                    _num(r["n_units"]),
+                    _num(r["n_failed"]),
+                    _num(r["n_skipped"]),
+                    esc(r["host"]),
+                    esc(r["catalog"]),
+                    esc(r["code_version"]),
+                ]
+                for r in runs
+            ],  # fmt: skip
+            cls="runs",
+            numeric=[False, False, False, False, True, True, True, False, False, False],
+        )
+    )
+    parts.append("<h3>Model versions</h3>")
+    body = []
+    for m, info in models.items():
+        prov = _json(info["provenance"]) or {}
+        src = _json(info["source"]) or {}
+        libs = ", ".join(f"{k} {v}" for k, v in sorted(_libraries(prov).items()))
+        if isinstance(src, dict):
+            src = " ".join(str(src.get(k)) for k in ("type", "ref", "version") if src.get(k))
+        body.append(
+            [f"<a href='{_href(m)}'>{esc(m)}</a>", esc(info["level"]), esc(info["kind"]), esc(src), esc(libs),
+             esc(info["spec_hash"]), esc(info["run_id"])]
+        )  # fmt: skip
+    headers = ["model", "level", "kind", "source", "libraries", "spec hash", "last run"]
+    parts.append(_table(headers, body, cls="versions"))
+    failures = _query(con, "SELECT * FROM failures ORDER BY created_at DESC")
+    real = [f for f in failures if f["stage"] != "embed-quality"]
+    parts.append(f"<h3 id='failures'>Failures ({len(real)}, plus {len(failures) - len(real)} informational)</h3>")
+    if not failures:
+        parts.append("<p>None.</p>")
+    else:
+        parts.append(
+            _table(
+                ["when", "run", "model", "task", "stage", "error"],
+                [
+                    [
+                        esc(f["created_at"]),
+                        esc(f["run_id"]),
+                        esc(f["model"]),
+                        esc(f["task"]),
+                        esc(f["stage"]),
+                        esc(_clip(f["error"], 400)),
+                    ]
+                    for f in failures
+                ],  # fmt: skip
+                cls="failures",
+            )
+        )
+    return "\n".join(parts)
+
+
+def _clip(text: Any, n: int) -> str:
+    s = "" if text is None else str(text)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def _model_page(
+    model: str,
+    info: dict[str, Any],
+    metrics: list[dict[str, Any]],
+    hardest: list[dict[str, Any]],
+    failures: list[dict[str, Any]],
+    links: dict[str, Any],
+    known: set[str],
+    n_hardest: int,
+) -> str:
+    def link(m: Any) -> str:
+        return f"<a href='{_href(str(m), '')}'>{esc(m)}</a>" if m in known else esc(m)
+
+    facts = [
+        ("level", esc(info.get("level"))),
+        ("kind", esc(info.get("kind"))),
+        ("dimension", _num(info.get("dim"))),
+        ("base", link(info["base"]) if info.get("base") else ""),
+        ("pooling", esc(info.get("pooling"))),
+        ("post-processing", esc(info.get("postprocess"))),
+        ("post-processed (lineage)", esc(info.get("postprocessed"))),
+        ("spec hash", esc(info.get("spec_hash"))),
+        ("last evaluated in run", esc(info.get("run_id"))),
+    ]
+    if links.get("bow"):
+        facts.append(("downstream numbers through", link(links["bow"])))
+    if links.get("words"):
+        facts.append(("bag of words over it for", ", ".join(link(w) for w in links["words"])))
+    parts = [
+        "<nav><a href='../index.html'>← report</a></nav>",
+        f"<h1>{esc(model)}</h1>",
+        "<table class='facts'><tbody>"
+        + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts if v)
+        + "</tbody></table>",
+    ]
+    headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"]
+
+    def metric_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
+        return [
+            [esc(r["task"]), esc(r["scorer"]), esc(r["subset"]), esc(r["variant"]), esc(r["ties"]), esc(r["metric"]),
+             _num(r["value"])]
+            for r in rows
+        ]  # fmt: skip
+
+    primary = [r for r in metrics if r["is_primary"]]
+    parts.append(f"<h2>Primary metrics ({len(primary)})</h2>")
+    numeric = [False] * 6 + [True]
+    parts.append(_table(headers, metric_rows(primary), cls="primary", numeric=numeric) if primary else "<p>None.</p>")
+    if metrics:
+        parts.append(f"<details><summary>All {len(metrics)} metrics</summary>")
+        parts.append(_table(headers, metric_rows(metrics), cls="metrics", numeric=numeric) + "</details>")
+    parts.append(f"<h2>Hardest EvalRank pairs (the {n_hardest} worst ranks per task and variant)</h2>")
+    if not hardest:
+        parts.append("<p>No EvalRank pairs for this model.</p>")
+    else:
+        groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        for r in hardest:
+            groups[(r["task"], r["variant"])].append(r)
+        for (task, variant), rs in groups.items():
+            parts.append(f"<h3>{esc(task)} · {esc(variant)}</h3>")
+            parts.append(
+                _table(
+                    ["rank", "tied", "realistic rank", "score", "query", "positive", "oov"],
+                    [
+                        [
+                            _num(r["rank"]),
+                            _num(r["tied"]),
+                            _num(r["rank_realistic"], 1),
+                            _num(r["score"]),
+                            esc(r["query"]),
+                            esc(r["positive"]),
+                            "yes" if r["oov"] else "",
+                        ]
+                        for r in rs
+                    ],  # fmt: skip
+                    cls="hardest",
+                    numeric=[True, True, True, True, False, False, False],
+                )
+            )
+    if failures:
+        parts.append(f"<h2>Failures ({len(failures)})</h2>")
+        parts.append(
+            _table(
+                ["when", "run", "task", "stage", "error"],
+                [
+                    [
+                        esc(f["created_at"]),
+                        esc(f["run_id"]),
+                        esc(f["task"]),
+                        esc(f["stage"]),
+                        esc(_clip(f["error"], 600)),
+                    ]
+                    for f in failures
+                ],  # fmt: skip
+                cls="failures",
+            )
+        )
+    prov = _json(info.get("provenance"))
+    parts.append("<h2>Provenance</h2>")
+    parts.append(f"<pre>{esc(json.dumps(prov, indent=2, sort_keys=True, default=str))}</pre>")
+    spec = _json(info.get("spec"))
+    if spec:
+        parts.append("<details><summary>Spec (the model and its bases)</summary>")
+        parts.append(f"<pre>{esc(json.dumps(spec, indent=2, default=str))}</pre></details>")
+    return _page(f"{model} · evalfarm", "\n".join(parts))
+
+
+def build_report(
+    warehouse: Warehouse | str | os.PathLike[str],
+    out: str | os.PathLike[str],
+    *,
+    figure_task: str | None = None,
+    hardest: int = 10,
+    refresh: bool = True,
+) -> Path:
+    """Write the report of ``warehouse`` into the folder ``out``; returns the path of its ``index.html``.
+
+    ``figure_task`` picks the downstream task that orders the models in the Figure-4 plots (default: sst2, else the
+    first of the paper's tasks present); ``hardest``: EvalRank pairs listed per model, task and variant;
+    ``refresh``: first bring the stored bootstrap intervals up to date (skipped, with a note in the report, when the
+    warehouse cannot be written).
+    """
+    wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+    if refresh:
+        try:
+            refresh_intervals(wh)
+        except FileNotFoundError:
+            raise
+        except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
+            pass
+    out = Path(out)
+    (out / "img").mkdir(parents=True, exist_ok=True)
+    (out / "models").mkdir(exist_ok=True)
+    con = connect(wh)
+    try:
+        models = {r["model"]: r for r in _query(con, "SELECT * FROM models ORDER BY level, model")}
+        metrics: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in _query(
+            con,
+            "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary FROM metrics "
+            "ORDER BY model, task, scorer, subset, variant, ties NULLS FIRST, metric",
+        ):
+            metrics[r["model"]].append(r)
+        worst: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        if hardest:
+            for r in _query(
+                con,
+                "SELECT model, task, variant, query, positive, rank, tied, rank_realistic, score, oov FROM ranks "
+                "QUALIFY row_number() OVER (PARTITION BY model, task, variant ORDER BY rank DESC, tied DESC, "
+                "query, positive) <= $k ORDER BY model, task, variant, rank DESC, tied DESC, query, positive",
+                {"k": hardest},
+            ):
+                worst[r["model"]].append(r)
+        failures: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in _query(con, "SELECT * FROM failures WHERE model IS NOT NULL ORDER BY created_at DESC"):
+            failures[r["model"]].append(r)
+        link_rows = _query(con, "SELECT word_model, bow_model FROM downstream_link")
+        leaderboards = _leaderboard_section(con, models)
+        correlations, _ = _correlation_section(con, out, figure_task)
+        provenance = _provenance_section(con, models)
+    finally:
+        con.close()
+    links: dict[str, dict[str, Any]] = defaultdict(dict)
+    for r in link_rows:
+        links[r["word_model"]]["bow"] = r["bow_model"]
+        links[r["bow_model"]].setdefault("words", []).append(r["word_model"])
+    everyone = sorted(set(models) | set(metrics))
+    for m in everyone:
+        page = _model_page(
+            m, models.get(m, {}), metrics.get(m, []), worst.get(m, []), failures.get(m, []), links.get(m, {}),
+            set(everyone), hardest,
+        )  # fmt: skip
+        (out / "models" / f"{model_slug(m)}.html").write_text(page, encoding="utf-8")
+    levels = defaultdict(int)
+    for info in models.values():
+        levels[info["level"]] += 1
+    model_list = _table(
+        ["model", "level", "kind", "base", "post-processed", "metrics"],
+        [
+            [
+                f"<a href='{_href(m)}'>{esc(m)}</a>",
+                esc(models.get(m, {}).get("level")),
+                esc(models.get(m, {}).get("kind")),
+                esc(models.get(m, {}).get("base")),
+                "yes" if models.get(m, {}).get("postprocessed") else "",
+                _num(len(metrics.get(m, []))),
+            ]
+            for m in everyone
+        ],  # fmt: skip
+        cls="models",
+        numeric=[False, False, False, False, False, True],
+    )
+    summary = ", ".join(f"{n} {level}" for level, n in sorted(levels.items()))
+    body = "\n".join(
+        [
+            "<h1>evalfarm report</h1>",
+            f"<p class='muted'>Warehouse <code>{esc(wh.uri)}</code>, written "
+            f"{esc(now().strftime('%Y-%m-%d %H:%M UTC'))}; {len(everyone)} models ({esc(summary)}).</p>",
+            "<nav><a href='#leaderboards'>Leaderboards</a><a href='#correlations'>Correlations</a>"
+            "<a href='#figure4'>Figure 4</a><a href='#models'>Models</a><a href='#provenance'>Runs and provenance</a>"
+            "<a href='#failures'>Failures</a></nav>",
+            leaderboards,
+            correlations,
+            f"<h2 id='models'>Models ({len(everyone)})</h2>",
+            model_list,
+            provenance,
+        ]
+    )
+    index = out / "index.html"
+    index.write_text(_page("evalfarm report", body), encoding="utf-8")
+    return index
