@@ -149,7 +149,8 @@ def lowercased_view(wv: Any) -> Any:
     from evalfarm.encoders.vector_cache import lowercase_first_rows
     from evalfarm.encoders.word_vectors import WordVectors
 
-    first = lowercase_first_rows(wv.words)  # positions of each lower-cased key's first occurrence
+    # positions of each lower-cased key's first occurrence (cached on the model when it can)
+    first = wv.lower_first() if hasattr(wv, "lower_first") else lowercase_first_rows(wv.words)
     keep_words = [wv.words[i].lower() for i in first.tolist()]
     keep_rows = np.asarray(wv.word_rows, dtype=np.int64)[first]
     index = dict(zip(keep_words, keep_rows.tolist(), strict=True))

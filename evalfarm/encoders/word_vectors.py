@@ -152,6 +152,13 @@ class WordVectors:
         """Number of words (keys); may exceed the number of matrix rows when rows are shared."""
         return len(self.words)
 
+    def lower_first(self) -> np.ndarray:
+        """Positions in :attr:`words` of each lower-cased key's first occurrence (computed once per model; the word
+        protocol's view and its vocabulary statistics both use it)."""
+        if getattr(self, "_lower_first", None) is None:
+            self._lower_first = lowercase_first_rows(self.words)
+        return self._lower_first
+
     def vocab_statistics(self, *, lowercase_first: bool = True) -> VocabStats:
         """The EvalRank protocol's vocabulary statistics (:class:`~evalfarm.encoders.vector_cache.VocabStats`).
 
@@ -163,7 +170,7 @@ class WordVectors:
         if name not in self._stats:
 
             def compute() -> VocabStats:
-                rows = lowercase_first_rows(self.words, self.word_rows) if lowercase_first else None
+                rows = np.asarray(self.word_rows, dtype=np.int64)[self.lower_first()] if lowercase_first else None
                 return vocab_statistics(self.vectors, rows)
 
             self._stats[name] = self._cache.stats(name, compute) if self._cache is not None else compute()
