@@ -23,6 +23,7 @@ class Stage(StrEnum):
     EMBED = "embed"
     EMBED_QUALITY = "embed-quality"  # NaN / inf vectors (failure), or all-zero vectors (informational row)
     SCORE = "score"
+    QUARANTINE = "quarantine"  # a corrupt warehouse file moved aside (informational row; its unit is recomputed)
 
 
 class Status(StrEnum):
@@ -45,16 +46,45 @@ class UnitOutcome:
     detail: str = ""
     started_at: datetime | None = None
     retryable: bool = True  # False: an error that cannot succeed on another attempt (missing file, bad data)
+    degenerate: str | None = None  # done, but the vectors failed the degenerate-model check: why (evalfarm.quality)
 
 
-NOT_RETRYABLE = ("FileNotFoundError", "PoolDataError", "CatalogError", "NotSupportedYet", "ChecksumMismatch")
+NOT_RETRYABLE = (
+    "FileNotFoundError",
+    "IsADirectoryError",
+    "PoolDataError",
+    "CatalogError",
+    "NotSupportedYet",
+    "ChecksumMismatch",
+    "DeviceUnavailable",
+    "UnicodeDecodeError",
+)
+"""Exception classes (by name: no imports here) whose cause another attempt cannot change."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether another attempt could succeed. No: an exception that says so (``retryable = False``), one of
+    :data:`NOT_RETRYABLE`, and a model that fails to load for a reason in its files (missing, unparseable, NaN,
+    checksum); a load error caused by the network or the OS (a download cut, a timeout) is retried."""
+    flag = getattr(exc, "retryable", None)
+    if isinstance(flag, bool):
+        return flag
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & set(NOT_RETRYABLE):
+        return False
+    if "ModelLoadError" in names:
+        cause = exc.__cause__
+        transient = isinstance(cause, (OSError, TimeoutError)) and not isinstance(
+            cause, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+        )
+        return transient
+    return True
 
 
 def failed(
     model: str, task: str, stage: Stage, exc: BaseException, t0: float, started: datetime | None
 ) -> UnitOutcome:
     """A failed outcome for ``exc`` (message, traceback, whether another attempt could succeed)."""
-    names = {c.__name__ for c in type(exc).__mro__}
     return UnitOutcome(
         model,
         task,
@@ -64,7 +94,7 @@ def failed(
         stage,
         detail=traceback.format_exc(),
         started_at=started,
-        retryable=not (names & set(NOT_RETRYABLE)),
+        retryable=is_retryable(exc),
     )
 
 

@@ -36,6 +36,11 @@ class RunSummary:
     executor: str = "local"
     workers: int = 0
     n_units: int = 0
+    quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
+
+    @property
+    def degenerate(self) -> list[Any]:
+        return [o for o in self.outcomes if getattr(o, "degenerate", None)]
 
     @property
     def failed(self) -> list[Any]:
@@ -66,7 +71,8 @@ class Skipped:
 
 @dataclass
 class RunEvent:
-    """What ``run_catalog`` reports: ``planned``, ``skipped`` (units already done), then the scheduler's events
+    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, ``skipped`` (units
+    already done), then the scheduler's events
     (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``tick``). ``progress`` is current."""
 
     kind: str
@@ -90,6 +96,20 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
         if todo:
             pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
     return pending, skipped
+
+
+def quarantine_corrupt_files(
+    wh: Warehouse, run_id: str, emit: Callable[[RunEvent], None], tracker: ProgressTracker
+) -> list[Any]:
+    """Move the warehouse's unreadable files aside before anything is skipped (``Warehouse.scan``): a unit whose
+    metrics file was truncated is recomputed, a text-store shard re-embedded. Each is a ``failures`` row (stage
+    ``quarantine``) and a ``quarantined`` event."""
+    moved = wh.scan(run_id=run_id)
+    for q in moved:
+        model, task = q.unit
+        wh.write_failure(run_id, model, task, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path)
+        emit(RunEvent("quarantined", tracker, message=f"quarantined {q.path}: {q.reason} (now {q.moved_to})"))
+    return moved
 
 
 def run_catalog(
@@ -133,6 +153,7 @@ def run_catalog(
     }
     wh.write_run_event(run_id, "start", status="running", **common)
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
+    summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
     pending, skipped = split_done(plans, wh, force)
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
     summary.outcomes.extend(skipped)
@@ -167,6 +188,7 @@ def run_catalog(
         if pending:
             from evalfarm.scheduler.core import Scheduler
 
+            options = _prepare_options(cat, pending, options, executor, address)
             backend = _backend(executor, cat, wh, run_id, options, force, progress, pending, address, workers)
             sched = Scheduler(
                 pending,
@@ -190,6 +212,25 @@ def run_catalog(
         status = "interrupted" if len(summary.outcomes) < n_units else ("ok" if c["failed"] == 0 else "failed")
         wh.write_run_event(run_id, "end", status=status, n_failed=c["failed"], n_skipped=c["skipped"], **common)
     return summary
+
+
+def _prepare_options(
+    cat: Catalog, pending: list[ModelPlan], options: RunOptions, executor: str, address: str | None
+) -> RunOptions:
+    """Checks made once per run on the driver before any unit starts: the device, where the workers run on this
+    machine (a remote cluster's workers check their own, and do not retry), and the task files' checksums (the
+    workers trust these instead of hashing every file again)."""
+    import dataclasses
+    import os
+
+    from evalfarm.pools.data import verify_task_files
+
+    if options.device is not None and (executor == "local" or not (address or os.environ.get("RAY_ADDRESS"))):
+        from evalfarm.device import check_device
+
+        check_device(options.device)
+    tasks = sorted({u.task for p in pending for u in p.units})
+    return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
