@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -32,7 +33,7 @@ config_app = typer.Typer(
     context_settings=HELP,
 )
 app.add_typer(config_app, name="config")
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())  # logs and pipes: never break a line
 
 
 def _stdout_width() -> int:
@@ -112,16 +113,16 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
         for c in columns
     ]
     natural = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
-    frame = 3 * len(columns) + 1  # rich's default box: a border and one space of padding on each side
+    frame = 2 * (len(columns) - 1)  # the table below: two spaces between columns, no outer border
     fixed = sum(w for w, num in zip(natural, numeric, strict=True) if num)
     texts = [i for i, num in enumerate(numeric) if not num]
     limits: dict[int, int] = {}
     if fixed + sum(natural[i] for i in texts) + frame > width:
         room = width - frame - fixed
-        if room < MIN_TEXT_WIDTH * len(texts):
+        if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
             _print_vertical(columns, cells, title)
             return
-        # water-filling: narrow columns keep their width, wide ones share what is left equally
+        # water-filling: narrow columns keep their width, the wide ones share what is left equally
         left, open_cols = room, sorted(texts, key=lambda i: natural[i])
         while open_cols:
             share = left // len(open_cols)
@@ -132,9 +133,9 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
                 open_cols.pop(0)
             else:
                 for j in open_cols:
-                    limits[j] = max(MIN_TEXT_WIDTH, share)
+                    limits[j] = max(1, share)
                 break
-    t = Table(title=title, show_lines=False)
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, c in enumerate(columns):
         if numeric[i]:
             t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
@@ -151,7 +152,8 @@ def _print_vertical(columns: list[str], cells: list[list[str]], title: str | Non
     for n, row in enumerate(cells, 1):
         lines.append(f"-[ row {n} ]" + "-" * max(0, min(out.width, 60) - len(f"-[ row {n} ]")))
         lines += [f"{c.ljust(label)} | {v}" for c, v in zip(columns, row, strict=True)]
-    sys.stdout.write("\n".join(lines) + ("\n" if lines else ""))
+    if lines:
+        out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 def _fmt(v: Any) -> str:
