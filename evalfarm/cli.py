@@ -317,12 +317,12 @@ def run(
                     )
                 elif e.kind == "retry":
                     prog.console.print(f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {e.message}")
+                elif e.kind == "quarantined":
+                    prog.console.print(f"[yellow]{e.message}[/]", highlight=False)
                 elif e.kind == "worker-lost":
                     prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
-                elif e.kind == "quarantined":
-                    prog.console.print(f"[yellow]{e.message}[/]", highlight=False)
                 prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
                     console.print(e.progress.line(), highlight=False)

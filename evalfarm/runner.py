@@ -137,6 +137,7 @@ def run_catalog(
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     options = options or RunOptions()
     plans = plan_run(cat, models=models, tasks=tasks, options=options)
+    _check_device(options, executor, address)
     wh = Warehouse(warehouse).init()
     run_id = new_run_id()
     t0 = time.perf_counter()
@@ -155,6 +156,7 @@ def run_catalog(
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
     summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
     pending, skipped = split_done(plans, wh, force)
+    options = _verify_task_files(cat, pending, options) if pending else options
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
     summary.outcomes.extend(skipped)
     if skipped:
@@ -188,7 +190,6 @@ def run_catalog(
         if pending:
             from evalfarm.scheduler.core import Scheduler
 
-            options = _prepare_options(cat, pending, options, executor, address)
             backend = _backend(executor, cat, wh, run_id, options, force, progress, pending, address, workers)
             sched = Scheduler(
                 pending,
@@ -214,21 +215,24 @@ def run_catalog(
     return summary
 
 
-def _prepare_options(
-    cat: Catalog, pending: list[ModelPlan], options: RunOptions, executor: str, address: str | None
-) -> RunOptions:
-    """Checks made once per run on the driver before any unit starts: the device, where the workers run on this
-    machine (a remote cluster's workers check their own, and do not retry), and the task files' checksums (the
-    workers trust these instead of hashing every file again)."""
-    import dataclasses
+def _check_device(options: RunOptions, executor: str, address: str | None) -> None:
+    """A missing ``--device`` fails the run here, before anything starts, when the workers run on this machine (a
+    remote cluster's workers check their own, and never retry that failure)."""
     import os
-
-    from evalfarm.pools.data import verify_task_files
 
     if options.device is not None and (executor == "local" or not (address or os.environ.get("RAY_ADDRESS"))):
         from evalfarm.device import check_device
 
         check_device(options.device)
+
+
+def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptions) -> RunOptions:
+    """Hash the pending tasks' files once, on the driver (downloading what is missing): the workers trust these
+    checksums instead of hashing every file again per model and attempt (``RunOptions.verified_files``)."""
+    import dataclasses
+
+    from evalfarm.pools.data import verify_task_files
+
     tasks = sorted({u.task for p in pending for u in p.units})
     return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
 

@@ -292,18 +292,29 @@ class Warehouse:
         # `root`: a Path on the local filesystem (what users and tests see), else the URI.
         self.root: Path | str = Path(self.base) if self.local else os.fspath(root).rstrip("/")
         self.uri = str(self.root) if self.local else self.root
+        self.check_root()
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.base, *parts])
 
     # -- layout ---------------------------------------------------------------------------------------------
     def init(self) -> Warehouse:
-        self.check_root()
-        self._write_schemas()
+        """Create the layout; a table's typed empty ``_schema.parquet`` is (re)written when missing or when this
+        version of evalfarm added columns, so the views see every column even before a row has one."""
+        for name, schema in SCHEMAS.items():
+            p = self._p("tables", name, "_schema.parquet")
+            if not self.exists(p) or not self._schema_current(p, schema):
+                self.write_table(schema.empty_table(), p)
         if self.local:
             Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
             sweep_temp_files(self.base)
         return self
+
+    def _schema_current(self, path: str, schema: pa.Schema) -> bool:
+        try:
+            return pq.read_schema(path, filesystem=None if self.local else self.fs).equals(schema)
+        except (OSError, pa.ArrowInvalid):  # unreadable: rewrite it
+            return False
 
     def store_dir(self, model: str, store_key: str) -> str:
         """A model's text store: one Parquet shard per batch of newly embedded texts."""
@@ -400,7 +411,6 @@ class Warehouse:
         DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
         environment variables.
         """
-        self.check_root()
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
         try:  # a warehouse written before a table gained a column: its views need the column to exist
@@ -478,18 +488,8 @@ class Warehouse:
         when the table gained columns since the warehouse was made (its views name the new columns)."""
         for name, schema in SCHEMAS.items():
             p = self._p("tables", name, "_schema.parquet")
-            if not self._schema_current(p, schema):
+            if not self.exists(p) or not self._schema_current(p, schema):
                 self.write_table(schema.empty_table(), p)
-
-    def _schema_current(self, path: str, schema: pa.Schema) -> bool:
-        """``path`` holds ``schema``'s columns (a warehouse from before a column was added gets a new one)."""
-        if not self.exists(path):
-            return False
-        try:
-            got = pq.read_schema(path, filesystem=None if self.local else self.fs)
-        except (pa.ArrowException, OSError):
-            return False
-        return [(f.name, f.type) for f in got] == [(f.name, f.type) for f in schema]
 
     def _duck_path(self, path: str) -> str:
         """``path`` (inside ``self.fs``) as DuckDB opens it."""
