@@ -18,13 +18,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-HELP = {"help_option_names": ["-h", "--help"]}  # -h works as --help on every command
 app = typer.Typer(
     help="Distributed batch evaluation of word and sentence embedding models (EvalRank and more).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
-    context_settings=HELP,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
+HELP = {"help_option_names": ["-h", "--help"]}  # -h works as --help on every command
 catalog_app = typer.Typer(help="Inspect and check model catalogs.", no_args_is_help=True, context_settings=HELP)
 app.add_typer(catalog_app, name="catalog")
 config_app = typer.Typer(
