@@ -64,21 +64,24 @@ NOT_RETRYABLE = (
 
 def is_retryable(exc: BaseException) -> bool:
     """Whether another attempt could succeed. No: an exception that says so (``retryable = False``), one of
-    :data:`NOT_RETRYABLE`, and a model that fails to load for a reason in its files (missing, unparseable, NaN,
-    checksum); a load error caused by the network or the OS (a download cut, a timeout) is retried."""
+    :data:`NOT_RETRYABLE`, and a model that fails to load because of its files: a load error whose root cause is
+    evalfarm's own check (a missing file, a parse error: no cause), bad values (ValueError: NaN, not UTF-8, a
+    checksum) or a missing / unreadable path. Anything else (a download cut, a timeout, out of memory, an error
+    inside a library) is retried."""
     flag = getattr(exc, "retryable", None)
     if isinstance(flag, bool):
         return flag
     names = {c.__name__ for c in type(exc).__mro__}
     if names & set(NOT_RETRYABLE):
         return False
-    if "ModelLoadError" in names:
-        cause = exc.__cause__
-        transient = isinstance(cause, (OSError, TimeoutError)) and not isinstance(
-            cause, (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
-        )
-        return transient
-    return True
+    if "ModelLoadError" not in names:
+        return True
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    in_files = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    root_names = {c.__name__ for c in type(root).__mro__}
+    return not (isinstance(root, in_files) or "ModelLoadError" in root_names or root_names & set(NOT_RETRYABLE))
 
 
 def failed(
