@@ -441,8 +441,8 @@ def sql(
 ) -> None:
     from evalfarm.warehouse import Warehouse
 
-    wh = Warehouse(warehouse)
     try:
+        wh = Warehouse(warehouse)
         table = wh.query(query)
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         _fail(str(exc))

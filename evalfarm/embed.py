@@ -169,8 +169,12 @@ class TextStore:
         for path in paths:
             try:
                 texts, emb, oov, m = read_embeddings(path, filesystem=fs)
-            except Exception as exc:  # a corrupt shard: moved aside, its texts count as missing (re-embedded)
-                self.quarantined.append(self.wh.quarantine(path, f"unreadable text-store shard ({exc})"))
+            except Exception:
+                why = self.wh.file_problem(path)
+                if why is None:  # the file is whole: a passing I/O error or a bug, not for quarantine
+                    raise
+                # a corrupt shard: moved aside, its texts count as missing (the embed stage embeds them again)
+                self.quarantined.append(self.wh.quarantine(path, f"unreadable text-store shard: {why}"))
                 continue
             meta = meta or m
             kept = [i for i, t in enumerate(texts) if t not in index]
