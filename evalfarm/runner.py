@@ -112,6 +112,28 @@ def quarantine_corrupt_files(
     return moved
 
 
+def _check_device(options: RunOptions, executor: str, address: str | None) -> None:
+    """A missing ``--device`` fails the run here, before anything starts, when the workers run on this machine (a
+    remote cluster's workers check their own, and never retry that failure)."""
+    import os
+
+    if options.device is not None and (executor == "local" or not (address or os.environ.get("RAY_ADDRESS"))):
+        from evalfarm.device import check_device
+
+        check_device(options.device)
+
+
+def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptions) -> RunOptions:
+    """Hash the pending tasks' files once, on the driver (downloading what is missing): the workers trust these
+    checksums instead of hashing every file again per model and attempt (``RunOptions.verified_files``)."""
+    import dataclasses
+
+    from evalfarm.pools.data import verify_task_files
+
+    tasks = sorted({u.task for p in pending for u in p.units})
+    return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
+
+
 def run_catalog(
     catalog: str | Path | Catalog,
     warehouse: str | Path,
@@ -213,28 +235,6 @@ def run_catalog(
         status = "interrupted" if len(summary.outcomes) < n_units else ("ok" if c["failed"] == 0 else "failed")
         wh.write_run_event(run_id, "end", status=status, n_failed=c["failed"], n_skipped=c["skipped"], **common)
     return summary
-
-
-def _check_device(options: RunOptions, executor: str, address: str | None) -> None:
-    """A missing ``--device`` fails the run here, before anything starts, when the workers run on this machine (a
-    remote cluster's workers check their own, and never retry that failure)."""
-    import os
-
-    if options.device is not None and (executor == "local" or not (address or os.environ.get("RAY_ADDRESS"))):
-        from evalfarm.device import check_device
-
-        check_device(options.device)
-
-
-def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptions) -> RunOptions:
-    """Hash the pending tasks' files once, on the driver (downloading what is missing): the workers trust these
-    checksums instead of hashing every file again per model and attempt (``RunOptions.verified_files``)."""
-    import dataclasses
-
-    from evalfarm.pools.data import verify_task_files
-
-    tasks = sorted({u.task for p in pending for u in p.units})
-    return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:

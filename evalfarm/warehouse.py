@@ -176,8 +176,9 @@ SCHEMAS: dict[str, pa.Schema] = {
         ]
     ),
 }
-DETAIL_TABLES = ("ranks", "quality")
+DETAIL_TABLES = ("ranks",)
 """Per-unit detail tables a scorer may write (each has run_id, model, task and fingerprint columns)."""
+DETAIL_TABLES += ("quality",)  # every unit: the degenerate-model check of evalfarm.quality (written by score_unit)
 
 
 def now() -> datetime:
