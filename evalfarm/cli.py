@@ -5,12 +5,15 @@ from __future__ import annotations
 import csv
 import io
 import json
+import os
+import shutil
 import sys
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -21,11 +24,52 @@ app = typer.Typer(
     help="Distributed batch evaluation of word and sentence embedding models (EvalRank and more).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
 )
-catalog_app = typer.Typer(help="Inspect and check model catalogs.", no_args_is_help=True)
+HELP = {"help_option_names": ["-h", "--help"]}  # -h works as --help on every command
+catalog_app = typer.Typer(help="Inspect and check model catalogs.", no_args_is_help=True, context_settings=HELP)
 app.add_typer(catalog_app, name="catalog")
-console = Console(stderr=True)
-out = Console(width=None if sys.stdout.isatty() else 240)
+config_app = typer.Typer(
+    help="Show or set the settings the CLI remembers (data folder, warehouse, catalog) in .evalfarm.toml.",
+    no_args_is_help=True,
+    context_settings=HELP,
+)
+app.add_typer(config_app, name="config")
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())  # logs and pipes: never break a line
+
+
+def _stdout_width() -> int:
+    """The terminal's width; piped output: $COLUMNS if set, else 240 (files and pipes do not fold lines)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    try:
+        return max(20, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 240
+
+
+out = Console(width=_stdout_width())
+
+
+def _flags_read_as_flags() -> None:
+    """typer's rich help prints a type after every flag (``--force <bool>``), which reads as if the flag took a
+    value; a flag takes none, so it shows none (``--force``), as click's plain help does."""
+    from typer import core
+
+    base = getattr(core.TyperOption, "display_type_rich", None)
+    if base is None or getattr(base, "_evalfarm", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        return base(self, ctx)
+
+    display_type_rich._evalfarm = True  # type: ignore[attr-defined]
+    core.TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
+_flags_read_as_flags()
 
 
 class Format(StrEnum):
@@ -50,12 +94,68 @@ def print_rows(columns: list[str], rows: list[dict[str, Any]], fmt: Format, titl
         w.writerows(rows)
         sys.stdout.write(buf.getvalue())
     else:
-        t = Table(title=title, show_lines=False)
-        for c in columns:
-            t.add_column(c, overflow="fold")
-        for r in rows:
-            t.add_row(*[_fmt(r.get(c)) for c in columns])
-        out.print(t)
+        print_table(columns, rows, title=title, width=out.width)
+
+
+MIN_TEXT_WIDTH = 8
+"""Narrowest a text column is cut to (with an ellipsis) before the table turns vertical."""
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | None, width: int) -> None:
+    """A table that never folds a number: numbers keep their whole width; long text is cut with an ellipsis to fit
+    ``width``; when even that does not fit (many columns in a narrow terminal), one ``column  value`` block per
+    row (psql's ``\\x``), where nothing needs cutting."""
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    numeric = [
+        any(_is_number(r.get(c)) for r in rows) and all(r.get(c) is None or _is_number(r.get(c)) for r in rows)
+        for c in columns
+    ]
+    natural = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    frame = 2 * (len(columns) - 1)  # the table below: two spaces between columns, no outer border
+    fixed = sum(w for w, num in zip(natural, numeric, strict=True) if num)
+    texts = [i for i, num in enumerate(numeric) if not num]
+    limits: dict[int, int] = {}
+    if fixed + sum(natural[i] for i in texts) + frame > width:
+        room = width - frame - fixed
+        if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
+            _print_vertical(columns, cells, title)
+            return
+        # water-filling: narrow columns keep their width, the wide ones share what is left equally
+        left, open_cols = room, sorted(texts, key=lambda i: natural[i])
+        while open_cols:
+            share = left // len(open_cols)
+            i = open_cols[0]
+            if natural[i] <= share:
+                limits[i] = natural[i]
+                left -= natural[i]
+                open_cols.pop(0)
+            else:
+                for j in open_cols:
+                    limits[j] = max(1, share)
+                break
+    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for i, c in enumerate(columns):
+        if numeric[i]:
+            t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
+        else:
+            t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=limits.get(i))
+    for row in cells:
+        t.add_row(*row)
+    out.print(t)
+
+
+def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None) -> None:
+    label = max(len(c) for c in columns)
+    lines = [title] if title else []
+    for n, row in enumerate(cells, 1):
+        lines.append(f"-[ row {n} ]" + "-" * max(0, min(out.width, 60) - len(f"-[ row {n} ]")))
+        lines += [f"{c.ljust(label)} | {v}" for c, v in zip(columns, row, strict=True)]
+    if lines:
+        out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
 
 def _fmt(v: Any) -> str:
@@ -67,7 +167,9 @@ def _fmt(v: Any) -> str:
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    """``error: <msg>`` on stderr, unwrapped (one line per line of ``msg``, whatever the width), then exit."""
+    console.print("[bold red]error:[/] ", end="")
+    console.print(msg, markup=False, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -81,6 +183,7 @@ def _version_callback(value: bool) -> None:
 
 @app.callback()
 def _main(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -88,7 +191,33 @@ def _main(
         ),
     ] = False,
 ) -> None:
-    """Distributed batch evaluation of word and sentence embedding models (EvalRank and more)."""
+    """Distributed batch evaluation of word and sentence embedding models (EvalRank and more).
+
+    Settings remembered in .evalfarm.toml (written by `make run`; see `evalfarm config --help`) supply the data
+    folder and the default --warehouse and --catalog.
+    """
+    if ctx.invoked_subcommand == "config":  # `config set` must work even to repair a broken file
+        return
+    from evalfarm.config import ConfigError, apply_data_dir, load_config
+
+    try:
+        cfg = load_config()
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    apply_data_dir(cfg)
+    ctx.default_map = _config_defaults(cfg.values)
+
+
+def _config_defaults(values: dict[str, str]) -> dict[str, Any]:
+    """click's default_map from the config file: the remembered warehouse and catalog become option defaults."""
+    wh = {"warehouse": values["warehouse"]} if "warehouse" in values else {}
+    cat = {"catalog": values["catalog"]} if "catalog" in values else {}
+    return {
+        "run": {**wh, **cat},
+        "sql": wh,
+        "catalog": {"list": cat, "validate": cat},
+    }
 
 
 class Executor(StrEnum):
@@ -142,6 +271,7 @@ def run(
 ) -> None:
     """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     from evalfarm.catalog.registry import CatalogError
+    from evalfarm.device import DeviceUnavailable
     from evalfarm.pools.data import PoolDataError, data_dir
     from evalfarm.runner import run_catalog
     from evalfarm.scorers.base import SIMILARITIES, RunOptions
@@ -183,11 +313,14 @@ def run(
                     prog.console.print(
                         f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
                         + (f" {shown}" if shown else "")
-                        + (f" [red]{o.stage}: {o.error}" if o.error else ""),
+                        + (f" [red]{o.stage}: {o.error}" if o.error else "")
+                        + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else ""),
                         highlight=False,
                     )
                 elif e.kind == "retry":
                     prog.console.print(f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {e.message}")
+                elif e.kind == "quarantined":
+                    prog.console.print(f"[yellow]{e.message}[/]", highlight=False)
                 elif e.kind == "worker-lost":
                     prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
                 elif e.kind == "skipped":
@@ -212,15 +345,30 @@ def run(
                 max_attempts=max_attempts,
                 on_event=on_event,
             )
-    except (CatalogError, PoolDataError, ValueError, ConnectionError) as exc:
+    except (CatalogError, PoolDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
-    console.print(
-        f"run {summary.run_id}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed "
-        f"in {summary.seconds:.1f}s ({where}) → {summary.warehouse}"
+    extra = "".join(
+        f", {n} {what}"
+        for n, what in ((len(summary.degenerate), "degenerate"), (len(summary.quarantined), "files quarantined"))
+        if n
     )
+    console.print(
+        f"run {summary.run_id}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed{extra} "
+        f"in {summary.seconds:.1f}s ({where}) → {summary.warehouse}",
+        highlight=False,
+    )
+    for q in summary.quarantined:
+        console.print(f"[yellow]quarantined[/] {q.path}: {q.reason} → {q.moved_to}", highlight=False)
+    if summary.degenerate:
+        console.print(
+            "[yellow]degenerate[/] (left off the leaderboard; `leaderboard_all` and the `quality` view show them):",
+            highlight=False,
+        )
+        for o in summary.degenerate:
+            console.print(f"  {o.model} · {o.task}: {o.degenerate}", highlight=False)
     if summary.failed:
         console.print("[bold red]failures:[/]")
         for o in summary.failed:
@@ -228,27 +376,92 @@ def run(
         raise typer.Exit(1)
 
 
-@app.command()
+def view_docs() -> list[tuple[str, str]]:
+    """(view, what it holds) for every view of ``sql/*.sql``, from the comment block that names it
+    (``-- name: …``), else the comment right above its ``CREATE``."""
+    import re
+
+    from evalfarm.warehouse import sql_dir
+
+    docs: list[tuple[str, str]] = []
+    for path in sorted(sql_dir().glob("*.sql")):
+        blocks: dict[str, str] = {}
+        comment: list[str] = []
+        last = ""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if stripped.startswith("--"):
+                comment.append(stripped[2:].strip())
+                continue
+            if comment:
+                text = " ".join(comment)
+                named = re.match(r"([a-z_]+): (.*)", text)
+                if named:
+                    blocks[named.group(1)] = named.group(2)
+                last = text
+                comment = []
+            m = re.match(r"CREATE (?:OR REPLACE )?VIEW (\w+)", stripped, re.IGNORECASE)
+            if m:
+                name = m.group(1)
+                docs.append((name, blocks.get(name) or (last if not re.match(r"[a-z_]+: ", last) else "")))
+                last = ""
+    return docs
+
+
+def _first_sentence(text: str, limit: int = 72) -> str:
+    """The first sentence of ``text``, cut at a word before ``limit`` characters (help lines stay on one line)."""
+    cut = text.find(". ")
+    text = text if cut < 0 else text[: cut + 1]
+    if len(text) <= limit:
+        return text
+    return text[: text.rfind(" ", 0, limit - 1)].rstrip(",;:(") + " …"
+
+
+def _sql_help() -> str:
+    lines = [
+        "Query the warehouse (read-only: one SELECT-like statement) and print the result.",
+        "",
+        "\b",
+        "Views (sql/*.sql):",
+    ]
+    try:
+        docs = view_docs()
+    except OSError:  # pragma: no cover - an install without its SQL files
+        docs = []
+    width = max((len(n) for n, _ in docs), default=0)
+    lines += [f"  {name.ljust(width)}  {_first_sentence(doc)}" for name, doc in docs]
+    return "\n".join(lines)
+
+
+@app.command(help=_sql_help())
 def sql(
     query: Annotated[
-        str, typer.Argument(help="a SELECT over the views: metrics, leaderboard, ranks, models, runs, failures")
+        str, typer.Argument(help="one SELECT (or WITH / FROM / DESCRIBE / SHOW / SUMMARIZE) over the views")
     ],
     warehouse: Annotated[
         str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
     ] = "warehouse",
     format: Annotated[Format, typer.Option("--format", "-f")] = Format.table,
 ) -> None:
-    """Query the warehouse (read-only) and print the result."""
     from evalfarm.warehouse import Warehouse
 
     try:
-        table = Warehouse(warehouse).query(query)
-    except (FileNotFoundError, PermissionError) as exc:
+        wh = Warehouse(warehouse)
+        table = wh.query(query)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     except Exception as exc:
         _fail(f"{type(exc).__name__}: {exc}")
         return
+    if wh.excluded:
+        console.print(
+            f"[yellow]warning:[/] {len(wh.excluded)} unreadable file(s) left out of the views (the next "
+            "`evalfarm run` moves them to quarantine and recomputes their units):",
+            highlight=False,
+        )
+        for q in wh.excluded:
+            console.print(f"  {q.path}: {q.reason}", highlight=False, markup=False)
     print_rows(table.column_names, table.to_pylist(), format)
 
 
@@ -542,9 +755,64 @@ def submit(
     raise typer.Exit(0 if status == "SUCCEEDED" else 1)
 
 
+# ---- config: remembered settings ----------------------------------------------------------------------------
+@config_app.command("show")
+def config_show(format: Annotated[Format, typer.Option("--format", "-f")] = Format.table) -> None:
+    """Print the config file that applies here and what it sets (and EVALFARM_DATA, which wins over it)."""
+    from evalfarm.config import KEYS, ConfigError, config_path, load_config
+
+    path = config_path()
+    try:
+        cfg = load_config(path)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    rows = [
+        {"key": k, "value": cfg.values.get(k, ""), "from": str(path) if k in cfg.values else "(not set)"} for k in KEYS
+    ]
+    if "EVALFARM_DATA" in os.environ:
+        rows[0] = {"key": "data", "value": os.environ["EVALFARM_DATA"], "from": "EVALFARM_DATA (wins over the file)"}
+    print_rows(["key", "value", "from"], rows, format, title=f"config: {path or '(no file)'}")
+
+
+@config_app.command("set")
+def config_set(
+    settings: Annotated[
+        list[str], typer.Argument(help="KEY=VALUE pairs: data=DIR (or data= to download), warehouse=DIR, catalog=NAME")
+    ],
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", help="the file to write (default: $EVALFARM_CONFIG, else ./.evalfarm.toml)"),
+    ] = None,
+) -> None:
+    """Remember settings for later commands in this folder (and below); paths are stored absolute."""
+    from evalfarm.config import ENV, FILE_NAME, ConfigError, write_config
+
+    updates = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            _fail(f"expected KEY=VALUE, got {item!r} (keys: data, warehouse, catalog)")
+        updates[key.strip()] = value.strip()
+    target = file or (Path(os.environ[ENV]) if os.environ.get(ENV) else Path(FILE_NAME))
+    try:
+        cfg = write_config(target.expanduser(), updates)
+    except ConfigError as exc:
+        _fail(str(exc))
+        return
+    except OSError as exc:
+        _fail(f"cannot write {target}: {exc.strerror or exc}")
+        return
+    console.print(
+        f"{cfg.path}: " + ", ".join(f"{k} = {v!r}" for k, v in cfg.values.items() if k in updates), highlight=False
+    )
+
+
 # ---- zoo: the local model zoo ----------------------------------------------------------------------------------
 zoo_app = typer.Typer(
-    help="Build the local model zoo (word vectors trained here + packaged models).", no_args_is_help=True
+    help="Build the local model zoo (word vectors trained here + packaged models).",
+    no_args_is_help=True,
+    context_settings=HELP,
 )
 app.add_typer(zoo_app, name="zoo")
 

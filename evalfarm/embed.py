@@ -148,6 +148,7 @@ class TextStore:
         self.model = model
         self.key = key
         self.dir = warehouse.store_dir(model, key)
+        self.quarantined: list[Any] = []  # warehouse.Quarantined: shards that could not be read, moved aside
 
     def shards(self) -> list[str]:
         return self.wh.list_files(self.dir)
@@ -166,7 +167,15 @@ class TextStore:
         meta: dict[str, Any] = {}
         fs = None if self.wh.local else self.wh.fs
         for path in paths:
-            texts, emb, oov, m = read_embeddings(path, filesystem=fs)
+            try:
+                texts, emb, oov, m = read_embeddings(path, filesystem=fs)
+            except Exception:
+                why = self.wh.file_problem(path)
+                if why is None:  # the file is whole: a passing I/O error or a bug, not for quarantine
+                    raise
+                # a corrupt shard: moved aside, its texts count as missing (the embed stage embeds them again)
+                self.quarantined.append(self.wh.quarantine(path, f"unreadable text-store shard: {why}"))
+                continue
             meta = meta or m
             kept = [i for i, t in enumerate(texts) if t not in index]
             base = len(index)

@@ -25,6 +25,7 @@ from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK
 from evalfarm.embed import EmbeddingQualityError, Encoded, TextStore, check_quality, encode_texts, store_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
+from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, now
@@ -43,8 +44,13 @@ class ExecContext:
     _tasks: dict[str, Any] = field(default_factory=dict)
 
     def task_data(self, task_id: str) -> Any:
-        """A task's loaded, verified data (cached: a worker reads each task's files once)."""
+        """A task's loaded, verified data (cached: a worker reads each task's files once; checksums the driver
+        verified this run are trusted, not recomputed)."""
         if task_id not in self._tasks:
+            if self.options.verified_files:
+                from evalfarm.pools.data import trust_verified
+
+                trust_verified(self.options.verified_files)
             spec = self.catalog.task(task_id)
             self._tasks[task_id] = scorer_for(spec.kind).load(spec)
         return self._tasks[task_id]
@@ -104,6 +110,10 @@ def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
         store = ctx.store(plan.model)
         texts = list(needed)
         missing = texts if ctx.force else store.missing(texts)
+        for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
+            ctx.warehouse.write_failure(
+                ctx.run_id, plan.model, None, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path
+            )
         if missing:
             state = {"stage": Stage.LOAD}
             try:
@@ -239,8 +249,10 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
+        from evalfarm.device import check_device
         from evalfarm.preprocess import VocabStats
 
+        check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
         texts = list(scorer.texts(data))
         emb, oov, meta = ctx.store(unit.model).vectors(texts)
         vectors = TextVectors(
@@ -250,8 +262,10 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
             oov_policy=ctx.catalog.model(unit.model).oov,
         )
+        quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
         result = scorer.score(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
-        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result)
+        result.details["quality"] = quality.table()
+        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality)
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
     summary = {
@@ -261,12 +275,15 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     }
     return UnitOutcome(
         unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,
-        started_at=started,
+        started_at=started, degenerate=quality.reason,
     )  # fmt: skip
 
 
-def write_results(wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: ScoreResult) -> None:
-    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) last."""
+def write_results(
+    wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: ScoreResult, quality: Quality | None = None
+) -> None:
+    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) last.
+    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row."""
     import pyarrow as pa
 
     for name, table in result.details.items():
@@ -302,6 +319,8 @@ def write_results(wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: S
             "scorer_version": scorer.version,
             "params": unit.params,
             "created_at": created,
+            "degenerate": quality is not None and quality.degenerate,
+            "degenerate_reason": quality.reason if quality is not None else None,
         }
         for r in result.rows
     ]

@@ -23,6 +23,7 @@ class Stage(StrEnum):
     EMBED = "embed"
     EMBED_QUALITY = "embed-quality"  # NaN / inf vectors (failure), or all-zero vectors (informational row)
     SCORE = "score"
+    QUARANTINE = "quarantine"  # a corrupt warehouse file moved aside (informational row; its unit is recomputed)
 
 
 class Status(StrEnum):
@@ -45,16 +46,48 @@ class UnitOutcome:
     detail: str = ""
     started_at: datetime | None = None
     retryable: bool = True  # False: an error that cannot succeed on another attempt (missing file, bad data)
+    degenerate: str | None = None  # done, but the vectors failed the degenerate-model check: why (evalfarm.quality)
 
 
-NOT_RETRYABLE = ("FileNotFoundError", "PoolDataError", "CatalogError", "NotSupportedYet", "ChecksumMismatch")
+NOT_RETRYABLE = (
+    "FileNotFoundError",
+    "IsADirectoryError",
+    "PoolDataError",
+    "CatalogError",
+    "NotSupportedYet",
+    "ChecksumMismatch",
+    "DeviceUnavailable",
+    "UnicodeDecodeError",
+)
+"""Exception classes (by name: no imports here) whose cause another attempt cannot change."""
+
+
+def is_retryable(exc: BaseException) -> bool:
+    """Whether another attempt could succeed. No: an exception that says so (``retryable = False``), one of
+    :data:`NOT_RETRYABLE`, and a model that fails to load because of its files: a load error whose root cause is
+    evalfarm's own check (a missing file, a parse error: no cause), bad values (ValueError: NaN, not UTF-8, a
+    checksum) or a missing / unreadable path. Anything else (a download cut, a timeout, out of memory, an error
+    inside a library) is retried."""
+    flag = getattr(exc, "retryable", None)
+    if isinstance(flag, bool):
+        return flag
+    names = {c.__name__ for c in type(exc).__mro__}
+    if names & set(NOT_RETRYABLE):
+        return False
+    if "ModelLoadError" not in names:
+        return True
+    root: BaseException = exc
+    while root.__cause__ is not None:
+        root = root.__cause__
+    in_files = (ValueError, FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError)
+    root_names = {c.__name__ for c in type(root).__mro__}
+    return not (isinstance(root, in_files) or "ModelLoadError" in root_names or root_names & set(NOT_RETRYABLE))
 
 
 def failed(
     model: str, task: str, stage: Stage, exc: BaseException, t0: float, started: datetime | None
 ) -> UnitOutcome:
     """A failed outcome for ``exc`` (message, traceback, whether another attempt could succeed)."""
-    names = {c.__name__ for c in type(exc).__mro__}
     return UnitOutcome(
         model,
         task,
@@ -64,7 +97,7 @@ def failed(
         stage,
         detail=traceback.format_exc(),
         started_at=started,
-        retryable=not (names & set(NOT_RETRYABLE)),
+        retryable=is_retryable(exc),
     )
 
 

@@ -37,6 +37,11 @@ class RunSummary:
     executor: str = "local"
     workers: int = 0
     n_units: int = 0
+    quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
+
+    @property
+    def degenerate(self) -> list[Any]:
+        return [o for o in self.outcomes if getattr(o, "degenerate", None)]
 
     @property
     def failed(self) -> list[Any]:
@@ -67,7 +72,8 @@ class Skipped:
 
 @dataclass
 class RunEvent:
-    """What ``run_catalog`` reports: ``planned``, ``skipped`` (units already done), then the scheduler's events
+    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, ``skipped`` (units
+    already done), then the scheduler's events
     (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``tick``). ``progress`` is current."""
 
     kind: str
@@ -91,6 +97,42 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
         if todo:
             pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
     return pending, skipped
+
+
+def quarantine_corrupt_files(
+    wh: Warehouse, run_id: str, emit: Callable[[RunEvent], None], tracker: ProgressTracker
+) -> list[Any]:
+    """Move the warehouse's unreadable files aside before anything is skipped (``Warehouse.scan``): a unit whose
+    metrics file was truncated is recomputed, a text-store shard re-embedded. Each is a ``failures`` row (stage
+    ``quarantine``) and a ``quarantined`` event."""
+    moved = wh.scan(run_id=run_id)
+    for q in moved:
+        model, task = q.unit
+        wh.write_failure(run_id, model, task, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path)
+        emit(RunEvent("quarantined", tracker, message=f"quarantined {q.path}: {q.reason} (now {q.moved_to})"))
+    return moved
+
+
+def _check_device(options: RunOptions, executor: str, address: str | None) -> None:
+    """A missing ``--device`` fails the run here, before anything starts, when the workers run on this machine (a
+    remote cluster's workers check their own, and never retry that failure)."""
+    import os
+
+    if options.device is not None and (executor == "local" or not (address or os.environ.get("RAY_ADDRESS"))):
+        from evalfarm.device import check_device
+
+        check_device(options.device)
+
+
+def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptions) -> RunOptions:
+    """Hash the pending tasks' files once, on the driver (downloading what is missing): the workers trust these
+    checksums instead of hashing every file again per model and attempt (``RunOptions.verified_files``)."""
+    import dataclasses
+
+    from evalfarm.pools.data import verify_task_files
+
+    tasks = sorted({u.task for p in pending for u in p.units})
+    return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
 
 
 def run_catalog(
@@ -122,6 +164,7 @@ def run_catalog(
     cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
     options = options or RunOptions()
     plans = plan_run(cat, models=models, tasks=tasks, options=options)
+    _check_device(options, executor, address)
     wh = Warehouse(warehouse).init()
     run_id = new_run_id()
     t0 = time.perf_counter()
@@ -143,7 +186,9 @@ def run_catalog(
     )
     wh.write_run_event(run_id, "start", status="running", provenance=json.dumps(provenance, default=str), **common)
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
+    summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
     pending, skipped = split_done(plans, wh, force)
+    options = _verify_task_files(cat, pending, options) if pending else options
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
     from evalfarm.provenance import unpinned_revisions
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -73,6 +74,28 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("scorer_version", pa.string()),
             ("params", pa.string()),
             ("created_at", _TS),
+            # the unit's vectors failed the degenerate-model check (evalfarm.quality): why, else null
+            ("degenerate", pa.bool_()),
+            ("degenerate_reason", pa.string()),
+        ]
+    ),
+    # per unit: what the degenerate-model check measured on the unit's stored vectors (evalfarm.quality)
+    "quality": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("model", pa.string()),
+            ("task", pa.string()),
+            ("n_texts", pa.int64()),
+            ("n_vectors", pa.int64()),
+            ("dim", pa.int64()),
+            ("oov_rate", pa.float64()),
+            ("duplicate_rate", pa.float64()),
+            ("numerical_rank", pa.int64()),
+            ("rank_ratio", pa.float64()),
+            ("degenerate", pa.bool_()),
+            ("reason", pa.string()),
+            ("thresholds", pa.string()),
+            ("fingerprint", pa.string()),
         ]
     ),
     # EvalRank per pair: the optimistic rank and the tied count, once; the views derive the other tie policies
@@ -200,6 +223,7 @@ SCHEMAS: dict[str, pa.Schema] = {
 }
 DETAIL_TABLES = ("ranks", "neighbours")
 """Per-unit detail tables a scorer may write (each has run_id, model, task and fingerprint columns)."""
+DETAIL_TABLES += ("quality",)  # every unit: the degenerate-model check of evalfarm.quality (written by score_unit)
 
 
 def now() -> datetime:
@@ -284,6 +308,7 @@ class Warehouse:
         # `root`: a Path on the local filesystem (what users and tests see), else the URI.
         self.root: Path | str = Path(self.base) if self.local else os.fspath(root).rstrip("/")
         self.uri = str(self.root) if self.local else self.root
+        self.check_root()
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.base, *parts])
@@ -404,6 +429,20 @@ class Warehouse:
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
+        try:  # a warehouse written before a table gained a column: its views need the column to exist
+            self._write_schemas()
+        except OSError:  # read-only storage: the views of the new columns fail until a run updates it
+            pass
+        try:
+            return self._connect(read_only, {})
+        except duckdb.Error:  # one unreadable file breaks every view over its folder: leave such files out
+            self.excluded = tuple(self.scan(quarantine=False))
+            if not self.excluded:
+                raise
+        return self._connect(read_only, self._good_files({q.path for q in self.excluded}))
+
+    def _connect(self, read_only: bool, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
+        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
         con = duckdb.connect(":memory:")
         # what DuckDB reads: the local directory, or scheme://bucket/prefix (without pyarrow's ?options)
         where = self.base if self.local else f"{str(self.root).split('://', 1)[0]}://{self.base}"
@@ -419,7 +458,11 @@ class Warehouse:
             if read_only:
                 lock_down(con, where)
             for path in sorted(sql_dir().glob("*.sql")):
-                con.execute(path.read_text(encoding="utf-8").replace("{root}", where.replace("'", "''")))
+                text = path.read_text(encoding="utf-8")
+                for table, listed in files.items():
+                    as_list = "[" + ", ".join(_sql_string(self._duck_path(f)) for f in listed) + "]"
+                    text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
+                con.execute(text.replace("{root}", where.replace("'", "''")))
         except BaseException:
             con.close()
             raise
@@ -437,6 +480,201 @@ class Warehouse:
             return con.sql(statement).to_arrow_table()
         finally:
             con.close()
+
+    # -- verification and quarantine (issue #13.6) ----------------------------------------------------------
+    # A truncated Parquet file (a full disk, a copy cut short, a crash outside the atomic write) has no footer:
+    # DuckDB then fails every view over its folder, and a unit whose metrics file merely exists would be skipped.
+    # `scan` checks every file once (footer, row count, a unit file's fingerprint column against its name) and
+    # remembers what it checked in VERIFIED_MANIFEST by (size, mtime): a no-op rerun stats files, it does not
+    # reread them. A bad file is moved to <root>/quarantine/<run>/<its path> with a .why.txt beside it; a unit
+    # that lost a file loses its metrics file too (so it is recomputed, not skipped). Views skip unreadable files.
+    excluded: tuple[Quarantined, ...] = ()
+    """Files :meth:`connect` left out of the views because they could not be read (not moved: it is read-only)."""
+
+    def check_root(self) -> None:
+        """A one-line error for a warehouse path that is an existing file (``mkdir`` would fail with a traceback)."""
+        if self.local and os.path.exists(self.base) and not os.path.isdir(self.base):
+            raise NotADirectoryError(
+                f"warehouse {self.base} is a file, not a directory: pass --warehouse a folder (a new one, or one "
+                "that `evalfarm run` filled)"
+            )
+
+    def _write_schemas(self) -> None:
+        """Each table's empty, typed ``_schema.parquet`` (the views' columns exist before any result does), rewritten
+        when the table gained columns since the warehouse was made (its views name the new columns)."""
+        for name, schema in SCHEMAS.items():
+            p = self._p("tables", name, "_schema.parquet")
+            if not self.exists(p) or not self._schema_current(p, schema):
+                self.write_table(schema.empty_table(), p)
+
+    def _duck_path(self, path: str) -> str:
+        """``path`` (inside ``self.fs``) as DuckDB opens it."""
+        return path if self.local else f"{str(self.root).split('://', 1)[0]}://{path}"
+
+    def _walk(self, folder: str) -> list[tuple[str, int, int | None]]:
+        """(path, size, mtime in ns) of every visible Parquet file under ``folder`` (hidden temp files excluded)."""
+        out: list[tuple[str, int, int | None]] = []
+        if self.local:
+            stack = [folder]
+            while stack:
+                try:
+                    entries = list(os.scandir(stack.pop()))
+                except (FileNotFoundError, NotADirectoryError):
+                    continue
+                for e in entries:
+                    if e.name.startswith("."):
+                        continue
+                    if e.is_dir(follow_symlinks=False):
+                        stack.append(e.path)
+                    elif e.name.endswith(".parquet"):
+                        st = e.stat()
+                        out.append((e.path, st.st_size, st.st_mtime_ns))
+            return out
+        sel = pafs.FileSelector(folder, recursive=True, allow_not_found=True)
+        for i in self.fs.get_file_info(sel):
+            if i.type == pafs.FileType.File and i.path.endswith(".parquet") and "/." not in i.path[len(folder) :]:
+                out.append((i.path, int(i.size or 0), i.mtime_ns))
+        return out
+
+    def file_problem(self, path: str) -> str | None:
+        """Why ``path`` is not a whole warehouse file, or None. Every file: a Parquet footer that parses and a row
+        count its columns agree with. A unit's file (``tables/<table>/model=…/task=…/<fingerprint>.parquet``): a
+        ``fingerprint`` column equal to its name, and at least one row for a metrics file. A text-store shard: rows
+        and the ``text`` / ``embedding`` columns."""
+        rel = path[len(self.base) + 1 :].split("/")
+        try:
+            f = pq.ParquetFile(path, filesystem=None if self.local else self.fs)
+            meta = f.metadata
+            names = set(f.schema_arrow.names)
+            if len(rel) == 5 and rel[0] == "tables" and rel[2].startswith("model=") and rel[3].startswith("task="):
+                fingerprint = rel[4][: -len(".parquet")]
+                if rel[1] == "metrics" and meta.num_rows == 0:
+                    return "a metrics file with no rows"
+                if "fingerprint" not in names:
+                    return "no fingerprint column"
+                col = f.read(columns=["fingerprint"]).column(0)
+                if len(col) != meta.num_rows:
+                    return f"the footer says {meta.num_rows} rows, the fingerprint column has {len(col)}"
+                found = set(col.unique().to_pylist())
+                if found and found != {fingerprint}:
+                    return f"fingerprint column {sorted(map(str, found))[:3]} is not the file's unit {fingerprint}"
+            elif rel[0] == "embeddings" and rel[-1] != "_schema.parquet":
+                if meta.num_rows == 0 or not {"text", "embedding", "oov"} <= names:
+                    return "a text-store shard without rows or without text / embedding / oov columns"
+                if len(f.read(columns=["text"]).column(0)) != meta.num_rows:
+                    return "the footer's row count differs from the text column's"
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            return f"unreadable Parquet ({first})"
+        return None
+
+    def _manifest(self) -> dict[str, list[int]]:
+        try:
+            if self.local:
+                with open(self._p(VERIFIED_MANIFEST), encoding="utf-8") as fh:
+                    data = json.load(fh)
+            else:
+                with self.fs.open_input_stream(self._p(VERIFIED_MANIFEST)) as fh:
+                    data = json.loads(fh.read().decode("utf-8"))
+        except (OSError, ValueError):
+            return {}
+        files = data.get("files") if isinstance(data, dict) and data.get("version") == 1 else None
+        return files if isinstance(files, dict) else {}
+
+    def _save_manifest(self, files: dict[str, list[int]]) -> None:
+        """Best effort (it is a cache: a lost update costs a reread next time, never a wrong answer)."""
+        body = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
+        path = self._p(VERIFIED_MANIFEST)
+        try:
+            if self.local:
+                tmp = _temp_name(Path(path))
+                tmp.write_bytes(body)
+                os.replace(tmp, path)
+            else:
+                with self.fs.open_output_stream(path) as out:
+                    out.write(body)
+        except OSError:
+            pass
+
+    def scan(self, *, quarantine: bool = True, run_id: str | None = None) -> list[Quarantined]:
+        """Check every file under ``tables/`` and ``embeddings/`` not checked before in its current state (see
+        :meth:`file_problem`); move bad ones to quarantine (``quarantine=True``), with the metrics file of any unit
+        that lost a file, and return them (``moved_to`` is None when not moved)."""
+        known = self._manifest()
+        seen: dict[str, list[int]] = {}
+        bad: dict[str, str] = {}
+        for top in ("tables", "embeddings"):
+            for path, size, mtime in self._walk(self._p(top)):
+                rel = path[len(self.base) + 1 :]
+                stamp = [size, mtime] if mtime is not None else None
+                if stamp is not None and known.get(rel) == stamp:
+                    seen[rel] = stamp
+                    continue
+                why = self.file_problem(path)
+                if why is None:
+                    if stamp is not None:
+                        seen[rel] = stamp
+                else:
+                    bad[path] = why
+        for path, why in list(bad.items()):  # a unit without one of its files is not done: recompute it
+            parts = path[len(self.base) + 1 :].split("/")
+            if len(parts) == 5 and parts[0] == "tables" and parts[1] in DETAIL_TABLES:
+                marker = self._p("tables", "metrics", *parts[2:])
+                if marker not in bad and self.exists(marker):
+                    bad[marker] = f"its unit's {parts[1]} file was unreadable ({why}); the unit is recomputed"
+                    seen.pop(marker[len(self.base) + 1 :], None)
+        if not quarantine:
+            return [Quarantined(p, None, why) for p, why in sorted(bad.items())]
+        moved = [self.quarantine(p, why, run_id) for p, why in sorted(bad.items())]
+        if seen != known:
+            self._save_manifest(seen)
+        return moved
+
+    def quarantine(self, path: str, why: str, run_id: str | None = None) -> Quarantined:
+        """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it."""
+        rel = path[len(self.base) + 1 :]
+        dest = self._p(QUARANTINE_DIR, run_id or new_run_id(), rel)
+        note = f"{rel}: {why}\n".encode()
+        try:
+            if self.local:
+                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                os.replace(path, dest)
+                Path(dest + ".why.txt").write_bytes(note)
+            else:
+                self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+                self.fs.move(path, dest)
+                with self.fs.open_output_stream(dest + ".why.txt") as out:
+                    out.write(note)
+        except FileNotFoundError:  # another process moved it first
+            return Quarantined(path, None, why)
+        return Quarantined(path, dest, why)
+
+    def _good_files(self, bad: set[str]) -> dict[str, list[str]]:
+        """For each table with a file in ``bad``: its other files (what its views read instead of the glob)."""
+        out: dict[str, list[str]] = {}
+        for table in sorted({p[len(self.base) + 1 :].split("/")[1] for p in bad if "/tables/" in p}):
+            out[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)) if p not in bad)
+        return out
+
+
+VERIFIED_MANIFEST = "verified-files.json"
+"""``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
+QUARANTINE_DIR = "quarantine"
+
+
+@dataclass(frozen=True)
+class Quarantined:
+    """A file that failed :meth:`Warehouse.file_problem`: where it was, where it went (None: left in place), why."""
+
+    path: str
+    moved_to: str | None
+    reason: str
+
+    @property
+    def unit(self) -> tuple[str | None, str | None]:
+        """(model, task) named by the file's hive folders (None where it has none)."""
+        parts = dict(p.split("=", 1) for p in self.path.split("/") if "=" in p)
+        return parts.get("model"), parts.get("task")
 
 
 def _sql_string(text: str) -> str:

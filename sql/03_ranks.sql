@@ -1,5 +1,7 @@
 -- ranks: EvalRank per pair, of the current results: the optimistic rank (`rank`, the paper's) and the number of
 -- background items tied exactly with the positive (`tied`), stored once; the other tie policies are derived here.
+
+-- ranks_history: every per-pair EvalRank row ever written, of current and superseded units alike.
 CREATE OR REPLACE VIEW ranks_history AS
 SELECT run_id, model, task, variant, query_id, positive_id, query, positive, rank, tied, score, oov, fingerprint
 FROM read_parquet('{root}/tables/ranks/**/*.parquet', union_by_name = true, hive_partitioning = false)

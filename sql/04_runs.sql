@@ -1,4 +1,6 @@
 -- runs: one row per run; a run with a start but no end event is 'running' (or was killed: see finished_at).
+
+-- run_events: the start and end records of every run, as written.
 CREATE OR REPLACE VIEW run_events AS
 SELECT * FROM read_parquet('{root}/tables/runs/**/*.parquet', union_by_name = true, hive_partitioning = false);
 

@@ -95,9 +95,27 @@ def _describe_loc(raw: dict, loc: tuple) -> str:
     return ".".join(parts)
 
 
+def _read_text(path: Path) -> str:
+    """A catalog file's text, or a one-line CatalogError naming it (a folder, bytes that are not UTF-8, no access)."""
+    try:
+        data = path.read_bytes()
+    except IsADirectoryError:
+        raise CatalogError(f"{path}: is a directory, not a catalog file: pass a .yaml file") from None
+    except OSError as exc:
+        raise CatalogError(f"{path}: cannot read the catalog: {exc.strerror or exc}") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise CatalogError(
+            f"{path}:{line}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start}); save the catalog as "
+            "UTF-8"
+        ) from None
+
+
 def _parse_file(path: Path) -> CatalogFile:
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        raw = yaml.safe_load(_read_text(path)) or {}
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

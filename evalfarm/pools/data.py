@@ -44,6 +44,35 @@ def _verified_sha(path: Path) -> str:
     return _VERIFIED[key]
 
 
+VerifiedFile = tuple[str, int, int, str]
+"""(path, size, mtime in ns, sha256) of a task file whose checksum was verified."""
+
+
+def verify_task_files(tasks: list[TaskSpec]) -> tuple[VerifiedFile, ...]:
+    """Verify (or download) every file of ``tasks`` once, on the driver, before any unit is scheduled; returns the
+    good ones for :func:`trust_verified` in the workers, so no worker hashes a file again per model or attempt.
+    A missing or mismatching file is left out (its units fail in the worker, with the error, and are not retried)."""
+    out = []
+    for task in tasks:
+        for role in sorted(task.files):
+            try:
+                path = task_file(task, role)
+            except PoolDataError:
+                continue
+            st = path.stat()
+            key = (str(path), st.st_size, st.st_mtime_ns)
+            if key in _VERIFIED:
+                out.append((*key, _VERIFIED[key]))
+    return tuple(out)
+
+
+def trust_verified(files: tuple[VerifiedFile, ...] | list[VerifiedFile]) -> None:
+    """Accept checksums the driver verified this run: a file with the same path, size and mtime is not rehashed
+    (:func:`task_file` still compares the checksum with the catalog's)."""
+    for path, size, mtime_ns, sha in files:
+        _VERIFIED.setdefault((path, size, mtime_ns), sha)
+
+
 def download(url: str, dest: Path, sha256: str) -> Path:
     """Fetch ``url`` to ``dest`` (atomic, verified against ``sha256`` before it lands)."""
     try:

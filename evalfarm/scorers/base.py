@@ -32,6 +32,9 @@ class RunOptions:
     hits: tuple[int, ...] = (1, 3, 10)
     device: str | None = None
     keep_details: bool = True  # per-pair detail tables (ranks)
+    # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of
+    # rehashing (evalfarm.pools.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
+    verified_files: tuple[tuple[str, int, int, str], ...] = ()
 
     def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
         unknown = [s for s in self.similarities if s not in SIMILARITIES]

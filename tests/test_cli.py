@@ -1,0 +1,197 @@
+"""CLI conventions (issue 13.10) and the remembered settings (issue 13.9): -h everywhere, flags without values,
+`sql --help` listing every view, tables that never fold a number in 80 columns, .evalfarm.toml."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+import click
+import pytest
+import typer
+from rich.console import Console
+from typer.testing import CliRunner
+
+from evalfarm import cli
+from evalfarm.config import ConfigError, apply_data_dir, config_path, load_config, write_config
+from evalfarm.warehouse import Warehouse, sql_dir
+
+REPO = Path(__file__).resolve().parents[1]
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def no_user_config(monkeypatch, tmp_path):
+    """No config file from the developer's checkout or home leaks into these tests."""
+    monkeypatch.setenv("EVALFARM_CONFIG", "")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+
+
+def _commands(cmd: click.Command, path: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    out = [path]
+    for name, sub in getattr(cmd, "commands", {}).items():
+        out += _commands(sub, (*path, name))
+    return out
+
+
+COMMANDS = _commands(typer.main.get_command(cli.app))
+
+
+@pytest.mark.parametrize("path", COMMANDS, ids=lambda p: " ".join(p) or "evalfarm")
+def test_dash_h_is_help_everywhere_and_flags_take_no_value(path: tuple[str, ...]) -> None:
+    short = runner.invoke(cli.app, [*path, "-h"], env={"COLUMNS": "200"})
+    long = runner.invoke(cli.app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert short.exit_code == 0 and long.exit_code == 0, short.output
+    assert short.output == long.output and "Usage:" in short.output
+    assert "<bool>" not in short.output  # a flag reads as a flag: `--force`, not `--force <bool>`
+
+
+def test_flags_are_flags() -> None:
+    assert "--dry-run " in runner.invoke(cli.app, ["submit", "-h"], env={"COLUMNS": "200"}).output
+    bad = runner.invoke(cli.app, ["run", "--force", "true", "--warehouse", "x"])
+    assert bad.exit_code == 2 and "unexpected extra argument" in bad.output.lower()
+
+
+def test_version() -> None:
+    from evalfarm import __version__
+
+    for flag in ("--version", "-V"):
+        r = runner.invoke(cli.app, [flag])
+        assert r.exit_code == 0 and r.output == f"evalfarm {__version__}\n"
+
+
+def test_sql_help_lists_every_view_with_what_it_holds() -> None:
+    views = [
+        m.group(1)
+        for p in sorted(sql_dir().glob("*.sql"))
+        for m in re.finditer(r"CREATE OR REPLACE VIEW (\w+)", p.read_text(encoding="utf-8"))
+    ]
+    assert {"metrics", "leaderboard", "leaderboard_all", "quality", "ranks", "runs", "failures", "units"} <= set(views)
+    text = runner.invoke(cli.app, ["sql", "-h"], env={"COLUMNS": "200"}).output
+    for v in views:
+        line = next((ln for ln in text.splitlines() if re.match(rf"\s*{v}\s{{2,}}\S", ln)), None)
+        assert line is not None, f"view {v} missing from `evalfarm sql --help`"
+    assert dict(cli.view_docs()).keys() == set(views) and all(doc for _, doc in cli.view_docs())
+
+
+# -- tables ------------------------------------------------------------------------------------------------------
+def _render(columns, rows, width=80) -> str:
+    buf = io.StringIO()
+    old = cli.out
+    cli.out = Console(file=buf, width=width, color_system=None)
+    try:
+        cli.print_table(columns, rows, title=None, width=width)
+    finally:
+        cli.out = old
+    return buf.getvalue()
+
+
+def _numbers(rows, columns) -> list[str]:
+    return [cli._fmt(r[c]) for r in rows for c in columns if isinstance(r[c], int | float)]
+
+
+def test_a_wide_table_cuts_text_and_never_folds_a_number() -> None:
+    rows = [
+        {"task": "wordsim-simverb-3500", "scorer": "word-similarity", "model": "all-minilm-l6-v2-first-last-avg-" * 2,
+         "position": 12, "value": 0.123456, "n_pairs": 5514, "mr": 123456.789}
+        for _ in range(3)
+    ]  # fmt: skip
+    text = _render(list(rows[0]), rows)
+    lines = text.splitlines()
+    assert all(len(ln) <= 80 for ln in lines), text
+    for number in _numbers(rows, list(rows[0])):  # each number whole, on one line
+        assert any(number in ln for ln in lines), (number, text)
+    assert "…" in text  # the long model name was cut, not wrapped
+    assert len(lines) == 2 + 3  # header and its rule, then one line per row
+
+
+def test_a_table_that_fits_is_printed_whole() -> None:
+    rows = [{"model": "glove-6b-50d", "mrr": 0.6012345, "n": 3}]
+    text = _render(["model", "mrr", "n"], rows)
+    assert "glove-6b-50d" in text and "0.6012" in text and "…" not in text
+
+
+def test_too_many_columns_for_the_width_turn_the_table_vertical() -> None:
+    columns = [f"column_{i}" for i in range(12)]
+    rows = [{c: 1000.0 + i for i, c in enumerate(columns)}, {c: "some text" for c in columns}]
+    text = _render(columns, rows)
+    assert "-[ row 1 ]" in text and "-[ row 2 ]" in text
+    assert "column_11 | 1011.0000" in text and "column_0  | some text" in text
+    assert all(len(ln) <= 80 for ln in text.splitlines())
+
+
+# -- the config file ---------------------------------------------------------------------------------------------
+def test_config_set_show_and_where_it_is_found(tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("EVALFARM_CONFIG")
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)  # else `config show` says the environment wins
+    project = tmp_path / "project"
+    (project / "sub" / "dir").mkdir(parents=True)
+    monkeypatch.chdir(project)
+    r = runner.invoke(cli.app, ["config", "set", "data=../data", "warehouse=wh", "catalog=zoo-starter"])
+    assert r.exit_code == 0, r.output
+    text = (project / ".evalfarm.toml").read_text()
+    assert f'data = "{tmp_path / "data"}"' in text and f'warehouse = "{project / "wh"}"' in text
+    monkeypatch.chdir(project / "sub" / "dir")  # found from below, like pyproject.toml
+    assert config_path() == project / ".evalfarm.toml"
+    shown = json.loads(runner.invoke(cli.app, ["config", "show", "-f", "json"]).output)
+    assert {r["key"]: r["value"] for r in shown} == {
+        "data": str(tmp_path / "data"),
+        "warehouse": str(project / "wh"),
+        "catalog": "zoo-starter",
+    }
+    # an update keeps the other keys; `data=` means "download into the cache"
+    write_config(project / ".evalfarm.toml", {"data": ""})
+    assert load_config().values == {"data": "", "warehouse": str(project / "wh"), "catalog": "zoo-starter"}
+    monkeypatch.chdir(tmp_path)
+    xdg = tmp_path / "xdg" / "evalfarm" / "config.toml"
+    assert config_path() is None
+    write_config(xdg, {"catalog": "zoo-local"})
+    assert config_path() == xdg  # the user-level file when no project file is above
+
+
+def test_config_defaults_apply_and_the_command_line_wins(tmp_path, monkeypatch) -> None:
+    wh = tmp_path / "remembered"
+    Warehouse(wh).init()
+    cfg = tmp_path / "c.toml"
+    write_config(cfg, {"warehouse": str(wh), "data": str(tmp_path)})
+    monkeypatch.setenv("EVALFARM_CONFIG", str(cfg))
+    r = runner.invoke(cli.app, ["sql", "-f", "csv", "SELECT count(*) AS n FROM metrics"])
+    assert r.exit_code == 0 and r.output == "n\n0\n", r.output  # the remembered warehouse, no --warehouse
+    r = runner.invoke(cli.app, ["sql", "--warehouse", str(tmp_path / "other"), "SELECT 1"])
+    assert r.exit_code == 2 and "no warehouse at" in r.output and "other" in r.output  # the flag wins
+    assert f"[default: {wh}]" in runner.invoke(cli.app, ["sql", "-h"], env={"COLUMNS": "300"}).output
+
+
+def test_config_data_is_exported_unless_the_environment_sets_it(tmp_path, monkeypatch) -> None:
+    cfg = tmp_path / "c.toml"
+    write_config(cfg, {"data": str(tmp_path)})
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)
+    apply_data_dir(load_config(cfg))
+    assert os.environ["EVALFARM_DATA"] == str(tmp_path)
+    monkeypatch.setenv("EVALFARM_DATA", "/elsewhere")
+    apply_data_dir(load_config(cfg))
+    assert os.environ["EVALFARM_DATA"] == "/elsewhere"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("data = 3\n", "data must be a string"),
+        ("data = [\n", "not valid TOML"),
+        ("colour = 'x'\n", r"unknown key\(s\) colour"),
+    ],
+)
+def test_bad_config_files_are_one_line_errors(tmp_path, monkeypatch, text, message) -> None:
+    cfg = tmp_path / "c.toml"
+    cfg.write_text(text)
+    with pytest.raises(ConfigError, match=message):
+        load_config(cfg)
+    monkeypatch.setenv("EVALFARM_CONFIG", str(cfg))
+    r = runner.invoke(cli.app, ["catalog", "list"])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and len(r.output.strip().splitlines()) == 1
+    assert runner.invoke(cli.app, ["config", "set", "catalog=x"]).exit_code == 2  # still names the bad file
+    cfg.write_text("")
+    assert runner.invoke(cli.app, ["config", "set", "catalog=x"]).exit_code == 0
