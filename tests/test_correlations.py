@@ -438,8 +438,7 @@ def test_a_run_refreshes_the_intervals_and_a_failing_refresh_never_fails_the_run
 def test_a_warehouse_from_before_the_interval_table_gets_it_on_refresh(sentence_wh):
     schema = sentence_wh.root / "tables" / "correlation_ci" / "_schema.parquet"
     schema.unlink()
-    with pytest.raises(Exception, match="correlation_ci"):  # the views cannot open without it
-        sentence_wh.query("SELECT 1")
+    assert sentence_wh.query("SELECT 1 AS one").to_pylist() == [{"one": 1}]  # the views open around the gap
     assert refresh_intervals(sentence_wh, n_resamples=100) > 0
     assert schema.exists() and cells(sentence_wh, "ci_status <> 'current'") == []
 
