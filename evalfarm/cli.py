@@ -69,6 +69,13 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _again() -> str:
+    """This very command line, to resume a run."""
+    import shlex
+
+    return shlex.join(["evalfarm", *sys.argv[1:]])
+
+
 def _version_callback(value: bool) -> None:
     if value:
         from evalfarm import __version__
@@ -141,8 +148,9 @@ def run(
     """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     from evalfarm.catalog.registry import CatalogError
     from evalfarm.pools.data import PoolDataError, data_dir
-    from evalfarm.runner import run_catalog
+    from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.scorers.base import SIMILARITIES, RunOptions
+    from evalfarm.warehouse import WarehouseWriteError
 
     if ties is not None:
         _fail(
@@ -176,12 +184,15 @@ def run(
             def on_event(e: Any) -> None:
                 if e.kind == "unit":
                     o = e.outcome
-                    mark = {"done": "[green]done", "failed": "[red]FAILED"}.get(str(o.status), str(o.status))
+                    mark = {"done": "[green]done", "failed": "[red]FAILED", "skipped": "[dim]skipped"}.get(
+                        str(o.status), f"[dim]{o.status}"
+                    )
                     shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
                     prog.console.print(
                         f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
                         + (f" {shown}" if shown else "")
-                        + (f" [red]{o.stage}: {o.error}" if o.error else ""),
+                        + (f" [red]{o.stage}: {o.error}" if o.error else "")
+                        + (f" [dim]({o.detail})" if str(o.status) == "skipped" and o.detail else ""),
                         highlight=False,
                     )
                 elif e.kind == "retry":
@@ -211,6 +222,17 @@ def run(
     except (CatalogError, PoolDataError, ValueError, ConnectionError) as exc:
         _fail(str(exc))
         return
+    except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
+        _fail(f"{exc}. To resume, run the same command again (finished units are skipped): {_again()}", code=3)
+        return
+    except KeyboardInterrupt:
+        _fail(f"interrupted. To resume, run the same command again (finished units are skipped): {_again()}", 130)
+        return
+    except OSError as exc:  # an unwritable warehouse (WarehouseWriteError names the path), a vanished file
+        _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
+        return
+    for w in summary.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     console.print(

@@ -123,6 +123,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("host", pa.string()),
             ("argv", pa.string()),
             ("code_version", pa.string()),
+            ("n_done", pa.int64()),  # end event: units computed by this run
+            ("reason", pa.string()),  # end event of an interrupted run: why
         ]
     ),
     "failures": pa.schema(
@@ -226,7 +228,29 @@ def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) 
                     removed.append(path)
             except FileNotFoundError:  # renamed or removed by its writer meanwhile
                 continue
+            except OSError:  # a read-only warehouse: its debris stays (it is never read) until a writable run
+                continue
     return removed
+
+
+class WarehouseWriteError(OSError):
+    """A warehouse file could not be written (a read-only mount, a full disk, no permission).
+
+    One line that names the path and the reason; the first ``OSError`` is the one reported (cleaning up the temp file
+    on a read-only disk fails too, and must not replace it).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), os.fspath(path))
+        self.path = os.fspath(path)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        why = self.strerror or str(self.cause)
+        return f"cannot write {self.path}: {why} (is the warehouse read-only or full?)"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray workers) intact
+        return (WarehouseWriteError, (self.path, self.cause))
 
 
 def atomic_write_table(
@@ -236,23 +260,35 @@ def atomic_write_table(
 
     Local filesystem: temp file beside ``path``, fsync, rename over it. Object store: a single write to the
     final key (the object only becomes visible when the upload completes; rename there is copy + delete).
+    Raises :class:`WarehouseWriteError` (an ``OSError``) naming ``path`` when the write fails.
     """
     if filesystem is None or _is_local(filesystem):
         p = Path(path)
-        p.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            p.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise WarehouseWriteError(p.parent, exc) from exc
         tmp = _temp_name(p)
         try:
             pq.write_table(table, tmp, **kwargs)
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, p)
-        except BaseException:
-            tmp.unlink(missing_ok=True)
+        except BaseException as exc:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:  # a read-only or vanished disk refuses this too; the first error is the one to report
+                pass
+            if isinstance(exc, OSError) and not isinstance(exc, WarehouseWriteError):
+                raise WarehouseWriteError(p, exc) from exc
             raise
         return path if isinstance(path, Path) else str(path)
     key = os.fspath(path)
-    with filesystem.open_output_stream(key) as out:
-        pq.write_table(table, out, **kwargs)
+    try:
+        with filesystem.open_output_stream(key) as out:
+            pq.write_table(table, out, **kwargs)
+    except OSError as exc:
+        raise WarehouseWriteError(key, exc) from exc
     return key
 
 
@@ -277,10 +313,14 @@ class Warehouse:
     def init(self) -> Warehouse:
         for name, schema in SCHEMAS.items():
             p = self._p("tables", name, "_schema.parquet")
-            if not self.exists(p):
+            # rewritten when a table gains columns: a view names them, and older files (union_by_name) lack them
+            if not self.exists(p) or not pq.read_schema(p, filesystem=None if self.local else self.fs).equals(schema):
                 self.write_table(schema.empty_table(), p)
         if self.local:
-            Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WarehouseWriteError(self._p("embeddings"), exc) from exc
             sweep_temp_files(self.base)
         return self
 
