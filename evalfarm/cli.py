@@ -65,7 +65,7 @@ def _fmt(v: Any) -> str:
 
 
 def _fail(msg: str, code: int = 2) -> None:
-    console.print(f"[bold red]error:[/] {msg}")
+    console.print(f"[bold red]error:[/] {msg}", soft_wrap=True)  # one line, however long (logs grep it)
     raise typer.Exit(code)
 
 
@@ -232,7 +232,7 @@ def run(
         _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
         return
     for w in summary.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False)
+        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     console.print(

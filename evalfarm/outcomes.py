@@ -47,7 +47,14 @@ class UnitOutcome:
     retryable: bool = True  # False: an error that cannot succeed on another attempt (missing file, bad data)
 
 
-NOT_RETRYABLE = ("FileNotFoundError", "PoolDataError", "CatalogError", "NotSupportedYet", "ChecksumMismatch")
+NOT_RETRYABLE = (
+    "FileNotFoundError",
+    "PoolDataError",
+    "CatalogError",
+    "NotSupportedYet",
+    "ChecksumMismatch",
+    "WarehouseWriteError",  # a read-only or full warehouse: another attempt cannot write either
+)
 
 
 def failed(

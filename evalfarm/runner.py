@@ -244,8 +244,9 @@ def _end(
     reason: str | None,
     error: BaseException | None,
 ) -> None:
-    """Close the backend, release the leases, record the end event. While another error propagates (an unwritable
-    warehouse, a crash), a failure here must not replace it: it becomes a warning."""
+    """Release the leases, record the end event, then close the backend (after a lost head, closing Ray may take
+    seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a failure
+    here must not replace it: it becomes a warning."""
 
     def attempt(step: Callable[[], Any], what: str) -> None:
         try:
@@ -255,8 +256,6 @@ def _end(
                 raise
             summary.warnings.append(f"{what}: {type(exc).__name__}: {exc}")
 
-    if backend is not None:
-        attempt(backend.close, "closing the executor")
     if leases is not None:
         attempt(leases.stop, "releasing leases")
     summary.seconds = time.perf_counter() - t0
@@ -277,6 +276,8 @@ def _end(
             ),
             "recording the end of the run",
         )  # fmt: skip
+    if backend is not None:
+        attempt(backend.close, "closing the executor")
 
 
 def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:

@@ -246,8 +246,8 @@ class WarehouseWriteError(OSError):
         self.cause = cause
 
     def __str__(self) -> str:
-        why = self.strerror or str(self.cause)
-        return f"cannot write {self.path}: {why} (is the warehouse read-only or full?)"
+        why = os.strerror(self.errno) if self.errno else (self.strerror or str(self.cause))
+        return f"cannot write {self.path}: {why}; evalfarm needs a writable warehouse with free space"
 
     def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray workers) intact
         return (WarehouseWriteError, (self.path, self.cause))

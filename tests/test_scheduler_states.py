@@ -57,6 +57,8 @@ class FakeBackend:
         self.new_workers: list[tuple[float, str]] = []  # (when, name) a worker joins (autoscaling)
         self.lost_at: float | None = None  # the head stops answering at this time
         self.unreachable = False
+        self.cpu_only: set[str] = set()  # workers that must leave `gpu_models`' embed tasks alone
+        self.gpu_models: set[str] = set()
 
     def now(self) -> float:
         return self.clock
@@ -133,6 +135,9 @@ class FakeBackend:
 
     def reachable(self) -> bool:
         return not self.unreachable
+
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+        return not (worker in self.cpu_only and task.stage == "embed" and task.plan.model in self.gpu_models)
 
     def close(self) -> None:
         pass
@@ -418,3 +423,13 @@ def test_force_waits_for_the_other_runs_result_even_if_an_old_one_exists(wh):
     fb.at(2.0, lambda: other.release(unit_key(m.units[0].fingerprint)))  # released, but no new result
     _, outcomes, _ = _run([m], fb, wh, leases=_leases(wh, fb), force=True)
     assert _final(outcomes) == {("m", "a"): "done"}  # the stale file did not count as the other run's result
+
+
+def test_a_task_the_backend_says_a_worker_does_not_suit_goes_to_another(wh):
+    fb = FakeBackend(["cpu0", "gpu0"], seconds=1.0)
+    fb.cpu_only, fb.gpu_models = {"cpu0"}, {"big", "bigger"}
+    plans = [_plan("bigger", ["a"], 9.0), _plan("big", ["a"], 8.0), _plan("small", ["a"], 1.0)]
+    _, outcomes, _ = _run(plans, fb, wh)
+    assert set(_final(outcomes).values()) == {"done"}
+    embeds = {label.split()[1]: w for _, w, label in fb.log if label.startswith("embed")}
+    assert embeds == {"bigger": "gpu0", "big": "gpu0", "small": "cpu0"}

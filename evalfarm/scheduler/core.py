@@ -110,6 +110,8 @@ class Backend(Protocol):
 
     def reachable(self) -> bool: ...  # does the cluster answer right now (one quick probe)?
 
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool: ...  # may this worker take this task now?
+
     def close(self) -> None: ...
 
 
@@ -358,6 +360,8 @@ class Scheduler:
                     continue
                 # Prefer a task that did not already fail on this worker, unless no other worker can take it.
                 if worker in t.avoid and not all(w in t.avoid for w in others):
+                    continue
+                if not self.backend.suits(worker, t, self.alive):  # e.g. encoders wait for GPU workers
                     continue
                 if t.stage == "embed" and self.leases is not None:
                     verdict = self._claim_embed(t)

@@ -55,5 +55,8 @@ class LocalBackend:
     def reachable(self) -> bool:
         return True
 
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+        return True
+
     def close(self) -> None:
         self._results.clear()

@@ -34,6 +34,8 @@ SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
 # waits PROBE_TIMEOUT. Ray itself ends a driver whose GCS stays away for 60 s (gcs_rpc_server_reconnect_timeout_s).
 HEAD_TIMEOUT = float(os.environ.get("EVALFARM_HEAD_TIMEOUT", "5"))
 PROBE_TIMEOUT = 1.0
+SHUTDOWN_TIMEOUT = 15.0
+GPU_GRACE = 120.0  # seconds a CPU worker leaves encoders to GPU workers the autoscaler is asked for
 
 
 class EvalWorker:
@@ -205,13 +207,20 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
 
 
 def worker_resources(
-    cluster: dict[str, float], workers: int | None, *, small_models: bool, gpus_per_worker: float | None = None
+    cluster: dict[str, float],
+    workers: int | None,
+    *,
+    small_models: bool,
+    gpus_per_worker: float | None = None,
+    shared: bool = False,
 ) -> tuple[int, float, float]:
     """(workers, CPUs per worker, GPUs per worker) for a cluster's resources.
 
     Default: one worker per GPU — two per GPU (0.5 each) when every model is a small lookup model, where one
     model alone would leave the GPU idle — else one per CPU slot. CPUs are split evenly so that torch in each
     worker gets its share of threads (1 worker on 2 CPUs scores with 2 threads, like the in-process loop).
+    ``shared`` (a cluster given by ``--address`` / ``RAY_ADDRESS``, which other runs may use too): ``--workers N``
+    CPU workers get one whole CPU each instead of N slices of the whole cluster.
     """
     gpus = float(cluster.get("GPU", 0.0))
     cpus = float(cluster.get("CPU", 1.0))
@@ -222,6 +231,8 @@ def worker_resources(
     else:
         gpw = 0.0
         n = workers or max(1, int(cpus))
+        if shared and workers:
+            return n, 1.0, 0.0
     cpw = max(0.01, math.floor(cpus / n * 100) / 100)  # floor: n workers must fit
     return n, cpw, gpw
 
@@ -409,6 +420,8 @@ class RayBackend:
         self.scaling: Scaling | None = None
         self.requested: list[list[dict[str, float]]] = []  # every request_resources call of this run
         self._gpu_actors = 0
+        self._gpu_names: set[str] = set()  # GPU-shaped workers of this run
+        self._started = 0.0
         self._next_probe = 0.0
         self._next_scale = 0.0
         self._unreachable_since: float | None = None
@@ -423,6 +436,7 @@ class RayBackend:
     def start(self) -> list[tuple[str, Any]]:
         import ray
 
+        shared = bool(self.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized()
         self.owns_ray = connect(self.address)
         try:
             self.gcs_address = ray.get_runtime_context().gcs_address
@@ -437,7 +451,7 @@ class RayBackend:
             n, cpw, gpw = self.scaling.now, self.scaling.cpus, self.scaling.gpus
             self._gpu_actors = n if gpw else 0
         else:
-            n, cpw, gpw = worker_resources(cluster, self.n_workers, small_models=self.small_models)
+            n, cpw, gpw = worker_resources(cluster, self.n_workers, small_models=self.small_models, shared=shared)
         self.resources = (n, cpw, gpw)
         key = (ray.get_runtime_context().get_job_id(), n, cpw, gpw)
         if key not in _WARM:
@@ -446,6 +460,9 @@ class RayBackend:
             cls = self._cls(cpw, gpw)
             _WARM[key] = {f"w{i}": cls.remote(f"w{i}", max(1, int(cpw))) for i in range(n)}
         self.actors = dict(_WARM[key])
+        self._started = time.monotonic()
+        if gpw:
+            self._gpu_names.update(self.actors)
         handles = [(name, actor.begin.remote(*self.args)) for name, actor in self.actors.items()]
         if self.scaling is not None:
             for _ in range(self.scaling.cpu_workers):
@@ -465,6 +482,7 @@ class RayBackend:
         self.grown[name] = self.actors[name] = actor
         if gpus:
             self._gpu_actors += 1
+            self._gpu_names.add(name)
         return name, actor.begin.remote(*self.args)
 
     def _scaling(self, pending: list[Any]) -> Scaling:
@@ -493,6 +511,18 @@ class RayBackend:
             request_resources(bundles=bundles)
             self.requested.append(bundles)
         return new
+
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+        """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed task alone
+        while a GPU worker is alive, or while one is being asked for (for GPU_GRACE seconds: a cluster that cannot
+        provide GPUs still runs it on CPU then)."""
+        if task.stage != "embed" or worker in self._gpu_names or not self._gpu_names:
+            return True
+        if self.kinds.get(task.plan.model, "") in SMALL_KINDS:
+            return True
+        if self._gpu_names & alive:
+            return False
+        return time.monotonic() - self._started > GPU_GRACE
 
     # -- the head's health ------------------------------------------------------------------------------------
     def reachable(self) -> bool:
@@ -601,7 +631,22 @@ class RayBackend:
                 _kill_leftovers(procs)
             else:
                 shutdown_workers()
-            ray.shutdown()
+            _shutdown(bounded=self.head_lost)
             _kill_leftovers(procs)
         elif self.head_lost:
-            ray.shutdown()  # disconnect: this driver can do nothing more on that cluster
+            _shutdown(bounded=True)  # disconnect: this driver can do nothing more on that cluster
+
+
+def _shutdown(*, bounded: bool) -> None:
+    """``ray.shutdown()``; without a head it usually takes ~5 s but can wait on a GCS call that never returns, so
+    then it gets SHUTDOWN_TIMEOUT seconds in a thread of its own (the run is already recorded)."""
+    import threading
+
+    import ray
+
+    if not bounded:
+        ray.shutdown()
+        return
+    t = threading.Thread(target=ray.shutdown, name="evalfarm-ray-shutdown", daemon=True)
+    t.start()
+    t.join(SHUTDOWN_TIMEOUT)
