@@ -167,7 +167,7 @@ def run_catalog(
         if pending:
             raise  # WarehouseWriteError: one line naming the path
         summary.recorded = False
-        summary.warnings.append(f"not recorded in runs: {exc}; every unit was already computed")
+        summary.warnings.append(f"every unit was already computed; this run is not recorded in runs ({exc})")
     summary.outcomes.extend(skipped)
     if skipped:
         at = now()

@@ -4,19 +4,13 @@ their nodes join, and gives the request back at the end."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parents[1]
-_spec = importlib.util.spec_from_file_location("faults", REPO / "benchmarks" / "faults.py")
-faults = importlib.util.module_from_spec(_spec)
-sys.modules["faults"] = faults
-_spec.loader.exec_module(faults)
+from faults_harness import REPO, faults
 
 CONFIG = {
     "cluster_name": "evalfarm-autoscale-test",
