@@ -413,7 +413,9 @@ class Faults:
         out = cli.output
         run = _rows(wh, "SELECT status, n_units, n_done, n_skipped, n_failed, reason FROM runs")
         resume = [ln for ln in out.splitlines() if ln.startswith("error:") and "run the same command again" in ln]
-        rc2, out2 = run_cli(self._args(wh, "--workers", "1"), self.work / "head-resume.log")
+        # the same command (the reduced form resumes in-process: the same runner, one Ray start less)
+        again = ["--executor", "local"] if self.small else ["--workers", "1"]
+        rc2, out2 = run_cli(self._args(wh, *again), self.work / "head-resume.log")
         second = _rows(wh, "SELECT status, n_done, n_skipped FROM runs ORDER BY started_at")[-1]
         r.details = {"exit": rc, "seconds to exit after the kill": round(detect, 1), "processes left": len(left),
                      "run recorded": run, "message": resume, "resume exit": rc2, "resumed run": second}  # fmt: skip

@@ -274,7 +274,9 @@ class Scheduler:
             if r.next_try is not None and now >= r.next_try:
                 self._send_revive(worker, r)
         if self.leases is not None and self.waiting and now >= self._next_lease_poll:
-            self._next_lease_poll = now + self.lease_poll * self._jitter.uniform(0.75, 1.25)
+            # at most ~100 lease checks a second (an object store answers each with a listing and a read)
+            every = max(self.lease_poll, 0.01 * len(self.waiting))
+            self._next_lease_poll = now + every * self._jitter.uniform(0.75, 1.25)
             self._poll_waiting()
 
     def _pending_plans(self) -> list[ModelPlan]:

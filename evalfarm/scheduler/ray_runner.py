@@ -418,6 +418,7 @@ class RayBackend:
         self.gcs_address = ""
         self.resources: tuple[int, float, float] = (0, 0.0, 0.0)
         self.scaling: Scaling | None = None
+        self._cluster0: dict[str, float] = {}  # the cluster when the run started (autoscaling)
         self.requested: list[list[dict[str, float]]] = []  # every request_resources call of this run
         self._gpu_actors = 0
         self._gpu_names: set[str] = set()  # GPU-shaped workers of this run
