@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test lint format bench bench-nightly clean leaderboard zoo zoo-run
+.PHONY: install run test lint format bench bench-nightly faults clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
@@ -64,6 +64,11 @@ bench: install
 # Builds the zoo and times `make zoo-run`'s command on a fresh warehouse.
 bench-nightly: install
 	$(PY) benchmarks/bench_nightly.py $(if $(ZOO_TASKS),--tasks $(ZOO_TASKS),) --json benchmarks/results/nightly.json
+
+# Fault injection on a real local Ray (workers and the head's GCS killed, read-only and full warehouses, two runs
+# at once, a changed spec): the README's Reliability table. CI runs the reduced form (tests/test_faults.py).
+faults: install
+	$(PY) benchmarks/faults.py --json benchmarks/results/faults.json
 
 clean:
 	rm -rf $(WAREHOUSE) .pytest_cache

@@ -29,7 +29,7 @@ def temp_name(dest: Path) -> Path:
     return dest.with_name(f".{dest.name}.{uuid.uuid4().hex[:8]}.{os.getpid()}.{HOST_KEY}.tmp")
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -47,7 +47,7 @@ def is_stale_temp(path: Path, *, now: float | None = None) -> bool:
         return False
     parts = name[: -len(".tmp")].rsplit(".", 2)
     if len(parts) == 3 and parts[2] == HOST_KEY and parts[1].isdigit():
-        return not _pid_alive(int(parts[1]))
+        return not pid_alive(int(parts[1]))
     now = time.time() if now is None else now
     return now - path.stat().st_mtime > STALE_TEMP_SECONDS
 

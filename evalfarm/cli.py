@@ -15,6 +15,7 @@ from typing import Annotated, Any
 import typer
 from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -173,6 +174,13 @@ def _fail(msg: str, code: int = 2) -> None:
     raise typer.Exit(code)
 
 
+def _again() -> str:
+    """This very command line, to resume a run."""
+    import shlex
+
+    return shlex.join(["evalfarm", *sys.argv[1:]])
+
+
 def _version_callback(value: bool) -> None:
     if value:
         from evalfarm import __version__
@@ -273,8 +281,9 @@ def run(
     from evalfarm.catalog.registry import CatalogError
     from evalfarm.device import DeviceUnavailable
     from evalfarm.pools.data import PoolDataError, data_dir
-    from evalfarm.runner import run_catalog
+    from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.scorers.base import SIMILARITIES, RunOptions
+    from evalfarm.warehouse import WarehouseWriteError
 
     if ties is not None:
         _fail(
@@ -308,25 +317,30 @@ def run(
             def on_event(e: Any) -> None:
                 if e.kind == "unit":
                     o = e.outcome
-                    mark = {"done": "[green]done", "failed": "[red]FAILED"}.get(str(o.status), str(o.status))
+                    mark = {"done": "[green]done", "failed": "[red]FAILED", "skipped": "[dim]skipped"}.get(
+                        str(o.status), f"[dim]{o.status}"
+                    )
                     shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
                     prog.console.print(
                         f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
                         + (f" {shown}" if shown else "")
-                        + (f" [red]{o.stage}: {o.error}" if o.error else "")
-                        + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else ""),
+                        + (f" [red]{o.stage}: {escape(str(o.error))}" if o.error else "")
+                        + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else "")
+                        + (f" [dim]({escape(o.detail)})" if str(o.status) == "skipped" and o.detail else ""),
                         highlight=False,
                     )
                 elif e.kind == "retry":
-                    prog.console.print(f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {e.message}")
+                    prog.console.print(
+                        f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {escape(str(e.message))}"
+                    )
                 elif e.kind == "quarantined":
-                    prog.console.print(f"[yellow]{e.message}[/]", highlight=False)
+                    prog.console.print(f"[yellow]{escape(str(e.message))}[/]", highlight=False)
                 elif e.kind == "worker-lost":
-                    prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {e.message}")
+                    prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}")
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
                 elif e.kind == "warning":
-                    prog.console.print(f"[yellow]warning[/] {e.message}", highlight=False)
+                    prog.console.print(f"[yellow]warning[/] {escape(str(e.message))}", highlight=False)
                 prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
                     console.print(e.progress.line(), highlight=False)
@@ -348,6 +362,17 @@ def run(
     except (CatalogError, PoolDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
         _fail(str(exc))
         return
+    except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
+        _fail(f"{exc}. To resume, run the same command again (finished units are skipped): {_again()}", code=3)
+        return
+    except KeyboardInterrupt:
+        _fail(f"interrupted. To resume, run the same command again (finished units are skipped): {_again()}", 130)
+        return
+    except OSError as exc:  # an unwritable warehouse (WarehouseWriteError names the path), a vanished file
+        _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
+        return
+    for w in summary.warnings:
+        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     extra = "".join(
@@ -372,7 +397,7 @@ def run(
     if summary.failed:
         console.print("[bold red]failures:[/]")
         for o in summary.failed:
-            console.print(f"  {o.model} · {o.task} [{o.stage}] {o.error}")
+            console.print(f"  {o.model} · {o.task} [{o.stage}] {o.error}", markup=False, highlight=False)
         raise typer.Exit(1)
 
 

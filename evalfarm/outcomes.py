@@ -58,6 +58,7 @@ NOT_RETRYABLE = (
     "ChecksumMismatch",
     "DeviceUnavailable",
     "UnicodeDecodeError",
+    "WarehouseWriteError",  # a read-only or full warehouse: another attempt cannot write either
 )
 """Exception classes (by name: no imports here) whose cause another attempt cannot change."""
 

@@ -1,10 +1,17 @@
 """Run a catalog: plan the units, skip the finished ones, schedule the rest, record the run, summarise.
 
 The skip check runs on the driver before any executor starts: when every unit's metrics file already exists with the
-same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds. Executors:
+same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds (it needs no write
+access: on a read-only warehouse it is simply not recorded). Executors:
 ``local`` (in-process, one worker: the baseline) and ``ray`` (worker actors on a local or remote Ray cluster: the
 CLI's default). Both share ``scheduler.core.Scheduler``, so they produce identical warehouses. Progress (counts,
 cost-weighted ETA) is tracked here and handed to ``on_event`` with every event, so front ends only render it.
+
+The run's lifecycle in ``runs``: a ``start`` event (written once the plan is known; a failure to write it is the one
+clear error of an unwritable warehouse), then an ``end`` event with the counts and a status: ``ok``, ``failed``, or
+``interrupted`` (Ctrl-C, or the Ray cluster's head lost: then :class:`RunInterrupted` is raised after the record,
+and running the same command again resumes, skipping every finished unit). Concurrent runs on one warehouse split
+the work through leases (``evalfarm.leases``).
 """
 
 from __future__ import annotations
@@ -28,6 +35,21 @@ from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Warehouse, new_run_id, now
 
 
+class RunInterrupted(RuntimeError):
+    """The run could not go on (its Ray cluster's head was lost). What finished is recorded (``runs`` has the end
+    event, status ``interrupted``); running the same command again resumes: finished units are skipped."""
+
+    def __init__(self, summary: RunSummary, reason: str) -> None:
+        self.summary = summary
+        self.reason = reason
+        c = summary.counts()
+        left = summary.n_units - sum(c.values())
+        super().__init__(
+            f"run {summary.run_id} interrupted: {reason}. {c['done'] + c['skipped']} of {summary.n_units} units are "
+            f"in the warehouse, {left} not computed" + (f", {c['failed']} failed" if c["failed"] else "")
+        )
+
+
 @dataclass
 class RunSummary:
     run_id: str
@@ -37,6 +59,9 @@ class RunSummary:
     executor: str = "local"
     workers: int = 0
     n_units: int = 0
+    status: str = "running"  # ok | failed | interrupted, once the run ended
+    warnings: list[str] = field(default_factory=list)  # spec conflicts, an unrecorded read-only no-op run
+    recorded: bool = True  # False: the warehouse was not writable and there was nothing to compute
     quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
 
     @property
@@ -73,8 +98,9 @@ class Skipped:
 @dataclass
 class RunEvent:
     """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, ``skipped`` (units
-    already done), then the scheduler's events
-    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``tick``). ``progress`` is current."""
+    already done), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``,
+    ``waiting``, ``tick``), then a ``warning`` per unpinned revision and per entry of ``RunSummary.warnings``.
+    ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -165,7 +191,7 @@ def run_catalog(
     options = options or RunOptions()
     plans = plan_run(cat, models=models, tasks=tasks, options=options)
     _check_device(options, executor, address)
-    wh = Warehouse(warehouse).init()
+    wh = Warehouse(warehouse)
     run_id = new_run_id()
     t0 = time.perf_counter()
     n_units = sum(len(p.units) for p in plans)
@@ -179,33 +205,41 @@ def run_catalog(
         "argv": json.dumps(sys.argv),
         "code_version": json.dumps(CODE_VERSIONS),
     }
-    from evalfarm.provenance import run_provenance
+    from evalfarm.provenance import run_provenance, unpinned_revisions
 
     provenance = run_provenance(
         catalog if not isinstance(catalog, Catalog) else cat.path, loaded=cat, models=models, device=options.device
     )
-    wh.write_run_event(run_id, "start", status="running", provenance=json.dumps(provenance, default=str), **common)
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
-    summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
-    pending, skipped = split_done(plans, wh, force)
+    unwritable: OSError | None = None
+    try:
+        wh.init()
+        wh.write_run_event(run_id, "start", status="running", provenance=json.dumps(provenance, default=str), **common)
+    except OSError as exc:  # a read-only warehouse: fine when there is nothing to compute
+        summary.recorded = False
+        unwritable = exc
+    if summary.recorded:
+        summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
+    pending, skipped = split_done(plans, wh, force)  # reads only: a complete warehouse may be read-only
+    if not summary.recorded:
+        if pending and unwritable is not None:
+            raise unwritable  # WarehouseWriteError: one line naming the path
+        summary.warnings.append(f"every unit was already computed; this run is not recorded in runs ({unwritable})")
     options = _verify_task_files(cat, pending, options) if pending else options
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
-    from evalfarm.provenance import unpinned_revisions
-
     for u in unpinned_revisions(cat, models):  # also recorded in the run's provenance
         emit(RunEvent("warning", tracker, message=str(u["message"])))
     summary.outcomes.extend(skipped)
     if skipped:
         at = now()
-        wh.write_units(
-            run_id,
-            [
-                {"model": s.model, "task": s.task, "stage": str(Stage.PLAN), "worker": "driver",
-                 "node": platform.node(), "started_at": at, "seconds": 0.0, "status": str(Status.SKIPPED),
-                 "attempts": 0, "error": None, "fingerprint": None}
-                for s in skipped
-            ],
-        )  # fmt: skip
+        rows = [
+            {"model": s.model, "task": s.task, "stage": str(Stage.PLAN), "worker": "driver", "node": platform.node(),
+             "started_at": at, "seconds": 0.0, "status": str(Status.SKIPPED), "attempts": 0, "error": None,
+             "fingerprint": None}
+            for s in skipped
+        ]  # fmt: skip
+        if summary.recorded:
+            wh.write_units(run_id, rows)
         for s in skipped:
             tracker.finish(Status.SKIPPED, unit_cost.get(s.model, 1.0))
         emit(RunEvent("skipped", tracker, message=f"{len(skipped)} units already done"))
@@ -215,17 +249,18 @@ def run_catalog(
             tracker.finish(e.outcome.status, unit_cost.get(e.outcome.model, 1.0))
         elif e.kind == "retry":
             tracker.retries += 1
-        elif e.kind == "worker-ready":
-            tracker.workers += 1
-        elif e.kind == "worker-lost":
-            tracker.workers = max(0, tracker.workers - 1)
+        tracker.workers, tracker.reviving = e.alive, e.reviving  # exact: the scheduler's own counts
         emit(RunEvent(e.kind, tracker, outcome=e.outcome, task=e.task, worker=e.worker, message=e.message))
 
-    backend = None
+    backend = leases = None
+    reason: str | None = None
+    error: BaseException | None = None
     try:
         if pending:
-            from evalfarm.scheduler.core import Scheduler
+            from evalfarm.leases import Leases
+            from evalfarm.scheduler.core import ClusterLost, Scheduler
 
+            leases = Leases(wh, run_id).start()
             backend = _backend(
                 executor, cat, wh, run_id, options, force, progress, pending, address, workers, encoders or {}
             )
@@ -237,21 +272,29 @@ def run_catalog(
                 base_of=_bases(cat, pending),
                 max_attempts=max_attempts,
                 on_event=event,
+                leases=leases,
+                force=force,
             )
             try:
                 sched.run()
+            except ClusterLost as exc:
+                reason = str(exc)
             finally:
                 summary.outcomes.extend(sched.outcomes)
                 summary.workers = len(sched.workers)
+    except BaseException as exc:
+        error = exc
+        if isinstance(exc, KeyboardInterrupt):
+            reason = "stopped (Ctrl-C)"
+        raise
     finally:
-        if backend is not None:
-            backend.close()
-        summary.seconds = time.perf_counter() - t0
-        c = summary.counts()
-        status = "interrupted" if len(summary.outcomes) < n_units else ("ok" if c["failed"] == 0 else "failed")
-        wh.write_run_event(run_id, "end", status=status, n_failed=c["failed"], n_skipped=c["skipped"], **common)
+        _end(summary, wh, backend, leases, plans, common, t0, reason, error)
+    if reason is not None:
+        raise RunInterrupted(summary, reason)
     if summary.counts()["done"]:
         refresh_correlations(wh)
+    for w in summary.warnings:
+        emit(RunEvent("warning", tracker, message=w))
     return summary
 
 
@@ -269,6 +312,79 @@ def refresh_correlations(wh: Warehouse) -> None:
             type(exc).__name__,
             exc,
         )
+
+
+def _end(
+    summary: RunSummary,
+    wh: Warehouse,
+    backend: Any,
+    leases: Any,
+    plans: list[ModelPlan],
+    common: dict[str, Any],
+    t0: float,
+    reason: str | None,
+    error: BaseException | None,
+) -> None:
+    """Release the leases, record the end event, then close the backend (after a lost head, closing Ray may take
+    seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a failure
+    here must not replace it: it becomes a warning."""
+
+    def attempt(step: Callable[[], Any], what: str) -> None:
+        try:
+            step()
+        except Exception as exc:
+            if error is None and reason is None:
+                raise
+            summary.warnings.append(f"{what}: {type(exc).__name__}: {exc}")
+
+    if leases is not None:
+        attempt(leases.stop, "releasing leases")
+    summary.seconds = time.perf_counter() - t0
+    c = summary.counts()
+    if reason is not None or error is not None or len(summary.outcomes) < summary.n_units:
+        summary.status = "interrupted"
+    else:
+        summary.status = "ok" if c["failed"] == 0 else "failed"
+    try:
+        summary.warnings += spec_conflicts(wh, plans)
+    except OSError:
+        pass
+    if summary.recorded:
+        attempt(
+            lambda: wh.write_run_event(
+                summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
+                n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None), **common,
+            ),
+            "recording the end of the run",
+        )  # fmt: skip
+    if backend is not None:
+        attempt(backend.close, "closing the executor")
+
+
+def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
+    """A warning per model of this run that the warehouse also holds under another spec: the same id evaluated
+    with different settings. ``metrics`` shows the newest unit per task whichever spec it came from; the
+    ``conflicts`` view lists every spec of such ids with when each was computed."""
+    import pyarrow.fs as pafs
+
+    ours = {p.model: p.spec_hash for p in plans}
+    sel = pafs.FileSelector(wh._p("tables", "models"), recursive=True, allow_not_found=True)
+    seen: dict[str, set[str]] = {}
+    for info in wh.fs.get_file_info(sel):
+        parent, _, name = info.path.rpartition("/")
+        model = parent.rpartition("/")[2].removeprefix("model=")
+        if name.endswith(".parquet") and not name.startswith((".", "_")) and model in ours:
+            seen.setdefault(model, set()).add(name.removesuffix(".parquet"))
+    out = []
+    for model, hashes in sorted(seen.items()):
+        others = sorted(hashes - {ours[model]})
+        if others:
+            out.append(
+                f"model {model!r}: this catalog's spec ({ours[model]}) differs from {len(others)} other spec(s) "
+                f"evaluated under the same id ({', '.join(others)}); `metrics` shows each task's newest result, "
+                "whichever spec it came from — see the `conflicts` view, or give the new spec its own id"
+            )
+    return out
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
@@ -304,7 +420,8 @@ def _backend(
         return LocalBackend(ctx)
     from evalfarm.scheduler.ray_runner import SMALL_KINDS, RayBackend
 
-    small = all(cat.kind(p.model) in SMALL_KINDS for p in pending)
+    kinds = {p.model: cat.kind(p.model) for p in pending}
+    small = all(k in SMALL_KINDS for k in kinds.values())
     return RayBackend(
         catalog=cat,
         warehouse=wh.uri,
@@ -314,4 +431,6 @@ def _backend(
         address=address,
         workers=workers,
         small_models=small,
+        plans=pending,
+        kinds=kinds,
     )

@@ -163,6 +163,8 @@ SCHEMAS: dict[str, pa.Schema] = {
             ("argv", pa.string()),
             ("code_version", pa.string()),
             ("provenance", pa.string()),  # JSON: versions, git commit, device, Ray job, catalog as given
+            ("n_done", pa.int64()),  # end event: units computed by this run
+            ("reason", pa.string()),  # end event of an interrupted run: why
         ]
     ),
     "failures": pa.schema(
@@ -274,7 +276,29 @@ def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) 
                     removed.append(path)
             except FileNotFoundError:  # renamed or removed by its writer meanwhile
                 continue
+            except OSError:  # a read-only warehouse: its debris stays (it is never read) until a writable run
+                continue
     return removed
+
+
+class WarehouseWriteError(OSError):
+    """A warehouse file could not be written (a read-only mount, a full disk, no permission).
+
+    One line that names the path and the reason; the first ``OSError`` is the one reported (cleaning up the temp file
+    on a read-only disk fails too, and must not replace it).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], cause: OSError) -> None:
+        super().__init__(cause.errno, cause.strerror or str(cause), os.fspath(path))
+        self.path = os.fspath(path)
+        self.cause = cause
+
+    def __str__(self) -> str:
+        why = os.strerror(self.errno) if self.errno else (self.strerror or str(self.cause))
+        return f"cannot write {self.path}: {why}; evalfarm needs a writable warehouse with free space"
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray workers) intact
+        return (WarehouseWriteError, (self.path, self.cause))
 
 
 def atomic_write_table(
@@ -284,14 +308,23 @@ def atomic_write_table(
 
     Local filesystem: :func:`evalfarm.atomic.write_file` (temp file beside ``path``, fsync, rename over it). Object
     store: a single write to the final key (the object only becomes visible when the upload completes; rename there
-    is copy + delete).
+    is copy + delete). Raises :class:`WarehouseWriteError` (an ``OSError``) naming ``path`` when the write fails.
     """
     if filesystem is None or _is_local(filesystem):
-        atomic.write_file(Path(path), lambda tmp: pq.write_table(table, tmp, **kwargs))
+        p = Path(path)
+        try:
+            atomic.write_file(p, lambda tmp: pq.write_table(table, tmp, **kwargs))
+        except WarehouseWriteError:
+            raise
+        except OSError as exc:
+            raise WarehouseWriteError(p if p.parent.exists() else p.parent, exc) from exc
         return path if isinstance(path, Path) else str(path)
     key = os.fspath(path)
-    with filesystem.open_output_stream(key) as out:
-        pq.write_table(table, out, **kwargs)
+    try:
+        with filesystem.open_output_stream(key) as out:
+            pq.write_table(table, out, **kwargs)
+    except OSError as exc:
+        raise WarehouseWriteError(key, exc) from exc
     return key
 
 
@@ -322,7 +355,10 @@ class Warehouse:
             if not self.exists(p) or not self._schema_current(p, schema):
                 self.write_table(schema.empty_table(), p)
         if self.local:
-            Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
+            try:
+                Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise WarehouseWriteError(self._p("embeddings"), exc) from exc
             sweep_temp_files(self.base)
         return self
 

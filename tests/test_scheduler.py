@@ -17,7 +17,7 @@ import pytest
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scheduler.progress import ProgressTracker
-from evalfarm.scheduler.ray_runner import worker_resources
+from evalfarm.scheduler.ray_runner import autoscaled_workers, worker_resources
 from evalfarm.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -253,6 +253,10 @@ def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
     runs = _q(wh, "SELECT run_id, status FROM runs")
     assert len({r["run_id"] for r in runs}) == 2 and {r["status"] for r in runs} == {"ok"}
     _no_duplicates(wh)
+    # leases: no unit computed by both runs (a unit the other run held was waited for and taken as skipped)
+    twice = "SELECT fingerprint, count(*) n FROM units WHERE stage = 'score' AND status = 'done' GROUP BY ALL"
+    assert [r for r in _q(wh, twice) if r["n"] > 1] == []
+    assert not list((wh / "leases").rglob("*.json"))  # both runs released theirs and removed their heartbeats
     assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 4
 
 
@@ -289,6 +293,27 @@ def test_worker_resources_and_fractional_gpus():
     assert worker_resources({"CPU": 16, "GPU": 2}, None, small_models=True) == (4, 4.0, 0.5)  # two per GPU
     n, cpw, _ = worker_resources({"CPU": 2}, 3, small_models=False)
     assert n == 3 and cpw * 3 <= 2
+    # a cluster given by --address (others may use it): --workers N is N whole CPUs, not N slices of the cluster
+    assert worker_resources({"CPU": 64}, 8, small_models=False, shared=True) == (8, 1.0, 0.0)
+    assert worker_resources({"CPU": 64}, None, small_models=False, shared=True) == (64, 1.0, 0.0)
+
+
+def test_autoscaled_workers_ask_for_what_pending_encoders_need():
+    # a head with 0 CPUs (the AWS config): nothing fits; two encoders -> two GPU workers, and one CPU worker
+    s = autoscaled_workers({"CPU": 0}, [], heavy=2, workers=None, small_models=False)
+    assert (s.now, s.gpu_workers, s.cpu_workers) == (0, 2, 1)
+    assert s.bundles() == [{"GPU": 1.0, "CPU": 1.0}] * 2 + [{"CPU": 1.0}]
+    # GPU nodes of 8 CPUs per GPU have joined: the workers that fit run now, the GPU shape follows the nodes
+    nodes = [{"CPU": 8, "GPU": 1}] * 2
+    s = autoscaled_workers({"CPU": 16, "GPU": 2}, nodes, heavy=3, workers=None, small_models=False)
+    assert (s.now, s.cpus, s.gpus, s.gpu_workers, s.gpu_shape) == (2, 8.0, 1.0, 1, {"GPU": 1.0, "CPU": 8.0})
+    assert s.bundles() == [{"CPU": 8.0, "GPU": 1.0}] * 2 + [{"GPU": 1.0, "CPU": 8.0}]
+    # --workers 8 on one 2-CPU node, lookup models only: 2 whole-CPU workers now and 6 asked for, not 8 slices
+    s = autoscaled_workers({"CPU": 2}, [], heavy=0, workers=8, small_models=True)
+    assert (s.now, s.cpus, s.cpu_workers, s.gpu_workers) == (2, 1.0, 6, 0)
+    # --workers caps what is asked for
+    s = autoscaled_workers({"CPU": 2}, [], heavy=5, workers=3, small_models=False)
+    assert (s.now, s.gpu_workers, s.cpu_workers) == (2, 1, 0)
 
 
 def test_progress_line_counts_and_eta():

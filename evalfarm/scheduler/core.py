@@ -9,24 +9,48 @@ Task kinds:
 - ``score``: one unit, reading its task's vectors from the model's text store; small, so they fill the gaps between
   models and are preferred when a worker is free (a finished unit is worth more than a started one).
 
-Faults: a task whose worker dies (``WorkerLost``) or whose units fail (load error, NaN, …) is retried on
-another worker when there is one, up to ``max_attempts`` tries in all; only then are its ``failures`` rows
-written, once. Errors that cannot succeed on another attempt (a missing file, a checksum mismatch, bad data) are
-not retried. Results are idempotent (files named by fingerprint, written atomically), so a retried or
-duplicated task can never leave a unit twice in the warehouse.
+Faults:
+
+- A task whose units fail (load error, NaN, …) or whose worker dies (``WorkerLost``) is retried on another worker
+  when there is one, up to ``max_attempts`` tries in all; only then are its ``failures`` rows written, once. Errors
+  that cannot succeed on another attempt (a missing file, a checksum mismatch, bad data) are not retried. A task
+  lost while the cluster itself does not answer is not charged an attempt (the task was not the cause).
+- A dead worker is revived: the backend restarts it (Ray restarts actors, ``max_restarts``) and the scheduler
+  sends it the run's context again. A worker Ray is still restarting answers "unavailable" at once; it is asked
+  again with exponential backoff until ``revive_timeout`` seconds after it was lost, and only then given up.
+- The backend's ``poll`` (each ``poll_interval``) adds workers as the cluster grows and raises ``ClusterLost``
+  when the cluster's head stops answering; the run then ends (the runner records it as interrupted).
+- With ``leases`` (see ``evalfarm.leases``), units and embed stages are claimed before they are computed, so
+  concurrent runs on one warehouse split the work: a unit another live run holds is waited for (its result is
+  taken as this run's, ``skipped``), and computed here only when that run releases it without a result or dies.
+
+Results are idempotent (files named by fingerprint, written atomically), so a retried or duplicated task can
+never leave a unit twice in the warehouse.
 """
 
 from __future__ import annotations
 
+import random
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from evalfarm.leases import Holder, embed_key, unit_key
 from evalfarm.plan import ModelPlan, Unit
 
 
 class WorkerLost(RuntimeError):
-    """The worker running a task died (killed, OOM, node lost) before answering."""
+    """The worker running a task died (killed, OOM, node lost) before answering. ``restarting``: the backend is
+    restarting it (ask again later); otherwise it is gone for good."""
+
+    def __init__(self, message: str, *, restarting: bool = False) -> None:
+        super().__init__(message)
+        self.restarting = restarting
+
+
+class ClusterLost(RuntimeError):
+    """The cluster's head stopped answering: no task can finish or start. The run ends, interrupted."""
 
 
 @dataclass
@@ -56,14 +80,17 @@ class Task:
 
 @dataclass
 class Event:
-    """What the scheduler reports: ``dispatch``, ``unit`` (a unit's final outcome), ``retry``, ``worker-lost``,
-    ``worker-ready``, ``tick`` (no news; for the progress line)."""
+    """What the scheduler reports: ``dispatch``, ``unit`` (a unit's final outcome), ``retry``, ``worker-lost`` (a
+    worker died, or was given up on), ``worker-ready``, ``waiting`` (a unit another run holds), ``tick`` (no news;
+    for the progress line). ``alive`` / ``reviving``: workers ready now / being restarted, after this event."""
 
     kind: str
     task: Task | None = None
     worker: WorkerInfo | None = None
     outcome: Any = None  # UnitOutcome for `unit`
     message: str = ""
+    alive: int = 0
+    reviving: int = 0
 
 
 class Backend(Protocol):
@@ -73,11 +100,17 @@ class Backend(Protocol):
 
     def submit(self, worker: str, task: Task) -> Any: ...  # a handle
 
-    def wait(self, handles: list[Any], timeout: float) -> list[Any]: ...  # the ready ones
+    def wait(self, handles: list[Any], timeout: float) -> list[Any]: ...  # the ready ones; [] after timeout
 
     def result(self, handle: Any) -> Any: ...  # list[UnitOutcome] or WorkerInfo; raises WorkerLost
 
     def revive(self, worker: str) -> Any | None: ...  # a handle resolving to WorkerInfo once restarted
+
+    def poll(self, pending: list[ModelPlan]) -> list[tuple[str, Any]]: ...  # new workers; raises ClusterLost
+
+    def reachable(self) -> bool: ...  # does the cluster answer right now (one quick probe)?
+
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool: ...  # may this worker take this task now?
 
     def close(self) -> None: ...
 
@@ -100,8 +133,18 @@ def _seconds_row(
     }
 
 
+@dataclass
+class _Revival:
+    deadline: float
+    tries: int = 0
+    next_try: float | None = None  # None while a revive handle is in flight
+
+
 class Scheduler:
-    """Drive ``plans`` to completion on ``backend``; returns one final outcome per unit."""
+    """Drive ``plans`` to completion on ``backend``; returns one final outcome per unit.
+
+    ``clock`` (monotonic seconds) times revivals, polls and lease waits; a fake backend passes its own.
+    """
 
     def __init__(
         self,
@@ -114,6 +157,14 @@ class Scheduler:
         max_attempts: int = 2,
         on_event: Callable[[Event], None] | None = None,
         tick: float = 0.5,
+        leases: Any | None = None,
+        force: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        revive_timeout: float = 120.0,
+        revive_backoff: tuple[float, float] = (0.5, 8.0),
+        start_timeout: float = 900.0,
+        poll_interval: float = 1.0,
+        lease_poll: float = 1.0,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -123,42 +174,88 @@ class Scheduler:
         self.max_attempts = max_attempts
         self.on_event = on_event or (lambda e: None)
         self.tick = tick
+        self.leases = leases
+        self.force = force
+        self.clock = clock
+        self.revive_timeout = revive_timeout
+        self.revive_backoff = revive_backoff
+        self.start_timeout = start_timeout
+        self.poll_interval = poll_interval
+        self.lease_poll = lease_poll
         self.embed_queue: list[Task] = sorted((Task("embed", p) for p in plans), key=lambda t: -t.plan.cost)
         self.score_queue: list[Task] = []
-        self.embedding: set[str] = {p.model for p in plans}  # models whose embed stage is not resolved
         self.base_of = base_of
         self.running: dict[Any, tuple[Task | None, str]] = {}
         self.idle: list[str] = []
-        self.workers: dict[str, WorkerInfo] = {}
-        self.dead: set[str] = set()
+        self.workers: dict[str, WorkerInfo] = {}  # every worker that was ready at least once
+        self.alive: set[str] = set()  # ready now (idle or busy)
+        self.dead: set[str] = set()  # given up on
+        self.reviving: dict[str, _Revival] = {}
+        self.waiting: dict[str, tuple[Unit, Holder]] = {}  # fingerprint -> unit held by another live run
         self.outcomes: list[Any] = []
         self._unit_rows: list[dict[str, Any]] = []  # `units` rows not yet written (see _flush_units)
         self._embed_seconds: dict[tuple[str, str], float] = {}
         self._cost: dict[str, float] = {p.model: p.cost / max(len(p.units), 1) for p in plans}
+        self._plans = {p.model: p for p in plans}
+        self._fingerprint = {(u.model, u.task): u.fingerprint for p in plans for u in p.units}
+        self._claimed: set[str] = set()  # unit fingerprints this run holds leases on
+        self._embed_held: dict[str, int] = {}  # embed lease key -> embed tasks of this run running under it
+        self._asked: dict[str, tuple[float, bool]] = {}  # lease key -> (ask again after, held elsewhere)
+        self._no_worker_since = clock()
+        self._no_workers = False  # set once every worker is gone for good
+        self._next_poll = 0.0
+        self._next_lease_poll = 0.0
+        self._started_wall = time.time()
+        self._jitter = random.Random(run_id)
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self) -> list[Any]:
         for name, handle in self.backend.start():
             self.running[handle] = (None, name)
         try:
-            while self.embed_queue or self.score_queue or any(t is not None for t, _ in self.running.values()):
+            while self._work_left():
+                self._poll()
                 self._dispatch()
                 self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
-                if not self.running:
-                    self._fail_everything_left("no worker left alive to run it")
-                    break
+                if not self.alive:
+                    if not self._workers_coming():
+                        self._no_workers = True
+                        self._fail_everything_left("no worker left alive to run it")
+                    elif self.clock() - self._no_worker_since > self.start_timeout:
+                        self._no_workers = True
+                        self._fail_everything_left(
+                            f"no worker could start within {self.start_timeout:.0f} s (the cluster has no room for "
+                            "one: check its resources or autoscaler)"
+                        )
+                    if self._no_workers and not self._work_left():
+                        break
                 ready = self.backend.wait(list(self.running), self.tick)
                 if not ready:
-                    self.on_event(Event("tick"))
+                    self._emit("tick")
                 for handle in ready:
                     task, worker = self.running.pop(handle)
                     if task is None:
                         self._worker_ready(handle, worker)
                     else:
                         self._task_done(handle, task, worker)
-        finally:  # an interrupted run (Ctrl-C, a backend error) still records what finished
+        finally:  # an interrupted run (Ctrl-C, a lost cluster, a backend error) still records what finished
             self._flush_units()
         return self.outcomes
+
+    def _work_left(self) -> bool:
+        return bool(
+            self.embed_queue
+            or self.score_queue
+            or self.waiting
+            or any(t is not None for t, _ in self.running.values())
+        )
+
+    def _workers_coming(self) -> bool:
+        """A worker is starting (its handle is out) or waits for its next revival attempt."""
+        return any(t is None for t, _ in self.running.values()) or bool(self.reviving)
+
+    def _emit(self, kind: str, **kw: Any) -> None:
+        self.on_event(Event(kind, alive=len(self.alive), reviving=len(self.reviving), **kw))
 
     def _flush_units(self) -> None:
         """Write the buffered ``units`` rows (timings are records, not results: a killed driver may lose the last
@@ -167,30 +264,116 @@ class Scheduler:
             rows, self._unit_rows = self._unit_rows, []
             self.wh.write_units(self.run_id, rows)
 
+    def _poll(self) -> None:
+        now = self.clock()
+        if now >= self._next_poll:
+            self._next_poll = now + self.poll_interval
+            for name, handle in self.backend.poll(self._pending_plans()):  # ClusterLost ends the run here
+                self.running[handle] = (None, name)
+        for worker, r in list(self.reviving.items()):
+            if r.next_try is not None and now >= r.next_try:
+                self._send_revive(worker, r)
+        if self.leases is not None and self.waiting and now >= self._next_lease_poll:
+            # at most ~100 lease checks a second (an object store answers each with a listing and a read)
+            every = max(self.lease_poll, 0.01 * len(self.waiting))
+            self._next_lease_poll = now + every * self._jitter.uniform(0.75, 1.25)
+            self._poll_waiting()
+
+    def _pending_plans(self) -> list[ModelPlan]:
+        """Models with embed work queued, running or waited for (what the backend may size the cluster for)."""
+        seen: dict[str, ModelPlan] = {}
+        for t in self.embed_queue:
+            seen.setdefault(t.plan.model, t.plan)
+        for t, _ in self.running.values():
+            if t is not None and t.stage == "embed":
+                seen.setdefault(t.plan.model, t.plan)
+        for u, _ in self.waiting.values():
+            seen.setdefault(u.model, self._plans[u.model])
+        return list(seen.values())
+
+    # -- workers --------------------------------------------------------------------------------------------
     def _worker_ready(self, handle: Any, worker: str) -> None:
         try:
             info = self.backend.result(handle)
         except WorkerLost as exc:
+            now = self.clock()
+            r = self.reviving.get(worker)
+            if r is None and exc.restarting:  # crashed while starting, and being restarted
+                r = self.reviving[worker] = _Revival(deadline=now + self.revive_timeout, tries=1)
+            if r is not None and exc.restarting and now < r.deadline:
+                first, cap = self.revive_backoff
+                r.next_try = now + min(cap, first * 2 ** max(r.tries - 1, 0))
+                return
+            self.reviving.pop(worker, None)
             self.dead.add(worker)
-            self.on_event(Event("worker-lost", worker=WorkerInfo(worker), message=f"gave up on {worker}: {exc}"))
+            waited = f" after {self.revive_timeout:.0f} s" if r is not None and exc.restarting else ""
+            self._emit(
+                "worker-lost", worker=self.workers.get(worker, WorkerInfo(worker)), message=f"gave up on {worker}"
+                f"{waited}: {exc}"
+            )  # fmt: skip
             return
+        self.reviving.pop(worker, None)
+        self.dead.discard(worker)
         self.workers[worker] = info
+        self.alive.add(worker)
         self.idle.append(worker)
-        self.on_event(Event("worker-ready", worker=info))
+        self._emit("worker-ready", worker=info)
+
+    def _send_revive(self, worker: str, r: _Revival) -> None:
+        r.next_try = None
+        r.tries += 1
+        handle = self.backend.revive(worker)
+        if handle is None:
+            self.reviving.pop(worker, None)
+            self.dead.add(worker)
+            return
+        self.running[handle] = (None, worker)
+
+    def _worker_lost(self, worker: str, info: WorkerInfo, exc: WorkerLost) -> None:
+        self.alive.discard(worker)
+        if not self.alive:
+            self._no_worker_since = self.clock()
+        r = self.reviving[worker] = _Revival(deadline=self.clock() + self.revive_timeout)
+        self._emit("worker-lost", worker=info, message=str(exc))
+        self._send_revive(worker, r)
 
     def _blocked(self, task: Task) -> bool:
+        """A derived model waits while its base is still being embedded, here or by another live run."""
         base = self.base_of.get(task.plan.model)
-        return base is not None and base in self.embedding and base != task.plan.model
+        if base is None or base == task.plan.model:
+            return False
+        if base in self._embedding():
+            return True
+        if self.leases is None or base not in self._plans:
+            return False
+        key = embed_key(base, self._plans[base].store)
+        return key not in self._embed_held and self._held_elsewhere(key)
+
+    def _embedding(self) -> set[str]:
+        models = {t.plan.model for t in self.embed_queue}
+        models |= {t.plan.model for t, _ in self.running.values() if t is not None and t.stage == "embed"}
+        return models | {u.model for u, _ in self.waiting.values()}
 
     def _pick(self, worker: str) -> Task | None:
-        alive = [w for w in self.workers if w not in self.dead]
+        others = [w for w in self.workers if w not in self.dead]
         for queue in (self.score_queue, self.embed_queue):
-            candidates = [t for t in queue if not (t.stage == "embed" and self._blocked(t))]
-            # Prefer a task that did not already fail on this worker, unless no other worker can take it.
-            for t in candidates:
-                if worker not in t.avoid or all(w in t.avoid for w in alive):
-                    queue.remove(t)
-                    return t
+            for t in list(queue):
+                if t.stage == "embed" and self._blocked(t):
+                    continue
+                # Prefer a task that did not already fail on this worker, unless no other worker can take it.
+                if worker in t.avoid and not all(w in t.avoid for w in others):
+                    continue
+                if not self.backend.suits(worker, t, self.alive):  # e.g. encoders wait for GPU workers
+                    continue
+                if t.stage == "embed" and self.leases is not None:
+                    verdict = self._claim_embed(t)
+                    if verdict == "gone":
+                        queue.remove(t)
+                        continue
+                    if verdict == "wait":
+                        continue
+                queue.remove(t)
+                return t
         return None
 
     def _dispatch(self) -> None:
@@ -201,21 +384,121 @@ class Scheduler:
             self.idle.remove(worker)
             task.attempts += 1
             self.running[self.backend.submit(worker, task)] = (task, worker)
-            self.on_event(Event("dispatch", task=task, worker=self.workers.get(worker, WorkerInfo(worker))))
+            self._emit("dispatch", task=task, worker=self.workers.get(worker, WorkerInfo(worker)))
+
+    # -- leases ---------------------------------------------------------------------------------------------
+    def _held_elsewhere(self, key: str) -> bool:
+        """Is ``key`` held by another live run? (asked at most once per ``lease_poll``)"""
+        now = self.clock()
+        asked = self._asked.get(key)
+        if asked is None or asked[0] <= now:
+            holder = self.leases.holder(key)
+            asked = self._asked[key] = (now + self.lease_poll, holder is not None and holder.run_id != self.run_id)
+        return asked[1]
+
+    def _claim_embed(self, task: Task) -> str:
+        """Claim the units of an embed task and its model's embed stage: ``go``, ``wait`` (the embed stage is
+        another run's right now) or ``gone`` (every unit is another run's, or already computed)."""
+        units = []
+        for u in task.plan.units:
+            if u.fingerprint not in self._claimed:
+                holder = self.leases.claim(unit_key(u.fingerprint))
+                if holder is not None:
+                    self._wait_for(u, holder)
+                    continue
+                self._claimed.add(u.fingerprint)
+                if self._computed_elsewhere(u):
+                    self._done_elsewhere(u, None)
+                    continue
+            units.append(u)
+        if not units:
+            return "gone"
+        if len(units) < len(task.plan.units):
+            plan = task.plan
+            task.plan = replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units))
+        key = embed_key(task.plan.model, task.plan.store)
+        if key not in self._embed_held:
+            now = self.clock()
+            if self._asked.get(key, (0.0, False))[0] > now:
+                return "wait"
+            holder = self.leases.claim(key)
+            if holder is not None:
+                self._asked[key] = (now + self.lease_poll, True)
+                return "wait"
+        self._embed_held[key] = self._embed_held.get(key, 0) + 1
+        return "go"
+
+    def _release_embed(self, plan: ModelPlan) -> None:
+        key = embed_key(plan.model, plan.store)
+        n = self._embed_held.get(key, 0) - 1
+        if n > 0:
+            self._embed_held[key] = n
+            return
+        self._embed_held.pop(key, None)
+        self._release(key)
+
+    def _release(self, key: str) -> None:
+        try:
+            self.leases.release(key)
+        except OSError:  # an unwritable warehouse: the lease stays; other runs take it over once this run ends
+            pass
+
+    def _wait_for(self, unit: Unit, holder: Holder) -> None:
+        first = unit.fingerprint not in self.waiting
+        self.waiting[unit.fingerprint] = (unit, holder)
+        if first:
+            self._emit("waiting", message=f"{unit.model} · {unit.task}: run {holder.run_id} is computing it")
+
+    def _computed_elsewhere(self, unit: Unit) -> bool:
+        """Its metrics file exists (with ``force``: and was written after this run started)."""
+        path = self.wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint)
+        if not self.force:
+            return self.wh.exists(path)
+        mtime = self.wh.mtime(path)
+        return mtime is not None and mtime >= self._started_wall
+
+    def _done_elsewhere(self, unit: Unit, holder: Holder | None) -> None:
+        from evalfarm.outcomes import Stage, Status, UnitOutcome
+
+        by = f"run {holder.run_id}" if holder is not None else "another run"
+        o = UnitOutcome(unit.model, unit.task, Status.SKIPPED, 0.0, stage=Stage.PLAN, detail=f"computed by {by}")
+        self._unit_rows.append(_seconds_row(o, str(Stage.PLAN), WorkerInfo(by), 0, str(Status.SKIPPED)))
+        self._final(o)
+
+    def _poll_waiting(self) -> None:
+        """Units another run held: still held (wait), computed (take its result) or released / dead (compute)."""
+        new: dict[str, list[Unit]] = {}
+        for fp, (u, holder) in list(self.waiting.items()):
+            got = self.leases.claim(unit_key(fp))
+            if got is not None:
+                self.waiting[fp] = (u, got)
+                continue
+            del self.waiting[fp]
+            self._claimed.add(fp)
+            if self._computed_elsewhere(u):
+                self._done_elsewhere(u, holder)
+            elif self._no_workers:
+                task = Task("embed", replace(self._plans[u.model], units=[u]), attempts=self.max_attempts)
+                self._retry_or_fail(task, "-", None, "no worker left alive to run it")
+            else:
+                new.setdefault(u.model, []).append(u)
+        for model, units in new.items():
+            plan = self._plans[model]
+            self.embed_queue.append(
+                Task("embed", replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units)))
+            )
 
     # -- results --------------------------------------------------------------------------------------------
     def _task_done(self, handle: Any, task: Task, worker: str) -> None:
         info = self.workers.get(worker, WorkerInfo(worker))
+        if task.stage == "embed" and self.leases is not None:
+            self._release_embed(task.plan)
         try:
             outs = self.backend.result(handle)
         except WorkerLost as exc:
-            self.on_event(Event("worker-lost", task=task, worker=info, message=str(exc)))
-            revive = self.backend.revive(worker)
-            if revive is None:
-                self.dead.add(worker)
-            else:
-                self.running[revive] = (None, worker)
-            self._retry_or_fail(task, worker, None, f"worker {worker} lost this task ({exc})")
+            self._worker_lost(worker, info, exc)
+            charge = self.backend.reachable()
+            self._retry_or_fail(task, worker, None, f"worker {worker} lost this task ({exc})", charge=charge)
             return
         self.idle.append(worker)
         failed = [o for o in outs if o.status == "failed"]
@@ -236,18 +519,25 @@ class Scheduler:
             by_task = {o.task: o for o in failed}
             final = not all(getattr(o, "retryable", True) for o in failed)
             self._retry_or_fail(task, worker, by_task, "; ".join(sorted({o.error or "" for o in failed})), final=final)
-        elif task.stage == "embed":
-            self.embedding.discard(task.plan.model)
 
     def _retry_or_fail(
-        self, task: Task, worker: str, failed: dict[str, Any] | None, why: str, *, final: bool = False
+        self,
+        task: Task,
+        worker: str,
+        failed: dict[str, Any] | None,
+        why: str,
+        *,
+        final: bool = False,
+        charge: bool = True,
     ) -> None:
         units = [u for u in task.units if failed is None or u.task in failed]
-        if task.attempts < self.max_attempts and not final:
+        attempts = task.attempts if charge else task.attempts - 1
+        if attempts < self.max_attempts and not final and not self._no_workers:
             plan = task.plan if task.stage == "score" else replace(task.plan, units=units)
-            again = Task(task.stage, plan, task.unit, attempts=task.attempts, avoid=task.avoid | {worker})
+            again = Task(task.stage, plan, task.unit, attempts=attempts, avoid=task.avoid | {worker})
             (self.score_queue if task.stage == "score" else self.embed_queue).insert(0, again)
-            self.on_event(Event("retry", task=again, message=f"attempt {task.attempts} failed: {why}"))
+            if charge:
+                self._emit("retry", task=again, message=f"attempt {task.attempts} failed: {why}")
             return
         from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
 
@@ -261,14 +551,17 @@ class Scheduler:
             rows.append(_seconds_row(o, task.stage, info, task.attempts, "failed"))
             self._final(o)
         self._unit_rows += rows
-        if task.stage == "embed":
-            self.embedding.discard(task.plan.model)
 
     def _final(self, outcome: Any) -> None:
         self.outcomes.append(outcome)
-        self.on_event(Event("unit", outcome=outcome, message=f"{self._cost.get(outcome.model, 1.0)}"))
+        fp = self._fingerprint.get((outcome.model, outcome.task))
+        if self.leases is not None and fp in self._claimed:
+            self._claimed.discard(fp)
+            self._release(unit_key(fp))
+        self._emit("unit", outcome=outcome, message=f"{self._cost.get(outcome.model, 1.0)}")
 
     def _fail_everything_left(self, why: str) -> None:
+        """Queued tasks fail; units another run holds are still waited for (their results may yet come)."""
         for task in self.score_queue + self.embed_queue:
             task.attempts = self.max_attempts
             self._retry_or_fail(task, "-", None, why)

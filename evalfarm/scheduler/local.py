@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import platform
+import time
 from typing import Any
 
 from evalfarm.scheduler.core import Task, WorkerInfo
@@ -38,6 +39,8 @@ class LocalBackend:
         return self._handle([score_unit(task.unit, self.ctx)])
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
+        if not handles:  # nothing runs here: the scheduler waits for another run's units
+            time.sleep(timeout)
         return list(handles)
 
     def result(self, handle: Any) -> Any:
@@ -45,6 +48,15 @@ class LocalBackend:
 
     def revive(self, worker: str) -> Any | None:
         return None
+
+    def poll(self, pending: list[Any]) -> list[tuple[str, Any]]:
+        return []
+
+    def reachable(self) -> bool:
+        return True
+
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+        return True
 
     def close(self) -> None:
         self._results.clear()

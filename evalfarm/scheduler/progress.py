@@ -26,7 +26,8 @@ class ProgressTracker:
     done: int = 0
     failed: int = 0
     retries: int = 0
-    workers: int = 0
+    workers: int = 0  # ready now (the scheduler's count, updated with every event)
+    reviving: int = 0  # lost and being restarted
     cost_total: float = 0.0
     cost_finished: float = 0.0
     started: float = field(default_factory=time.perf_counter)
@@ -66,8 +67,10 @@ class ProgressTracker:
         ]
         if self.retries:
             parts.append(f"{self.retries} retried")
-        if self.workers:
-            parts.append(f"{self.workers} workers alive")
+        if self.workers or self.reviving:
+            parts.append(f"{self.workers} worker{'s' if self.workers != 1 else ''} alive")
+        if self.reviving:
+            parts.append(f"{self.reviving} restarting")
         parts.append(f"elapsed {_fmt_seconds(time.perf_counter() - self.started)}")
         parts.append("ETA " + ("?" if eta is None else _fmt_seconds(eta)))
         return " · ".join(parts)

@@ -21,13 +21,21 @@ from __future__ import annotations
 import math
 import os
 import platform
+import time
+from dataclasses import dataclass
 from typing import Any
 
 from evalfarm.environment import WORKER_ENV, forwarded
-from evalfarm.scheduler.core import Task, WorkerInfo, WorkerLost
+from evalfarm.scheduler.core import ClusterLost, Task, WorkerInfo, WorkerLost
 
 # Environment the workers need on a remote cluster (a local one inherits the driver's environment).
 SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
+# The head (GCS) is declared lost after this many seconds without an answer (EVALFARM_HEAD_TIMEOUT); each probe
+# waits PROBE_TIMEOUT. Ray itself ends a driver whose GCS stays away for 60 s (gcs_rpc_server_reconnect_timeout_s).
+HEAD_TIMEOUT = float(os.environ.get("EVALFARM_HEAD_TIMEOUT", "5"))
+PROBE_TIMEOUT = 1.0
+SHUTDOWN_TIMEOUT = 15.0
+GPU_GRACE = 120.0  # seconds a CPU worker leaves encoders to GPU workers the autoscaler is asked for
 
 
 class EvalWorker:
@@ -200,13 +208,20 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
 
 
 def worker_resources(
-    cluster: dict[str, float], workers: int | None, *, small_models: bool, gpus_per_worker: float | None = None
+    cluster: dict[str, float],
+    workers: int | None,
+    *,
+    small_models: bool,
+    gpus_per_worker: float | None = None,
+    shared: bool = False,
 ) -> tuple[int, float, float]:
     """(workers, CPUs per worker, GPUs per worker) for a cluster's resources.
 
     Default: one worker per GPU — two per GPU (0.5 each) when every model is a small lookup model, where one
     model alone would leave the GPU idle — else one per CPU slot. CPUs are split evenly so that torch in each
     worker gets its share of threads (1 worker on 2 CPUs scores with 2 threads, like the in-process loop).
+    ``shared`` (a cluster given by ``--address`` / ``RAY_ADDRESS``, which other runs may use too): ``--workers N``
+    CPU workers get one whole CPU each instead of N slices of the whole cluster.
     """
     gpus = float(cluster.get("GPU", 0.0))
     cpus = float(cluster.get("CPU", 1.0))
@@ -217,8 +232,155 @@ def worker_resources(
     else:
         gpw = 0.0
         n = workers or max(1, int(cpus))
+        if shared and workers:
+            return n, 1.0, 0.0
     cpw = max(0.01, math.floor(cpus / n * 100) / 100)  # floor: n workers must fit
     return n, cpw, gpw
+
+
+@dataclass
+class Scaling:
+    """What a run on an autoscaling cluster starts now and asks the autoscaler for.
+
+    ``now``: workers that fit the cluster as it is, each with whole resources (``cpus`` / ``gpus`` per worker);
+    ``gpu_workers``: GPU workers to ask for (``gpu_shape`` each); ``cpu_workers``: CPU workers (1 CPU each) to ask
+    for.
+    """
+
+    now: int
+    cpus: float
+    gpus: float
+    gpu_workers: int
+    gpu_shape: dict[str, float]
+    cpu_workers: int
+
+    def bundles(self) -> list[dict[str, float]]:
+        """The request: every worker of the run (the autoscaler counts what runs already against it)."""
+        started = {"CPU": self.cpus, **({"GPU": self.gpus} if self.gpus else {})}
+        return [started] * self.now + [dict(self.gpu_shape)] * self.gpu_workers + [{"CPU": 1.0}] * self.cpu_workers
+
+
+def autoscaled_workers(
+    cluster: dict[str, float],
+    gpu_nodes: list[dict[str, float]],
+    *,
+    heavy: int,
+    workers: int | None,
+    small_models: bool,
+) -> Scaling:
+    """Workers for a run on an autoscaling cluster (see the README's Scheduling section).
+
+    1. Workers that fit now start at once, with whole resources: one GPU each (half when every model is a small
+       lookup model), else one CPU each — never a slice of a CPU, so ``--workers 8`` on a one-node cluster does not
+       squeeze 8 actors onto it but asks for the nodes they need.
+    2. Each pending model that wants a GPU (``heavy``: an encoder, not a lookup) asks for a GPU worker,
+       ``{"GPU": 1, "CPU": c}`` with ``c`` the CPUs per GPU of the cluster's GPU nodes (1 before any has joined),
+       up to ``workers`` in all.
+    3. ``workers`` on a cluster without GPUs asks for the CPU workers beyond those that fit.
+    4. When no worker fits now (a head with 0 CPUs), one CPU worker is asked for too: a cluster that cannot
+       provide GPUs still runs the catalog.
+    """
+    gpus, cpus = float(cluster.get("GPU", 0.0)), float(cluster.get("CPU", 0.0))
+    cap = workers if workers else None
+    if gpus >= 1:
+        gpw = 0.5 if small_models else 1.0
+        fit = int(gpus / gpw)
+        per_node = [n.get("CPU", 0.0) / n["GPU"] * gpw for n in gpu_nodes if n.get("GPU", 0.0) >= gpw]
+        cpw = max(0.01, math.floor(min(per_node or [cpus / fit]) * 100) / 100)
+    else:
+        gpw, cpw = 0.0, 1.0
+        fit = int(cpus)
+    now = min(fit, cap) if cap else fit
+    per_gpu = [n.get("CPU", 0.0) / n["GPU"] for n in gpu_nodes if n.get("GPU", 0.0) >= 1]
+    shape = {"GPU": 1.0, "CPU": max(1.0, math.floor(min(per_gpu))) if per_gpu else 1.0}
+    room = (cap - now) if cap else None
+    gpu_workers = max(0, heavy - (now if gpw else 0))
+    if room is not None:
+        gpu_workers = min(gpu_workers, room)
+        room -= gpu_workers
+    cpu_workers = room if (room and not gpw and not heavy) else 0
+    if now == 0 and cpu_workers == 0:
+        cpu_workers = 1
+    return Scaling(now, cpw, gpw, gpu_workers, shape, cpu_workers)
+
+
+def is_autoscaling() -> bool:
+    """Does this cluster have an autoscaler that can add nodes? ``EVALFARM_AUTOSCALE=1/0`` decides when set.
+
+    Autoscaler v2 (KubeRay): yes. v1: its monitor publishes a status report; a plain ``ray start`` / ``ray.init``
+    head runs the same monitor with a read-only provider, whose node types are the anonymous ``node_<id>``.
+    """
+    forced = os.environ.get("EVALFARM_AUTOSCALE")
+    if forced is not None:
+        return forced.strip().lower() in ("1", "true", "yes", "on")
+    import json
+
+    try:
+        from ray.autoscaler.v2.utils import is_autoscaler_v2
+
+        if is_autoscaler_v2(fetch_from_server=True):
+            return True
+        from ray._private.ray_constants import DEBUG_AUTOSCALING_STATUS
+        from ray.autoscaler._private.util import format_readonly_node_type
+        from ray.experimental.internal_kv import _internal_kv_get
+
+        raw = _internal_kv_get(DEBUG_AUTOSCALING_STATUS)
+        report = (json.loads(raw) if raw else {}).get("autoscaler_report") or {}
+        mapping = report.get("node_type_mapping") or {}
+        if mapping:
+            return any(t != format_readonly_node_type(n) for n, t in mapping.items())
+        return any(not t.startswith("node_") for t in report.get("active_nodes") or {})
+    except Exception:  # an older Ray, Ray Client mode: no autoscaler we can see
+        return False
+
+
+def _proc_table() -> dict[int, tuple[int, str]]:
+    """pid -> (parent pid, start time) of every process (Linux /proc; {} elsewhere)."""
+    table = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return {}
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat", "rb") as fh:
+                stat = fh.read().decode(errors="replace")
+        except OSError:
+            continue
+        fields = stat[stat.rfind(")") + 2 :].split()
+        table[int(name)] = (int(fields[1]), fields[19])
+    return table
+
+
+def _descendants(roots: set[int]) -> dict[int, str]:
+    """``roots`` and every process below them: pid -> start time (to tell a reused pid apart)."""
+    table = _proc_table()
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    out, todo = {}, [r for r in roots if r in table]
+    while todo:
+        pid = todo.pop()
+        if pid in out:
+            continue
+        out[pid] = table[pid][1]
+        todo += children.get(pid, [])
+    return out
+
+
+def _kill_leftovers(procs: dict[int, str]) -> None:
+    """SIGKILL the processes of ``procs`` still alive (same pid and start time: the very processes)."""
+    import signal
+
+    table = _proc_table()
+    for pid, started in procs.items():
+        if pid != os.getpid() and table.get(pid, (0, None))[1] == started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
 
 
 class RayBackend:
@@ -236,36 +398,171 @@ class RayBackend:
         workers: int | None = None,
         small_models: bool = False,
         max_restarts: int = 4,
+        plans: list[Any] | None = None,
+        kinds: dict[str, str] | None = None,
+        autoscale: bool | None = None,
+        head_timeout: float | None = None,
     ) -> None:
         self.args = (catalog, warehouse, run_id, options, force)
         self.address = address
         self.n_workers = workers
         self.small_models = small_models
         self.max_restarts = max_restarts
+        self.plans = plans or []
+        self.kinds = kinds or {}
+        self.autoscale = autoscale
+        self.head_timeout = head_timeout if head_timeout is not None else HEAD_TIMEOUT
         self.actors: dict[str, Any] = {}
+        self.grown: dict[str, Any] = {}  # actors asked for from the autoscaler (not kept warm between runs)
         self.owns_ray = False
+        self.head_lost = False
+        self.gcs_address = ""
         self.resources: tuple[int, float, float] = (0, 0.0, 0.0)
+        self.scaling: Scaling | None = None
+        self._cluster0: dict[str, float] = {}  # the cluster when the run started (autoscaling)
+        self.requested: list[list[dict[str, float]]] = []  # every request_resources call of this run
+        self._gpu_actors = 0
+        self._gpu_names: set[str] = set()  # GPU-shaped workers of this run
+        self._started = 0.0
+        self._next_probe = 0.0
+        self._next_scale = 0.0
+        self._unreachable_since: float | None = None
+
+    def _cls(self, cpus: float, gpus: float) -> Any:
+        import ray
+
+        return ray.remote(EvalWorker).options(
+            num_cpus=cpus, num_gpus=gpus, max_restarts=self.max_restarts, max_task_retries=0
+        )
 
     def start(self) -> list[tuple[str, Any]]:
         import ray
 
+        shared = bool(self.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized()
         self.owns_ray = connect(self.address)
-        n, cpw, gpw = worker_resources(ray.cluster_resources(), self.n_workers, small_models=self.small_models)
+        try:
+            self.gcs_address = ray.get_runtime_context().gcs_address
+        except Exception:  # Ray Client
+            self.gcs_address = self.address or ""
+        cluster = ray.cluster_resources()
+        if self.autoscale is None:
+            self.autoscale = is_autoscaling()
+        if self.autoscale:
+            self._cluster0 = cluster
+            self.scaling = self._scaling(self.plans)
+            n, cpw, gpw = self.scaling.now, self.scaling.cpus, self.scaling.gpus
+            self._gpu_actors = n if gpw else 0
+        else:
+            n, cpw, gpw = worker_resources(cluster, self.n_workers, small_models=self.small_models, shared=shared)
         self.resources = (n, cpw, gpw)
         key = (ray.get_runtime_context().get_job_id(), n, cpw, gpw)
         if key not in _WARM:
             if not self.owns_ray:
                 shutdown_workers()  # other shapes: free their CPUs/GPUs for this run's workers
-            cls = ray.remote(EvalWorker).options(
-                num_cpus=cpw,
-                num_gpus=gpw,
-                max_restarts=self.max_restarts,
-                max_task_retries=0,
-            )
+            cls = self._cls(cpw, gpw)
             _WARM[key] = {f"w{i}": cls.remote(f"w{i}", max(1, int(cpw))) for i in range(n)}
-        self.actors = _WARM[key]
-        return [(name, actor.begin.remote(*self.args)) for name, actor in self.actors.items()]
+        self.actors = dict(_WARM[key])
+        self._started = time.monotonic()
+        if gpw:
+            self._gpu_names.update(self.actors)
+        handles = [(name, actor.begin.remote(*self.args)) for name, actor in self.actors.items()]
+        if self.scaling is not None:
+            for _ in range(self.scaling.cpu_workers):
+                handles.append(self._grow({"CPU": 1.0}))
+            handles += self._scale(self.plans)
+        return handles
 
+    # -- autoscaling ------------------------------------------------------------------------------------------
+    def _heavy(self, plans: list[Any]) -> int:
+        """Pending models that want a GPU (encoders; lookup models run anywhere)."""
+        return sum(1 for p in plans if self.kinds.get(p.model, "") not in SMALL_KINDS)
+
+    def _grow(self, shape: dict[str, float]) -> tuple[str, Any]:
+        name = f"g{len(self.grown)}"
+        cpus, gpus = shape.get("CPU", 1.0), shape.get("GPU", 0.0)
+        actor = self._cls(cpus, gpus).remote(name, max(1, int(cpus)))
+        self.grown[name] = self.actors[name] = actor
+        if gpus:
+            self._gpu_actors += 1
+            self._gpu_names.add(name)
+        return name, actor.begin.remote(*self.args)
+
+    def _scaling(self, pending: list[Any]) -> Scaling:
+        import ray
+
+        gpu_nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU")]
+        return autoscaled_workers(
+            self._cluster0, gpu_nodes, heavy=self._heavy(pending), workers=self.n_workers,
+            small_models=self.small_models,
+        )  # fmt: skip
+
+    def _scale(self, pending: list[Any]) -> list[tuple[str, Any]]:
+        """Ask for a GPU worker per pending model that wants one — pending actors with real resource requests,
+        which the autoscaler sees as demand, and ``request_resources`` so it scales at once — and lower the request
+        as that work runs out (it is cleared at the end)."""
+        assert self.scaling is not None
+        self.scaling = self._scaling(pending)  # the GPU shape follows the GPU nodes that joined
+        started_gpu = self.scaling.now if self.scaling.gpus else 0
+        new = []
+        while self._gpu_actors < started_gpu + self.scaling.gpu_workers:
+            new.append(self._grow(self.scaling.gpu_shape))
+        bundles = self.scaling.bundles()
+        if not self.requested or bundles != self.requested[-1]:
+            from ray.autoscaler.sdk import request_resources
+
+            request_resources(bundles=bundles)
+            self.requested.append(bundles)
+        return new
+
+    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+        """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed task alone
+        while a GPU worker is alive, or while one is being asked for (for GPU_GRACE seconds: a cluster that cannot
+        provide GPUs still runs it on CPU then)."""
+        if task.stage != "embed" or worker in self._gpu_names or not self._gpu_names:
+            return True
+        if self.kinds.get(task.plan.model, "") in SMALL_KINDS:
+            return True
+        if self._gpu_names & alive:
+            return False
+        return time.monotonic() - self._started > GPU_GRACE
+
+    # -- the head's health ------------------------------------------------------------------------------------
+    def reachable(self) -> bool:
+        """One GCS round trip (a key-value read) within PROBE_TIMEOUT seconds."""
+        import ray
+
+        worker = ray._private.worker.global_worker
+        gcs = getattr(worker, "gcs_client", None)
+        if gcs is None:  # Ray Client: the client connection reports a lost head itself
+            return True
+        try:
+            gcs.internal_kv_get(b"evalfarm-probe", b"evalfarm", timeout=PROBE_TIMEOUT)
+        except Exception:
+            return False
+        return True
+
+    def poll(self, pending: list[Any]) -> list[tuple[str, Any]]:
+        """Probe the head (once a second; ``ClusterLost`` once it has not answered for ``head_timeout`` seconds —
+        long before Ray's own 60 s reconnect timeout ends the process) and keep the autoscaling request in step."""
+        now = time.monotonic()
+        if now >= self._next_probe:
+            self._next_probe = now + 1.0
+            if self.reachable():
+                self._unreachable_since = None
+            elif self._unreachable_since is None:
+                self._unreachable_since = now
+            elif now - self._unreachable_since >= self.head_timeout:
+                self.head_lost = True
+                raise ClusterLost(
+                    f"the Ray head (GCS at {self.gcs_address}) has not answered for "
+                    f"{now - self._unreachable_since:.0f} s"
+                )
+        if self.scaling is not None and now >= self._next_scale:
+            self._next_scale = now + 5.0
+            return self._scale(pending)
+        return []
+
+    # -- tasks ------------------------------------------------------------------------------------------------
     def submit(self, worker: str, task: Task) -> Any:
         actor = self.actors[worker]
         if task.stage == "embed":
@@ -275,6 +572,9 @@ class RayBackend:
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray
 
+        if not handles:
+            time.sleep(timeout)
+            return []
         ready, rest = ray.wait(handles, num_returns=1, timeout=timeout)
         if ready and rest:
             more, _ = ray.wait(rest, num_returns=len(rest), timeout=0)
@@ -283,12 +583,16 @@ class RayBackend:
 
     def result(self, handle: Any) -> Any:
         import ray
-        from ray.exceptions import RayActorError, RayTaskError, WorkerCrashedError
+        from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, WorkerCrashedError
 
         try:
             return ray.get(handle)
         except (RayActorError, WorkerCrashedError) as exc:
-            raise WorkerLost(type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300]) from exc
+            # Unavailable: Ray is restarting the actor (or cannot reach it for a moment): ask again later.
+            restarting = isinstance(exc, ActorUnavailableError)
+            raise WorkerLost(
+                type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300], restarting=restarting
+            ) from exc
         except RayTaskError as exc:
             # A bug in our task code (embed_model/score_unit never raise for model failures): fail the attempt.
             raise WorkerLost(f"task raised {type(exc.cause).__name__}: {exc.cause}") from exc
@@ -298,9 +602,53 @@ class RayBackend:
         return self.actors[worker].begin.remote(*self.args)
 
     def close(self) -> None:
-        """Keep the warm actors for the next run of this driver, unless this run started Ray itself."""
+        """Keep the warm actors for the next run of this driver, unless this run started Ray itself; give back
+        what was asked of the autoscaler. After a lost head, kill every process of a Ray this run started (its
+        agents outlive a raylet that cannot reach the GCS)."""
         import ray
 
-        if self.owns_ray and ray.is_initialized():
-            shutdown_workers()
-            ray.shutdown()
+        if not ray.is_initialized():
+            return
+        if self.head_lost:
+            _WARM.clear()
+        else:
+            for actor in self.grown.values():
+                try:
+                    ray.kill(actor, no_restart=True)
+                except Exception:  # already gone
+                    pass
+            if self.requested and self.requested[-1]:
+                from ray.autoscaler.sdk import request_resources
+
+                try:
+                    request_resources(bundles=[])
+                    self.requested.append([])
+                except Exception:
+                    pass
+        if self.owns_ray:
+            node = ray._private.worker._global_node
+            roots = {p.process.pid for ps in (node.all_processes if node else {}).values() for p in ps}
+            procs = _descendants(roots)
+            if self.head_lost:  # nothing to shut down gracefully: the GCS is gone
+                _kill_leftovers(procs)
+            else:
+                shutdown_workers()
+            _shutdown(bounded=self.head_lost)
+            _kill_leftovers(procs)
+        elif self.head_lost:
+            _shutdown(bounded=True)  # disconnect: this driver can do nothing more on that cluster
+
+
+def _shutdown(*, bounded: bool) -> None:
+    """``ray.shutdown()``; without a head it usually takes ~5 s but can wait on a GCS call that never returns, so
+    then it gets SHUTDOWN_TIMEOUT seconds in a thread of its own (the run is already recorded)."""
+    import threading
+
+    import ray
+
+    if not bounded:
+        ray.shutdown()
+        return
+    t = threading.Thread(target=ray.shutdown, name="evalfarm-ray-shutdown", daemon=True)
+    t.start()
+    t.join(SHUTDOWN_TIMEOUT)
