@@ -54,21 +54,48 @@ class Encoded:
 def _encode_sorted(
     encode: Callable[[list[str]], np.ndarray], texts: Sequence[str], chunk: int, progress: Callable[[int], None] | None
 ) -> np.ndarray:
+    return _encode_sorted_many(lambda batch: {"": encode(batch)}, texts, chunk, progress)[""]
+
+
+def _encode_sorted_many(
+    encode: Callable[[list[str]], dict[str, np.ndarray]],
+    texts: Sequence[str],
+    chunk: int,
+    progress: Callable[[int], None] | None,
+) -> dict[str, np.ndarray]:
+    """Feed ``texts`` to ``encode`` in chunks of similar length (little padding); rows come back in input order.
+    ``encode`` returns one array per output (one per pooling when several share a forward pass)."""
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-    out: np.ndarray | None = None
+    outs: dict[str, np.ndarray] = {}
     for start in range(0, len(order), chunk):
         idx = order[start : start + chunk]
-        vecs = np.asarray(encode([texts[i] for i in idx]), dtype=np.float32)
-        if vecs.ndim != 2 or vecs.shape[0] != len(idx):
-            raise EmbeddingQualityError(f"encoder returned shape {vecs.shape} for {len(idx)} texts")
-        if out is None:
-            out = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
-        out[idx] = vecs
+        for name, got in encode([texts[i] for i in idx]).items():
+            vecs = np.asarray(got, dtype=np.float32)
+            if vecs.ndim != 2 or vecs.shape[0] != len(idx):
+                raise EmbeddingQualityError(f"encoder returned shape {vecs.shape} for {len(idx)} texts")
+            if name not in outs:
+                outs[name] = np.empty((len(texts), vecs.shape[1]), dtype=np.float32)
+            outs[name][idx] = vecs
         if progress:
             progress(len(idx))
-    if out is None:
+    if not outs:
         raise EmbeddingQualityError("nothing to encode")
-    return out
+    return outs
+
+
+def encode_poolings(
+    encoder: Any,
+    texts: Sequence[str],
+    poolings: Sequence[str],
+    *,
+    chunk: int = 2048,
+    progress: Callable[[int], None] | None = None,
+) -> dict[str, np.ndarray]:
+    """One forward pass of a transformer over ``texts``, pooled every way in ``poolings`` (unchecked: each model
+    checks its own with :func:`check_quality`, so a bad pooling fails only its model)."""  # fmt: skip
+    if not texts:
+        raise EmbeddingQualityError("nothing to encode")
+    return _encode_sorted_many(lambda batch: encoder.encode_poolings(batch, poolings), texts, chunk, progress)
 
 
 def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:

@@ -12,6 +12,7 @@ itself, once, after the last attempt.
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import time
 from collections.abc import Callable
@@ -22,13 +23,23 @@ import numpy as np
 
 from evalfarm.catalog.registry import Catalog
 from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK
-from evalfarm.embed import EmbeddingQualityError, Encoded, TextStore, check_quality, encode_texts, store_key
+from evalfarm.embed import (
+    EmbeddingQualityError,
+    Encoded,
+    TextStore,
+    check_quality,
+    encode_poolings,
+    encode_texts,
+    store_key,
+)
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, now
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -155,7 +166,7 @@ def _embed_missing(
     progress = ctx.progress
     prog = (lambda n: progress(label, n, len(missing))) if progress else None
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
-    meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store}
+    shared: list[tuple[ModelPlan, TextStore, list[str], Encoded]] = []
     if _reuses_base_store(spec):
         fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
         fit_texts = ctx.texts(fit_task)
@@ -186,20 +197,86 @@ def _embed_missing(
             fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
             encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
             provenance["fit_on"] = {"task": fit_task}
-        out = encode_texts(encoder, missing, progress=prog)
+        siblings = _sibling_work(ctx, plan) if hasattr(encoder, "encode_poolings") else []
+        if siblings:
+            out, shared = _encode_with_siblings(ctx, plan, encoder, missing, siblings)
+        else:
+            out = encode_texts(encoder, missing, progress=prog)
+    _publish(ctx, plan, store, missing, out, provenance)
+    for sib, sib_store, sib_texts, sib_out in shared:
+        try:
+            pooling = ctx.catalog.model(sib.model).pooling
+            _publish(
+                ctx, sib, sib_store, sib_texts, check_quality(sib_texts, sib_out),
+                {**provenance, "pooling": pooling, "forward_pass_of": plan.model},
+            )  # fmt: skip
+        except Exception as exc:  # the sibling's own embed task computes it
+            log.warning(
+                "%s: could not store pooling sibling %s (%s); it embeds on its own", plan.model, sib.model, exc
+            )
+    return int(out.emb.shape[1])
+
+
+def _publish(
+    ctx: ExecContext, plan: ModelPlan, store: TextStore, texts: list[str], out: Encoded, provenance: dict[str, Any]
+) -> None:
+    """Write a model's new shard, an informational row for its all-zero vectors, and its ``models`` row."""
     # the shard keeps what made its vectors (deterministic: no host, no timing); the models row keeps everything
     content = {k: v for k, v in provenance.items() if k not in ("host", "load_seconds", "code_versions")}
-    store.write(missing, out, {**meta, "provenance": content})
+    meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store, "provenance": content}
+    store.write(texts, out, meta)
     if out.zero_count:  # informational: these texts are handled as OOV
         ctx.warehouse.write_failure(
             ctx.run_id,
             plan.model,
             None,
             str(Stage.EMBED_QUALITY),
-            f"{out.zero_count} all-zero vectors (handled as OOV under policy {spec.oov!r})",
+            f"{out.zero_count} all-zero vectors (handled as OOV under policy {ctx.catalog.model(plan.model).oov!r})",
         )
     ctx.warehouse.write_model(_model_row(ctx, plan, int(out.emb.shape[1]), provenance))
-    return int(out.emb.shape[1])
+
+
+def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> list[tuple[ModelPlan, TextStore, list[str]]]:
+    """The pooling siblings (``plan.share_forward_passes``) whose stores lack some of their tasks' texts. A sibling
+    whose texts cannot be listed is left to its own embed task; under ``--force`` every model embeds on its own."""
+    work = []
+    for sib in [] if ctx.force else plan.siblings:
+        try:
+            texts = list(dict.fromkeys(t for u in sib.units for t in ctx.texts(u.task)))
+            sib_store = ctx.store(sib.model)
+            missing = sib_store.missing(texts)
+        except Exception as exc:
+            log.warning("%s: pooling sibling %s left to its own embed task (%s)", plan.model, sib.model, exc)
+            continue
+        if missing:
+            work.append((sib, sib_store, missing))
+    return work
+
+
+def _encode_with_siblings(
+    ctx: ExecContext,
+    plan: ModelPlan,
+    encoder: Any,
+    missing: list[str],
+    siblings: list[tuple[ModelPlan, TextStore, list[str]]],
+) -> tuple[Encoded, list[tuple[ModelPlan, TextStore, list[str], Encoded]]]:
+    """One forward pass over the texts the model and its siblings lack, pooled each sibling's way. The model's own
+    vectors are checked here (a failure is its own); each sibling's when it is stored."""
+    union = list(dict.fromkeys([*missing, *(t for _, _, texts in siblings for t in texts)]))
+    own = encoder.pooling
+    poolings = list(dict.fromkeys([own, *(ctx.catalog.model(s.model).pooling for s, _, _ in siblings)]))
+    label = f"{plan.model} + {len(siblings)} pooling sibling(s) · {len(union)} texts"
+    progress = ctx.progress
+    prog = (lambda n: progress(label, n, len(union))) if progress else None
+    arrays = encode_poolings(encoder, union, poolings, progress=prog)
+    row = {t: i for i, t in enumerate(union)}
+
+    def take(pooling: str, texts: list[str]) -> Encoded:
+        return Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
+
+    out = check_quality(missing, take(own, missing))
+    shared = [(s, st, texts, take(ctx.catalog.model(s.model).pooling, texts)) for s, st, texts in siblings]
+    return out, shared
 
 
 def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -53,6 +53,7 @@ class ModelPlan:
     store: str
     units: list[Unit] = field(default_factory=list)
     cost: float = 1.0  # relative size, for largest-first assignment
+    siblings: list[ModelPlan] = field(default_factory=list)  # pooling siblings this model's forward pass embeds too
 
 
 def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, params: str) -> str:
@@ -144,6 +145,40 @@ def plan_run(
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
     plans.sort(key=lambda p: depth[p.model])
     return plans
+
+
+def forward_key(catalog: Catalog, model: str) -> str | None:
+    """What a transformer's forward pass depends on (checkpoint, revision, truncation, batching, dtype, remote code):
+    models with the same key differ only in pooling, so one pass can embed them all. None for other models (a
+    post-processed or derived one, any other kind)."""
+    chain = catalog.lineage(model)
+    spec = chain[0]
+    if len(chain) != 1 or spec.kind != "transformers" or spec.source is None or spec.postprocess is not None:
+        return None
+    fields = ("revision", "max_length", "batch_size", "dtype", "trust_remote_code", "tokenizer")
+    return canonical_json(
+        {"source": spec.source.model_dump(mode="json"), **spec.model_dump(mode="json", include=set(fields))}
+    )
+
+
+def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, str]:
+    """Group pending transformers that differ only in pooling (the paper's zoo has each checkpoint with cls, mean and
+    first-last-avg pooling): the group's first plan (its leader) gets the others as ``siblings`` and embeds their
+    texts in the same forward pass; each sibling waits for its leader (returned ``{sibling: leader}``), then finds its
+    store complete and loads nothing. When the leader fails, the siblings embed on their own."""
+    groups: dict[str, list[ModelPlan]] = {}
+    for p in plans:
+        key = forward_key(catalog, p.model)
+        if key is not None:
+            groups.setdefault(key, []).append(p)
+    waits: dict[str, str] = {}
+    for group in groups.values():
+        leader, *rest = group
+        leader.siblings = list(rest)
+        for sib in rest:
+            waits[sib.model] = leader.model
+            sib.cost = max(0.05, sib.cost - KIND_COST["transformers"])  # its encoder pass is the leader's
+    return waits
 
 
 def describe(plans: list[ModelPlan]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scorers.base import RunOptions
@@ -260,6 +260,7 @@ def run_catalog(
             from evalfarm.leases import Leases
             from evalfarm.scheduler.core import ClusterLost, Scheduler
 
+            base_of = _bases(cat, pending)  # sets each forward-pass leader's siblings before any plan is sent
             leases = Leases(wh, run_id).start()
             backend = _backend(
                 executor, cat, wh, run_id, options, force, progress, pending, address, workers, encoders or {}
@@ -269,7 +270,7 @@ def run_catalog(
                 backend,
                 warehouse=wh,
                 run_id=run_id,
-                base_of=_bases(cat, pending),
+                base_of=base_of,
                 max_attempts=max_attempts,
                 on_event=event,
                 leases=leases,
@@ -388,11 +389,14 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
-    """Derived sentence models whose base is in this run wait for it: they reuse its embeddings."""
+    """Who waits for whom: derived sentence models for their base (they reuse its embeddings), pooling siblings for
+    the transformer whose forward pass embeds them too (``plan.share_forward_passes``, which sets the siblings)."""
     out: dict[str, str | None] = {}
     for p in plans:
         spec = cat.model(p.model)
         out[p.model] = spec.base if (spec.base and spec.postprocess and spec.level == "sentence") else None
+    for sibling, leader in share_forward_passes(cat, plans).items():
+        out[sibling] = leader
     return out
 
 

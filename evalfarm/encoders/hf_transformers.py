@@ -9,7 +9,9 @@ Pooling over the token states (padding masked out):
   transformer layer's output and the last layer's (``hidden_states[0]`` is the embedding layer). This is the
   convention of BERT-whitening (Su et al. 2021) and SimCSE's ``avg_first_last``.
 
-Texts are sorted by token length so each batch pads little, and rows come back in input order.
+Texts are sorted by token length so each batch pads little, and rows come back in input order. Models that differ
+only in pooling run one forward pass for all of them (:meth:`HFTransformersEncoder.encode_poolings`; the embed stage
+uses it for a catalog's pooling siblings, ``evalfarm.plan.share_forward_passes``).
 """
 
 from __future__ import annotations
@@ -65,16 +67,24 @@ class HFTransformersEncoder:
         return f"HFTransformersEncoder({self.model.name_or_path!r}, pooling={self.pooling!r}, device={self.device})"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self.encode_poolings(texts, (self.pooling,))[self.pooling]
+
+    def encode_poolings(self, texts: Sequence[str], poolings: Sequence[Pooling]) -> dict[str, np.ndarray]:
+        """One forward pass over ``texts``, pooled every way in ``poolings``: ``{pooling: (n, dim) float32}``. Each
+        array equals what an encoder of that pooling returns for the same call (same batches, same token states)."""
         torch = self._torch
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for p in poolings:
+            if p not in ("cls", "mean", "max", "first-last-avg"):
+                raise ValueError(f"unknown pooling {p!r} (cls, mean, max, first-last-avg)")
+        outs = {p: np.zeros((len(texts), self.dim), dtype=np.float32) for p in poolings}
         if not len(texts):
-            return out
+            return outs
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
         order = np.argsort([-len(x) for x in ids], kind="stable")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        want_hidden = self.pooling == "first-last-avg"
+        want_hidden = "first-last-avg" in poolings
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
@@ -93,18 +103,19 @@ class HFTransformersEncoder:
                     batch["token_type_ids"] = tt
                 tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
                 res = self.model(**tensors, output_hidden_states=want_hidden)
-                out[idx] = self._pool(res, tensors["attention_mask"]).float().cpu().numpy()
-        return out
+                for p, out in outs.items():
+                    out[idx] = self._pool(res, tensors["attention_mask"], p).float().cpu().numpy()
+        return outs
 
-    def _pool(self, res, mask):  # -> torch.Tensor
+    def _pool(self, res, mask, pooling: str):  # -> torch.Tensor
         torch = self._torch
-        if self.pooling == "cls":
+        if pooling == "cls":
             return res.last_hidden_state[:, 0].float()
         m = mask.unsqueeze(-1).to(torch.float32)
-        if self.pooling == "first-last-avg":
+        if pooling == "first-last-avg":
             states = (res.hidden_states[1].float() + res.hidden_states[-1].float()) / 2.0
         else:
             states = res.last_hidden_state.float()
-        if self.pooling == "max":
+        if pooling == "max":
             return states.masked_fill(m == 0, torch.finfo(torch.float32).min).max(dim=1).values
         return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
