@@ -1,10 +1,11 @@
+-- run_events: the raw start and end events of every run, one row each (argv, host, provenance, counts).
+CREATE OR REPLACE VIEW run_events AS
+SELECT * FROM read_parquet('{root}/tables/runs/**/*.parquet', union_by_name = true, hive_partitioning = false);
+
 -- runs: one row per run; a run with a start but no end event is 'running' (or was killed: see finished_at). The end
 -- event says how it ended: ok, failed (some units failed), or interrupted (Ctrl-C, its Ray head lost: `reason`);
 -- n_done units computed by the run, n_skipped already in the warehouse (or computed meanwhile by a concurrent run),
 -- n_failed failed, and n_units - n_done - n_skipped - n_failed not computed (rerun the same command to resume).
-CREATE OR REPLACE VIEW run_events AS
-SELECT * FROM read_parquet('{root}/tables/runs/**/*.parquet', union_by_name = true, hive_partitioning = false);
-
 CREATE OR REPLACE VIEW runs AS
 SELECT s.run_id, s.at AS started_at, f.at AS finished_at, coalesce(f.status, 'running') AS status,
        s.catalog, f.n_units, f.n_done, f.n_failed, f.n_skipped, f.reason, s.host, s.argv, s.code_version,
