@@ -45,7 +45,7 @@ class ExecContext:
         """A task's loaded, verified data (cached: a worker reads each task's files once)."""
         if task_id not in self._tasks:
             spec = self.catalog.task(task_id)
-            self._tasks[task_id] = scorer_for(spec.kind).load(spec)
+            self._tasks[task_id] = scorer_for(spec.kind).load_for(spec, self.options)
         return self._tasks[task_id]
 
     def texts(self, task_id: str) -> list[str]:

@@ -32,6 +32,7 @@ class RunOptions:
     hits: tuple[int, ...] = (1, 3, 10)
     device: str | None = None
     keep_details: bool = True  # per-pair detail tables (ranks)
+    full_downstream: bool = False  # downstream tasks train on every row, not the catalog's seeded sample
 
     def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
         unknown = [s for s in self.similarities if s not in SIMILARITIES]
@@ -110,6 +111,11 @@ class Scorer:
     def load(self, task: TaskSpec) -> Any:
         """Read and verify the task's files; returns a :class:`TaskData`."""
         raise NotImplementedError
+
+    def load_for(self, task: TaskSpec, options: RunOptions) -> Any:
+        """The task's data for a run with ``options`` (what the executor calls): ``load(task)``, unless a run
+        option changes which texts the task needs (downstream's ``full_downstream``)."""
+        return self.load(task)
 
     def texts(self, data: Any) -> Sequence[str]:
         return data.texts
