@@ -171,8 +171,8 @@ class DownstreamScorer(Scorer):
         if vectors.emb.shape[0] != len(data.texts):
             raise ValueError(f"task {task.id!r}: {vectors.emb.shape[0]} vectors for {len(data.texts)} texts")
         backend, torch_device = resolve_backend(params["backend"], device)
-        emb = vectors.emb
-        features = task_features(data.task, lambda texts: emb)
+        row = {t: i for i, t in enumerate(data.texts)}  # the stored vectors follow data.texts
+        features = task_features(data.task, lambda texts: vectors.emb[[row[t] for t in texts]])
         res = evaluate(
             features,
             backend=backend,  # type: ignore[arg-type]
