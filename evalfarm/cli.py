@@ -260,6 +260,13 @@ def run(
             "--no-center is a documented variant",
         ),
     ] = True,
+    full_downstream: Annotated[
+        bool,
+        typer.Option(
+            "--full-downstream",
+            help="downstream tasks train on every row (default: the catalog's seeded sample of the big training sets)",
+        ),
+    ] = False,
     device: Annotated[str | None, typer.Option(help="torch device for scoring (default: cuda if present)")] = None,
     executor: Annotated[
         Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")
@@ -297,6 +304,7 @@ def run(
             similarities=tuple(_split(similarity) or SIMILARITIES),  # type: ignore[arg-type]
             center=center,
             filter_other_positives=filter_other_positives,
+            full_downstream=full_downstream,
             device=device,
         )
         with Progress(

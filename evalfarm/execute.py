@@ -63,7 +63,7 @@ class ExecContext:
 
                 trust_verified(self.options.verified_files)
             spec = self.catalog.task(task_id)
-            self._tasks[task_id] = scorer_for(spec.kind).load(spec)
+            self._tasks[task_id] = scorer_for(spec.kind).load_for(spec, self.options)
         return self._tasks[task_id]
 
     def texts(self, task_id: str) -> list[str]:

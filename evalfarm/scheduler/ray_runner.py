@@ -53,7 +53,7 @@ class EvalWorker:
 
         self.name = name
         self.ctx: Any = None
-        self._tasks: dict[tuple[str, str], Any] = {}
+        self._tasks: dict[tuple[str, str, Any], Any] = {}
 
     def info(self) -> WorkerInfo:
         import ray
@@ -76,7 +76,7 @@ class EvalWorker:
             record_failures=False,
         )
         for tid, spec in catalog.tasks.items():  # task data already loaded by an earlier run, same content
-            key = (tid, task_checksum(spec))
+            key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
             if key in self._tasks:
                 self.ctx._tasks[tid] = self._tasks[key]
         return self.info()
@@ -85,7 +85,7 @@ class EvalWorker:
         from evalfarm.pools.data import task_checksum
 
         for tid, data in self.ctx._tasks.items():
-            self._tasks[(tid, task_checksum(self.ctx.catalog.task(tid)))] = data
+            self._tasks[(tid, task_checksum(self.ctx.catalog.task(tid)), self.ctx.options)] = data
 
     def _context(self) -> Any:
         if self.ctx is None:  # Ray restarted this actor after a crash; the scheduler re-sends begin() first

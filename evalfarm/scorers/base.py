@@ -35,6 +35,7 @@ class RunOptions:
     # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of
     # rehashing (evalfarm.pools.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
     verified_files: tuple[tuple[str, int, int, str], ...] = ()
+    full_downstream: bool = False  # downstream tasks train on every row, not the catalog's seeded sample
 
     def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
         unknown = [s for s in self.similarities if s not in SIMILARITIES]
@@ -113,6 +114,11 @@ class Scorer:
     def load(self, task: TaskSpec) -> Any:
         """Read and verify the task's files; returns a :class:`TaskData`."""
         raise NotImplementedError
+
+    def load_for(self, task: TaskSpec, options: RunOptions) -> Any:
+        """The task's data for a run with ``options`` (what the executor calls): ``load(task)``, unless a run
+        option changes which texts the task needs (downstream's ``full_downstream``)."""
+        return self.load(task)
 
     def texts(self, data: Any) -> Sequence[str]:
         return data.texts

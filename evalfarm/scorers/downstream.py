@@ -1,0 +1,209 @@
+"""Downstream classification (SentEval-style, frozen embeddings): MR, CR, SUBJ, MPQA, SST2, SST5, TREC, MRPC,
+SICK-E, SciCite.
+
+One task kind, ``downstream``; the entry's ``dataset`` names the reader (:mod:`evalfarm.pools.downstream`), whose
+files are the SentEval copies EvalRank bundles. The scorer fits logistic regression on a model's stored sentence
+embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
+
+- features: the raw sentence embeddings (as SentEval: no centring, no normalisation; each classifier standardises
+  with its own training rows); MRPC and SICK-E use the pair features ``[u, v, |u - v|, u * v]``.
+- protocols: MR, CR, SUBJ, MPQA stratified 10-fold cross-validation with C chosen on 5 inner folds of each training
+  fold; TREC, MRPC C chosen on 5 inner folds of train, refit, scored on test; SST2, SST5, SICK-E (trial = dev),
+  SciCite C chosen on dev, scored on test. C from ``C_GRID`` (1e-4 … 10). Folds and samples from seed 1111
+  (SentEval's): the same inputs give the same numbers.
+- sampling: a task entry may fix ``max_train``, a seeded stratified sample of the training part (``train``, or the
+  whole set of a CV task; dev and test are never sampled), drawn *before* embedding: the sentences left out are
+  never embedded. The starter catalog samples the big training sets so ``make run`` stays short; ``evalfarm run
+  --full-downstream`` (``RunOptions.full_downstream``) uses every row. The sample size enters the fingerprint and
+  the ``variant`` column (``max_train=N``, or ``full``), so sampled and full numbers never replace each other.
+- backend: ``auto`` (the default) fits with scikit-learn on CPU and with the batched torch solver when the unit
+  runs on a CUDA device; the two agree within 0.5 accuracy points on every task (``tests/test_classify.py``). The
+  backend used is recorded as the metric ``backend_torch`` (1 torch, 0 scikit-learn).
+
+Metrics (subset ``all``): ``accuracy`` (primary; a fraction in [0, 1]), ``accuracy_std`` (std over the 10 folds,
+CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection score at the chosen C),
+``chosen_c`` (the chosen C; for CV the lower median over folds), ``n_train``, ``n_test``, ``n_models`` (fits),
+``oov_rate`` (share of the task's texts the model embedded as nothing: zero vectors), ``backend_torch``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+from pydantic import Field
+
+from evalfarm.catalog.specs import TaskSpec
+from evalfarm.classify import C_GRID, DEFAULT_SEED, evaluate, task_features
+from evalfarm.pools.downstream import DownstreamTask
+from evalfarm.scorers import register
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+
+Dataset = Literal["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICK-E", "SciCite"]
+Backend = Literal["auto", "sklearn", "torch"]
+
+K_FOLDS = 10
+INNER_K = 5
+TOL = 1e-6
+THREADS = 1  # BLAS / OpenMP / torch threads while fitting: the per-fold problems are small, and on a loaded
+# machine spinning thread pools cost far more than they bring (TREC on a 64d model, 2 busy cores: 36 fits took
+# 3.3 s of CPU with one thread, one C = 10 fit alone took 10 s with the default pools)
+
+
+class DownstreamTaskSpec(TaskSpec):
+    """One SentEval-style classification task: ``dataset`` picks the reader, ``files`` its files (one folder, the
+    reader's file names), ``max_train`` an optional seeded training sample (the default a run uses unless
+    ``--full-downstream``), ``evalrank_text`` EvalRank's SciCite text reduction (lower-case, ``a-z`` and spaces)."""
+
+    kind: Literal["downstream"] = "downstream"
+    level: Literal["sentence"] = "sentence"
+    dataset: Dataset
+    max_train: int | None = Field(default=None, ge=20, description="seeded stratified training sample (rows)")
+    evalrank_text: bool = Field(default=False, description="SciCite only: EvalRank's reduction of the text")
+
+
+@dataclass
+class DownstreamData:
+    """A loaded task as a run needs it: the (sampled) task, and the distinct texts to embed, in order."""
+
+    task: DownstreamTask
+    max_train: int | None  # the sample size applied (None: every training row)
+    n_train_available: int  # rows of the training part before sampling
+    texts: list[str]
+
+
+def load_task_data(task: DownstreamTaskSpec, max_train: int | None, seed: int = DEFAULT_SEED) -> DownstreamData:
+    """Verify the task's files (sha256), read them with the dataset's reader, and draw the training sample.
+
+    The reader opens fixed file names inside one folder; every file it read must be one of the verified files
+    (and every verified file must be read), so a catalog entry can never score a file nobody checked."""
+    from evalfarm.pools.data import PoolDataError, task_file
+    from evalfarm.pools.downstream import load_downstream_task
+
+    verified = {role: task_file(task, role) for role in sorted(task.files)}
+    folders = {p.parent for p in verified.values()}
+    if len(folders) != 1:
+        raise PoolDataError(f"task {task.id!r}: its files must share one folder, got {sorted(map(str, folders))}")
+    full = load_downstream_task(task.dataset, folders.pop(), evalrank_text=task.evalrank_text)
+    read = {Path(p).resolve() for p in full.sources}
+    checked = {p.resolve() for p in verified.values()}
+    if read != checked:
+        raise PoolDataError(
+            f"task {task.id!r}: the {task.dataset} reader reads {sorted(p.name for p in read)}, but the catalog entry "
+            f"verifies {sorted(p.name for p in checked)}; list exactly the reader's files under 'files'"
+        )
+    n_train = len(full.parts()["cv" if full.cv is not None else "train"])
+    sampled = full.subsample_train(max_train, seed)
+    return DownstreamData(sampled, effective_max_train(max_train, n_train), n_train, sampled.texts())
+
+
+def effective_max_train(max_train: int | None, n_train: int) -> int | None:
+    """The sample size that applies to a training part of ``n_train`` rows (None: every row is used)."""
+    return max_train if max_train is not None and max_train < n_train else None
+
+
+def resolve_backend(backend: str, device: str | None) -> tuple[str, str | None]:
+    """(backend, torch device): ``auto`` is torch on a CUDA device (the one given, else CUDA when available) and
+    scikit-learn otherwise; an explicit backend keeps the given device (torch on ``cpu`` is the same code path)."""
+    if backend not in ("auto", "sklearn", "torch"):
+        raise ValueError(f"unknown classifier backend {backend!r}: use auto, sklearn or torch")
+    if backend != "auto":
+        return backend, device
+    if device:
+        return ("torch", device) if device.startswith("cuda") else ("sklearn", None)
+    from evalfarm.classify import _cuda_available
+
+    return ("torch", "cuda") if _cuda_available() else ("sklearn", None)
+
+
+def variant_name(max_train: int | None) -> str:
+    return "full" if max_train is None else f"max_train={max_train}"
+
+
+@register
+class DownstreamScorer(Scorer):
+    name = "downstream"
+    version = "1"
+    task_spec = DownstreamTaskSpec
+    primary_metric = "accuracy"
+    higher_is_better = True
+    description = (
+        "SentEval-style logistic regression on frozen sentence embeddings (pair features for MRPC / SICK-E): "
+        "test accuracy, C chosen on dev or inner folds, 10-fold CV where there is no split"
+    )
+
+    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+        return {
+            "max_train": None if options.full_downstream else task.max_train,  # type: ignore[attr-defined]
+            "seed": DEFAULT_SEED,
+            "c_grid": list(C_GRID),
+            "k": K_FOLDS,
+            "inner_k": INNER_K,
+            "tol": TOL,
+            "backend": "auto",
+            "features": "pair" if task.dataset in ("MRPC", "SICK-E") else "raw",  # type: ignore[attr-defined]
+        }
+
+    def load(self, task: TaskSpec) -> DownstreamData:
+        return self.load_for(task, RunOptions())
+
+    def load_for(self, task: TaskSpec, options: RunOptions) -> DownstreamData:
+        p = self.params(task, options)
+        return load_task_data(task, p["max_train"], p["seed"])  # type: ignore[arg-type]
+
+    def score(
+        self,
+        task: TaskSpec,
+        data: DownstreamData,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        expected = effective_max_train(params["max_train"], data.n_train_available)
+        if expected != data.max_train:
+            raise ValueError(
+                f"task {task.id!r}: loaded with max_train={data.max_train} but scored with "
+                f"max_train={params['max_train']}; load the task with the run's options (Scorer.load_for)"
+            )
+        if vectors.emb.shape[0] != len(data.texts):
+            raise ValueError(f"task {task.id!r}: {vectors.emb.shape[0]} vectors for {len(data.texts)} texts")
+        backend, torch_device = resolve_backend(params["backend"], device)
+        row = {t: i for i, t in enumerate(data.texts)}  # the stored vectors follow data.texts
+        features = task_features(data.task, lambda texts: vectors.emb[[row[t] for t in texts]])
+        res = evaluate(
+            features,
+            backend=backend,  # type: ignore[arg-type]
+            c_grid=params["c_grid"],
+            k=params["k"],
+            inner_k=params["inner_k"],
+            seed=params["seed"],
+            f1_label=data.task.f1_label,
+            n_classes=data.task.n_classes,
+            tol=params["tol"],
+            device=torch_device,
+            threads=THREADS,
+        )
+        variant = variant_name(data.max_train)
+        chosen = sorted(res.chosen_c)[(len(res.chosen_c) - 1) // 2]  # lower median: a value of the grid
+        out = ScoreResult()
+        rows = [MetricRow("accuracy", res.accuracy, variant=variant, primary=True)]
+        rows += [MetricRow(m, v, variant=variant) for m, v in res.metrics().items() if m != "accuracy"]
+        rows += [
+            MetricRow("dev_accuracy", res.dev_accuracy, variant=variant),
+            MetricRow("chosen_c", chosen, variant=variant),
+            MetricRow("n_train", float(res.n_train), variant=variant),
+            MetricRow("n_test", float(res.n_test), variant=variant),
+            MetricRow("n_models", float(res.n_models), variant=variant),
+            MetricRow("oov_rate", float(np.mean(vectors.oov)) if len(vectors.oov) else 0.0, variant=variant),
+            MetricRow("backend_torch", 1.0 if res.backend == "torch" else 0.0, variant=variant),
+        ]
+        out.rows = rows
+        if data.max_train is not None:
+            out.notes.append(
+                f"{task.id}: trained on a seeded sample of {data.max_train} of {data.n_train_available} training rows "
+                "(evalfarm run --full-downstream uses them all)"
+            )
+        return out
