@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test lint format bench bench-nightly faults clean leaderboard zoo zoo-run
+.PHONY: install run test test-fast lint format bench bench-nightly faults clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
@@ -49,6 +49,11 @@ leaderboard:
 
 test: install
 	$(PY) -m pytest -q
+
+# The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Backend), small real files; every
+# test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. Under a minute.
+test-fast: install
+	$(PY) -m pytest -q -m "not slow"
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -11,6 +11,7 @@ import evalfarm
 from evalfarm import api
 
 
+@pytest.mark.slow
 def test_the_documented_examples_run():
     result = doctest.testmod(api, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.attempted >= 8 and result.failed == 0

@@ -98,6 +98,7 @@ def _q(wh: Path, sql: str) -> list[dict]:
 
 
 # -- the walk ----------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize(("name", "use", "expect"), _entries())
 def test_bad_input(name: str, use: str, expect: dict, request, tmp_path: Path) -> None:
     if use == "model":
@@ -144,6 +145,7 @@ def _check_model(model: str, reason: str | None, wh: Path, summary) -> None:
     assert all(re.search(reason, why) for _, why in said)
 
 
+@pytest.mark.slow
 def test_a_degenerate_model_would_top_the_board_and_is_kept_off_it(tiny_run) -> None:
     """Issue 13.4 as reported: all-zero vectors tie everything, so optimistic ties rank every pair first (MRR 1.0,
     above the real model); leaderboard_all shows that, flagged; the leaderboard's best is the real model."""
@@ -200,6 +202,7 @@ def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog
     assert again.counts() == {"done": 0, "skipped": 2, "failed": 0} and again.quarantined == []
 
 
+@pytest.mark.slow
 def test_a_corrupt_shard_found_while_reading_is_quarantined_and_its_texts_count_as_missing(tiny_run, tmp_path):
     """The text store verifies what it reads, whoever reads it (a worker between the driver's scan and its read)."""
     from evalfarm.embed import TextStore

@@ -277,6 +277,7 @@ def glove_bow():
     return embed
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", DOWNSTREAM_TASKS)
 def test_torch_agrees_with_sklearn_on_every_task(name, data_dir, glove_bow):
     task = load_downstream_task(name, data_dir / "downstream" / name).subsample_train(AGREEMENT_MAX_TRAIN)

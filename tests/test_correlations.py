@@ -268,6 +268,7 @@ def test_bootstrap_interval_is_the_percentiles_of_resampled_spearman():
     assert bootstrap_interval(x, 2 * x + 1, n_resamples=200)[:2] == pytest.approx((1.0, 1.0))
 
 
+@pytest.mark.slow
 def test_intervals_are_stored_current_then_stale_when_models_change(sentence_wh):
     where = "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed"
     (before,) = cells(sentence_wh, where)
@@ -317,6 +318,7 @@ def test_the_papers_table_is_one_select_on_the_view(sentence_wh):
     ]
 
 
+@pytest.mark.slow
 def test_correlation_table_has_the_papers_shape_best_marks_and_notes(tmp_path):
     wh = Warehouse(tmp_path / "wh").init()
     n = 8
@@ -372,6 +374,7 @@ def test_too_few_models_or_too_wide_intervals_make_the_table_say_it_is_meaningle
 
 
 # ---- the CLI ------------------------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_cli_prints_the_paper_table_and_machine_readable_rows(sentence_wh):
     runner = CliRunner()
     res = runner.invoke(app, ["correlations", "--warehouse", str(sentence_wh.root), "--level", "sentence"])

@@ -185,6 +185,7 @@ FULL_COUNTS = {  # rows per part, and distinct texts (every row embedded once)
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("tid", DOWNSTREAM)
 def test_catalog_entries_load_with_their_counts(starter, tid):
     spec = starter.task(tid)
@@ -240,6 +241,7 @@ def test_bow_models_of_the_starter_zoo_get_downstream_units(starter):
 
 
 # ---- real model, real run ------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_torch_backend_agrees_with_sklearn_through_the_scorer(starter):
     from evalfarm.encoders.loader import load_encoder
 
@@ -257,6 +259,7 @@ def test_torch_backend_agrees_with_sklearn_through_the_scorer(starter):
     assert got["sklearn"]["accuracy"] > 0.6  # six classes: chance is under 0.25
 
 
+@pytest.mark.slow
 def test_static_model_end_to_end_on_trec_and_mrpc(starter, tmp_path):
     from evalfarm.embed import TextStore, store_key
     from evalfarm.runner import run_catalog

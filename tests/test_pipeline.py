@@ -71,6 +71,7 @@ def _sql(wh: Path, query: str) -> list[dict]:
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_cli_run_fills_every_scorer_for_every_model_of_the_right_level(cli_run):
     wh, proc = cli_run
     assert proc.returncode == 1, proc.stderr  # two broken models -> non-zero, after everything else finished
@@ -95,6 +96,7 @@ def test_cli_run_fills_every_scorer_for_every_model_of_the_right_level(cli_run):
     assert sorted(r["subset"] for r in bands) == ["0-2", "1-3", "2-4", "3-5"]
 
 
+@pytest.mark.slow
 def test_failures_name_model_and_stage(cli_run):
     wh, _ = cli_run
     rows = {
@@ -110,6 +112,7 @@ def test_failures_name_model_and_stage(cli_run):
     assert run == [{"status": "failed", "n_failed": 6, "n_units": 21}]  # 2 broken models x 3 word tasks
 
 
+@pytest.mark.slow
 def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     wh, _ = cli_run
     vocab = {line.split(" ", 1)[0].lower() for line in toy_glove.read_text().splitlines()}
@@ -141,6 +144,7 @@ def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     assert 0.2 < cov[0]["value"] < 1
 
 
+@pytest.mark.slow
 def test_every_tie_policy_comes_from_one_stored_pass(cli_run):
     """Ranks store the optimistic rank and the tied count once; the views derive pessimistic and realistic ranks,
     and the metrics under each policy agree with them. --ties is no longer a run option."""
@@ -164,6 +168,7 @@ def test_every_tie_policy_comes_from_one_stored_pass(cli_run):
     assert proc.returncode == 2 and "no longer a run option" in proc.stderr
 
 
+@pytest.mark.slow
 def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
     wh, _ = cli_run
     rows = _sql(
@@ -178,6 +183,7 @@ def test_ranks_table_holds_one_row_per_pair_and_agrees_with_metrics(cli_run):
     assert n[("toy", "cos")] == 5514 and n[("static", "l2")] == 6989
 
 
+@pytest.mark.slow
 def test_neighbours_come_from_the_rank_pass_and_name_what_a_model_confuses(cli_run):
     wh, _ = cli_run
     rows = _sql(
@@ -201,6 +207,7 @@ def test_neighbours_come_from_the_rank_pass_and_name_what_a_model_confuses(cli_r
     assert len(hard) == 3 and all(r["top_neighbour"] and r["rank"] > 1 for r in hard)
 
 
+@pytest.mark.slow
 def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cli_run, word_catalog, tmp_path):
     wh, _ = cli_run
     (shard,) = list((wh / "embeddings" / "model=static").rglob("*.parquet"))
@@ -221,6 +228,7 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
     assert again.name == shard.name and again.read_bytes() == shard.read_bytes()
 
 
+@pytest.mark.slow
 def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
     wh = tmp_path / "wh"
     assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence"]).ok
@@ -235,6 +243,7 @@ def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
     assert len(first) == 24957 and second == sts12 - first and 0 < len(second) < len(sts12)
 
 
+@pytest.mark.slow
 def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_path):
     wh = tmp_path / "wh"
     assert run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word", "wordsim-rg-65"]).ok
@@ -252,6 +261,7 @@ def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_pat
     assert len({r["run_id"] for r in runs.to_pylist()}) == 2
 
 
+@pytest.mark.slow
 def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, word_catalog, tmp_path):
     wh = tmp_path / "wh"
     shutil.copytree(cli_run[0], wh)
@@ -267,6 +277,7 @@ def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, wo
     assert n.to_pylist() == [{"n": 18}]  # 6 subsets (3 splits, all, mean, wmean) x 3 metrics, no duplicates
 
 
+@pytest.mark.slow
 def test_sql_cli_formats_and_read_only(cli_run):
     wh, _ = cli_run
     proc = _cli(
@@ -284,6 +295,7 @@ def test_sql_cli_formats_and_read_only(cli_run):
     assert refused.returncode != 0 and "read-only" in refused.stderr
 
 
+@pytest.mark.slow
 def test_unknown_model_other_level_tasks_and_missing_data_dir_are_clear_errors(word_catalog, tmp_path):
     proc = _cli("run", "--catalog", str(word_catalog), "--models", "nope", "--warehouse", str(tmp_path / "w"))
     assert proc.returncode == 2 and "unknown model id 'nope'" in proc.stderr
@@ -330,6 +342,7 @@ models:
     return d
 
 
+@pytest.mark.slow
 def test_real_transformers_end_to_end(small_sentence_pool, tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(small_sentence_pool))
     summary = run_catalog(small_sentence_pool / "cat.yaml", tmp_path / "wh")
@@ -350,6 +363,7 @@ def test_real_transformers_end_to_end(small_sentence_pool, tmp_path, monkeypatch
     assert prov["fit_on"]["task"] == "sent-small" and prov["fit_on"]["base"] == "minilm"
 
 
+@pytest.mark.slow
 def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, monkeypatch):
     """Transformers that differ only in pooling run one forward pass (the leader's); each sibling's vectors are what
     its own encoder gives, and its embed task loads nothing. A different truncation is a different pass."""

@@ -142,6 +142,7 @@ def conformance_run(tmp_path_factory, toy_glove):
     return Warehouse(wh), models
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("similarity", ["cos", "l2"])
 @pytest.mark.parametrize("oov", OOV_POLICIES)
 @pytest.mark.parametrize("model", ["toy", "glove"])
@@ -177,6 +178,7 @@ def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, o
     assert mrr == pytest.approx(float(np.mean(1.0 / want)), abs=1e-5)
 
 
+@pytest.mark.slow
 def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its_ulps(conformance_run, toy_glove):
     """The toolkit publishes MRR 3.18, hits@1 1.18, hits@3 3.54 (%) for toy_emb.txt under cos
     (benchmarking/word_evalrank.md). Its own loop, replicated in its float32 arithmetic, reproduces those figures
@@ -217,6 +219,7 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     assert np.all(np.abs(gap) <= tied + 2)
 
 
+@pytest.mark.slow
 def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run):
     import pyarrow.parquet as pq
 

@@ -62,6 +62,7 @@ def test_never_fails_without_git(tmp_path):
     assert got["device"]["gpus"] is None and got["catalog"] == {"given": "x", "path": None}
 
 
+@pytest.mark.slow
 def test_torch_is_imported_only_when_loaded_or_a_gpu_is_asked_for():
     code = (
         "import json, sys; from evalfarm.provenance import run_provenance; p = run_provenance(device={dev!r}); "

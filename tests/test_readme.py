@@ -107,6 +107,7 @@ def _sandbox(root: Path, data_dir: Path) -> Path:
     return repo
 
 
+@pytest.mark.slow
 def test_readme_quick_start_runs_as_written_in_a_fresh_shell(tmp_path, data_dir) -> None:
     if shutil.which("make") is None:
         pytest.fail("make is needed: the Quick start starts with `make run`")

@@ -175,6 +175,7 @@ def _rows(table, part: str = "tbody") -> list[list[str]]:
     )
 
 
+@pytest.mark.slow
 def test_index_loads_cleanly_with_leaderboards_correlations_and_figures(browser, report, warehouse):
     wh, run_id = warehouse
     page, problems = _open(browser, report / "index.html")
@@ -226,6 +227,7 @@ def test_index_loads_cleanly_with_leaderboards_correlations_and_figures(browser,
     page.close()
 
 
+@pytest.mark.slow
 def test_model_page_lists_every_metric_and_the_hardest_pairs(browser, report, warehouse):
     wh, _ = warehouse
     page, problems = _open(browser, report / "index.html")
@@ -250,6 +252,7 @@ def test_model_page_lists_every_metric_and_the_hardest_pairs(browser, report, wa
     page.close()
 
 
+@pytest.mark.slow
 def test_hostile_ids_texts_and_errors_are_shown_as_text(browser, report):
     page, problems = _open(browser, report / "index.html")
     assert page.evaluate("document.scripts.length") == 0

@@ -71,6 +71,7 @@ def test_device_names_are_checked_against_this_machine() -> None:
     assert not is_retryable(DeviceUnavailable("x"))
 
 
+@pytest.mark.slow
 def test_a_missing_device_fails_the_run_before_anything_starts(catalog, tmp_path) -> None:
     wh = tmp_path / "wh"
     proc = subprocess.run(

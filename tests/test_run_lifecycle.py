@@ -40,6 +40,7 @@ def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path) -> tuple[Path, Pat
     return first, second
 
 
+@pytest.mark.slow
 def test_end_event_counts_and_a_changed_spec_is_flagged(catalogs, tmp_path):
     first, second = catalogs
     wh = tmp_path / "wh"

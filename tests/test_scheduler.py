@@ -128,6 +128,7 @@ def ray_run(ray_cluster, catalog, tmp_path_factory):
     return wh, summary, events
 
 
+@pytest.mark.slow
 def test_ray_run_equals_local_run_and_isolates_failures(ray_run, catalog, tmp_path):
     wh, summary, events = ray_run
     assert summary.counts() == {"done": 6, "skipped": 0, "failed": 2} and summary.workers == 2
@@ -154,6 +155,7 @@ def test_ray_run_equals_local_run_and_isolates_failures(ray_run, catalog, tmp_pa
     assert _q(wh, "SELECT status, n_failed, n_units FROM runs") == [{"status": "failed", "n_failed": 2, "n_units": 8}]
 
 
+@pytest.mark.slow
 def test_units_view_records_where_and_how_long(ray_run):
     wh, summary, events = ray_run
     rows = _q(wh, "SELECT * FROM units WHERE status = 'done'")
@@ -167,6 +169,7 @@ def test_units_view_records_where_and_how_long(ray_run):
     assert set(order[:2]) == {"bow-toy", "static"}
 
 
+@pytest.mark.slow
 def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalog, tmp_path):
     wh = tmp_path / "wh"
     killed: dict[str, object] = {}
@@ -212,6 +215,7 @@ def _kill_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
     wh = tmp_path / "wh"
     models = ",".join(WORD_MODELS + SENT_MODELS)
@@ -237,6 +241,7 @@ def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
     assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 6
 
 
+@pytest.mark.slow
 def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
     wh = tmp_path / "wh"
     models = ",".join(["toy", "toy-skip", "bow-toy", "static"])
@@ -260,6 +265,7 @@ def test_two_concurrent_runs_on_one_warehouse(catalog, tmp_path):
     assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 4
 
 
+@pytest.mark.slow
 def test_noop_rerun_starts_no_ray_and_loads_nothing(ray_run, catalog):
     wh, _, _ = ray_run
     code = f"""
@@ -298,6 +304,7 @@ def test_worker_resources_and_fractional_gpus():
     assert worker_resources({"CPU": 64}, None, small_models=False, shared=True) == (64, 1.0, 0.0)
 
 
+@pytest.mark.slow
 def test_autoscaled_workers_ask_for_what_pending_encoders_need():
     # a head with 0 CPUs (the AWS config): nothing fits; two encoders -> two GPU workers, and one CPU worker
     s = autoscaled_workers({"CPU": 0}, [], heavy=2, workers=None, small_models=False)
@@ -316,6 +323,7 @@ def test_autoscaled_workers_ask_for_what_pending_encoders_need():
     assert (s.now, s.gpu_workers, s.cpu_workers) == (2, 1, 0)
 
 
+@pytest.mark.slow
 def test_progress_line_counts_and_eta():
     t = ProgressTracker(total=4, cost_total=4.0)
     t.finish("skipped")  # costs nothing: its share leaves the total

@@ -80,6 +80,7 @@ def _forge(wh: Warehouse) -> tuple[str, Path]:
         "EXPLAIN {copy}",
     ],
 )
+@pytest.mark.slow
 def test_sql_cannot_forge_a_result_file(warehouse, template):
     copy, target = _forge(warehouse)
     with pytest.raises(PermissionError, match="refused"):
@@ -313,6 +314,7 @@ def head(tmp_path_factory):
         stop_head(h)
 
 
+@pytest.mark.slow
 def test_start_head_listens_on_loopback_only(head):
     """Every listening socket of the head's processes is on 127.0.0.1 (Ray's single-node mode)."""
     sockets = listening_sockets(head.pids())
@@ -328,6 +330,7 @@ def test_start_head_listens_on_loopback_only(head):
     assert head.ray_dir.stat().st_mode & 0o777 == 0o700
 
 
+@pytest.mark.slow
 def test_job_api_refuses_callers_without_the_token(head, tmp_path):
     mark = tmp_path / "pwned"
     job = {"entrypoint": f"touch {mark}"}
@@ -366,6 +369,7 @@ def test_job_api_refuses_callers_without_the_token(head, tmp_path):
     assert code == 200 and str(mark) not in text  # no job was ever created
 
 
+@pytest.mark.slow
 def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
     """GCS (ray.init) on loopback without the token is refused; from the routable address nothing answers.
 
@@ -406,6 +410,7 @@ def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
         assert code != 0 and "RAN" not in out and not mark.exists(), out[-2000:]  # killed still trying, or refused
 
 
+@pytest.mark.slow
 def test_evalfarms_own_local_ray_is_closed_too(tmp_path):
     """`evalfarm run` without --address starts its own Ray: token per head (0600 file), every server on loopback,
     and no token-authentication warning on the way."""

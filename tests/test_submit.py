@@ -105,6 +105,7 @@ def spec(tmp_path: Path) -> Path:
 # -- local: validation and the plan ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dry_run_prints_the_plan_and_submits_nothing(spec, tmp_path):
     proc = _cli(
         "submit", str(spec), "--warehouse", str(tmp_path / "wh"), "--dry-run", "--address", "http://x:1", tmp=tmp_path
@@ -131,6 +132,7 @@ def test_dry_run_prints_the_plan_and_submits_nothing(spec, tmp_path):
     assert f"job folder: {folder}" in err
 
 
+@pytest.mark.slow
 def test_dry_run_out_writes_the_job_folder_there_and_refuses_a_busy_folder(spec, tmp_path):
     out = tmp_path / "job"
     proc = _cli("submit", str(spec), "--warehouse", "/shared/wh", "--dry-run", "--out", str(out), tmp=tmp_path)
@@ -144,6 +146,7 @@ def test_dry_run_out_writes_the_job_folder_there_and_refuses_a_busy_folder(spec,
     assert busy.returncode == 2 and "uploaded whole" in _flat(busy.stderr)
 
 
+@pytest.mark.slow
 def test_invalid_spec_names_file_and_entry(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text(
@@ -171,6 +174,7 @@ def test_invalid_spec_names_file_and_entry(tmp_path):
     assert proc.returncode == 2 and "give the new model its own id" in " ".join(proc.stderr.split())
 
 
+@pytest.mark.slow
 def test_trust_remote_code_needs_the_confirmation_flag(tmp_path):
     p = tmp_path / "remote.yaml"
     p.write_text(REMOTE_CODE_MODEL)
@@ -360,6 +364,7 @@ def test_container_image_runtime_env_carries_the_catalog_inline(spec, tmp_path):
         plan.cleanup()
 
 
+@pytest.mark.slow
 def test_address_falls_back_to_ray_address(spec, tmp_path):
     proc = _cli(
         "submit", str(spec), "--warehouse", "/w", "--dry-run", tmp=tmp_path, RAY_ADDRESS="http://10.1.2.3:8265"
@@ -559,6 +564,7 @@ def test_inline_catalog_job_runs_without_a_working_dir(ray_head, tmp_path):
     assert rows == [{"model": "bow-toy-glove-submitted"}, {"model": "toy-glove-submitted"}]
 
 
+@pytest.mark.slow
 def test_provenance_inside_a_job_names_the_submission_and_the_catalog_as_given(ray_head, tmp_path):
     """A submitted plan, with its entrypoint swapped for a provenance probe: inside the job the submission id
     comes from Ray's job config, the catalog as the user gave it from what submit recorded; the entrypoint's CPU

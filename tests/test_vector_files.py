@@ -174,6 +174,7 @@ def _write(path: Path, fmt: str, words: list[str], M: np.ndarray, dups: list[int
     return where
 
 
+@pytest.mark.slow
 @settings(max_examples=120, deadline=None, derandomize=True, database=None)
 @given(vector_files())
 def test_text_files_read_back_equal(case) -> None:
@@ -205,6 +206,7 @@ CORRUPTIONS = ("drop-number", "add-number", "not-a-number", "nan", "inf", "bad-u
     pick=st.integers(0, 10**6),
     token=st.text(alphabet=st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=6),
 )
+@pytest.mark.slow
 def test_corrupted_text_files_fail_naming_the_line(case, which: str, pick: int, token: str) -> None:
     """Never a silently wrong matrix: one corrupted line (of >= 3) gives an error naming that line."""
     fmt, words, M, _dups, style = case

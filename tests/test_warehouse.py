@@ -9,6 +9,7 @@ import pytest
 from evalfarm.warehouse import Warehouse, atomic_write_table, embeddings_table, new_run_id, read_embeddings
 
 
+@pytest.mark.slow
 def test_views_exist_and_are_empty_on_a_new_warehouse(tmp_path):
     wh = Warehouse(tmp_path / "wh").init()
     for view in ["metrics", "metrics_history", "models", "ranks", "runs", "failures", "leaderboard", "evalrank"]:

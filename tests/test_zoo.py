@@ -113,6 +113,7 @@ def test_zoo_local_has_100_models_with_provenance(empty_cache):
 NEAR_PALESTINIAN = {"israeli", "israel", "israelis", "arafat", "arafat's", "yasser", "palestinians", "gaza", "hamas"}
 
 
+@pytest.mark.slow
 def test_quick_build_trains_each_algorithm_once_and_models_load(empty_cache, tmp_path):
     out = tmp_path / "zoo-quick.yaml"
     first = build_zoo(quick=True, catalog_out=out)
