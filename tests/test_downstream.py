@@ -189,16 +189,16 @@ FULL_COUNTS = {  # rows per part, and distinct texts (every row embedded once)
 @pytest.mark.parametrize("tid", DOWNSTREAM)
 def test_catalog_entries_load_with_their_counts(starter, tid):
     spec = starter.task(tid)
-    assert spec.kind == "downstream" and spec.level == "sentence" and spec.max_train == 2000
+    assert spec.kind == "downstream" and spec.level == "sentence" and spec.max_train == 1000
     full = SCORER.load_for(spec, RunOptions(full_downstream=True))
     parts, n_texts = FULL_COUNTS[tid]
     assert {k: len(v) for k, v in full.task.parts().items()} == parts and len(full.texts) == n_texts
     assert full.max_train is None and set(spec.urls) == set(spec.files)
     assert all(u.startswith("https://raw.githubusercontent.com/BinWang28/") for u in spec.urls.values())
-    sampled = SCORER.load(spec)  # the catalog's default: 2000 training rows, dev and test whole
+    sampled = SCORER.load(spec)  # the catalog's default: 1000 training rows, dev and test whole
     train = "cv" if "cv" in parts else "train"
     got = {k: len(v) for k, v in sampled.task.parts().items()}
-    assert got == {**parts, train: 2000} and sampled.max_train == 2000
+    assert got == {**parts, train: 1000} and sampled.max_train == 1000
     assert set(sampled.texts) <= set(full.texts)
     assert SCORER.load(spec).texts == sampled.texts  # the same sentences every time
 
@@ -211,9 +211,9 @@ def test_scicite_entry_uses_evalrank_text(starter):
 def test_sample_is_the_seeded_stratified_draw(starter):
     full = SCORER.load_for(starter.task("sst2"), RunOptions(full_downstream=True)).task.splits["train"]
     sampled = SCORER.load(starter.task("sst2")).task.splits["train"]
-    idx = stratified_subsample(full.labels, 2000, 1111)
+    idx = stratified_subsample(full.labels, 1000, 1111)
     assert sampled.text1 == [full.text1[i] for i in idx]
-    assert np.bincount(sampled.labels).tolist() == np.round(np.bincount(full.labels) * 2000 / len(full)).tolist()
+    assert np.bincount(sampled.labels).tolist() == np.round(np.bincount(full.labels) * 1000 / len(full)).tolist()
 
 
 def test_entry_must_verify_exactly_the_files_the_reader_reads(starter, tmp_path):
@@ -274,12 +274,12 @@ def test_static_model_end_to_end_on_trec_and_mrpc(starter, tmp_path):
         "SELECT task, variant, metric, value, params FROM metrics WHERE model = 'static-10k-64d' ORDER BY task, metric"
     ).to_pylist()
     m = {(r["task"], r["metric"]): r["value"] for r in rows}
-    assert {r["variant"] for r in rows} == {"max_train=2000"}
-    assert m[("trec", "n_train")] == m[("mrpc", "n_train")] == 2000.0
+    assert {r["variant"] for r in rows} == {"max_train=1000"}
+    assert m[("trec", "n_train")] == m[("mrpc", "n_train")] == 1000.0
     assert m[("trec", "n_test")] == 500.0 and m[("mrpc", "n_test")] == 1725.0
     assert 0.6 < m[("trec", "accuracy")] <= 1.0 and 0.6 < m[("mrpc", "accuracy")] <= 1.0
     assert 0.0 < m[("mrpc", "f1")] <= 1.0 and ("trec", "f1") not in m
-    assert json.loads(rows[0]["params"])["max_train"] == 2000
+    assert json.loads(rows[0]["params"])["max_train"] == 1000
     board = w.query("SELECT task, metric FROM leaderboard WHERE scorer = 'downstream'").to_pylist()
     assert sorted((b["task"], b["metric"]) for b in board) == [("mrpc", "accuracy"), ("trec", "accuracy")]
     # the sentences left out of the sample were never embedded; the sampled ones all were
@@ -300,7 +300,7 @@ def test_static_model_end_to_end_on_trec_and_mrpc(starter, tmp_path):
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     full = w.query("SELECT variant, metric, value FROM leaderboard WHERE task = 'mrpc' ORDER BY variant").to_pylist()
-    assert [r["variant"] for r in full] == ["full", "max_train=2000"]
+    assert [r["variant"] for r in full] == ["full", "max_train=1000"]
     n_train = w.query(
         "SELECT value FROM metrics WHERE task = 'mrpc' AND variant = 'full' AND metric = 'n_train'"
     ).to_pylist()
