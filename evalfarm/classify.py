@@ -55,7 +55,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
-from sklearn.model_selection import StratifiedKFold
 
 from evalfarm.pools.downstream import DEFAULT_SUBSAMPLE_SEED, stratified_subsample
 
@@ -79,6 +78,8 @@ def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
 def cv_folds(labels: np.ndarray, k: int, seed: int = DEFAULT_SEED) -> list[tuple[np.ndarray, np.ndarray]]:
     """Stratified, shuffled k-fold split (scikit-learn's, seeded): ``[(train_rows, test_rows), …]``."""
     labels = np.asarray(labels)
+    from sklearn.model_selection import StratifiedKFold  # here: importing the scorers never loads sklearn
+
     skf = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     return [(tr.astype(np.int64), te.astype(np.int64)) for tr, te in skf.split(np.zeros(len(labels)), labels)]
 

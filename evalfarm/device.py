@@ -18,13 +18,14 @@ class DeviceUnavailable(RuntimeError):
 
 
 @cache
-def check_device(device: str | None) -> str:
+def check_device(device: str | None) -> str | None:
     """``device`` as torch names it (``cpu``, ``cuda:0``, ...) if it can be used here, else DeviceUnavailable;
-    None (the default: cuda when present, else cpu) is always usable. ValueError for a name torch does not know."""
+    ValueError for a name torch does not know. None (the default: cuda when present, else cpu) is always usable
+    and returned as is, without importing torch: a run of word vectors never loads torch (issue #14)."""
+    if device is None:
+        return None
     import torch
 
-    if device is None:
-        return "cuda" if torch.cuda.is_available() else "cpu"
     try:
         dev = torch.device(device)
     except (RuntimeError, ValueError) as exc:

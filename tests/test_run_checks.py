@@ -62,7 +62,7 @@ models:
 def test_device_names_are_checked_against_this_machine() -> None:
     import torch
 
-    assert check_device(None) in ("cpu", "cuda") and check_device("cpu") == "cpu"
+    assert check_device(None) is None and check_device("cpu") == "cpu"  # the default needs no check (no torch)
     with pytest.raises(ValueError, match="not a torch device"):
         check_device("gpu-please")
     n = torch.cuda.device_count() if torch.cuda.is_available() else 0

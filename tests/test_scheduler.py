@@ -283,6 +283,19 @@ print(s.counts(), "ray" in sys.modules, "torch" in sys.modules, round(time.perf_
     assert float(seconds) < 10
 
 
+def test_a_word_model_run_never_imports_torch_or_sklearn(catalog, tmp_path):
+    """Issue #14: one word model end to end is work, not imports (torch and scikit-learn cost ~3 s to import)."""
+    code = f"""
+import sys
+from evalfarm.runner import run_catalog
+s = run_catalog({str(catalog)!r}, {str(tmp_path / "wh")!r}, models=["toy"], executor="local")
+print(s.counts()["done"], sorted(m for m in ("torch", "sklearn", "ray") if m in sys.modules))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split("\n")[-2] == "1 []"
+
+
 def test_warehouse_as_file_uri(catalog, tmp_path):
     uri = (tmp_path / "wh").as_uri()
     summary = run_catalog(catalog, uri, models=["toy"], executor="local")
