@@ -468,3 +468,19 @@ ray.shutdown()
     assert driver.returncode == 0, err[-3000:]
     assert "Token authentication is" not in err, err[-3000:]  # Ray's warning on every run (issue 13)
     assert not Path(info["token"]).exists()  # the token goes with the driver
+
+
+@pytest.mark.parametrize(
+    "tag",
+    ["!!python/object/apply:os.system", "!!python/object/new:os.system", "!!python/name:os.system"],
+)
+def test_a_catalog_cannot_run_code_through_yaml_tags(tmp_path, tag):
+    """Catalogs are parsed with a safe loader (libyaml's when present): a Python tag is an error, never a call."""
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+
+    marker = tmp_path / "pwned"
+    evil = tmp_path / "evil.yaml"
+    evil.write_text(f'name: evil\nmodels:\n  - {tag} ["touch {marker}"]\n', encoding="utf-8")
+    with pytest.raises(CatalogError, match=r"evil\.yaml line 3: not valid YAML"):
+        load_catalog(evil)
+    assert not marker.exists()
