@@ -6,6 +6,7 @@ unauthenticated job submission or ``ray.init``) and checks both the refusal and 
 
 from __future__ import annotations
 
+import http.client as http_client
 import json
 import os
 import re
@@ -420,10 +421,11 @@ from evalfarm.scheduler.ray_runner import connect
 import ray
 assert connect(None, num_cpus=1)
 node = ray._private.worker._global_node
+agent = node.dashboard_agent_listen_port  # -1 when the agent registered late (a loaded machine): see below
 token = os.environ["RAY_AUTH_TOKEN_PATH"]
 mode = oct(os.stat(token).st_mode & 0o777)
 folder = oct(os.stat(os.path.dirname(token)).st_mode & 0o777)
-print(json.dumps({"gcs": node.gcs_address, "agent": node.dashboard_agent_listen_port, "token": token,
+print(json.dumps({"gcs": node.gcs_address, "agent": agent, "token": token,
                   "mode": mode, "dir": folder, "ip": ray.util.get_node_ip_address()}), flush=True)
 sys.stdin.readline()
 ray.shutdown()
@@ -446,15 +448,26 @@ ray.shutdown()
         assert info["mode"] == "0o600" and info["dir"] == "0o700" and info["ip"] == "127.0.0.1"
         sockets = listening_sockets(session_pids(driver.pid))
         print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
-        assert {int(info["gcs"].rsplit(":", 1)[1]), info["agent"]} <= {port for *_, port in sockets}
+        # the agent's HTTP port as the node reports it; when it reports none (-1: the agent registered after the
+        # node, as on a loaded machine), every port the dashboard agent's process listens on is attacked
+        agent_ports = [info["agent"]] if info["agent"] > 0 else [p for _, n, _, p in sockets if "DashboardA" in n]
+        assert agent_ports and int(info["gcs"].rsplit(":", 1)[1]) in {port for *_, port in sockets}
+        assert set(agent_ports) <= {port for *_, port in sockets}
         assert all(is_loopback(addr) for _, _, addr, _ in sockets), sockets
 
         mark = tmp_path / "pwned"
         attack = _ray_init(info["gcs"], mark, _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
-        code, text = http(
-            f"http://127.0.0.1:{info['agent']}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"}
-        )
-        assert code == 401, (code, text)
+
+        def job_post(port: int) -> tuple[object, str]:
+            try:
+                return http(f"http://127.0.0.1:{port}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"})
+            except http_client.HTTPException as exc:  # the agent's gRPC port answers HTTP/1.1 with binary frames
+                return type(exc).__name__, ""
+
+        answers = [job_post(port) for port in agent_ports]
+        assert not [a for a in answers if isinstance(a[0], int) and a[0] < 400], answers  # nothing accepts a job
+        if info["agent"] > 0:
+            assert answers[0][0] == 401, answers  # the job API is there and refuses the caller without the token
         ip = routable_ip()
         if ip is not None:
             for *_, port in sockets:
