@@ -182,7 +182,8 @@ def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, o
 def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its_ulps(conformance_run, toy_glove):
     """The toolkit publishes MRR 3.18, hits@1 1.18, hits@3 3.54 (%) for toy_emb.txt under cos
     (benchmarking/word_evalrank.md). Its own loop, replicated in its float32 arithmetic, reproduces those figures
-    exactly; evalfarm's clean count gives 3.43. The whole gap is the loop scoring the positive separately
+    to within a few hundredths (exactly on some CPUs: the last bits are the BLAS kernel's); evalfarm's clean count
+    gives 3.43. The whole gap is the loop scoring the positive separately
     (``np.dot(w1, w2)``) from the background row: when y's own row score comes out an ulp above it, y counts
     against itself (+1 place), and a positive that ties exactly with other items (every OOV word is one vector)
     is counted below all of them. evalfarm reads the positive from the same row, so exact ties stay ties."""
@@ -195,9 +196,12 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
     index, matrix = models["toy"]
     loop, loop_pos = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
-    assert round(100 * float(np.mean(1.0 / loop)), 2) == 3.18
-    assert round(100 * float(np.mean(loop <= 1)), 2) == 1.18
-    assert round(100 * float(np.mean(loop <= 3)), 2) == 3.54
+    # The loop's float32 GEMV rounds differently on each BLAS kernel (OpenBLAS picks one per CPU), so its figures
+    # move by a few hundredths of a point between machines: 3.18 / 1.18 / 3.54 on one of ours (the published
+    # figures exactly), 3.22 / 1.22 / 3.65 on another. They stay within 0.15 points of the published ones.
+    assert 100 * float(np.mean(1.0 / loop)) == pytest.approx(3.18, abs=0.15)
+    assert 100 * float(np.mean(loop <= 1)) == pytest.approx(1.18, abs=0.15)
+    assert 100 * float(np.mean(loop <= 3)) == pytest.approx(3.54, abs=0.15)
     rows = wh.query(
         "SELECT query_id, positive_id, rank, score, tied FROM ranks WHERE model = 'toy-mean' AND variant = 'cos'"
     ).to_pydict()
@@ -213,7 +217,7 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     clean_case = known_query & (tied == 0)
     gap = loop - clean
     assert set(np.unique(gap[clean_case]).tolist()) <= {0, 1}
-    assert 0.2 < float(np.mean(gap[clean_case] == 1)) < 0.35  # 27 % of them
+    assert 0.15 < float(np.mean(gap[clean_case] == 1)) < 0.4  # 27 % on one CPU, 23 % on another
     # Everywhere else the gap is bounded by the tie group (which the loop's ulps sort arbitrarily) and the two
     # self-counts an OOV query's loop may add or drop (x against itself, y against itself).
     assert np.all(np.abs(gap) <= tied + 2)

@@ -73,21 +73,26 @@ def oracle_ranks(
     *,
     similarity: str,
     chunk: int = 256,
-    tol: float = 1e-5,
+    tol: float = 1e-6,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(float64 optimistic ranks, number of counted items within ``tol`` of the positive's score) per pair."""
     ranks = np.empty(len(queries))
     near = np.empty(len(queries), dtype=np.int64)
-    B = X[background]
-    b_sq = (B * B).sum(axis=1)
+    # Identical vectors (every OOV word is one) must get bit-identical scores, or a GEMM's last bits — which differ
+    # between output columns (SIMD tails, blocking) — would order exact ties by accident. Score each distinct
+    # vector once and spread the scores back to its items.
+    B_unique, spread = np.unique(X[background], axis=0, return_inverse=True)
+    spread = spread.reshape(-1)
+    b_sq = (B_unique * B_unique).sum(axis=1)
     col = np.full(len(X), -1)
     col[background] = np.arange(len(background))
     for start in range(0, len(queries), chunk):
         q, p = queries[start : start + chunk], positives[start : start + chunk]
         Q = X[q]
-        S = Q @ B.T
+        S = Q @ B_unique.T
         if similarity == "l2":
             S = -((Q * Q).sum(axis=1)[:, None] + b_sq[None, :] - 2 * S)  # -||x - b||^2, monotone in 1/(1+d)
+        S = S[:, spread]
         r = np.arange(len(q))
         # the positive's score from the same row (every positive is in the background here)
         assert (col[p] >= 0).all()
@@ -96,8 +101,14 @@ def oracle_ranks(
             c = col[own]
             S[r[c >= 0], c[c >= 0]] = -np.inf
         ranks[start : start + chunk] = 1 + (S > pos[:, None]).sum(axis=1)
-        scale = np.maximum(1.0, np.abs(pos))[:, None]
-        near[start : start + chunk] = (np.abs(S - pos[:, None]) <= tol * scale).sum(axis=1)
+        # near-ties: items whose score differs from the positive's (an exact tie is the same vector, which both
+        # sides score identically) by less than float32 can resolve
+        if similarity == "l2":  # the expansion's rounding scales with the norms, not with the distance
+            scale = (Q * Q).sum(axis=1)[:, None] + b_sq[spread][None, :]
+        else:
+            scale = np.maximum(1.0, np.abs(pos))[:, None]
+        gap = np.abs(S - pos[:, None])
+        near[start : start + chunk] = ((gap <= tol * scale) & (gap > 0)).sum(axis=1)
     return ranks, near
 
 
