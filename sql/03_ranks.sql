@@ -7,19 +7,27 @@ SELECT run_id, model, task, variant, query_id, positive_id, query, positive, ran
 FROM read_parquet('{root}/tables/ranks/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
+-- current_evalrank: the unit that holds the current numbers of each (model, task, variant). A unit computes several
+-- variants (cos and l2); when a later unit recomputes only some of them (`--similarity cos`), each variant's detail
+-- rows come from the unit its current metrics come from, never from both.
+CREATE OR REPLACE VIEW current_evalrank AS
+SELECT DISTINCT model, task, variant, fingerprint FROM metrics WHERE scorer = 'evalrank';
+
 CREATE OR REPLACE VIEW ranks AS
 SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) AS rank, r.tied,
        CAST(r.rank + r.tied AS BIGINT) AS rank_pessimistic, r.rank + r.tied / 2.0 AS rank_realistic,
        r.score, r.oov, r.query_id, r.positive_id, r.run_id
 FROM ranks_history r
-SEMI JOIN (SELECT DISTINCT fingerprint FROM metrics WHERE scorer = 'evalrank') m ON r.fingerprint = m.fingerprint;
+SEMI JOIN current_evalrank m
+    ON r.model = m.model AND r.task = m.task AND r.variant = m.variant AND r.fingerprint = m.fingerprint;
 
 -- neighbours: each EvalRank query's top-k background items (k = 10) under each variant, of the current results:
 -- what a model places above the positive. The query itself is never its own neighbour; exact duplicates of it are.
 CREATE OR REPLACE VIEW neighbours AS
 SELECT n.model, n.task, n.variant, n.query, n.position, n.neighbour, n.score, n.query_id, n.neighbour_id, n.run_id
 FROM read_parquet('{root}/tables/neighbours/**/*.parquet', union_by_name = true, hive_partitioning = false) n
-SEMI JOIN (SELECT DISTINCT fingerprint FROM metrics WHERE scorer = 'evalrank') m ON n.fingerprint = m.fingerprint
+SEMI JOIN current_evalrank m
+    ON n.model = m.model AND n.task = m.task AND n.variant = m.variant AND n.fingerprint = m.fingerprint
 WHERE n.task IS NOT NULL;
 
 -- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.

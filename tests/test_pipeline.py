@@ -259,6 +259,27 @@ def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_pat
     }
     runs = Warehouse(wh).query("SELECT DISTINCT variant, run_id FROM metrics WHERE task = 'evalrank-word'")
     assert len({r["run_id"] for r in runs.to_pylist()}) == 2
+    # the detail views follow the metrics: each variant's pairs and neighbours once, from the unit that holds its
+    # current numbers (cos from the second run, l2 from the first), never both units' cos rows
+    w = Warehouse(wh)
+    n_pairs = w.query(
+        "SELECT value FROM metrics WHERE model = 'toy' AND task = 'evalrank-word' AND metric = 'n_pairs'"
+        " AND variant = 'cos'"
+    ).to_pylist()[0]["value"]
+    for view, key in (("ranks", "query_id, positive_id"), ("hardest_pairs", "worst")):
+        rows = w.query(
+            f"SELECT variant, count(*) AS n, count(DISTINCT ({key})) AS n_keys FROM {view} WHERE model = 'toy'"
+            " GROUP BY variant ORDER BY variant"
+        ).to_pylist()
+        assert rows == [{"variant": v, "n": n_pairs, "n_keys": n_pairs} for v in ("cos", "l2")], view
+    # neighbours come from the cos pass: one list of 10 per query, of the second run's unit
+    rows = w.query(
+        "SELECT count(*) AS n, count(DISTINCT (query_id, position)) AS n_keys, count(DISTINCT run_id) AS runs,"
+        " max(run_id) AS run_id FROM neighbours WHERE model = 'toy'"
+    ).to_pylist()[0]
+    assert rows["n"] == rows["n_keys"] > 0 and rows["runs"] == 1 and rows["run_id"] == summary.run_id, rows
+    run_of = {r["variant"]: r["run_id"] for r in w.query("SELECT DISTINCT variant, run_id FROM ranks").to_pylist()}
+    assert len(run_of) == 2 and run_of["cos"] == summary.run_id and run_of["l2"] != summary.run_id
 
 
 @pytest.mark.slow
