@@ -2,7 +2,8 @@
 
 One place, so every evaluator that claims the paper's protocol (EvalRank now; word similarity, STS and the
 downstream tasks later) gets the same vectors. The defaults mirror the EvalRank toolkit
-(BinWang28/EvalRank-Embedding-Evaluation @ c6422dbf); the README's protocol table points at the lines:
+(BinWang28/EvalRank-Embedding-Evaluation, ``src/w_model.py`` at 9754e9d); the README's protocol table points at the
+lines:
 
 - **word** (``src/w_model.py``; ``src/run_word_evaluation.py`` sets ``config.centralization = True``): the
   vocabulary's keys are lower-cased as the file is read, the first occurrence of a key wins, looked-up words are
@@ -11,7 +12,9 @@ downstream tasks later) gets the same vectors. The defaults mirror the EvalRank 
   is (not renormalised: its norm is small, so a pair of two OOV words scores ≈ ‖m‖², near the bottom). ``l2``
   uses the centred vectors unnormalised, and the OOV word the mean of the centred vectors (≈ 0).
 - **sentence** (``src/s_evaluation.py``: ``embedder_all(..., centralization=True)``): centred on the mean of the
-  pool's items, then L2-normalised for ``cos``.
+  pool's items, then L2-normalised for ``cos``; a text with no vector (a bag of words with no known word) is the
+  zero vector before centring, as the toolkit's bag of words makes it (``src/models/sent_emb/_bow.py``), so it
+  ends up at -mean, normalised: every such text is one vector.
 
 Variants, each explicit and part of a unit's fingerprint: the OOV policy (``mean`` as above, ``zero``, ``skip``:
 pairs with an OOV word are dropped and OOV words leave the background) and ``center=False`` (no centring; the OOV
@@ -31,7 +34,7 @@ Level = Literal["word", "sentence"]
 OovPolicy = Literal["mean", "skip", "zero"]
 OOV_POLICIES: tuple[OovPolicy, ...] = ("mean", "skip", "zero")
 
-PROTOCOL_VERSION = "1"
+PROTOCOL_VERSION = "2"
 """Bump when a protocol's vectors change for the same inputs (it enters every scorer's fingerprint)."""
 
 PROTOCOLS: dict[str, str] = {
@@ -130,10 +133,10 @@ def prepare(
             x = _unit_rows(x)
         x[oov] = 0.0 if protocol.oov == "zero" else fill
     else:
-        if protocol.name == "evalrank-sentence" and protocol.oov == "mean" and oov.any() and (~oov).any():
-            x[oov] = x[~oov].mean(axis=0)  # an empty bag of words: the mean of the model's other vectors
-        else:
-            x[oov] = 0.0
+        # A text the model has no vector for (a bag of words with no known word) is the zero vector, as the
+        # toolkit's bag of words makes it (``_bow.py``: ``np.zeros(dim) + 1e-9``); centring then moves it to -mean,
+        # one shared direction (under ``mean``; ``zero`` keeps it at the origin, ``skip`` drops it).
+        x[oov] = 0.0
         if protocol.name == "evalrank-sentence" and protocol.center and usable.any():
             x -= x[usable].mean(axis=0)
             if protocol.oov == "zero":

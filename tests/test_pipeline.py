@@ -226,6 +226,18 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
     assert summary.ok
     (again,) = list((tmp_path / "again" / "embeddings" / "model=static").rglob("*.parquet"))
     assert again.name == shard.name and again.read_bytes() == shard.read_bytes()
+    # result tables: the same names, and the same rows but for run_id and created_at
+    for table in ("metrics", "ranks"):
+        names = [
+            sorted(f.relative_to(root) for f in (root / "tables" / table / "model=static").rglob("*.parquet"))
+            for root in (wh, tmp_path / "again")
+        ]
+        assert names[0] == names[1] and names[0]
+        for name in names[0]:
+            first, second = (pq.read_table(root / name) for root in (wh, tmp_path / "again"))
+            run_cols = [c for c in ("run_id", "created_at") if c in first.column_names]
+            assert first.drop_columns(run_cols).equals(second.drop_columns(run_cols)), name
+            assert first.column("run_id")[0] != second.column("run_id")[0]
 
 
 @pytest.mark.slow

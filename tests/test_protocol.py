@@ -107,6 +107,24 @@ def test_l2_uses_centred_unnormalised_vectors_and_the_oov_word_sits_at_the_mean(
     assert _ranks(hand_model, [(Q, R), (A, Q)], similarity="l2") == [1, 1]
 
 
+def test_sentence_protocol_an_empty_bag_is_the_zero_vector_centred_like_the_toolkits():
+    """The toolkit's bag of words gives a sentence with no known word ``zeros + 1e-9`` and centres it with the rest
+    (``_bow.py``), so it lands on -mean: every such sentence is one vector. Items: a = (3, 1), b = (1, 3) and two empty
+    bags e1, e2 (stored as OOV). Mean over the four = (1, 1); centred: a = (2, 0), b = (0, 2), e = (-1, -1);
+    unit: a = (1, 0), b = (0, 1), e = (-.7071, -.7071)."""
+    emb = np.array([[3, 1], [1, 3], [0, 0], [0, 0]], dtype=np.float32)
+    oov = np.array([False, False, True, True])
+    x = prepare(emb, oov, Protocol("evalrank-sentence"), similarity="cos").vectors
+    np.testing.assert_allclose(x, [[1, 0], [0, 1], [-(0.5**0.5), -(0.5**0.5)], [-(0.5**0.5), -(0.5**0.5)]], atol=1e-6)
+    # so the pair (e1, e2) scores 1 and ranks first: nothing scores above it (b's score is -.7071)
+    vectors = TextVectors("sentence", emb, oov, None, "mean")
+    res = rank_pool(vectors, np.array([2, 0]), np.array([3, 1]), similarity="cos", center=True)
+    assert res.rank.tolist() == [1, 1]  # (a, b): e1 and e2 score -.7071 < 0 = b's score; x = a and y never count
+    # ``zero`` keeps the empty bags at the origin after centring (cos 0 with everything)
+    z = prepare(emb, oov, Protocol("evalrank-sentence", oov="zero"), similarity="cos").vectors
+    np.testing.assert_array_equal(z[2:], 0)
+
+
 # ---- (b) the pipeline end to end against the oracle ---------------------------------------------------------
 OOV_POLICIES = ("mean", "zero", "skip")
 

@@ -137,7 +137,8 @@ class EvalRankScorer(Scorer):
             "center": options.center,
             "filter_other_positives": options.filter_other_positives,
             "hits": list(options.hits),
-            "protocol": Protocol.for_level(task.level, center=options.center).key(),
+            # the OOV policy is the model's own (``oov:`` in its spec, so already in the unit's spec hash)
+            "protocol": {**Protocol.for_level(task.level, center=options.center).key(), "oov": "model spec"},
             "keep_details": options.keep_details,
             "neighbours": NEIGHBOURS if options.keep_details else 0,
             "neighbours_for": NEIGHBOURS_SIMILARITY

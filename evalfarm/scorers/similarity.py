@@ -101,7 +101,7 @@ class WordSimilarityScorer(Scorer):
             "variants": ["evalrank-word", "raw"],
             "center": options.center,
             "oov_pairs": "skip",
-            "protocol": Protocol.for_level("word", center=options.center).key(),
+            "protocol": {**Protocol.for_level("word", center=options.center).key(), "oov": "pairs skipped"},
         }
 
     def load(self, task: TaskSpec) -> PairData:
