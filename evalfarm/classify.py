@@ -67,7 +67,8 @@ DEFAULT_SEED = DEFAULT_SUBSAMPLE_SEED  # 1111, SentEval's
 
 
 def pair_features(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """``[u, v, |u - v|, u * v]`` per row (SentEval's SICK-E features; used for MRPC and SICK-E here)."""
+    """``[u, v, |u - v|, u * v]`` per row, for MRPC and SICK-E (InferSent's pair features, as issue #10 asks;
+    SentEval and the EvalRank toolkit's copy of it use ``[|u - v|, u * v]`` only: ``mrpc.py``, ``sick.py``)."""
     u = np.asarray(u, dtype=np.float32)
     v = np.asarray(v, dtype=np.float32)
     if u.shape != v.shape or u.ndim != 2:
