@@ -80,14 +80,9 @@ def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
     return outcome
 
 
-def is_done(wh: Warehouse, unit: Unit) -> bool:
-    """The one test of "is this unit computed?": its metrics file (written last) exists."""
-    return wh.exists(wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))
-
-
 def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     """Run every unit of one model in-process; never raises for a model or unit failure (they are recorded)."""
-    todo = [u for u in plan.units if ctx.force or not is_done(ctx.warehouse, u)]
+    todo = [u for u in plan.units if ctx.force or not ctx.warehouse.is_done(u)]
     outcomes = [UnitOutcome(u.model, u.task, Status.SKIPPED) for u in plan.units if u not in todo]
     if not todo:
         return outcomes
@@ -401,4 +396,4 @@ def write_results(
         }
         for r in result.rows
     ]
-    wh.write("metrics", rows, wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))
+    wh.write("metrics", rows, wh.done_marker(unit))

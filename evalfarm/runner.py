@@ -114,12 +114,12 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
     """(plans of the units still to compute, the units already computed with the same fingerprint)."""
     if force:
         return plans, []
-    marker = {id(u): wh.unit_path("metrics", u.model, u.task, u.fingerprint) for p in plans for u in p.units}
-    present = wh.existing(list(marker.values()))
+    units = [u for p in plans for u in p.units]
+    done = {id(u) for u, d in zip(units, wh.done(units), strict=True) if d}
     pending, skipped = [], []
     for p in plans:
-        todo = [u for u in p.units if marker[id(u)] not in present]
-        skipped += [Skipped(u.model, u.task) for u in p.units if marker[id(u)] in present]
+        todo = [u for u in p.units if id(u) not in done]
+        skipped += [Skipped(u.model, u.task) for u in p.units if id(u) in done]
         if todo:
             pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
     return pending, skipped

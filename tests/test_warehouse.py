@@ -91,3 +91,19 @@ def test_init_sweeps_temp_files_of_dead_writers_only(tmp_path):
     wh.init()
     assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, other_fresh.name])
     assert wh.query("SELECT count(*) AS n FROM units").to_pylist() == [{"n": 0}]  # temp names are never read
+
+
+def test_a_unit_is_done_when_its_metrics_file_exists(tmp_path):
+    """The one completion test (``done_marker``) that the runner, the executor and the scheduler all ask."""
+    import os
+
+    from evalfarm.plan import Unit
+
+    wh = Warehouse(tmp_path / "wh").init()
+    a, b = (Unit("m", t, "s", "word", "h", "c", "{}", f"fp-{t}") for t in "ab")
+    assert wh.done([a, b]) == [False, False] and not wh.is_done(a) and not wh.is_done(a, since=0.0)
+    wh.write("metrics", [], wh.done_marker(a))
+    assert wh.done_marker(a) == wh.unit_path("metrics", "m", "a", "fp-a")
+    assert wh.done([a, b]) == [True, False] and wh.is_done(a) and not wh.is_done(b)
+    os.utime(wh.done_marker(a), (1000.0, 1000.0))  # written before a --force run that started at 2000
+    assert wh.is_done(a, since=1000.0) and not wh.is_done(a, since=2000.0)

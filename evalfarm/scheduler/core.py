@@ -450,12 +450,8 @@ class Scheduler:
             self._emit("waiting", message=f"{unit.model} · {unit.task}: run {holder.run_id} is computing it")
 
     def _computed_elsewhere(self, unit: Unit) -> bool:
-        """Its metrics file exists (with ``force``: and was written after this run started)."""
-        path = self.wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint)
-        if not self.force:
-            return self.wh.exists(path)
-        mtime = self.wh.mtime(path)
-        return mtime is not None and mtime >= self._started_wall
+        """It is computed (with ``force``: by another run, after this one started)."""
+        return self.wh.is_done(unit, since=self._started_wall if self.force else None)
 
     def _done_elsewhere(self, unit: Unit, holder: Holder | None) -> None:
         from evalfarm.outcomes import Stage, Status, UnitOutcome
