@@ -644,9 +644,7 @@ class Warehouse:
         path = self._p(VERIFIED_MANIFEST)
         try:
             if self.local:
-                tmp = _temp_name(Path(path))
-                tmp.write_bytes(body)
-                os.replace(tmp, path)
+                atomic.write_bytes(Path(path), body, fsync=False)
             else:
                 with self.fs.open_output_stream(path) as out:
                     out.write(body)

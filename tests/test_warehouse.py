@@ -107,3 +107,16 @@ def test_a_unit_is_done_when_its_metrics_file_exists(tmp_path):
     assert wh.done([a, b]) == [True, False] and wh.is_done(a) and not wh.is_done(b)
     os.utime(wh.done_marker(a), (1000.0, 1000.0))  # written before a --force run that started at 2000
     assert wh.is_done(a, since=1000.0) and not wh.is_done(a, since=2000.0)
+
+
+def test_unsynced_replace_writes_are_still_whole_or_nothing(tmp_path):
+    """Heartbeats and the verified-files cache skip fsync, not the temp file and rename."""
+    from evalfarm import atomic
+
+    target = tmp_path / "leases" / "runs" / "r.json"
+    atomic.write_bytes(target, b"one", fsync=False)
+    atomic.write_bytes(target, b"two", fsync=False)
+    with pytest.raises(RuntimeError, match="writer died"), atomic.replacing(target, fsync=False) as f:
+        f.write(b"half")
+        raise RuntimeError("writer died")
+    assert target.read_bytes() == b"two" and [p.name for p in target.parent.iterdir()] == ["r.json"]
