@@ -32,7 +32,7 @@ from evalfarm.embed import (
     encode_texts,
     store_key,
 )
-from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
+from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
@@ -117,9 +117,7 @@ def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
         texts = list(needed)
         missing = texts if ctx.force else store.missing(texts)
         for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
-            ctx.warehouse.write_failure(
-                ctx.run_id, plan.model, None, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path
-            )
+            record_quarantine(ctx.warehouse, ctx.run_id, q, model=plan.model)
         if missing:
             state = {"stage": Stage.LOAD}
             try:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
-from evalfarm.outcomes import Stage, Status
+from evalfarm.outcomes import Stage, Status, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
@@ -133,8 +133,7 @@ def quarantine_corrupt_files(
     ``quarantine``) and a ``quarantined`` event."""
     moved = wh.scan(run_id=run_id)
     for q in moved:
-        model, task = q.unit
-        wh.write_failure(run_id, model, task, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path)
+        record_quarantine(wh, run_id, q)
         emit(RunEvent("quarantined", tracker, message=f"quarantined {q.path}: {q.reason} (now {q.moved_to})"))
     return moved
 

@@ -120,3 +120,21 @@ def test_unsynced_replace_writes_are_still_whole_or_nothing(tmp_path):
         f.write(b"half")
         raise RuntimeError("writer died")
     assert target.read_bytes() == b"two" and [p.name for p in target.parent.iterdir()] == ["r.json"]
+
+
+def test_a_quarantined_file_is_one_failures_row_naming_its_unit(tmp_path):
+    from evalfarm.outcomes import record_quarantine
+    from evalfarm.warehouse import Quarantined
+
+    wh = Warehouse(tmp_path / "wh").init()
+    metrics = Quarantined(wh.unit_path("metrics", "m", "t", "fp"), "/q/fp.parquet", "unreadable Parquet (x)")
+    shard = Quarantined(f"{wh.store_dir('m', 'st')}/s.parquet", "/q/s.parquet", "unreadable text-store shard")
+    record_quarantine(wh, "run-1", metrics)
+    record_quarantine(wh, "run-1", shard, model="m")
+    rows = wh.query("SELECT model, task, stage, error, detail FROM failures ORDER BY detail").to_pylist()
+    assert rows == [
+        {"model": "m", "task": None, "stage": "quarantine", "error": "unreadable text-store shard; moved to "
+         "/q/s.parquet", "detail": shard.path},
+        {"model": "m", "task": "t", "stage": "quarantine", "error": "unreadable Parquet (x); moved to /q/fp.parquet",
+         "detail": metrics.path},
+    ]  # fmt: skip
