@@ -53,17 +53,20 @@ def is_stale_temp(path: Path, *, now: float | None = None) -> bool:
 
 
 @contextmanager
-def replacing(dest: Path, mode: str = "wb", *, encoding: str | None = None) -> Iterator[IO]:
+def replacing(dest: Path, mode: str = "wb", *, encoding: str | None = None, fsync: bool = True) -> Iterator[IO]:
     """Write ``dest`` through a temp file: ``with replacing(p) as f: f.write(...)``. On success the file is
-    fsynced and renamed over ``dest``; on any failure (the first error is the one raised) the temp file goes."""
+    fsynced and renamed over ``dest``; on any failure (the first error is the one raised) the temp file goes.
+    ``fsync=False`` keeps the all-or-nothing rename but skips the flush to disk: for small files rewritten often
+    whose loss in a crash costs nothing (a heartbeat, a cache)."""
     dest = Path(dest)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = temp_name(dest)
     try:
         with open(tmp, mode, encoding=encoding) as f:
             yield f
-            f.flush()
-            os.fsync(f.fileno())
+            if fsync:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, dest)
     finally:
         try:
@@ -90,9 +93,15 @@ def write_file(dest: Path, write: Callable[[Path], None]) -> Path:
     return dest
 
 
-def write_text(dest: Path, text: str) -> Path:
-    with replacing(dest, "w", encoding="utf-8") as f:
+def write_text(dest: Path, text: str, *, fsync: bool = True) -> Path:
+    with replacing(dest, "w", encoding="utf-8", fsync=fsync) as f:
         f.write(text)
+    return Path(dest)
+
+
+def write_bytes(dest: Path, data: bytes, *, fsync: bool = True) -> Path:
+    with replacing(dest, "wb", fsync=fsync) as f:
+        f.write(data)
     return Path(dest)
 
 

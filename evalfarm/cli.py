@@ -287,6 +287,7 @@ def run(
     """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     from evalfarm.catalog.registry import CatalogError
     from evalfarm.device import DeviceUnavailable
+    from evalfarm.outcomes import Status
     from evalfarm.pools.data import PoolDataError, data_dir
     from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.scorers.base import SIMILARITIES, RunOptions
@@ -325,16 +326,18 @@ def run(
             def on_event(e: Any) -> None:
                 if e.kind == "unit":
                     o = e.outcome
-                    mark = {"done": "[green]done", "failed": "[red]FAILED", "skipped": "[dim]skipped"}.get(
-                        str(o.status), f"[dim]{o.status}"
-                    )
+                    mark = {
+                        Status.DONE: "[green]done",
+                        Status.FAILED: "[red]FAILED",
+                        Status.SKIPPED: "[dim]skipped",
+                    }.get(o.status, f"[dim]{o.status}")
                     shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
                     prog.console.print(
                         f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
                         + (f" {shown}" if shown else "")
                         + (f" [red]{o.stage}: {escape(str(o.error))}" if o.error else "")
                         + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else "")
-                        + (f" [dim]({escape(o.detail)})" if str(o.status) == "skipped" and o.detail else ""),
+                        + (f" [dim]({escape(o.detail)})" if o.status == Status.SKIPPED and o.detail else ""),
                         highlight=False,
                     )
                 elif e.kind == "retry":

@@ -26,6 +26,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evalfarm import atomic
+
 ENV = "EVALFARM_CONFIG"
 FILE_NAME = ".evalfarm.toml"
 KEYS = {
@@ -109,8 +111,5 @@ def write_config(path: Path, updates: dict[str, str]) -> Config:
         "# evalfarm settings (written by `evalfarm config set`, e.g. from `make run`); see `evalfarm config --help`",
         *(f"{k} = {json.dumps(current[k])}" for k in KEYS if k in current),
     ]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    atomic.write_text(path, "\n".join(lines) + "\n")
     return load_config(path)

@@ -32,7 +32,7 @@ from evalfarm.embed import (
     encode_texts,
     store_key,
 )
-from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure
+from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
@@ -80,14 +80,9 @@ def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
     return outcome
 
 
-def is_done(wh: Warehouse, unit: Unit) -> bool:
-    """The one test of "is this unit computed?": its metrics file (written last) exists."""
-    return wh.exists(wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))
-
-
 def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     """Run every unit of one model in-process; never raises for a model or unit failure (they are recorded)."""
-    todo = [u for u in plan.units if ctx.force or not is_done(ctx.warehouse, u)]
+    todo = [u for u in plan.units if ctx.force or not ctx.warehouse.is_done(u)]
     outcomes = [UnitOutcome(u.model, u.task, Status.SKIPPED) for u in plan.units if u not in todo]
     if not todo:
         return outcomes
@@ -122,9 +117,7 @@ def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
         texts = list(needed)
         missing = texts if ctx.force else store.missing(texts)
         for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
-            ctx.warehouse.write_failure(
-                ctx.run_id, plan.model, None, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path
-            )
+            record_quarantine(ctx.warehouse, ctx.run_id, q, model=plan.model)
         if missing:
             state = {"stage": Stage.LOAD}
             try:
@@ -401,4 +394,4 @@ def write_results(
         }
         for r in result.rows
     ]
-    wh.write("metrics", rows, wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))
+    wh.write("metrics", rows, wh.done_marker(unit))

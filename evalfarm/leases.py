@@ -46,7 +46,8 @@ from typing import Any
 
 import pyarrow.fs as pafs
 
-from evalfarm.atomic import pid_alive, temp_name
+from evalfarm import atomic
+from evalfarm.atomic import pid_alive
 from evalfarm.warehouse import Warehouse, WarehouseWriteError, now
 
 LEASE_TIMEOUT = float(os.environ.get("EVALFARM_LEASE_TIMEOUT", "30"))
@@ -129,16 +130,8 @@ class Leases:
     def _put(self, path: str, body: bytes) -> None:
         """Write (replace) a whole small file: temp + rename locally, one PUT on an object store."""
         try:
-            if self.wh.local:
-                os.makedirs(os.path.dirname(path), exist_ok=True)
-                tmp = temp_name(Path(path))
-                try:
-                    with open(tmp, "wb") as fh:
-                        fh.write(body)
-                    os.replace(tmp, path)
-                finally:
-                    with contextlib.suppress(OSError):
-                        tmp.unlink(missing_ok=True)
+            if self.wh.local:  # no fsync: a heartbeat is rewritten every few seconds, a lost one costs nothing
+                atomic.write_bytes(Path(path), body, fsync=False)
                 return
             try:
                 with self.wh.fs.open_output_stream(path) as out:

@@ -1,7 +1,8 @@
 """Stages, statuses and unit outcomes: the vocabulary the embed/score stages, the scheduler and the runner share.
 
 ``record_failure`` is the one place a ``failures`` row is written for a unit (the scheduler calls it once, after the
-last attempt; the in-process path when it does not retry).
+last attempt; the in-process path when it does not retry); ``record_quarantine`` the one place for a corrupt
+warehouse file moved aside.
 """
 
 from __future__ import annotations
@@ -107,3 +108,10 @@ def record_failure(wh: Any, run_id: str, outcome: UnitOutcome) -> None:
     wh.write_failure(
         run_id, outcome.model, outcome.task, str(outcome.stage or "unknown"), outcome.error or "", outcome.detail
     )
+
+
+def record_quarantine(wh: Any, run_id: str, q: Any, *, model: str | None = None) -> None:
+    """One informational ``failures`` row (stage ``quarantine``) for a corrupt file moved aside
+    (``warehouse.Quarantined``): its model and task are those its path names (``model``, when given, names it)."""
+    named, task = q.unit
+    wh.write_failure(run_id, model or named, task, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path)

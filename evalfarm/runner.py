@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
-from evalfarm.outcomes import Stage, Status
+from evalfarm.outcomes import Stage, Status, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
@@ -114,12 +114,12 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
     """(plans of the units still to compute, the units already computed with the same fingerprint)."""
     if force:
         return plans, []
-    marker = {id(u): wh.unit_path("metrics", u.model, u.task, u.fingerprint) for p in plans for u in p.units}
-    present = wh.existing(list(marker.values()))
+    units = [u for p in plans for u in p.units]
+    done = {id(u) for u, d in zip(units, wh.done(units), strict=True) if d}
     pending, skipped = [], []
     for p in plans:
-        todo = [u for u in p.units if marker[id(u)] not in present]
-        skipped += [Skipped(u.model, u.task) for u in p.units if marker[id(u)] in present]
+        todo = [u for u in p.units if id(u) not in done]
+        skipped += [Skipped(u.model, u.task) for u in p.units if id(u) in done]
         if todo:
             pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
     return pending, skipped
@@ -133,8 +133,7 @@ def quarantine_corrupt_files(
     ``quarantine``) and a ``quarantined`` event."""
     moved = wh.scan(run_id=run_id)
     for q in moved:
-        model, task = q.unit
-        wh.write_failure(run_id, model, task, str(Stage.QUARANTINE), f"{q.reason}; moved to {q.moved_to}", q.path)
+        record_quarantine(wh, run_id, q)
         emit(RunEvent("quarantined", tracker, message=f"quarantined {q.path}: {q.reason} (now {q.moved_to})"))
     return moved
 

@@ -375,6 +375,27 @@ class Warehouse:
     def unit_path(self, table: str, model: str, task: str, fingerprint: str) -> str:
         return self._p("tables", table, f"model={model}", f"task={task}", f"{fingerprint}.parquet")
 
+    # -- completion -----------------------------------------------------------------------------------------
+    def done_marker(self, unit: Any) -> str:
+        """A unit's completion marker: its metrics file, written last and atomically (``execute.write_results``), so
+        a killed worker leaves nothing that looks complete. The one definition of "is this unit computed?"."""
+        return self.unit_path("metrics", unit.model, unit.task, unit.fingerprint)
+
+    def is_done(self, unit: Any, *, since: float | None = None) -> bool:
+        """Whether ``unit`` is computed: its marker exists (with ``since``: and was written at or after that wall
+        clock time, for a ``--force`` run asking whether another run recomputed it meanwhile)."""
+        path = self.done_marker(unit)
+        if since is None:
+            return self.exists(path)
+        mtime = self.mtime(path)
+        return mtime is not None and mtime >= since
+
+    def done(self, units: list[Any]) -> list[bool]:
+        """:meth:`is_done` of each of ``units``, in one batch (one listing per table on an object store)."""
+        markers = [self.done_marker(u) for u in units]
+        present = self.existing(markers)
+        return [m in present for m in markers]
+
     def list_files(self, folder: str, suffix: str = ".parquet") -> list[str]:
         """Visible files (no hidden temp files) directly in ``folder``, sorted; [] when it does not exist."""
         if self.local:
@@ -623,9 +644,7 @@ class Warehouse:
         path = self._p(VERIFIED_MANIFEST)
         try:
             if self.local:
-                tmp = _temp_name(Path(path))
-                tmp.write_bytes(body)
-                os.replace(tmp, path)
+                atomic.write_bytes(Path(path), body, fsync=False)
             else:
                 with self.fs.open_output_stream(path) as out:
                     out.write(body)

@@ -81,6 +81,7 @@ def test_package_source_and_provenance() -> None:
     assert resolve_source(src).is_file()
     assert source_provenance(src)["version"] == "1.0.0"
     missing = Source(type="package", ref="no-such-dist-xyz", requirement="no-such-dist-xyz>=2")
+    assert source_provenance(missing)["version"] is None  # provenance.package_versions, the one reader
     with pytest.raises(ModelLoadError, match=r"pip install no-such-dist-xyz>=2"):
         resolve_source(missing)
     with pytest.raises(ModelLoadError, match="not found inside"):

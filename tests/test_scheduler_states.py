@@ -195,6 +195,10 @@ def test_a_failed_task_is_retried_on_the_other_worker_then_succeeds(wh):
         {"stage": "embed", "status": "done", "attempts": 2},
         {"stage": "score", "status": "done", "attempts": 1},
     ]
+    assert {type(e.task.stage) for e in events if e.task is not None} == {Stage}  # enums in memory,
+    assert wh.query("SELECT typeof(stage) t, typeof(status) s FROM units LIMIT 1").to_pylist() == [  # strings stored
+        {"t": "VARCHAR", "s": "VARCHAR"}
+    ]
     assert _q(wh, "SELECT count(*) n FROM failures") == [{"n": 0}]
 
 

@@ -111,6 +111,105 @@ def test_similarity_bands_are_equal_size_seeded_samples():
     assert STSBandsScorer.primary_metric == "spearman"
 
 
+def _sentence_vectors(data: PairData, rows: dict[str, tuple[float, ...]]) -> TextVectors:
+    emb = np.array([rows[t] for t in data.texts], dtype=np.float32)
+    return TextVectors("sentence", emb, np.zeros(len(emb), bool))
+
+
+def test_similarity_bands_spearman_per_band_by_hand():
+    # s0 = (1, 0), s_i = (1, i): cos(s0, s_i) = 1 / sqrt(1 + i^2) falls as i grows
+    rows = {f"s{i}": (1.0, float(i)) for i in range(7)}
+    high = (["s0"] * 3, ["s1", "s2", "s3"], np.array([5.0, 4.0, 3.0]))  # cos and gold fall together: rho 1
+    # cos ranks (3, 2, 1) vs gold (0, 2, 1) ranks (1, 3, 2): d = (2, -1, -1), rho = 1 - 6 * 6 / (3 * 8) = -0.5
+    low = (["s0"] * 3, ["s4", "s5", "s6"], np.array([0.0, 2.0, 1.0]))
+    data = PairData({"3-5": high, "0-2": low})
+    scorer = STSBandsScorer()
+    res = scorer.score(None, data, _sentence_vectors(data, rows), scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    m = {(r.subset, r.metric): r.value for r in res.rows}
+    assert m[("3-5", "spearman")] == pytest.approx(1.0) and m[("0-2", "spearman")] == pytest.approx(-0.5)
+    assert m[("3-5", "n_pairs")] == 3 and m[("0-2", "n_pairs")] == 3
+    assert sorted((r.subset, r.metric) for r in res.rows if r.primary) == [("0-2", "spearman"), ("3-5", "spearman")]
+    assert {r.variant for r in res.rows} == {"cos"}
+
+
+def test_word_similarity_without_centring_is_its_own_variant():
+    data = PairData({"all": (["a", "a", "a"], ["b", "c", "d"], np.array([3.0, 2.0, 1.0]))})
+    vectors = _word_vectors(data.texts, {"a": (2.0, 1.0), "b": (2.0, 2.0), "c": (2.0, -1.0), "d": (0.0, 1.0)})
+    scorer = WordSimilarityScorer()
+    res = scorer.score(None, data, vectors, scorer.params(None, RunOptions(center=False)))  # type: ignore[arg-type]
+    m = {(r.variant, r.metric): r.value for r in res.rows}
+    assert {r.variant for r in res.rows} == {"evalrank-word/no-center", "raw"}  # the README's variant names
+    assert m[("evalrank-word/no-center", "spearman")] == pytest.approx(1.0)  # uncentred: the raw cosines' order
+
+
+def _cos(a: np.ndarray, b: np.ndarray) -> float:
+    from scipy.spatial.distance import cosine
+
+    return 1.0 - cosine(a.astype(np.float64), b.astype(np.float64))
+
+
+def test_each_similarity_scorer_against_scipy():
+    """Every scorer's score() against scipy.stats on random vectors (gold with ties), not only the helpers."""
+    from scipy.stats import pearsonr, spearmanr
+
+    rng = np.random.default_rng(7)
+
+    # word similarity: 60 pairs of 25 words, two of them OOV; vocabulary mean away from zero
+    words = [f"w{i}" for i in range(25)]
+    pick = [(a, b) for a, b in rng.integers(0, 25, size=(70, 2)) if a != b][:60]
+    gold = rng.integers(0, 6, len(pick)).astype(np.float64)  # many ties
+    data = PairData({"all": ([words[a] for a, _ in pick], [words[b] for _, b in pick], gold)})
+    emb = rng.normal(size=(len(data.texts), 6)).astype(np.float32)
+    oov = np.isin(data.texts, ["w3", "w11"])
+    emb[oov] = 0.0
+    mean = rng.normal(size=6)
+    stats = VocabStats(n=1000, mean=mean, mean_unit_centred=np.zeros(6), mean_unit=np.zeros(6))
+    scorer = WordSimilarityScorer()
+    res = scorer.score(None, data, TextVectors("word", emb, oov, stats), scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    m = {(r.variant, r.metric): r.value for r in res.rows}
+    row = {t: i for i, t in enumerate(data.texts)}
+    known = [k for k, (a, b) in enumerate(pick) if not (oov[row[words[a]]] or oov[row[words[b]]])]
+    assert 0 < len(known) < len(pick) and m[("raw", "coverage")] == pytest.approx(len(known) / len(pick))
+    for variant, shift in (("raw", 0.0), ("evalrank-word", mean)):
+        cos = [_cos(emb[row[words[pick[k][0]]]] - shift, emb[row[words[pick[k][1]]]] - shift) for k in known]
+        assert m[(variant, "spearman")] == pytest.approx(spearmanr(cos, gold[known]).statistic, abs=1e-6)
+        assert m[(variant, "pearson")] == pytest.approx(pearsonr(cos, gold[known]).statistic, abs=1e-6)
+
+    # STS: two subsets (15 and 25 pairs), gold rounded to halves (ties); pooled and pair-weighted mean
+    sents = {f"s{i}": tuple(rng.normal(size=5)) for i in range(30)}
+    names = list(sents)
+
+    def subset(n: int) -> tuple[list[str], list[str], np.ndarray]:
+        idx = [(a, b) for a, b in rng.integers(0, 30, size=(n + 10, 2)) if a != b][:n]
+        return [names[a] for a, _ in idx], [names[b] for _, b in idx], np.round(rng.uniform(0, 5, n) * 2) / 2
+
+    data = PairData({"A": subset(15), "B": subset(25)}, primary_subset="wmean")
+    vectors = _sentence_vectors(data, sents)
+    scorer = STSScorer()
+    res = scorer.score(None, data, vectors, scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    m = {(r.subset, r.metric): r.value for r in res.rows}
+    expect = {}
+    for name, (s1, s2, g) in data.subsets.items():
+        cos = [_cos(np.array(sents[a]), np.array(sents[b])) for a, b in zip(s1, s2, strict=True)]
+        expect[name] = (cos, g, spearmanr(cos, g).statistic, pearsonr(cos, g).statistic)
+        assert m[(name, "spearman")] == pytest.approx(expect[name][2], abs=1e-6)
+        assert m[(name, "pearson")] == pytest.approx(expect[name][3], abs=1e-6)
+    pooled_cos = expect["A"][0] + expect["B"][0]
+    pooled_gold = np.concatenate([expect["A"][1], expect["B"][1]])
+    assert m[("all", "spearman")] == pytest.approx(spearmanr(pooled_cos, pooled_gold).statistic, abs=1e-6)
+    wmean = (15 * expect["A"][2] + 25 * expect["B"][2]) / 40
+    assert m[("wmean", "spearman")] == pytest.approx(wmean, abs=1e-6)
+
+    # similarity bands: Spearman per band
+    data = PairData({"3-5": subset(12), "0-2": subset(12)})
+    scorer = STSBandsScorer()
+    res = scorer.score(None, data, _sentence_vectors(data, sents), scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    m = {(r.subset, r.metric): r.value for r in res.rows}
+    for name, (s1, s2, g) in data.subsets.items():
+        cos = [_cos(np.array(sents[a]), np.array(sents[b])) for a, b in zip(s1, s2, strict=True)]
+        assert m[(name, "spearman")] == pytest.approx(spearmanr(cos, g).statistic, abs=1e-6)
+
+
 def test_adding_an_evaluator_is_one_task_kind_and_one_scorer(tmp_path):
     """The README's worked example: a toy evaluator that reports the mean vector norm of a task's texts."""
 

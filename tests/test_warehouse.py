@@ -91,3 +91,50 @@ def test_init_sweeps_temp_files_of_dead_writers_only(tmp_path):
     wh.init()
     assert sorted(p.name for p in folder.iterdir()) == sorted([live.name, other_fresh.name])
     assert wh.query("SELECT count(*) AS n FROM units").to_pylist() == [{"n": 0}]  # temp names are never read
+
+
+def test_a_unit_is_done_when_its_metrics_file_exists(tmp_path):
+    """The one completion test (``done_marker``) that the runner, the executor and the scheduler all ask."""
+    import os
+
+    from evalfarm.plan import Unit
+
+    wh = Warehouse(tmp_path / "wh").init()
+    a, b = (Unit("m", t, "s", "word", "h", "c", "{}", f"fp-{t}") for t in "ab")
+    assert wh.done([a, b]) == [False, False] and not wh.is_done(a) and not wh.is_done(a, since=0.0)
+    wh.write("metrics", [], wh.done_marker(a))
+    assert wh.done_marker(a) == wh.unit_path("metrics", "m", "a", "fp-a")
+    assert wh.done([a, b]) == [True, False] and wh.is_done(a) and not wh.is_done(b)
+    os.utime(wh.done_marker(a), (1000.0, 1000.0))  # written before a --force run that started at 2000
+    assert wh.is_done(a, since=1000.0) and not wh.is_done(a, since=2000.0)
+
+
+def test_unsynced_replace_writes_are_still_whole_or_nothing(tmp_path):
+    """Heartbeats and the verified-files cache skip fsync, not the temp file and rename."""
+    from evalfarm import atomic
+
+    target = tmp_path / "leases" / "runs" / "r.json"
+    atomic.write_bytes(target, b"one", fsync=False)
+    atomic.write_bytes(target, b"two", fsync=False)
+    with pytest.raises(RuntimeError, match="writer died"), atomic.replacing(target, fsync=False) as f:
+        f.write(b"half")
+        raise RuntimeError("writer died")
+    assert target.read_bytes() == b"two" and [p.name for p in target.parent.iterdir()] == ["r.json"]
+
+
+def test_a_quarantined_file_is_one_failures_row_naming_its_unit(tmp_path):
+    from evalfarm.outcomes import record_quarantine
+    from evalfarm.warehouse import Quarantined
+
+    wh = Warehouse(tmp_path / "wh").init()
+    metrics = Quarantined(wh.unit_path("metrics", "m", "t", "fp"), "/q/fp.parquet", "unreadable Parquet (x)")
+    shard = Quarantined(f"{wh.store_dir('m', 'st')}/s.parquet", "/q/s.parquet", "unreadable text-store shard")
+    record_quarantine(wh, "run-1", metrics)
+    record_quarantine(wh, "run-1", shard, model="m")
+    rows = wh.query("SELECT model, task, stage, error, detail FROM failures ORDER BY detail").to_pylist()
+    assert rows == [
+        {"model": "m", "task": None, "stage": "quarantine", "error": "unreadable text-store shard; moved to "
+         "/q/s.parquet", "detail": shard.path},
+        {"model": "m", "task": "t", "stage": "quarantine", "error": "unreadable Parquet (x); moved to /q/fp.parquet",
+         "detail": metrics.path},
+    ]  # fmt: skip

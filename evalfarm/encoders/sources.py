@@ -21,6 +21,7 @@ from evalfarm import atomic
 from evalfarm.cache import ChecksumMismatch, cache_dir, download, sha256_file
 from evalfarm.catalog.specs import Source
 from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.provenance import package_versions
 
 ARCHIVE_SUFFIXES = (".zip", ".tar.gz", ".tgz", ".tar", ".tar.bz2", ".tar.xz")
 
@@ -199,10 +200,7 @@ def source_provenance(source: Source | None, *, revision: str | None = None) -> 
         if got.is_file():
             out["sha256_downloaded"] = got.read_text().strip()
     if source.type == "package":
-        try:
-            out["version"] = importlib.metadata.version(source.ref)
-        except importlib.metadata.PackageNotFoundError:
-            out["version"] = None
+        out["version"] = package_versions([source.ref], missing=None)[source.ref]
     elif source.type == "hf":
         out["revision"] = revision
     return out

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from evalfarm.leases import Holder, embed_key, unit_key
+from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
 from evalfarm.plan import ModelPlan, Unit
 
 
@@ -63,7 +64,7 @@ class WorkerInfo:
 
 @dataclass
 class Task:
-    stage: str  # embed | score
+    stage: Stage  # Stage.EMBED | Stage.SCORE
     plan: ModelPlan
     unit: Unit | None = None  # score tasks
     attempts: int = 0
@@ -116,17 +117,18 @@ class Backend(Protocol):
 
 
 def _seconds_row(
-    o: Any, stage: str, info: WorkerInfo, attempts: int, status: str, fingerprint: str | None = None
+    o: Any, stage: Stage, info: WorkerInfo, attempts: int, status: Status, fingerprint: str | None = None
 ) -> dict[str, Any]:
+    """A ``units`` row; stage and status are stored as their plain string values."""
     return {
         "model": o.model,
         "task": o.task,
-        "stage": stage,
+        "stage": str(stage),
         "worker": info.name,
         "node": info.node or info.host,
         "started_at": o.started_at,
         "seconds": float(o.seconds),
-        "status": status,
+        "status": str(status),
         "attempts": attempts,
         "error": o.error,
         "fingerprint": fingerprint,
@@ -182,7 +184,7 @@ class Scheduler:
         self.start_timeout = start_timeout
         self.poll_interval = poll_interval
         self.lease_poll = lease_poll
-        self.embed_queue: list[Task] = sorted((Task("embed", p) for p in plans), key=lambda t: -t.plan.cost)
+        self.embed_queue: list[Task] = sorted((Task(Stage.EMBED, p) for p in plans), key=lambda t: -t.plan.cost)
         self.score_queue: list[Task] = []
         self.base_of = base_of
         self.running: dict[Any, tuple[Task | None, str]] = {}
@@ -285,7 +287,7 @@ class Scheduler:
         for t in self.embed_queue:
             seen.setdefault(t.plan.model, t.plan)
         for t, _ in self.running.values():
-            if t is not None and t.stage == "embed":
+            if t is not None and t.stage == Stage.EMBED:
                 seen.setdefault(t.plan.model, t.plan)
         for u, _ in self.waiting.values():
             seen.setdefault(u.model, self._plans[u.model])
@@ -351,21 +353,21 @@ class Scheduler:
 
     def _embedding(self) -> set[str]:
         models = {t.plan.model for t in self.embed_queue}
-        models |= {t.plan.model for t, _ in self.running.values() if t is not None and t.stage == "embed"}
+        models |= {t.plan.model for t, _ in self.running.values() if t is not None and t.stage == Stage.EMBED}
         return models | {u.model for u, _ in self.waiting.values()}
 
     def _pick(self, worker: str) -> Task | None:
         others = [w for w in self.workers if w not in self.dead]
         for queue in (self.score_queue, self.embed_queue):
             for t in list(queue):
-                if t.stage == "embed" and self._blocked(t):
+                if t.stage == Stage.EMBED and self._blocked(t):
                     continue
                 # Prefer a task that did not already fail on this worker, unless no other worker can take it.
                 if worker in t.avoid and not all(w in t.avoid for w in others):
                     continue
                 if not self.backend.suits(worker, t, self.alive):  # e.g. encoders wait for GPU workers
                     continue
-                if t.stage == "embed" and self.leases is not None:
+                if t.stage == Stage.EMBED and self.leases is not None:
                     verdict = self._claim_embed(t)
                     if verdict == "gone":
                         queue.remove(t)
@@ -450,19 +452,13 @@ class Scheduler:
             self._emit("waiting", message=f"{unit.model} · {unit.task}: run {holder.run_id} is computing it")
 
     def _computed_elsewhere(self, unit: Unit) -> bool:
-        """Its metrics file exists (with ``force``: and was written after this run started)."""
-        path = self.wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint)
-        if not self.force:
-            return self.wh.exists(path)
-        mtime = self.wh.mtime(path)
-        return mtime is not None and mtime >= self._started_wall
+        """It is computed (with ``force``: by another run, after this one started)."""
+        return self.wh.is_done(unit, since=self._started_wall if self.force else None)
 
     def _done_elsewhere(self, unit: Unit, holder: Holder | None) -> None:
-        from evalfarm.outcomes import Stage, Status, UnitOutcome
-
         by = f"run {holder.run_id}" if holder is not None else "another run"
         o = UnitOutcome(unit.model, unit.task, Status.SKIPPED, 0.0, stage=Stage.PLAN, detail=f"computed by {by}")
-        self._unit_rows.append(_seconds_row(o, str(Stage.PLAN), WorkerInfo(by), 0, str(Status.SKIPPED)))
+        self._unit_rows.append(_seconds_row(o, Stage.PLAN, WorkerInfo(by), 0, Status.SKIPPED))
         self._final(o)
 
     def _poll_waiting(self) -> None:
@@ -478,20 +474,20 @@ class Scheduler:
             if self._computed_elsewhere(u):
                 self._done_elsewhere(u, holder)
             elif self._no_workers:
-                task = Task("embed", replace(self._plans[u.model], units=[u]), attempts=self.max_attempts)
+                task = Task(Stage.EMBED, replace(self._plans[u.model], units=[u]), attempts=self.max_attempts)
                 self._retry_or_fail(task, "-", None, "no worker left alive to run it")
             else:
                 new.setdefault(u.model, []).append(u)
         for model, units in new.items():
             plan = self._plans[model]
             self.embed_queue.append(
-                Task("embed", replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units)))
+                Task(Stage.EMBED, replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units)))
             )
 
     # -- results --------------------------------------------------------------------------------------------
     def _task_done(self, handle: Any, task: Task, worker: str) -> None:
         info = self.workers.get(worker, WorkerInfo(worker))
-        if task.stage == "embed" and self.leases is not None:
+        if task.stage == Stage.EMBED and self.leases is not None:
             self._release_embed(task.plan)
         try:
             outs = self.backend.result(handle)
@@ -501,17 +497,17 @@ class Scheduler:
             self._retry_or_fail(task, worker, None, f"worker {worker} lost this task ({exc})", charge=charge)
             return
         self.idle.append(worker)
-        failed = [o for o in outs if o.status == "failed"]
+        failed = [o for o in outs if o.status == Status.FAILED]
         rows = []
         for o in outs:
-            if o.status == "embedded":
+            if o.status == Status.EMBEDDED:
                 unit = next(u for u in task.units if u.task == o.task)
                 self._embed_seconds[(o.model, o.task)] = o.seconds
-                self.score_queue.append(Task("score", task.plan, unit))
-                rows.append(_seconds_row(o, "embed", info, task.attempts, "done"))
-            elif o.status == "done":
+                self.score_queue.append(Task(Stage.SCORE, task.plan, unit))
+                rows.append(_seconds_row(o, Stage.EMBED, info, task.attempts, Status.DONE))
+            elif o.status == Status.DONE:
                 unit = next(u for u in task.units if u.task == o.task)
-                rows.append(_seconds_row(o, "score", info, task.attempts, "done", unit.fingerprint))
+                rows.append(_seconds_row(o, Stage.SCORE, info, task.attempts, Status.DONE, unit.fingerprint))
                 o.seconds += self._embed_seconds.get((o.model, o.task), 0.0)
                 self._final(o)
         self._unit_rows += rows
@@ -533,22 +529,20 @@ class Scheduler:
         units = [u for u in task.units if failed is None or u.task in failed]
         attempts = task.attempts if charge else task.attempts - 1
         if attempts < self.max_attempts and not final and not self._no_workers:
-            plan = task.plan if task.stage == "score" else replace(task.plan, units=units)
+            plan = task.plan if task.stage == Stage.SCORE else replace(task.plan, units=units)
             again = Task(task.stage, plan, task.unit, attempts=attempts, avoid=task.avoid | {worker})
-            (self.score_queue if task.stage == "score" else self.embed_queue).insert(0, again)
+            (self.score_queue if task.stage == Stage.SCORE else self.embed_queue).insert(0, again)
             if charge:
                 self._emit("retry", task=again, message=f"attempt {task.attempts} failed: {why}")
             return
-        from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
-
         info = self.workers.get(worker, WorkerInfo(worker))
         rows = []
         for u in units:
             o = (failed or {}).get(u.task) or UnitOutcome(
-                u.model, u.task, Status.FAILED, 0.0, why, Stage(task.stage), detail=why, started_at=None
+                u.model, u.task, Status.FAILED, 0.0, why, task.stage, detail=why, started_at=None
             )
             record_failure(self.wh, self.run_id, o)
-            rows.append(_seconds_row(o, task.stage, info, task.attempts, "failed"))
+            rows.append(_seconds_row(o, task.stage, info, task.attempts, Status.FAILED))
             self._final(o)
         self._unit_rows += rows
 

@@ -8,6 +8,7 @@ import platform
 import time
 from typing import Any
 
+from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import Task, WorkerInfo
 
 
@@ -33,7 +34,7 @@ class LocalBackend:
     def submit(self, worker: str, task: Task) -> Any:
         from evalfarm.execute import embed_model, score_unit
 
-        if task.stage == "embed":
+        if task.stage == Stage.EMBED:
             return self._handle(embed_model(task.plan, self.ctx))
         assert task.unit is not None
         return self._handle([score_unit(task.unit, self.ctx)])

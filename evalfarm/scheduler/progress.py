@@ -9,6 +9,8 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from evalfarm.outcomes import Status
+
 
 def _fmt_seconds(s: float) -> str:
     s = max(0, int(round(s)))
@@ -36,13 +38,13 @@ class ProgressTracker:
     def remaining(self) -> int:
         return self.total - self.skipped - self.done - self.failed
 
-    def finish(self, status: str, cost: float = 1.0) -> None:
+    def finish(self, status: Status, cost: float = 1.0) -> None:
         """Count a unit's final status; a skipped unit's cost leaves the total (it costs nothing)."""
-        if status == "done":
+        if status == Status.DONE:
             self.done += 1
-        elif status == "failed":
+        elif status == Status.FAILED:
             self.failed += 1
-        elif status == "skipped":
+        elif status == Status.SKIPPED:
             self.skipped += 1
             self.cost_total = max(0.0, self.cost_total - cost)
             return

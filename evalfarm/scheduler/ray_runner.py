@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evalfarm.environment import WORKER_ENV, forwarded
+from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Task, WorkerInfo, WorkerLost
 
 # Environment the workers need on a remote cluster (a local one inherits the driver's environment).
@@ -518,7 +519,7 @@ class RayBackend:
         """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed task alone
         while a GPU worker is alive, or while one is being asked for (for GPU_GRACE seconds: a cluster that cannot
         provide GPUs still runs it on CPU then)."""
-        if task.stage != "embed" or worker in self._gpu_names or not self._gpu_names:
+        if task.stage != Stage.EMBED or worker in self._gpu_names or not self._gpu_names:
             return True
         if self.kinds.get(task.plan.model, "") in SMALL_KINDS:
             return True
@@ -565,7 +566,7 @@ class RayBackend:
     # -- tasks ------------------------------------------------------------------------------------------------
     def submit(self, worker: str, task: Task) -> Any:
         actor = self.actors[worker]
-        if task.stage == "embed":
+        if task.stage == Stage.EMBED:
             return actor.embed.remote(task.plan)
         return actor.score.remote(task.unit)
 

@@ -6,8 +6,9 @@ score. Three task kinds, one scorer each:
 - ``wordsim`` (words): one word-similarity set (``w1 w2 score`` per line, lower-cased as the EvalRank toolkit reads
   it). Spearman and Pearson of cosine vs gold over the pairs whose two words the model knows (OOV pairs are skipped;
   ``coverage`` = share of pairs scored is always reported). Two variants: ``evalrank-word`` (the EvalRank protocol's
-  vectors: centred on the vocabulary mean, normalised — what the paper's toolkit correlates) and ``raw`` (the
-  model's raw vectors: the usual word-similarity protocol).
+  vectors: centred on the vocabulary mean, normalised — what the paper's toolkit correlates;
+  ``evalrank-word/no-center`` under ``center=False``) and ``raw`` (the model's raw vectors: the usual
+  word-similarity protocol).
 - ``sts`` (sentences): STS12–16 (each subset; the pooled ``all``; ``mean`` and ``wmean``, SentEval's mean and
   pair-weighted mean of the subsets' correlations — the toolkit reports ``wmean``), STS-B and SICK-R (train / dev /
   test and pooled ``all``), STR. Spearman and Pearson of the raw cosine vs gold (SentEval's protocol).
@@ -133,7 +134,7 @@ class WordSimilarityScorer(Scorer):
             x = prepare(vectors.emb, vectors.oov, protocol, similarity="cos", vocab=vectors.vocab).vectors
             cos = _paired_cosines(x, r1[known], r2[known])
             g = gold[known]
-            name = variant if params["center"] or variant == "raw" else f"{variant}/no-center"
+            name = protocol.label  # evalrank-word, evalrank-word/no-center or raw
             out.rows += [
                 MetricRow("spearman", spearman(cos, g), variant=name, primary=True),
                 MetricRow("pearson", pearson(cos, g), variant=name),
