@@ -544,14 +544,14 @@ def correlations(
         if refresh:
             try:
                 refresh_intervals(warehouse, n_resamples=resamples, seed=seed)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 raise
             except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
                 console.print(f"[yellow]intervals not refreshed[/] ({exc}); showing the stored ones", markup=True)
         table = correlation_table(
             warehouse, level=level.value, exclude_postprocessed=exclude_postprocessed, ties=ties.value
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     if format is not Format.table:
@@ -596,7 +596,7 @@ def report(
 
     try:
         index = build_report(warehouse, out_dir, figure_task=figure_task, hardest=hardest)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     console.print(f"report: {index}")

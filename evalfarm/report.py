@@ -579,7 +579,7 @@ def build_report(
     if refresh:
         try:
             refresh_intervals(wh)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise
         except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
             pass
