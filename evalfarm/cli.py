@@ -315,6 +315,7 @@ def run(
             disable=not console.is_terminal,
         ) as prog:
             line = prog.add_task("planning")
+            warned: set[str] = set()  # warnings said as they came are not repeated after the run
             embed_bars: dict[str, Any] = {}
 
             def on_progress(label: str, advance: int, total: int) -> None:  # local executor: embedding
@@ -348,7 +349,8 @@ def run(
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
                 elif e.kind == "warning":
-                    prog.console.print(f"[yellow]warning[/] {escape(str(e.message))}", highlight=False)
+                    prog.console.print(f"[yellow]warning:[/] {escape(str(e.message))}", highlight=False)
+                    warned.add(str(e.message))
                 prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
                     console.print(e.progress.line(), highlight=False)
@@ -380,12 +382,17 @@ def run(
         _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
         return
     for w in summary.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        if w not in warned:
+            console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     extra = "".join(
         f", {n} {what}"
-        for n, what in ((len(summary.degenerate), "degenerate"), (len(summary.quarantined), "files quarantined"))
+        for n, what in (
+            (len(summary.degenerate), "degenerate"),
+            (len(summary.quarantined), "files quarantined"),
+            (len(summary.not_evaluated), "selected models not evaluated"),
+        )
         if n
     )
     console.print(
@@ -395,6 +402,11 @@ def run(
     )
     for q in summary.quarantined:
         console.print(f"[yellow]quarantined[/] {q.path}: {q.reason} → {q.moved_to}", highlight=False)
+    if summary.not_evaluated:
+        console.print(
+            f"[yellow]not evaluated[/] (no selected task of their level): {', '.join(summary.not_evaluated)}",
+            highlight=False,
+        )
     if summary.degenerate:
         console.print(
             "[yellow]degenerate[/] (left off the leaderboard; `leaderboard_all` and the `quality` view show them):",
