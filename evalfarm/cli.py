@@ -614,6 +614,19 @@ def report(
     console.print(f"report: {index}")
 
 
+def _with_models(cat: Any) -> Any:
+    """``cat``, or a CatalogError naming its file when it has no models: a catalog with nothing to evaluate is not
+    "ok" (``run`` refuses it too)."""
+    from evalfarm.catalog.registry import CatalogError
+
+    if not cat.models:
+        raise CatalogError(
+            f"{cat.path}: no models ({len(cat.tasks)} tasks): nothing to evaluate; add `models:` entries (a file of "
+            "tasks only is for other catalogs to `include:`)"
+        )
+    return cat
+
+
 @catalog_app.command("list")
 def catalog_list(
     catalog: Annotated[str, typer.Option(help="catalog name or path")] = "zoo-starter",
@@ -623,7 +636,7 @@ def catalog_list(
     from evalfarm.catalog.registry import CatalogError, load_catalog
 
     try:
-        cat = load_catalog(catalog)
+        cat = _with_models(load_catalog(catalog))
     except CatalogError as exc:
         _fail(str(exc))
         return
@@ -655,7 +668,7 @@ def catalog_validate(
     from evalfarm.catalog.registry import CatalogError, load_catalog
 
     try:
-        cat = load_catalog(catalog)
+        cat = _with_models(load_catalog(catalog))
     except CatalogError as exc:
         _fail(str(exc), code=1)
         return

@@ -98,7 +98,7 @@ def plan_run(
     options = options or RunOptions()
     model_ids = list(models) if models else list(catalog.models)
     if not model_ids:
-        raise CatalogError(f"catalog {catalog.name!r} has no models: nothing to run")
+        raise CatalogError(f"catalog {catalog.path} has no models: nothing to run")
     for m in model_ids:
         catalog.model(m)  # clear error for unknown ids
     task_ids = list(tasks) if tasks else list(catalog.default_tasks)

@@ -44,7 +44,11 @@ def _commands(use: str, path: Path, command: str | None, tmp_path: Path) -> list
     """The CLI calls that get ``path`` as --catalog / --warehouse (``command``: one of them, else the usual ones)."""
     p = str(path)
     calls = {
-        "catalog": {"validate": ["catalog", "validate", "--catalog", p], "list": ["catalog", "list", "--catalog", p]},
+        "catalog": {
+            "validate": ["catalog", "validate", "--catalog", p],
+            "list": ["catalog", "list", "--catalog", p],
+            "run": ["run", "--catalog", p, "--warehouse", str(tmp_path / "wh"), "--executor", "local"],
+        },
         "warehouse": {
             "sql": ["sql", "--warehouse", p, "SELECT 1"],
             "run": ["run", "--warehouse", p, "--executor", "local", "--models", "glove-6b-50d"],
@@ -134,7 +138,7 @@ def test_bad_input(name: str, use: str, expect: dict, command: str | None, reque
             lines = proc.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr  # one line, no traceback
             assert re.search(expect["error"], lines[0]), lines[0]
-        assert not (tmp_path / "report").exists()  # nothing written for a command that failed
+        assert list(tmp_path.iterdir()) == []  # a command that failed wrote nothing (no report, no warehouse)
 
 
 def _check_model(model: str, reason: str | None, wh: Path, summary) -> None:
