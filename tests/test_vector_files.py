@@ -313,6 +313,20 @@ def test_dimension_is_the_consensus_not_line_one(tmp_path: Path, toy_glove: Path
     assert sum(len(w) for w, _ in reader) == 5000 and reader.dim == 50
 
 
+def test_a_one_dimensional_word2vec_header_in_glove_text_is_told_apart_from_a_word(tmp_path: Path) -> None:
+    """Over lines of one number each, a first line `count 1` reads as a word and a number: it is a header when the
+    count is the number of lines after it (in a file longer than the sample: at least the sample's), else a word."""
+    n = wv_mod.SAMPLE_LINES + 500
+    body = "".join(f"w{i} {i / n!r}\n" for i in range(n))
+    (tmp_path / "long.txt").write_text(f"{n} 1\n" + body)
+    with pytest.raises(ModelLoadError, match=rf"long\.txt:1: '{n} 1' looks like a word2vec 'count dim' header"):
+        WordVectors.load(tmp_path / "long.txt", "glove-text", cache=False)
+    assert WordVectors.load(tmp_path / "long.txt", "word2vec-text", cache=False).vocab_size() == n
+    (tmp_path / "word.txt").write_text("7 1\nalpha 0.5\nbeta 0.25\n")  # the word '7', not a count of 2 lines
+    enc = WordVectors.load(tmp_path / "word.txt", "glove-text", cache=False)
+    assert enc.words == ["7", "alpha", "beta"] and enc.dim == 1
+
+
 # -- the binary cache -------------------------------------------------------------------------------------------
 def test_cache_is_built_once_and_reopened_memory_mapped(tmp_path: Path) -> None:
     src = tmp_path / "g.txt"

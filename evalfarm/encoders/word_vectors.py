@@ -620,12 +620,13 @@ class TextVectorReader:
         scores = {d: fits(d) for d in candidates}
         best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
         m = len(shape)
-        if not self.header and first is not None and best not in (None, 1):
+        if not self.header and first is not None and best is not None:
             parts = first.split(" ")
-            if len(parts) == 2 and all(p.isdigit() for p in parts):
+            if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
                 raise ModelLoadError(
                     f"{path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
-                    f"{best} numbers: this looks like word2vec-text, not glove-text; declare format word2vec-text"
+                    f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
+                    "declare format word2vec-text"
                 )
         if header_dim is not None and self.declared is not None and header_dim != self.declared:
             raise ModelLoadError(
@@ -697,6 +698,15 @@ class TextVectorReader:
         self._sum = s if self._sum is None else self._sum + s
         self.rows += len(keep)
         return kept_words, block
+
+
+def _counts_the_rest(parts: list[str], sample: list[tuple[int, bytes]]) -> bool:
+    """A first line ``count 1`` over lines of one number each reads as a word and a number too: it is a word2vec
+    header when ``count`` is the number of vector lines after it (in a file longer than the sample: at least the
+    sample's)."""
+    rest = len(sample) - 1
+    count = int(parts[0])
+    return parts[1] == "1" and (count == rest if len(sample) < SAMPLE_LINES else count >= rest)
 
 
 def _trailing_numbers(line: str) -> int:
