@@ -123,7 +123,7 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
     if fixed + sum(natural[i] for i in texts) + frame > width:
         room = width - frame - fixed
         if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
-            _print_vertical(columns, cells, title)
+            _print_vertical(columns, cells, title, width)
             return
         # water-filling: narrow columns keep their width, the wide ones share what is left equally
         left, open_cols = room, sorted(texts, key=lambda i: natural[i])
@@ -138,7 +138,9 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
                 for j in open_cols:
                     limits[j] = max(1, share)
                 break
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    if title:  # its own line: a table's title would wrap to the table's width (a narrow table folds it)
+        out.print(title, markup=False, highlight=False, style="italic")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, c in enumerate(columns):
         if numeric[i]:
             t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
@@ -149,12 +151,24 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
     out.print(t)
 
 
-def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None) -> None:
+def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None, width: int) -> None:
+    """One ``column | value`` block per row; a value longer than the line goes on under its first line (cut at
+    spaces where it has them), so no line is wider than ``width``."""
+    import textwrap
+
     label = max(len(c) for c in columns)
-    lines = [title] if title else []
+    room = max(10, width - label - 3)
+    lines = textwrap.wrap(title, width) if title else []
     for n, row in enumerate(cells, 1):
-        lines.append(f"-[ row {n} ]" + "-" * max(0, min(out.width, 60) - len(f"-[ row {n} ]")))
-        lines += [f"{c.ljust(label)} | {v}" for c, v in zip(columns, row, strict=True)]
+        lines.append(f"-[ row {n} ]" + "-" * max(0, min(width, 60) - len(f"-[ row {n} ]")))
+        for c, v in zip(columns, row, strict=True):
+            parts = [
+                piece
+                for line in (v.splitlines() or [""])
+                for piece in (textwrap.wrap(line, room, break_on_hyphens=False) or [""])
+            ]
+            lines.append(f"{c.ljust(label)} | {parts[0]}")
+            lines += [f"{'':{label}} | {p}" for p in parts[1:]]
     if lines:
         out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
