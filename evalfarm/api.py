@@ -17,6 +17,8 @@ Evaluate any object with an ``encode(texts) -> (n, dim) array`` method (the MTEB
 >>> test = [r for r in result.to_pylist() if r["subset"] == "test" and r["metric"] == "spearman"][0]
 >>> abs(test["value"]) < 0.1  # random vectors do not order STS pairs
 True
+>>> set(result.column("degenerate").to_pylist())  # vectors that all tie would be flagged, with degenerate_reason
+{False}
 
 Run catalog models into a warehouse and query it (into Arrow, or pandas with ``.to_pandas()``):
 
@@ -104,7 +106,9 @@ def evaluate(
 ) -> Any:
     """Evaluate an in-memory encoder object (``encode(texts) -> (n, dim)`` array) on ``tasks`` (default: every task
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
-    ``pyarrow.Table``). Runs in this process. ``warehouse`` defaults to a temporary folder; in a real warehouse the
+    ``pyarrow.Table``), each row with ``degenerate`` / ``degenerate_reason``: a unit whose vectors are degenerate
+    (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there.
+    Runs in this process. ``warehouse`` defaults to a temporary folder; in a real warehouse the
     results are keyed by ``name`` and ``version`` (an object cannot be hashed, so bump ``version`` when the model
     changes, or pass ``force=True``). Word-level encoders must be word-vector models (``lookup``, ``vectors``)."""
     from evalfarm.catalog.registry import load_catalog
@@ -135,8 +139,8 @@ def evaluate(
         raise RuntimeError(f"evaluating {name!r} failed on {first.task} ({first.stage}): {first.error}")
     name_sql = name.replace("'", "''")
     return Warehouse(root).query(
-        f"SELECT task, scorer, subset, variant, ties, metric, value FROM metrics WHERE model = '{name_sql}' "
-        "ORDER BY task, scorer, subset, variant, ties, metric"
+        f"SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason FROM metrics "
+        f"WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
     )
 
 

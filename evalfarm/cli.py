@@ -123,7 +123,7 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
     if fixed + sum(natural[i] for i in texts) + frame > width:
         room = width - frame - fixed
         if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
-            _print_vertical(columns, cells, title)
+            _print_vertical(columns, cells, title, width)
             return
         # water-filling: narrow columns keep their width, the wide ones share what is left equally
         left, open_cols = room, sorted(texts, key=lambda i: natural[i])
@@ -138,7 +138,9 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
                 for j in open_cols:
                     limits[j] = max(1, share)
                 break
-    t = Table(title=title, box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    if title:  # its own line: a table's title would wrap to the table's width (a narrow table folds it)
+        out.print(title, markup=False, highlight=False, style="italic")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, c in enumerate(columns):
         if numeric[i]:
             t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
@@ -149,12 +151,24 @@ def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | 
     out.print(t)
 
 
-def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None) -> None:
+def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None, width: int) -> None:
+    """One ``column | value`` block per row; a value longer than the line goes on under its first line (cut at
+    spaces where it has them), so no line is wider than ``width``."""
+    import textwrap
+
     label = max(len(c) for c in columns)
-    lines = [title] if title else []
+    room = max(10, width - label - 3)
+    lines = textwrap.wrap(title, width) if title else []
     for n, row in enumerate(cells, 1):
-        lines.append(f"-[ row {n} ]" + "-" * max(0, min(out.width, 60) - len(f"-[ row {n} ]")))
-        lines += [f"{c.ljust(label)} | {v}" for c, v in zip(columns, row, strict=True)]
+        lines.append(f"-[ row {n} ]" + "-" * max(0, min(width, 60) - len(f"-[ row {n} ]")))
+        for c, v in zip(columns, row, strict=True):
+            parts = [
+                piece
+                for line in (v.splitlines() or [""])
+                for piece in (textwrap.wrap(line, room, break_on_hyphens=False) or [""])
+            ]
+            lines.append(f"{c.ljust(label)} | {parts[0]}")
+            lines += [f"{'':{label}} | {p}" for p in parts[1:]]
     if lines:
         out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
 
@@ -316,6 +330,7 @@ def run(
             disable=not console.is_terminal,
         ) as prog:
             line = prog.add_task("planning")
+            warned: set[str] = set()  # warnings said as they came are not repeated after the run
             embed_bars: dict[str, Any] = {}
 
             def on_progress(label: str, advance: int, total: int) -> None:  # local executor: embedding
@@ -351,7 +366,8 @@ def run(
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
                 elif e.kind == "warning":
-                    prog.console.print(f"[yellow]warning[/] {escape(str(e.message))}", highlight=False)
+                    prog.console.print(f"[yellow]warning:[/] {escape(str(e.message))}", highlight=False)
+                    warned.add(str(e.message))
                 prog.update(line, description=e.progress.line())
                 if not console.is_terminal and e.kind == "unit":
                     console.print(e.progress.line(), highlight=False)
@@ -383,12 +399,17 @@ def run(
         _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
         return
     for w in summary.warnings:
-        console.print(f"[yellow]warning:[/] {w}", highlight=False, soft_wrap=True)
+        if w not in warned:
+            console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     extra = "".join(
         f", {n} {what}"
-        for n, what in ((len(summary.degenerate), "degenerate"), (len(summary.quarantined), "files quarantined"))
+        for n, what in (
+            (len(summary.degenerate), "degenerate"),
+            (len(summary.quarantined), "files quarantined"),
+            (len(summary.not_evaluated), "selected models not evaluated"),
+        )
         if n
     )
     console.print(
@@ -398,6 +419,11 @@ def run(
     )
     for q in summary.quarantined:
         console.print(f"[yellow]quarantined[/] {q.path}: {q.reason} → {q.moved_to}", highlight=False)
+    if summary.not_evaluated:
+        console.print(
+            f"[yellow]not evaluated[/] (no selected task of their level): {', '.join(summary.not_evaluated)}",
+            highlight=False,
+        )
     if summary.degenerate:
         console.print(
             "[yellow]degenerate[/] (left off the leaderboard; `leaderboard_all` and the `quality` view show them):",
@@ -547,14 +573,14 @@ def correlations(
         if refresh:
             try:
                 refresh_intervals(warehouse, n_resamples=resamples, seed=seed)
-            except FileNotFoundError:
+            except (FileNotFoundError, NotADirectoryError):
                 raise
             except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
                 console.print(f"[yellow]intervals not refreshed[/] ({exc}); showing the stored ones", markup=True)
         table = correlation_table(
             warehouse, level=level.value, exclude_postprocessed=exclude_postprocessed, ties=ties.value
         )
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     if format is not Format.table:
@@ -599,10 +625,23 @@ def report(
 
     try:
         index = build_report(warehouse, out_dir, figure_task=figure_task, hardest=hardest)
-    except FileNotFoundError as exc:
+    except (FileNotFoundError, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     console.print(f"report: {index}")
+
+
+def _with_models(cat: Any) -> Any:
+    """``cat``, or a CatalogError naming its file when it has no models: a catalog with nothing to evaluate is not
+    "ok" (``run`` refuses it too)."""
+    from evalfarm.catalog.registry import CatalogError
+
+    if not cat.models:
+        raise CatalogError(
+            f"{cat.path}: no models ({len(cat.tasks)} tasks): nothing to evaluate; add `models:` entries (a file of "
+            "tasks only is for other catalogs to `include:`)"
+        )
+    return cat
 
 
 @catalog_app.command("list")
@@ -614,7 +653,7 @@ def catalog_list(
     from evalfarm.catalog.registry import CatalogError, load_catalog
 
     try:
-        cat = load_catalog(catalog)
+        cat = _with_models(load_catalog(catalog))
     except CatalogError as exc:
         _fail(str(exc))
         return
@@ -646,7 +685,7 @@ def catalog_validate(
     from evalfarm.catalog.registry import CatalogError, load_catalog
 
     try:
-        cat = load_catalog(catalog)
+        cat = _with_models(load_catalog(catalog))
     except CatalogError as exc:
         _fail(str(exc), code=1)
         return

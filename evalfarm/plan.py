@@ -98,7 +98,7 @@ def plan_run(
     options = options or RunOptions()
     model_ids = list(models) if models else list(catalog.models)
     if not model_ids:
-        raise CatalogError(f"catalog {catalog.name!r} has no models: nothing to run")
+        raise CatalogError(f"catalog {catalog.path} has no models: nothing to run")
     for m in model_ids:
         catalog.model(m)  # clear error for unknown ids
     task_ids = list(tasks) if tasks else list(catalog.default_tasks)
@@ -145,6 +145,25 @@ def plan_run(
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
     plans.sort(key=lambda p: depth[p.model])
     return plans
+
+
+def without_tasks(
+    catalog: Catalog, *, models: list[str] | None = None, tasks: list[str] | None = None
+) -> dict[str, str]:
+    """{model: a one-line warning} for each selected model that no selected task is of the level of (``plan_run``
+    plans nothing for it): with mixed models, ``--tasks`` of one level leaves the other level's models out."""
+    model_ids = list(models) if models else list(catalog.models)
+    task_specs = [catalog.task(t) for t in (list(tasks) if tasks else list(catalog.default_tasks))]
+    have = sorted({t.level for t in task_specs})
+    out = {}
+    for m in model_ids:
+        level = catalog.model(m).level
+        if level not in have:
+            out[m] = (
+                f"model {m!r} is {level}-level, but the selected tasks are {'/'.join(have) or 'none'}-level: "
+                f"it is not evaluated (add a {level}-level task to --tasks, or leave it out of --models)"
+            )
+    return out
 
 
 def forward_key(catalog: Catalog, model: str) -> str | None:

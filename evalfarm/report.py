@@ -50,6 +50,7 @@ td.best { font-weight: 700; background: #eef6ee } .note { color: #8a4b00 } small
 pre { background: #f7f7f7; padding: .6rem; overflow-x: auto; font-size: .8rem; max-height: 30rem }
 img { max-width: 100%; height: auto; border: 1px solid #eee } nav a { margin-right: .8rem }
 details { margin: .3rem 0 } summary { cursor: pointer }
+td.degenerate, p.degenerate { color: #8a0000; background: #fdecec }
 """
 
 
@@ -488,18 +489,32 @@ def _model_page(
         + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts if v)
         + "</tbody></table>",
     ]
-    headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"]
+    degenerate = {r["task"]: r.get("degenerate_reason") for r in metrics if r.get("degenerate")}
+    headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"] + (["flag"] if degenerate else [])
+
+    def flag(r: dict[str, Any]) -> list[str]:  # a degenerate unit's rows say so beside each number
+        if not degenerate:
+            return []
+        return [f"<td class=degenerate>degenerate: {esc(r['degenerate_reason'])}</td>" if r["degenerate"] else ""]
 
     def metric_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         return [
             [esc(r["task"]), esc(r["scorer"]), esc(r["subset"]), esc(r["variant"]), esc(r["ties"]), esc(r["metric"]),
-             _num(r["value"])]
+             _num(r["value"]), *flag(r)]
             for r in rows
         ]  # fmt: skip
 
+    if degenerate:
+        parts.append(
+            f"<p class='note degenerate'>Degenerate on {len(degenerate)} task(s): the model's vectors for them tie "
+            "(nearly all OOV, identical or of rank ~1), so their numbers below mean nothing; they are left off the "
+            "leaderboards. "
+            + "; ".join(f"<b>{esc(t)}</b>: {esc(why)}" for t, why in sorted(degenerate.items()))
+            + "</p>"
+        )
     primary = [r for r in metrics if r["is_primary"]]
     parts.append(f"<h2>Primary metrics ({len(primary)})</h2>")
-    numeric = [False] * 6 + [True]
+    numeric = [False] * 6 + [True, False]
     parts.append(_table(headers, metric_rows(primary), cls="primary", numeric=numeric) if primary else "<p>None.</p>")
     if metrics:
         parts.append(f"<details><summary>All {len(metrics)} metrics</summary>")
@@ -579,7 +594,7 @@ def build_report(
     if refresh:
         try:
             refresh_intervals(wh)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             raise
         except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
             pass
@@ -592,7 +607,8 @@ def build_report(
         metrics: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in _query(
             con,
-            "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary FROM metrics "
+            "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary, degenerate, "
+            "degenerate_reason FROM metrics "
             "ORDER BY model, task, scorer, subset, variant, ties NULLS FIRST, metric",
         ):
             metrics[r["model"]].append(r)

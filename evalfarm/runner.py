@@ -28,7 +28,7 @@ from typing import Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status, record_quarantine
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes, without_tasks
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scorers.base import RunOptions
@@ -63,6 +63,7 @@ class RunSummary:
     warnings: list[str] = field(default_factory=list)  # spec conflicts, an unrecorded read-only no-op run
     recorded: bool = True  # False: the warehouse was not writable and there was nothing to compute
     quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
+    not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
 
     @property
     def degenerate(self) -> list[Any]:
@@ -97,10 +98,10 @@ class Skipped:
 
 @dataclass
 class RunEvent:
-    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, ``skipped`` (units
-    already done), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``,
-    ``waiting``, ``tick``), then a ``warning`` per unpinned revision and per entry of ``RunSummary.warnings``.
-    ``progress`` is current."""
+    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, a ``warning`` per
+    selected model left out for want of a task of its level and per unpinned revision, ``skipped`` (units already
+    done), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``,
+    ``waiting``, ``tick``), then a ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -210,6 +211,9 @@ def run_catalog(
         catalog if not isinstance(catalog, Catalog) else cat.path, loaded=cat, models=models, device=options.device
     )
     summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
+    left_out = without_tasks(cat, models=models, tasks=tasks)  # said when planned, and counted in the summary
+    summary.not_evaluated, summary.warnings = list(left_out), list(left_out.values())
+    planned_warnings = len(summary.warnings)
     unwritable: OSError | None = None
     try:
         wh.init()
@@ -226,6 +230,8 @@ def run_catalog(
         summary.warnings.append(f"every unit was already computed; this run is not recorded in runs ({unwritable})")
     options = _verify_task_files(cat, pending, options) if pending else options
     emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
+    for w in summary.warnings[:planned_warnings]:
+        emit(RunEvent("warning", tracker, message=w))
     for u in unpinned_revisions(cat, models):  # also recorded in the run's provenance
         emit(RunEvent("warning", tracker, message=str(u["message"])))
     summary.outcomes.extend(skipped)
@@ -293,7 +299,7 @@ def run_catalog(
         raise RunInterrupted(summary, reason)
     if summary.counts()["done"]:
         refresh_correlations(wh)
-    for w in summary.warnings:
+    for w in summary.warnings[planned_warnings:]:
         emit(RunEvent("warning", tracker, message=w))
     return summary
 

@@ -46,3 +46,17 @@ def test_import_is_cheap():
     code = "import sys, evalfarm; print('torch' in sys.modules, 'ray' in sys.modules, 'duckdb' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False", "False"]
+
+
+@pytest.mark.slow
+def test_evaluate_flags_the_numbers_of_a_degenerate_encoder():
+    """Every vector the same: each STS pair scores the same cosine, so the unit is degenerate; its numbers come back
+    flagged with the reason, never as plain numbers."""
+
+    class Constant:
+        def encode(self, texts):
+            return np.tile(np.array([[0.5, -1.0, 2.0, 0.25]], dtype=np.float32), (len(texts), 1))
+
+    rows = evalfarm.evaluate(Constant(), name="constant", tasks=["stsb"]).to_pylist()
+    assert rows and all(r["degenerate"] for r in rows), rows[:3]
+    assert all(r["degenerate_reason"].startswith("duplicate_rate") for r in rows), rows[0]["degenerate_reason"]

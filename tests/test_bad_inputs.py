@@ -30,10 +30,34 @@ CLEAN = "glove_clean"
 
 def _entries() -> list:
     return [
-        pytest.param(name, e["as"], e["expect"], id=f"{name}:{e['as']}")
+        pytest.param(name, e["as"], e["expect"], command, id=f"{name}:{e['as']}" + (f":{command}" if command else ""))
         for name, entry in MANIFEST.items()
         for e in (entry if isinstance(entry, list) else [entry])
+        for command in e.get("commands", [None])
     ]
+
+
+DEFAULT_COMMANDS = {"catalog": ["validate"], "warehouse": ["sql", "run"], "config": ["list"]}
+
+
+def _commands(use: str, path: Path, command: str | None, tmp_path: Path) -> list[list[str]]:
+    """The CLI calls that get ``path`` as --catalog / --warehouse (``command``: one of them, else the usual ones)."""
+    p = str(path)
+    calls = {
+        "catalog": {
+            "validate": ["catalog", "validate", "--catalog", p],
+            "list": ["catalog", "list", "--catalog", p],
+            "run": ["run", "--catalog", p, "--warehouse", str(tmp_path / "wh"), "--executor", "local"],
+        },
+        "warehouse": {
+            "sql": ["sql", "--warehouse", p, "SELECT 1"],
+            "run": ["run", "--warehouse", p, "--executor", "local", "--models", "glove-6b-50d"],
+            "correlations": ["correlations", "--warehouse", p],
+            "report": ["report", "--warehouse", p, "--out", str(tmp_path / "report")],
+        },
+        "config": {"list": ["catalog", "list"]},  # the file goes in EVALFARM_CONFIG
+    }[use]
+    return [calls[c] for c in ([command] if command else DEFAULT_COMMANDS[use])]
 
 
 def test_every_entry_names_a_file_of_the_corpus() -> None:
@@ -99,29 +123,22 @@ def _q(wh: Path, sql: str) -> list[dict]:
 
 # -- the walk ----------------------------------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.parametrize(("name", "use", "expect"), _entries())
-def test_bad_input(name: str, use: str, expect: dict, request, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("name", "use", "expect", "command"), _entries())
+def test_bad_input(name: str, use: str, expect: dict, command: str | None, request, tmp_path: Path) -> None:
     if use == "model":
         _check_model(MODELS[name], expect["degenerate"], *request.getfixturevalue("tiny_run"))
     elif use in ("metrics-file", "ranks-file", "shard"):
         wh, _ = request.getfixturevalue("tiny_run")
         _check_quarantine(BAD / name, use, expect, wh, request.getfixturevalue("tiny_catalog"), tmp_path)
     else:
-        option = {"catalog": "--catalog", "warehouse": "--warehouse"}.get(use)
-        if use == "catalog":
-            procs = [_cli("catalog", "validate", "--catalog", str(BAD / name))]
-        elif use == "warehouse":
-            procs = [
-                _cli("sql", option, str(BAD / name), "SELECT 1"),
-                _cli("run", option, str(BAD / name), "--executor", "local", "--models", "glove-6b-50d"),
-            ]
-        else:
-            procs = [_cli("catalog", "list", env={"EVALFARM_CONFIG": str(BAD / name)})]
-        for proc in procs:
+        env = {"EVALFARM_CONFIG": str(BAD / name)} if use == "config" else None
+        for args in _commands(use, BAD / name, command, tmp_path):
+            proc = _cli(*args, env=env)
             assert proc.returncode == expect["exit"], proc.stderr
             lines = proc.stderr.strip().splitlines()
             assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr  # one line, no traceback
             assert re.search(expect["error"], lines[0]), lines[0]
+        assert list(tmp_path.iterdir()) == []  # a command that failed wrote nothing (no report, no warehouse)
 
 
 def _check_model(model: str, reason: str | None, wh: Path, summary) -> None:

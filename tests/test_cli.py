@@ -78,12 +78,12 @@ def test_sql_help_lists_every_view_with_what_it_holds() -> None:
 
 
 # -- tables ------------------------------------------------------------------------------------------------------
-def _render(columns, rows, width=80) -> str:
+def _render(columns, rows, width=80, title=None) -> str:
     buf = io.StringIO()
     old = cli.out
     cli.out = Console(file=buf, width=width, color_system=None)
     try:
-        cli.print_table(columns, rows, title=None, width=width)
+        cli.print_table(columns, rows, title=title, width=width)
     finally:
         cli.out = old
     return buf.getvalue()
@@ -121,6 +121,27 @@ def test_too_many_columns_for_the_width_turn_the_table_vertical() -> None:
     assert "-[ row 1 ]" in text and "-[ row 2 ]" in text
     assert "column_11 | 1011.0000" in text and "column_0  | some text" in text
     assert all(len(ln) <= 80 for ln in text.splitlines())
+
+
+def test_a_narrow_tables_title_is_one_line_not_folded_to_its_width() -> None:
+    """`catalog list` of a small catalog: a two-character column once folded its title into two-character lines."""
+    text = _render(["id"], [{"id": "m"}], title="tiny-catalog: 1 models")
+    assert text.splitlines()[0] == "tiny-catalog: 1 models" and "m" in text.splitlines()[-1]
+
+
+def test_vertical_rows_keep_long_values_within_the_width() -> None:
+    columns = [f"column_{i}" for i in range(12)]
+    long = "a model description that goes on " * 6 + "unbroken" * 15
+    rows = [{**{c: 1000.0 + i for i, c in enumerate(columns)}, "column_3": long}]
+    text = _render(columns, rows, title="a title " * 15)
+    lines = text.splitlines()
+    assert "-[ row 1 ]" in text and all(len(ln) <= 80 for ln in lines), text
+    at = next(i for i, ln in enumerate(lines) if ln.startswith("column_3  | "))
+    cont = [ln for ln in lines[at + 1 :] if ln.startswith(" " * 10 + "| ")]
+    assert len(cont) >= 2  # continued under the value, the label column left blank
+    joined = "".join(ln[12:] for ln in [lines[at], *cont])
+    assert joined.replace(" ", "") == long.replace(" ", "")  # nothing lost
+    assert "column_11 | 1011.0000" in text
 
 
 # -- the config file ---------------------------------------------------------------------------------------------

@@ -131,6 +131,7 @@ def test_readme_quick_start_runs_as_written_in_a_fresh_shell(tmp_path, data_dir)
     log = proc.stdout[-4000:] + "\n--- stderr ---\n" + proc.stderr[-6000:]
     assert proc.returncode == 0, log
     assert "Traceback" not in proc.stderr, log
+    assert "not evaluated" not in proc.stderr, log  # every model a README command names is evaluated
     config = (repo / ".evalfarm.toml").read_text()
     assert f'data = "{tmp_path / "shared" / "data"}"' in config and f'warehouse = "{repo / "warehouse"}"' in config
     assert "EVALFARM_DATA" not in env

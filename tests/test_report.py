@@ -272,6 +272,49 @@ def test_hostile_ids_texts_and_errors_are_shown_as_text(browser, report):
     page.close()
 
 
+@pytest.mark.slow
+def test_a_degenerate_units_numbers_are_flagged_on_its_model_page(browser, tmp_path):
+    """A model whose vectors are all one vector (tests/bad_inputs/constant_vectors.txt), run for real: its page shows
+    every number of its units beside "degenerate: <reason>" and says so above them; a real model's page does not."""
+    bad = Path(__file__).parent / "bad_inputs"
+    words = [line.split()[0] for line in (bad / "glove_clean.txt").read_text().splitlines()]
+    (tmp_path / "sim.txt").write_text("".join(f"{words[i]} {words[-1 - i]} {i + 0.5}\n" for i in range(6)))
+    sha = hashlib.sha256((tmp_path / "sim.txt").read_bytes()).hexdigest()
+    (tmp_path / "cat.yaml").write_text(f"""
+tasks:
+  - {{id: sim, level: word, kind: wordsim, version: "1", licence: test, source: test,
+      files: {{pairs: {tmp_path}/sim.txt}}, sha256: {{pairs: {sha}}}}}
+models:
+  - {{id: clean, level: word, kind: word-vectors, format: glove-text,
+      source: {{type: path, ref: {bad}/glove_clean.txt}}}}
+  - {{id: constant, level: word, kind: word-vectors, format: glove-text,
+      source: {{type: path, ref: {bad}/constant_vectors.txt}}}}
+""")
+    summary = run_catalog(tmp_path / "cat.yaml", tmp_path / "wh", executor="local")
+    assert summary.ok and [o.model for o in summary.degenerate] == ["constant"]
+    reason = summary.degenerate[0].degenerate
+    res = CliRunner().invoke(app, ["report", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out")])
+    assert res.exit_code == 0, res.output
+
+    page, problems = _open(browser, tmp_path / "out" / "models" / "constant.html")
+    assert problems == []
+    note = page.locator("p.degenerate").inner_text()
+    assert note.startswith("Degenerate on 1 task(s)") and f"sim: {reason}" in note
+    page.locator("summary", has_text="metrics").click()  # open "All N metrics"
+    for table in ("table.primary", "table.metrics"):
+        assert _rows(page.locator(table), "thead")[0][-2:] == ["value", "flag"]
+        rows = _rows(page.locator(table))
+        assert rows and all(r[-1] == f"degenerate: {reason}" for r in rows), rows
+    assert page.locator("td.degenerate").count() == len(_rows(page.locator("table.primary"))) + len(
+        _rows(page.locator("table.metrics"))
+    )
+    page.close()
+    page, problems = _open(browser, tmp_path / "out" / "models" / "clean.html")
+    assert problems == [] and page.locator(".degenerate").count() == 0
+    assert _rows(page.locator("table.primary"), "thead")[0][-1] == "value"
+    page.close()
+
+
 def test_report_of_an_empty_warehouse_says_so(browser, tmp_path):
     wh = Warehouse(tmp_path / "wh").init()
     res = CliRunner().invoke(app, ["report", "--warehouse", str(wh.root), "--out", str(tmp_path / "out")])

@@ -1,10 +1,12 @@
-"""Checks a run makes once, before work starts (issue 13.7): the device exists, task files are hashed once per run
-(workers trust the driver's checksums), and errors that another attempt cannot fix are not retried."""
+"""Checks a run makes once, before work starts (issue 13.7, 13.8): the device exists, task files are hashed once per
+run (workers trust the driver's checksums), errors that another attempt cannot fix are not retried, and a selected
+model that no selected task is of the level of is said, not dropped silently."""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import subprocess
 import sys
 import urllib.error
@@ -177,3 +179,52 @@ def test_task_files_are_hashed_once_per_run_and_workers_trust_the_driver(catalog
         assert [Path(h).name for h in hashed] == ["sim.txt"]
     finally:
         sim.write_text(original)
+
+
+def test_a_selected_model_without_a_task_of_its_level_is_said_not_dropped(catalog, tmp_path) -> None:
+    """Mixed models with --tasks of one level: the other level's models are not evaluated, and the run says so (one
+    line per model: its id, its level, the tasks' levels); when no model has a task, the run is an error."""
+    from evalfarm.plan import without_tasks
+
+    mixed = tmp_path / "mixed.yaml"
+    mixed.write_text(catalog.read_text() + "  - {id: bow-clean, level: sentence, kind: bow, base: clean}\n")
+    cat = load_catalog(mixed)
+    assert without_tasks(cat, models=["clean", "bow-clean"], tasks=["t-rank", "t-sim"]) == {
+        "bow-clean": "model 'bow-clean' is sentence-level, but the selected tasks are word-level: it is not evaluated "
+        "(add a sentence-level task to --tasks, or leave it out of --models)"
+    }
+    events = []
+    s = run_catalog(cat, tmp_path / "wh", executor="local", models=["clean", "bow-clean"], tasks=["t-sim"],
+                    on_event=events.append)  # fmt: skip
+    assert s.counts() == {"done": 1, "skipped": 0, "failed": 0} and s.not_evaluated == ["bow-clean"]
+    said = [e.message for e in events if e.kind == "warning"]
+    assert len(said) == 1 and said == s.warnings and "'bow-clean' is sentence-level" in said[0]
+    assert [e.kind for e in events].index("warning") < [e.kind for e in events].index("unit")  # before the work
+
+    def cli(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "evalfarm.cli", "run", "--catalog", str(mixed), "--warehouse", str(tmp_path / "w2"),
+             "--executor", "local", *args],
+            capture_output=True, text=True, cwd=REPO, env={**os.environ, "EVALFARM_CONFIG": ""}, timeout=300,
+        )  # fmt: skip
+
+    proc = cli("--models", "clean,bow-clean", "--tasks", "t-sim")
+    assert proc.returncode == 0, proc.stderr
+    warned = [ln for ln in proc.stderr.splitlines() if "bow-clean" in ln]
+    assert len(warned) == 2, proc.stderr  # said once when planned, and again after the run's summary line
+    assert warned[0].startswith("warning: model 'bow-clean' is sentence-level, but the selected tasks are word-level")
+    assert warned[1] == "not evaluated (no selected task of their level): bow-clean"
+    assert re.search(r"^run \S+: 1 done, 0 skipped, 0 failed, 1 selected models not evaluated in", proc.stderr, re.M)
+    proc = cli("--models", "bow-clean", "--tasks", "t-sim")  # no model has a task: an error, nothing runs
+    assert proc.returncode == 2 and "nothing to run: the selected models are sentence-level" in proc.stderr
+
+
+def test_the_readme_subset_example_evaluates_every_model_it_names() -> None:
+    from evalfarm.plan import plan_run, without_tasks
+
+    starter = load_catalog("zoo-starter")
+    line = next(ln for ln in (REPO / "README.md").read_text().splitlines() if ln.startswith("evalfarm run --models"))
+    models = re.search(r"--models (\S+)", line).group(1).split(",")
+    tasks = re.search(r"--tasks (\S+)", line).group(1).split(",")
+    assert without_tasks(starter, models=models, tasks=tasks) == {}
+    assert {p.model for p in plan_run(starter, models=models, tasks=tasks)} == set(models)

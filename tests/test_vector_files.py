@@ -20,7 +20,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from evalfarm.catalog.registry import load_catalog
+from evalfarm.catalog.registry import CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PostProcess, Source, spec_hash
 from evalfarm.encoders import word_vectors as wv_mod
 from evalfarm.encoders.loader import load_encoder
@@ -115,6 +115,57 @@ def test_a_nan_outside_the_pool_fails_the_model_through_the_loader() -> None:
     with pytest.raises(ModelLoadError, match=r"model 'glove-with-a-nan'.*nan_outside_pool\.txt:7: 'zyzzyva'") as exc:
         load_encoder([spec])
     assert isinstance(exc.value.__cause__, NonFiniteVectors)
+
+
+def _declared(path: Path, **fields) -> dict:
+    return {"id": "declared", "level": "word", "kind": "word-vectors", "format": "glove-text",
+            "source": {"type": "path", "ref": str(path)}, **fields}  # fmt: skip
+
+
+def test_a_declared_dim_goes_from_the_spec_to_the_reader() -> None:
+    """Issue 13.1's "(or the declared `dim`)": a word-vectors spec's `dim` is what the text reader uses, checked
+    against the file, through the loader that runs the catalog's models."""
+    assert load_encoder([ModelSpec.model_validate(_declared(BAD / "glove_clean.txt", dim=6))]).dim == 6
+    wrong = ModelSpec.model_validate(_declared(BAD / "glove_clean.txt", dim=8))
+    said = r"model 'declared'.*glove_clean\.txt:1: the declared dimension is 8, but 10 of the first 10 vector lines "
+    with pytest.raises(ModelLoadError, match=said + "have a word and 6 numbers"):
+        load_encoder([wrong])
+    # the right dim, and a broken first line: that line is named, the declared dimension as the yardstick
+    right = ModelSpec.model_validate(_declared(BAD / "first_line_short.txt", dim=10))
+    said = r"1 of 12 vector lines is not a word and 10 numbers \(dimension 10: the declared dimension\): "
+    with pytest.raises(ModelLoadError, match=said + r"\S*first_line_short\.txt:1: expected a word and 10 numbers"):
+        load_encoder([right])
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"dim": 0}, r"dim: Input should be greater than or equal to 1"),
+        ({"dim": -50}, r"dim: Input should be greater than or equal to 1"),
+        ({"dim": "50"}, r"dim: Input should be a valid integer"),
+        ({"dim": 50.0}, r"dim: Input should be a valid integer"),
+        ({"dim": True}, r"dim: Input should be a valid integer"),
+        ({"kind": "static", "format": None, "dim": 50}, r"'dim' declares a word-vector file's dimension"),
+        ({"level": "sentence", "kind": "transformers", "format": None, "pooling": "mean", "dim": 384},
+         r"'dim' declares a word-vector file's dimension"),
+    ],
+)  # fmt: skip
+def test_a_declared_dim_is_a_positive_int_of_a_word_vectors_model(tmp_path: Path, fields: dict, message: str) -> None:
+    entry = {k: v for k, v in _declared(BAD / "glove_clean.txt", **fields).items() if v is not None}
+    (tmp_path / "c.yaml").write_text(yaml.safe_dump({"models": [entry]}))
+    with pytest.raises(CatalogError, match=message) as exc:
+        load_catalog(tmp_path / "c.yaml")
+    assert str(tmp_path / "c.yaml") in str(exc.value) and "(id 'declared')" in str(exc.value)
+
+
+def test_a_declared_dim_counts_in_the_spec_hash_only_when_set() -> None:
+    glove = load_catalog("zoo-starter").model("glove-6b-50d")
+    assert glove.dim is None and spec_hash(glove) == "1be65e909ce158a7"  # the hash from before `dim` existed
+    assert spec_hash(glove.model_copy(update={"dim": 50})) != spec_hash(glove)
+    derived = ModelSpec.model_validate({"id": "d", "level": "word", "base": "glove-6b-50d",
+                                        "postprocess": {"method": "abtt", "d": 1}})  # fmt: skip
+    with pytest.raises(ValueError, match="'dim' declares"):  # a derived model's dimension is its base's
+        ModelSpec.model_validate({**derived.model_dump(), "dim": 50})
 
 
 # -- property-based: text readers ------------------------------------------------------------------------------
@@ -260,6 +311,20 @@ def test_dimension_is_the_consensus_not_line_one(tmp_path: Path, toy_glove: Path
         WordVectors.load(tmp_path / "cut.txt", "glove-text")
     reader = TextVectorReader(src, header=False)
     assert sum(len(w) for w, _ in reader) == 5000 and reader.dim == 50
+
+
+def test_a_one_dimensional_word2vec_header_in_glove_text_is_told_apart_from_a_word(tmp_path: Path) -> None:
+    """Over lines of one number each, a first line `count 1` reads as a word and a number: it is a header when the
+    count is the number of lines after it (in a file longer than the sample: at least the sample's), else a word."""
+    n = wv_mod.SAMPLE_LINES + 500
+    body = "".join(f"w{i} {i / n!r}\n" for i in range(n))
+    (tmp_path / "long.txt").write_text(f"{n} 1\n" + body)
+    with pytest.raises(ModelLoadError, match=rf"long\.txt:1: '{n} 1' looks like a word2vec 'count dim' header"):
+        WordVectors.load(tmp_path / "long.txt", "glove-text", cache=False)
+    assert WordVectors.load(tmp_path / "long.txt", "word2vec-text", cache=False).vocab_size() == n
+    (tmp_path / "word.txt").write_text("7 1\nalpha 0.5\nbeta 0.25\n")  # the word '7', not a count of 2 lines
+    enc = WordVectors.load(tmp_path / "word.txt", "glove-text", cache=False)
+    assert enc.words == ["7", "alpha", "beta"] and enc.dim == 1
 
 
 # -- the binary cache -------------------------------------------------------------------------------------------

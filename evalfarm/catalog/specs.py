@@ -132,6 +132,13 @@ class ModelSpec(_Strict):
     revision: str | None = None
     format: WordFormat | None = None
     vocab: str | None = Field(default=None, description="vocabulary file inside the source (numpy-vocab)")
+    dim: int | None = Field(
+        default=None,
+        ge=1,
+        strict=True,
+        description="word-vectors: the declared dimension, checked against the file (a text file is then read with "
+        "it instead of the dimension most lines share); part of the spec hash when set",
+    )
     pooling: Pooling | None = None
     postprocess: PostProcess | None = None
     batch_size: int = Field(default=64, ge=1)
@@ -178,6 +185,11 @@ class ModelSpec(_Strict):
                 raise ValueError(f"model {self.id!r}: word-vectors models are word-level")
             if self.base is None and self.format is None:
                 raise ValueError(f"model {self.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
+        if self.dim is not None and (self.kind != "word-vectors" or self.base is not None):
+            raise ValueError(
+                f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind word-vectors with a "
+                "'source'); other models' dimension comes from the model: drop it"
+            )
         if self.format in PICKLE_FORMATS and not self.allow_pickle:
             raise ValueError(
                 f"model {self.id!r}: format {self.format!r} is a Python pickle, and loading it runs any code the "
@@ -261,7 +273,13 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
 
 
-_HASH_OMIT_DEFAULTS: dict[str, Any] = {"provenance": None, "verify": True, "fit_on": None, "allow_pickle": False}
+_HASH_OMIT_DEFAULTS: dict[str, Any] = {
+    "provenance": None,
+    "verify": True,
+    "fit_on": None,
+    "allow_pickle": False,
+    "dim": None,
+}
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
 

@@ -241,7 +241,12 @@ def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, A
         if spec.format == "spacy":
             libs.append("spacy")
         enc: Any = WordVectors.load(
-            Path(loc), spec.format, vocab=spec.vocab, lowercase=spec.lowercase, allow_pickle=spec.allow_pickle
+            Path(loc),
+            spec.format,
+            vocab=spec.vocab,
+            lowercase=spec.lowercase,
+            dim=spec.dim,
+            allow_pickle=spec.allow_pickle,
         )
         prov.update(
             format=spec.format, lowercase=spec.lowercase, vocab_size=enc.vocab_size(), rows=int(enc.vectors.shape[0])

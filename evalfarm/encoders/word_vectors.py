@@ -589,8 +589,8 @@ class TextVectorReader:
 
     def _decide_dim(self, sample: list[tuple[int, bytes]], header_dim: int | None) -> int:
         path = self.path
-        shape: list[tuple[int, int, list[bool]]] = []  # per sample line: (fields after the first, numbers at the
-        # end of the line, which fields are numbers)
+        shape: list[tuple[int, int, int, list[bool]]] = []  # per sample line: (its number, fields after the
+        # first, numbers at the end of the line, which fields are numbers)
         first: str | None = None
         for lineno, raw in sample:
             try:
@@ -605,24 +605,28 @@ class TextVectorReader:
             trail = 0
             while trail < len(num) - 1 and num[-1 - trail]:
                 trail += 1
-            shape.append((len(num) - 1, trail, num))
+            shape.append((lineno, len(num) - 1, trail, num))
+
+        def fit(d: int, n: int, trail: int, num: list[bool]) -> bool:
+            """The line reads as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
+            return trail >= d and (n == d or (n > d and not num[n - d]))
 
         def fits(d: int) -> int:
-            """Lines that read as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
-            return sum(1 for n, trail, num in shape if trail >= d and (n == d or (n > d and not num[n - d])))
+            return sum(1 for _, n, trail, num in shape if fit(d, n, trail, num))
 
         # every field count and every run of trailing numbers: a multi-word token ("0 :") makes the dimension
         # shorter than the line's field count
-        candidates = sorted({n for n, _, _ in shape if n >= 1} | {t for _, t, _ in shape if t >= 1})
+        candidates = sorted({n for _, n, _, _ in shape if n >= 1} | {t for _, _, t, _ in shape if t >= 1})
         scores = {d: fits(d) for d in candidates}
         best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
         m = len(shape)
-        if not self.header and first is not None and best not in (None, 1):
+        if not self.header and first is not None and best is not None:
             parts = first.split(" ")
-            if len(parts) == 2 and all(p.isdigit() for p in parts):
+            if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
                 raise ModelLoadError(
                     f"{path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
-                    f"{best} numbers: this looks like word2vec-text, not glove-text; declare format word2vec-text"
+                    f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
+                    "declare format word2vec-text"
                 )
         if header_dim is not None and self.declared is not None and header_dim != self.declared:
             raise ModelLoadError(
@@ -636,9 +640,11 @@ class TextVectorReader:
             self.dim_source = source
             got = fits(declared)
             if best is not None and best != declared and scores[best] > got:
+                lineno = next(ln for ln, n, trail, num in shape if not fit(declared, n, trail, num))
                 raise ModelLoadError(
-                    f"{path}: {source} is {declared}, but {scores[best]} of the first {m} vector lines have a word "
-                    f"and {best} numbers (only {got} fit {declared}): is {suspect} wrong, or the file?"
+                    f"{path}:{lineno}: {source} is {declared}, but {scores[best]} of the first {m} vector lines have "
+                    f"a word and {best} numbers (only {got} fit {declared}; this line is the first that does not): "
+                    f"is {suspect} wrong, or the file?"
                 )
             if declared < 1:
                 raise ModelLoadError(f"{path}: dimension {declared} is not a vector dimension")
@@ -692,6 +698,15 @@ class TextVectorReader:
         self._sum = s if self._sum is None else self._sum + s
         self.rows += len(keep)
         return kept_words, block
+
+
+def _counts_the_rest(parts: list[str], sample: list[tuple[int, bytes]]) -> bool:
+    """A first line ``count 1`` over lines of one number each reads as a word and a number too: it is a word2vec
+    header when ``count`` is the number of vector lines after it (in a file longer than the sample: at least the
+    sample's)."""
+    rest = len(sample) - 1
+    count = int(parts[0])
+    return parts[1] == "1" and (count == rest if len(sample) < SAMPLE_LINES else count >= rest)
 
 
 def _trailing_numbers(line: str) -> int:
