@@ -519,7 +519,11 @@ def _model_page(
     if metrics:
         parts.append(f"<details><summary>All {len(metrics)} metrics</summary>")
         parts.append(_table(headers, metric_rows(metrics), cls="metrics", numeric=numeric) + "</details>")
-    parts.append(f"<h2>Hardest EvalRank pairs (the {n_hardest} worst ranks per task and variant)</h2>")
+    parts.append(f"<h2>Hardest EvalRank pairs (the {n_hardest} worst realistic ranks per task and variant)</h2>")
+    parts.append(
+        "<p>Each with what the model put first instead (the query's nearest background item under cosine, from "
+        "the cos pass: the <code>neighbours</code> table).</p>"
+    )
     if not hardest:
         parts.append("<p>No EvalRank pairs for this model.</p>")
     else:
@@ -530,7 +534,7 @@ def _model_page(
             parts.append(f"<h3>{esc(task)} · {esc(variant)}</h3>")
             parts.append(
                 _table(
-                    ["rank", "tied", "realistic rank", "score", "query", "positive", "oov"],
+                    ["rank", "tied", "realistic rank", "score", "query", "positive", "oov", "put first", "its score"],
                     [
                         [
                             _num(r["rank"]),
@@ -540,11 +544,13 @@ def _model_page(
                             esc(r["query"]),
                             esc(r["positive"]),
                             "yes" if r["oov"] else "",
+                            esc(r["top_neighbour"]) if r["top_neighbour"] is not None else "",
+                            _num(r["top_score"]) if r["top_score"] is not None else "",
                         ]
                         for r in rs
                     ],  # fmt: skip
                     cls="hardest",
-                    numeric=[True, True, True, True, False, False, False],
+                    numeric=[True, True, True, True, False, False, False, False, True],
                 )
             )
     if failures:
@@ -616,9 +622,14 @@ def build_report(
         if hardest:
             for r in _query(
                 con,
-                "SELECT model, task, variant, query, positive, rank, tied, rank_realistic, score, oov FROM ranks "
-                "QUALIFY row_number() OVER (PARTITION BY model, task, variant ORDER BY rank DESC, tied DESC, "
-                "query, positive) <= $k ORDER BY model, task, variant, rank DESC, tied DESC, query, positive",
+                # the hardest_pairs view's order (realistic rank), with what the model put first (the cos pass's
+                # top neighbour) beside each pair
+                "SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank, r.tied, r.rank_realistic, r.score, "
+                "r.oov, n.neighbour AS top_neighbour, n.score AS top_score FROM ranks r LEFT JOIN neighbours n "
+                "ON n.model = r.model AND n.task = r.task AND n.variant = r.variant AND n.query_id = r.query_id "
+                "AND n.position = 1 QUALIFY row_number() OVER (PARTITION BY r.model, r.task, r.variant "
+                "ORDER BY r.rank_realistic DESC, r.query, r.positive) <= $k "
+                "ORDER BY r.model, r.task, r.variant, r.rank_realistic DESC, r.query, r.positive",
                 {"k": hardest},
             ):
                 worst[r["model"]].append(r)

@@ -34,7 +34,8 @@ WHERE n.task IS NOT NULL;
 CREATE OR REPLACE VIEW hardest_pairs AS
 SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank_realistic AS rank, r.score,
        n.neighbour AS top_neighbour, n.score AS top_score,
-       row_number() OVER (PARTITION BY r.model, r.task, r.variant ORDER BY r.rank_realistic DESC, r.query) AS worst
+       row_number() OVER (PARTITION BY r.model, r.task, r.variant ORDER BY r.rank_realistic DESC, r.query, r.positive)
+           AS worst
 FROM ranks r
 LEFT JOIN neighbours n ON n.model = r.model AND n.task = r.task AND n.variant = r.variant
                        AND n.query_id = r.query_id AND n.position = 1;

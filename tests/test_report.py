@@ -240,14 +240,19 @@ def test_model_page_lists_every_metric_and_the_hardest_pairs(browser, report, wa
     primary = _rows(page.locator("table.primary"))
     assert {r[0] for r in primary} == {"er-sent-small", "sts-bands", "mr", "cr", "sst2", "trec"}
     worst = wh.query(
-        "SELECT variant, query, positive, rank FROM ranks WHERE model = 'static' AND task = 'er-sent-small' "
-        "ORDER BY variant, rank DESC, tied DESC, query, positive"
+        "SELECT variant, query, positive, rank, top_neighbour FROM hardest_pairs WHERE model = 'static' "
+        "AND task = 'er-sent-small' ORDER BY variant, worst"
     ).to_pylist()
     tables = page.locator("table.hardest")
     assert tables.count() == 2  # cos and l2
-    cos = _rows(tables.nth(0))
-    want = [w for w in worst if w["variant"] == "cos"][:5]
-    assert [(r[0], r[4], r[5]) for r in cos] == [(str(w["rank"]), w["query"], w["positive"]) for w in want]
+    for i, variant in enumerate(("cos", "l2")):
+        shown = _rows(tables.nth(i))
+        want = [w for w in worst if w["variant"] == variant][:5]
+        # the hardest_pairs view's pairs in its order, and (cos) what the model put first
+        assert [(r[2], r[4], r[5], r[7]) for r in shown] == [
+            (f"{w['rank']:.1f}", w["query"], w["positive"], w["top_neighbour"] or "") for w in want
+        ]
+    assert all(r[7] for r in _rows(tables.nth(0)))  # the cos pass has neighbours
     assert page.locator("a", has_text="← report").count() == 1
     page.close()
 
