@@ -242,6 +242,41 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
 
 
 @pytest.mark.slow
+def test_glove_cos_the_toolkits_own_figures_are_its_loop_and_the_gap_is_its_counting(conformance_run):
+    """GloVe 6B 50d under cos: the toolkit's own script prints MRR 0.0838 (its committed log,
+    scripts/word_cos_no_post_processing/w_model_2.log: 0.0837292; the script rebuilt here: 0.083823, MR 1665.106,
+    Hits@1 3.19 %, Hits@3 8.90 %), evalfarm's clean count 0.0933. The float32 replica of its loop gives the toolkit's
+    figures, and the whole gap is how the loop counts: pairs whose positive ties with nothing lose one place when y's
+    own row score lands an ulp above the separately computed positive (1,404 of 5,514 here), and pairs whose
+    positive is one of the pool's 630 OOV words (one shared vector) lose the whole tie group when the positive lands
+    an ulp below the group's row scores (28 pairs, 630 places each)."""
+    from toolkit_oracle import toolkit_loop_ranks
+
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.pools import load_pool
+
+    wh, models = conformance_run
+    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
+    index, matrix = models["glove"]
+    loop, _ = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
+    assert float(np.mean(1.0 / loop)) == pytest.approx(0.0837, abs=0.002)  # the toolkit's log; BLAS-dependent ulps
+    rows = wh.query(
+        "SELECT query_id, positive_id, rank, tied FROM ranks WHERE model = 'glove-mean' AND variant = 'cos'"
+    ).to_pydict()
+    by_pair = {(a, b): i for i, (a, b) in enumerate(zip(rows["query_id"], rows["positive_id"], strict=True))}
+    order = np.array([by_pair[(a, b)] for a, b in zip(pool.queries.tolist(), pool.positives.tolist(), strict=True)])
+    clean = np.asarray(rows["rank"])[order]
+    tied = np.asarray(rows["tied"])[order]
+    assert float(np.mean(1.0 / clean)) == pytest.approx(0.0933, abs=0.0001)
+    gap = loop - clean
+    untied = tied == 0
+    assert set(np.unique(gap[untied]).tolist()) <= {-2, -1, 0, 1, 2, 3}  # a near-tie or two may flip either way
+    assert float(np.mean(np.abs(gap[untied]) > 1)) < 0.002 and 0.15 < float(np.mean(gap[untied] == 1)) < 0.4
+    assert np.all(gap[~untied] <= tied[~untied] + 2)  # a tie group counted by ulps, plus the two self-counts
+    assert (gap[~untied] >= 600).sum() >= 10  # ... and here many OOV positives lose the whole group
+
+
+@pytest.mark.slow
 def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run):
     import pyarrow.parquet as pq
 
