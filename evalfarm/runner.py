@@ -170,7 +170,7 @@ def run_catalog(
     options: RunOptions | None = None,
     force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    executor: str = "local",
+    executor: str = "ray",
     address: str | None = None,
     workers: int | None = None,
     max_attempts: int = 2,
@@ -178,6 +178,9 @@ def run_catalog(
     encoders: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
+
+    ``executor``: ``ray`` (the default of ``evalfarm run`` and :func:`evalfarm.run` too) or ``local``, the
+    in-process loop.
 
     ``progress(label, advance, total)`` reports embedding progress (in-process executor); ``on_event`` receives a
     :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
