@@ -168,6 +168,39 @@ def test_makefile_and_image_install_through_the_constraints():
     assert "/mnt/evalfarm:/mnt/evalfarm" in opts and "EVALFARM_DATA=/mnt/evalfarm/data" in opts
 
 
+def _walk(node: object, key: str) -> list[object]:
+    """Every value under ``key`` at any depth of a parsed YAML document."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == key] + [x for v in node.values() for x in _walk(v, key)]
+    if isinstance(node, list):
+        return [x for v in node for x in _walk(v, key)]
+    return []
+
+
+def test_kuberay_manifests_run_the_pinned_ray_and_the_image_of_this_version():
+    """KubeRay's rayVersion is the Ray in the image (the constraints' pin, as the Dockerfile's base); every evalfarm
+    image is the Dockerfile's, tagged with this package version (as the autoscaler config's)."""
+    ray_pin = next(iter(_constraints()["ray"].specifier)).version
+    docker = (REPO / "cluster" / "Dockerfile").read_text()
+    (tag,) = set(re.findall(r"ghcr\.io/your-org/evalfarm:([\w.-]+)", docker))
+    assert tag == f"{VERSION}-gpu", f"the Dockerfile builds evalfarm:{tag}, the package is {VERSION}"
+    versions, evalfarm_images, other_images = [], [], []
+    for path in sorted((REPO / "cluster" / "kuberay").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            versions += [(path.name, v) for v in _walk(doc, "rayVersion")]
+            for image in _walk(doc, "image"):
+                repo, _, image_tag = str(image).rpartition(":")
+                assert repo and image_tag and image_tag != "latest", f"{path.name}: {image} has no pinned tag"
+                (evalfarm_images if repo.endswith("/evalfarm") else other_images).append((path.name, image_tag))
+    assert {name for name, _ in versions} == {"raycluster.yaml", "rayjob-nightly.yaml"}
+    for name, version in versions:
+        assert str(version) == ray_pin, f"{name}: rayVersion {version}, constraints.txt ray=={ray_pin}"
+    assert len(evalfarm_images) >= 5  # heads, workers, the nightly's submitter
+    for name, image_tag in evalfarm_images:
+        assert image_tag == f"{VERSION}-gpu", f"{name}: evalfarm:{image_tag}, the package is {VERSION}"
+    assert [n for n, _ in other_images] == ["nightly-cronjob.yaml"]  # kubectl only
+
+
 def _dockerignored(path: str, patterns: list[str]) -> bool:
     """Docker's .dockerignore rule for these simple patterns: `**/x` matches x at any depth, `x` at the top; a
     folder's match covers what is inside it."""
