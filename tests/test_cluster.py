@@ -747,17 +747,20 @@ source: {type: data, ref: evalrank/reference/toy_emb.txt}
 """
 
 
-def _readme_block(containing: str) -> str:
-    text = (CLUSTER / "README.md").read_text()
+def _readme_block(containing: str, readme: Path = CLUSTER / "README.md") -> str:
+    text = readme.read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     (block,) = [b for b in blocks if containing in b]
     return block
 
 
 @pytest.mark.slow
-def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
-    """The README's raw `ray job submit` block, run by bash in a shell that sourced the head's settings."""
-    block = _readme_block("ray job submit --address http://HEAD:8265")
+@pytest.mark.parametrize("readme", [CLUSTER / "README.md", REPO / "README.md"], ids=["cluster-readme", "readme"])
+def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
+    """The raw `ray job submit` block of cluster/README.md and of the main README (the job folder made by `evalfarm
+    submit --dry-run`, then the job), run by bash in a shell that sourced the head's settings."""
+    block = _readme_block("ray job submit --address http://HEAD:8265", readme)
+    assert "mkdir job" in block  # self-contained: the block makes the folder it uploads
     (tmp_path / "my-model.yaml").write_text(RAW_MODEL)
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", _on_this_machine(block, tmp_path, ray_head)],
