@@ -32,10 +32,14 @@ Run catalog models into a warehouse and query it (into Arrow, or pandas with ``.
 ...                        warehouse=wh)
 >>> [(r["model"], r["variant"], r["rho"]) for r in board.to_pylist()]
 [('glove-6b-50d', 'evalrank-word', 0.59), ('glove-6b-50d', 'raw', 0.6)]
+>>> df = board.to_pandas()  # pandas: the `pandas` extra (`pip install 'evalfarm[pandas]'`)
+>>> df.set_index("variant")["rho"].to_dict()
+{'evalrank-word': 0.59, 'raw': 0.6}
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Sequence
@@ -108,9 +112,10 @@ def evaluate(
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
     ``pyarrow.Table``), each row with ``degenerate`` / ``degenerate_reason``: a unit whose vectors are degenerate
     (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there.
-    Runs in this process. ``warehouse`` defaults to a temporary folder; in a real warehouse the
-    results are keyed by ``name`` and ``version`` (an object cannot be hashed, so bump ``version`` when the model
-    changes, or pass ``force=True``). Word-level encoders must be word-vector models (``lookup``, ``vectors``)."""
+    Runs in this process. Without ``warehouse`` the run goes to a temporary folder, removed before returning (only
+    the returned metrics remain); with one, the results stay there, keyed by ``name`` and ``version`` (an object
+    cannot be hashed, so bump ``version`` when the model changes, or pass ``force=True``). Word-level encoders must
+    be word-vector models (``lookup``, ``vectors``)."""
     from evalfarm.catalog.registry import load_catalog
     from evalfarm.catalog.specs import ModelSpec
     from evalfarm.runner import run_catalog
@@ -123,25 +128,30 @@ def evaluate(
         raise TypeError("a word-level encoder must be a word-vector model (lookup, vectors, words)")
     spec = ModelSpec(id=name, level=level, kind="python", revision=version or None)  # type: ignore[arg-type]
     cat = load_catalog(catalog).with_models([spec])
-    root = Path(warehouse) if warehouse is not None else Path(tempfile.mkdtemp(prefix="evalfarm-evaluate-")) / "wh"
-    summary = run_catalog(
-        cat,
-        root,
-        models=[name],
-        tasks=list(tasks) if tasks else None,
-        options=RunOptions(**options),
-        force=force,
-        executor="local",
-        encoders={name: encoder},
-    )
-    if summary.failed:
-        first = summary.failed[0]
-        raise RuntimeError(f"evaluating {name!r} failed on {first.task} ({first.stage}): {first.error}")
-    name_sql = name.replace("'", "''")
-    return Warehouse(root).query(
-        f"SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason FROM metrics "
-        f"WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
-    )
+    with contextlib.ExitStack() as stack:
+        if warehouse is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evalfarm-evaluate-"))) / "wh"
+        else:
+            root = Path(warehouse)
+        summary = run_catalog(
+            cat,
+            root,
+            models=[name],
+            tasks=list(tasks) if tasks else None,
+            options=RunOptions(**options),
+            force=force,
+            executor="local",
+            encoders={name: encoder},
+        )
+        if summary.failed:
+            first = summary.failed[0]
+            raise RuntimeError(f"evaluating {name!r} failed on {first.task} ({first.stage}): {first.error}")
+        name_sql = name.replace("'", "''")
+        # an in-memory table: it outlives the temporary warehouse
+        return Warehouse(root).query(
+            "SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason FROM metrics "
+            f"WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
+        )
 
 
 __all__ = ["DEFAULT_EXECUTOR", "evaluate", "open_warehouse", "query", "run"]

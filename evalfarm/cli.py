@@ -899,7 +899,10 @@ def zoo_build(
     ] = None,
     catalog_out: Annotated[
         Path | None,
-        typer.Option(help="catalog to write (default: catalog/zoo-local.yaml; with --quick: <out>/zoo-quick.yaml)"),
+        typer.Option(
+            help="catalog to write (default: catalog/zoo-local.yaml in a source checkout; for an installed package "
+            "the first EVALFARM_CATALOG_PATH folder, else <cache>/catalogs; with --quick: <out>/zoo-quick.yaml)"
+        ),
     ] = None,
     quick: Annotated[bool, typer.Option(help="one tiny model per algorithm on a corpus slice (seconds)")] = False,
     catalog_only: Annotated[
@@ -910,12 +913,17 @@ def zoo_build(
     import os
 
     from evalfarm.cache import cache_dir
-    from evalfarm.catalog.registry import catalog_dir
+    from evalfarm.catalog.registry import generated_catalog_target
     from evalfarm.zoo import build_zoo, full_recipes, quick_recipes
 
     root = out.expanduser() if out is not None else cache_dir()
+    target = None
     if catalog_out is None:
-        catalog_out = root / "zoo-quick.yaml" if quick else catalog_dir() / "zoo-local.yaml"
+        if quick:
+            catalog_out = root / "zoo-quick.yaml"
+        else:
+            target = generated_catalog_target("zoo-local.yaml")
+            catalog_out = target.path
     recipes = quick_recipes() if quick else full_recipes()
     try:
         with Progress(
@@ -951,6 +959,14 @@ def zoo_build(
         f"zoo: {len(report.trained)} trained, {len(report.skipped)} already built, in {report.seconds:.1f}s "
         f"→ {root / 'zoo'}; catalog {report.catalog}"
     )
+    if target is not None:
+        console.print(f"catalog written to {target.path} ({target.why})", highlight=False)
+        if not target.on_search_path:
+            console.print(
+                f"run it with --catalog {target.path}, or add {target.path.parent} to EVALFARM_CATALOG_PATH "
+                "(then --catalog zoo-local finds it)",
+                highlight=False,
+            )
     if out is not None and os.environ.get("EVALFARM_CACHE") != str(root):
         console.print(f"load these models with EVALFARM_CACHE={root} (zoo sources resolve inside the cache)")
 

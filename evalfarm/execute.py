@@ -158,6 +158,8 @@ def _embed_missing(
     label = f"{plan.model} · {len(missing)} texts"
     progress = ctx.progress
     prog = (lambda n: progress(label, n, len(missing))) if progress else None
+    from evalfarm.provenance import process_device
+
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
     shared: list[tuple[ModelPlan, TextStore, list[str], Encoded]] = []
     if _reuses_base_store(spec):
@@ -195,6 +197,7 @@ def _embed_missing(
             out, shared = _encode_with_siblings(ctx, plan, encoder, missing, siblings)
         else:
             out = encode_texts(encoder, missing, progress=prog)
+    provenance["device"] = process_device(ctx.options.device)  # the worker that embedded: its CPU, GPUs, driver
     _publish(ctx, plan, store, missing, out, provenance)
     for sib, sib_store, sib_texts, sib_out in shared:
         try:
@@ -215,7 +218,7 @@ def _publish(
 ) -> None:
     """Write a model's new shard, an informational row for its all-zero vectors, and its ``models`` row."""
     # the shard keeps what made its vectors (deterministic: no host, no timing); the models row keeps everything
-    content = {k: v for k, v in provenance.items() if k not in ("host", "load_seconds", "code_versions")}
+    content = {k: v for k, v in provenance.items() if k not in ("host", "device", "load_seconds", "code_versions")}
     meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store, "provenance": content}
     store.write(texts, out, meta)
     if out.zero_count:  # informational: these texts are handled as OOV

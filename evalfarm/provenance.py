@@ -17,6 +17,7 @@ Python API::
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import os
@@ -205,6 +206,18 @@ def device_info(device: str | None = None) -> dict[str, Any]:
     if "torch" in sys.modules or wants_gpu:
         info["torch_cuda"] = _torch_cuda()
     return info
+
+
+def process_device(device: str | None = None) -> dict[str, Any]:
+    """:func:`device_info` of this process, probed once (per requested device, and once more after torch is
+    loaded): what a worker records for the models it embeds and the run it serves (``nvidia-smi`` is not rerun
+    for every model)."""
+    return _process_device(device, "torch" in sys.modules)
+
+
+@functools.cache
+def _process_device(device: str | None, torch_loaded: bool) -> dict[str, Any]:
+    return device_info(device)
 
 
 def _torch_cuda() -> dict[str, Any] | None:

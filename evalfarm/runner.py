@@ -16,6 +16,7 @@ the work through leases (``evalfarm.leases``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import platform
@@ -64,6 +65,7 @@ class RunSummary:
     recorded: bool = True  # False: the warehouse was not writable and there was nothing to compute
     quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
+    worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
 
     @property
     def degenerate(self) -> list[Any]:
@@ -170,7 +172,7 @@ def run_catalog(
     options: RunOptions | None = None,
     force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    executor: str = "local",
+    executor: str = "ray",
     address: str | None = None,
     workers: int | None = None,
     max_attempts: int = 2,
@@ -178,6 +180,9 @@ def run_catalog(
     encoders: dict[str, Any] | None = None,
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
+
+    ``executor``: ``ray`` (the default of ``evalfarm run`` and :func:`evalfarm.run` too) or ``local``, the
+    in-process loop.
 
     ``progress(label, advance, total)`` reports embedding progress (in-process executor); ``on_event`` receives a
     :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
@@ -254,6 +259,10 @@ def run_catalog(
             tracker.finish(e.outcome.status, unit_cost.get(e.outcome.model, 1.0))
         elif e.kind == "retry":
             tracker.retries += 1
+        elif e.kind == "worker-ready" and e.worker is not None:  # a restarted worker counts again (maybe elsewhere)
+            info = dataclasses.asdict(e.worker)
+            if info not in summary.worker_info:
+                summary.worker_info.append(info)
         tracker.workers, tracker.reviving = e.alive, e.reviving  # exact: the scheduler's own counts
         emit(RunEvent(e.kind, tracker, outcome=e.outcome, task=e.task, worker=e.worker, message=e.message))
 
@@ -294,7 +303,7 @@ def run_catalog(
             reason = "stopped (Ctrl-C)"
         raise
     finally:
-        _end(summary, wh, backend, leases, plans, common, t0, reason, error)
+        _end(summary, wh, backend, leases, plans, common, provenance, t0, reason, error)
     if reason is not None:
         raise RunInterrupted(summary, reason)
     if summary.counts()["done"]:
@@ -327,13 +336,17 @@ def _end(
     leases: Any,
     plans: list[ModelPlan],
     common: dict[str, Any],
+    provenance: dict[str, Any],
     t0: float,
     reason: str | None,
     error: BaseException | None,
 ) -> None:
     """Release the leases, record the end event, then close the backend (after a lost head, closing Ray may take
     seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a failure
-    here must not replace it: it becomes a warning."""
+    here must not replace it: it becomes a warning.
+
+    The end event's provenance is the start's plus ``workers``: each worker's name, node, host, pid and device
+    (CPU, GPUs and driver of the machine it ran on; on a cluster the driver's own ``device`` is the head's)."""
 
     def attempt(step: Callable[[], Any], what: str) -> None:
         try:
@@ -359,7 +372,8 @@ def _end(
         attempt(
             lambda: wh.write_run_event(
                 summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
-                n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None), **common,
+                n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
+                provenance=json.dumps({**provenance, "workers": summary.worker_info}, default=str), **common,
             ),
             "recording the end of the run",
         )  # fmt: skip

@@ -6,10 +6,13 @@ SELECT * FROM read_parquet('{root}/tables/runs/**/*.parquet', union_by_name = tr
 -- event says how it ended: ok, failed (some units failed), or interrupted (Ctrl-C, its Ray head lost: `reason`);
 -- n_done units computed by the run, n_skipped already in the warehouse (or computed meanwhile by a concurrent run),
 -- n_failed failed, and n_units - n_done - n_skipped - n_failed not computed (rerun the same command to resume).
+-- provenance: the start event's (JSON: versions, git commit, the driver's device, Ray job, catalog as given), and
+-- once the run ended the end event's, which adds `workers`: each worker's name, node, host, pid and device (the
+-- CPU, GPUs and driver of the machine that embedded and scored, not the head's).
 CREATE OR REPLACE VIEW runs AS
 SELECT s.run_id, s.at AS started_at, f.at AS finished_at, coalesce(f.status, 'running') AS status,
        s.catalog, f.n_units, f.n_done, f.n_failed, f.n_skipped, f.reason, s.host, s.argv, s.code_version,
-       s.provenance
+       coalesce(f.provenance, s.provenance) AS provenance
 FROM run_events s
 LEFT JOIN run_events f ON f.run_id = s.run_id AND f.event = 'end'
 WHERE s.event = 'start';

@@ -33,3 +33,11 @@ def data_dir() -> Path:
 @pytest.fixture(scope="session")
 def toy_glove(data_dir: Path) -> Path:
     return data_dir / "evalrank" / "reference" / "toy_emb.txt"
+
+
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory) -> Path:
+    """The evalfarm wheel, built once per session from a clean copy of the sources (tests/wheel_venv.py)."""
+    import wheel_venv
+
+    return wheel_venv.build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist"))

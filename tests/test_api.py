@@ -12,9 +12,14 @@ from evalfarm import api
 
 
 @pytest.mark.slow
-def test_the_documented_examples_run():
+def test_the_documented_examples_run(tmp_path, monkeypatch):
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where evaluate()'s temporary warehouse goes
     result = doctest.testmod(api, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
-    assert result.attempted >= 8 and result.failed == 0
+    assert result.attempted >= 10 and result.failed == 0
+    # evaluate() without a warehouse removes its temporary one (the examples' own run folder stays)
+    assert not list(tmp_path.glob("evalfarm-evaluate-*"))
 
 
 def test_library_and_cli_share_one_default_executor():
@@ -25,6 +30,9 @@ def test_library_and_cli_share_one_default_executor():
     cli_default = inspect.signature(run).parameters["executor"].default
     assert cli_default is Executor(api.DEFAULT_EXECUTOR)
     assert inspect.signature(evalfarm.run).parameters["executor"].default == api.DEFAULT_EXECUTOR
+    from evalfarm.runner import run_catalog
+
+    assert inspect.signature(run_catalog).parameters["executor"].default == api.DEFAULT_EXECUTOR
 
 
 def test_evaluate_refuses_objects_that_cannot_encode():

@@ -173,22 +173,29 @@ class Head:
         return {**env, **extra}
 
 
-def head_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in _RAY_CLIENT_VARS}
+def head_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """``base`` (default: this environment) without a Ray client's settings, with this venv's ``ray`` and
+    ``evalfarm`` on PATH, or the ones already first on ``base``'s PATH."""
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _RAY_CLIENT_VARS}
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
     env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # this venv's `ray` and `evalfarm`
+    if base is None:
+        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # this venv's `ray` and `evalfarm`
     env["RAY_USAGE_STATS_ENABLED"] = "0"
     return {**env, **extra}
 
 
-def start_head(tmp: Path, *, num_cpus: int = 2) -> Head:
-    """cluster/local/start-head.sh --block on free ports; returns once the job API answers the token."""
+def start_head(tmp: Path, *, num_cpus: int = 2, base_env: dict[str, str] | None = None) -> Head:
+    """cluster/local/start-head.sh --block on free ports; returns once the job API answers the token.
+
+    ``base_env``: the environment to start it from (another venv's ``bin`` first on PATH: its ``ray`` starts the
+    head, whose workers and jobs then run that venv's Python and ``evalfarm``)."""
     names = ["gcs", "dashboard", "client", "node_manager", "object_manager", "agent_http", "agent_grpc"]
     names += ["runtime_env", "metrics", "autoscaler_metrics", "dashboard_metrics"]
     ports = dict(zip(names, free_ports(len(names)), strict=True))
     ray_dir = tmp / "ray"
     env = head_env(
+        base_env,
         EVALFARM_RAY_DIR=str(ray_dir),
         EVALFARM_GCS_PORT=str(ports["gcs"]),
         EVALFARM_DASHBOARD_PORT=str(ports["dashboard"]),
@@ -340,7 +347,8 @@ def test_rayjob_runs_evalfarm_and_cleans_up():
     assert "rayClusterSpec" in spec or "clusterSelector" in spec
     if "rayClusterSpec" in spec:
         _check_ray_cluster_spec(spec["rayClusterSpec"])
-    # what it runs, and that it runs, is tested on a real head: test_nightly_rayjob_entrypoint_runs_on_a_real_head
+    # what it runs, and that it runs, is tested on a real head started from the installed wheel:
+    # test_nightly_rayjob_entrypoint_runs_on_a_real_head_from_the_installed_wheel
 
 
 def test_nightly_cronjob_creates_the_rayjob_with_least_privilege():
@@ -713,29 +721,47 @@ def _metrics(warehouse: Path) -> set[tuple[str, str]]:
 
 
 @pytest.mark.slow
-def test_nightly_rayjob_entrypoint_runs_on_a_real_head(ray_head, tmp_path):
+def test_nightly_rayjob_entrypoint_runs_on_a_real_head_from_the_installed_wheel(wheel, tmp_path):
     """The RayJob's entrypoint and runtimeEnvYAML, submitted the way KubeRay's submitter does (`ray job submit
-    --runtime-env-json … -- ENTRYPOINT`). It used to fail at start: the job's env_vars and evalfarm's own
-    ray.init runtime_env set the same keys ("Failed to merge the Job's runtime env")."""
+    --runtime-env-json … -- ENTRYPOINT`), to a head started by start-head.sh from a venv where evalfarm is the
+    wheel, installed non-editably as cluster/Dockerfile installs it (tests/wheel_venv.py): the job's `evalfarm run`,
+    its default (Ray) executor's workers and the shipped zoo-starter catalog all come from the wheel. It used to
+    fail at start: the job's env_vars and evalfarm's own ray.init runtime_env set the same keys ("Failed to merge
+    the Job's runtime env")."""
+    import wheel_venv
+
     (job,) = _of_kind("RayJob")
     runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
     assert runtime_env["env_vars"], "the nightly's env_vars are what broke it: keep them under test"
-    entrypoint = _on_this_machine(job["spec"]["entrypoint"], tmp_path, ray_head)
-    runtime_env = json.loads(_on_this_machine(json.dumps(runtime_env), tmp_path, ray_head))
-    # one starter model instead of the whole zoo: what failed was the start, and a night's length is not tested
-    entrypoint += " --models glove-6b-50d --tasks evalrank-word"
-    proc = subprocess.run(
-        [str(BIN / "ray"), "job", "submit", "--address", ray_head.dashboard]
-        + ["--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(entrypoint)],
-        env=ray_head.client_env(),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    venv = wheel_venv.install(wheel, tmp_path / "venv")
+    (tmp_path / "head").mkdir()
+    head = start_head(tmp_path / "head", base_env=venv.env)
+    try:
+        entrypoint = _on_this_machine(job["spec"]["entrypoint"], tmp_path, head)
+        runtime_env = json.loads(_on_this_machine(json.dumps(runtime_env), tmp_path, head))
+        # one starter model instead of the whole zoo: what failed was the start, and a night's length is not tested
+        entrypoint += " --models glove-6b-50d --tasks evalrank-word"
+        proc = subprocess.run(
+            [str(BIN / "ray"), "job", "submit", "--address", head.dashboard]
+            + ["--runtime-env-json", json.dumps(runtime_env), "--", *shlex.split(entrypoint)],
+            env=head.client_env(),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        stop_head(head)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
     assert "1 done, 0 skipped, 0 failed" in out and "(ray" in out, out[-4000:]
     assert _metrics(tmp_path / "warehouse") == {("glove-6b-50d", "evalrank-word")}
+    from evalfarm.warehouse import Warehouse
+
+    (run,) = Warehouse(tmp_path / "warehouse").query("SELECT catalog, provenance FROM runs").to_pylist()
+    prov = json.loads(run["provenance"])
+    assert Path(run["catalog"]).is_relative_to(venv.site / "evalfarm" / "_catalogs")  # the wheel's catalog
+    assert prov["evalfarm"]["commit"] is None and prov["evalfarm"]["installed_from"].endswith(wheel.name)
+    assert prov["ray_job"]["submission_id"] and prov["workers"]
 
 
 RAW_MODEL = """\
@@ -747,17 +773,20 @@ source: {type: data, ref: evalrank/reference/toy_emb.txt}
 """
 
 
-def _readme_block(containing: str) -> str:
-    text = (CLUSTER / "README.md").read_text()
+def _readme_block(containing: str, readme: Path = CLUSTER / "README.md") -> str:
+    text = readme.read_text()
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
     (block,) = [b for b in blocks if containing in b]
     return block
 
 
 @pytest.mark.slow
-def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path):
-    """The README's raw `ray job submit` block, run by bash in a shell that sourced the head's settings."""
-    block = _readme_block("ray job submit --address http://HEAD:8265")
+@pytest.mark.parametrize("readme", [CLUSTER / "README.md", REPO / "README.md"], ids=["cluster-readme", "readme"])
+def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
+    """The raw `ray job submit` block of cluster/README.md and of the main README (the job folder made by `evalfarm
+    submit --dry-run`, then the job), run by bash in a shell that sourced the head's settings."""
+    block = _readme_block("ray job submit --address http://HEAD:8265", readme)
+    assert "mkdir job" in block  # self-contained: the block makes the folder it uploads
     (tmp_path / "my-model.yaml").write_text(RAW_MODEL)
     proc = subprocess.run(
         ["bash", "-euo", "pipefail", "-c", _on_this_machine(block, tmp_path, ray_head)],

@@ -267,7 +267,7 @@ def test_static_model_end_to_end_on_trec_and_mrpc(starter, tmp_path):
 
     wh = tmp_path / "wh"
     model = "static-10k-64d"
-    summary = run_catalog(starter, wh, models=[model], tasks=["trec", "mrpc"])
+    summary = run_catalog(starter, wh, models=[model], tasks=["trec", "mrpc"], executor="local")
     assert summary.ok and summary.counts()["done"] == 2
     w = Warehouse(wh)
     rows = w.query(
@@ -290,7 +290,7 @@ def test_static_model_end_to_end_on_trec_and_mrpc(starter, tmp_path):
         left_out = sorted(set(every) - set(used))
         assert left_out and store.missing(left_out) == left_out and store.missing(used) == []
     # same fingerprints: nothing to do; the numbers stay those of the first run
-    again = run_catalog(starter, wh, models=[model], tasks=["trec", "mrpc"])
+    again = run_catalog(starter, wh, models=[model], tasks=["trec", "mrpc"], executor="local")
     assert again.counts()["skipped"] == 2
     # the full set is one flag away, under its own variant and fingerprint
     proc = subprocess.run(

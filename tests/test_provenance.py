@@ -156,3 +156,36 @@ def test_unpinned_hub_revisions(tmp_path):
     assert prov["catalog"] == {"given": str(tmp_path / "c.yaml"), "path": str(tmp_path / "c.yaml")}
     json.dumps(prov)  # plain JSON types only: it goes into the runs table
     assert {"evalfarm", "packages", "host", "device", "ray_job", "catalog"} <= set(prov)
+
+
+@pytest.mark.slow
+def test_a_run_records_the_device_of_each_worker_and_of_the_process_that_embedded(tmp_path):
+    """A real `evalfarm run`: the end event's provenance (the `runs` view) lists its workers with their devices, and
+    the models row says on which machine and device the vectors were made. On a cluster those are the GPU nodes,
+    not the CPU head that drives the run (the Ray executor, from the installed wheel: tests/test_packaging.py)."""
+    from evalfarm.provenance import device_info
+    from evalfarm.warehouse import Warehouse
+
+    wh = tmp_path / "wh"
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalfarm.cli", "run", "--catalog", "zoo-starter", "--models", "glove-6b-50d"]
+        + ["--tasks", "wordsim-rg-65", "--executor", "local", "--warehouse", str(wh)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        cwd=tmp_path,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    (run,) = Warehouse(wh).query("SELECT status, provenance FROM runs").to_pylist()
+    prov = json.loads(run["provenance"])
+    assert run["status"] == "ok" and prov["evalfarm"]["version"] and prov["device"]["cpu"] == cpu_model()
+    (worker,) = prov["workers"]
+    here = device_info()
+    assert worker["name"] == "local-0" and worker["pid"] > 0 and worker["host"]
+    assert {k: worker["device"][k] for k in ("cpu", "cpu_count", "gpus")} == {
+        k: here[k] for k in ("cpu", "cpu_count", "gpus")
+    }
+    (model,) = Warehouse(wh).query("SELECT provenance FROM models").to_pylist()
+    made = json.loads(model["provenance"])
+    assert made["host"] == worker["host"] and made["device"] == worker["device"]

@@ -44,9 +44,9 @@ def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path) -> tuple[Path, Pat
 def test_end_event_counts_and_a_changed_spec_is_flagged(catalogs, tmp_path):
     first, second = catalogs
     wh = tmp_path / "wh"
-    s1 = run_catalog(first, wh)
+    s1 = run_catalog(first, wh, executor="local")
     assert s1.status == "ok" and s1.warnings == []
-    s2 = run_catalog(second, wh)
+    s2 = run_catalog(second, wh, executor="local")
     assert s2.status == "ok" and len(s2.warnings) == 1 and "'toy'" in s2.warnings[0]
     w = Warehouse(wh)
     runs = w.query("SELECT run_id, status, n_units, n_done, n_skipped, n_failed, reason FROM runs ORDER BY started_at")
@@ -60,15 +60,15 @@ def test_end_event_counts_and_a_changed_spec_is_flagged(catalogs, tmp_path):
     assert newest["runs"] == [s2.run_id] and newest["n_units"] == 1  # metrics shows the newest spec
     assert w.query("SELECT DISTINCT spec_hash FROM metrics").to_pylist() == [{"spec_hash": newest["spec_hash"]}]
     # a no-op rerun of the first catalog still warns: metrics shows the other spec's numbers for toy
-    s3 = run_catalog(first, wh)
+    s3 = run_catalog(first, wh, executor="local")
     assert s3.counts() == {"done": 0, "skipped": 1, "failed": 0} and len(s3.warnings) == 1
     assert spec_conflicts(Warehouse(wh), []) == []
 
 
 def test_no_conflict_without_a_second_spec(catalogs, tmp_path):
     first, _ = catalogs
-    run_catalog(first, tmp_path / "wh")
-    assert run_catalog(first, tmp_path / "wh", force=True).warnings == []
+    run_catalog(first, tmp_path / "wh", executor="local")
+    assert run_catalog(first, tmp_path / "wh", force=True, executor="local").warnings == []
     assert Warehouse(tmp_path / "wh").query("SELECT count(*) n FROM conflicts").to_pylist() == [{"n": 0}]
 
 
@@ -80,7 +80,7 @@ def test_an_older_warehouse_gets_the_new_runs_columns(catalogs, tmp_path):
     pq.write_table(old.empty_table(), schema_file)  # as an earlier evalfarm wrote it
     pq.write_table(pa.Table.from_pylist([{"run_id": "old", "event": "start", "status": "running"}], old),
                    schema_file.with_name("old.start.parquet"))  # fmt: skip
-    run_catalog(first, wh.root)
+    run_catalog(first, wh.root, executor="local")
     runs = wh.query("SELECT run_id, status, n_done FROM runs ORDER BY run_id").to_pylist()
     assert runs[-1] == {"run_id": "old", "status": "running", "n_done": None} and runs[0]["n_done"] == 1
 

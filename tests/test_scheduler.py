@@ -302,7 +302,7 @@ def test_warehouse_as_file_uri(catalog, tmp_path):
     assert summary.ok
     wh = Warehouse(uri)
     assert wh.local and wh.query("SELECT count(DISTINCT variant) AS n FROM metrics").to_pylist() == [{"n": 2}]
-    assert run_catalog(catalog, uri, models=["toy"]).counts()["skipped"] == 1
+    assert run_catalog(catalog, uri, models=["toy"], executor="local").counts()["skipped"] == 1
 
 
 def test_worker_resources_and_fractional_gpus():

@@ -47,6 +47,37 @@ def catalog_dir() -> Path:
     return shipped_catalog_dir()
 
 
+@dataclass(frozen=True)
+class CatalogTarget:
+    """Where a generated catalog (``evalfarm zoo build``'s ``zoo-local.yaml``) is written by default, and why."""
+
+    path: Path
+    why: str
+    on_search_path: bool  # ``--catalog <name>`` finds it
+
+
+def generated_catalog_target(filename: str) -> CatalogTarget:
+    """``EVALFARM_CATALOG_DIR`` when set; else the shipped catalogs when they are a writable source checkout's
+    ``catalog/`` (the repository's file is regenerated in place); else, for an installed package (whose catalogs sit
+    in site-packages), the first ``EVALFARM_CATALOG_PATH`` folder, or ``<cache>/catalogs`` without one."""
+    from evalfarm._resources import source_checkout
+    from evalfarm.cache import cache_dir
+
+    if os.environ.get(CATALOG_DIR_ENV):
+        return CatalogTarget(catalog_dir() / filename, f"{CATALOG_DIR_ENV} replaces the shipped catalogs", True)
+    shipped = shipped_catalog_dir()
+    checkout = source_checkout()
+    if checkout is not None and shipped == checkout / "catalog" and os.access(shipped, os.W_OK):
+        return CatalogTarget(shipped / filename, "the source checkout's catalogs", True)
+    why = "the shipped catalogs are an installed package's" if checkout is None else f"{shipped} is not writable"
+    extra = [p for p in os.environ.get(CATALOG_PATH_ENV, "").split(os.pathsep) if p.strip()]
+    if extra:
+        return CatalogTarget(
+            Path(extra[0]).expanduser() / filename, f"{why}: the first {CATALOG_PATH_ENV} folder", True
+        )
+    return CatalogTarget(cache_dir() / "catalogs" / filename, f"{why} and {CATALOG_PATH_ENV} is not set", False)
+
+
 def catalog_search_path() -> list[Path]:
     """Where catalog names are looked up, first match wins: ``EVALFARM_CATALOG_PATH``'s folders, then
     :func:`catalog_dir`. Empty entries are skipped."""

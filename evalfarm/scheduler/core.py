@@ -60,6 +60,7 @@ class WorkerInfo:
     node: str = ""
     host: str = ""
     pid: int = 0
+    device: dict[str, Any] | None = None  # evalfarm.provenance.device_info() of the worker's process
 
 
 @dataclass

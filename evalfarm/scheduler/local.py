@@ -28,7 +28,10 @@ class LocalBackend:
         return self._next
 
     def start(self) -> list[tuple[str, Any]]:
-        info = WorkerInfo(self.name, node=platform.node(), host=platform.node(), pid=os.getpid())
+        from evalfarm.provenance import process_device
+
+        device = process_device(self.ctx.options.device)
+        info = WorkerInfo(self.name, node=platform.node(), host=platform.node(), pid=os.getpid(), device=device)
         return [(self.name, self._handle(info))]
 
     def submit(self, worker: str, task: Task) -> Any:

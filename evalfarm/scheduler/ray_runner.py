@@ -59,8 +59,14 @@ class EvalWorker:
     def info(self) -> WorkerInfo:
         import ray
 
+        from evalfarm.provenance import process_device
+
         return WorkerInfo(
-            self.name, node=ray.get_runtime_context().get_node_id(), host=platform.node(), pid=os.getpid()
+            self.name,
+            node=ray.get_runtime_context().get_node_id(),
+            host=platform.node(),
+            pid=os.getpid(),
+            device=process_device(),  # this node's CPU and GPUs (name, driver), not the driver's
         )
 
     def begin(self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool) -> WorkerInfo:
