@@ -14,6 +14,7 @@ import os
 import re
 import subprocess
 import sys
+import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
@@ -106,7 +107,10 @@ def test_the_running_environment_has_the_pinned_versions():
         if Version(have) != Version(pin.version):
             drift.append(f"{name}: installed {have}, constraints.txt {pin.version}")
     assert not drift, "update constraints.txt or the environment: " + "; ".join(drift)
-    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions()}
+    # what is installed in the environment's site-packages (not what is on sys.path: importing ray adds its vendored
+    # ray/thirdparty_files, psutil and colorama, which pip never installed)
+    site_dirs = sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})
+    installed = {_norm(d.metadata["Name"]): d.version for d in importlib.metadata.distributions(path=site_dirs)}
     unpinned = sorted(f"{n}=={v}" for n, v in installed.items() if n not in pins and n not in _NOT_PINNED)
     assert not unpinned, f"installed but not pinned in constraints.txt (add them): {', '.join(unpinned)}"
 
