@@ -13,7 +13,9 @@ Steps, each a real ``evalfarm`` command in a subprocess (what a cron job would r
 
 Then it reads the warehouse through DuckDB: models and units, time per model by kind (embed + score seconds of
 every unit, from the ``units`` view), failures, and the top of each EvalRank board (realistic ties: the zoo's
-small-corpus word models miss much of the word pool, and under ``l2`` two OOV words are one point).
+small-corpus word models miss much of the word pool, and under ``l2`` two OOV words are one point); and, when the run
+had downstream tasks, ``evalfarm correlations`` per level with and without post-processed models (the paper's
+Tables 3 / 6 and 11), as printed and as JSON cells.
 """
 
 from __future__ import annotations
@@ -150,6 +152,27 @@ def warehouse_report(wh: Path, top: int) -> dict:
     }
 
 
+def correlation_tables(wh: Path, logs: Path) -> dict:
+    """`evalfarm correlations` as a user runs it, per level, with and without post-processed models (the paper's
+    Tables 3 / 6 and 11): the printed tables (kept in the logs folder) and the cells as JSON."""
+    out: dict = {}
+    for level in ("word", "sentence"):
+        for excluded in (False, True):
+            key = f"{level}{'-no-postprocessed' if excluded else ''}"
+            base = [*EVALFARM, "correlations", "--level", level, "--warehouse", str(wh), "--intervals"]
+            if excluded:
+                base.append("--exclude-postprocessed")
+            env = {**os.environ, "COLUMNS": "200"}
+            table = subprocess.run(base, cwd=REPO, capture_output=True, text=True, env=env)
+            (logs / f"correlations-{key}.txt").write_text(table.stdout + table.stderr)
+            cells = subprocess.run([*base, "--format", "json"], cwd=REPO, capture_output=True, text=True, env=env)
+            try:
+                out[key] = {"table": table.stdout, "cells": json.loads(cells.stdout)}
+            except json.JSONDecodeError:
+                out[key] = {"table": table.stdout, "error": (cells.stdout + cells.stderr)[-2000:]}
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--catalog", default="zoo-local")
@@ -182,6 +205,7 @@ def main() -> None:
     result["noop_rerun"] = timed(run, logs / "rerun.log")
     print(json.dumps({"noop_rerun": result["noop_rerun"]}), flush=True)
     result |= warehouse_report(args.warehouse, args.top)
+    result["correlations"] = correlation_tables(args.warehouse, logs)
     for key in (
         "models",
         "units",
