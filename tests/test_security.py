@@ -203,11 +203,16 @@ def test_a_read_only_connection_cannot_unlock_itself(warehouse, tmp_path):
 def test_object_store_warehouses_get_the_same_lock(scheme):
     """The prefix sandbox on an object-store root: only ``scheme://bucket/wh/…`` may be opened.
 
-    DuckDB's httpfs is not installable offline, so the in-prefix read fails for want of it (not of permission);
-    every other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
+    The lock is the one ``Warehouse.connect`` applies, on the root it derives from the warehouse URI (pyarrow's
+    ``?options`` dropped). ``connect`` itself cannot run here: it needs DuckDB's httpfs extension (not installable
+    offline) and a reachable bucket. So the in-prefix read fails for want of httpfs (not of permission); every
+    other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
     """
+    options = "?endpoint_override=127.0.0.1:9&scheme=http" + ("&region=us-east-1" if scheme == "s3" else "")
+    wh = Warehouse(f"{scheme}://bucket/wh{options}")
+    assert wh.duckdb_root == f"{scheme}://bucket/wh"
     con = duckdb.connect()
-    lock_down(con, f"{scheme}://bucket/wh")
+    lock_down(con, wh.duckdb_root)
     refused = [
         f"{scheme}://bucket/wh-other/x.parquet",
         f"{scheme}://bucket/other/x.parquet",
