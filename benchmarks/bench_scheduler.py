@@ -35,12 +35,12 @@ def _head(src: Path, n: int, dst: Path) -> Path:
     return dst
 
 
-def _pool(pid: str, level: str, files: dict[str, Path], center: bool) -> str:
+def _pool(pid: str, level: str, files: dict[str, Path]) -> str:
     fl = ", ".join(f"{r}: {p}" for r, p in files.items())
     sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
     return (
         f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: bench,"
-        f" source: bench, center: {str(center).lower()}, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
+        f" source: bench, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
     )
 
 
@@ -62,9 +62,9 @@ def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
     }
     (d / "pools.yaml").write_text(
         "pools:\n"
-        + _pool("word-bench", "word", word, False)
-        + _pool("sent-bench", "sentence", sent, True)
-        + _pool("word-tiny", "word", tiny, False)
+        + _pool("word-bench", "word", word)
+        + _pool("sent-bench", "sentence", sent)
+        + _pool("word-tiny", "word", tiny)
     )
     glove = data / "reference" / "toy_emb.txt"
     g = f"{{type: path, ref: {glove}}}"
@@ -77,11 +77,11 @@ def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
   - {{id: toy-pcr1, level: word, base: toy, postprocess: {{method: pcr, d: 1}}}}
   - {{id: toy-white, level: word, base: toy, postprocess: {{method: whitening}}}}
   - {{id: bow-toy, level: sentence, kind: bow, base: toy, lowercase: true}}
-  - {{id: bow-toy-abtt1, level: sentence, base: bow-toy, postprocess: {{method: abtt, d: 1}}}}
+  - {{id: bow-toy-abtt1, level: sentence, base: bow-toy, postprocess: {{method: abtt, d: 1, fit_on: sent-bench}}}}
   - {{id: static, level: sentence, kind: static,
       source: {{type: package, ref: tokenlearn-static-model, path: static_model/model}}}}
-  - {{id: static-white, level: sentence, base: static, postprocess: {{method: whitening}}}}
-  - {{id: static-pcr1, level: sentence, base: static, postprocess: {{method: pcr, d: 1}}}}
+  - {{id: static-white, level: sentence, base: static, postprocess: {{method: whitening, fit_on: sent-bench}}}}
+  - {{id: static-pcr1, level: sentence, base: static, postprocess: {{method: pcr, d: 1, fit_on: sent-bench}}}}
 """
     (d / "bench.yaml").write_text("include: [pools.yaml]\npools: [word-bench, sent-bench]\nmodels:" + models)
     many = "".join(
@@ -106,8 +106,8 @@ def sequential(catalog: Path, wh: Path, repeats: int) -> tuple[float, list[float
     cat = load_catalog(catalog)
     plans = plan_run(cat)
     ctx = ExecContext(catalog=cat, warehouse=Warehouse(wh).init(), run_id=new_run_id(), force=True)
-    for pid in {u.pool for p in plans for u in p.units}:
-        ctx.pool(pid)  # pools loaded once, as the warm workers have them
+    for tid in {u.task for p in plans for u in p.units}:
+        ctx.task_data(tid)  # task data loaded once, as the warm workers have it
     times = []
     for _ in range(1 + repeats):
         t0 = time.perf_counter()
@@ -146,12 +146,11 @@ def main() -> None:
     res["sequential_runs_s"] = [round(t, 2) for t in seq_runs]
     print(f"sequential in-process loop: cold {seq_cold:.2f}s, warm median {seq:.2f}s ({n_units} units)", flush=True)
 
-    import ray
+    # evalfarm's own local Ray (connect(None): token authentication, every server on loopback, checked)
+    sys.path.insert(0, str(REPO / "tests"))
+    from ray_heads import local_ray
 
-    from evalfarm.scheduler.ray_runner import shutdown_workers
-
-    ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False)
-    try:
+    with local_ray(num_cpus=os.cpu_count() or 1):
         for n in (1, 2):
             wh = d / f"wh-ray{n}"
             t0 = time.perf_counter()
@@ -182,9 +181,6 @@ def main() -> None:
             s = run_catalog(bench, wh, executor="ray", workers=n)
             res[f"ray{n}_noop_inprocess_s"] = round(time.perf_counter() - t0, 3)
             assert s.counts()["skipped"] == n_units
-    finally:
-        shutdown_workers()
-        ray.shutdown()
 
     env = {**os.environ}
     cli = [sys.executable, "-m", "evalfarm.cli", "run", "--warehouse"]

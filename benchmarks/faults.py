@@ -23,9 +23,10 @@ import contextlib
 import hashlib
 import json
 import os
+import re
+import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -37,11 +38,14 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # ray_heads: the Ray heads tests and benchmarks start, closed like evalfarm's
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 BIN = Path(sys.executable).parent
+
+from ray_heads import RAY_CLIENT_VARS, Head, cmdline, pick_ports, session_pids, start_head, stop_head  # noqa: E402
 
 
 # -- the catalog --------------------------------------------------------------------------------------------------
@@ -98,32 +102,16 @@ def make_catalog(d: Path, *, small: bool) -> Path:
 
 # -- processes ----------------------------------------------------------------------------------------------------
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "COLUMNS": "200", **extra}
-    for key in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
-        env.pop(key, None)
-    return env
-
-
-def _proc(pid: int) -> tuple[int, str, str] | None:
-    """(session id, state, command line) of a process, None when it is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[3]), fields[0], cmd
+    """The environment of an ``evalfarm run``: no Ray address or token of the shell's (a run without ``--address``
+    makes its own, ``connect``); a run on the shared head gets that head's settings in ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k not in RAY_CLIENT_VARS}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
+    return {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
 
 
 def session(sid: int) -> dict[int, str]:
     """Live processes of a session (zombies excluded): pid -> command line."""
-    out = {}
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            info = _proc(int(p.name))
-            if info and info[0] == sid and info[1] != "Z":
-                out[int(p.name)] = info[2]
-    return out
+    return {pid: cmdline(pid) for pid in session_pids(sid)}
 
 
 def kill_session(sid: int) -> None:
@@ -188,73 +176,34 @@ def _wait_for(cond: Callable[[], Any], what: str, timeout: float, cli: Cli | Non
         time.sleep(0.05)
 
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @contextlib.contextmanager
-def ray_head(tmp: Path, *, num_cpus: int = 2, autoscaling: dict[str, Any] | None = None) -> Iterator[str]:
-    """A ``ray start --head`` of our own (its own ports and temp dir, token auth off on loopback); yields the GCS
-    address. Stopped with SIGTERM to ``ray start --block`` and then by its session: never ``ray stop``, which
-    kills every Ray of the machine. ``autoscaling``: a fake multi-node autoscaler config (``fake_multinode``)."""
-    tmp.mkdir(parents=True, exist_ok=True)
-    raytmp = Path(tempfile.mkdtemp(prefix="efray-"))  # short: Ray's socket paths must stay under 108 bytes
-    ports = _free_ports(8)
-    gcs = f"127.0.0.1:{ports[0]}"
-    cmd = [
-        str(BIN / "ray"), "start", "--head", "--block", f"--num-cpus={num_cpus}", "--num-gpus=0",
-        "--node-ip-address=127.0.0.1", "--include-dashboard=false", f"--port={ports[0]}",
-        f"--ray-client-server-port={ports[1]}", f"--node-manager-port={ports[2]}",
-        f"--object-manager-port={ports[3]}", f"--dashboard-agent-listen-port={ports[4]}",
-        f"--dashboard-agent-grpc-port={ports[5]}", f"--runtime-env-agent-port={ports[6]}",
-        f"--metrics-export-port={ports[7]}", "--object-store-memory=200000000", "--disable-usage-stats",
-        f"--temp-dir={raytmp}",
-    ]  # fmt: skip
-    env = _env()
+def ray_head(tmp: Path, *, num_cpus: int = 2, autoscaling: dict[str, Any] | None = None) -> Iterator[Head]:
+    """A Ray head shared by several runs: ``cluster/local/start-head.sh`` on free ports (tests/ray_heads.py: token
+    authentication with a fresh 0600 token, every server on loopback, checked once it is up). Clients need its
+    settings: ``Cli(..., env=head.client_env())``. Stopped by its session, never ``ray stop`` (which kills every Ray
+    of the machine). ``autoscaling``: a fake multi-node autoscaler config (``fake_multinode``)."""
+    ports = pick_ports()
+    args: list[str] = []
+    env: dict[str, str] = {}
     if autoscaling is not None:
+        tmp.mkdir(parents=True, exist_ok=True)
         config = tmp / "autoscaler.json"
         autoscaling = json.loads(json.dumps(autoscaling))
-        autoscaling["provider"]["gcs_address"] = gcs
+        autoscaling["provider"]["gcs_address"] = f"127.0.0.1:{ports['gcs']}"
         config.write_text(json.dumps(autoscaling))
-        cmd.append(f"--autoscaling-config={config}")
+        args.append(f"--autoscaling-config={config}")
         env.update(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1")
-    log = open(tmp / "head.log", "w")
-    proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    head = start_head(tmp, num_cpus=num_cpus, ports=ports, extra_args=args, env=env, object_store_memory=200_000_000)
     try:
-        started = tmp / "head.log"
-        _wait_for(lambda: "Ray runtime started" in started.read_text(errors="replace") and _gcs_up(ports[0]),
-                  "Ray head", 120)  # fmt: skip
-        yield gcs
+        yield head
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=30)
-        marker = str(raytmp)
-        for pid in list(session(proc.pid)):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-        for p in Path("/proc").iterdir():  # the autoscaler's fake nodes: started by its monitor, in our temp dir
-            if p.name.isdigit() and marker in ((_proc(int(p.name)) or (0, "", ""))[2]):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(p.name), signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=10)
-        log.close()
-        shutil.rmtree(raytmp, ignore_errors=True)
+        stop_head(head)
 
 
-def _gcs_up(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def restarting_lines(out: str) -> list[str]:
+    """The progress lines (``units …``) of a run's log that show a worker restarting (``· 1 restarting ·``): the
+    CLI prints the line when a worker is lost, so a worker being restarted after a kill shows there."""
+    return [ln for ln in out.splitlines() if ln.startswith("units ") and re.search(r"· \d+ restarting ·", ln)]
 
 
 # -- the warehouse against the reference ---------------------------------------------------------------------------
@@ -363,12 +312,17 @@ class Faults:
         rows = _rows(wh, "SELECT worker, stage, status, attempts, started_at FROM units ORDER BY started_at")
         retried = [x for x in rows if x["attempts"] == 2 and x["status"] == "done"]
         after = [x for x in rows if x["worker"] == lost_name and x["started_at"].timestamp() > t_kill]
-        r.details = {"exit": rc, "worker": lost_name, "retried": len(retried), "killed worker reused": len(after)}
+        restarting = restarting_lines(out)
+        r.details = {"exit": rc, "worker": lost_name, "retried": len(retried), "killed worker reused": len(after),
+                     "progress shows it restarting": restarting[:1]}  # fmt: skip
         self._settle(wh, r)
-        r.ok = rc == 0 and len(retried) == 1 and r.lost == 0 and r.duplicated == 0 and r.differ == 0
+        r.ok = (
+            rc == 0 and len(retried) == 1 and len(after) > 0 and bool(restarting)
+            and r.lost == 0 and r.duplicated == 0 and r.differ == 0
+        )  # fmt: skip
         r.happens = (
-            f"the unit is retried on the other worker; the killed worker is restarted and takes "
-            f"{len(after)} more task(s); exit {rc}"
+            f"the unit is retried on the other worker; the killed worker is shown restarting, is restarted and "
+            f"takes {len(after)} more task(s); exit {rc}"
         )
         return r
 
@@ -378,16 +332,27 @@ class Faults:
         wh = self._wh("wh-only")
         cli = Cli(self._args(wh, "--workers", "1"), self.work / "only.log").start()
         pid = _wait_for(self._embedding_worker(cli.proc.pid), "worker embedding for 1 s", 300, cli)
-        t_kill = time.monotonic()
+        t_kill, t_wall = time.monotonic(), time.time()
         os.kill(pid, signal.SIGKILL)
         rc = cli.wait()
         out = cli.output
-        alive_lines = [ln for ln in out.splitlines() if "worker alive" in ln or "workers alive" in ln]
+        restarting = restarting_lines(out)
+        back = out.split(restarting[0], 1)[1] if restarting else ""  # what the log says after that line
+        rows = _rows(wh, "SELECT worker, started_at FROM units WHERE stage != 'plan'")
+        after = [x for x in rows if x["started_at"].timestamp() > t_wall]
         r.details = {"exit": rc, "seconds after the kill": round(time.monotonic() - t_kill, 1),
-                     "progress shows 1 worker alive": any("1 worker alive" in ln for ln in alive_lines)}  # fmt: skip
+                     "progress shows it restarting": restarting[:1],
+                     "progress shows it alive again": any(" 1 worker alive" in ln for ln in back.splitlines()),
+                     "tasks after the kill": len(after)}  # fmt: skip
         self._settle(wh, r)
-        r.ok = rc == 0 and r.lost == 0 and r.duplicated == 0 and r.differ == 0 and "no worker left" not in out
-        r.happens = f"the worker is waited for while Ray restarts it, then reused; the run finishes (exit {rc})"
+        r.ok = (
+            rc == 0 and bool(restarting) and r.details["progress shows it alive again"] and len(after) > 0
+            and r.lost == 0 and r.duplicated == 0 and r.differ == 0 and "no worker left" not in out
+        )  # fmt: skip
+        r.happens = (
+            f"the worker is shown restarting and waited for while Ray restarts it, then reused ({len(after)} "
+            f"task(s) after the kill); the run finishes (exit {rc})"
+        )
         return r
 
     # 2. the head's GCS killed mid-run; then the same command again
@@ -413,23 +378,25 @@ class Faults:
         out = cli.output
         run = _rows(wh, "SELECT status, n_units, n_done, n_skipped, n_failed, reason FROM runs")
         resume = [ln for ln in out.splitlines() if ln.startswith("error:") and "run the same command again" in ln]
-        # the same command (the reduced form resumes in-process: the same runner, one Ray start less)
-        again = ["--executor", "local"] if self.small else ["--workers", "1"]
-        rc2, out2 = run_cli(self._args(wh, *again), self.work / "head-resume.log")
+        # the command the message gives, run as given: the same command as the first run
+        again = shlex.split(resume[0].rsplit("): ", 1)[1]) if resume else []
+        same = again[:2] == ["evalfarm", "run"] and again[2:] == self._args(wh, "--workers", "1")
+        rc2, out2 = run_cli(again[2:] if same else self._args(wh, "--workers", "1"), self.work / "head-resume.log")
         second = _rows(wh, "SELECT status, n_done, n_skipped FROM runs ORDER BY started_at")[-1]
         r.details = {"exit": rc, "seconds to exit after the kill": round(detect, 1), "processes left": len(left),
-                     "run recorded": run, "message": resume, "resume exit": rc2, "resumed run": second}  # fmt: skip
+                     "run recorded": run, "message": resume, "message gives the same command": same,
+                     "resume exit": rc2, "resumed run": second}  # fmt: skip
         self._settle(wh, r)
         done_first = run[0]["n_done"] or 0 if run else 0
         r.ok = (
-            rc == 3 and resume and not left and run and run[0]["status"] == "interrupted"
+            rc == 3 and resume and same and not left and run and run[0]["status"] == "interrupted"
             and rc2 == 0 and second["n_skipped"] == done_first and second["n_done"] == self.n_units - done_first
             and r.lost == 0 and r.duplicated == 0 and r.differ == 0
         )  # fmt: skip
         r.happens = (
             f"the driver exits {detect:.0f} s after the kill (code {rc}), run recorded `interrupted` "
-            f"({done_first}/{self.n_units} units done), one line says to rerun; {len(left)} Ray processes left; "
-            f"the rerun computes only the {self.n_units - done_first} missing units"
+            f"({done_first}/{self.n_units} units done), one line gives the command to rerun; {len(left)} Ray "
+            f"processes left; that command computes only the {self.n_units - done_first} missing units"
         )
         return r
 
@@ -488,11 +455,12 @@ class Faults:
         return r
 
     # 4. two runs of one catalog into one warehouse on one cluster
-    def concurrent(self, gcs: str) -> Result:
+    def concurrent(self, head: Head) -> Result:
         r = Result("two concurrent runs", "the same command twice at once, one warehouse, one Ray cluster")
         wh = self._wh("wh-two")
-        a = Cli(self._args(wh, "--address", gcs, "--workers", "1"), self.work / "two-a.log").start()
-        b = Cli(self._args(wh, "--address", gcs, "--workers", "1"), self.work / "two-b.log").start()
+        args, env = self._args(wh, "--address", head.gcs, "--workers", "1"), head.client_env()
+        a = Cli(args, self.work / "two-a.log", env=env).start()
+        b = Cli(args, self.work / "two-b.log", env=env).start()
         rca, rcb = a.wait(), b.wait()
         per_run = _rows(
             wh, "SELECT run_id, count(*) n FROM units WHERE stage = 'score' AND status = 'done' GROUP BY ALL"
@@ -509,21 +477,22 @@ class Faults:
         return r
 
     # 5. same model id, different spec
-    def respec(self, gcs: str) -> Result:
+    def respec(self, head: Head) -> Result:
         r = Result("same id, new spec", "a model id re-run with a changed spec (`oov: skip`) into the same warehouse")
         wh = self._wh("wh-respec")
-        rc1, _ = run_cli(self._args(wh, "--address", gcs, "--workers", "1", "--models", "toy"), self.work / "rs1.log")
-        rc2, out2 = run_cli(self._args(wh, "--address", gcs, "--workers", "1", "--models", "toy",
-                                       catalog=self.respec_catalog), self.work / "rs2.log")  # fmt: skip
-        warned = [ln for ln in out2.splitlines() if ln.startswith("warning:") and "'toy'" in ln]
+        on_head, env = ["--address", head.gcs, "--workers", "1", "--models", "toy"], head.client_env()
+        rc1, _ = run_cli(self._args(wh, *on_head), self.work / "rs1.log", env=env)
+        rc2, out2 = run_cli(self._args(wh, *on_head, catalog=self.respec_catalog), self.work / "rs2.log", env=env)
+        # every line that mentions the conflict, however it is prefixed: the warning must be printed once
+        warned = [ln for ln in out2.splitlines() if "'toy'" in ln and "other spec(s)" in ln]
         conflicts = _rows(wh, "SELECT model, spec_hash, in_metrics FROM conflicts")
         newest = _rows(wh, "SELECT DISTINCT spec_hash FROM metrics WHERE model = 'toy'")
         dup = _rows(wh, f"SELECT {', '.join(KEY)}, count(*) n FROM metrics GROUP BY ALL HAVING n > 1")
-        r.details = {"exits": [rc1, rc2], "warning": warned[:1], "conflicts rows": len(conflicts)}
+        r.details = {"exits": [rc1, rc2], "warning": warned, "conflicts rows": len(conflicts)}
         c = compare(wh, self.ref, models={"toy"})  # the same rows as the reference's toy, other values (oov: skip)
         r.lost, r.duplicated, r.differ = c["lost"], c["duplicated"], c["differ"]
         r.ok = (
-            rc1 == 0 and rc2 == 0 and len(warned) == 1 and len(conflicts) == 2
+            rc1 == 0 and rc2 == 0 and len(warned) == 1 and warned[0].startswith("warning:") and len(conflicts) == 2
             and sum(c["in_metrics"] for c in conflicts) == 1 and len(newest) == 1 and not dup
             and r.lost == 0 and r.duplicated == 0
         )  # fmt: skip
@@ -560,10 +529,10 @@ def run(work: Path, *, small: bool, only: list[str] | None = None) -> list[Resul
         results.append(res)
     shared = [s for s in todo if s in ("concurrent", "respec")]
     if shared:
-        with ray_head(work / "head") as gcs:
+        with ray_head(work / "head") as head:
             for name in shared:
                 t0 = time.monotonic()
-                res = getattr(faults, name)(gcs)
+                res = getattr(faults, name)(head)
                 res.seconds = round(time.monotonic() - t0, 1)
                 results.append(res)
     return results

@@ -330,8 +330,8 @@ def run(
             disable=not console.is_terminal,
         ) as prog:
             line = prog.add_task("planning")
-            warned: set[str] = set()  # warnings said as they came are not repeated after the run
             embed_bars: dict[str, Any] = {}
+            ready_once: set[str] = set()  # workers that were ready: a second worker-ready is a restarted one
 
             def on_progress(label: str, advance: int, total: int) -> None:  # local executor: embedding
                 if label not in embed_bars:
@@ -365,11 +365,15 @@ def run(
                     prog.console.print(f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}")
                 elif e.kind == "skipped":
                     prog.console.print(f"[dim]{e.message}[/]")
-                elif e.kind == "warning":
+                elif e.kind == "warning":  # RunSummary.warnings among them: each is printed here, once
                     prog.console.print(f"[yellow]warning:[/] {escape(str(e.message))}", highlight=False)
-                    warned.add(str(e.message))
                 prog.update(line, description=e.progress.line())
-                if not console.is_terminal and e.kind == "unit":
+                # without a live line (a log), the line is printed after each unit and whenever the workers change
+                # after a loss: lost (alive / restarting), then back (restarted)
+                revived = e.kind == "worker-ready" and e.worker.name in ready_once
+                if e.kind == "worker-ready":
+                    ready_once.add(e.worker.name)
+                if not console.is_terminal and (e.kind in ("unit", "worker-lost") or revived):
                     console.print(e.progress.line(), highlight=False)
 
             summary = run_catalog(
@@ -390,6 +394,8 @@ def run(
         _fail(str(exc))
         return
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
+        for w in exc.summary.warnings:  # an interrupted run emits no warning events
+            console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
         _fail(f"{exc}. To resume, run the same command again (finished units are skipped): {_again()}", code=3)
         return
     except KeyboardInterrupt:
@@ -398,9 +404,6 @@ def run(
     except OSError as exc:  # an unwritable warehouse (WarehouseWriteError names the path), a vanished file
         _fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
         return
-    for w in summary.warnings:
-        if w not in warned:
-            console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
     c = summary.counts()
     where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
     extra = "".join(

@@ -501,8 +501,7 @@ class Warehouse:
     def _connect(self, read_only: bool, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
         """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
         con = duckdb.connect(":memory:")
-        # what DuckDB reads: the local directory, or scheme://bucket/prefix (without pyarrow's ?options)
-        where = self.base if self.local else f"{str(self.root).split('://', 1)[0]}://{self.base}"
+        where = self.duckdb_root
         try:
             if not self.local:
                 try:
@@ -563,6 +562,12 @@ class Warehouse:
             p = self._p("tables", name, "_schema.parquet")
             if not self.exists(p) or not self._schema_current(p, schema):
                 self.write_table(schema.empty_table(), p)
+
+    @property
+    def duckdb_root(self) -> str:
+        """The root as DuckDB reads it, and the one prefix a read-only connection may open (``lock_down``): the
+        local directory, or ``scheme://bucket/prefix`` without pyarrow's ``?options``."""
+        return self._duck_path(self.base)
 
     def _duck_path(self, path: str) -> str:
         """``path`` (inside ``self.fs``) as DuckDB opens it."""

@@ -83,10 +83,11 @@ def _catalog(d: Path, data_dir: Path) -> Path:
 def test_gpu_workers_are_asked_for_and_used_as_their_nodes_join(tmp_path, data_dir):
     cat = _catalog(tmp_path, data_dir)
     wh = tmp_path / "wh"
-    with faults.ray_head(tmp_path / "head", num_cpus=0, autoscaling=CONFIG) as gcs:
+    # start-head.sh's head (token, loopback only) with the fake autoscaler; the driver gets the head's settings
+    with faults.ray_head(tmp_path / "head", num_cpus=0, autoscaling=CONFIG) as head:
         proc = subprocess.run(
-            [sys.executable, "-c", DRIVER, str(cat), str(wh), gcs],
-            capture_output=True, text=True, timeout=400, cwd=REPO, env=faults._env(),
+            [sys.executable, "-c", DRIVER, str(cat), str(wh), head.gcs],
+            capture_output=True, text=True, timeout=400, cwd=REPO, env=faults._env(**head.client_env()),
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

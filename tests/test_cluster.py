@@ -8,256 +8,26 @@ config is validated against Ray's own schema (ray/autoscaler/ray-schema.json). T
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import os
 import re
 import shlex
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import tempfile
-import time
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+from ray_heads import Head, head_env, start_head, stop_head
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "cluster"
 YAMLS = sorted(CLUSTER.rglob("*.yaml"))
 SCRIPTS = sorted((CLUSTER / "local").glob("*.sh"))
 BIN = Path(sys.executable).parent
-
-
-# -- a real head, started by cluster/local/start-head.sh ----------------------------------------------------------
-# Other people run Ray on this machine at the same time: every port is a free one, and only the processes of the
-# head's own session are ever stopped (never `ray stop`, which stops every Ray of the user).
-
-_RAY_CLIENT_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_API_SERVER_ADDRESS")
-
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def session_pids(sid: int) -> list[int]:
-    """Every live process of session ``sid`` (a head started with start_new_session: all its Ray processes)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state ppid pgrp session ...
-        if int(fields[3]) == sid and fields[0] != "Z":
-            pids.append(int(entry.name))
-    return pids
-
-
-def _decode(hex_addr: str) -> str:
-    raw = bytes.fromhex(hex_addr)
-    if len(raw) == 4:
-        return socket.inet_ntop(socket.AF_INET, raw[::-1])
-    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i : i + 4][::-1] for i in range(0, 16, 4)))
-
-
-def listening_sockets(pids: list[int]) -> list[tuple[int, str, str, int]]:
-    """(pid, process name, address, port) of every listening TCP socket of ``pids``: what `ss -ltnp` shows."""
-    owner: dict[int, int] = {}
-    for pid in pids:
-        try:
-            for fd in Path(f"/proc/{pid}/fd").iterdir():
-                try:
-                    link = os.readlink(fd)
-                except OSError:
-                    continue
-                if link.startswith("socket:["):
-                    owner[int(link[8:-1])] = pid
-        except OSError:
-            continue
-    found = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A" or int(fields[9]) not in owner:  # 0A: LISTEN
-                continue
-            pid = owner[int(fields[9])]
-            host, port = fields[1].split(":")
-            try:
-                name = Path(f"/proc/{pid}/comm").read_text().strip()
-            except OSError:
-                name = "?"
-            found.append((pid, name, _decode(host), int(port, 16)))
-    return sorted(set(found), key=lambda r: (r[3], r[2]))
-
-
-def is_loopback(address: str) -> bool:
-    ip = ipaddress.ip_address(address)
-    mapped = getattr(ip, "ipv4_mapped", None)
-    return ip.is_loopback or (mapped is not None and mapped.is_loopback)
-
-
-def routable_ip() -> str | None:
-    """This host's address on its default route (no packet is sent), or None on a loopback-only machine."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect(("192.0.2.254", 9))
-        except OSError:
-            return None
-        ip = s.getsockname()[0]
-    return None if is_loopback(ip) else ip
-
-
-def http(url: str, *, body: dict | None = None, token: str | None = None, timeout: float = 10) -> tuple[Any, str]:
-    """(status code or exception name, text) of a GET, or a JSON POST when ``body`` is given."""
-    headers = {"Content-Type": "application/json"}
-    if token:
-        headers["Authorization"] = f"Bearer {token}"
-    data = json.dumps(body).encode() if body is not None else None
-    req = urllib.request.Request(url, data=data, headers=headers, method="POST" if data else "GET")
-    try:
-        with urllib.request.urlopen(req, timeout=timeout) as r:
-            return r.status, r.read().decode(errors="replace")
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        return type(reason).__name__, str(reason)
-
-
-@dataclass
-class Head:
-    proc: subprocess.Popen
-    ports: dict[str, int]
-    ray_dir: Path
-    log: Path
-    temp_dir: Path
-
-    @property
-    def dashboard(self) -> str:
-        return f"http://127.0.0.1:{self.ports['dashboard']}"
-
-    @property
-    def token(self) -> str:
-        return (self.ray_dir / "auth_token").read_text().strip()
-
-    def pids(self) -> list[int]:
-        return session_pids(self.proc.pid)
-
-    def client_env(self, **extra: str) -> dict[str, str]:
-        """This environment plus what `. $EVALFARM_RAY_DIR/env` sets, as a user's shell would have it."""
-        out = subprocess.run(
-            ["bash", "-c", 'set -a; . "$0"; env -0', str(self.ray_dir / "env")],
-            env=head_env(),
-            capture_output=True,
-            check=True,
-        ).stdout
-        env = dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
-        return {**env, **extra}
-
-
-def head_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
-    """``base`` (default: this environment) without a Ray client's settings, with this venv's ``ray`` and
-    ``evalfarm`` on PATH, or the ones already first on ``base``'s PATH."""
-    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in _RAY_CLIENT_VARS}
-    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    env.pop("RAY_JOB_CONFIG_JSON_ENV_VAR", None)
-    if base is None:
-        env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # this venv's `ray` and `evalfarm`
-    env["RAY_USAGE_STATS_ENABLED"] = "0"
-    return {**env, **extra}
-
-
-def start_head(tmp: Path, *, num_cpus: int = 2, base_env: dict[str, str] | None = None) -> Head:
-    """cluster/local/start-head.sh --block on free ports; returns once the job API answers the token.
-
-    ``base_env``: the environment to start it from (another venv's ``bin`` first on PATH: its ``ray`` starts the
-    head, whose workers and jobs then run that venv's Python and ``evalfarm``)."""
-    names = ["gcs", "dashboard", "client", "node_manager", "object_manager", "agent_http", "agent_grpc"]
-    names += ["runtime_env", "metrics", "autoscaler_metrics", "dashboard_metrics"]
-    ports = dict(zip(names, free_ports(len(names)), strict=True))
-    ray_dir = tmp / "ray"
-    env = head_env(
-        base_env,
-        EVALFARM_RAY_DIR=str(ray_dir),
-        EVALFARM_GCS_PORT=str(ports["gcs"]),
-        EVALFARM_DASHBOARD_PORT=str(ports["dashboard"]),
-        EVALFARM_NUM_CPUS=str(num_cpus),
-        EVALFARM_NUM_GPUS="0",
-        AUTOSCALER_METRIC_PORT=str(ports["autoscaler_metrics"]),  # fixed 44217 / 44227 by default
-        DASHBOARD_METRIC_PORT=str(ports["dashboard_metrics"]),
-    )
-    cmd = [
-        "bash",
-        str(CLUSTER / "local" / "start-head.sh"),
-        "--block",
-        f"--ray-client-server-port={ports['client']}",
-        f"--node-manager-port={ports['node_manager']}",
-        f"--object-manager-port={ports['object_manager']}",
-        f"--dashboard-agent-listen-port={ports['agent_http']}",
-        f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
-        f"--runtime-env-agent-port={ports['runtime_env']}",
-        f"--metrics-export-port={ports['metrics']}",
-        "--object-store-memory=300000000",
-        # its own temp dir: `ray start` records "the current cluster" under it, and the default (/tmp/ray) is
-        # where other people's `ray.init()` on this machine would look (short: Ray's socket paths must fit)
-        f"--temp-dir={tempfile.mkdtemp(prefix='efray-')}",
-    ]
-    log = tmp / "head.log"
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, env=env, stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    head = Head(proc, ports, ray_dir, log, Path(cmd[-1].split("=", 1)[1]))
-    deadline = time.monotonic() + 120
-    while True:
-        if proc.poll() is not None:
-            raise RuntimeError(f"start-head.sh exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        listening = {port for *_, port in listening_sockets(head.pids())}
-        if {ports[k] for k in ("gcs", "dashboard", "agent_http", "node_manager", "runtime_env")} <= listening:
-            code, _ = http(f"{head.dashboard}/api/jobs/", token=head.token, timeout=5)
-            if code == 200:
-                return head
-        if time.monotonic() > deadline:
-            stop_head(head)
-            raise RuntimeError(f"the job API did not come up in 120 s:\n{log.read_text()[-4000:]}")
-        time.sleep(1)
-
-
-def stop_head(head: Head) -> None:
-    """SIGTERM to the head's session (its own processes only), SIGKILL to what is left after a few seconds.
-
-    Ray's processes take up to a minute to leave on SIGTERM alone; a test head has nothing worth waiting for.
-    """
-    try:
-        os.killpg(head.proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        pass
-    deadline = time.monotonic() + 5
-    while session_pids(head.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    for pid in session_pids(head.proc.pid):  # stragglers of this head only
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    head.proc.wait(timeout=30)
-    shutil.rmtree(head.temp_dir, ignore_errors=True)
 
 
 def _docs(path: Path) -> list[dict[str, Any]]:
@@ -694,6 +464,7 @@ def test_readme_explains_storage_and_loopback():
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[Head]:
+    """start-head.sh on free ports (tests/ray_heads.py); start_head checks that it listens on loopback only."""
     head = start_head(tmp_path_factory.mktemp("head"))
     try:
         yield head

@@ -577,6 +577,14 @@ def test_spacy_tok2vec() -> None:
     enc = load_encoder([spec(id="spacy-md-t2v", level="sentence", kind="spacy-tok2vec", source=SPACY_MD)])
     X = enc.encode([*SENTS, ""])
     assert X.shape == (4, 96) and X[:3].any(axis=1).all() and not X[3].any()
+    # the checked loader (evalfarm.encoders.spacy_tok2vec) builds the very pipeline spacy.load does
+    import spacy
+
+    folder = resolve_source(Source.model_validate(SPACY_MD))
+    nlp = spacy.load(folder, exclude=[p for p in spacy.util.load_config(folder / "config.cfg")["nlp"]["pipeline"]
+                                      if p != "tok2vec"])  # fmt: skip
+    want = np.stack([nlp(t).tensor.mean(axis=0) for t in SENTS])
+    np.testing.assert_allclose(X[:3], want, rtol=1e-6, atol=1e-6)
 
 
 # -- loader errors ---------------------------------------------------------------------------------------------

@@ -138,3 +138,21 @@ def test_readme_quick_start_runs_as_written_in_a_fresh_shell(tmp_path, data_dir)
     # the README's commands after `make run` used the warehouse make filled, not a new one elsewhere
     assert not (repo / "warehouse" / "quarantine").exists()
     assert list((repo / "warehouse" / "tables" / "metrics").glob("model=all-minilm-l6-v2/task=*"))
+
+
+def test_the_reliability_table_is_what_make_faults_measured() -> None:
+    """The README's Reliability table is `make faults`'s table (benchmarks/faults.py's ``markdown``) of the results
+    it stored in benchmarks/results/faults.json, row for row: every scenario, each as expected, no row lost or
+    duplicated. Re-run `make faults` and paste its table when a scenario changes."""
+    import json
+
+    from faults_harness import faults
+
+    results = [faults.Result(**r) for r in json.loads((REPO / "benchmarks/results/faults.json").read_text())]
+    assert len(results) == len(faults.SCENARIOS)
+    assert [(r.fault, r.ok, r.lost, r.duplicated) for r in results] == [(r.fault, True, 0, 0) for r in results]
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"^## Reliability\s*$(.*?)(?=^## )", readme, re.MULTILINE | re.DOTALL)
+    assert m, "README.md has no '## Reliability' section"
+    table = [line for line in m.group(1).splitlines() if line.startswith("|")]
+    assert table == faults.markdown(results).splitlines()

@@ -4,7 +4,10 @@ their path."""
 
 from __future__ import annotations
 
+import os
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +16,8 @@ import pytest
 
 from evalfarm.runner import RunInterrupted, RunSummary, run_catalog, spec_conflicts
 from evalfarm.warehouse import SCHEMAS, Warehouse, WarehouseWriteError, atomic_write_table
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -63,6 +68,28 @@ def test_end_event_counts_and_a_changed_spec_is_flagged(catalogs, tmp_path):
     s3 = run_catalog(first, wh, executor="local")
     assert s3.counts() == {"done": 0, "skipped": 1, "failed": 0} and len(s3.warnings) == 1
     assert spec_conflicts(Warehouse(wh), []) == []
+
+
+@pytest.mark.slow
+def test_the_cli_prints_a_changed_spec_warning_once(catalogs, tmp_path):
+    """The runner emits each warning as an event and the CLI prints events: the summary's list is not printed again.
+    Every line that mentions the conflict is counted, whatever its prefix."""
+    first, second = catalogs
+    wh = str(tmp_path / "wh")
+
+    def run(catalog: Path) -> subprocess.CompletedProcess:
+        return subprocess.run(
+            [sys.executable, "-m", "evalfarm.cli", "run", "--catalog", str(catalog), "--warehouse", wh,
+             "--executor", "local"],
+            capture_output=True, text=True, timeout=300, cwd=REPO, env={**os.environ, "COLUMNS": "200"},
+        )  # fmt: skip
+
+    assert run(first).returncode == 0
+    proc = run(second)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    mentions = [line for line in out.splitlines() if "'toy'" in line or "other spec(s)" in line]
+    assert len(mentions) == 1 and mentions[0].startswith("warning: model 'toy'"), out[-3000:]
 
 
 def test_no_conflict_without_a_second_spec(catalogs, tmp_path):

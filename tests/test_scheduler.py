@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from ray_heads import local_ray
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
@@ -89,17 +90,10 @@ models:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    import ray
-
-    from evalfarm.scheduler.ray_runner import shutdown_workers
-
-    # "local": a cluster of our own, never whatever `ray start` another process left on this machine
-    ray.init(
-        address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=200 * 1024**2
-    )
-    yield ray
-    shutdown_workers()
-    ray.shutdown()
+    """evalfarm's own local Ray (``connect(None)``: a cluster of our own, token-authenticated, every server on
+    loopback; tests/ray_heads.py checks its sockets), kept for the module."""
+    with local_ray(num_cpus=2) as ray:
+        yield ray
 
 
 def _q(wh: Path, sql: str) -> list[dict]:
@@ -171,25 +165,62 @@ def test_units_view_records_where_and_how_long(ray_run):
 
 @pytest.mark.slow
 def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalog, tmp_path):
+    """``kill -9`` of the worker embedding the static model: the unit is retried on the other worker, and the killed
+    one, restarted by Ray, takes work again.
+
+    That it takes work is made certain, not left to timing: the other worker is paused (SIGSTOP) at its first task,
+    so it holds at most one; of the two independent word models (toy, toy-skip) one is then still queued when the
+    killed worker comes back. The other worker is resumed at the first event after that comeback (or when the
+    scheduler gives up on the killed one): the run never waits on the pause.
+    """
     wh = tmp_path / "wh"
-    killed: dict[str, object] = {}
+    state: dict[str, object] = {}
+
+    def resume_other() -> None:
+        if state.get("paused") and not state.get("resumed"):
+            state["resumed"] = True
+            os.kill(state["paused"], signal.SIGCONT)
 
     def on_event(e) -> None:
+        killed = state.get("worker")
+        if state.get("back") and not state.get("resumed"):  # the first event after the killed worker came back
+            state["first after comeback"] = (e.kind, getattr(e.worker, "name", None))
+            resume_other()
         if e.kind == "dispatch" and e.task.stage == "embed" and e.task.plan.model == "static" and not killed:
-            killed["worker"], killed["pid"] = e.worker.name, e.worker.pid
+            state["worker"], state["pid"] = e.worker.name, e.worker.pid
             # 1.5 s in: the worker is loading the model or embedding ~100k sentences (several seconds)
-            threading.Timer(1.5, os.kill, (e.worker.pid, signal.SIGKILL)).start()
-        if e.kind == "worker-lost":
-            killed["lost"] = e.message
+            threading.Timer(
+                1.5, lambda: (state.setdefault("t_kill", time.time()), os.kill(e.worker.pid, signal.SIGKILL))
+            ).start()
+        elif e.kind == "dispatch" and e.worker.name != state.get("worker") and "paused" not in state:
+            state["paused"] = e.worker.pid  # the other worker, at its first task
+            os.kill(e.worker.pid, signal.SIGSTOP)
+        elif e.kind == "dispatch" and e.worker.name == killed and "t_kill" in state:
+            state.setdefault("after the kill", []).append(e.task.label)
+        if e.kind == "worker-lost" and e.worker.name == killed:
+            state["lost"] = e.message
+            if "gave up" in str(e.message):
+                resume_other()
+        if e.kind == "worker-ready" and e.worker.name == killed and "t_kill" in state:
+            state["back"] = True
 
-    summary = run_catalog(
-        catalog, wh, models=["static", "toy", "toy-abtt1"], tasks=["sent-bigbg", "word-small"],
-        executor="ray", workers=2, max_attempts=2, on_event=on_event,
-    )  # fmt: skip
-    assert "lost" in killed, "the worker was not killed while it worked"
-    assert summary.ok and summary.counts() == {"done": 3, "skipped": 0, "failed": 0}
+    try:
+        summary = run_catalog(
+            catalog, wh, models=["static", "toy", "toy-skip", "toy-abtt1"], tasks=["sent-bigbg", "word-small"],
+            executor="ray", workers=2, max_attempts=2, on_event=on_event,
+        )  # fmt: skip
+    finally:
+        resume_other()
+    assert "lost" in state, "the worker was not killed while it worked"
+    assert summary.ok and summary.counts() == {"done": 4, "skipped": 0, "failed": 0}
     row = _q(wh, "SELECT worker, attempts FROM units WHERE model = 'static' AND stage = 'embed'")
-    assert len(row) == 1 and row[0]["attempts"] == 2 and row[0]["worker"] != killed["worker"]
+    assert len(row) == 1 and row[0]["attempts"] == 2 and row[0]["worker"] != state["worker"]
+    # the killed worker was restarted and took a later task: dispatched to it, and recorded as run by it
+    assert state["back"] and state["first after comeback"][0] == "dispatch", state
+    assert state["after the kill"], state
+    later = _q(wh, f"SELECT model, stage FROM units WHERE worker = '{state['worker']}' AND status = 'done'"
+                   f" AND epoch(started_at) > {state['t_kill']}")  # fmt: skip
+    assert later, _q(wh, "SELECT model, stage, worker, started_at FROM units")
     _no_duplicates(wh)
     assert len(list((wh / "embeddings" / "model=static").rglob("*.parquet"))) == 1
     assert _q(wh, "SELECT count(*) n FROM failures") == [{"n": 0}]

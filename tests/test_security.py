@@ -6,6 +6,7 @@ unauthenticated job submission or ``ray.init``) and checks both the refusal and 
 
 from __future__ import annotations
 
+import contextlib
 import http.client as http_client
 import json
 import os
@@ -202,11 +203,16 @@ def test_a_read_only_connection_cannot_unlock_itself(warehouse, tmp_path):
 def test_object_store_warehouses_get_the_same_lock(scheme):
     """The prefix sandbox on an object-store root: only ``scheme://bucket/wh/…`` may be opened.
 
-    DuckDB's httpfs is not installable offline, so the in-prefix read fails for want of it (not of permission);
-    every other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
+    The lock is the one ``Warehouse.connect`` applies, on the root it derives from the warehouse URI (pyarrow's
+    ``?options`` dropped). ``connect`` itself cannot run here: it needs DuckDB's httpfs extension (not installable
+    offline) and a reachable bucket. So the in-prefix read fails for want of httpfs (not of permission); every
+    other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
     """
+    options = "?endpoint_override=127.0.0.1:9&scheme=http" + ("&region=us-east-1" if scheme == "s3" else "")
+    wh = Warehouse(f"{scheme}://bucket/wh{options}")
+    assert wh.duckdb_root == f"{scheme}://bucket/wh"
     con = duckdb.connect()
-    lock_down(con, f"{scheme}://bucket/wh")
+    lock_down(con, wh.duckdb_root)
     refused = [
         f"{scheme}://bucket/wh-other/x.parquet",
         f"{scheme}://bucket/other/x.parquet",
@@ -253,9 +259,9 @@ def test_read_only_statements_still_work(warehouse):
 
 
 # -- Ray heads: token authentication and loopback ---------------------------------------------------------------
-# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session); see test_cluster.py.
+# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session): tests/ray_heads.py.
 
-from test_cluster import (  # noqa: E402 - the head helpers live with the cluster files' tests
+from ray_heads import (  # noqa: E402 - the head helpers every Ray test shares
     head_env,
     http,
     is_loopback,
@@ -306,9 +312,20 @@ def _finish(proc: subprocess.Popen, timeout: float) -> tuple[int | None, str]:
         return None, out
 
 
+def _routable_or_skip() -> str:
+    """This host's routable address, or an explicit skip: a machine without a default route (a CI sandbox, a
+    laptop offline) has no network side to attack from, and the loopback attacks in the other tests still run."""
+    ip = routable_ip()
+    if ip is None:
+        pytest.skip(
+            "this machine has no routable address (no default route): the attack from the network cannot be tried"
+        )
+    return ip
+
+
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
-    h = start_head(tmp_path_factory.mktemp("head"))
+    h = start_head(tmp_path_factory.mktemp("head"))  # checks, too, that every socket of the head is on loopback
     try:
         yield h
     finally:
@@ -333,19 +350,9 @@ def test_start_head_listens_on_loopback_only(head):
 
 @pytest.mark.slow
 def test_job_api_refuses_callers_without_the_token(head, tmp_path):
+    """From this machine (another user, a browser page): the job API wants the token."""
     mark = tmp_path / "pwned"
     job = {"entrypoint": f"touch {mark}"}
-    ip = routable_ip()
-    if ip is not None:  # from the network: nothing listens there at all
-        for port in sorted({p for *_, p in listening_sockets(head.pids())}):
-            with pytest.raises(ConnectionRefusedError):
-                socket.create_connection((ip, port), timeout=5).close()
-        assert (
-            http(f"http://{ip}:{head.ports['agent_http']}/api/job_agent/jobs/", body=job)[0]
-            == "ConnectionRefusedError"
-        )
-        assert http(f"http://{ip}:{head.ports['dashboard']}/api/jobs/", body=job)[0] == "ConnectionRefusedError"
-    # from this machine (another user, a browser page): the token is required
     for url in (
         f"http://127.0.0.1:{head.ports['agent_http']}/api/job_agent/jobs/",
         f"http://127.0.0.1:{head.ports['dashboard']}/api/jobs/",
@@ -371,11 +378,28 @@ def test_job_api_refuses_callers_without_the_token(head, tmp_path):
 
 
 @pytest.mark.slow
+def test_nothing_of_the_head_answers_on_the_routable_address(head, tmp_path):
+    """From the network: no port of the head accepts a connection there, so neither job API nor GCS can be asked."""
+    ip = _routable_or_skip()
+    mark = tmp_path / "pwned"
+    job = {"entrypoint": f"touch {mark}"}
+    for port in sorted({p for *_, p in listening_sockets(head.pids())}):
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((ip, port), timeout=5).close()
+    assert http(f"http://{ip}:{head.ports['agent_http']}/api/job_agent/jobs/", body=job)[0] == "ConnectionRefusedError"
+    assert http(f"http://{ip}:{head.ports['dashboard']}/api/jobs/", body=job)[0] == "ConnectionRefusedError"
+    # Ray's own client tries an address where nothing listens for ever: 15 s to do what it cannot
+    code, out = _finish(_ray_init(f"{ip}:{head.ports['gcs']}", mark, _attacker_env(tmp_path / "home")), 15)
+    assert code != 0 and "RAN" not in out, out[-2000:]  # killed still trying, or refused
+    assert not mark.exists()
+
+
+@pytest.mark.slow
 def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
-    """GCS (ray.init) on loopback without the token is refused; from the routable address nothing answers.
+    """GCS (ray.init) on loopback without the token is refused; the same call with the token runs a task.
 
     The loopback attacker runs in Ray's single-node mode too, or its Ray would rewrite 127.0.0.1 to the routable
-    address and never reach the GCS: that is the strongest attempt. The same call with the token runs a task.
+    address and never reach the GCS: that is the strongest attempt.
     """
     gcs = head.ports["gcs"]
     tries = {
@@ -385,37 +409,23 @@ def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
         ),
         "with the token": (f"127.0.0.1:{gcs}", head.client_env()),
     }
-    ip = routable_ip()
-    if ip is not None:
-        tries["routable, no token"] = (f"{ip}:{gcs}", _attacker_env(tmp_path / "home"))
     procs = {}
     for name, (addr, env) in tries.items():
         mark = tmp_path / name.replace(" ", "-").replace(",", "")
         procs[name] = (_ray_init(addr, mark, env), mark)
-    # Ray retries a refused token ~20 times (about 20 s), and an address where nothing listens forever: that one
-    # gets 15 s to do what it cannot, while the others run to their end
-    start = time.monotonic()
-    limits = {name: 15 if name.startswith("routable") else 90 for name in procs}
-    results = {
-        name: (*_finish(proc, max(1, start + limits[name] - time.monotonic())), mark)
-        for name, (proc, mark) in procs.items()
-    }
+    # Ray retries a refused token ~20 times (about 20 s): each gets 90 s to run to its end
+    results = {name: (*_finish(proc, 90), mark) for name, (proc, mark) in procs.items()}
 
     code, out, mark = results["with the token"]
     assert code == 0 and "RAN" in out and mark.exists(), out[-2000:]
     code, out, mark = results["loopback, no token"]
     assert code not in (0, None) and not mark.exists(), out[-2000:]
     assert "Failed to connect to Ray cluster" in out and re.search(r"Unauthenticated|InvalidAuthToken", out)
-    if ip is not None:
-        code, out, mark = results["routable, no token"]
-        assert code != 0 and "RAN" not in out and not mark.exists(), out[-2000:]  # killed still trying, or refused
 
 
-@pytest.mark.slow
-def test_evalfarms_own_local_ray_is_closed_too(tmp_path):
-    """`evalfarm run` without --address starts its own Ray: token per head (0600 file), every server on loopback,
-    and no token-authentication warning on the way."""
-    script = """
+# -- evalfarm's own local Ray (`evalfarm run` without --address) -----------------------------------------------------
+
+OWN_RAY = """
 import json, os, sys
 from evalfarm.scheduler.ray_runner import connect
 import ray
@@ -430,57 +440,96 @@ print(json.dumps({"gcs": node.gcs_address, "agent": agent, "token": token,
 sys.stdin.readline()
 ray.shutdown()
 """
-    env = _attacker_env(tmp_path / "home")  # no token of its own: connect makes one
-    driver = subprocess.Popen(
-        [sys.executable, "-c", script],
-        env=env,
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        line = driver.stdout.readline()
-        assert line, driver.stderr.read()[-3000:]
-        info = json.loads(line)
-        assert info["mode"] == "0o600" and info["dir"] == "0o700" and info["ip"] == "127.0.0.1"
-        sockets = listening_sockets(session_pids(driver.pid))
-        print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
-        # the agent's HTTP port as the node reports it; when it reports none (-1: the agent registered after the
-        # node, as on a loaded machine), every port the dashboard agent's process listens on is attacked
-        agent_ports = [info["agent"]] if info["agent"] > 0 else [p for _, n, _, p in sockets if "DashboardA" in n]
-        assert agent_ports and int(info["gcs"].rsplit(":", 1)[1]) in {port for *_, port in sockets}
-        assert set(agent_ports) <= {port for *_, port in sockets}
-        assert all(is_loopback(addr) for _, _, addr, _ in sockets), sockets
 
-        mark = tmp_path / "pwned"
-        attack = _ray_init(info["gcs"], mark, _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
 
-        def job_post(port: int) -> tuple[object, str]:
+class OwnRay:
+    """A driver process that called ``connect(None)`` and holds its local Ray until ``stop``."""
+
+    def __init__(self, home: Path) -> None:
+        self.stderr = ""
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", OWN_RAY],
+            env=_attacker_env(home),  # no token of its own: connect makes one
+            cwd=REPO,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            start_new_session=True,
+        )
+        line = self.proc.stdout.readline()
+        if not line:
+            self.stop()
+            raise RuntimeError(f"the driver did not start its Ray:\n{self.stderr[-3000:]}")
+        self.info = json.loads(line)
+        self.sockets = listening_sockets(session_pids(self.proc.pid))
+
+    def stop(self) -> int:
+        if self.proc.returncode is None:
             try:
-                return http(f"http://127.0.0.1:{port}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"})
-            except http_client.HTTPException as exc:  # the agent's gRPC port answers HTTP/1.1 with binary frames
-                return type(exc).__name__, ""
+                _, self.stderr = self.proc.communicate("\n", timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                _, self.stderr = self.proc.communicate()
+        return self.proc.returncode
 
-        answers = [job_post(port) for port in agent_ports]
-        assert not [a for a in answers if isinstance(a[0], int) and a[0] < 400], answers  # nothing accepts a job
-        if info["agent"] > 0:
-            assert answers[0][0] == 401, answers  # the job API is there and refuses the caller without the token
-        ip = routable_ip()
-        if ip is not None:
-            for *_, port in sockets:
-                with pytest.raises(ConnectionRefusedError):
-                    socket.create_connection((ip, port), timeout=5).close()
-        code, out = _finish(attack, 45)
-        assert code not in (0, None) and re.search(r"Unauthenticated|InvalidAuthToken", out), out[-2000:]
-        assert not mark.exists()
+
+@pytest.fixture(scope="module")
+def own_ray(tmp_path_factory):
+    ray_ = OwnRay(tmp_path_factory.mktemp("own-ray-home"))
+    try:
+        yield ray_
     finally:
-        out, err = driver.communicate("\n", timeout=60)
-    assert driver.returncode == 0, err[-3000:]
-    assert "Token authentication is" not in err, err[-3000:]  # Ray's warning on every run (issue 13)
-    assert not Path(info["token"]).exists()  # the token goes with the driver
+        ray_.stop()
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(ray_.proc.pid, signal.SIGKILL)  # what its Ray left behind, if anything
+
+
+@pytest.mark.slow
+def test_evalfarms_own_local_ray_is_closed_too(own_ray, tmp_path):
+    """`evalfarm run` without --address starts its own Ray: token per head (0600 file), every server on loopback."""
+    info, sockets = own_ray.info, own_ray.sockets
+    assert info["mode"] == "0o600" and info["dir"] == "0o700" and info["ip"] == "127.0.0.1"
+    print("\n".join(f"{pid:>7} {name:<16} {addr}:{port}" for pid, name, addr, port in sockets))
+    # the agent's HTTP port as the node reports it; when it reports none (-1: the agent registered after the
+    # node, as on a loaded machine), every port the dashboard agent's process listens on is attacked
+    agent_ports = [info["agent"]] if info["agent"] > 0 else [p for _, n, _, p in sockets if "DashboardA" in n]
+    assert agent_ports and int(info["gcs"].rsplit(":", 1)[1]) in {port for *_, port in sockets}
+    assert set(agent_ports) <= {port for *_, port in sockets}
+    assert all(is_loopback(addr) for _, _, addr, _ in sockets), sockets
+
+    mark = tmp_path / "pwned"
+    attack = _ray_init(info["gcs"], mark, _attacker_env(tmp_path / "home", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0"))
+
+    def job_post(port: int) -> tuple[object, str]:
+        try:
+            return http(f"http://127.0.0.1:{port}/api/job_agent/jobs/", body={"entrypoint": f"touch {mark}"})
+        except http_client.HTTPException as exc:  # the agent's gRPC port answers HTTP/1.1 with binary frames
+            return type(exc).__name__, ""
+
+    answers = [job_post(port) for port in agent_ports]
+    assert not [a for a in answers if isinstance(a[0], int) and a[0] < 400], answers  # nothing accepts a job
+    if info["agent"] > 0:
+        assert answers[0][0] == 401, answers  # the job API is there and refuses the caller without the token
+    code, out = _finish(attack, 45)
+    assert code not in (0, None) and re.search(r"Unauthenticated|InvalidAuthToken", out), out[-2000:]
+    assert not mark.exists()
+
+
+@pytest.mark.slow
+def test_evalfarms_own_local_ray_is_unreachable_from_the_network(own_ray):
+    ip = _routable_or_skip()
+    for *_, port in own_ray.sockets:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection((ip, port), timeout=5).close()
+
+
+@pytest.mark.slow
+def test_evalfarms_own_local_ray_ends_with_its_token_and_no_warning(own_ray):
+    """Run last of the three: it stops the driver. The token goes with it, and Ray never warned about tokens."""
+    assert own_ray.stop() == 0, own_ray.stderr[-3000:]
+    assert "Token authentication is" not in own_ray.stderr, own_ray.stderr[-3000:]  # Ray's warning (issue 13)
+    assert not Path(own_ray.info["token"]).exists()
 
 
 @pytest.mark.parametrize(

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from ray_heads import start_head, stop_head
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.submit import (
@@ -69,8 +68,10 @@ REMOTE_CODE_MODEL = (
 
 
 def _env(**extra: str) -> dict[str, str]:
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0", **extra}
-    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"  # the job's `evalfarm` is this venv's
+    """`evalfarm`'s environment: this one (with the token settings of the module's head while it runs, see
+    ``ray_head``), no Ray address unless given, and this venv first on PATH (the job's `evalfarm` is this venv's)."""
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", **extra}
+    env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     for key in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS"):
         if key not in extra:
             env.pop(key, None)
@@ -392,106 +393,20 @@ def test_address_auto_only_when_run_accepts_it():
     )
 
 
-# -- a real Ray head on loopback ------------------------------------------------------------------------------
-
-
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
-def _stop_head(proc: subprocess.Popen, gcs_port: int) -> None:
-    """Stop the head this test started, and only it: SIGTERM to `ray start --block`, which kills its processes.
-
-    ``ray stop --force`` is not used: it kills every Ray process of the user, other people's clusters included.
-    """
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    deadline = time.monotonic() + 15
-    marker = f"127.0.0.1:{gcs_port}"
-    while True:  # stragglers of this cluster (they carry its GCS address on their command line)
-        left = [pid for pid in _pids() if marker in _cmdline(pid)]
-        if not left:
-            return
-        if time.monotonic() > deadline:
-            for pid in left:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            return
-        time.sleep(0.5)
-
-
-def _pids() -> list[int]:
-    return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and int(p.name) != os.getpid()]
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:  # gone meanwhile
-        return ""
+# -- a real Ray head: cluster/local/start-head.sh's (token authentication, loopback only) ------------------------
 
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[str]:
-    from ray.job_submission import JobSubmissionClient
-
-    ports = _free_ports(9)
-    gcs, dash = ports[0], ports[1]
-    log = tmp_path_factory.mktemp("ray") / "head.log"
-    cmd = [
-        str(BIN / "ray"),
-        "start",
-        "--head",
-        "--block",
-        "--num-cpus=2",
-        "--num-gpus=0",
-        "--node-ip-address=127.0.0.1",
-        "--dashboard-host=127.0.0.1",
-        "--include-dashboard=true",
-        f"--port={gcs}",
-        f"--dashboard-port={dash}",
-        f"--ray-client-server-port={ports[2]}",
-        f"--node-manager-port={ports[3]}",
-        f"--object-manager-port={ports[4]}",
-        f"--dashboard-agent-listen-port={ports[5]}",
-        f"--dashboard-agent-grpc-port={ports[6]}",
-        f"--runtime-env-agent-port={ports[7]}",
-        f"--metrics-export-port={ports[8]}",
-        "--object-store-memory=300000000",
-        "--disable-usage-stats",
-    ]
-    with open(log, "w") as fh:
-        proc = subprocess.Popen(cmd, env=_env(), stdout=fh, stderr=subprocess.STDOUT, start_new_session=True)
-    address = f"http://127.0.0.1:{dash}"
+    """The head start-head.sh starts (tests/ray_heads.py: free ports, its own session, checked to listen on loopback
+    only); yields its job API address. For the module's duration this process and the `evalfarm` it runs are the
+    head's clients: the token settings of its env file are in os.environ (``_env`` passes them on)."""
+    head = start_head(tmp_path_factory.mktemp("head"))
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            if proc.poll() is not None:
-                pytest.fail(f"ray start exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                JobSubmissionClient(address).list_jobs()
-                break
-            except Exception:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"Ray job API not up at {address} after 90s:\n{log.read_text()[-4000:]}")
-                time.sleep(1)
-        yield address
+        with head.in_process():
+            yield head.dashboard
     finally:
-        _stop_head(proc, gcs)
+        stop_head(head)
 
 
 @pytest.mark.slow

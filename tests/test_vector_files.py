@@ -8,6 +8,7 @@ import os
 import pickle
 import re
 import shlex
+import shutil
 import tempfile
 import threading
 import time
@@ -552,6 +553,128 @@ def test_a_spacy_folder_with_pickled_vectors_never_runs(tmp_path: Path) -> None:
     assert not marker.exists()
 
 
+# -- spaCy pipelines (kind spacy-tok2vec): what spacy.load would run, refused (evalfarm/encoders/spacy_tok2vec.py) --
+
+CNN = {
+    "@architectures": "spacy.Tok2Vec.v2",
+    "embed": {"@architectures": "spacy.MultiHashEmbed.v2", "width": 8, "attrs": ["NORM"], "rows": [50],
+              "include_static_vectors": False},
+    "encode": {"@architectures": "spacy.MaxoutWindowEncoder.v2", "width": 8, "window_size": 1, "maxout_pieces": 2,
+               "depth": 1},
+}  # fmt: skip
+TORCH = {**CNN, "encode": {"@architectures": "spacy.TorchBiLSTMEncoder.v1", "width": 8, "depth": 1, "dropout": 0.0}}
+
+
+def _pipeline(folder: Path, model: dict) -> Path:
+    """A real spaCy pipeline folder: a blank English pipeline with one trained-shape tok2vec, saved."""
+    import spacy
+
+    nlp = spacy.blank("en")
+    nlp.add_pipe("tok2vec", config={"model": model})
+    nlp.initialize()
+    nlp.to_disk(folder)
+    return folder
+
+
+def _poison_torch_state(folder: Path, marker: Path) -> None:
+    """Replace the PyTorch layer's saved state (what thinc hands to torch.load) with a pickle that runs a command."""
+    import srsly
+
+    msg = srsly.msgpack_loads((folder / "tok2vec" / "model").read_bytes())
+    (i, shims), *_ = [(i, sh) for i, sh in enumerate(msg["shims"]) if sh]
+    state = srsly.msgpack_loads(shims[0])
+    state["state"] = pickle.dumps(_Payload(marker))
+    msg["shims"][i] = [srsly.msgpack_dumps(state)]
+    (folder / "tok2vec" / "model").write_bytes(srsly.msgpack_dumps(msg))
+
+
+def _tok2vec_spec(folder: Path, **extra) -> dict:
+    return {"id": "evil-t2v", "level": "sentence", "kind": "spacy-tok2vec",
+            "source": {"type": "path", "ref": str(folder)}, **extra}  # fmt: skip
+
+
+def _load_t2v(tmp_path: Path, entry: dict):
+    cat = load_catalog(_write_catalog(tmp_path, entry))
+    return load_encoder(cat.lineage(entry["id"]), base_dir=tmp_path)
+
+
+@pytest.mark.slow
+def test_a_spacy_pipeline_with_a_pickled_torch_layer_never_runs(tmp_path: Path, monkeypatch) -> None:
+    """spaCy's own TorchBiLSTMEncoder saves its state with torch.save and loads it with torch.load: a pickle. With
+    torch 2.4–2.5 (which evalfarm allows) or TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 (set here: the weakest torch), any
+    pickle in that state runs. evalfarm refuses the pipeline before reading a weight; `allow_pickle` lets it load."""
+    pytest.importorskip("spacy")
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "pwned"
+    folder = _pipeline(tmp_path / "pipeline", TORCH)
+    _poison_torch_state(folder, marker)
+    with pytest.raises(ModelLoadError, match=r"model 'evil-t2v'.*wraps a PyTorchShim.*a pickle.*allow_pickle: true"):
+        _load_t2v(tmp_path, _tok2vec_spec(folder))
+    assert not marker.exists()
+    # the payload is real: opting in runs it (which is why the opt-in is named after what it does)
+    with pytest.raises(ModelLoadError):
+        _load_t2v(tmp_path, _tok2vec_spec(folder, allow_pickle=True))
+    assert marker.exists()
+
+
+@pytest.mark.slow
+def test_a_spacy_pipeline_that_loads_more_than_itself_is_refused(tmp_path: Path, monkeypatch) -> None:
+    """A sourced component, a creation callback that loads another pipeline, another package's registered function:
+    each would run more than this folder's data; each is refused before anything is built or loaded."""
+    pytest.importorskip("spacy")
+    from spacy.util import registry
+
+    monkeypatch.setenv("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", "1")
+    marker = tmp_path / "pwned"
+    evil = _pipeline(tmp_path / "evil", TORCH)  # loading this one runs the payload (as above)
+    _poison_torch_state(evil, marker)
+    good = _pipeline(tmp_path / "good", CNN)
+    config = (good / "config.cfg").read_text()
+
+    called: list[str] = []
+    # a function registered by "another package" (this test module): spacy.load would call it while building
+    registry.architectures.register("evalfarm-test.Evil.v1", func=lambda **kw: called.append("evil") or None)
+
+    cnn = '@architectures = "spacy.Tok2Vec.v2"'
+    copy_from = f'{{"@callbacks":"spacy.copy_from_base_model.v1","tokenizer":"{evil}","vocab":"{evil}"}}'
+    variants = {
+        "sourced": config.replace(
+            '[components.tok2vec]\nfactory = "tok2vec"', f'[components.tok2vec]\nsource = "{evil}"'
+        ),
+        "callback": config.replace("after_creation = null", f"after_creation = {copy_from}"),
+        "foreign function": config.replace(cnn, '@architectures = "evalfarm-test.Evil.v1"'),
+    }
+    refusals = {
+        "sourced": r"is sourced from .*evil",
+        "callback": r"after_creation calls",
+        "foreign function": r"evalfarm-test\.Evil\.v1.*another package than spaCy and thinc",
+    }
+    for name, text in variants.items():
+        assert text != config, name  # the edit took
+        folder = tmp_path / name.replace(" ", "-")
+        shutil.copytree(good, folder)
+        (folder / "config.cfg").write_text(text)
+        with pytest.raises(ModelLoadError, match=refusals[name]):
+            _load_t2v(tmp_path, _tok2vec_spec(folder))
+    assert not marker.exists() and not called
+    # the honest pipeline beside them loads and encodes
+    enc = _load_t2v(tmp_path, _tok2vec_spec(good))
+    assert enc.encode(["a sentence", ""]).shape == (2, 8)
+
+
+@pytest.mark.slow
+def test_a_spacy_pipeline_with_pickled_vectors_never_runs(tmp_path: Path) -> None:
+    """The tok2vec loader reads the vocabulary's vectors with numpy, which refuses a pickled array."""
+    pytest.importorskip("spacy")
+    marker = tmp_path / "pwned"
+    folder = _pipeline(tmp_path / "pipeline", CNN)
+    with open(folder / "vocab" / "vectors", "wb") as f:
+        np.save(f, np.array([_Payload(marker)], dtype=object), allow_pickle=True)
+    with pytest.raises(ModelLoadError, match="allow_pickle=False|Python objects|Object arrays"):
+        _load_t2v(tmp_path, _tok2vec_spec(folder))
+    assert not marker.exists()
+
+
 def test_save_numpy_vocab_round_trips(tmp_path: Path) -> None:
     M = np.arange(6, dtype=np.float64).reshape(3, 2)
     save_numpy_vocab(tmp_path, ["a", "é", "c d"], M)
@@ -564,7 +687,7 @@ def test_save_numpy_vocab_round_trips(tmp_path: Path) -> None:
 
 def test_allow_pickle_is_validated_and_kept_out_of_old_hashes() -> None:
     base = {"id": "w", "level": "word", "kind": "word-vectors", "source": {"type": "path", "ref": "x"}}
-    with pytest.raises(ValueError, match="'allow_pickle' only applies to gensim-kv"):
+    with pytest.raises(ValueError, match="'allow_pickle' only applies to format gensim-kv and kind spacy-tok2vec"):
         ModelSpec.model_validate({**base, "format": "glove-text", "allow_pickle": True})
     opted = ModelSpec.model_validate({**base, "format": "gensim-kv", "allow_pickle": True})
     assert spec_hash(opted) != spec_hash(opted.model_copy(update={"allow_pickle": False}))

@@ -100,6 +100,9 @@ DEFAULT_SENTENCE_FIT_TASK = "evalrank-sentence"
 WordFormat = Literal["word2vec-text", "word2vec-binary", "glove-text", "gensim-kv", "numpy-vocab", "spacy"]
 PICKLE_FORMATS = ("gensim-kv",)
 """Word formats whose loader unpickles the file: a spec must opt in with ``allow_pickle: true``."""
+PICKLE_KINDS = ("spacy-tok2vec",)
+"""Kinds that may hold a pickle (a spaCy pipeline whose tok2vec wraps a PyTorch model: ``torch.load``): refused at
+load unless the spec says ``allow_pickle: true`` (evalfarm.encoders.spacy_tok2vec)."""
 
 
 class ModelSpec(_Strict):
@@ -149,8 +152,9 @@ class ModelSpec(_Strict):
     trust_remote_code: bool = False
     allow_pickle: bool = Field(
         default=False,
-        description="load a format that unpickles its file (gensim-kv), which runs any code the file carries: "
-        "only for files you trust; convert to word2vec-binary or numpy-vocab instead",
+        description="load a format that unpickles its file (gensim-kv), or a spaCy pipeline (spacy-tok2vec) whose "
+        "layers wrap a PyTorch model (torch.load), which runs any code the file carries: only for files you trust; "
+        "convert to word2vec-binary or numpy-vocab instead",
     )
     onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
     tokenizer: Source | None = None
@@ -197,10 +201,10 @@ class ModelSpec(_Strict):
                 ".save_word2vec_format(out, binary=True); or numpy-vocab), or, only for a file you trust, set "
                 "'allow_pickle: true'"
             )
-        if self.allow_pickle and self.format not in PICKLE_FORMATS:
+        if self.allow_pickle and self.format not in PICKLE_FORMATS and self.kind not in PICKLE_KINDS:
             raise ValueError(
-                f"model {self.id!r}: 'allow_pickle' only applies to {', '.join(PICKLE_FORMATS)}; "
-                f"format {self.format!r} never unpickles: drop it"
+                f"model {self.id!r}: 'allow_pickle' only applies to format {', '.join(PICKLE_FORMATS)} and kind "
+                f"{', '.join(PICKLE_KINDS)}; format {self.format!r} never unpickles: drop it"
             )
         if self.kind == "transformers" and self.pooling is None and self.base is None:
             raise ValueError(f"model {self.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")

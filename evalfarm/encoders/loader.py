@@ -313,7 +313,7 @@ def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, A
         target: str | Path = Path(loc)
         if spec.source.type == "package" and not spec.source.path:  # an installed spaCy pipeline package
             target = spec.source.ref.replace("-", "_")
-        enc = SpacyTok2Vec(target, batch_size=spec.batch_size)
+        enc = SpacyTok2Vec(target, batch_size=spec.batch_size, allow_pickle=spec.allow_pickle)
     else:
         raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
     prov["libraries"] = library_versions(*dict.fromkeys(libs))
