@@ -148,20 +148,18 @@ def prepare(
 
 def lowercased_view(wv: Any) -> Any:
     """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
-    ``read_word_embs``), looked-up words lower-cased. Shares the matrix; returns a ``WordVectors``."""
-    from evalfarm.encoders.vector_cache import lowercase_first_rows
+    ``read_word_embs``), looked-up words lower-cased. Shares the matrix and the model's index (a cached file's
+    memory-mapped one: no per-word work); returns a ``WordVectors``."""
+    from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
     from evalfarm.encoders.word_vectors import WordVectors
 
-    # positions of each lower-cased key's first occurrence (cached on the model when it can)
-    first = wv.lower_first() if hasattr(wv, "lower_first") else lowercase_first_rows(wv.words)
-    keep_words = [wv.words[i].lower() for i in first.tolist()]
-    keep_rows = np.asarray(wv.word_rows, dtype=np.int64)[first]
-    index = dict(zip(keep_words, keep_rows.tolist(), strict=True))
+    index = getattr(wv, "index", None)
+    if not isinstance(index, VocabIndex):  # a word model of another kind: its words and rows, indexed here
+        index = DictIndex(wv.words, wv.word_rows)
     view = WordVectors(
-        keep_words,
+        None,
         wv.vectors,
-        word_rows=keep_rows,
-        index=index,
+        index=index.lowercased(),
         lowercase=True,
         name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
         check_finite=False,  # the model's matrix was checked when it loaded

@@ -17,6 +17,7 @@ import pytest
 from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
 
 from evalfarm.embed import word_lookup
+from evalfarm.encoders.vocab_index import MappedIndex
 from evalfarm.encoders.word_vectors import WordVectors
 from evalfarm.preprocess import Protocol, VocabStats, lowercased_view, prepare, vocab_stats
 from evalfarm.scorers.base import TextVectors
@@ -35,11 +36,15 @@ ITEMS = ["a", "b", "c", "d", "q", "r"]  # q and r are out of vocabulary
 A, B_, C, D, Q, R = range(6)
 
 
-@pytest.fixture
-def hand_model(tmp_path: Path) -> WordVectors:
+@pytest.fixture(params=[False, True], ids=["in-ram", "cached"])
+def hand_model(request, tmp_path: Path, monkeypatch) -> WordVectors:
+    """The hand vocabulary parsed into RAM, and through the binary cache (its memory-mapped index)."""
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
     path = tmp_path / "hand.txt"
     path.write_text(VOCAB)
-    return WordVectors.load(path, "glove-text")
+    model = WordVectors.load(path, "glove-text", cache=request.param)
+    assert isinstance(model.index, MappedIndex) == request.param
+    return model
 
 
 def _vectors(model, oov: str = "mean") -> TextVectors:
@@ -123,6 +128,56 @@ def test_sentence_protocol_an_empty_bag_is_the_zero_vector_centred_like_the_tool
     # ``zero`` keeps the empty bags at the origin after centring (cos 0 with everything)
     z = prepare(emb, oov, Protocol("evalrank-sentence", oov="zero"), similarity="cos").vectors
     np.testing.assert_array_equal(z[2:], 0)
+
+
+def test_a_cached_file_gives_the_protocol_the_same_vectors_and_ranks_as_in_ram(tmp_path: Path, toy_glove, monkeypatch):
+    """toy_emb.txt with case variants (a capitalised line, with its own vector, before every 7th word: the lower-cased
+    view takes it) and non-ASCII words, read into RAM and through the cache: the word pool's protocol vectors,
+    OOV masks, vocabulary statistics and ranks are identical."""
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.pools import load_pool
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    rng = np.random.default_rng(7)
+    lines: list[str] = []
+    for i, line in enumerate(toy_glove.read_text(encoding="utf-8").splitlines()):
+        word, rest = line.split(" ", 1)
+        if i % 7 == 0 and word.upper() != word:
+            vec = rng.normal(size=len(rest.split(" ")))
+            lines.append(f"{word.upper() if i % 2 else word.title()} {' '.join(f'{x:.5f}' for x in vec)}")
+        lines.append(line)
+    dim = len(lines[0].split(" ")) - 1
+    for word in ("Straße", "STRASSE", "naïve", "NAÏVE", "İstanbul", "ΣΑΣ", "σας", "日本"):
+        lines.append(f"{word} {' '.join(f'{x:.5f}' for x in rng.normal(size=dim))}")
+    path = tmp_path / "toy-cased.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    ram = WordVectors.load(path, "glove-text", cache=False)
+    cached = WordVectors.load(path, "glove-text", cache=True)
+    assert isinstance(cached.index, MappedIndex) and not isinstance(ram.index, MappedIndex)
+    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
+    items = list(pool.items)
+    extra = ["THE", "The", "straße", "NAÏVE", "i̇stanbul", "σας", "日本", "not-a-word-here"]
+    for words in (items, items + extra):
+        a, b = word_lookup(ram, words), word_lookup(cached, words)
+        np.testing.assert_array_equal(a.emb, b.emb)
+        np.testing.assert_array_equal(a.oov, b.oov)
+        assert a.meta == b.meta
+    # the case rule is exercised: "the" is line 1 and its capitalised line comes first, with another vector
+    assert not np.array_equal(word_lookup(ram, ["the"]).emb, ram.lookup(["the"])[0])
+    n = len(items)
+    for similarity, oov in (("cos", "mean"), ("l2", "skip")):
+        got = [
+            rank_pool(
+                TextVectors("word", e.emb[:n], e.oov[:n], VocabStats.from_json(e.meta["vocab_stats"]), oov),
+                pool.queries,
+                pool.positives,
+                similarity=similarity,
+            )
+            for e in (word_lookup(ram, items), word_lookup(cached, items))
+        ]
+        np.testing.assert_array_equal(got[0].rank, got[1].rank)
+        np.testing.assert_array_equal(got[0].tied, got[1].tied)
+        np.testing.assert_array_equal(got[0].pair_index, got[1].pair_index)
 
 
 # ---- (b) the pipeline end to end against the oracle ---------------------------------------------------------

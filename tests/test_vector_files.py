@@ -4,6 +4,7 @@ the binary cache, vocabulary statistics by hand, finite post-processing, and pic
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pickle
 import re
@@ -23,6 +24,8 @@ from hypothesis import strategies as st
 
 from evalfarm.catalog.registry import CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PostProcess, Source, spec_hash
+from evalfarm.embed import word_lookup
+from evalfarm.encoders import vocab_index
 from evalfarm.encoders import word_vectors as wv_mod
 from evalfarm.encoders.loader import load_encoder
 from evalfarm.encoders.postprocess import PostProcessedWordVectors, fit_postprocess
@@ -34,7 +37,9 @@ from evalfarm.encoders.vector_cache import (
     lowercase_first_rows,
     vocab_statistics,
 )
+from evalfarm.encoders.vocab_index import INDEX_FILES, DictIndex, MappedIndex, VocabIndex
 from evalfarm.encoders.word_vectors import NonFiniteVectors, TextVectorReader, WordVectors, save_numpy_vocab
+from evalfarm.preprocess import lowercased_view
 
 BAD = Path(__file__).parent / "bad_inputs"
 MANIFEST = yaml.safe_load((BAD / "vectors.yaml").read_text(encoding="utf-8"))
@@ -338,7 +343,8 @@ def test_cache_is_built_once_and_reopened_memory_mapped(tmp_path: Path) -> None:
     with cache_root(tmp_path / "cache") as root:
         a = WordVectors.load(src, "glove-text", cache=True)
         folders = finished_cache_folders(root)
-        assert len(folders) == 1 and {p.name for p in folders[0].iterdir()} == {"matrix.npy", "vocab.txt", "meta.json"}
+        assert len(folders) == 1
+        assert {p.name for p in folders[0].iterdir()} == {"matrix.npy", "vocab.txt", "meta.json", *INDEX_FILES}
         mtime = (folders[0] / "matrix.npy").stat().st_mtime_ns
         b = WordVectors.load(src, "glove-text", cache=True)
         assert (folders[0] / "matrix.npy").stat().st_mtime_ns == mtime  # reopened, not rebuilt
@@ -394,6 +400,173 @@ def test_two_openers_of_one_file_build_its_cache_once(tmp_path: Path) -> None:
     first.join()
     assert len(builds) == 1 and sorted(built for _, built in out) == [False, True]
     assert out[0][0].folder == out[1][0].folder and out[1][0].words == ["a"]
+
+
+# -- the memory-mapped vocabulary index of a cached file --------------------------------------------------------
+# Exact duplicates, case variants (a capitalised word before its lower-case form), non-ASCII case rules (ß, İ,
+# final sigma, the title-case digraph ǅ), a multi-word token and line-separator-like characters that are not "\n".
+VOCAB = [
+    "the", "The", "THE", "the", "Straße", "STRASSE", "strasse", "ß", "ẞ", "İstanbul", "i̇stanbul", "istanbul",
+    "ΣΑΣ", "σας", "Σας", "ǅemal", "džemal", "日本", "naïve", "NAÏVE", "naïve", ". . .", "a\u2028b", "x\ry", "Apple",
+    "apple", "APPLE", "Apple", "zebra",
+]  # fmt: skip
+ABSENT = ["zzz", "Thé", "appl", "日", "", "\ud800", "the ", "ss"]
+
+
+def _cached_vocab(folder: Path, words: list[str], dim: int = 3):
+    """A cache folder of ``words`` (duplicates kept: one matrix row per line) written through cached_vectors."""
+    folder.mkdir(parents=True, exist_ok=True)
+    matrix = np.arange(len(words) * dim, dtype=np.float32).reshape(len(words), dim)
+    src = folder / "src.txt"
+    src.write_text(repr(words), encoding="utf-8")  # the fingerprinted source: one cache per vocabulary
+
+    def build(open_matrix, vocab):
+        open_matrix(dim).write(matrix)
+        vocab.write("".join(w + "\n" for w in words).encode("utf-8"))
+        return {"rows": len(words), "dim": dim, "mean": matrix.astype(np.float64).mean(axis=0).tolist()}
+
+    cached, _ = cached_vectors(src, options={}, build=build, root=folder / "cache")
+    return cached, matrix
+
+
+def _queries(words: list[str]) -> list[str]:
+    forms = [f(w) for w in words for f in (str, str.lower, str.upper, str.title, str.casefold)]
+    return forms + ABSENT
+
+
+def _assert_same_index(mapped: VocabIndex, ram: DictIndex, queries: list[str]) -> None:
+    assert mapped.words == ram.words and len(mapped) == len(ram)
+    assert mapped.positions(queries).tolist() == ram.positions(queries).tolist()
+    assert mapped.lower_positions(queries).tolist() == ram.lower_positions(queries).tolist()
+    assert mapped.lower_first().tolist() == ram.lower_first().tolist()
+    mv, rv = mapped.lowercased(), ram.lowercased()
+    assert mv.words == rv.words and mv.word_rows.tolist() == rv.word_rows.tolist()
+    lowered = [q.lower() for q in queries]
+    assert mv.positions(lowered).tolist() == rv.positions(lowered).tolist()
+    assert mv.rows(queries).tolist() == rv.rows(queries).tolist()
+
+
+def test_the_mapped_index_answers_as_the_dict_index(tmp_path: Path) -> None:
+    cached, M = _cached_vocab(tmp_path, VOCAB)
+    assert isinstance(cached.index, MappedIndex) and cached.meta["index"]["words"] == len(VOCAB)
+    ram = DictIndex(VOCAB)
+    queries = _queries(VOCAB)
+    _assert_same_index(cached.index, ram, queries)
+    # by hand: the first occurrence wins, exact and lower-cased
+    assert cached.index.positions(["the", "Apple", "naïve", "日本", "zzz"]).tolist() == [0, 24, 18, 17, -1]
+    assert cached.index.lower_positions(["the", "apple", "straße", "i̇stanbul", "σας"]).tolist() == [0, 24, 4, 9, 12]
+    # words[i] is read lazily, one line at a time; slices and negative positions as a list's
+    assert cached.words[21] == ". . ." and cached.words[-1] == "zebra" and cached.words[22:24] == ["a\u2028b", "x\ry"]
+    with pytest.raises(IndexError):
+        cached.words[len(VOCAB)]
+    # through WordVectors: exact, lower-cased queries (the spec's lowercase), and the protocol's view
+    for lowercase in (False, True):
+        a = WordVectors(None, cached.matrix, index=cached.index, lowercase=lowercase, check_finite=False)
+        b = WordVectors(VOCAB, M, lowercase=lowercase)
+        for got, want in ((a, b), (lowercased_view(a), lowercased_view(b))):
+            gv, go = got.lookup(queries)
+            wv_, wo = want.lookup(queries)
+            np.testing.assert_array_equal(gv, wv_)
+            np.testing.assert_array_equal(go, wo)
+            assert got.vocab_size() == want.vocab_size()
+            assert [q in got for q in queries] == [q in want for q in queries]
+        np.testing.assert_array_equal(a.vocab_statistics().mean, b.vocab_statistics().mean)
+
+
+@settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.text(alphabet="aAbBßẞİiıΣσςǅǆ日 é\u0301\u2028\r", min_size=1, max_size=4), min_size=1, max_size=25),
+    st.lists(st.text(alphabet="aAbBßİiΣσς日 é", min_size=0, max_size=4), max_size=10),
+)
+def test_the_mapped_index_agrees_with_the_dict_index_on_any_vocabulary(words: list[str], extra: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        cached, _ = _cached_vocab(Path(d), words)
+        _assert_same_index(cached.index, DictIndex(words), _queries(words) + extra)
+
+
+def test_a_hash_collision_resolves_through_the_real_words(tmp_path: Path, monkeypatch) -> None:
+    """With a 2-bit hash every key collides with a quarter of the others: each hit is still checked against the
+    word read from vocab.txt, and the rest of the run of equal hashes is searched."""
+    real = vocab_index.key_hashes
+    monkeypatch.setattr(vocab_index, "key_hashes", lambda keys: real(keys) % np.uint64(4))
+    cached, _ = _cached_vocab(tmp_path, VOCAB)
+    hashes = np.load(cached.folder / "vocab-exact-hash.npy")
+    assert set(hashes.tolist()) <= {0, 1, 2, 3} and len(hashes) == len(set(VOCAB))  # every distinct word kept
+    _assert_same_index(cached.index, DictIndex(VOCAB), _queries(VOCAB))
+    # a one-value hash: the whole vocabulary is one run
+    monkeypatch.setattr(vocab_index, "key_hashes", lambda keys: real(keys) * np.uint64(0))
+    cached, _ = _cached_vocab(tmp_path / "one", VOCAB)
+    _assert_same_index(cached.index, DictIndex(VOCAB), _queries(VOCAB))
+
+
+def _glove_file(path: Path, words: list[str], dim: int = 4) -> np.ndarray:
+    M = np.random.default_rng(3).normal(size=(len(words), dim)).astype(np.float32)
+    path.write_text("".join(f"{w} {' '.join(repr(float(x)) for x in r)}\n" for w, r in zip(words, M, strict=True)))
+    return M
+
+
+def test_opening_a_cached_file_does_no_per_word_work(tmp_path: Path, monkeypatch) -> None:
+    """Open, exact and protocol lookups and the vocabulary statistics of a cached file never list its words, build
+    a dict of them or walk them for the lower-cased view (what made a 2.2 M-word open take 1.2 s)."""
+    words = [w for w in dict.fromkeys(VOCAB) if " " not in w]  # the text reader keeps first occurrences
+    src = tmp_path / "g.txt"
+    _glove_file(src, words)
+    with cache_root(tmp_path / "cache"):
+        ram = WordVectors.load(src, "glove-text", cache=False)
+        WordVectors.load(src, "glove-text", cache=True)  # built
+        with monkeypatch.context() as m:
+            for cls, name in ((vocab_index._MappedWords, "_all"), (vocab_index._LoweredWords, "_all")):
+                m.setattr(cls, name, lambda self: pytest.fail("a cached vocabulary was listed"))
+            m.setattr(vocab_index, "lowercase_first_rows", lambda *a: pytest.fail("a cached vocabulary was walked"))
+            m.setattr(vocab_index.DictIndex, "__init__", lambda *a, **k: pytest.fail("a dict of every word"))
+            cached = WordVectors.load(src, "glove-text", cache=True)
+            got = word_lookup(cached, _queries(words))
+            exact = cached.lookup(_queries(words))
+            cached.vocab_statistics(lowercase_first=False)
+        want = word_lookup(ram, _queries(words))
+    np.testing.assert_array_equal(got.emb, want.emb)
+    np.testing.assert_array_equal(got.oov, want.oov)
+    assert got.meta == want.meta
+    np.testing.assert_array_equal(exact[0], ram.lookup(_queries(words))[0])
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["missing", "truncated", "pickled", "meta without index", "layout 1", "vocab edited"],
+)
+def test_a_damaged_index_makes_the_cache_inconsistent_and_it_is_rebuilt(
+    tmp_path: Path, damage: str, monkeypatch
+) -> None:
+    words = [f"w{i}" for i in range(50)] + ["Apple", "apple"]
+    src = tmp_path / "g.txt"
+    M = _glove_file(src, words)
+    marker = tmp_path / "pwned"
+    with cache_root(tmp_path / "cache") as root:
+        WordVectors.load(src, "glove-text", cache=True)
+        (folder,) = finished_cache_folders(root)
+        target = folder / "vocab-lower-hash.npy"
+        meta_path = folder / "meta.json"
+        meta = json.loads(meta_path.read_text())
+        if damage == "missing":
+            target.unlink()
+        elif damage == "truncated":
+            target.write_bytes(target.read_bytes()[:-8])
+        elif damage == "pickled":  # an object array: np.load(allow_pickle=False) refuses it, nothing runs
+            np.save(target, np.array([_Payload(marker), 1], dtype=object), allow_pickle=True)
+        elif damage == "meta without index":
+            meta_path.write_text(json.dumps({k: v for k, v in meta.items() if k != "index"}))
+        elif damage == "layout 1":  # a folder written before the index existed (reader version 1)
+            meta_path.write_text(json.dumps({**meta, "reader": "1"}))
+        elif damage == "vocab edited":  # the offsets no longer end at the file's size
+            (folder / "vocab.txt").write_bytes((folder / "vocab.txt").read_bytes() + b"extra\n")
+        before = (folder / "matrix.npy").stat().st_mtime_ns
+        time.sleep(0.01)
+        wv = WordVectors.load(src, "glove-text", cache=True)
+        assert isinstance(wv.index, MappedIndex) and finished_cache_folders(root) == [folder]
+        assert (folder / "matrix.npy").stat().st_mtime_ns != before  # rebuilt, not patched up
+        assert target.is_file() and json.loads(meta_path.read_text())["index"]["words"] == len(words)
+        np.testing.assert_array_equal(lowercased_view(wv).lookup(["APPLE", "w3", "nope"])[0][:2], M[[50, 3]])
+    assert not marker.exists()
 
 
 def test_npy_writer_writes_a_plain_npy(tmp_path: Path) -> None:

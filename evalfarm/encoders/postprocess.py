@@ -155,10 +155,9 @@ class PostProcessedWordVectors(WordVectors):
             raise TypeError(f"word-level post-processing needs a word-vector model with a matrix, got {base!r}")
         self.transform = fit_postprocess(base.vectors, pp)
         super().__init__(
-            base.words,
+            None,
             self.transform.apply(base.vectors),
-            word_rows=base.word_rows,
-            index=base._index,
+            index=base.index,
             lowercase=base.lowercase,
             name=f"{base.name}+{pp.method}",
         )

@@ -7,17 +7,27 @@ up a few tens of thousands of words. :func:`cached_vectors` streams the file onc
 - ``matrix.npy``: float32 ``(rows, dim)``, opened memory-mapped afterwards (``np.load(..., mmap_mode="r")``,
   never unpickled);
 - ``vocab.txt``: the words, UTF-8, one per line (a word of a text vector file never holds ``\\n``);
-- ``meta.json``: the source file's fingerprint, shape, and the vocabulary mean accumulated in float64 on the fly.
+- ``vocab-*.npy``: the vocabulary index (:class:`~evalfarm.encoders.vocab_index.MappedIndex`: line offsets and
+  sorted 64-bit hashes of the exact and the lower-cased keys, first occurrence wins), written once after the
+  words, so opening the cache reads no word and builds no dict: lookups binary-search the memory-mapped hashes and
+  check each hit against the real word;
+- ``meta.json``: the source file's fingerprint, shape, the vocabulary mean accumulated in float64 on the fly, and
+  the index's record (version, hash, counts).
 
 The key covers the file's size, mtime and the sha256 of its first and last MiB (a cheap fingerprint: no full
-hash of 5 GB on every open) plus the reader options, so an edited file is read again. The folder appears
+hash of 5 GB on every open) plus the reader options and :data:`READER_VERSION`, so an edited file, or a cache
+written by an older layout (version 1 had no index), is read again into a new folder. The folder appears
 atomically (built in a temp folder, renamed into place), so an interrupted build or a parse error leaves nothing
 that looks like a cache; a lock file (``flock``) makes a second worker opening the same file wait for the first
 one's build instead of parsing the file again.
 
 :func:`vocab_statistics` computes the EvalRank protocol's vocabulary statistics over a (memory-mapped) matrix and
-a row selection in two float64 passes; :func:`lowercase_first_rows` gives the selection "the lower-cased
-vocabulary, first occurrence of a lower-cased key wins".
+a row selection in two float64 passes; :func:`lowercase_first_rows` (for a list of words in RAM) and
+``MappedIndex.lower_first`` (for a cached vocabulary) give the selection "the lower-cased vocabulary, first
+occurrence of a lower-cased key wins".
+
+Everything read back is data: ``np.load(..., allow_pickle=False)``, JSON and UTF-8 text. A missing, truncated or
+inconsistent piece (index files included) makes the folder inconsistent, and it is rebuilt.
 """
 
 from __future__ import annotations
@@ -35,6 +45,7 @@ import numpy as np
 
 from evalfarm import atomic
 from evalfarm.cache import cache_dir
+from evalfarm.encoders.vocab_index import MappedIndex, lowercase_first_rows, write_mapped_index
 
 __all__ = [
     "CACHE_MIN_BYTES",
@@ -47,8 +58,9 @@ __all__ = [
     "vocab_statistics",
 ]
 
-READER_VERSION = "1"
-"""Bump when the text reader changes what it produces: every cached matrix is then read again."""
+READER_VERSION = "2"
+"""Bump when the text reader or the cache layout changes what it produces: every cached matrix is then read again
+(2: the memory-mapped vocabulary index, ``vocab-*.npy``)."""
 
 CACHE_MIN_BYTES = 32 << 20
 """Text vector files at least this large go through the binary cache by default (smaller ones are parsed in RAM)."""
@@ -88,24 +100,6 @@ class VocabStats:
             np.asarray(d["mean_unit_centred"], np.float64),
             np.asarray(d["mean_unit"], np.float64),
         )
-
-
-def lowercase_first_rows(words: Sequence[str], word_rows: np.ndarray | None = None) -> np.ndarray:
-    """Matrix rows of the lower-cased vocabulary: for each lower-cased key, the row of its first occurrence.
-
-    ``words[i]`` lives in row ``word_rows[i]`` (``i`` when ``word_rows`` is None). Each key counts once, so a row
-    shared by two keys (spaCy) is selected twice; the result keeps vocabulary order.
-    """
-    seen: set[str] = set()
-    picked: list[int] = []
-    add = seen.add
-    for i, w in enumerate(words):
-        k = w.lower()
-        if k not in seen:
-            add(k)
-            picked.append(i)
-    idx = np.asarray(picked, dtype=np.int64)
-    return idx if word_rows is None else np.asarray(word_rows, dtype=np.int64)[idx]
 
 
 def _unit(block: np.ndarray) -> np.ndarray:
@@ -202,12 +196,17 @@ class NpyWriter:
 
 @dataclass
 class CachedMatrix:
-    """A cached vector file: its folder, vocabulary, memory-mapped float32 matrix and metadata."""
+    """A cached vector file: its folder, vocabulary index, memory-mapped float32 matrix and metadata."""
 
     folder: Path
-    words: list[str]
+    index: MappedIndex
     matrix: np.ndarray
     meta: dict[str, Any]
+
+    @property
+    def words(self) -> Sequence[str]:
+        """The vocabulary, read lazily from ``vocab.txt`` (iterating it materialises the list)."""
+        return self.index.words
 
     @property
     def mean(self) -> np.ndarray:
@@ -283,7 +282,8 @@ def _build(
         if not writer:
             raise RuntimeError(f"{path}: the reader produced no matrix")  # pragma: no cover - build raises first
         writer[0].close()
-        meta = {**meta, "source": str(path.resolve()), "fingerprint": fp, "options": options}
+        index = write_mapped_index(tmp)
+        meta = {**meta, "source": str(path.resolve()), "fingerprint": fp, "options": options, "index": index}
         meta["reader"] = READER_VERSION
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
@@ -300,16 +300,18 @@ def _build(
 
 
 def _open(folder: Path) -> CachedMatrix | None:
-    """The cache in ``folder``, or None when a piece is missing or inconsistent."""
+    """The cache in ``folder``, or None when a piece is missing or inconsistent.
+
+    Constant work whatever the vocabulary's size: headers and a few values are read, the rest is memory-mapped.
+    """
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
-        if meta.get("reader") != READER_VERSION:
+        if not isinstance(meta, dict) or meta.get("reader") != READER_VERSION:
             return None
         matrix = np.load(folder / "matrix.npy", mmap_mode="r", allow_pickle=False)
-        raw = (folder / "vocab.txt").read_bytes()
-    except (OSError, ValueError):
+        if matrix.shape != (meta["rows"], meta["dim"]) or matrix.dtype != np.float32:
+            return None
+        index = MappedIndex(folder, int(meta["rows"]), meta.get("index"))
+    except (OSError, ValueError, KeyError, TypeError):
         return None
-    words = raw.decode("utf-8").split("\n")[:-1] if raw else []
-    if matrix.shape != (meta["rows"], meta["dim"]) or len(words) != meta["rows"] or matrix.dtype != np.float32:
-        return None
-    return CachedMatrix(folder, words, matrix, meta)
+    return CachedMatrix(folder, index, matrix, meta)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import IO, Any, Literal
 
@@ -41,9 +41,9 @@ from evalfarm.encoders.vector_cache import (
     NpyWriter,
     VocabStats,
     cached_vectors,
-    lowercase_first_rows,
     vocab_statistics,
 )
+from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
 
 __all__ = [
     "PICKLE_FORMATS",
@@ -74,38 +74,43 @@ class NonFiniteVectors(ModelLoadError, ValueError):
 class WordVectors:
     """A :class:`~evalfarm.encoders.protocol.WordEncoder` over an in-memory (or memory-mapped) matrix.
 
-    ``vectors`` is the ``(rows, dim)`` matrix, ``words`` the vocabulary and ``word_rows[i]`` the row of
-    ``words[i]`` (``arange`` unless rows are shared). ``lowercase`` lowercases query words, not the vocabulary.
-    The matrix must be finite: ``check_finite=False`` only where the caller has checked it already.
+    ``vectors`` is the ``(rows, dim)`` matrix and :attr:`index` the vocabulary
+    (:class:`~evalfarm.encoders.vocab_index.VocabIndex`): ``words`` and ``word_rows`` build a
+    :class:`~evalfarm.encoders.vocab_index.DictIndex` (``word_rows[i]`` is the row of ``words[i]``, ``arange``
+    unless rows are shared); a cached text file passes its memory-mapped index instead (``words=None``), so
+    opening it does no per-word work. The first occurrence of a word wins. ``lowercase`` lowercases query words,
+    not the vocabulary. The matrix must be finite: ``check_finite=False`` only where the caller has checked it.
     """
 
     level: Literal["word"] = "word"
 
     def __init__(
         self,
-        words: Sequence[str],
+        words: Sequence[str] | None,
         vectors: np.ndarray,
         *,
         word_rows: np.ndarray | None = None,
-        index: Mapping[str, int] | None = None,
+        index: VocabIndex | None = None,
         lowercase: bool = False,
         name: str = "",
         check_finite: bool = True,
     ) -> None:
+        label = name or "word vectors"
         if vectors.ndim != 2:
-            raise ValueError(f"{name or 'word vectors'}: matrix must be 2-D, got shape {vectors.shape}")
-        self.words = list(words)
+            raise ValueError(f"{label}: matrix must be 2-D, got shape {vectors.shape}")
+        if index is None:
+            if words is None:
+                raise ValueError(f"{label}: needs words or an index")
+            try:
+                index = DictIndex(words, word_rows)
+            except ValueError as exc:
+                raise ValueError(f"{label}: {exc}") from None
+        elif words is not None or word_rows is not None:
+            raise ValueError(f"{label}: pass words (and word_rows) or an index, not both")
+        self.index = index
         self.vectors = vectors
-        self.word_rows = np.arange(len(self.words)) if word_rows is None else np.asarray(word_rows, np.int64)
-        if len(self.word_rows) != len(self.words):
-            raise ValueError(f"{name or 'word vectors'}: {len(self.words)} words but {len(self.word_rows)} rows")
         if check_finite:
-            check_finite_rows(vectors, name or "word vectors", lambda r: _words_of_row(self, r))
-        if index is None:  # first occurrence wins: later duplicates are overwritten by earlier ones
-            n = len(self.words)
-            rows = range(n - 1, -1, -1) if word_rows is None else reversed(self.word_rows.tolist())
-            index = dict(zip(reversed(self.words), rows, strict=True))
-        self._index = index
+            check_finite_rows(vectors, label, lambda r: _words_of_row(self, r))
         self.lowercase = lowercase
         self.name = name
         self.dim = int(vectors.shape[1])
@@ -118,13 +123,21 @@ class WordVectors:
     def __repr__(self) -> str:
         return f"WordVectors({self.name!r}, words={len(self.words)}, rows={self.vectors.shape[0]}, dim={self.dim})"
 
+    @property
+    def words(self) -> Sequence[str]:
+        """The vocabulary in file order (a lazy sequence for a cached file: iterating it reads every word)."""
+        return self.index.words
+
+    @property
+    def word_rows(self) -> np.ndarray:
+        """int64: the row of each word of :attr:`words` in :attr:`vectors`."""
+        return self.index.word_rows
+
     # -- the WordEncoder protocol -------------------------------------------------------------------------------
     def rows(self, words: Iterable[str]) -> np.ndarray:
         """Row of each word in :attr:`vectors`, ``-1`` for out-of-vocabulary words."""
-        get = self._index.get
-        if self.lowercase:
-            return np.fromiter((get(w.lower(), -1) for w in words), dtype=np.int64)
-        return np.fromiter((get(w, -1) for w in words), dtype=np.int64)
+        keys = [w.lower() for w in words] if self.lowercase else list(words)
+        return self.index.rows(keys)
 
     def lookup(self, words: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
         """``(vectors, oov)``: float32 ``(n, dim)`` with zero rows where the boolean ``oov`` mask is true."""
@@ -150,14 +163,12 @@ class WordVectors:
 
     def vocab_size(self) -> int:
         """Number of words (keys); may exceed the number of matrix rows when rows are shared."""
-        return len(self.words)
+        return len(self.index)
 
     def lower_first(self) -> np.ndarray:
-        """Positions in :attr:`words` of each lower-cased key's first occurrence (computed once per model; the word
-        protocol's view and its vocabulary statistics both use it)."""
-        if getattr(self, "_lower_first", None) is None:
-            self._lower_first = lowercase_first_rows(self.words)
-        return self._lower_first
+        """Positions in :attr:`words` of each lower-cased key's first occurrence (computed once per model, or read
+        from a cached file's index; the word protocol's view and its vocabulary statistics both use it)."""
+        return self.index.lower_first()
 
     def vocab_statistics(self, *, lowercase_first: bool = True) -> VocabStats:
         """The EvalRank protocol's vocabulary statistics (:class:`~evalfarm.encoders.vector_cache.VocabStats`).
@@ -170,21 +181,21 @@ class WordVectors:
         if name not in self._stats:
 
             def compute() -> VocabStats:
-                rows = np.asarray(self.word_rows, dtype=np.int64)[self.lower_first()] if lowercase_first else None
+                rows = self.index.rows_of(self.lower_first()) if lowercase_first else None
                 return vocab_statistics(self.vectors, rows)
 
             self._stats[name] = self._cache.stats(name, compute) if self._cache is not None else compute()
         return self._stats[name]
 
     def __contains__(self, word: str) -> bool:
-        return (word.lower() if self.lowercase else word) in self._index
+        return bool(self.rows([word])[0] >= 0)
 
     def to_keyed_vectors(self):  # -> gensim.models.KeyedVectors
         """A gensim ``KeyedVectors`` copy (one row per word; shared rows are duplicated)."""
         from gensim.models import KeyedVectors
 
         kv = KeyedVectors(self.dim, count=0, dtype=np.float32)
-        kv.add_vectors(self.words, np.asarray(self.vectors[self.word_rows], dtype=np.float32))
+        kv.add_vectors(list(self.words), np.asarray(self.vectors[self.word_rows], dtype=np.float32))
         return kv
 
     # -- loading ------------------------------------------------------------------------------------------------
@@ -266,7 +277,7 @@ class WordVectors:
             return {"rows": reader.rows, "dim": reader.dim, "lines": reader.lines, "mean": reader.mean().tolist()}
 
         cached, _ = cached_vectors(path, options={"format": fmt, "dim": dim}, build=build)
-        enc = cls(cached.words, cached.matrix, lowercase=lowercase, name=str(path), check_finite=False)
+        enc = cls(None, cached.matrix, index=cached.index, lowercase=lowercase, name=str(path), check_finite=False)
         enc._mean = cached.mean.astype(np.float32)
         enc._cache = cached
         return enc
