@@ -19,7 +19,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.warehouse import SCHEMAS, Warehouse, now
+from evalfarm.warehouse import SCHEMAS, Warehouse, empty_table, now
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
@@ -134,7 +134,7 @@ def refresh_intervals(
     schema = f"{wh.base}/tables/correlation_ci/_schema.parquet"
     if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet") and not wh.exists(schema):
         # a warehouse from before the correlation_ci table: its empty, typed file, so the views open
-        wh.write_table(SCHEMAS["correlation_ci"].empty_table(), schema)
+        wh.write_table(empty_table(SCHEMAS["correlation_ci"]), schema)
     con = connect(wh)  # no warehouse there: FileNotFoundError, and nothing is created
     try:  # one pass over the metrics: the cells without a current interval, with the numbers behind them
         cells = (

@@ -37,7 +37,7 @@ from evalfarm.encoders.vector_cache import (
     lowercase_first_rows,
     vocab_statistics,
 )
-from evalfarm.encoders.vocab_index import INDEX_FILES, DictIndex, MappedIndex, VocabIndex
+from evalfarm.encoders.vocab_index import INDEX_FILES, DictIndex, MappedIndex, VocabIndex, lowercased_words
 from evalfarm.encoders.word_vectors import NonFiniteVectors, TextVectorReader, WordVectors, save_numpy_vocab
 from evalfarm.preprocess import lowercased_view
 
@@ -592,6 +592,20 @@ def test_lowercase_first_rows() -> None:
     words = ["The", "the", "a", "THE", "A", "b", "Apple"]
     assert lowercase_first_rows(words).tolist() == [0, 2, 5, 6]
     assert lowercase_first_rows(words, np.array([9, 8, 7, 6, 5, 4, 3])).tolist() == [9, 7, 4, 3]
+
+
+@given(st.lists(st.text(alphabet=st.sampled_from("aAΣσςΟΔİIıßẞǅ'.- \u0345\u0307"), max_size=6), max_size=40))
+@settings(max_examples=200, deadline=None, derandomize=True)
+def test_lower_casing_the_joined_words_is_lower_casing_each(words: list[str]) -> None:
+    """The vocabulary is lower-cased in one call over the joined words; str.lower's context rule (final sigma,
+    with case-ignorable marks between) must see a word boundary exactly where a word ends."""
+    assert lowercased_words(words) == [w.lower() for w in words]
+
+
+def test_lower_casing_words_with_context_rules_and_a_newline() -> None:
+    words = ["ΟΔΟΣ", "Σ", "ΑΣ'", "ΣΑ", "ΌΣΟΣ.", "xΣ", "Σx", "İstanbul", "ǅ", "STRASSE", "a\nB"]
+    assert lowercased_words(words) == [w.lower() for w in words]  # the last one: the per-word fallback
+    assert lowercased_words(["ΟΔΟΣ", "ΣΑ"]) == ["οδος", "σα"]
 
 
 def test_vocab_statistics_by_hand() -> None:

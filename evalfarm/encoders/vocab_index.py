@@ -55,7 +55,9 @@ __all__ = [
     "MappedIndex",
     "VocabIndex",
     "key_hashes",
+    "lowercase_first",
     "lowercase_first_rows",
+    "lowercased_words",
     "write_mapped_index",
 ]
 
@@ -85,21 +87,36 @@ def key_hashes(keys: Iterable[bytes]) -> np.ndarray:
     )
 
 
+def lowercased_words(words: Sequence[str]) -> list[str]:
+    """``[w.lower() for w in words]``, lower-cased in one C call over the joined words.
+
+    Equivalent: ``str.lower``'s one context rule (a final sigma) looks at the neighbouring cased letters, and the
+    newline that separates two words is neither cased nor case-ignorable, so it ends a word's context exactly as
+    the end of the string does. A word holding a newline itself (never in a text vocabulary) falls back to the
+    per-word loop."""
+    if not words:
+        return []
+    lowered = "\n".join(words).lower().split("\n")
+    return lowered if len(lowered) == len(words) else [w.lower() for w in words]
+
+
+def lowercase_first(words: Sequence[str]) -> tuple[np.ndarray, dict[str, int]]:
+    """(sorted positions of each lower-cased key's first occurrence, {lower-cased key: that position})."""
+    lowered = lowercased_words(words)
+    n = len(lowered)
+    first = dict(zip(reversed(lowered), range(n - 1, -1, -1), strict=True))  # earlier positions overwrite later
+    positions = np.fromiter(first.values(), dtype=np.int64, count=len(first))
+    positions.sort()
+    return positions, first
+
+
 def lowercase_first_rows(words: Sequence[str], word_rows: np.ndarray | None = None) -> np.ndarray:
     """Matrix rows of the lower-cased vocabulary: for each lower-cased key, the row of its first occurrence.
 
     ``words[i]`` lives in row ``word_rows[i]`` (``i`` when ``word_rows`` is None). Each key counts once, so a row
     shared by two keys (spaCy) is selected twice; the result keeps vocabulary order.
     """
-    seen: set[str] = set()
-    picked: list[int] = []
-    add = seen.add
-    for i, w in enumerate(words):
-        k = w.lower()
-        if k not in seen:
-            add(k)
-            picked.append(i)
-    idx = np.asarray(picked, dtype=np.int64)
+    idx, _ = lowercase_first(words)
     return idx if word_rows is None else np.asarray(word_rows, dtype=np.int64)[idx]
 
 
@@ -237,14 +254,18 @@ class VocabIndex(ABC):
 class DictIndex(VocabIndex):
     """An index over a list of words held in RAM: ``dict`` lookups, built on the first call."""
 
-    def __init__(self, words: Sequence[str], word_rows: np.ndarray | None = None) -> None:
+    def __init__(
+        self, words: Sequence[str], word_rows: np.ndarray | None = None, *, exact: dict[str, int] | None = None
+    ) -> None:
+        """``exact``: the {word: first position} dict, when the caller has built it already (the loader does, to
+        find duplicates); it must be exactly that."""
         self._words = words if isinstance(words, list) else list(words)
         n = len(self._words)
         self._rows = np.arange(n, dtype=np.int64) if word_rows is None else np.asarray(word_rows, dtype=np.int64)
         if self._rows.shape != (n,):
             raise ValueError(f"{n} words but {len(self._rows)} rows")
         self._identity = word_rows is None
-        self._exact: dict[str, int] | None = None
+        self._exact: dict[str, int] | None = exact
         self._lower: dict[str, int] | None = None
         self._first: np.ndarray | None = None
 
@@ -272,13 +293,12 @@ class DictIndex(VocabIndex):
 
     def lower_first(self) -> np.ndarray:
         if self._first is None:
-            self._first = lowercase_first_rows(self._words)
+            self._first, self._lower = lowercase_first(self._words)
         return self._first
 
     def lower_positions(self, keys: Sequence[str]) -> np.ndarray:
         if self._lower is None:
-            words = self._words
-            self._lower = {words[i].lower(): i for i in self.lower_first().tolist()}
+            self._first, self._lower = lowercase_first(self._words)
         return self._lookup(self._lower, keys)
 
 

@@ -331,9 +331,15 @@ class WordVectors:
             keep = np.fromiter(sorted(index.values()), dtype=np.int64)
             words = [words[i] for i in keep]
             matrix = np.ascontiguousarray(matrix[keep])
+            exact = None
+        else:
+            exact = index  # {word: its position}, built once
         if matrix.dtype != np.float32:
             matrix = matrix.astype(np.float32)
-        return cls(words, matrix, lowercase=lowercase, name=str(matrix_path), check_finite=False)
+        return cls(
+            None, matrix, index=DictIndex(words, exact=exact), lowercase=lowercase, name=str(matrix_path),
+            check_finite=False,
+        )  # fmt: skip
 
     @classmethod
     def _load_spacy(cls, path: Path, *, lowercase: bool) -> WordVectors:
