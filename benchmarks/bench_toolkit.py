@@ -20,7 +20,10 @@ Note: upstream's ``Word_emb_evaluator.eval`` returns ``res_ws, res_rank`` even w
 raises ``UnboundLocalError`` after the ranking table is printed; a toolkit run counts as successful when its
 ranking table (MR, MRR, Hits@1, Hits@3) was printed, and the exit status is reported.
 
-    python benchmarks/bench_toolkit.py [--toolkit DIR] [--json benchmarks/results/toolkit.json]
+    python benchmarks/bench_toolkit.py [--toolkit DIR] [--rounds 3] [--json benchmarks/results/toolkit.json]
+
+``--rounds N`` interleaves N rounds (toolkit cos, toolkit l2, evalfarm) and reports the medians and the median of
+the per-round ratios (the toolkit's time alone moved by ±20 % between runs of one day).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import platform
 import re
 import resource
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -143,6 +147,7 @@ def main() -> None:
     ap.add_argument("--pool", default="evalrank-word")
     ap.add_argument("--skip-toolkit", action="store_true")
     ap.add_argument("--skip-evalfarm", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1, help="toolkit + evalfarm rounds, interleaved (medians reported)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
 
@@ -153,63 +158,95 @@ def main() -> None:
         "threads": args.threads,
         "load_avg_at_start": os.getloadavg(),
     }
+    toolkit = glove = None
+    tk_env = dict(env)
     if not args.skip_toolkit:
         toolkit = args.toolkit.resolve() if args.toolkit else fetch_toolkit(args.cache, args.commit)
         glove = glove_text(args.cache)
         deps = toolkit_deps(args.cache, args.python)
-        tk_env = dict(env)
         if deps:
             tk_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(deps), env.get("PYTHONPATH")]))
-        report["toolkit"] = {"dir": str(toolkit), "runs": {}}
-        total_wall = total_cpu = 0.0
-        for sim in args.similarities.split(","):
-            cmd = [
-                args.python,
-                "src/run_word_evaluation.py",
-                "--word_emb_model", str(glove),
-                "--dist_metric", sim,
-                "--eval_type", args.eval_type,
-                "--background_vocab_type", "basic,wiki",
-                "--post_process", "False",
-            ]  # fmt: skip
-            run = run_timed(cmd, toolkit, tk_env)
-            metrics = parse_toolkit_table(run.pop("output"))
-            run["metrics"] = metrics
-            run["ok"] = "mr" in metrics and "mrr" in metrics
-            report["toolkit"]["runs"][sim] = run
-            total_wall += run["wall_s"]
-            total_cpu += run["cpu_s"]
-            print(json.dumps({"toolkit": sim, **run}), flush=True)
-            if not run["ok"]:
-                raise SystemExit(f"toolkit run for {sim} printed no ranking table (exit {run['returncode']})")
-        report["toolkit"].update({"wall_s": round(total_wall, 2), "cpu_s": round(total_cpu, 2)})
-    if not args.skip_evalfarm:
-        exe = Path(args.python).parent / "evalfarm"
-        base = [str(exe)] if exe.is_file() else [args.python, "-m", "evalfarm.cli"]
-        ef_env = dict(env)
-        ef_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-        with tempfile.TemporaryDirectory() as wh:
-            cmd = base + [
-                "run",
-                "--executor", "local",
-                "--catalog", args.catalog,
-                "-m", args.model,
-                "-p", args.pool,
-                "--warehouse", wh,
-                "--force",
-            ]  # fmt: skip
-            run = run_timed(cmd, REPO, ef_env)
-            out = run.pop("output")
-            run["tail"] = out.strip().splitlines()[-5:]
-            print(json.dumps({"evalfarm": run}), flush=True)
-            if run["returncode"] != 0:
-                raise SystemExit(f"evalfarm run failed:\n{out[-3000:]}")
-            report["evalfarm"] = run
-    if "toolkit" in report and "evalfarm" in report:
-        report["toolkit_over_evalfarm_wall"] = round(report["toolkit"]["wall_s"] / report["evalfarm"]["wall_s"], 1)
-        report["toolkit_over_evalfarm_cpu"] = round(report["toolkit"]["cpu_s"] / report["evalfarm"]["cpu_s"], 1)
+        manifest = toolkit.parent / "MANIFEST.json"  # a rebuilt toolkit says which file versions it holds
+        report["toolkit_dir"] = str(toolkit)
+        if manifest.is_file():
+            report["toolkit_manifest"] = json.loads(manifest.read_text())
+    rounds = []
+    for r in range(args.rounds):
+        rnd: dict = {"round": r + 1}
+        if toolkit is not None:
+            rnd["toolkit"] = {"runs": {}}
+            total_wall = total_cpu = 0.0
+            for sim in args.similarities.split(","):
+                cmd = [
+                    args.python,
+                    "src/run_word_evaluation.py",
+                    "--word_emb_model", str(glove),
+                    "--dist_metric", sim,
+                    "--eval_type", args.eval_type,
+                    "--background_vocab_type", "basic,wiki",
+                    "--post_process", "False",
+                ]  # fmt: skip
+                run = run_timed(cmd, toolkit, tk_env)
+                metrics = parse_toolkit_table(run.pop("output"))
+                run["metrics"] = metrics
+                run["ok"] = "mr" in metrics and "mrr" in metrics
+                rnd["toolkit"]["runs"][sim] = run
+                total_wall += run["wall_s"]
+                total_cpu += run["cpu_s"]
+                print(json.dumps({"round": r + 1, "toolkit": sim, **run}), flush=True)
+                if not run["ok"]:
+                    raise SystemExit(f"toolkit run for {sim} printed no ranking table (exit {run['returncode']})")
+            rnd["toolkit"].update({"wall_s": round(total_wall, 2), "cpu_s": round(total_cpu, 2)})
+        if not args.skip_evalfarm:
+            exe = Path(args.python).parent / "evalfarm"
+            base = [str(exe)] if exe.is_file() else [args.python, "-m", "evalfarm.cli"]
+            ef_env = dict(env)
+            ef_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+            with tempfile.TemporaryDirectory() as wh:
+                cmd = base + [
+                    "run",
+                    "--executor", "local",
+                    "--catalog", args.catalog,
+                    "-m", args.model,
+                    "-p", args.pool,
+                    "--warehouse", wh,
+                    "--force",
+                ]  # fmt: skip
+                run = run_timed(cmd, REPO, ef_env)
+                out = run.pop("output")
+                run["tail"] = out.strip().splitlines()[-5:]
+                print(json.dumps({"round": r + 1, "evalfarm": run}), flush=True)
+                if run["returncode"] != 0:
+                    raise SystemExit(f"evalfarm run failed:\n{out[-3000:]}")
+                rnd["evalfarm"] = run
+        if "toolkit" in rnd and "evalfarm" in rnd:
+            rnd["ratio_wall"] = round(rnd["toolkit"]["wall_s"] / rnd["evalfarm"]["wall_s"], 1)
+            rnd["ratio_cpu"] = round(rnd["toolkit"]["cpu_s"] / rnd["evalfarm"]["cpu_s"], 1)
+        rounds.append(rnd)
+    report["rounds"] = rounds
+    if rounds and "toolkit" in rounds[-1]:
+        report["toolkit"] = {
+            "dir": str(toolkit),
+            "runs": rounds[-1]["toolkit"]["runs"],
+            "wall_s": statistics.median(x["toolkit"]["wall_s"] for x in rounds),
+            "cpu_s": statistics.median(x["toolkit"]["cpu_s"] for x in rounds),
+        }
+    if rounds and "evalfarm" in rounds[-1]:
+        report["evalfarm"] = {
+            **rounds[-1]["evalfarm"],
+            "wall_s": statistics.median(x["evalfarm"]["wall_s"] for x in rounds),
+            "cpu_s": statistics.median(x["evalfarm"]["cpu_s"] for x in rounds),
+        }
+    if "toolkit" in report and "evalfarm" in report:  # medians over rounds, each round's ratio kept above
+        report["toolkit_over_evalfarm_wall"] = round(statistics.median(x["ratio_wall"] for x in rounds), 1)
+        report["toolkit_over_evalfarm_cpu"] = round(statistics.median(x["ratio_cpu"] for x in rounds), 1)
     report["load_avg_at_end"] = os.getloadavg()
-    print(json.dumps({k: v for k, v in report.items() if k not in ("toolkit", "evalfarm")}), flush=True)
+    print(
+        json.dumps(
+            {k: v for k, v in report.items() if k not in ("toolkit", "evalfarm", "rounds", "toolkit_manifest")}
+        ),
+        flush=True,
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2))

@@ -872,6 +872,25 @@ def test_save_numpy_vocab_round_trips(tmp_path: Path) -> None:
         save_numpy_vocab(tmp_path, ["a\nb"], M[:1])
 
 
+def test_numpy_vocab_statistics_are_kept_and_follow_the_files(tmp_path: Path, monkeypatch) -> None:
+    """A numpy-vocab model's vocabulary statistics are computed once per version of its files: a second load reads
+    them (no pass over the matrix), and an edited vocabulary is a new key (recomputed, not the stale numbers)."""
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    M = np.array([[3, 1], [1, 3], [3, -1], [1, -3]], dtype=np.float32)
+    (tmp_path / "m").mkdir()
+    save_numpy_vocab(tmp_path / "m", ["a", "B", "c", "b"], M)  # "b" repeats "B" once lower-cased
+    first = WordVectors.load(tmp_path / "m" / "model.npy", "numpy-vocab", vocab="vocab.txt").vocab_statistics()
+    np.testing.assert_allclose(first.mean, M[:3].mean(axis=0))  # the lower-cased first occurrences: a, B, c
+    with monkeypatch.context() as m:
+        m.setattr(wv_mod, "vocab_statistics", lambda *a, **k: pytest.fail("kept statistics were recomputed"))
+        again = WordVectors.load(tmp_path / "m" / "model.npy", "numpy-vocab", vocab="vocab.txt").vocab_statistics()
+    np.testing.assert_array_equal(again.mean, first.mean)
+    (tmp_path / "m" / "vocab.txt").write_text("a\nB\nc\nd\n")  # the same size, no duplicate: every row counts
+    edited = WordVectors.load(tmp_path / "m" / "model.npy", "numpy-vocab", vocab="vocab.txt").vocab_statistics()
+    np.testing.assert_allclose(edited.mean, M.mean(axis=0))  # recomputed, not the kept numbers of the old file
+    assert len(list((tmp_path / "cache" / "vectors" / "stats").glob("*.json"))) == 2
+
+
 def test_allow_pickle_is_validated_and_kept_out_of_old_hashes() -> None:
     base = {"id": "w", "level": "word", "kind": "word-vectors", "source": {"type": "path", "ref": "x"}}
     with pytest.raises(ValueError, match="'allow_pickle' only applies to format gensim-kv and kind spacy-tok2vec"):

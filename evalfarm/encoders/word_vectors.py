@@ -38,6 +38,7 @@ from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.encoders.vector_cache import (
     CACHE_MIN_BYTES,
     CachedMatrix,
+    FileStats,
     NpyWriter,
     VocabStats,
     cached_vectors,
@@ -116,7 +117,7 @@ class WordVectors:
         self.dim = int(vectors.shape[1])
         self._mean: np.ndarray | None = None
         self._stats: dict[str, VocabStats] = {}
-        self._cache: CachedMatrix | None = None
+        self._cache: CachedMatrix | FileStats | None = None  # where vocabulary statistics are kept
         self.spec_id = ""
         self.provenance: dict = {}
 
@@ -336,10 +337,12 @@ class WordVectors:
             exact = index  # {word: its position}, built once
         if matrix.dtype != np.float32:
             matrix = matrix.astype(np.float32)
-        return cls(
+        enc = cls(
             None, matrix, index=DictIndex(words, exact=exact), lowercase=lowercase, name=str(matrix_path),
             check_finite=False,
         )  # fmt: skip
+        enc._cache = FileStats((matrix_path, vocab_path), {"format": "numpy-vocab", "reader": "1"})
+        return enc
 
     @classmethod
     def _load_spacy(cls, path: Path, *, lowercase: bool) -> WordVectors:
