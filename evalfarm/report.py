@@ -622,14 +622,11 @@ def build_report(
         if hardest:
             for r in _query(
                 con,
-                # the hardest_pairs view's order (realistic rank), with what the model put first (the cos pass's
-                # top neighbour) beside each pair
-                "SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank, r.tied, r.rank_realistic, r.score, "
-                "r.oov, n.neighbour AS top_neighbour, n.score AS top_score FROM ranks r LEFT JOIN neighbours n "
-                "ON n.model = r.model AND n.task = r.task AND n.variant = r.variant AND n.query_id = r.query_id "
-                "AND n.position = 1 QUALIFY row_number() OVER (PARTITION BY r.model, r.task, r.variant "
-                "ORDER BY r.rank_realistic DESC, r.query, r.positive) <= $k "
-                "ORDER BY r.model, r.task, r.variant, r.rank_realistic DESC, r.query, r.positive",
+                # the hardest_pairs view: worst realistic ranks first, with what the model put first (the cos
+                # pass's top neighbour) beside each pair
+                "SELECT model, task, variant, query, positive, optimistic_rank AS rank, tied, rank AS rank_realistic, "
+                "score, oov, top_neighbour, top_score FROM hardest_pairs WHERE worst <= $k "
+                "ORDER BY model, task, variant, worst",
                 {"k": hardest},
             ):
                 worst[r["model"]].append(r)

@@ -33,7 +33,7 @@ WHERE n.task IS NOT NULL;
 -- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.
 CREATE OR REPLACE VIEW hardest_pairs AS
 SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank_realistic AS rank, r.score,
-       n.neighbour AS top_neighbour, n.score AS top_score,
+       r.rank AS optimistic_rank, r.tied, r.oov, n.neighbour AS top_neighbour, n.score AS top_score,
        row_number() OVER (PARTITION BY r.model, r.task, r.variant ORDER BY r.rank_realistic DESC, r.query, r.positive)
            AS worst
 FROM ranks r

@@ -230,12 +230,17 @@ class Head:
         try:
             yield
         finally:
-            for k, v in saved.items():
-                if v is None:
-                    os.environ.pop(k, None)
-                else:
-                    os.environ[k] = v
-            reset_ray_auth()
+            restore_env(saved)
+
+
+def restore_env(saved: dict[str, str | None]) -> None:
+    """Put this process's variables back as ``saved`` had them (None: unset), then Ray's auth settings with them."""
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+    reset_ray_auth()
 
 
 def head_env(base: dict[str, str] | None = None, **extra: str) -> dict[str, str]:
@@ -381,9 +386,4 @@ def local_ray(num_cpus: int = 2) -> Iterator[Any]:
     finally:
         shutdown_workers()
         ray.shutdown()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-        reset_ray_auth()
+        restore_env(saved)

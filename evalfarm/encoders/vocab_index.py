@@ -291,15 +291,17 @@ class DictIndex(VocabIndex):
             self._exact = dict(zip(reversed(self._words), range(n - 1, -1, -1), strict=True))
         return self._lookup(self._exact, keys)
 
-    def lower_first(self) -> np.ndarray:
-        if self._first is None:
+    def _lower_tables(self) -> tuple[np.ndarray, dict[str, int]]:
+        """The lower-cased keys' first positions and their lookup dict, built together on first use."""
+        if self._first is None or self._lower is None:
             self._first, self._lower = lowercase_first(self._words)
-        return self._first
+        return self._first, self._lower
+
+    def lower_first(self) -> np.ndarray:
+        return self._lower_tables()[0]
 
     def lower_positions(self, keys: Sequence[str]) -> np.ndarray:
-        if self._lower is None:
-            self._first, self._lower = lowercase_first(self._words)
-        return self._lookup(self._lower, keys)
+        return self._lookup(self._lower_tables()[1], keys)
 
 
 class LowercasedIndex(VocabIndex):
