@@ -50,7 +50,7 @@ leaderboard:
 test: install
 	$(PY) -m pytest -q
 
-# The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Backend), small real files; every
+# The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Executor), small real files; every
 # test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. Under a minute.
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"

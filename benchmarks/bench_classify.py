@@ -28,7 +28,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
 from evalfarm.classify import evaluate, task_features  # noqa: E402
-from evalfarm.pools.downstream import DOWNSTREAM_TASKS, load_downstream_task  # noqa: E402
+from evalfarm.taskdata.downstream import DOWNSTREAM_TASKS, load_downstream_task  # noqa: E402
 
 TOKEN = re.compile(r"\w+")
 

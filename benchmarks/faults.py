@@ -77,8 +77,8 @@ def make_catalog(d: Path, *, small: bool) -> Path:
     copies = ("indeed",) if small else ("indeed", "again", "today", "still", "once", "here")  # 50k / 175k texts
     (d / "bigbg.txt").write_text("\n".join(bg + [f"{x} {c}" for c in copies for x in bg]) + "\n")
     big = {"pairs": _head(s / "pos_pair.txt", 40, d / "bp.txt"), "background": d / "bigbg.txt"}
-    (d / "pools.yaml").write_text(
-        "pools:\n" + _pool("word-slice", "word", word) + _pool("sent-bigbg", "sentence", big)
+    (d / "tasks.yaml").write_text(
+        "tasks:\n" + _pool("word-slice", "word", word) + _pool("sent-bigbg", "sentence", big)
     )
     glove = data / "reference" / "toy_emb.txt"
     g = f"{{type: path, ref: {glove}}}"
@@ -93,7 +93,7 @@ def make_catalog(d: Path, *, small: bool) -> Path:
         "bow-toy": "{id: bow-toy, level: sentence, kind: bow, base: toy, lowercase: true}",
     }
     models = [*words, "static"] if small else [*words, "static", "bow-toy"]
-    body = "include: [pools.yaml]\npools: [word-slice, sent-bigbg]\nmodels:\n"
+    body = "include: [tasks.yaml]\ntasks: [word-slice, sent-bigbg]\nmodels:\n"
     (d / "cat.yaml").write_text(body + "".join(f"  - {specs[m]}\n" for m in models))
     respec = dict(specs, toy=specs["toy"].replace("format: glove-text,", "format: glove-text, oov: skip,"))
     (d / "cat-respec.yaml").write_text(body + "".join(f"  - {respec[m]}\n" for m in models))

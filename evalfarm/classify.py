@@ -42,7 +42,7 @@ which scikit-learn uses). With these settings the two agree on every one of the 
 bag-of-words features (``tests/test_classify.py``).
 
 ``max_train`` cuts the training part (``train``, or the whole set for CV) to a seeded, stratified sample
-(:func:`evalfarm.pools.downstream.stratified_subsample`); ``None`` (the default) uses every row.
+(:func:`evalfarm.taskdata.downstream.stratified_subsample`); ``None`` (the default) uses every row.
 """
 
 from __future__ import annotations
@@ -56,10 +56,10 @@ from typing import TYPE_CHECKING, Literal
 
 import numpy as np
 
-from evalfarm.pools.downstream import DEFAULT_SUBSAMPLE_SEED, stratified_subsample
+from evalfarm.taskdata.downstream import DEFAULT_SUBSAMPLE_SEED, stratified_subsample
 
 if TYPE_CHECKING:
-    from evalfarm.pools.downstream import DownstreamTask
+    from evalfarm.taskdata.downstream import DownstreamTask
 
 Backend = Literal["sklearn", "torch", "auto"]
 C_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)

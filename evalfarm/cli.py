@@ -255,8 +255,9 @@ def run(
     ] = None,
     tasks: Annotated[
         list[str] | None,
-        typer.Option("--tasks", "--pools", "-t", "-p", help="task ids (default: the catalog's; --pools: old name)"),
+        typer.Option("--tasks", "-t", help="task ids (comma-separated or repeated; default: the catalog's)"),
     ] = None,
+    pools: Annotated[list[str] | None, typer.Option("--pools", "-p", hidden=True)] = None,
     warehouse: Annotated[
         str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…); shared by all nodes")
     ] = "warehouse",
@@ -302,11 +303,14 @@ def run(
     from evalfarm.catalog.registry import CatalogError
     from evalfarm.device import DeviceUnavailable
     from evalfarm.outcomes import Status
-    from evalfarm.pools.data import PoolDataError, data_dir
     from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.scorers.base import SIMILARITIES, RunOptions
+    from evalfarm.taskdata.data import TaskDataError, data_dir
     from evalfarm.warehouse import WarehouseWriteError
 
+    if pools:
+        typer.echo("warning: --pools is the old name of --tasks and goes in evalfarm 0.3; use --tasks", err=True)
+        tasks = [*(tasks or []), *pools]
     if ties is not None:
         _fail(
             "--ties is no longer a run option: every rank metric is stored under all three tie policies (optimistic, "
@@ -357,7 +361,7 @@ def run(
                     )
                 elif e.kind == "retry":
                     prog.console.print(
-                        f"[yellow]retry[/] {e.task.label} (attempt {e.task.attempts + 1}): {escape(str(e.message))}"
+                        f"[yellow]retry[/] {e.job.label} (attempt {e.job.attempts + 1}): {escape(str(e.message))}"
                     )
                 elif e.kind == "quarantined":
                     prog.console.print(f"[yellow]{escape(str(e.message))}[/]", highlight=False)
@@ -390,7 +394,7 @@ def run(
                 max_attempts=max_attempts,
                 on_event=on_event,
             )
-    except (CatalogError, PoolDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
+    except (CatalogError, TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
         _fail(str(exc))
         return
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes

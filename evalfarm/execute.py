@@ -59,7 +59,7 @@ class ExecContext:
         verified this run are trusted, not recomputed)."""
         if task_id not in self._tasks:
             if self.options.verified_files:
-                from evalfarm.pools.data import trust_verified
+                from evalfarm.taskdata.data import trust_verified
 
                 trust_verified(self.options.verified_files)
             spec = self.catalog.task(task_id)

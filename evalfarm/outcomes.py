@@ -53,7 +53,7 @@ class UnitOutcome:
 NOT_RETRYABLE = (
     "FileNotFoundError",
     "IsADirectoryError",
-    "PoolDataError",
+    "TaskDataError",
     "CatalogError",
     "NotSupportedYet",
     "ChecksumMismatch",

@@ -108,7 +108,7 @@ class RunEvent:
     kind: str
     progress: ProgressTracker
     outcome: Any = None
-    task: Any = None
+    job: Any = None  # evalfarm.scheduler.core.Job of a scheduler event
     worker: Any = None
     message: str = ""
 
@@ -157,7 +157,7 @@ def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptio
     checksums instead of hashing every file again per model and attempt (``RunOptions.verified_files``)."""
     import dataclasses
 
-    from evalfarm.pools.data import verify_task_files
+    from evalfarm.taskdata.data import verify_task_files
 
     tasks = sorted({u.task for p in pending for u in p.units})
     return dataclasses.replace(options, verified_files=verify_task_files([cat.task(t) for t in tasks]))
@@ -264,9 +264,9 @@ def run_catalog(
             if info not in summary.worker_info:
                 summary.worker_info.append(info)
         tracker.workers, tracker.reviving = e.alive, e.reviving  # exact: the scheduler's own counts
-        emit(RunEvent(e.kind, tracker, outcome=e.outcome, task=e.task, worker=e.worker, message=e.message))
+        emit(RunEvent(e.kind, tracker, outcome=e.outcome, job=e.job, worker=e.worker, message=e.message))
 
-    backend = leases = None
+    executor_obj = leases = None
     reason: str | None = None
     error: BaseException | None = None
     try:
@@ -276,12 +276,12 @@ def run_catalog(
 
             base_of = _bases(cat, pending)  # sets each forward-pass leader's siblings before any plan is sent
             leases = Leases(wh, run_id).start()
-            backend = _backend(
+            executor_obj = _executor(
                 executor, cat, wh, run_id, options, force, progress, pending, address, workers, encoders or {}
             )
             sched = Scheduler(
                 pending,
-                backend,
+                executor_obj,
                 warehouse=wh,
                 run_id=run_id,
                 base_of=base_of,
@@ -303,7 +303,7 @@ def run_catalog(
             reason = "stopped (Ctrl-C)"
         raise
     finally:
-        _end(summary, wh, backend, leases, plans, common, provenance, t0, reason, error)
+        _end(summary, wh, executor_obj, leases, plans, common, provenance, t0, reason, error)
     if reason is not None:
         raise RunInterrupted(summary, reason)
     if summary.counts()["done"]:
@@ -332,7 +332,7 @@ def refresh_correlations(wh: Warehouse) -> None:
 def _end(
     summary: RunSummary,
     wh: Warehouse,
-    backend: Any,
+    executor_obj: Any,
     leases: Any,
     plans: list[ModelPlan],
     common: dict[str, Any],
@@ -341,7 +341,7 @@ def _end(
     reason: str | None,
     error: BaseException | None,
 ) -> None:
-    """Release the leases, record the end event, then close the backend (after a lost head, closing Ray may take
+    """Release the leases, record the end event, then close the executor (after a lost head, closing Ray may take
     seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a failure
     here must not replace it: it becomes a warning.
 
@@ -377,8 +377,8 @@ def _end(
             ),
             "recording the end of the run",
         )  # fmt: skip
-    if backend is not None:
-        attempt(backend.close, "closing the executor")
+    if executor_obj is not None:
+        attempt(executor_obj.close, "closing the executor")
 
 
 def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
@@ -419,7 +419,7 @@ def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
     return out
 
 
-def _backend(
+def _executor(
     executor: str,
     cat: Catalog,
     wh: Warehouse,
@@ -434,18 +434,18 @@ def _backend(
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
-        from evalfarm.scheduler.local import LocalBackend
+        from evalfarm.scheduler.local_executor import LocalExecutor
 
         ctx = ExecContext(
             catalog=cat, warehouse=wh, run_id=run_id, options=options, force=force, progress=progress,
             record_failures=False, encoders=encoders,
         )  # fmt: skip
-        return LocalBackend(ctx)
-    from evalfarm.scheduler.ray_runner import SMALL_KINDS, RayBackend
+        return LocalExecutor(ctx)
+    from evalfarm.scheduler.ray_executor import SMALL_KINDS, RayExecutor
 
     kinds = {p.model: cat.kind(p.model) for p in pending}
     small = all(k in SMALL_KINDS for k in kinds.values())
-    return RayBackend(
+    return RayExecutor(
         catalog=cat,
         warehouse=wh.uri,
         run_id=run_id,

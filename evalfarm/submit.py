@@ -42,7 +42,7 @@ import yaml
 from pydantic import ValidationError
 
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
-from evalfarm.catalog.specs import ModelSpec, PoolSpec, Source, slug
+from evalfarm.catalog.specs import ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.scorers import task_adapter as _task_adapter
 
@@ -114,8 +114,8 @@ def _validation_messages(path: Path, where: str, exc: ValidationError) -> list[s
     return msgs
 
 
-def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[PoolSpec | str]]:
-    """The models (and optional pools) of a submit spec: one model mapping, a list of them, or ``models:``."""
+def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[TaskSpec | str]]:
+    """The models (and optional tasks) of a submit spec: one model mapping, a list of them, or ``models:``."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise SubmitError(f"model spec not found: {path}")
@@ -123,15 +123,19 @@ def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise SubmitError(f"{path}: not valid YAML: {exc}") from exc
-    raw_pools: list[Any] = []
+    raw_tasks: list[Any] = []
     if isinstance(raw, dict) and "models" in raw:
         extra = set(raw) - {"name", "description", "models", "tasks", "pools"}
         if extra:
             raise SubmitError(
                 f"{path}: unsupported key(s) {sorted(extra)} in a submit spec "
-                "(allowed: name, description, models, tasks (or pools); choose the base catalog with --catalog)"
+                "(allowed: name, description, models, tasks; choose the base catalog with --catalog)"
             )
-        entries, raw_pools = raw.get("models") or [], raw.get("tasks") or raw.get("pools") or []
+        entries, raw_tasks = raw.get("models") or [], raw.get("tasks") or raw.get("pools") or []
+        if raw.get("pools"):
+            from evalfarm.catalog.registry import warn_pools_key
+
+            warn_pools_key(path)
     elif isinstance(raw, dict):
         entries = [raw]
     elif isinstance(raw, list):
@@ -150,22 +154,22 @@ def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[
             models.append(ModelSpec.model_validate(entry))
         except ValidationError as exc:
             errors.extend(_validation_messages(path, _entry_name(entry, i), exc))
-    pools: list[PoolSpec | str] = []
-    for i, entry in enumerate(raw_pools):
+    tasks: list[TaskSpec | str] = []
+    for i, entry in enumerate(raw_tasks):
         if isinstance(entry, str):
-            pools.append(entry)
+            tasks.append(entry)
             continue
         try:
-            pools.append(_task_adapter().validate_python(entry))
+            tasks.append(_task_adapter().validate_python(entry))
         except ValidationError as exc:
-            errors.extend(_validation_messages(path, _entry_name(entry, i, "pools"), exc))
+            errors.extend(_validation_messages(path, _entry_name(entry, i, "tasks"), exc))
     if errors:
         raise SubmitError("\n".join(errors))
     ids = [m.id for m in models]
     dupes = sorted({i for i in ids if ids.count(i) > 1})
     if dupes:
         raise SubmitError(f"{path}: model id(s) {dupes} appear more than once")
-    return models, pools
+    return models, tasks
 
 
 # -- merging with the base catalog --------------------------------------------------------------------------
@@ -190,15 +194,15 @@ def _with_absolute_paths(spec: ModelSpec, base_dir: Path) -> ModelSpec:
     return spec.model_copy(update=update) if update else spec
 
 
-def _dump(spec: ModelSpec | PoolSpec) -> dict[str, Any]:
+def _dump(spec: ModelSpec | TaskSpec) -> dict[str, Any]:
     out = spec.model_dump(mode="json", exclude_defaults=True)
-    if isinstance(spec, PoolSpec):  # a task's kind is its union tag: always written
+    if isinstance(spec, TaskSpec):  # a task's kind is its union tag: always written
         out = {"id": out.pop("id"), "kind": spec.kind, **out}
     return out
 
 
 def merge_catalog(
-    spec_path: Path, models: list[ModelSpec], pools: list[PoolSpec | str], base: Catalog
+    spec_path: Path, models: list[ModelSpec], tasks: list[TaskSpec | str], base: Catalog
 ) -> tuple[dict[str, Any], list[str]]:
     """A self-contained catalog document: the new models, their bases from ``base``, the tasks in full.
 
@@ -224,8 +228,8 @@ def merge_catalog(
             from_base = spec.id in base.models and spec.id not in {n.id for n in new}
             wanted.setdefault(spec.id, _with_absolute_paths(spec, base.path.parent) if from_base else spec)
     task_docs: list[dict[str, Any]] = []
-    for p in pools or list(base.default_tasks):
-        if isinstance(p, PoolSpec):
+    for p in tasks or list(base.default_tasks):
+        if isinstance(p, TaskSpec):
             task_docs.append(_dump(p))
         elif p in base.tasks:
             task_docs.append(_dump(base.tasks[p]))
@@ -418,12 +422,12 @@ def plan_submission(
     from evalfarm.provenance import CATALOG_AS_GIVEN_ENV, unpinned_revisions
 
     spec_path = Path(spec).expanduser().resolve()
-    models, pools = load_spec_file(spec_path)
+    models, tasks = load_spec_file(spec_path)
     try:
         base = load_catalog(catalog)
     except CatalogError as exc:
         raise SubmitError(f"base catalog: {exc}") from None
-    doc, model_ids = merge_catalog(spec_path, models, pools, base)
+    doc, model_ids = merge_catalog(spec_path, models, tasks, base)
     user_env = dict(runtime_env or {})
     inline = any(k in user_env for k in _IMAGE_KEYS) if inline_catalog is None else inline_catalog
 
@@ -488,12 +492,12 @@ def plan_submission(
             )
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         sub_id = submission_id or f"evalfarm-{slug(model_ids[0])[:48]}-{stamp}-{secrets.token_hex(3)}"
-        pools_used = sorted({t.id for m in model_ids for t in merged.tasks_for(m)})
+        tasks_used = sorted({t.id for m in model_ids for t in merged.tasks_for(m)})
         metadata = {
             "evalfarm.version": __version__,
             "evalfarm.models": ",".join(model_ids),
             "evalfarm.spec_hashes": ",".join(f"{m}={merged.spec_hash(m)}" for m in model_ids),
-            "evalfarm.pools": ",".join(f"{p}@{merged.tasks[p].version}" for p in pools_used),
+            "evalfarm.taskdata": ",".join(f"{p}@{merged.tasks[p].version}" for p in tasks_used),
             "evalfarm.spec_file": str(spec_path),
             "evalfarm.base_catalog": str(base.path),
             "evalfarm.catalog": catalog,
@@ -546,7 +550,7 @@ def _shown_env(plan: SubmitPlan) -> dict[str, str]:
 
 
 def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
-    """What will run, in words: models, sources, remote code, pools, warehouse, the exact command and env."""
+    """What will run, in words: models, sources, remote code, tasks, warehouse, the exact command and env."""
     cat = plan.catalog
     lines = [f"evalfarm submit {plan.spec_path} (base catalog {plan.base_catalog})"]
     if address:

@@ -131,7 +131,7 @@ def _reviews() -> Iterator[str]:
         yield from _lines(d / rel)
     for line in _lines(d / "SST2" / "sentiment-train"):
         yield line.rsplit("\t", 1)[0]
-    from evalfarm.pools.textfiles import LATIN1, read_lines
+    from evalfarm.taskdata.textfiles import LATIN1, read_lines
 
     for line in read_lines(d / "TREC" / "train_5500.label", encoding=LATIN1):  # TREC is Latin-1, not UTF-8
         yield line.split(" ", 1)[1] if " " in line else line

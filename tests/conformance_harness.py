@@ -22,9 +22,9 @@ OOV_POLICIES = ("mean", "zero", "skip")
 def word_pool() -> Any:
     """The EvalRank word pool as the pipeline reads it."""
     from evalfarm.catalog.registry import load_catalog
-    from evalfarm.pools import load_pool
+    from evalfarm.taskdata import load_task
 
-    return load_pool(load_catalog(str(TASKS)).task("evalrank-word"))
+    return load_task(load_catalog(str(TASKS)).task("evalrank-word"))
 
 
 def run_pipeline(workdir: Path, toy: Path) -> tuple[Any, dict[str, tuple[dict[str, int], np.ndarray]]]:

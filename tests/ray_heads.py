@@ -5,7 +5,7 @@ Every Ray cluster a test or a benchmark starts is one of two:
 - ``start_head``: ``cluster/local/start-head.sh`` itself (token authentication with a fresh 0600 token, Ray's
   single-node mode: every server on 127.0.0.1), on free ports, in its own process session; ``stop_head`` stops that
   session only (never ``ray stop``, which stops every Ray of the user: other people run Ray on this machine too).
-- ``local_ray``: ``evalfarm.scheduler.ray_runner.connect(None)``, the local Ray ``evalfarm run`` starts in-process
+- ``local_ray``: ``evalfarm.scheduler.ray_executor.connect(None)``, the local Ray ``evalfarm run`` starts in-process
   (the same two locks).
 
 Both check, once the head is up, that every listening socket of its processes is on loopback
@@ -367,12 +367,12 @@ def cmdline(pid: int) -> str:
 
 @contextlib.contextmanager
 def local_ray(num_cpus: int = 2) -> Iterator[Any]:
-    """``evalfarm.scheduler.ray_runner.connect(None)`` in this process: evalfarm's own local Ray (a fresh token in a
+    """``evalfarm.scheduler.ray_executor.connect(None)`` in this process: evalfarm's own local Ray (a fresh token in a
     0600 file, every server on loopback), checked like a head; yields ``ray``. At the end the warm workers and Ray
     are shut down and this process's Ray settings put back as they were."""
     import ray
 
-    from evalfarm.scheduler.ray_runner import connect, shutdown_workers
+    from evalfarm.scheduler.ray_executor import connect, shutdown_workers
 
     saved = {k: os.environ.get(k) for k in _AUTH_VARS}
     assert connect(None, num_cpus=num_cpus), "Ray was already initialised in this process"

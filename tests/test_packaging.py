@@ -471,7 +471,7 @@ def test_the_wheel_works_imported_from_the_zip_file(wheel, tmp_path):
         "import sys, evalfarm; from evalfarm.warehouse import Warehouse, sql_dir; "
         "from evalfarm.catalog.registry import load_catalog; "
         "assert '.whl' in evalfarm.__file__, evalfarm.__file__; "
-        "cat = load_catalog('zoo-starter'); assert 'glove-6b-50d' in cat.models and cat.pools; "
+        "cat = load_catalog('zoo-starter'); assert 'glove-6b-50d' in cat.models and cat.tasks; "
         "assert sorted(p.name for p in sql_dir().glob('*.sql'))[0] == '01_metrics.sql'; "
         "wh = Warehouse(sys.argv[1]).init(); print(wh.query('SELECT count(*) AS n FROM leaderboard').to_pylist())"
     )

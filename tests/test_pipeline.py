@@ -116,9 +116,9 @@ def test_failures_name_model_and_stage(cli_run):
 def test_oov_rate_and_policies_match_an_independent_count(cli_run, toy_glove):
     wh, _ = cli_run
     vocab = {line.split(" ", 1)[0].lower() for line in toy_glove.read_text().splitlines()}
-    from evalfarm.pools import load_pool
+    from evalfarm.taskdata import load_task
 
-    items = load_pool(load_catalog(str(TASKS)).task("evalrank-word")).items
+    items = load_task(load_catalog(str(TASKS)).task("evalrank-word")).items
     expected = sum(w not in vocab for w in items) / len(items)
     m = {
         (r["model"], r["metric"]): r["value"]
@@ -249,9 +249,9 @@ def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
     assert len(shards) == 2
     first, second = (set(pq.read_table(p, columns=["text"]).column("text").to_pylist()) for p in shards)
     cat = load_catalog(word_catalog)
-    from evalfarm.pools import load_pool
+    from evalfarm.taskdata import load_task
 
-    sts12 = set(load_pool(cat.task("sts12")).texts)  # 2,213 of its 4,946 sentences are not in the EvalRank pool
+    sts12 = set(load_task(cat.task("sts12")).texts)  # 2,213 of its 4,946 sentences are not in the EvalRank pool
     assert len(first) == 24957 and second == sts12 - first and 0 < len(second) < len(sts12)
 
 

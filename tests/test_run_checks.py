@@ -138,7 +138,7 @@ def test_what_is_retried() -> None:
 
 
 def test_task_files_are_hashed_once_per_run_and_workers_trust_the_driver(catalog, tmp_path, monkeypatch) -> None:
-    from evalfarm.pools import data
+    from evalfarm.taskdata import data
 
     hashed: list[str] = []
     real = data.sha256_file
@@ -156,8 +156,8 @@ def test_task_files_are_hashed_once_per_run_and_workers_trust_the_driver(catalog
 
     # a worker process (empty cache) given the driver's verified files hashes nothing
     from evalfarm.execute import ExecContext
-    from evalfarm.pools.data import verify_task_files
     from evalfarm.scorers.base import RunOptions
+    from evalfarm.taskdata.data import verify_task_files
 
     cat = load_catalog(catalog)
     files = verify_task_files([cat.task("t-rank"), cat.task("t-sim")])
@@ -174,7 +174,7 @@ def test_task_files_are_hashed_once_per_run_and_workers_trust_the_driver(catalog
         sim.write_text(original + f"{WORDS[0]} {WORDS[1]} 9.0\n")
         monkeypatch.setattr(data, "_VERIFIED", {})
         ctx = ExecContext(cat, Warehouse(tmp_path / "wh"), "r3", options=RunOptions(verified_files=files))
-        with pytest.raises(data.PoolDataError, match="sha256"):
+        with pytest.raises(data.TaskDataError, match="sha256"):
             ctx.task_data("t-sim")
         assert [Path(h).name for h in hashed] == ["sim.txt"]
     finally:

@@ -33,7 +33,7 @@ def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path) -> tuple[Path, Pat
     fl = ", ".join(f"{r}: {p}" for r, p in files.items())
     sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
     pool = (
-        "pools:\n  - {id: w, level: word, kind: evalrank, format: evalrank-word, version: '1', licence: t, source: t,"
+        "tasks:\n  - {id: w, level: word, kind: evalrank, format: evalrank-word, version: '1', licence: t, source: t,"
         f" files: {{{fl}}}, sha256: {{{sh}}}}}\n"
     )
     g = f"{{type: path, ref: {toy_glove}}}"

@@ -18,7 +18,7 @@ from ray_heads import local_ray
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scheduler.progress import ProgressTracker
-from evalfarm.scheduler.ray_runner import autoscaled_workers, worker_resources
+from evalfarm.scheduler.ray_executor import autoscaled_workers, worker_resources
 from evalfarm.warehouse import Warehouse
 
 REPO = Path(__file__).resolve().parents[1]
@@ -63,15 +63,15 @@ def catalog(tmp_path_factory, data_dir, toy_glove) -> Path:
     nan = d / "nan.txt"
     nan.write_text("".join(f"{x} nan nan nan nan\n" for x in first) + "cat 1 0 0 0\n")
     g = f"{{type: path, ref: {toy_glove}}}"
-    (d / "pools.yaml").write_text(
-        "pools:\n"
+    (d / "tasks.yaml").write_text(
+        "tasks:\n"
         + _pool_entry(d, "word-small", "word", word)
         + _pool_entry(d, "sent-small", "sentence", sent)
         + _pool_entry(d, "sent-bigbg", "sentence", big)
     )
     (d / "cat.yaml").write_text(
-        f"""include: [pools.yaml]
-pools: [word-small, sent-small]
+        f"""include: [tasks.yaml]
+tasks: [word-small, sent-small]
 models:
   - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {g}}}
   - {{id: toy-abtt1, level: word, base: toy, postprocess: {{method: abtt, d: 1}}}}
@@ -159,7 +159,7 @@ def test_units_view_records_where_and_how_long(ray_run):
     assert {r["worker"] for r in rows} == {"w0", "w1"}  # both workers took work
     assert all(r["node"] and r["seconds"] >= 0 and r["started_at"] and r["attempts"] == 1 for r in rows)
     # largest first: the sentence models (costlier kinds) were handed out before any word model
-    order = [e.task.plan.model for e in events if e.kind == "dispatch" and e.task.stage == "embed"]
+    order = [e.job.plan.model for e in events if e.kind == "dispatch" and e.job.stage == "embed"]
     assert set(order[:2]) == {"bow-toy", "static"}
 
 
@@ -186,7 +186,7 @@ def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalo
         if state.get("back") and not state.get("resumed"):  # the first event after the killed worker came back
             state["first after comeback"] = (e.kind, getattr(e.worker, "name", None))
             resume_other()
-        if e.kind == "dispatch" and e.task.stage == "embed" and e.task.plan.model == "static" and not killed:
+        if e.kind == "dispatch" and e.job.stage == "embed" and e.job.plan.model == "static" and not killed:
             state["worker"], state["pid"] = e.worker.name, e.worker.pid
             # 1.5 s in: the worker is loading the model or embedding ~100k sentences (several seconds)
             threading.Timer(
@@ -196,7 +196,7 @@ def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalo
             state["paused"] = e.worker.pid  # the other worker, at its first task
             os.kill(e.worker.pid, signal.SIGSTOP)
         elif e.kind == "dispatch" and e.worker.name == killed and "t_kill" in state:
-            state.setdefault("after the kill", []).append(e.task.label)
+            state.setdefault("after the kill", []).append(e.job.label)
         if e.kind == "worker-lost" and e.worker.name == killed:
             state["lost"] = e.message
             if "gave up" in str(e.message):

@@ -1,6 +1,6 @@
-"""The scheduler's state machine against a fake, deterministic backend (milliseconds, no Ray).
+"""The scheduler's state machine against a fake, deterministic executor (milliseconds, no Ray).
 
-The fake backend keeps a clock of its own that only ``wait`` advances, runs a script of what each task does on
+The fake executor keeps a clock of its own that only ``wait`` advances, runs a script of what each task does on
 each attempt (ok, a retryable failure, a non-retryable one, a killed worker), and restarts killed workers after a
 delay, answering "restarting" until then — what Ray does. The warehouse is real (a temporary folder), and so are
 the leases of the concurrent-run tests: a second run is played by a second ``Leases`` object on the same folder.
@@ -18,7 +18,7 @@ import pytest
 from evalfarm.leases import Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome
 from evalfarm.plan import ModelPlan, Unit
-from evalfarm.scheduler.core import ClusterLost, Event, Scheduler, Task, WorkerInfo, WorkerLost
+from evalfarm.scheduler.core import ClusterLost, Event, Job, Scheduler, WorkerInfo, WorkerLost
 from evalfarm.warehouse import Warehouse
 
 
@@ -27,7 +27,7 @@ def _plan(model: str, tasks: list[str], cost: float = 1.0) -> ModelPlan:
     return ModelPlan(model, f"h-{model}", "word", f"st-{model}", units, cost)
 
 
-class FakeBackend:
+class FakeExecutor:
     """Runs each task for ``seconds`` of fake time. ``script[(stage, model)]`` lists, per attempt, ``ok``,
     ``fail`` (retryable), ``fatal`` (not retryable) or ``kill`` (the worker dies; Ray restarts it after
     ``restart`` seconds, or never when ``restart`` is None). ``at`` schedules callbacks at fake times."""
@@ -78,9 +78,9 @@ class FakeBackend:
     def start(self) -> list[tuple[str, Any]]:
         return [(w, self._handle(self.start_after, self._info(w))) for w in self.names]
 
-    def submit(self, worker: str, task: Task) -> Any:
-        self.log.append((self.clock, worker, task.label))
-        key = (task.stage, task.plan.model)
+    def submit(self, worker: str, job: Job) -> Any:
+        self.log.append((self.clock, worker, job.label))
+        key = (job.stage, job.plan.model)
         attempt = self.tries.get(key, 0)
         self.tries[key] = attempt + 1
         plan = self.script.get(key, [])
@@ -89,13 +89,13 @@ class FakeBackend:
             self.back_at[worker] = None if self.restart is None else self.clock + self.seconds / 2 + self.restart
             return self._handle(self.seconds / 2, WorkerLost(f"{worker} killed", restarting=self.restart is not None))
         outs = []
-        for u in task.units:
+        for u in job.units:
             if what in ("fail", "fatal"):
                 outs.append(
-                    UnitOutcome(u.model, u.task, Status.FAILED, 0.1, f"boom {attempt}", Stage(task.stage),
+                    UnitOutcome(u.model, u.task, Status.FAILED, 0.1, f"boom {attempt}", Stage(job.stage),
                                 retryable=what == "fail")
                 )  # fmt: skip
-            elif task.stage == "embed":
+            elif job.stage == "embed":
                 outs.append(UnitOutcome(u.model, u.task, Status.EMBEDDED, 0.1))
             else:
                 outs.append(UnitOutcome(u.model, u.task, Status.DONE, 0.1))
@@ -136,8 +136,8 @@ class FakeBackend:
     def reachable(self) -> bool:
         return not self.unreachable
 
-    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
-        return not (worker in self.cpu_only and task.stage == "embed" and task.plan.model in self.gpu_models)
+    def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
+        return not (worker in self.cpu_only and job.stage == "embed" and job.plan.model in self.gpu_models)
 
     def close(self) -> None:
         pass
@@ -149,12 +149,12 @@ def wh(tmp_path: Path) -> Warehouse:
 
 
 def _run(
-    plans: list[ModelPlan], backend: FakeBackend, wh: Warehouse, **kw: Any
+    plans: list[ModelPlan], executor: FakeExecutor, wh: Warehouse, **kw: Any
 ) -> tuple[Scheduler, list[Any], list[Event]]:
     events: list[Event] = []
     kw.setdefault("base_of", {})
-    sched = Scheduler(plans, backend, warehouse=wh, run_id=kw.pop("run_id", "run-a"), on_event=events.append,
-                      clock=backend.now, **kw)  # fmt: skip
+    sched = Scheduler(plans, executor, warehouse=wh, run_id=kw.pop("run_id", "run-a"), on_event=events.append,
+                      clock=executor.now, **kw)  # fmt: skip
     outcomes = sched.run()
     return sched, outcomes, events
 
@@ -170,7 +170,7 @@ def _final(outcomes: list[Any]) -> dict[tuple[str, str], str]:
 
 def test_every_unit_done_once_largest_first_scores_before_new_models(wh):
     plans = [_plan("small", ["a", "b"], 1.0), _plan("big", ["a", "b"], 5.0), _plan("mid", ["a"], 3.0)]
-    fb = FakeBackend(["w0", "w1"])
+    fb = FakeExecutor(["w0", "w1"])
     sched, outcomes, events = _run(plans, fb, wh)
     assert _final(outcomes) == {(m, t): "done" for m, ts in [("small", "ab"), ("big", "ab"), ("mid", "a")] for t in ts}
     embeds = [label for _, _, label in fb.log if label.startswith("embed")]
@@ -183,7 +183,7 @@ def test_every_unit_done_once_largest_first_scores_before_new_models(wh):
 
 
 def test_a_failed_task_is_retried_on_the_other_worker_then_succeeds(wh):
-    fb = FakeBackend(["w0", "w1"], {("embed", "m"): ["fail"]})
+    fb = FakeExecutor(["w0", "w1"], {("embed", "m"): ["fail"]})
     sched, outcomes, events = _run([_plan("m", ["a"])], fb, wh, max_attempts=2)
     assert _final(outcomes) == {("m", "a"): "done"}
     (w_first,) = [w for _, w, label in fb.log if label == "embed m"][:1]
@@ -195,7 +195,7 @@ def test_a_failed_task_is_retried_on_the_other_worker_then_succeeds(wh):
         {"stage": "embed", "status": "done", "attempts": 2},
         {"stage": "score", "status": "done", "attempts": 1},
     ]
-    assert {type(e.task.stage) for e in events if e.task is not None} == {Stage}  # enums in memory,
+    assert {type(e.job.stage) for e in events if e.job is not None} == {Stage}  # enums in memory,
     assert wh.query("SELECT typeof(stage) t, typeof(status) s FROM units LIMIT 1").to_pylist() == [  # strings stored
         {"t": "VARCHAR", "s": "VARCHAR"}
     ]
@@ -203,14 +203,14 @@ def test_a_failed_task_is_retried_on_the_other_worker_then_succeeds(wh):
 
 
 def test_a_lone_worker_takes_its_own_retry(wh):
-    fb = FakeBackend(["w0"], {("embed", "m"): ["fail"]})
+    fb = FakeExecutor(["w0"], {("embed", "m"): ["fail"]})
     _, outcomes, _ = _run([_plan("m", ["a"])], fb, wh, max_attempts=2)
     assert _final(outcomes) == {("m", "a"): "done"}
     assert [w for _, w, label in fb.log if label == "embed m"] == ["w0", "w0"]
 
 
 def test_attempts_exhausted_write_one_failures_row_per_unit(wh):
-    fb = FakeBackend(["w0", "w1"], {("embed", "m"): ["fail", "fail", "fail"]})
+    fb = FakeExecutor(["w0", "w1"], {("embed", "m"): ["fail", "fail", "fail"]})
     _, outcomes, events = _run([_plan("m", ["a", "b"]), _plan("ok", ["a"])], fb, wh, max_attempts=3)
     assert _final(outcomes) == {("m", "a"): "failed", ("m", "b"): "failed", ("ok", "a"): "done"}
     assert fb.tries[("embed", "m")] == 3
@@ -222,7 +222,7 @@ def test_attempts_exhausted_write_one_failures_row_per_unit(wh):
 
 
 def test_a_non_retryable_error_fails_at_once(wh):
-    fb = FakeBackend(["w0", "w1"], {("embed", "m"): ["fatal", "ok"]})
+    fb = FakeExecutor(["w0", "w1"], {("embed", "m"): ["fatal", "ok"]})
     _, outcomes, events = _run([_plan("m", ["a"])], fb, wh, max_attempts=3)
     assert _final(outcomes) == {("m", "a"): "failed"}
     assert fb.tries[("embed", "m")] == 1 and not [e for e in events if e.kind == "retry"]
@@ -231,7 +231,7 @@ def test_a_non_retryable_error_fails_at_once(wh):
 
 def test_a_derived_model_waits_for_its_base(wh):
     plans = [_plan("base", ["a"], 1.0), _plan("derived", ["a"], 9.0)]  # derived first by cost, but it must wait
-    fb = FakeBackend(["w0", "w1"])
+    fb = FakeExecutor(["w0", "w1"])
     _run(plans, fb, wh, base_of={"derived": "base", "base": None})
     t_base_done = next(t for t, _, label in fb.log if label == "score base · a")  # after base's embed returned
     t_derived = next(t for t, _, label in fb.log if label == "embed derived")
@@ -240,7 +240,7 @@ def test_a_derived_model_waits_for_its_base(wh):
 
 def test_a_killed_worker_is_revived_with_backoff_and_reused(wh):
     """--workers 1, the worker killed mid-task: Ray answers "restarting" for 3 s, then the worker is back."""
-    fb = FakeBackend(["w0"], {("embed", "m"): ["kill"]}, restart=3.0)
+    fb = FakeExecutor(["w0"], {("embed", "m"): ["kill"]}, restart=3.0)
     sched, outcomes, events = _run([_plan("m", ["a"]), _plan("n", ["a"])], fb, wh, max_attempts=2)
     assert _final(outcomes) == {("m", "a"): "done", ("n", "a"): "done"}
     assert [w for _, w, _ in fb.log] == ["w0"] * len(fb.log)  # the same worker did everything
@@ -254,7 +254,7 @@ def test_a_killed_worker_is_revived_with_backoff_and_reused(wh):
 
 
 def test_both_workers_killed_the_run_still_finishes(wh):
-    fb = FakeBackend(["w0", "w1"], {("embed", "m"): ["kill"], ("embed", "n"): ["kill"]}, restart=1.0)
+    fb = FakeExecutor(["w0", "w1"], {("embed", "m"): ["kill"], ("embed", "n"): ["kill"]}, restart=1.0)
     sched, outcomes, events = _run([_plan("m", ["a"], 2.0), _plan("n", ["a"], 1.0)], fb, wh, max_attempts=2)
     assert _final(outcomes) == {("m", "a"): "done", ("n", "a"): "done"}
     alive = [e.alive for e in events if e.kind.startswith("worker")]
@@ -263,7 +263,7 @@ def test_both_workers_killed_the_run_still_finishes(wh):
 
 
 def test_a_worker_that_never_comes_back_is_given_up_after_the_timeout(wh):
-    fb = FakeBackend(["w0", "w1"], {("embed", "m"): ["kill"]}, restart=1000.0)
+    fb = FakeExecutor(["w0", "w1"], {("embed", "m"): ["kill"]}, restart=1000.0)
     plans = [_plan("m", ["a"], 9.0)] + [_plan(f"n{i}", ["a"]) for i in range(20)]  # 40 s of work for w1
     sched, outcomes, events = _run(plans, fb, wh, revive_timeout=20.0)
     assert set(_final(outcomes).values()) == {"done"} and len(outcomes) == 21
@@ -274,7 +274,7 @@ def test_a_worker_that_never_comes_back_is_given_up_after_the_timeout(wh):
 
 
 def test_no_worker_left_fails_what_is_left_once(wh):
-    fb = FakeBackend(["w0"], {("embed", "m"): ["kill"]}, restart=None)
+    fb = FakeExecutor(["w0"], {("embed", "m"): ["kill"]}, restart=None)
     _, outcomes, _ = _run([_plan("m", ["a"]), _plan("n", ["a", "b"])], fb, wh, max_attempts=3)
     assert set(_final(outcomes).values()) == {"failed"} and len(outcomes) == 3
     errors = {r["error"] for r in _q(wh, "SELECT error FROM failures")}
@@ -283,7 +283,7 @@ def test_no_worker_left_fails_what_is_left_once(wh):
 
 
 def test_a_task_lost_while_the_cluster_does_not_answer_is_not_charged(wh):
-    fb = FakeBackend(["w0"], {("embed", "m"): ["kill"]}, restart=1.0)
+    fb = FakeExecutor(["w0"], {("embed", "m"): ["kill"]}, restart=1.0)
     fb.unreachable = True  # the worker died because the head did: not the model's fault
     _, outcomes, events = _run([_plan("m", ["a"])], fb, wh, max_attempts=1)
     assert _final(outcomes) == {("m", "a"): "done"}
@@ -291,7 +291,7 @@ def test_a_task_lost_while_the_cluster_does_not_answer_is_not_charged(wh):
 
 
 def test_workers_that_join_get_work(wh):
-    fb = FakeBackend(["w0"], seconds=4.0)
+    fb = FakeExecutor(["w0"], seconds=4.0)
     fb.new_workers = [(1.0, "g0"), (2.0, "g1")]
     plans = [_plan(f"m{i}", ["a"]) for i in range(6)]
     sched, outcomes, events = _run(plans, fb, wh)
@@ -301,7 +301,7 @@ def test_workers_that_join_get_work(wh):
 
 
 def test_a_lost_cluster_ends_the_run_and_keeps_what_finished(wh):
-    fb = FakeBackend(["w0"], seconds=1.0)
+    fb = FakeExecutor(["w0"], seconds=1.0)
     fb.lost_at = 4.5
     sched = Scheduler([_plan(f"m{i}", ["a"]) for i in range(5)], fb, warehouse=wh, run_id="r", base_of={},
                       clock=fb.now)  # fmt: skip
@@ -313,7 +313,7 @@ def test_a_lost_cluster_ends_the_run_and_keeps_what_finished(wh):
 
 
 def test_workers_that_never_start_fail_the_run_after_the_start_timeout(wh):
-    fb = FakeBackend(["w0"], start_after=1e9)  # a pending actor no node can hold
+    fb = FakeExecutor(["w0"], start_after=1e9)  # a pending actor no node can hold
     _, outcomes, _ = _run([_plan("m", ["a"])], fb, wh, start_timeout=60.0)
     assert _final(outcomes) == {("m", "a"): "failed"}
     assert "no worker could start within 60 s" in _q(wh, "SELECT error FROM failures")[0]["error"]
@@ -321,11 +321,11 @@ def test_workers_that_never_start_fail_the_run_after_the_start_timeout(wh):
 
 
 # -- leases: a second run on the same warehouse, played by its own Leases object --------------------------------
-def _other_run(wh: Warehouse, fb: FakeBackend, run_id: str = "run-b") -> Leases:
+def _other_run(wh: Warehouse, fb: FakeExecutor, run_id: str = "run-b") -> Leases:
     return Leases(wh, run_id, timeout=10.0, clock=fb.now).start()
 
 
-def _leases(wh: Warehouse, fb: FakeBackend) -> Leases:
+def _leases(wh: Warehouse, fb: FakeExecutor) -> Leases:
     return Leases(wh, "run-a", timeout=10.0, clock=fb.now).start()
 
 
@@ -336,7 +336,7 @@ def _write_result(wh: Warehouse, unit: Unit) -> None:
 
 
 def test_units_another_live_run_holds_are_waited_for_not_computed(wh):
-    fb = FakeBackend(["w0"])
+    fb = FakeExecutor(["w0"])
     other = _other_run(wh, fb)
     m = _plan("m", ["a", "b"])
     assert other.claim(unit_key(m.units[0].fingerprint)) is None  # run-b computes m·a
@@ -359,7 +359,7 @@ def test_units_another_live_run_holds_are_waited_for_not_computed(wh):
 
 
 def test_a_unit_released_without_a_result_is_computed_here(wh):
-    fb = FakeBackend(["w0"])
+    fb = FakeExecutor(["w0"])
     other = _other_run(wh, fb)
     m = _plan("m", ["a"])
     other.claim(unit_key(m.units[0].fingerprint))
@@ -370,7 +370,7 @@ def test_a_unit_released_without_a_result_is_computed_here(wh):
 
 
 def test_a_dead_runs_lease_is_taken_over_after_the_timeout(wh):
-    fb = FakeBackend(["w0"])
+    fb = FakeExecutor(["w0"])
     other = _other_run(wh, fb)  # claims, then its heartbeat stops (it never beats again)
     m = _plan("m", ["a"])
     other.claim(unit_key(m.units[0].fingerprint))
@@ -380,7 +380,7 @@ def test_a_dead_runs_lease_is_taken_over_after_the_timeout(wh):
 
 
 def test_an_embed_stage_another_run_holds_is_waited_for(wh):
-    fb = FakeBackend(["w0"])
+    fb = FakeExecutor(["w0"])
     other = _other_run(wh, fb)
     m, n = _plan("m", ["a"], 5.0), _plan("n", ["a"], 1.0)
     other.claim(embed_key("m", m.store))  # run-b embeds m for tasks of its own
@@ -394,7 +394,7 @@ def test_an_embed_stage_another_run_holds_is_waited_for(wh):
 
 
 def test_a_derived_model_waits_for_a_base_another_run_is_embedding(wh):
-    fb = FakeBackend(["w0", "w1"])
+    fb = FakeExecutor(["w0", "w1"])
     other = _other_run(wh, fb)
     base, derived = _plan("base", ["a"]), _plan("derived", ["b"])
     other.claim(embed_key("base", base.store))
@@ -414,7 +414,7 @@ def test_a_derived_model_waits_for_a_base_another_run_is_embedding(wh):
 
 
 def test_force_waits_for_the_other_runs_result_even_if_an_old_one_exists(wh):
-    fb = FakeBackend(["w0"])
+    fb = FakeExecutor(["w0"])
     m = _plan("m", ["a"])
     _write_result(wh, m.units[0])  # an old result; --force recomputes it
     import os
@@ -430,7 +430,7 @@ def test_force_waits_for_the_other_runs_result_even_if_an_old_one_exists(wh):
 
 
 def test_a_task_the_backend_says_a_worker_does_not_suit_goes_to_another(wh):
-    fb = FakeBackend(["cpu0", "gpu0"], seconds=1.0)
+    fb = FakeExecutor(["cpu0", "gpu0"], seconds=1.0)
     fb.cpu_only, fb.gpu_models = {"cpu0"}, {"big", "bigger"}
     plans = [_plan("bigger", ["a"], 9.0), _plan("big", ["a"], 8.0), _plan("small", ["a"], 1.0)]
     _, outcomes, _ = _run(plans, fb, wh)

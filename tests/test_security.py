@@ -427,7 +427,7 @@ def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
 
 OWN_RAY = """
 import json, os, sys
-from evalfarm.scheduler.ray_runner import connect
+from evalfarm.scheduler.ray_executor import connect
 import ray
 assert connect(None, num_cpus=1)
 node = ray._private.worker._global_node

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalfarm.pools.data import PoolDataError
-from evalfarm.pools.downstream import (
+from evalfarm.taskdata.data import TaskDataError
+from evalfarm.taskdata.downstream import (
     DownstreamTask,
     LabelledSet,
     load_downstream_task,
@@ -22,7 +22,7 @@ from evalfarm.pools.downstream import (
     read_trec_file,
     stratified_subsample,
 )
-from evalfarm.pools.sts import (
+from evalfarm.taskdata.sts import (
     STS_FOLDERS,
     load_sick_r,
     load_str,
@@ -32,8 +32,8 @@ from evalfarm.pools.sts import (
     read_sts_subset,
     read_stsb_file,
 )
-from evalfarm.pools.textfiles import read_lines
-from evalfarm.pools.wordsim import WORDSIM_FILES, load_wordsim_sets, read_wordsim
+from evalfarm.taskdata.textfiles import read_lines
+from evalfarm.taskdata.wordsim import WORDSIM_FILES, load_wordsim_sets, read_wordsim
 
 
 def write(path: Path, data: bytes) -> Path:
@@ -89,12 +89,12 @@ def test_wordsim_crlf_spaces_and_missing_final_newline(tmp_path):
 )
 def test_wordsim_malformed_lines_name_file_and_line(tmp_path, content, where, what):
     f = write(tmp_path / "EN-BAD.txt", content)
-    with pytest.raises(PoolDataError, match=rf"EN-BAD\.txt{where}.*{what}"):
+    with pytest.raises(TaskDataError, match=rf"EN-BAD\.txt{where}.*{what}"):
         read_wordsim(f)
 
 
 def test_wordsim_unknown_set_name(data_dir):
-    with pytest.raises(PoolDataError, match="unknown word-similarity set"):
+    with pytest.raises(TaskDataError, match="unknown word-similarity set"):
         load_wordsim_sets(data_dir / "wordsim", ["WS-999"])
 
 
@@ -174,7 +174,7 @@ def test_sts_subset_skips_unscored_and_handles_crlf_and_bom(tmp_path):
 def test_sts_subset_errors_name_file_and_line(tmp_path, inp, gs, where, what):
     i = write(tmp_path / "STS.input.t.txt", inp)
     g = write(tmp_path / "STS.gs.t.txt", gs)
-    with pytest.raises(PoolDataError, match=rf"{where}.*{what}"):
+    with pytest.raises(TaskDataError, match=rf"{where}.*{what}"):
         read_sts_subset(i, g, "t")
 
 
@@ -188,7 +188,7 @@ def test_stsb_file_seven_or_nine_columns_crlf_quotes(tmp_path):
     assert s.sent1 == ['He said "yes" .', "A"] and s.sent2 == ['She said "no" .', "B"]
     assert s.gold.tolist() == [3.5, 1.0]
     bad = write(tmp_path / "sts-bad.csv", rows[0] + b"\n" + b"a\tb\tc\t4\t2\tonly one sentence\n")
-    with pytest.raises(PoolDataError, match=r"sts-bad\.csv:2:.*found 6"):
+    with pytest.raises(TaskDataError, match=r"sts-bad\.csv:2:.*found 6"):
         read_stsb_file(bad, "bad")
 
 
@@ -201,13 +201,13 @@ def test_sick_file_crlf_and_errors(tmp_path):
     assert rows.sent1 == ["A man runs"] and rows.relatedness.tolist() == [4.5]
     assert rows.entailment == ["ENTAILMENT"]  # no '\r' left on the last column
     no_head = write(tmp_path / "SICK_h.txt", b"1\tA\tB\t4.5\tENTAILMENT\n")
-    with pytest.raises(PoolDataError, match=r"SICK_h\.txt:1:.*header"):
+    with pytest.raises(TaskDataError, match=r"SICK_h\.txt:1:.*header"):
         read_sick_file(no_head)
     bad_score = write(tmp_path / "SICK_s.txt", SICK_HEAD + b"\n1\tA\tB\t4.5\tNEUTRAL\n2\tA\tB\t9\tNEUTRAL\n")
-    with pytest.raises(PoolDataError, match=r"SICK_s\.txt:3:.*\[1.0, 5.0\]"):
+    with pytest.raises(TaskDataError, match=r"SICK_s\.txt:3:.*\[1.0, 5.0\]"):
         read_sick_file(bad_score)
     bad_label = write(tmp_path / "SICK_e.txt", SICK_HEAD + b"\n1\tA\tB\t4.5\tNEUTRAL\n2\tA\tB\t3\tMAYBE\n")
-    with pytest.raises(PoolDataError, match=r"SICK_e\.txt:3:.*MAYBE"):
+    with pytest.raises(TaskDataError, match=r"SICK_e\.txt:3:.*MAYBE"):
         read_sick_e_file(bad_label)
 
 
@@ -217,9 +217,9 @@ def test_str_csv_with_embedded_newlines_and_errors(tmp_path):
     s = load_str(write(tmp_path / "str.csv", good)).subsets["test"]
     assert s.sent1 == ["A dog, running.", "x"] and s.sent2 == ["A dog runs.", "y"] and s.gold.tolist() == [0.75, 0]
     three = head + b'0,STS,STS,STS_1,"a\nb",1\n1,STS,STS,STS_2,"a\nb\nc",1\n'
-    with pytest.raises(PoolDataError, match=r"str3\.csv:6:.*two sentences"):
+    with pytest.raises(TaskDataError, match=r"str3\.csv:6:.*two sentences"):
         load_str(write(tmp_path / "str3.csv", three))
-    with pytest.raises(PoolDataError, match=r"strh\.csv:1:.*header"):
+    with pytest.raises(TaskDataError, match=r"strh\.csv:1:.*header"):
         load_str(write(tmp_path / "strh.csv", b"a,b\n1,2\n"))
 
 
@@ -278,9 +278,9 @@ def test_trec_synthetic_latin1_and_errors(tmp_path):
     f = write(tmp_path / "t.label", b"LOC:city Which sister\xf0city ?\nNUM:date  When  ?\n")
     s = read_trec_file(f)
     assert s.text1 == ["Which sister\u00f0city ?", "When ?"] and s.labels.tolist() == [4, 5]
-    with pytest.raises(PoolDataError, match=r"b\.label:2:.*unknown coarse class 'XYZ'"):
+    with pytest.raises(TaskDataError, match=r"b\.label:2:.*unknown coarse class 'XYZ'"):
         read_trec_file(write(tmp_path / "b.label", b"LOC:city Where ?\nXYZ:foo What ?\n"))
-    with pytest.raises(PoolDataError, match=r"c\.label:1:.*COARSE:fine"):
+    with pytest.raises(TaskDataError, match=r"c\.label:1:.*COARSE:fine"):
         read_trec_file(write(tmp_path / "c.label", b"LOC Where ?\n"))
 
 
@@ -295,11 +295,11 @@ def test_mrpc_synthetic_with_and_without_bom(tmp_path, bom):
 
 
 def test_mrpc_errors_name_file_and_line(tmp_path):
-    with pytest.raises(PoolDataError, match=r"h\.txt:1:.*header"):
+    with pytest.raises(TaskDataError, match=r"h\.txt:1:.*header"):
         read_mrpc_file(write(tmp_path / "h.txt", b"1\t1\t2\tA\tB\n"))
-    with pytest.raises(PoolDataError, match=r"l\.txt:3:.*label must lie in 0..1"):
+    with pytest.raises(TaskDataError, match=r"l\.txt:3:.*label must lie in 0..1"):
         read_mrpc_file(write(tmp_path / "l.txt", MRPC_HEAD + b"1\t1\t2\tA\tB\n2\t1\t2\tA\tB\n"))
-    with pytest.raises(PoolDataError, match=r"c\.txt:2:.*found 4"):
+    with pytest.raises(TaskDataError, match=r"c\.txt:2:.*found 4"):
         read_mrpc_file(write(tmp_path / "c.txt", MRPC_HEAD + b"1\t1\tA\tB\n"))
 
 
@@ -308,11 +308,11 @@ def test_sst_layouts_and_errors(tmp_path):
     assert s2.text1 == ["a fine film", "bad ."] and s2.labels.tolist() == [1, 0]
     s5 = read_sst_file(write(tmp_path / "s5", b"4 a stirring film\n0 awful\n"), 5)
     assert s5.text1 == ["a stirring film", "awful"] and s5.labels.tolist() == [4, 0]
-    with pytest.raises(PoolDataError, match=r"b2:2:.*sentence<TAB>label"):
+    with pytest.raises(TaskDataError, match=r"b2:2:.*sentence<TAB>label"):
         read_sst_file(write(tmp_path / "b2", b"good\t1\nno label here\n"), 2)
-    with pytest.raises(PoolDataError, match=r"b5:1:.*0..4"):
+    with pytest.raises(TaskDataError, match=r"b5:1:.*0..4"):
         read_sst_file(write(tmp_path / "b5", b"7 too high\n"), 5)
-    with pytest.raises(PoolDataError, match=r"b6:1:.*integer"):
+    with pytest.raises(TaskDataError, match=r"b6:1:.*integer"):
         read_sst_file(write(tmp_path / "b6", b"good\tyes\n"), 2)
 
 
@@ -320,9 +320,9 @@ def test_scicite_json_lines_and_errors(tmp_path):
     f = write(tmp_path / "c.txt", b'{"text": "We use  X [12].\\nThen", "label": "method", "metadata": {}}\n')
     assert read_scicite_file(f).text1 == ["We use X [12]. Then"]
     assert read_scicite_file(f, evalrank_text=True).text1 == ["we use x then"]  # EvalRank's a-z reduction
-    with pytest.raises(PoolDataError, match=r"j\.txt:2:.*not a JSON object"):
+    with pytest.raises(TaskDataError, match=r"j\.txt:2:.*not a JSON object"):
         read_scicite_file(write(tmp_path / "j.txt", f.read_bytes() + b"{oops\n"))
-    with pytest.raises(PoolDataError, match=r"k\.txt:1:.*unknown label 'other'"):
+    with pytest.raises(TaskDataError, match=r"k\.txt:1:.*unknown label 'other'"):
         read_scicite_file(write(tmp_path / "k.txt", b'{"text": "a", "label": "other"}\n'))
 
 
@@ -332,7 +332,7 @@ def test_cv_task_skips_blank_lines(tmp_path):
     task = load_downstream_task("MR", tmp_path)
     assert task.cv.text1 == ["good .", "great film", "bad ."] and task.cv.labels.tolist() == [1, 1, 0]
     assert task.n_blank_lines == 1 and task.protocol == "cv"
-    with pytest.raises(PoolDataError, match="unknown downstream task"):
+    with pytest.raises(TaskDataError, match="unknown downstream task"):
         load_downstream_task("MRX", tmp_path)
 
 

@@ -156,14 +156,14 @@ def _parse_file(path: Path) -> CatalogFile:
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise CatalogError(f"{path}{where}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
-        raise CatalogError(f"{path}: a catalog is a mapping with 'models' and 'pools' keys")
+        raise CatalogError(f"{path}: a catalog is a mapping with 'models' and 'tasks' keys")
     try:
         return CatalogFile.model_validate(raw)
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
-            # pools entries may be names (str): drop the union branch names from the location.
-            loc = tuple(x for x in err["loc"] if x not in ("PoolSpec", "str"))
+            # task entries may be names (str): drop the union branch names from the location.
+            loc = tuple(x for x in err["loc"] if x not in ("TaskSpec", "str"))
             msgs.append(f"{path}: {_describe_loc(raw, loc)}: {err['msg']}")
         raise CatalogError("\n".join(msgs)) from None
 
@@ -232,20 +232,15 @@ class Catalog:
         _check_references(merged)
         return merged
 
-    # the first wave's names
-    @property
-    def pools(self) -> dict[str, TaskSpec]:
-        return self.tasks
 
-    @property
-    def default_pools(self) -> list[str]:
-        return self.default_tasks
+POOLS_DEPRECATION = "'pools:' is the old name of 'tasks:' and goes in evalfarm 0.3: rename the key"
 
-    def pool(self, pool_id: str) -> TaskSpec:
-        return self.task(pool_id)
 
-    def pools_for(self, model_id: str) -> list[TaskSpec]:
-        return self.tasks_for(model_id)
+def warn_pools_key(where: object) -> None:
+    """A catalog (or submit spec) still uses the first wave's ``pools:`` key: say so once, naming the file."""
+    import warnings
+
+    warnings.warn(f"{where}: {POOLS_DEPRECATION}", FutureWarning, stacklevel=3)
 
 
 def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskSpec:
@@ -287,6 +282,8 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
             if t not in cat.default_tasks:
                 cat.default_tasks.append(t)
     key = "tasks" if parsed.tasks else "pools"
+    if parsed.pools:
+        warn_pools_key(path)
     local_default: list[str] = []
     for i, entry in enumerate(parsed.task_entries):
         if isinstance(entry, dict):

@@ -1,4 +1,4 @@
-"""Declarative specs of models and pools, validated with pydantic.
+"""Declarative specs of models and tasks, validated with pydantic.
 
 A spec is the whole identity of a model or pool: everything that changes the numbers it produces is a field
 here, so the spec's hash (see :func:`spec_hash`) is a content fingerprint for caching and provenance.
@@ -241,13 +241,10 @@ class TaskSpec(_Strict):
         return self
 
 
-PoolSpec = TaskSpec
-"""The first wave's name for a task (an EvalRank pool); kept for readers of older code."""
-
-
 class CatalogFile(_Strict):
     """The top-level shape of a ``catalog/*.yaml`` file. Task entries stay raw here: the registry validates them
-    against the registered task kinds (a discriminated union by ``kind``); ``pools`` is the older name of ``tasks``.
+    against the registered task kinds (a discriminated union by ``kind``); ``pools`` is the older name of ``tasks``,
+    accepted with a deprecation warning until evalfarm 0.3.
     """
 
     name: str | None = None

@@ -1,6 +1,6 @@
 """The driver loop: hand embed and score tasks to workers, retry what failed, record every unit once.
 
-Task kinds:
+Job kinds:
 
 - ``embed``: one model, every text its tasks need that its text store lacks. A worker loads the model once and
   writes one shard. Models are handed out largest-first (``ModelPlan.cost``) so a big model never starts last
@@ -11,20 +11,20 @@ Task kinds:
 
 Faults:
 
-- A task whose units fail (load error, NaN, …) or whose worker dies (``WorkerLost``) is retried on another worker
+- A job whose units fail (load error, NaN, …) or whose worker dies (``WorkerLost``) is retried on another worker
   when there is one, up to ``max_attempts`` tries in all; only then are its ``failures`` rows written, once. Errors
-  that cannot succeed on another attempt (a missing file, a checksum mismatch, bad data) are not retried. A task
-  lost while the cluster itself does not answer is not charged an attempt (the task was not the cause).
-- A dead worker is revived: the backend restarts it (Ray restarts actors, ``max_restarts``) and the scheduler
+  that cannot succeed on another attempt (a missing file, a checksum mismatch, bad data) are not retried. A job
+  lost while the cluster itself does not answer is not charged an attempt (the job was not the cause).
+- A dead worker is revived: the executor restarts it (Ray restarts actors, ``max_restarts``) and the scheduler
   sends it the run's context again. A worker Ray is still restarting answers "unavailable" at once; it is asked
   again with exponential backoff until ``revive_timeout`` seconds after it was lost, and only then given up.
-- The backend's ``poll`` (each ``poll_interval``) adds workers as the cluster grows and raises ``ClusterLost``
+- The executor's ``poll`` (each ``poll_interval``) adds workers as the cluster grows and raises ``ClusterLost``
   when the cluster's head stops answering; the run then ends (the runner records it as interrupted).
 - With ``leases`` (see ``evalfarm.leases``), units and embed stages are claimed before they are computed, so
   concurrent runs on one warehouse split the work: a unit another live run holds is waited for (its result is
   taken as this run's, ``skipped``), and computed here only when that run releases it without a result or dies.
 
-Results are idempotent (files named by fingerprint, written atomically), so a retried or duplicated task can
+Results are idempotent (files named by fingerprint, written atomically), so a retried or duplicated job can
 never leave a unit twice in the warehouse.
 """
 
@@ -42,7 +42,7 @@ from evalfarm.plan import ModelPlan, Unit
 
 
 class WorkerLost(RuntimeError):
-    """The worker running a task died (killed, OOM, node lost) before answering. ``restarting``: the backend is
+    """The worker running a job died (killed, OOM, node lost) before answering. ``restarting``: the executor is
     restarting it (ask again later); otherwise it is gone for good."""
 
     def __init__(self, message: str, *, restarting: bool = False) -> None:
@@ -51,7 +51,7 @@ class WorkerLost(RuntimeError):
 
 
 class ClusterLost(RuntimeError):
-    """The cluster's head stopped answering: no task can finish or start. The run ends, interrupted."""
+    """The cluster's head stopped answering: no job can finish or start. The run ends, interrupted."""
 
 
 @dataclass
@@ -64,7 +64,7 @@ class WorkerInfo:
 
 
 @dataclass
-class Task:
+class Job:
     stage: Stage  # Stage.EMBED | Stage.SCORE
     plan: ModelPlan
     unit: Unit | None = None  # score tasks
@@ -87,7 +87,7 @@ class Event:
     for the progress line). ``alive`` / ``reviving``: workers ready now / being restarted, after this event."""
 
     kind: str
-    task: Task | None = None
+    job: Job | None = None
     worker: WorkerInfo | None = None
     outcome: Any = None  # UnitOutcome for `unit`
     message: str = ""
@@ -95,12 +95,12 @@ class Event:
     reviving: int = 0
 
 
-class Backend(Protocol):
-    """Runs one task on one named worker; everything else (order, retries, records) is the scheduler's."""
+class Executor(Protocol):
+    """Runs one job on one named worker; everything else (order, retries, records) is the scheduler's."""
 
     def start(self) -> list[tuple[str, Any]]: ...  # (worker name, handle that resolves to WorkerInfo)
 
-    def submit(self, worker: str, task: Task) -> Any: ...  # a handle
+    def submit(self, worker: str, job: Job) -> Any: ...  # a handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]: ...  # the ready ones; [] after timeout
 
@@ -112,7 +112,7 @@ class Backend(Protocol):
 
     def reachable(self) -> bool: ...  # does the cluster answer right now (one quick probe)?
 
-    def suits(self, worker: str, task: Task, alive: set[str]) -> bool: ...  # may this worker take this task now?
+    def suits(self, worker: str, job: Job, alive: set[str]) -> bool: ...  # may this worker take this job now?
 
     def close(self) -> None: ...
 
@@ -144,15 +144,15 @@ class _Revival:
 
 
 class Scheduler:
-    """Drive ``plans`` to completion on ``backend``; returns one final outcome per unit.
+    """Drive ``plans`` to completion on ``executor``; returns one final outcome per unit.
 
-    ``clock`` (monotonic seconds) times revivals, polls and lease waits; a fake backend passes its own.
+    ``clock`` (monotonic seconds) times revivals, polls and lease waits; a fake executor passes its own.
     """
 
     def __init__(
         self,
         plans: list[ModelPlan],
-        backend: Backend,
+        executor: Executor,
         *,
         warehouse: Any,
         run_id: str,
@@ -171,7 +171,7 @@ class Scheduler:
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
-        self.backend = backend
+        self.executor = executor
         self.wh = warehouse
         self.run_id = run_id
         self.max_attempts = max_attempts
@@ -185,10 +185,10 @@ class Scheduler:
         self.start_timeout = start_timeout
         self.poll_interval = poll_interval
         self.lease_poll = lease_poll
-        self.embed_queue: list[Task] = sorted((Task(Stage.EMBED, p) for p in plans), key=lambda t: -t.plan.cost)
-        self.score_queue: list[Task] = []
+        self.embed_queue: list[Job] = sorted((Job(Stage.EMBED, p) for p in plans), key=lambda t: -t.plan.cost)
+        self.score_queue: list[Job] = []
         self.base_of = base_of
-        self.running: dict[Any, tuple[Task | None, str]] = {}
+        self.running: dict[Any, tuple[Job | None, str]] = {}
         self.idle: list[str] = []
         self.workers: dict[str, WorkerInfo] = {}  # every worker that was ready at least once
         self.alive: set[str] = set()  # ready now (idle or busy)
@@ -213,7 +213,7 @@ class Scheduler:
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self) -> list[Any]:
-        for name, handle in self.backend.start():
+        for name, handle in self.executor.start():
             self.running[handle] = (None, name)
         try:
             while self._work_left():
@@ -232,16 +232,16 @@ class Scheduler:
                         )
                     if self._no_workers and not self._work_left():
                         break
-                ready = self.backend.wait(list(self.running), self.tick)
+                ready = self.executor.wait(list(self.running), self.tick)
                 if not ready:
                     self._emit("tick")
                 for handle in ready:
-                    task, worker = self.running.pop(handle)
-                    if task is None:
+                    job, worker = self.running.pop(handle)
+                    if job is None:
                         self._worker_ready(handle, worker)
                     else:
-                        self._task_done(handle, task, worker)
-        finally:  # an interrupted run (Ctrl-C, a lost cluster, a backend error) still records what finished
+                        self._job_done(handle, job, worker)
+        finally:  # an interrupted run (Ctrl-C, a lost cluster, an executor error) still records what finished
             self._flush_units()
         return self.outcomes
 
@@ -271,7 +271,7 @@ class Scheduler:
         now = self.clock()
         if now >= self._next_poll:
             self._next_poll = now + self.poll_interval
-            for name, handle in self.backend.poll(self._pending_plans()):  # ClusterLost ends the run here
+            for name, handle in self.executor.poll(self._pending_plans()):  # ClusterLost ends the run here
                 self.running[handle] = (None, name)
         for worker, r in list(self.reviving.items()):
             if r.next_try is not None and now >= r.next_try:
@@ -283,7 +283,7 @@ class Scheduler:
             self._poll_waiting()
 
     def _pending_plans(self) -> list[ModelPlan]:
-        """Models with embed work queued, running or waited for (what the backend may size the cluster for)."""
+        """Models with embed work queued, running or waited for (what the executor may size the cluster for)."""
         seen: dict[str, ModelPlan] = {}
         for t in self.embed_queue:
             seen.setdefault(t.plan.model, t.plan)
@@ -297,7 +297,7 @@ class Scheduler:
     # -- workers --------------------------------------------------------------------------------------------
     def _worker_ready(self, handle: Any, worker: str) -> None:
         try:
-            info = self.backend.result(handle)
+            info = self.executor.result(handle)
         except WorkerLost as exc:
             now = self.clock()
             r = self.reviving.get(worker)
@@ -325,7 +325,7 @@ class Scheduler:
     def _send_revive(self, worker: str, r: _Revival) -> None:
         r.next_try = None
         r.tries += 1
-        handle = self.backend.revive(worker)
+        handle = self.executor.revive(worker)
         if handle is None:
             self.reviving.pop(worker, None)
             self.dead.add(worker)
@@ -340,10 +340,10 @@ class Scheduler:
         self._emit("worker-lost", worker=info, message=str(exc))
         self._send_revive(worker, r)
 
-    def _blocked(self, task: Task) -> bool:
+    def _blocked(self, job: Job) -> bool:
         """A derived model waits while its base is still being embedded, here or by another live run."""
-        base = self.base_of.get(task.plan.model)
-        if base is None or base == task.plan.model:
+        base = self.base_of.get(job.plan.model)
+        if base is None or base == job.plan.model:
             return False
         if base in self._embedding():
             return True
@@ -357,16 +357,16 @@ class Scheduler:
         models |= {t.plan.model for t, _ in self.running.values() if t is not None and t.stage == Stage.EMBED}
         return models | {u.model for u, _ in self.waiting.values()}
 
-    def _pick(self, worker: str) -> Task | None:
+    def _pick(self, worker: str) -> Job | None:
         others = [w for w in self.workers if w not in self.dead]
         for queue in (self.score_queue, self.embed_queue):
             for t in list(queue):
                 if t.stage == Stage.EMBED and self._blocked(t):
                     continue
-                # Prefer a task that did not already fail on this worker, unless no other worker can take it.
+                # Prefer a job that did not already fail on this worker, unless no other worker can take it.
                 if worker in t.avoid and not all(w in t.avoid for w in others):
                     continue
-                if not self.backend.suits(worker, t, self.alive):  # e.g. encoders wait for GPU workers
+                if not self.executor.suits(worker, t, self.alive):  # e.g. encoders wait for GPU workers
                     continue
                 if t.stage == Stage.EMBED and self.leases is not None:
                     verdict = self._claim_embed(t)
@@ -381,13 +381,13 @@ class Scheduler:
 
     def _dispatch(self) -> None:
         for worker in list(self.idle):
-            task = self._pick(worker)
-            if task is None:
+            job = self._pick(worker)
+            if job is None:
                 continue
             self.idle.remove(worker)
-            task.attempts += 1
-            self.running[self.backend.submit(worker, task)] = (task, worker)
-            self._emit("dispatch", task=task, worker=self.workers.get(worker, WorkerInfo(worker)))
+            job.attempts += 1
+            self.running[self.executor.submit(worker, job)] = (job, worker)
+            self._emit("dispatch", job=job, worker=self.workers.get(worker, WorkerInfo(worker)))
 
     # -- leases ---------------------------------------------------------------------------------------------
     def _held_elsewhere(self, key: str) -> bool:
@@ -399,11 +399,11 @@ class Scheduler:
             asked = self._asked[key] = (now + self.lease_poll, holder is not None and holder.run_id != self.run_id)
         return asked[1]
 
-    def _claim_embed(self, task: Task) -> str:
-        """Claim the units of an embed task and its model's embed stage: ``go``, ``wait`` (the embed stage is
+    def _claim_embed(self, job: Job) -> str:
+        """Claim the units of an embed job and its model's embed stage: ``go``, ``wait`` (the embed stage is
         another run's right now) or ``gone`` (every unit is another run's, or already computed)."""
         units = []
-        for u in task.plan.units:
+        for u in job.plan.units:
             if u.fingerprint not in self._claimed:
                 holder = self.leases.claim(unit_key(u.fingerprint))
                 if holder is not None:
@@ -416,10 +416,10 @@ class Scheduler:
             units.append(u)
         if not units:
             return "gone"
-        if len(units) < len(task.plan.units):
-            plan = task.plan
-            task.plan = replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units))
-        key = embed_key(task.plan.model, task.plan.store)
+        if len(units) < len(job.plan.units):
+            plan = job.plan
+            job.plan = replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units))
+        key = embed_key(job.plan.model, job.plan.store)
         if key not in self._embed_held:
             now = self.clock()
             if self._asked.get(key, (0.0, False))[0] > now:
@@ -475,51 +475,51 @@ class Scheduler:
             if self._computed_elsewhere(u):
                 self._done_elsewhere(u, holder)
             elif self._no_workers:
-                task = Task(Stage.EMBED, replace(self._plans[u.model], units=[u]), attempts=self.max_attempts)
-                self._retry_or_fail(task, "-", None, "no worker left alive to run it")
+                job = Job(Stage.EMBED, replace(self._plans[u.model], units=[u]), attempts=self.max_attempts)
+                self._retry_or_fail(job, "-", None, "no worker left alive to run it")
             else:
                 new.setdefault(u.model, []).append(u)
         for model, units in new.items():
             plan = self._plans[model]
             self.embed_queue.append(
-                Task(Stage.EMBED, replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units)))
+                Job(Stage.EMBED, replace(plan, units=units, cost=plan.cost * len(units) / len(plan.units)))
             )
 
     # -- results --------------------------------------------------------------------------------------------
-    def _task_done(self, handle: Any, task: Task, worker: str) -> None:
+    def _job_done(self, handle: Any, job: Job, worker: str) -> None:
         info = self.workers.get(worker, WorkerInfo(worker))
-        if task.stage == Stage.EMBED and self.leases is not None:
-            self._release_embed(task.plan)
+        if job.stage == Stage.EMBED and self.leases is not None:
+            self._release_embed(job.plan)
         try:
-            outs = self.backend.result(handle)
+            outs = self.executor.result(handle)
         except WorkerLost as exc:
             self._worker_lost(worker, info, exc)
-            charge = self.backend.reachable()
-            self._retry_or_fail(task, worker, None, f"worker {worker} lost this task ({exc})", charge=charge)
+            charge = self.executor.reachable()
+            self._retry_or_fail(job, worker, None, f"worker {worker} lost this job ({exc})", charge=charge)
             return
         self.idle.append(worker)
         failed = [o for o in outs if o.status == Status.FAILED]
         rows = []
         for o in outs:
             if o.status == Status.EMBEDDED:
-                unit = next(u for u in task.units if u.task == o.task)
+                unit = next(u for u in job.units if u.task == o.task)
                 self._embed_seconds[(o.model, o.task)] = o.seconds
-                self.score_queue.append(Task(Stage.SCORE, task.plan, unit))
-                rows.append(_seconds_row(o, Stage.EMBED, info, task.attempts, Status.DONE))
+                self.score_queue.append(Job(Stage.SCORE, job.plan, unit))
+                rows.append(_seconds_row(o, Stage.EMBED, info, job.attempts, Status.DONE))
             elif o.status == Status.DONE:
-                unit = next(u for u in task.units if u.task == o.task)
-                rows.append(_seconds_row(o, Stage.SCORE, info, task.attempts, Status.DONE, unit.fingerprint))
+                unit = next(u for u in job.units if u.task == o.task)
+                rows.append(_seconds_row(o, Stage.SCORE, info, job.attempts, Status.DONE, unit.fingerprint))
                 o.seconds += self._embed_seconds.get((o.model, o.task), 0.0)
                 self._final(o)
         self._unit_rows += rows
         if failed:
             by_task = {o.task: o for o in failed}
             final = not all(getattr(o, "retryable", True) for o in failed)
-            self._retry_or_fail(task, worker, by_task, "; ".join(sorted({o.error or "" for o in failed})), final=final)
+            self._retry_or_fail(job, worker, by_task, "; ".join(sorted({o.error or "" for o in failed})), final=final)
 
     def _retry_or_fail(
         self,
-        task: Task,
+        job: Job,
         worker: str,
         failed: dict[str, Any] | None,
         why: str,
@@ -527,23 +527,23 @@ class Scheduler:
         final: bool = False,
         charge: bool = True,
     ) -> None:
-        units = [u for u in task.units if failed is None or u.task in failed]
-        attempts = task.attempts if charge else task.attempts - 1
+        units = [u for u in job.units if failed is None or u.task in failed]
+        attempts = job.attempts if charge else job.attempts - 1
         if attempts < self.max_attempts and not final and not self._no_workers:
-            plan = task.plan if task.stage == Stage.SCORE else replace(task.plan, units=units)
-            again = Task(task.stage, plan, task.unit, attempts=attempts, avoid=task.avoid | {worker})
-            (self.score_queue if task.stage == Stage.SCORE else self.embed_queue).insert(0, again)
+            plan = job.plan if job.stage == Stage.SCORE else replace(job.plan, units=units)
+            again = Job(job.stage, plan, job.unit, attempts=attempts, avoid=job.avoid | {worker})
+            (self.score_queue if job.stage == Stage.SCORE else self.embed_queue).insert(0, again)
             if charge:
-                self._emit("retry", task=again, message=f"attempt {task.attempts} failed: {why}")
+                self._emit("retry", job=again, message=f"attempt {job.attempts} failed: {why}")
             return
         info = self.workers.get(worker, WorkerInfo(worker))
         rows = []
         for u in units:
             o = (failed or {}).get(u.task) or UnitOutcome(
-                u.model, u.task, Status.FAILED, 0.0, why, task.stage, detail=why, started_at=None
+                u.model, u.task, Status.FAILED, 0.0, why, job.stage, detail=why, started_at=None
             )
             record_failure(self.wh, self.run_id, o)
-            rows.append(_seconds_row(o, task.stage, info, task.attempts, Status.FAILED))
+            rows.append(_seconds_row(o, job.stage, info, job.attempts, Status.FAILED))
             self._final(o)
         self._unit_rows += rows
 
@@ -557,8 +557,8 @@ class Scheduler:
 
     def _fail_everything_left(self, why: str) -> None:
         """Queued tasks fail; units another run holds are still waited for (their results may yet come)."""
-        for task in self.score_queue + self.embed_queue:
-            task.attempts = self.max_attempts
-            self._retry_or_fail(task, "-", None, why)
+        for job in self.score_queue + self.embed_queue:
+            job.attempts = self.max_attempts
+            self._retry_or_fail(job, "-", None, why)
         self.score_queue.clear()
         self.embed_queue.clear()

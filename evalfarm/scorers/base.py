@@ -33,7 +33,7 @@ class RunOptions:
     device: str | None = None
     keep_details: bool = True  # per-pair detail tables (ranks)
     # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of
-    # rehashing (evalfarm.pools.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
+    # rehashing (evalfarm.taskdata.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
     verified_files: tuple[tuple[str, int, int, str], ...] = ()
     full_downstream: bool = False  # downstream tasks train on every row, not the catalog's seeded sample
 

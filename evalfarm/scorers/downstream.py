@@ -1,7 +1,7 @@
 """Downstream classification (SentEval-style, frozen embeddings): MR, CR, SUBJ, MPQA, SST2, SST5, TREC, MRPC,
 SICK-E, SciCite.
 
-One task kind, ``downstream``; the entry's ``dataset`` names the reader (:mod:`evalfarm.pools.downstream`), whose
+One task kind, ``downstream``; the entry's ``dataset`` names the reader (:mod:`evalfarm.taskdata.downstream`), whose
 files are the SentEval copies EvalRank bundles. The scorer fits logistic regression on a model's stored sentence
 embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
 
@@ -37,9 +37,9 @@ from pydantic import Field
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.classify import C_GRID, DEFAULT_SEED, evaluate, task_features
-from evalfarm.pools.downstream import DownstreamTask
 from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+from evalfarm.taskdata.downstream import DownstreamTask
 
 Dataset = Literal["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICK-E", "SciCite"]
 Backend = Literal["auto", "sklearn", "torch"]
@@ -79,18 +79,18 @@ def load_task_data(task: DownstreamTaskSpec, max_train: int | None, seed: int = 
 
     The reader opens fixed file names inside one folder; every file it read must be one of the verified files
     (and every verified file must be read), so a catalog entry can never score a file nobody checked."""
-    from evalfarm.pools.data import PoolDataError, task_file
-    from evalfarm.pools.downstream import load_downstream_task
+    from evalfarm.taskdata.data import TaskDataError, task_file
+    from evalfarm.taskdata.downstream import load_downstream_task
 
     verified = {role: task_file(task, role) for role in sorted(task.files)}
     folders = {p.parent for p in verified.values()}
     if len(folders) != 1:
-        raise PoolDataError(f"task {task.id!r}: its files must share one folder, got {sorted(map(str, folders))}")
+        raise TaskDataError(f"task {task.id!r}: its files must share one folder, got {sorted(map(str, folders))}")
     full = load_downstream_task(task.dataset, folders.pop(), evalrank_text=task.evalrank_text)
     read = {Path(p).resolve() for p in full.sources}
     checked = {p.resolve() for p in verified.values()}
     if read != checked:
-        raise PoolDataError(
+        raise TaskDataError(
             f"task {task.id!r}: the {task.dataset} reader reads {sorted(p.name for p in read)}, but the catalog entry "
             f"verifies {sorted(p.name for p in checked)}; list exactly the reader's files under 'files'"
         )

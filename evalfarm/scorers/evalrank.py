@@ -147,7 +147,7 @@ class EvalRankScorer(Scorer):
         }
 
     def load(self, task: TaskSpec) -> Any:
-        from evalfarm.pools.evalrank import load_evalrank_pool
+        from evalfarm.taskdata.evalrank import load_evalrank_pool
 
         return load_evalrank_pool(task)
 

@@ -106,8 +106,8 @@ class WordSimilarityScorer(Scorer):
         }
 
     def load(self, task: TaskSpec) -> PairData:
-        from evalfarm.pools.data import task_file
-        from evalfarm.pools.wordsim import read_wordsim
+        from evalfarm.taskdata.data import task_file
+        from evalfarm.taskdata.wordsim import read_wordsim
 
         ws = read_wordsim(task_file(task, "pairs"), task.id)
         return PairData({"all": (ws.word1, ws.word2, ws.gold)})
@@ -161,7 +161,7 @@ class STSTaskSpec(TaskSpec):
 
 def _folder(task: TaskSpec) -> Path:
     """Verify every file of ``task`` and return the folder holding them (the readers read a folder's layout)."""
-    from evalfarm.pools.data import task_file
+    from evalfarm.taskdata.data import task_file
 
     paths = [task_file(task, role) for role in sorted(task.files)]
     folders = {p.parent for p in paths}
@@ -181,7 +181,7 @@ def raw_cosines(data: PairData, vectors: TextVectors) -> dict[str, tuple[np.ndar
 
 
 def load_sts(task: Any) -> PairData:
-    from evalfarm.pools import sts
+    from evalfarm.taskdata import sts
 
     if task.format == "senteval-sts":
         folder = _folder(task)
@@ -192,7 +192,7 @@ def load_sts(task: Any) -> PairData:
     elif task.format == "sick-r":
         loaded = sts.load_sick_r(_folder(task))
     else:
-        from evalfarm.pools.data import task_file
+        from evalfarm.taskdata.data import task_file
 
         loaded = sts.load_str(task_file(task, "data"))
     subsets = {name: (s.sent1, s.sent2, s.gold) for name, s in loaded.subsets.items()}
@@ -288,7 +288,7 @@ class STSBandsScorer(Scorer):
         return {"similarity": "cos", "protocol": Protocol("raw").key()}
 
     def load(self, task: TaskSpec) -> PairData:
-        from evalfarm.pools import sts
+        from evalfarm.taskdata import sts
 
         loaded = sts.load_stsb(_folder(task))
         s1 = [t for s in loaded.subsets.values() for t in s.sent1]

@@ -9,11 +9,11 @@ import time
 from typing import Any
 
 from evalfarm.outcomes import Stage
-from evalfarm.scheduler.core import Task, WorkerInfo
+from evalfarm.scheduler.core import Job, WorkerInfo
 
 
-class LocalBackend:
-    """Runs each task synchronously on submit; ``wait`` then returns it as ready."""
+class LocalExecutor:
+    """Runs each job synchronously on submit; ``wait`` then returns it as ready."""
 
     name = "local-0"
 
@@ -34,13 +34,13 @@ class LocalBackend:
         info = WorkerInfo(self.name, node=platform.node(), host=platform.node(), pid=os.getpid(), device=device)
         return [(self.name, self._handle(info))]
 
-    def submit(self, worker: str, task: Task) -> Any:
+    def submit(self, worker: str, job: Job) -> Any:
         from evalfarm.execute import embed_model, score_unit
 
-        if task.stage == Stage.EMBED:
-            return self._handle(embed_model(task.plan, self.ctx))
-        assert task.unit is not None
-        return self._handle([score_unit(task.unit, self.ctx)])
+        if job.stage == Stage.EMBED:
+            return self._handle(embed_model(job.plan, self.ctx))
+        assert job.unit is not None
+        return self._handle([score_unit(job.unit, self.ctx)])
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         if not handles:  # nothing runs here: the scheduler waits for another run's units
@@ -59,7 +59,7 @@ class LocalBackend:
     def reachable(self) -> bool:
         return True
 
-    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
+    def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
         return True
 
     def close(self) -> None:

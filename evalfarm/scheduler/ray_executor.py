@@ -1,18 +1,18 @@
 """The ``ray`` executor: one long-lived worker actor per GPU (or per CPU slot), driven by ``core.Scheduler``.
 
 Why actors (Ray Core) and not Ray Data: the expensive thing here is the *model* (import torch/transformers,
-load weights), not the data (a task is at most tens of thousands of short strings). An actor pays the imports
-once and then takes model after model; the scheduler needs per-model placement (largest-first), per-task retries
+load weights), not the data (a job is at most tens of thousands of short strings). An actor pays the imports
+once and then takes model after model; the scheduler needs per-model placement (largest-first), per-job retries
 with a bounded attempt count, failure rows written once, and per-unit timings — Ray Data's streaming executor
 would hide all four behind ``map_batches`` and re-partition tiny tasks for no gain.
 
 Each actor runs two kinds of calls: ``embed(plan)`` (load one model, embed the texts its tasks need, drop it) and
 ``score(unit)`` (read one task's vectors from the model's text store, score on the actor's device — its GPU when
 it has one — write details + metrics). Score calls are separate tasks so any free worker takes them, but they run
-on the actors because the actors already hold every GPU / CPU slot: a separate ``num_gpus`` task would wait for them.
+on the actors because the actors already hold every GPU / CPU slot: a separate ``num_gpus`` job would wait for them.
 
 Faults: actors have ``max_restarts`` and ``max_task_retries=0``: Ray restarts a dead worker process, and the
-*scheduler* resubmits the lost task (to another worker when there is one), counting attempts, so a model that
+*scheduler* resubmits the lost job (to another worker when there is one), counting attempts, so a model that
 kills its worker every time is given up on after ``--max-attempts`` instead of looping.
 """
 
@@ -27,7 +27,7 @@ from typing import Any
 
 from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
-from evalfarm.scheduler.core import ClusterLost, Task, WorkerInfo, WorkerLost
+from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
 
 # Environment the workers need on a remote cluster (a local one inherits the driver's environment).
 SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
@@ -71,7 +71,7 @@ class EvalWorker:
 
     def begin(self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool) -> WorkerInfo:
         from evalfarm.execute import ExecContext
-        from evalfarm.pools.data import task_checksum
+        from evalfarm.taskdata.data import task_checksum
         from evalfarm.warehouse import Warehouse
 
         self.ctx = ExecContext(
@@ -82,14 +82,14 @@ class EvalWorker:
             force=force,
             record_failures=False,
         )
-        for tid, spec in catalog.tasks.items():  # task data already loaded by an earlier run, same content
+        for tid, spec in catalog.tasks.items():  # job data already loaded by an earlier run, same content
             key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
             if key in self._tasks:
                 self.ctx._tasks[tid] = self._tasks[key]
         return self.info()
 
     def _keep_tasks(self) -> None:
-        from evalfarm.pools.data import task_checksum
+        from evalfarm.taskdata.data import task_checksum
 
         for tid, data in self.ctx._tasks.items():
             self._tasks[(tid, task_checksum(self.ctx.catalog.task(tid)), self.ctx.options)] = data
@@ -151,7 +151,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     On a cluster, the variables the workers need (``evalfarm.environment.WORKER_ENV``) are forwarded through the
     job's runtime_env,
     except those the enclosing Ray job already sets: a driver started by ``ray job submit`` / a RayJob inherits
-    the job's runtime_env, every task of the job gets it, and Ray refuses a ``ray.init`` runtime_env that sets
+    the job's runtime_env, every job of the job gets it, and Ray refuses a ``ray.init`` runtime_env that sets
     the same keys again ("Failed to merge the Job's runtime env").
     """
     import json
@@ -390,7 +390,7 @@ def _kill_leftovers(procs: dict[int, str]) -> None:
                 pass
 
 
-class RayBackend:
+class RayExecutor:
     """Creates the worker actors and runs scheduler tasks on them."""
 
     def __init__(
@@ -521,13 +521,13 @@ class RayBackend:
             self.requested.append(bundles)
         return new
 
-    def suits(self, worker: str, task: Task, alive: set[str]) -> bool:
-        """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed task alone
+    def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
+        """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed job alone
         while a GPU worker is alive, or while one is being asked for (for GPU_GRACE seconds: a cluster that cannot
         provide GPUs still runs it on CPU then)."""
-        if task.stage != Stage.EMBED or worker in self._gpu_names or not self._gpu_names:
+        if job.stage != Stage.EMBED or worker in self._gpu_names or not self._gpu_names:
             return True
-        if self.kinds.get(task.plan.model, "") in SMALL_KINDS:
+        if self.kinds.get(job.plan.model, "") in SMALL_KINDS:
             return True
         if self._gpu_names & alive:
             return False
@@ -570,11 +570,11 @@ class RayBackend:
         return []
 
     # -- tasks ------------------------------------------------------------------------------------------------
-    def submit(self, worker: str, task: Task) -> Any:
+    def submit(self, worker: str, job: Job) -> Any:
         actor = self.actors[worker]
-        if task.stage == Stage.EMBED:
-            return actor.embed.remote(task.plan)
-        return actor.score.remote(task.unit)
+        if job.stage == Stage.EMBED:
+            return actor.embed.remote(job.plan)
+        return actor.score.remote(job.unit)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray
@@ -601,7 +601,7 @@ class RayBackend:
                 type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300], restarting=restarting
             ) from exc
         except RayTaskError as exc:
-            # A bug in our task code (embed_model/score_unit never raise for model failures): fail the attempt.
+            # A bug in our job code (embed_model/score_unit never raise for model failures): fail the attempt.
             raise WorkerLost(f"task raised {type(exc.cause).__name__}: {exc.cause}") from exc
 
     def revive(self, worker: str) -> Any | None:

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evalfarm.pools.data import PoolDataError
-from evalfarm.pools.textfiles import malformed, read_lines
+from evalfarm.taskdata.data import TaskDataError
+from evalfarm.taskdata.textfiles import malformed, read_lines
 
 # set name -> file name under the wordsim folder; the 13 sets of the EvalRank paper, in its table order
 WORDSIM_FILES: dict[str, str] = {
@@ -83,7 +83,7 @@ def read_wordsim(path: Path, name: str | None = None) -> WordSimSet:
         w2.append(fields[1])
         gold.append(score)
     if not gold:
-        raise PoolDataError(f"{path}: no word pairs")
+        raise TaskDataError(f"{path}: no word pairs")
     return WordSimSet(name, w1, w2, np.asarray(gold, dtype=np.float64), path, blank)
 
 
@@ -92,5 +92,5 @@ def load_wordsim_sets(root: Path, names: list[str] | None = None) -> dict[str, W
     names = list(WORDSIM_FILES) if names is None else names
     unknown = [n for n in names if n not in WORDSIM_FILES]
     if unknown:
-        raise PoolDataError(f"unknown word-similarity set(s) {unknown}; known: {', '.join(WORDSIM_FILES)}")
+        raise TaskDataError(f"unknown word-similarity set(s) {unknown}; known: {', '.join(WORDSIM_FILES)}")
     return {n: read_wordsim(Path(root) / WORDSIM_FILES[n], n) for n in names}

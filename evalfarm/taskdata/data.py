@@ -15,7 +15,7 @@ from evalfarm.cache import download as fetch
 from evalfarm.catalog.specs import TaskSpec, canonical_json
 
 
-class PoolDataError(RuntimeError):
+class TaskDataError(RuntimeError):
     """A pool file that is missing, corrupt or unreadable; the message names the file."""
 
 
@@ -26,7 +26,7 @@ def data_dir() -> Path | None:
         return None
     path = Path(env).expanduser()
     if not path.is_dir():
-        raise PoolDataError(
+        raise TaskDataError(
             f"EVALFARM_DATA={env!r} is not a directory; point it at the evaluation data "
             "(e.g. ../shared/data) or unset it to download pools into the cache"
         )
@@ -57,7 +57,7 @@ def verify_task_files(tasks: list[TaskSpec]) -> tuple[VerifiedFile, ...]:
         for role in sorted(task.files):
             try:
                 path = task_file(task, role)
-            except PoolDataError:
+            except TaskDataError:
                 continue
             st = path.stat()
             key = (str(path), st.st_size, st.st_mtime_ns)
@@ -78,9 +78,9 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     try:
         fetch(url, dest, sha256)
     except ChecksumMismatch as exc:
-        raise PoolDataError(f"{exc}; not used") from exc
+        raise TaskDataError(f"{exc}; not used") from exc
     except OSError as exc:  # URLError is an OSError
-        raise PoolDataError(
+        raise TaskDataError(
             f"could not download {url}: {exc}. Set EVALFARM_DATA to a local copy of the "
             "evaluation data, or check the network"
         ) from exc
@@ -95,17 +95,17 @@ def task_file(pool: TaskSpec, role: str) -> Path:
     if base is not None:
         path = base / rel
         if not path.is_file():
-            raise PoolDataError(f"pool {pool.id!r}: file {path} is missing (EVALFARM_DATA={base})")
+            raise TaskDataError(f"pool {pool.id!r}: file {path} is missing (EVALFARM_DATA={base})")
     else:
         path = cache_dir() / "pools" / pool.id / pool.version / rel
         if not path.is_file():
             url = pool.urls.get(role)
             if not url:
-                raise PoolDataError(f"pool {pool.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
+                raise TaskDataError(f"pool {pool.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
             download(url, path, expected)
     got = _verified_sha(path)
     if got != expected:
-        raise PoolDataError(
+        raise TaskDataError(
             f"task {pool.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
             f"{expected[:16]}… (corrupt or a different version of the file)"
         )
@@ -117,9 +117,3 @@ def task_checksum(task: TaskSpec) -> str:
     changes the numbers (band edges, sample sizes, seeds, ...). Paths, URLs, licence and descriptions do not count."""
     payload = task.model_dump(mode="json", exclude={"files", "urls", "licence", "source", "description"})
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
-
-
-pool_checksum = task_checksum
-
-
-pool_file = task_file

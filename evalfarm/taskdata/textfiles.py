@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from evalfarm.pools.data import PoolDataError
+from evalfarm.taskdata.data import TaskDataError
 
 UTF8 = "utf-8"
 LATIN1 = "latin-1"
@@ -39,14 +39,14 @@ def read_text(path: Path, encoding: str = UTF8) -> str:
     try:
         raw = path.read_bytes()
     except FileNotFoundError:
-        raise PoolDataError(f"{path}: file not found") from None
+        raise TaskDataError(f"{path}: file not found") from None
     if encoding == UTF8 and raw.startswith(_BOM):
         raw = raw[len(_BOM) :]
     try:
         return raw.decode(encoding)
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
-        raise PoolDataError(
+        raise TaskDataError(
             f"{path}:{line}: not valid {encoding} (byte 0x{raw[exc.start]:02x}: {exc.reason}); "
             "the file is not the expected version, or needs another encoding"
         ) from None
@@ -66,6 +66,6 @@ def normalize_space(text: str) -> str:
     return " ".join(text.split())
 
 
-def malformed(path: Path, lineno: int, what: str, line: str) -> PoolDataError:
+def malformed(path: Path, lineno: int, what: str, line: str) -> TaskDataError:
     """An error naming ``file:line``, what was expected, and the start of the offending line."""
-    return PoolDataError(f"{path}:{lineno}: {what}, got {line[:100]!r}")
+    return TaskDataError(f"{path}:{lineno}: {what}, got {line[:100]!r}")

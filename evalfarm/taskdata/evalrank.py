@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
-from evalfarm.pools.data import PoolDataError, task_file
+from evalfarm.taskdata.data import TaskDataError, task_file
 
 
 @dataclass
@@ -56,7 +56,7 @@ def _read_lines(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         line = path.read_bytes()[: exc.start].count(b"\n") + 1
-        raise PoolDataError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
+        raise TaskDataError(f"{path}:{line}: not valid UTF-8 ({exc.reason})") from None
     return text.splitlines()
 
 
@@ -68,10 +68,10 @@ def read_pairs(path: Path) -> list[tuple[str, str]]:
             continue
         parts = line.rstrip("\r").split("\t")
         if len(parts) != 2 or not parts[0].strip() or not parts[1].strip():
-            raise PoolDataError(f"{path}:{lineno}: expected two non-empty tab-separated fields, got {line[:80]!r}")
+            raise TaskDataError(f"{path}:{lineno}: expected two non-empty tab-separated fields, got {line[:80]!r}")
         pairs.append((parts[0].strip(), parts[1].strip()))
     if not pairs:
-        raise PoolDataError(f"{path}: no pairs")
+        raise TaskDataError(f"{path}: no pairs")
     return pairs
 
 
@@ -82,7 +82,7 @@ def read_items(path: Path) -> list[str]:
         if not text:
             continue
         if "\t" in text:
-            raise PoolDataError(f"{path}:{lineno}: background lines hold one item, found a tab")
+            raise TaskDataError(f"{path}:{lineno}: background lines hold one item, found a tab")
         out.append(text)
     return out
 
@@ -124,7 +124,7 @@ def build_rank_pool(
 def load_evalrank_pool(spec: TaskSpec) -> RankPool:
     """Load and verify an EvalRank pool: files ``pairs`` plus one or more background roles."""
     if "pairs" not in spec.files:
-        raise PoolDataError(f"pool {spec.id!r}: an evalrank pool needs a 'pairs' file")
+        raise TaskDataError(f"pool {spec.id!r}: an evalrank pool needs a 'pairs' file")
     sources = {role: task_file(spec, role) for role in spec.files}
     pairs = read_pairs(sources["pairs"])
     bg_roles = sorted(r for r in spec.files if r != "pairs")

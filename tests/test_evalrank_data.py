@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from evalfarm.catalog.registry import load_catalog
-from evalfarm.pools import load_pool
-from evalfarm.pools.data import PoolDataError
 from evalfarm.scorers.evalrank import EvalRankTask
+from evalfarm.taskdata import load_task
+from evalfarm.taskdata.data import TaskDataError
 
 
 @pytest.fixture(scope="module")
@@ -19,7 +19,7 @@ def catalog():
 
 
 def test_word_pool_matches_paper_table_2(catalog, data_dir):
-    pool = load_pool(catalog.task("evalrank-word"))
+    pool = load_task(catalog.task("evalrank-word"))
     assert pool.n_pairs == 5514
     assert len(pool.items) == 22207
     assert pool.n_duplicate_pairs == 0
@@ -28,7 +28,7 @@ def test_word_pool_matches_paper_table_2(catalog, data_dir):
 
 
 def test_sentence_pool_matches_paper_table_2(catalog):
-    pool = load_pool(catalog.task("evalrank-sentence"))
+    pool = load_task(catalog.task("evalrank-sentence"))
     assert pool.n_pairs == 6989
     assert len(pool.items) == 24957
     assert int((pool.queries == pool.positives).sum()) == 13  # self-pairs kept, as in the paper
@@ -60,13 +60,13 @@ def _pool_spec(tmp: Path, pairs: str, background: str, **over) -> EvalRankTask:
 def test_corrupt_pair_file_names_file_and_line(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
     spec = _pool_spec(tmp_path, "a b\tc d\nno tab here\n", "e f\n")
-    with pytest.raises(PoolDataError, match=r"pairs.txt:2: expected two non-empty tab-separated fields"):
-        load_pool(spec)
+    with pytest.raises(TaskDataError, match=r"pairs.txt:2: expected two non-empty tab-separated fields"):
+        load_task(spec)
 
 
 def test_duplicate_pairs_are_collapsed_and_counted(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
-    pool = load_pool(_pool_spec(tmp_path, "a\tb\nb\ta\na\tb\n", "c\na\n"))
+    pool = load_task(_pool_spec(tmp_path, "a\tb\nb\ta\na\tb\n", "c\na\n"))
     assert pool.n_pairs == 2 and pool.n_duplicate_pairs == 1
     assert pool.items == ["a", "b", "c"]
 
@@ -75,14 +75,14 @@ def test_checksum_mismatch_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
     spec = _pool_spec(tmp_path, "a\tb\n", "c\n")
     (tmp_path / "p" / "bg.txt").write_text("tampered\n")
-    with pytest.raises(PoolDataError, match="sha256"):
-        load_pool(spec)
+    with pytest.raises(TaskDataError, match="sha256"):
+        load_task(spec)
 
 
 def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_DATA", str(tmp_path / "nope"))
-    with pytest.raises(PoolDataError, match="EVALFARM_DATA"):
-        load_pool(load_catalog("tasks").task("evalrank-word"))
+    with pytest.raises(TaskDataError, match="EVALFARM_DATA"):
+        load_task(load_catalog("tasks").task("evalrank-word"))
 
 
 def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
@@ -93,10 +93,10 @@ def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
     spec = spec.model_copy(update={"urls": urls})
     monkeypatch.delenv("EVALFARM_DATA", raising=False)
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
-    pool = load_pool(spec)
+    pool = load_task(spec)
     assert pool.n_pairs == 2
     assert (tmp_path / "cache" / "pools" / "tiny" / "1" / "p" / "pairs.txt").is_file()
     bad = spec.model_copy(update={"id": "tiny2", "sha256": {**spec.sha256, "pairs": "0" * 64}})
-    with pytest.raises(PoolDataError, match="expected"):
-        load_pool(bad)
+    with pytest.raises(TaskDataError, match="expected"):
+        load_task(bad)
     assert not list((tmp_path / "cache" / "pools" / "tiny2").rglob("*.txt"))  # nothing half-written is kept

@@ -1,6 +1,6 @@
 """Task data: readers of each task kind's files (``evalrank``, ...), and ``data`` for fetching and checksumming them.
 
-Scorers (``evalfarm.scorers``) call these readers from their ``load``; ``load_pool`` loads any task through its
+Scorers (``evalfarm.scorers``) call these readers from their ``load``; ``load_task`` loads any task through its
 scorer, for scripts and tests.
 """
 
@@ -9,16 +9,14 @@ from __future__ import annotations
 from typing import Any
 
 from evalfarm.catalog.specs import TaskSpec
-from evalfarm.pools.evalrank import RankPool, load_evalrank_pool
+from evalfarm.taskdata.evalrank import RankPool, load_evalrank_pool
 
 
-def load_pool(spec: TaskSpec) -> Any:
+def load_task(spec: TaskSpec) -> Any:
     """Load a task's data through its scorer (an EvalRank pool gives a :class:`RankPool`)."""
     from evalfarm.scorers import scorer_for
 
     return scorer_for(spec.kind).load(spec)
 
 
-load_task = load_pool
-
-__all__ = ["RankPool", "load_evalrank_pool", "load_pool", "load_task"]
+__all__ = ["RankPool", "load_evalrank_pool", "load_task"]

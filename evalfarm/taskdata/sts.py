@@ -32,8 +32,8 @@ from pathlib import Path
 
 import numpy as np
 
-from evalfarm.pools.data import PoolDataError
-from evalfarm.pools.textfiles import malformed, normalize_space, read_lines, read_text
+from evalfarm.taskdata.data import TaskDataError
+from evalfarm.taskdata.textfiles import malformed, normalize_space, read_lines, read_text
 
 # SentEval's subsets per STS year (senteval/sts.py), in its order
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -114,7 +114,7 @@ def read_sts_subset(input_path: Path, gold_path: Path, name: str) -> SentencePai
     inputs = read_lines(input_path)
     golds = read_lines(gold_path)
     if len(inputs) != len(golds):
-        raise PoolDataError(
+        raise TaskDataError(
             f"{input_path} has {len(inputs)} lines but {gold_path} has {len(golds)}: the gold file must score "
             "the input file line by line (an empty gold line marks an unscored pair)"
         )
@@ -136,7 +136,7 @@ def read_sts_subset(input_path: Path, gold_path: Path, name: str) -> SentencePai
         s1.append(a)
         s2.append(b)
     if not gold:
-        raise PoolDataError(f"{gold_path}: no scored pairs")
+        raise TaskDataError(f"{gold_path}: no scored pairs")
     return SentencePairs(name, s1, s2, np.asarray(gold, dtype=np.float64), (input_path, gold_path), unscored)
 
 
@@ -145,7 +145,7 @@ def load_sts_year(folder: Path, year: str | None = None) -> STSTask:
     folder = Path(folder)
     year = year or folder.name.split("-")[0]
     if year not in STS_SUBSETS:
-        raise PoolDataError(f"{folder}: unknown STS year {year!r}; known: {', '.join(STS_SUBSETS)}")
+        raise TaskDataError(f"{folder}: unknown STS year {year!r}; known: {', '.join(STS_SUBSETS)}")
     subsets = {
         sub: read_sts_subset(folder / f"STS.input.{sub}.txt", folder / f"STS.gs.{sub}.txt", sub)
         for sub in STS_SUBSETS[year]
@@ -173,7 +173,7 @@ def read_stsb_file(path: Path, name: str) -> SentencePairs:
         s1.append(a)
         s2.append(b)
     if not gold:
-        raise PoolDataError(f"{path}: no pairs")
+        raise TaskDataError(f"{path}: no pairs")
     return SentencePairs(name, s1, s2, np.asarray(gold, dtype=np.float64), (path,))
 
 
@@ -222,7 +222,7 @@ def read_sick_file(path: Path) -> SickRows:
         ent.append(fields[4])
         linenos.append(lineno)
     if not rel:
-        raise PoolDataError(f"{path}: no pairs")
+        raise TaskDataError(f"{path}: no pairs")
     return SickRows(s1, s2, np.asarray(rel, dtype=np.float64), ent, path, linenos)
 
 
@@ -270,5 +270,5 @@ def load_str(path: Path) -> STSTask:
         s1.append(a)
         s2.append(b)
     if not gold:
-        raise PoolDataError(f"{path}: no pairs")
+        raise TaskDataError(f"{path}: no pairs")
     return STSTask("STR", {"test": SentencePairs("test", s1, s2, np.asarray(gold, dtype=np.float64), (path,))})

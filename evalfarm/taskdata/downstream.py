@@ -43,9 +43,9 @@ from typing import Literal
 
 import numpy as np
 
-from evalfarm.pools.data import PoolDataError
-from evalfarm.pools.sts import SICK_FILES, read_sick_file
-from evalfarm.pools.textfiles import LATIN1, malformed, normalize_space, read_lines
+from evalfarm.taskdata.data import TaskDataError
+from evalfarm.taskdata.sts import SICK_FILES, read_sick_file
+from evalfarm.taskdata.textfiles import LATIN1, malformed, normalize_space, read_lines
 
 Protocol = Literal["cv", "train_test", "train_dev_test"]
 CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
@@ -170,7 +170,7 @@ def _read_sentences(path: Path) -> tuple[list[str], int]:
         else:
             blank += 1
     if not out:
-        raise PoolDataError(f"{path}: no sentences")
+        raise TaskDataError(f"{path}: no sentences")
     return out, blank
 
 
@@ -216,7 +216,7 @@ def read_sst_file(path: Path, n_classes: int) -> LabelledSet:
         labels.append(_label(path, lineno, lab.strip(), n_classes, line))
         texts.append(text)
     if not texts:
-        raise PoolDataError(f"{path}: no sentences")
+        raise TaskDataError(f"{path}: no sentences")
     return LabelledSet(texts, np.asarray(labels, dtype=np.int64))
 
 
@@ -242,7 +242,7 @@ def read_trec_file(path: Path) -> LabelledSet:
         labels.append(TREC_CLASSES.index(coarse))
         texts.append(text)
     if not texts:
-        raise PoolDataError(f"{path}: no questions")
+        raise TaskDataError(f"{path}: no questions")
     return LabelledSet(texts, np.asarray(labels, dtype=np.int64))
 
 
@@ -269,7 +269,7 @@ def read_mrpc_file(path: Path) -> LabelledSet:
         t1.append(a)
         t2.append(b)
     if not labels:
-        raise PoolDataError(f"{path}: no pairs")
+        raise TaskDataError(f"{path}: no pairs")
     return LabelledSet(t1, np.asarray(labels, dtype=np.int64), t2)
 
 
@@ -281,7 +281,7 @@ def read_sick_e_file(path: Path) -> LabelledSet:
     labels = []
     for lineno, lab in zip(rows.line_numbers, rows.entailment, strict=True):
         if lab not in SICK_E_CLASSES:
-            raise PoolDataError(f"{path}:{lineno}: unknown entailment label {lab!r} (expected {SICK_E_CLASSES})")
+            raise TaskDataError(f"{path}:{lineno}: unknown entailment label {lab!r} (expected {SICK_E_CLASSES})")
         labels.append(SICK_E_CLASSES.index(lab))
     return LabelledSet(rows.sent1, np.asarray(labels, dtype=np.int64), rows.sent2)
 
@@ -315,7 +315,7 @@ def read_scicite_file(path: Path, evalrank_text: bool = False) -> LabelledSet:
         labels.append(SCICITE_CLASSES.index(rec["label"]))
         texts.append(text)
     if not texts:
-        raise PoolDataError(f"{path}: no records")
+        raise TaskDataError(f"{path}: no records")
     return LabelledSet(texts, np.asarray(labels, dtype=np.int64))
 
 
@@ -325,7 +325,7 @@ def _split_task(name: str, folder: Path, files: dict[str, str], read, names, **k
     for split, part in splits.items():
         missing = set(range(len(names))) - set(np.unique(part.labels).tolist())
         if split == "train" and missing:
-            raise PoolDataError(f"{paths[split]}: no training example of class(es) {[names[m] for m in missing]}")
+            raise TaskDataError(f"{paths[split]}: no training example of class(es) {[names[m] for m in missing]}")
     return DownstreamTask(name, tuple(names), splits=splits, sources=tuple(paths.values()), **kw)
 
 
@@ -361,7 +361,7 @@ def load_downstream_task(name: str, folder: Path, *, evalrank_text: bool = False
     if name == "SciCite":
         files = {"train": "train.txt", "dev": "dev.txt", "test": "test.txt"}
         return _split_task(name, folder, files, lambda p: read_scicite_file(p, evalrank_text), SCICITE_CLASSES)
-    raise PoolDataError(f"unknown downstream task {name!r}; known: {', '.join(DOWNSTREAM_TASKS)}")
+    raise TaskDataError(f"unknown downstream task {name!r}; known: {', '.join(DOWNSTREAM_TASKS)}")
 
 
 def load_downstream_tasks(root: Path, names: list[str] | None = None) -> dict[str, DownstreamTask]:
