@@ -1,0 +1,342 @@
+"""The plug-in layer: one :class:`Registry` shape for each extension axis — model kinds and task kinds.
+
+This is the lowest layer of evalfarm that knows about kinds: it imports nothing of evalfarm above it (the layer
+contract in ``pyproject.toml`` checks that). The catalog validates against these registries, the loader and the
+scheduler read model kinds from them, the executor and the warehouse read task kinds from them.
+
+Where kinds come from, in order:
+
+1. **Built-in modules**, found by scanning ``evalfarm.encoders`` (model kinds) and ``evalfarm.scorers`` (task kinds)
+   the first time a registry is asked: each module registers what it defines (``model_kinds.register(KIND)`` at
+   its bottom, or the ``@task_kinds.register`` class decorator). Adding a built-in kind is adding one module.
+2. **Installed plug-ins**, through entry points (``importlib.metadata``): another package declares
+
+   .. code-block:: toml
+
+       [project.entry-points."evalfarm.model_kinds"]
+       my-kind = "my_package.my_module:KIND"          # a ModelKind
+
+       [project.entry-points."evalfarm.task_kinds"]
+       my-task = "my_package.my_scorer:MyScorer"      # a Scorer subclass (or instance)
+
+   and ``evalfarm run`` finds ``kind: my-kind`` in a catalog without anything living in ``evalfarm/``. An entry
+   point is loaded only when its kind is used (lm-evaluation-harness's lazy placeholders): a broken plug-in
+   package fails the catalogs that name it, with its name in the message, and nothing else.
+
+A name is registered once: a second, different object under one name is an error naming both (as MTEB refuses
+duplicate task names). Tests use :meth:`Registry.snapshot` / :meth:`Registry.restore` to leave the registry as
+they found it.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+import pkgutil
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+if TYPE_CHECKING:  # types only: the plug-in layer imports nothing of evalfarm at run time
+    from evalfarm.catalog.specs import ModelSpec
+
+T = TypeVar("T")
+
+Level = Literal["word", "sentence"]
+
+
+class RegistryError(ValueError):
+    """An unknown kind, two different kinds under one name, or a plug-in that does not load."""
+
+
+class _Lazy:
+    """A placeholder for an object not imported yet: ``"package.module:attribute"`` or an entry point."""
+
+    def __init__(self, ref: str, loader: Callable[[], Any], origin: str) -> None:
+        self.ref, self.loader, self.origin = ref, loader, origin
+
+    def __repr__(self) -> str:
+        return f"<lazy {self.ref} from {self.origin}>"
+
+
+def _import_ref(ref: str) -> Any:
+    module, _, attr = ref.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in filter(None, attr.split(".")):
+        obj = getattr(obj, part)
+    return obj
+
+
+class Registry(Generic[T]):
+    """Name → plug-in object for one extension axis (``model kind``, ``task kind``).
+
+    ``builtin_packages``: packages whose modules are imported on first use (each registers its own kinds);
+    ``group``: the entry-point group of installed plug-ins; ``check``: validates an object before it is registered
+    (returns the object to store, e.g. an instance for a class) and raises ``TypeError`` with the reason otherwise;
+    ``key``: the name an object registers under when none is given.
+    """
+
+    def __init__(
+        self,
+        axis: str,
+        *,
+        group: str,
+        builtin_packages: tuple[str, ...] = (),
+        check: Callable[[Any], T] | None = None,
+        key: Callable[[T], str] | None = None,
+    ) -> None:
+        self.axis = axis
+        self.group = group
+        self.builtin_packages = builtin_packages
+        self._check = check
+        self._key = key
+        self._entries: dict[str, T | _Lazy] = {}
+        self._origins: dict[str, str] = {}
+        self._discovered = False
+        self._lock = threading.RLock()
+        self._listeners: list[Callable[[], None]] = []
+
+    # -- registering --------------------------------------------------------------------------------------------
+    def register(self, obj: Any = None, *, name: str | None = None, origin: str | None = None) -> Any:
+        """Register ``obj`` (an object, or a ``"module:attr"`` string loaded on first use) under ``name``.
+
+        Used bare as a class decorator (``@task_kinds.register``) it registers the class and returns it unchanged.
+        """
+        if obj is None:  # @registry.register(name=...)
+            return lambda o: self.register(o, name=name, origin=origin)
+        if isinstance(obj, str):
+            if name is None:
+                raise RegistryError(f"a lazy {self.axis} {obj!r} needs a name")
+            self._put(name, _Lazy(obj, lambda: _import_ref(obj), origin or obj), origin or obj)
+            return obj
+        stored = self._checked(obj, origin or _origin_of(obj))
+        self._put(name or self._name_of(stored), stored, origin or _origin_of(obj))
+        return obj
+
+    def _checked(self, obj: Any, origin: str) -> T:
+        if self._check is None:
+            return obj
+        try:
+            return self._check(obj)
+        except TypeError as exc:
+            raise RegistryError(f"{origin}: not a {self.axis}: {exc}") from None
+
+    def _name_of(self, obj: T) -> str:
+        if self._key is None:
+            raise RegistryError(f"a {self.axis} needs a name")
+        return self._key(obj)
+
+    def _put(self, name: str, obj: T | _Lazy, origin: str) -> None:
+        with self._lock:
+            old = self._entries.get(name)
+            if old is not None and not _same(old, obj):
+                raise RegistryError(
+                    f"two {self.axis}s are named {name!r}: {self._origins[name]} and {origin}; rename one"
+                )
+            if old is None or isinstance(old, _Lazy):
+                self._entries[name] = obj
+                self._origins[name] = origin
+            for listener in self._listeners:
+                listener()
+
+    def on_change(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` whenever a kind is registered (caches built from the registry clear themselves)."""
+        self._listeners.append(listener)
+
+    # -- finding ------------------------------------------------------------------------------------------------
+    def discover(self) -> None:
+        """Import the built-in modules and declare the installed entry points (once; cheap afterwards)."""
+        if self._discovered:
+            return
+        with self._lock:
+            if self._discovered:
+                return
+            self._discovered = True  # set first: a module that registers during the scan must not re-enter
+            for package in self.builtin_packages:
+                pkg = importlib.import_module(package)
+                for mod in pkgutil.iter_modules(pkg.__path__):
+                    if not mod.name.startswith("_"):
+                        importlib.import_module(f"{package}.{mod.name}")
+            for ep in importlib.metadata.entry_points(group=self.group):
+                if ep.name not in self._entries:
+                    dist = getattr(ep.dist, "name", None) or "an installed package"
+                    self._entries[ep.name] = _Lazy(ep.value, ep.load, f"entry point {ep.name!r} of {dist}")
+                    self._origins[ep.name] = f"entry point {ep.name!r} ({ep.value}) of {dist}"
+
+    def names(self) -> list[str]:
+        """Every registered name, sorted (plug-ins included, without importing them)."""
+        self.discover()
+        return sorted(self._entries)
+
+    def __contains__(self, name: object) -> bool:
+        self.discover()
+        return name in self._entries
+
+    def get(self, name: str) -> T:
+        """The plug-in registered as ``name``, imported on first use."""
+        self.discover()
+        try:
+            entry = self._entries[name]
+        except KeyError:
+            known = ", ".join(sorted(self._entries)) or "none"
+            raise RegistryError(f"unknown {self.axis} {name!r} (known: {known})") from None
+        if isinstance(entry, _Lazy):
+            try:
+                loaded = entry.loader()
+            except Exception as exc:
+                raise RegistryError(
+                    f"{self.axis} {name!r} ({entry.origin}) does not load: {type(exc).__name__}: {exc}"
+                ) from exc
+            stored = self._checked(loaded, entry.origin)
+            with self._lock:
+                if isinstance(self._entries.get(name), _Lazy):
+                    self._entries[name] = stored
+            entry = self._entries[name]
+        return entry  # type: ignore[return-value]
+
+    def origin(self, name: str) -> str:
+        """Where ``name`` was registered from (a module, or an installed package's entry point)."""
+        self.discover()
+        return self._origins[name]
+
+    def items(self) -> Iterator[tuple[str, T]]:
+        """Every (name, plug-in), loading each one."""
+        for name in self.names():
+            yield name, self.get(name)
+
+    # -- tests --------------------------------------------------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """The registry's state, for :meth:`restore` (a test fixture registers kinds and puts things back)."""
+        self.discover()
+        return {"entries": dict(self._entries), "origins": dict(self._origins)}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        with self._lock:
+            self._entries = dict(state["entries"])
+            self._origins = dict(state["origins"])
+            for listener in self._listeners:
+                listener()
+
+
+def _origin_of(obj: Any) -> str:
+    mod = getattr(obj, "__module__", None) or type(obj).__module__
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "name", None) or type(obj).__qualname__
+    return f"{mod}.{name}"
+
+
+def _same(a: Any, b: Any) -> bool:
+    """One plug-in registered twice (a module imported again, a lazy placeholder meeting its object)."""
+    if isinstance(a, _Lazy) or isinstance(b, _Lazy):
+        return True
+    if a is b or a == b:
+        return True
+    ta, tb = (x if isinstance(x, type) else type(x) for x in (a, b))
+    return ta is tb or (ta.__module__, ta.__qualname__) == (tb.__module__, tb.__qualname__)
+
+
+# -- the model-kind axis ------------------------------------------------------------------------------------------
+Loader = Callable[["ModelSpec", "LoadContext"], tuple[Any, dict[str, Any]]]
+"""Load a model of the kind that has its own ``source``: returns the encoder and its provenance."""
+
+
+@dataclass(frozen=True)
+class LoadContext:
+    """What a kind's loader gets besides the spec: where the source is (a local path, or a hub id) and how to
+    resolve another source (an ONNX model's tokenizer)."""
+
+    location: Any  # pathlib.Path of a local file / folder, or str: a hub id
+    base_dir: Any  # the catalog's folder (relative ``path`` sources resolve against it)
+    resolve: Callable[[Any], Any]  # Source -> location, as for ``location``
+
+    @property
+    def is_hub(self) -> bool:
+        return isinstance(self.location, str)
+
+
+@dataclass(frozen=True)
+class ModelKind:
+    """A model family (``kind:`` in a catalog): how a spec of it is checked, loaded and scheduled.
+
+    - ``load``: the loader of a model with its own source (None: the kind is catalogued but cannot run yet;
+      ``unsupported`` says what is missing, and loading raises ``NotSupportedYet``).
+    - ``check``: the kind's own spec rules, run when a catalog is validated (raise ``ValueError``).
+    - ``levels``: the levels a model of the kind may have.
+    - ``libraries``: the distributions whose versions a model's provenance records.
+    - ``cost``: the relative cost of embedding a task's texts (units of one EvalRank sentence-pool rank pass:
+      order and ETA only; a big model must not start last).
+    - ``gpu``: the kind runs faster on a GPU, so its embed jobs wait for GPU workers when a run has them.
+    - ``small``: loads in seconds in little memory; a run of only small models needs no big workers.
+    - ``needs_source``: a model of the kind without a ``base`` must have a ``source``.
+    - ``pickle``: a model of the kind may hold a pickle: ``allow_pickle: true`` admits it.
+    """
+
+    name: str
+    description: str
+    levels: tuple[Level, ...]
+    load: Loader | None = None
+    check: Callable[[ModelSpec], None] | None = None
+    libraries: tuple[str, ...] = ()
+    cost: float = 5.0
+    gpu: bool = False
+    small: bool = False
+    needs_source: bool = True
+    pickle: bool = False
+    unsupported: str | None = None
+    fields: tuple[str, ...] = field(default=())  # the ModelSpec fields the kind reads (docs; checks)
+
+
+def _model_kind(obj: Any) -> ModelKind:
+    if not isinstance(obj, ModelKind):
+        raise TypeError(f"expected an evalfarm.plugins.ModelKind, got {type(obj).__name__}")
+    if obj.load is None and obj.unsupported is None:
+        raise TypeError(f"model kind {obj.name!r} has no loader and does not say why ('unsupported')")
+    return obj
+
+
+model_kinds: Registry[ModelKind] = Registry(
+    "model kind",
+    group="evalfarm.model_kinds",
+    builtin_packages=("evalfarm.encoders",),
+    check=_model_kind,
+    key=lambda k: k.name,
+)
+"""Every model kind: evalfarm's encoders and installed plug-ins (entry-point group ``evalfarm.model_kinds``)."""
+
+
+# -- the task-kind axis -------------------------------------------------------------------------------------------
+def _task_kind(obj: Any) -> Any:
+    scorer = obj() if isinstance(obj, type) else obj
+    missing = [
+        a for a in ("name", "version", "task_spec", "primary_metric", "load", "score") if not hasattr(scorer, a)
+    ]
+    if missing:
+        raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
+    return scorer
+
+
+task_kinds: Registry[Any] = Registry(
+    "task kind",
+    group="evalfarm.task_kinds",
+    builtin_packages=("evalfarm.scorers",),
+    check=_task_kind,
+    key=lambda s: s.task_kind,
+)
+"""Every task kind, by ``kind:``: its :class:`~evalfarm.scorers.base.Scorer` (spec model, data reader, scorer,
+detail tables, views). Built-in scorers and installed plug-ins (entry-point group ``evalfarm.task_kinds``)."""
+
+
+def model_kind(name: str) -> ModelKind:
+    """The model kind ``name`` (``RegistryError`` naming the known ones otherwise)."""
+    return model_kinds.get(name)
+
+
+__all__ = [
+    "LoadContext",
+    "ModelKind",
+    "Registry",
+    "RegistryError",
+    "model_kind",
+    "model_kinds",
+    "task_kinds",
+]
