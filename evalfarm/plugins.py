@@ -30,6 +30,7 @@ they found it.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.metadata
 import pkgutil
@@ -326,6 +327,24 @@ task_kinds: Registry[Any] = Registry(
 detail tables, views). Built-in scorers and installed plug-ins (entry-point group ``evalfarm.task_kinds``)."""
 
 
+@functools.cache
+def task_spec_adapter() -> Any:
+    """A pydantic adapter validating a task entry as the discriminated union (by ``kind``) of every task kind's spec
+    model (rebuilt when a kind is registered)."""
+    from typing import Annotated, Union
+
+    from pydantic import Field, TypeAdapter
+
+    specs = tuple(scorer.task_spec for _, scorer in task_kinds.items())
+    if not specs:
+        raise RegistryError("no task kind is registered")
+    union = specs[0] if len(specs) == 1 else Annotated[Union[specs], Field(discriminator="kind")]  # noqa: UP007
+    return TypeAdapter(union)
+
+
+task_kinds.on_change(task_spec_adapter.cache_clear)
+
+
 def model_kind(name: str) -> ModelKind:
     """The model kind ``name`` (``RegistryError`` naming the known ones otherwise)."""
     return model_kinds.get(name)
@@ -339,4 +358,5 @@ __all__ = [
     "model_kind",
     "model_kinds",
     "task_kinds",
+    "task_spec_adapter",
 ]

@@ -44,7 +44,7 @@ from pydantic import ValidationError
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
-from evalfarm.scorers import task_adapter as _task_adapter
+from evalfarm.plugins import task_spec_adapter as _task_adapter
 
 FORWARDED_ENV = SUBMIT_ENV  # modes only, never a path (see evalfarm.environment)
 

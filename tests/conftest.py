@@ -41,3 +41,14 @@ def wheel(tmp_path_factory) -> Path:
     import wheel_venv
 
     return wheel_venv.build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist"))
+
+
+@pytest.fixture(autouse=True)
+def registries():
+    """Every test leaves the plug-in registries as it found them: a kind a test registers is gone afterwards."""
+    from evalfarm.plugins import model_kinds, task_kinds
+
+    saved = {r: r.snapshot() for r in (model_kinds, task_kinds)}
+    yield
+    for r, state in saved.items():
+        r.restore(state)

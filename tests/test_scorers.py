@@ -235,3 +235,7 @@ def test_adding_an_evaluator_is_one_task_kind_and_one_scorer(tmp_path):
              "sha256": {}, "licence": "test", "source": "tests"}  # fmt: skip
     assert isinstance(task_adapter().validate_python(entry), NormTask)
     assert scorer_for("mean-norm-test").name == "mean-norm-test"
+
+
+def test_a_scorer_a_test_registers_is_gone_in_the_next_test():
+    assert "mean-norm-test" not in task_adapter().__repr__() and "mean-norm-test" not in scorers()

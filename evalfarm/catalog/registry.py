@@ -244,15 +244,15 @@ def warn_pools_key(where: object) -> None:
 
 
 def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskSpec:
-    from evalfarm.scorers import scorers, task_adapter
+    from evalfarm.plugins import task_kinds, task_spec_adapter
 
-    kinds = sorted(s.task_kind for s in scorers().values())
+    kinds = task_kinds.names()
     if entry.get("kind") not in kinds:
         ident = entry.get("id")
         where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
         raise CatalogError(f"{path}: {where}: unknown task kind {entry.get('kind')!r} (known: {', '.join(kinds)})")
     try:
-        return task_adapter().validate_python(entry)
+        return task_spec_adapter().validate_python(entry)
     except ValidationError as exc:
         ident = entry.get("id") if isinstance(entry, dict) else None
         where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")

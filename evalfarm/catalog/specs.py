@@ -218,7 +218,7 @@ class TaskSpec(_Strict):
 
     One subclass per task ``kind`` (``kind: Literal[...]``), declared in its scorer's module with the fields that
     fix the scorer's parameters; catalogs validate task entries as a discriminated union of the registered kinds
-    (:func:`evalfarm.scorers.task_adapter`). ``files`` roles resolve under ``EVALFARM_DATA`` or download from
+    (:func:`evalfarm.plugins.task_spec_adapter`). ``files`` roles resolve under ``EVALFARM_DATA`` or download from
     ``urls`` into the cache, checked against ``sha256``.
     """
 

@@ -14,9 +14,9 @@ from evalfarm.taskdata.evalrank import RankPool, load_evalrank_pool
 
 def load_task(spec: TaskSpec) -> Any:
     """Load a task's data through its scorer (an EvalRank pool gives a :class:`RankPool`)."""
-    from evalfarm.scorers import scorer_for
+    from evalfarm.plugins import task_kinds
 
-    return scorer_for(spec.kind).load(spec)
+    return task_kinds.get(spec.kind).load(spec)
 
 
 __all__ = ["RankPool", "load_evalrank_pool", "load_task"]
