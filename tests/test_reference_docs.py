@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal
 
@@ -72,3 +73,53 @@ def test_a_plug_in_packages_kind_is_left_to_its_own_docs() -> None:
     task_kinds.register(_Squares, origin="entry point 'reference-test' of reference-test-plugin")
     assert "reference-test" in task_kinds.names()
     assert "reference-test" not in reference.task_kinds_section()
+
+
+def test_every_view_the_user_guide_names_exists() -> None:
+    """The user guide's views table (a guide to the main views; the full list is generated) names real views."""
+    from evalfarm.cli import view_docs
+
+    guide = (REPO / "docs" / "user-guide.md").read_text(encoding="utf-8")
+    tables = re.findall(r"^\| view \| rows \|\n\|---\|---\|\n((?:\|.*\n)+)", guide, re.MULTILINE)
+    assert len(tables) == 2, "the user guide's two views tables (results, correlations)"
+    first_cells = [row.split(" | ")[0] for table in tables for row in table.splitlines()]
+    named = {m.split(".")[0] for cell in first_cells for m in re.findall(r"`([\w.]+)", cell)}
+    assert {"metrics", "leaderboard", "evalrank", "ranks", "runs", "failures", "units", "correlations"} <= named
+    assert named <= {name for name, _ in view_docs()}
+
+
+def _anchors(markdown: str) -> set[str]:
+    """GitHub's heading anchors: lower-cased, punctuation but ``-`` and ``_`` dropped, spaces to ``-``; a repeated
+    heading gets ``-1``, ``-2`` …"""
+    seen: dict[str, int] = {}
+    out = set()
+    in_code = False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            in_code = not in_code
+        m = None if in_code else re.match(r"#{1,6} (.*)", line)
+        if m:
+            slug = re.sub(r"[^\w\- ]", "", m.group(1).strip().lower()).replace(" ", "-")
+            n = seen.get(slug, 0)
+            seen[slug] = n + 1
+            out.add(slug if n == 0 else f"{slug}-{n}")
+    return out
+
+
+def test_every_link_between_the_readme_and_the_docs_resolves() -> None:
+    """A section moved or renamed in one document breaks no link to it from another."""
+    pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "cluster" / "README.md"]
+    pages.append(REPO / "benchmarks" / "README.md")
+    broken = []
+    for page in pages:
+        text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+://", target):
+                continue
+            path, _, anchor = target.partition("#")
+            dest = (page.parent / path).resolve() if path else page
+            if not dest.exists():
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such file)")
+            elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
+                broken.append(f"{page.relative_to(REPO)}: {target} (no such section)")
+    assert not broken, "\n".join(broken)
