@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test test-fast lint format bench bench-nightly faults clean leaderboard zoo zoo-run
+.PHONY: install run test test-fast lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
@@ -37,8 +37,8 @@ zoo: install
 	$(VENV)/bin/evalfarm zoo build
 
 # The nightly zoo run, after `make zoo`, through the Ray scheduler (ZOO_TASKS=evalrank-word,evalrank-sentence for
-# the EvalRank pools only). The board shown is realistic ties: the zoo's small-corpus word models leave much of the
-# word pool OOV, and under l2 two OOV words are one point, which optimistic ties rank first (README).
+# the EvalRank tasks only). The board shown is realistic ties: the zoo's small-corpus word models leave much of the
+# word pool OOV, and under l2 two OOV words are one point, which optimistic ties rank first (docs/results.md).
 ZOO_TASKS ?=
 zoo-run: zoo
 	$(VENV)/bin/evalfarm run --catalog zoo-local --warehouse $(WAREHOUSE) $(if $(ZOO_TASKS),--tasks $(ZOO_TASKS),)
@@ -63,6 +63,11 @@ format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
+# docs/reference.md's tables (task kinds, model kinds, SQL views, tasks) regenerated from the registries; CI fails
+# when they are stale (tests/test_reference_docs.py: `python -m evalfarm.reference --check`).
+docs: install
+	$(PY) -m evalfarm.reference --write
+
 bench: install
 	$(PY) benchmarks/bench_rank.py
 
@@ -71,7 +76,8 @@ bench-nightly: install
 	$(PY) benchmarks/bench_nightly.py $(if $(ZOO_TASKS),--tasks $(ZOO_TASKS),) --json benchmarks/results/nightly.json
 
 # Fault injection on a real local Ray (workers and the head's GCS killed, read-only and full warehouses, two runs
-# at once, a changed spec): the README's Reliability table. CI runs the reduced form (tests/test_faults.py).
+# at once, a changed spec): the Reliability table of docs/operations.md. CI runs the reduced form
+# (tests/test_faults.py).
 faults: install
 	$(PY) benchmarks/faults.py --json benchmarks/results/faults.json
 

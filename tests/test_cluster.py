@@ -552,9 +552,11 @@ def _readme_block(containing: str, readme: Path = CLUSTER / "README.md") -> str:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("readme", [CLUSTER / "README.md", REPO / "README.md"], ids=["cluster-readme", "readme"])
+@pytest.mark.parametrize(
+    "readme", [CLUSTER / "README.md", REPO / "docs" / "operations.md"], ids=["cluster-readme", "docs-operations"]
+)
 def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
-    """The raw `ray job submit` block of cluster/README.md and of the main README (the job folder made by `evalfarm
+    """The raw `ray job submit` block of cluster/README.md and of docs/operations.md (the job folder made by `evalfarm
     submit --dry-run`, then the job), run by bash in a shell that sourced the head's settings."""
     block = _readme_block("ray job submit --address http://HEAD:8265", readme)
     assert "mkdir job" in block  # self-contained: the block makes the folder it uploads
