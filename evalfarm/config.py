@@ -123,12 +123,6 @@ def load_config(path: Path | None = None) -> Config:
     return Config(path, values)
 
 
-def apply_data_dir(config: Config) -> None:
-    """Export the file's ``data`` as ``EVALFARM_DATA`` unless the environment sets it (workers inherit it)."""
-    if "data" in config.values and "EVALFARM_DATA" not in os.environ:
-        os.environ["EVALFARM_DATA"] = config.values["data"]
-
-
 def write_target(file: str | os.PathLike[str] | None = None) -> Path:
     """The file ``evalfarm config set`` writes: ``file``, else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
     if file is not None:

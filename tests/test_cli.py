@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from evalfarm import cli
 from evalfarm.cli import rendering
-from evalfarm.config import ConfigError, apply_data_dir, config_path, load_config, write_config
+from evalfarm.config import ConfigError, config_path, load_config, resolve_settings, write_config
 from evalfarm.warehouse import Warehouse, sql_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -191,11 +191,12 @@ def test_config_defaults_apply_and_the_command_line_wins(tmp_path, monkeypatch) 
 def test_config_data_is_exported_unless_the_environment_sets_it(tmp_path, monkeypatch) -> None:
     cfg = tmp_path / "c.toml"
     write_config(cfg, {"data": str(tmp_path)})
-    monkeypatch.delenv("EVALFARM_DATA", raising=False)
-    apply_data_dir(load_config(cfg))
+    monkeypatch.setenv("EVALFARM_DATA", "x")  # recorded: restored after the test, whatever the command set
+    monkeypatch.delenv("EVALFARM_DATA")
+    resolve_settings(config_file=cfg).export_data()  # what the CLI does before every command but `config`
     assert os.environ["EVALFARM_DATA"] == str(tmp_path)
     monkeypatch.setenv("EVALFARM_DATA", "/elsewhere")
-    apply_data_dir(load_config(cfg))
+    resolve_settings(config_file=cfg).export_data()
     assert os.environ["EVALFARM_DATA"] == "/elsewhere"
 
 
