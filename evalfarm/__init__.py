@@ -1,12 +1,13 @@
 """evalfarm: distributed batch evaluation of word and sentence embedding zoos (EvalRank, a Parquet warehouse, SQL).
 
 Importing the package is cheap: heavy libraries (torch, Ray, DuckDB) load only when a module that needs them is
-used.
+used. The Python API (:mod:`evalfarm.api`) is here too: ``evalfarm.run(...)``, ``evalfarm.query(...)``, ...
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+from typing import Any
 
 
 def _version() -> str:
@@ -18,10 +19,34 @@ def _version() -> str:
 
 __version__ = _version()
 
-_API = ("run", "evaluate", "query", "open_warehouse")
+_API = (
+    "ConfigError",
+    "EvaluationFailed",
+    "Settings",
+    "ZooBuild",
+    "build_report",
+    "build_zoo",
+    "check_submission",
+    "correlation_table",
+    "evaluate",
+    "follow_job",
+    "job_address",
+    "list_models",
+    "open_warehouse",
+    "plan_submission",
+    "query",
+    "run",
+    "set_config",
+    "settings",
+    "submit_plan",
+    "validate_catalog",
+    "view_docs",
+    "zoo_recipes",
+)
+"""The names of :mod:`evalfarm.api` the package exports (none is also the name of a submodule)."""
 
 
-def __getattr__(name: str):  # the Python API, loaded on first use (see evalfarm.api)
+def __getattr__(name: str) -> Any:  # the Python API, loaded on first use (see evalfarm.api)
     if name in _API:
         from evalfarm import api
 
@@ -29,4 +54,4 @@ def __getattr__(name: str):  # the Python API, loaded on first use (see evalfarm
     raise AttributeError(f"module 'evalfarm' has no attribute {name!r}")
 
 
-__all__ = ["__version__", "evaluate", "open_warehouse", "query", "run"]
+__all__ = ["__version__", *_API]

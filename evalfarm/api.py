@@ -1,7 +1,17 @@
 """The Python API: run a catalog, evaluate an encoder object, query a warehouse — what the CLI does, from a notebook.
 
 Every function here is stable; everything it calls (runner, scheduler, warehouse layout) is not. Options come after
-the main argument, keyword-only.
+the main argument, keyword-only. The CLI (:mod:`evalfarm.cli`) is a client of this module: each command calls one
+or two of these functions and renders what they return.
+
+Settings: a ``warehouse``, ``catalog`` or ``data`` left out (None) comes from the environment (``EVALFARM_WAREHOUSE``,
+``EVALFARM_CATALOG``, ``EVALFARM_DATA``), else from ``.evalfarm.toml`` (found from the current folder upwards, as
+``make run`` writes it), else the defaults (``warehouse``, ``zoo-starter``, tasks downloaded into the cache): the
+same resolution as the CLI's (:func:`evalfarm.config.resolve_settings`; :func:`settings` shows it).
+
+Failures are never silent: :func:`run` raises :class:`EvaluationFailed` when a unit failed (the exception holds the
+run summary, everything else having run and been recorded; ``check=False`` returns the summary instead, its
+``failed`` listing them), and :func:`evaluate` raises it when its model could not be evaluated on a task.
 
 Evaluate any object with an ``encode(texts) -> (n, dim) array`` method (the MTEB-style protocol), no catalog file:
 
@@ -40,20 +50,87 @@ Run catalog models into a warehouse and query it (into Arrow, or pandas with ``.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from evalfarm.config import Config, ConfigError, Settings, resolve_settings
+
+if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `import evalfarm` stays cheap
+    import pyarrow as pa
+
+    from evalfarm.catalog.registry import Catalog, CatalogTarget
+    from evalfarm.correlations import CorrelationTable
+    from evalfarm.runner import RunEvent, RunSummary
+    from evalfarm.submit import SubmitPlan
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.zoo import BuildReport, Built, Recipe
+
+PathOrStr = str | os.PathLike[str]
 
 DEFAULT_EXECUTOR = "ray"
 """The executor of :func:`run` and of ``evalfarm run``: worker actors on a local (or the given) Ray cluster."""
 
+log = logging.getLogger("evalfarm")
+
+
+class EvaluationFailed(RuntimeError):
+    """Units that could not be evaluated. ``summary``: the run's summary (what did finish is in the warehouse);
+    ``failures``: the failed units (``model``, ``task``, ``stage``, ``error``); ``errors``: the first of them, one
+    line each (``model · task [stage] error``), which the message repeats."""
+
+    SHOWN = 3
+
+    def __init__(self, summary: RunSummary, what: str | None = None) -> None:
+        self.summary = summary
+        self.failures: list[Any] = list(summary.failed)
+        self.errors = [f"{o.model} · {o.task} [{o.stage}] {o.error}" for o in self.failures[: self.SHOWN]]
+        c = summary.counts()
+        more = len(self.failures) - len(self.errors)
+        what = what or f"{c['failed']} of {summary.n_units} units failed ({c['done']} done, {c['skipped']} skipped)"
+        super().__init__(f"{what}: " + "; ".join(self.errors) + (f"; and {more} more (.failures)" if more else ""))
+
+
+# -- settings ----------------------------------------------------------------------------------------------------
+def settings(
+    *,
+    data: PathOrStr | None = None,
+    warehouse: PathOrStr | None = None,
+    catalog: PathOrStr | None = None,
+) -> Settings:
+    """The settings a call with these options runs with: each given one wins, then the environment, then
+    ``.evalfarm.toml``, then the defaults; ``sources`` says where each came from. Raises
+    :class:`~evalfarm.config.ConfigError` for a config file that cannot be read."""
+    return resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
+
+
+def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None) -> Config:
+    """Remember ``values`` (``data``, ``warehouse``, ``catalog``) in ``file`` (default: ``$EVALFARM_CONFIG``, else
+    ``./.evalfarm.toml``), other keys kept, paths stored absolute; what ``evalfarm config set`` does."""
+    from evalfarm.config import write_config, write_target
+
+    return write_config(write_target(file), dict(values))
+
+
+# -- run and evaluate --------------------------------------------------------------------------------------------
+def _run_options(options: Mapping[str, Any]) -> Any:
+    """:class:`~evalfarm.scorers.base.RunOptions` from keywords; lists become the tuples the fields hold (the same
+    options hash the same, however they were spelt)."""
+    from evalfarm.scorers.base import RunOptions
+
+    fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
+    return RunOptions(**fields)
+
 
 def run(
-    catalog: str | os.PathLike[str] = "zoo-starter",
+    catalog: PathOrStr | None = None,
     *,
-    warehouse: str | os.PathLike[str] = "warehouse",
+    warehouse: PathOrStr | None = None,
+    data: PathOrStr | None = None,
     models: Sequence[str] | None = None,
     tasks: Sequence[str] | None = None,
     executor: str = DEFAULT_EXECUTOR,
@@ -61,39 +138,49 @@ def run(
     workers: int | None = None,
     force: bool = False,
     max_attempts: int = 2,
+    check: bool = True,
+    on_event: Callable[[RunEvent], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
     **options: Any,
-) -> Any:
+) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` (a name or a path) on ``tasks`` (default: the catalog's)
-    into ``warehouse``; finished units are skipped. ``options`` are :class:`~evalfarm.scorers.base.RunOptions`
-    fields (``similarities``, ``center``, ``filter_other_positives``, ``device``, ...). Returns the run summary
-    (``counts()``, ``failed``, ``run_id``)."""
+    into ``warehouse``; finished units are skipped. ``catalog``, ``warehouse`` and ``data`` (the evaluation data
+    folder; ``""``: download the tasks) default to the settings (:func:`settings`). ``options`` are
+    :class:`~evalfarm.scorers.base.RunOptions` fields (``similarities``, ``center``, ``filter_other_positives``,
+    ``device``, ...). ``on_event`` receives each :class:`~evalfarm.runner.RunEvent` (without it, the run's warnings
+    are logged on the ``evalfarm`` logger); ``progress(label, advance, total)`` the in-process executor's embedding.
+
+    Returns the run summary (``counts()``, ``failed``, ``run_id``). Raises :class:`EvaluationFailed` when a unit
+    failed (after the others ran and were recorded; ``.summary`` is the whole run), unless ``check=False``; a bad
+    catalog, selection or data folder raises before anything runs (``CatalogError``, ``TaskDataError``,
+    ``ValueError``); a lost cluster ``RunInterrupted`` (the same call resumes)."""
     from evalfarm.runner import run_catalog
-    from evalfarm.scorers.base import RunOptions
+    from evalfarm.taskdata.data import data_dir
 
-    return run_catalog(
-        catalog,
-        warehouse,
-        models=list(models) if models else None,
-        tasks=list(tasks) if tasks else None,
-        options=RunOptions(**options),
-        force=force,
-        executor=executor,
-        address=address,
-        workers=workers,
-        max_attempts=max_attempts,
-    )
-
-
-def open_warehouse(warehouse: str | os.PathLike[str] = "warehouse") -> Any:
-    """The warehouse at a path or URI: ``.query(sql)`` (read-only, one statement), ``.connect()`` (DuckDB)."""
-    from evalfarm.warehouse import Warehouse
-
-    return Warehouse(warehouse)
-
-
-def query(sql: str, *, warehouse: str | os.PathLike[str] = "warehouse") -> Any:
-    """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas)."""
-    return open_warehouse(warehouse).query(sql)
+    cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
+    run_options = _run_options(options)
+    with cfg.data_exported():
+        data_dir()  # a data folder that is not one fails now, not in every unit
+        summary = run_catalog(
+            cfg.catalog,
+            cfg.warehouse,
+            models=list(models) if models else None,
+            tasks=list(tasks) if tasks else None,
+            options=run_options,
+            force=force,
+            progress=progress,
+            executor=executor,
+            address=address,
+            workers=workers,
+            max_attempts=max_attempts,
+            on_event=on_event,
+        )
+    if on_event is None:
+        for warning in summary.warnings:
+            log.warning("%s", warning)
+    if check and summary.failed:
+        raise EvaluationFailed(summary)
+    return summary
 
 
 def evaluate(
@@ -102,33 +189,37 @@ def evaluate(
     name: str,
     level: str = "sentence",
     tasks: Sequence[str] | None = None,
-    catalog: str | os.PathLike[str] = "tasks",
-    warehouse: str | os.PathLike[str] | None = None,
+    catalog: PathOrStr = "tasks",
+    warehouse: PathOrStr | None = None,
+    data: PathOrStr | None = None,
     version: str = "",
     force: bool = False,
     **options: Any,
-) -> Any:
+) -> pa.Table:
     """Evaluate an in-memory encoder object (``encode(texts) -> (n, dim)`` array) on ``tasks`` (default: every task
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
     ``pyarrow.Table``), each row with ``degenerate`` / ``degenerate_reason``: a unit whose vectors are degenerate
     (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there.
     Runs in this process. Without ``warehouse`` the run goes to a temporary folder, removed before returning (only
-    the returned metrics remain); with one, the results stay there, keyed by ``name`` and ``version`` (an object
-    cannot be hashed, so bump ``version`` when the model changes, or pass ``force=True``). Word-level encoders must
-    be word-vector models (``lookup``, ``vectors``)."""
+    the returned metrics remain): the configured warehouse is not used, an object is no catalog model; with one,
+    the results stay there, keyed by ``name`` and ``version`` (an object cannot be hashed, so bump ``version`` when
+    the model changes, or pass ``force=True``). Word-level encoders must be word-vector models (``lookup``,
+    ``vectors``). ``data``: as :func:`run`'s. Raises :class:`EvaluationFailed` when a task could not be
+    evaluated."""
     from evalfarm.catalog.registry import load_catalog
     from evalfarm.catalog.specs import ModelSpec
     from evalfarm.runner import run_catalog
-    from evalfarm.scorers.base import RunOptions
     from evalfarm.warehouse import Warehouse
 
     if not callable(getattr(encoder, "encode", None)):
         raise TypeError(f"{type(encoder).__name__} has no encode(texts) method: it cannot be evaluated")
     if level == "word" and not hasattr(encoder, "lookup"):
         raise TypeError("a word-level encoder must be a word-vector model (lookup, vectors, words)")
+    cfg = resolve_settings(data=data)
     spec = ModelSpec(id=name, level=level, kind="python", revision=version or None)  # type: ignore[arg-type]
     cat = load_catalog(catalog).with_models([spec])
     with contextlib.ExitStack() as stack:
+        stack.enter_context(cfg.data_exported())
         if warehouse is None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evalfarm-evaluate-"))) / "wh"
         else:
@@ -138,14 +229,13 @@ def evaluate(
             root,
             models=[name],
             tasks=list(tasks) if tasks else None,
-            options=RunOptions(**options),
+            options=_run_options(options),
             force=force,
             executor="local",
             encoders={name: encoder},
         )
         if summary.failed:
-            first = summary.failed[0]
-            raise RuntimeError(f"evaluating {name!r} failed on {first.task} ({first.stage}): {first.error}")
+            raise EvaluationFailed(summary, f"evaluating {name!r} failed")
         name_sql = name.replace("'", "''")
         # an in-memory table: it outlives the temporary warehouse
         return Warehouse(root).query(
@@ -154,4 +244,301 @@ def evaluate(
         )
 
 
-__all__ = ["DEFAULT_EXECUTOR", "evaluate", "open_warehouse", "query", "run"]
+# -- the warehouse -----------------------------------------------------------------------------------------------
+def open_warehouse(warehouse: PathOrStr | None = None) -> Warehouse:
+    """The warehouse at a path or URI (default: the settings'): ``.query(sql)`` (read-only, one statement),
+    ``.connect()`` (DuckDB), ``.excluded`` (unreadable files the views left out)."""
+    from evalfarm.warehouse import Warehouse
+
+    return Warehouse(resolve_settings(warehouse=warehouse).warehouse)
+
+
+def query(sql: str, *, warehouse: PathOrStr | Warehouse | None = None) -> pa.Table:
+    """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas)."""
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    return wh.query(sql)
+
+
+def view_docs() -> list[tuple[str, str]]:
+    """(view, what it holds) for every view of ``sql/*.sql``, from the comment block that names it
+    (``-- name: …``), else the comment right above its ``CREATE``."""
+    import re
+
+    from evalfarm._resources import shipped_dir
+
+    docs: list[tuple[str, str]] = []
+    for path in sorted(shipped_dir("evalfarm._sql", "sql").glob("*.sql")):
+        blocks: dict[str, str] = {}
+        comment: list[str] = []
+        last = ""
+        for line in path.read_text(encoding="utf-8").splitlines():
+            stripped = line.strip()
+            if stripped.startswith("--"):
+                comment.append(stripped[2:].strip())
+                continue
+            if comment:
+                text = " ".join(comment)
+                named = re.match(r"([a-z_]+): (.*)", text)
+                if named:
+                    blocks[named.group(1)] = named.group(2)
+                last = text
+                comment = []
+            m = re.match(r"CREATE (?:OR REPLACE )?VIEW (\w+)", stripped, re.IGNORECASE)
+            if m:
+                name = m.group(1)
+                docs.append((name, blocks.get(name) or (last if not re.match(r"[a-z_]+: ", last) else "")))
+                last = ""
+    return docs
+
+
+def correlation_table(
+    *,
+    warehouse: PathOrStr | None = None,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    refresh: bool = True,
+    resamples: int = 1000,
+    seed: int = 0,
+) -> CorrelationTable:
+    """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models,
+    shaped like the paper's tables (``rows``, ``columns``, ``cells``, ``records``, ``notes``). ``refresh``: first
+    compute missing or stale bootstrap intervals (``resamples``, ``seed``); a warehouse that cannot be written
+    keeps its stored ones, and the table's first note says so. A missing warehouse raises FileNotFoundError."""
+    from evalfarm.correlations import correlation_table as shape
+    from evalfarm.correlations import refresh_intervals
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    stale: str | None = None
+    if refresh:
+        try:
+            refresh_intervals(wh, n_resamples=resamples, seed=seed)
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
+            stale = f"intervals not refreshed ({exc}); showing the stored ones"
+    table = shape(wh, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
+    if stale:
+        table.notes.insert(0, stale)
+    return table
+
+
+def build_report(
+    out: PathOrStr,
+    *,
+    warehouse: PathOrStr | None = None,
+    figure_task: str | None = None,
+    hardest: int = 10,
+    refresh: bool = True,
+) -> Path:
+    """Write the static HTML report of the warehouse (leaderboards, correlations, per-model pages, provenance; no
+    server, no network) into the folder ``out``; returns its ``index.html``. ``figure_task``: the downstream task
+    that orders the models in the Figure-4 plots (default: sst2); ``hardest``: EvalRank pairs listed per model,
+    task and variant. A missing warehouse raises FileNotFoundError."""
+    from evalfarm.report import build_report as write
+
+    return write(
+        resolve_settings(warehouse=warehouse).warehouse, out, figure_task=figure_task, hardest=hardest, refresh=refresh
+    )
+
+
+# -- catalogs ----------------------------------------------------------------------------------------------------
+def validate_catalog(catalog: PathOrStr | None = None) -> Catalog:
+    """Load ``catalog`` (default: the settings') and check it offline: schema, references, tasks, and that it has
+    models (a file of tasks only is for other catalogs to ``include:``, and ``run`` refuses it). Raises
+    ``CatalogError`` naming the file and entry."""
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+
+    cat = load_catalog(resolve_settings(catalog=catalog).catalog)
+    if not cat.models:
+        raise CatalogError(
+            f"{cat.path}: no models ({len(cat.tasks)} tasks): nothing to evaluate; add `models:` entries (a file of "
+            "tasks only is for other catalogs to `include:`)"
+        )
+    return cat
+
+
+def list_models(catalog: PathOrStr | Catalog | None = None) -> list[dict[str, str]]:
+    """One row per model of ``catalog`` (a Catalog, a name or path; default: the settings'): id, level, kind,
+    base, pooling, postprocess, source, spec_hash and the tasks it is evaluated on. Validates as
+    :func:`validate_catalog`."""
+    from evalfarm.catalog.registry import Catalog
+
+    cat = catalog if isinstance(catalog, Catalog) else validate_catalog(catalog)
+    rows = []
+    for m in cat.models.values():
+        src = next((s.source for s in cat.lineage(m.id) if s.source), None)
+        rows.append(
+            {
+                "id": m.id,
+                "level": m.level,
+                "kind": cat.kind(m.id),
+                "base": m.base or "",
+                "pooling": m.pooling or "",
+                "postprocess": m.postprocess.method if m.postprocess else "",
+                "source": f"{src.type}:{src.ref}" if src else "",
+                "spec_hash": cat.spec_hash(m.id),
+                "tasks": ",".join(t.id for t in cat.tasks_for(m.id)),
+            }
+        )
+    return rows
+
+
+# -- submit: a Ray job on a cluster ------------------------------------------------------------------------------
+def job_address(address: str | None = None) -> str:
+    """The Ray job API address: ``address``, else ``$RAY_API_SERVER_ADDRESS``, ``$RAY_ADDRESS``, else local."""
+    from evalfarm.submit import default_address
+
+    return address or default_address()
+
+
+def plan_submission(
+    model_spec: PathOrStr,
+    *,
+    warehouse: str,
+    catalog: str = "zoo-starter",
+    env: Mapping[str, str] | Sequence[str] | None = None,
+    pip: Sequence[str] | None = None,
+    runtime_env: Mapping[str, Any] | PathOrStr | None = None,
+    submission_id: str | None = None,
+    trust_remote_code: bool = False,
+    entrypoint_num_cpus: float | None = None,
+    entrypoint_num_gpus: float | None = None,
+    out: PathOrStr | None = None,
+) -> SubmitPlan:
+    """Validate a new model spec (a YAML of one model, a list, or a small catalog) against ``catalog`` locally and
+    compute the Ray job that evaluates it into ``warehouse`` (a path every node sees): entrypoint, runtime_env,
+    job folder (``out``, kept; else a temporary one). ``env``: variables for the job (a mapping or ``KEY=VALUE``
+    strings; local ``EVALFARM_DATA`` / ``EVALFARM_CACHE`` are not forwarded); ``runtime_env``: a mapping or a
+    YAML/JSON file merged into the job's. Raises ``SubmitError``; nothing reaches the cluster."""
+    from evalfarm.submit import load_runtime_env, parse_env
+    from evalfarm.submit import plan_submission as plan
+
+    extra: dict[str, Any] | None = None
+    source = "runtime_env"
+    if isinstance(runtime_env, str | os.PathLike):
+        extra, source = load_runtime_env(runtime_env), f"--runtime-env {runtime_env}"
+    elif runtime_env is not None:
+        extra = dict(runtime_env)
+    return plan(
+        model_spec,
+        warehouse=warehouse,
+        catalog=catalog,
+        env=dict(env) if isinstance(env, Mapping) else parse_env(env or []),
+        pip=list(pip) if pip else None,
+        runtime_env=extra,
+        runtime_env_source=source,
+        submission_id=submission_id,
+        trust_remote_code=trust_remote_code,
+        entrypoint_num_cpus=entrypoint_num_cpus,
+        entrypoint_num_gpus=entrypoint_num_gpus,
+        out=out,
+    )
+
+
+def check_submission(plan: SubmitPlan) -> None:
+    """Raise ``SubmitError`` when ``plan`` would be refused (models that run downloaded code, unconfirmed)."""
+    from evalfarm.submit import check_remote_code
+
+    check_remote_code(plan)
+
+
+def submit_plan(plan: SubmitPlan, *, address: str | None = None) -> str:
+    """Submit a planned job to the Ray job API at ``address`` (:func:`job_address`); returns its submission id.
+    The plan's temporary job folder is removed, whatever happens."""
+    from evalfarm.submit import submit_plan as submit
+
+    return submit(plan, job_address(address))
+
+
+def follow_job(job_id: str, *, address: str | None = None) -> str:
+    """Stream a job's logs to stdout until it ends; returns its final status (``SUCCEEDED``, ``FAILED``, ...)."""
+    from evalfarm.submit import follow_job as follow
+
+    return follow(job_address(address), job_id)
+
+
+# -- the local model zoo -----------------------------------------------------------------------------------------
+@dataclass
+class ZooBuild:
+    """What :func:`build_zoo` did (``report``: trained, cached, the catalog written), into which ``cache``, and,
+    when the catalog went to its default place, where that is and why (``target``)."""
+
+    report: BuildReport
+    cache: Path
+    target: CatalogTarget | None = None
+
+
+def zoo_recipes(*, quick: bool = False) -> list[Recipe]:
+    """The models :func:`build_zoo` builds: the full grid, or one tiny model per algorithm (``quick``)."""
+    from evalfarm.zoo import full_recipes, quick_recipes
+
+    return quick_recipes() if quick else full_recipes()
+
+
+def build_zoo(
+    *,
+    cache: PathOrStr | None = None,
+    catalog_out: PathOrStr | None = None,
+    quick: bool = False,
+    train: bool = True,
+    recipes: Sequence[Recipe] | None = None,
+    progress: Callable[[str, Built | None], None] | None = None,
+) -> ZooBuild:
+    """Train the zoo's missing word models (each once, cached by fingerprint) into ``cache`` (default:
+    ``EVALFARM_CACHE`` or ``~/.cache/evalfarm``) and write its catalog to ``catalog_out`` (default: the checkout's
+    ``catalog/zoo-local.yaml``, else a folder on the catalog search path, else ``<cache>/catalogs``; with ``quick``:
+    ``<cache>/zoo-quick.yaml``). ``train=False`` writes the catalog only. The corpora that read the evaluation data
+    folder find it through the settings."""
+    from evalfarm.cache import cache_dir
+    from evalfarm.catalog.registry import generated_catalog_target
+    from evalfarm.zoo import build_zoo as build
+
+    root = Path(cache).expanduser() if cache is not None else cache_dir()
+    target = None
+    if catalog_out is not None:
+        out = Path(catalog_out)
+    elif quick:
+        out = root / "zoo-quick.yaml"
+    else:
+        target = generated_catalog_target("zoo-local.yaml")
+        out = target.path
+    with resolve_settings().data_exported():
+        report = build(
+            cache=root,
+            recipes=list(recipes) if recipes is not None else zoo_recipes(quick=quick),
+            catalog_out=out,
+            quick=quick,
+            progress=progress,
+            train=train,
+        )
+    return ZooBuild(report=report, cache=root, target=target)
+
+
+__all__ = [
+    "DEFAULT_EXECUTOR",
+    "ConfigError",
+    "EvaluationFailed",
+    "Settings",
+    "ZooBuild",
+    "build_report",
+    "build_zoo",
+    "check_submission",
+    "correlation_table",
+    "evaluate",
+    "follow_job",
+    "job_address",
+    "list_models",
+    "open_warehouse",
+    "plan_submission",
+    "query",
+    "run",
+    "set_config",
+    "settings",
+    "submit_plan",
+    "validate_catalog",
+    "view_docs",
+    "zoo_recipes",
+]

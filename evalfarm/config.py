@@ -1,6 +1,18 @@
-"""Settings the CLI remembers between shells: where the evaluation data is, which warehouse and catalog to use.
+"""Where evalfarm's settings come from, resolved in one place for the CLI and the Python API alike.
 
-``make run`` writes them (``evalfarm config set data=… warehouse=… catalog=…``) into ``.evalfarm.toml`` in the
+Three settings: the evaluation data folder, the warehouse and the catalog. Each is the first of:
+
+1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``),
+2. the environment: ``EVALFARM_DATA``, ``EVALFARM_WAREHOUSE``, ``EVALFARM_CATALOG``,
+3. the config file (below),
+4. the default: no data folder (tasks download into the cache), ``warehouse`` (in the current folder),
+   ``zoo-starter``.
+
+:func:`resolve_settings` does it and returns a :class:`Settings`; every CLI command and every function of
+:mod:`evalfarm.api` uses it, so ``evalfarm sql``, ``evalfarm report`` and ``evalfarm.query(...)`` read the same
+warehouse from any folder below the file.
+
+``make run`` writes the file (``evalfarm config set data=… warehouse=… catalog=…``) as ``.evalfarm.toml`` in the
 checkout, so the commands the README shows next work in a fresh shell, without ``EVALFARM_DATA`` or
 ``--warehouse``. The file that applies is the first of:
 
@@ -8,21 +20,25 @@ checkout, so the commands the README shows next work in a fresh shell, without `
 2. ``.evalfarm.toml`` in the current folder or the nearest parent that has one (like ``pyproject.toml``),
 3. ``$XDG_CONFIG_HOME/evalfarm/config.toml`` (default ``~/.config/evalfarm/config.toml``).
 
-Keys (all optional; relative paths are relative to the file's folder):
+Keys (all optional; relative paths, a catalog file's included, are relative to the file's folder, so the file
+works from any subfolder):
 
-- ``data``: the evaluation data folder, used when ``EVALFARM_DATA`` is not set (the environment wins); an empty
-  string means "download the tasks into the cache", as an empty ``EVALFARM_DATA`` does.
-- ``warehouse``: the default of ``--warehouse`` for ``run`` and ``sql``.
-- ``catalog``: the default of ``--catalog`` for ``run``, ``catalog list`` and ``catalog validate``.
+- ``data``: the evaluation data folder; an empty string means "download the tasks into the cache", as an empty
+  ``EVALFARM_DATA`` does. The data folder reaches the code that reads task files (and the Ray workers) as
+  ``EVALFARM_DATA``: the CLI exports it for the whole command, the API for the duration of the call.
+- ``warehouse``: the default of ``--warehouse`` for ``run``, ``sql``, ``report``, ``correlations`` (and the API).
+- ``catalog``: the default of ``--catalog`` for ``run``, ``catalog list`` and ``catalog validate`` (and the API).
 
-A command-line option always wins over the file. ``evalfarm config show`` prints which file applies and what it sets.
+``evalfarm config show`` prints each setting, its value and where it came from.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tomllib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,10 +48,17 @@ ENV = "EVALFARM_CONFIG"
 FILE_NAME = ".evalfarm.toml"
 KEYS = {
     "data": "evaluation data folder, used when EVALFARM_DATA is unset ('' = download into the cache)",
-    "warehouse": "default --warehouse of `run` and `sql`",
+    "warehouse": "default --warehouse of `run`, `sql`, `report` and `correlations`",
     "catalog": "default --catalog of `run`, `catalog list` and `catalog validate`",
 }
 PATH_KEYS = ("data", "warehouse")
+ENV_VARS = {"data": "EVALFARM_DATA", "warehouse": "EVALFARM_WAREHOUSE", "catalog": "EVALFARM_CATALOG"}
+"""The environment variable of each setting: it wins over the file, an option wins over it."""
+DEFAULT_WAREHOUSE = "warehouse"
+DEFAULT_CATALOG = "zoo-starter"
+OPTION = "option"
+"""``Settings.sources`` of a value given as a command-line option or an API keyword."""
+DEFAULT = "default"
 
 
 class ConfigError(ValueError):
@@ -46,6 +69,15 @@ class ConfigError(ValueError):
 class Config:
     path: Path | None  # the file that applies (None: none)
     values: dict[str, str] = field(default_factory=dict)
+
+
+def _is_path(key: str, value: str) -> bool:
+    """Whether ``value`` of ``key`` is a local path (made absolute), not a URI, a catalog name or empty."""
+    if not value or "://" in value:
+        return False
+    if key == "catalog":  # a name (zoo-starter) is looked up on the catalog search path; a file is a path
+        return Path(value).suffix in (".yaml", ".yml") or "/" in value or os.sep in value
+    return key in PATH_KEYS
 
 
 def config_path(cwd: Path | None = None) -> Path | None:
@@ -85,16 +117,17 @@ def load_config(path: Path | None = None) -> Config:
     for key, value in raw.items():
         if not isinstance(value, str):
             raise ConfigError(f"{path}: {key} must be a string, got {type(value).__name__}")
-        if key in PATH_KEYS and value and "://" not in value:
+        if _is_path(key, value):
             value = str((path.parent / Path(value).expanduser()).resolve())
         values[key] = value
     return Config(path, values)
 
 
-def apply_data_dir(config: Config) -> None:
-    """Export the file's ``data`` as ``EVALFARM_DATA`` unless the environment sets it (workers inherit it)."""
-    if "data" in config.values and "EVALFARM_DATA" not in os.environ:
-        os.environ["EVALFARM_DATA"] = config.values["data"]
+def write_target(file: str | os.PathLike[str] | None = None) -> Path:
+    """The file ``evalfarm config set`` writes: ``file``, else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
+    if file is not None:
+        return Path(file).expanduser()
+    return Path(os.environ[ENV]).expanduser() if os.environ.get(ENV) else Path(FILE_NAME)
 
 
 def write_config(path: Path, updates: dict[str, str]) -> Config:
@@ -104,7 +137,7 @@ def write_config(path: Path, updates: dict[str, str]) -> Config:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
     current = load_config(path).values if path.exists() else {}
     for key, value in updates.items():
-        if key in PATH_KEYS and value and "://" not in value:
+        if _is_path(key, value):
             value = str(Path(value).expanduser().resolve())
         current[key] = value
     lines = [
@@ -113,3 +146,107 @@ def write_config(path: Path, updates: dict[str, str]) -> Config:
     ]
     atomic.write_text(path, "\n".join(lines) + "\n")
     return load_config(path)
+
+
+PathOrStr = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The settings a command or an API call runs with (see the module docstring for the order of precedence).
+
+    ``data``: the evaluation data folder, None for "download the tasks into the cache"; ``warehouse``: a path or a
+    pyarrow URI; ``catalog``: a catalog name or path; ``config_file``: the file that applies (None: none);
+    ``sources``: where each value came from: :data:`OPTION`, an environment variable's name, the file's path, or
+    :data:`DEFAULT`."""
+
+    data: Path | None
+    warehouse: str
+    catalog: str
+    config_file: Path | None = None
+    sources: Mapping[str, str] = field(default_factory=dict)
+
+    def _data_to_export(self) -> str | None:
+        """The ``EVALFARM_DATA`` value this setting needs, or None where the environment already holds it."""
+        if self.sources.get("data") in (DEFAULT, ENV_VARS["data"]):
+            return None
+        return str(self.data) if self.data is not None else ""
+
+    def export_data(self) -> None:
+        """Set ``EVALFARM_DATA`` for the rest of this process (the CLI: one command per process); the task readers
+        and the Ray workers read the data folder from there."""
+        value = self._data_to_export()
+        if value is not None:
+            os.environ[ENV_VARS["data"]] = value
+
+    @contextlib.contextmanager
+    def data_exported(self) -> Iterator[None]:
+        """``EVALFARM_DATA`` set for the duration of a block (an API call), restored after it."""
+        value = self._data_to_export()
+        name = ENV_VARS["data"]
+        before = os.environ.get(name)
+        if value is not None:
+            os.environ[name] = value
+        try:
+            yield
+        finally:
+            if value is not None:
+                if before is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = before
+
+    def rows(self) -> list[dict[str, str]]:
+        """One row per setting (``key``, ``value``, ``from``), what ``evalfarm config show`` prints."""
+        data = str(self.data) if self.data is not None else ""
+        values = {"data": data, "warehouse": self.warehouse, "catalog": self.catalog}
+        rows = []
+        for key in KEYS:
+            src = self.sources.get(key, DEFAULT)
+            if src == DEFAULT:
+                shown = "(not set: tasks download into the cache)" if key == "data" else "(default)"
+            elif src == ENV_VARS[key]:
+                shown = f"{src} (wins over the file)"
+            else:
+                shown = src
+            rows.append({"key": key, "value": values[key], "from": shown})
+        return rows
+
+
+def resolve_settings(
+    *,
+    data: PathOrStr | None = None,
+    warehouse: PathOrStr | None = None,
+    catalog: PathOrStr | None = None,
+    config_file: PathOrStr | None = None,
+    cwd: Path | None = None,
+) -> Settings:
+    """The settings: each of ``data``, ``warehouse``, ``catalog`` given here (not None) wins, then its environment
+    variable (:data:`ENV_VARS`), then the config file (``config_file``, else :func:`config_path` from ``cwd``),
+    then the default. ``data=""`` means "download the tasks into the cache". Raises :class:`ConfigError` for a
+    config file that cannot be read."""
+    path = Path(config_file).expanduser() if config_file is not None else config_path(cwd)
+    file_values = load_config(path).values if path is not None else {}
+    given = {"data": data, "warehouse": warehouse, "catalog": catalog}
+    chosen: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for key in KEYS:
+        raw = given[key]
+        if raw is not None:
+            value, source = os.fspath(raw), OPTION
+            if key == "data" and value:
+                value = str(Path(value).expanduser().resolve())  # absolute: workers may start elsewhere
+        elif ENV_VARS[key] in os.environ:
+            value, source = os.environ[ENV_VARS[key]], ENV_VARS[key]
+        elif key in file_values:
+            value, source = file_values[key], str(path)
+        else:
+            value, source = {"data": "", "warehouse": DEFAULT_WAREHOUSE, "catalog": DEFAULT_CATALOG}[key], DEFAULT
+        chosen[key], sources[key] = value, source
+    return Settings(
+        data=Path(chosen["data"]).expanduser() if chosen["data"] else None,
+        warehouse=chosen["warehouse"] or DEFAULT_WAREHOUSE,
+        catalog=chosen["catalog"] or DEFAULT_CATALOG,
+        config_file=path,
+        sources=sources,
+    )

@@ -16,7 +16,8 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from evalfarm import cli
-from evalfarm.config import ConfigError, apply_data_dir, config_path, load_config, write_config
+from evalfarm.cli import rendering
+from evalfarm.config import ConfigError, config_path, load_config, resolve_settings, write_config
 from evalfarm.warehouse import Warehouse, sql_dir
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,17 +81,17 @@ def test_sql_help_lists_every_view_with_what_it_holds() -> None:
 # -- tables ------------------------------------------------------------------------------------------------------
 def _render(columns, rows, width=80, title=None) -> str:
     buf = io.StringIO()
-    old = cli.out
-    cli.out = Console(file=buf, width=width, color_system=None)
+    old = rendering.out
+    rendering.out = Console(file=buf, width=width, color_system=None)
     try:
-        cli.print_table(columns, rows, title=title, width=width)
+        rendering.print_table(columns, rows, title=title, width=width)
     finally:
-        cli.out = old
+        rendering.out = old
     return buf.getvalue()
 
 
 def _numbers(rows, columns) -> list[str]:
-    return [cli._fmt(r[c]) for r in rows for c in columns if isinstance(r[c], int | float)]
+    return [rendering._fmt(r[c]) for r in rows for c in columns if isinstance(r[c], int | float)]
 
 
 def test_a_wide_table_cuts_text_and_never_folds_a_number() -> None:
@@ -183,17 +184,19 @@ def test_config_defaults_apply_and_the_command_line_wins(tmp_path, monkeypatch) 
     assert r.exit_code == 0 and r.output == "n\n0\n", r.output  # the remembered warehouse, no --warehouse
     r = runner.invoke(cli.app, ["sql", "--warehouse", str(tmp_path / "other"), "SELECT 1"])
     assert r.exit_code == 2 and "no warehouse at" in r.output and "other" in r.output  # the flag wins
-    assert f"[default: {wh}]" in runner.invoke(cli.app, ["sql", "-h"], env={"COLUMNS": "300"}).output
+    # click's help as wide as a 300-column terminal (CliRunner's own default is 80 columns, which folds the path)
+    assert f"[default: {wh}]" in runner.invoke(cli.app, ["sql", "-h"], terminal_width=300).output
 
 
 def test_config_data_is_exported_unless_the_environment_sets_it(tmp_path, monkeypatch) -> None:
     cfg = tmp_path / "c.toml"
     write_config(cfg, {"data": str(tmp_path)})
-    monkeypatch.delenv("EVALFARM_DATA", raising=False)
-    apply_data_dir(load_config(cfg))
+    monkeypatch.setenv("EVALFARM_DATA", "x")  # recorded: restored after the test, whatever the command set
+    monkeypatch.delenv("EVALFARM_DATA")
+    resolve_settings(config_file=cfg).export_data()  # what the CLI does before every command but `config`
     assert os.environ["EVALFARM_DATA"] == str(tmp_path)
     monkeypatch.setenv("EVALFARM_DATA", "/elsewhere")
-    apply_data_dir(load_config(cfg))
+    resolve_settings(config_file=cfg).export_data()
     assert os.environ["EVALFARM_DATA"] == "/elsewhere"
 
 

@@ -231,7 +231,7 @@ def test_dockerignore_keeps_working_state_out_of_the_image():
         ".git/HEAD",
     ):
         assert _dockerignored(path, patterns), path
-    for path in ("evalfarm/cli.py", "catalog/zoo-starter.yaml", "sql/01_metrics.sql", "constraints.txt"):
+    for path in ("evalfarm/cli/app.py", "catalog/zoo-starter.yaml", "sql/01_metrics.sql", "constraints.txt"):
         assert not _dockerignored(path, patterns), path
 
 

@@ -1,0 +1,5 @@
+"""``python -m evalfarm``: the ``evalfarm`` command."""
+
+from evalfarm.cli import main
+
+main()

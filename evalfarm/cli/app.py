@@ -1,0 +1,109 @@
+"""The typer application: the command groups, the root callback that resolves the settings once for every command,
+and how a command fails (``error: <message>`` on stderr, an exit code).
+
+Help is click's plain help (``rich_markup_mode=None``), not typer's Rich panels: the panels print a type after
+every flag (``--force <bool>``), which reads as if the flag took a value; click's help shows a flag as a flag.
+"""
+
+from __future__ import annotations
+
+import shlex
+import sys
+from typing import Annotated, Any, NoReturn
+
+import typer
+
+from evalfarm import api
+from evalfarm.cli.rendering import console
+from evalfarm.config import DEFAULT, Settings
+
+HELP: dict[str, Any] = {
+    "help_option_names": ["-h", "--help"],  # -h works as --help on every command
+    "max_content_width": 1000,  # help as wide as the terminal (click's default stops at 80 columns)
+}
+
+
+def _group(help: str) -> typer.Typer:
+    return typer.Typer(help=help, no_args_is_help=True, context_settings=HELP, rich_markup_mode=None)
+
+
+app = typer.Typer(
+    help="Distributed batch evaluation of word and sentence embedding models (EvalRank and more).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    context_settings=HELP,
+    rich_markup_mode=None,
+)
+catalog_app = _group("Inspect and check model catalogs.")
+config_app = _group("Show or set the settings the CLI remembers (data folder, warehouse, catalog) in .evalfarm.toml.")
+zoo_app = _group("Build the local model zoo (word vectors trained here + packaged models).")
+app.add_typer(catalog_app, name="catalog")
+app.add_typer(config_app, name="config")
+app.add_typer(zoo_app, name="zoo")
+
+
+def fail(msg: str, code: int = 2) -> NoReturn:
+    """``error: <msg>`` on stderr, unwrapped (one line per line of ``msg``, whatever the width), then exit."""
+    console.print("[bold red]error:[/] ", end="")
+    console.print(msg, markup=False, highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
+
+
+def split(values: list[str] | None) -> list[str] | None:
+    """Repeated and comma-separated values as one list (None when none)."""
+    if not values:
+        return None
+    return [v.strip() for item in values for v in item.split(",") if v.strip()]
+
+
+def again() -> str:
+    """This very command line, to resume a run."""
+    return shlex.join(["evalfarm", *sys.argv[1:]])
+
+
+def _version_callback(value: bool) -> None:
+    if value:
+        from evalfarm import __version__
+
+        sys.stdout.write(f"evalfarm {__version__}\n")
+        raise typer.Exit()
+
+
+def option_defaults(settings: Settings) -> dict[str, Any]:
+    """click's default_map from the settings: a warehouse or catalog set in the environment or the config file
+    becomes the default of every command's ``--warehouse`` / ``--catalog`` (and shows as such in ``--help``)."""
+    wh = {"warehouse": settings.warehouse} if settings.sources.get("warehouse") != DEFAULT else {}
+    cat = {"catalog": settings.catalog} if settings.sources.get("catalog") != DEFAULT else {}
+    return {
+        "run": {**wh, **cat},
+        "sql": wh,
+        "report": wh,
+        "correlations": wh,
+        "catalog": {"list": cat, "validate": cat},
+    }
+
+
+@app.callback()
+def _main(
+    ctx: typer.Context,
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", "-V", callback=_version_callback, is_eager=True, help="print evalfarm's version and exit"
+        ),
+    ] = False,
+) -> None:
+    """Distributed batch evaluation of word and sentence embedding models (EvalRank and more).
+
+    Settings remembered in .evalfarm.toml (written by `make run`; see `evalfarm config --help`), or set in
+    EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG, supply the data folder and the default --warehouse and
+    --catalog.
+    """
+    if ctx.invoked_subcommand == "config":  # `config set` must work even to repair a broken file
+        return
+    try:
+        settings = api.settings()
+    except api.ConfigError as exc:
+        fail(str(exc))
+    settings.export_data()  # for the whole command: task readers and Ray workers read EVALFARM_DATA
+    ctx.default_map = option_defaults(settings)

@@ -1,0 +1,282 @@
+"""``evalfarm run`` (a catalog into the warehouse, here or on a Ray cluster) and ``evalfarm submit`` (a new model
+as a Ray job): each a client of :mod:`evalfarm.api`."""
+
+from __future__ import annotations
+
+import sys
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from evalfarm import api
+from evalfarm.cli.app import again, app, fail, split
+from evalfarm.cli.events import RunPrinter, print_summary, print_warnings
+from evalfarm.cli.rendering import console, say
+
+if TYPE_CHECKING:
+    from evalfarm.runner import RunSummary
+
+
+class Executor(StrEnum):
+    ray = "ray"
+    local = "local"
+
+
+# -- run's options -----------------------------------------------------------------------------------------------
+CatalogOpt = Annotated[str, typer.Option(help="catalog name (file stem under catalog/) or path")]
+ModelsOpt = Annotated[list[str] | None, typer.Option("--models", "-m", help="model ids (comma-separated or repeated)")]
+TasksOpt = Annotated[
+    list[str] | None,
+    typer.Option("--tasks", "-t", help="task ids (comma-separated or repeated; default: the catalog's)"),
+]
+PoolsOpt = Annotated[list[str] | None, typer.Option("--pools", "-p", hidden=True)]  # deprecated: --tasks
+WarehouseOpt = Annotated[
+    str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…); shared by all nodes")
+]
+ForceOpt = Annotated[bool, typer.Option("--force", help="recompute units whose results already exist")]
+SimilarityOpt = Annotated[list[str] | None, typer.Option(help="EvalRank: cos and/or l2 (default both)")]
+TiesOpt = Annotated[str | None, typer.Option(hidden=True)]  # retired: every tie policy is stored
+FilterOpt = Annotated[bool, typer.Option("--filter-other-positives", help="EvalRank: don't count x's other positives")]
+CenterOpt = Annotated[
+    bool,
+    typer.Option(
+        "--center/--no-center",
+        help="EvalRank's protocol centres on the vocabulary mean (words) / the items' mean (sentences); "
+        "--no-center is a documented variant",
+    ),
+]
+FullDownstreamOpt = Annotated[
+    bool,
+    typer.Option(
+        "--full-downstream",
+        help="downstream tasks train on every row (default: the catalog's seeded sample of the big training sets)",
+    ),
+]
+DeviceOpt = Annotated[str | None, typer.Option(help="torch device for scoring (default: cuda if present)")]
+ExecutorOpt = Annotated[Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")]
+AddressOpt = Annotated[
+    str | None,
+    typer.Option(help="Ray cluster: auto, ray://host:10001 or host:port (default: $RAY_ADDRESS, else a local Ray)"),
+]
+WorkersOpt = Annotated[
+    int | None, typer.Option(min=1, help="Ray worker actors (default: one per GPU, else one per CPU)")
+]
+AttemptsOpt = Annotated[
+    int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
+]
+
+TIES_RETIRED = (
+    "--ties is no longer a run option: every rank metric is stored under all three tie policies (optimistic, "
+    "pessimistic, realistic) from one pass; pick one in SQL, e.g. "
+    "`evalfarm sql \"SELECT * FROM leaderboard WHERE ties = 'realistic'\"`"
+)
+
+
+@app.command()
+def run(
+    catalog: CatalogOpt = "zoo-starter",
+    models: ModelsOpt = None,
+    tasks: TasksOpt = None,
+    pools: PoolsOpt = None,
+    warehouse: WarehouseOpt = "warehouse",
+    force: ForceOpt = False,
+    similarity: SimilarityOpt = None,
+    ties: TiesOpt = None,
+    filter_other_positives: FilterOpt = False,
+    center: CenterOpt = True,
+    full_downstream: FullDownstreamOpt = False,
+    device: DeviceOpt = None,
+    executor: ExecutorOpt = Executor(api.DEFAULT_EXECUTOR),
+    address: AddressOpt = None,
+    workers: WorkersOpt = None,
+    max_attempts: AttemptsOpt = 2,
+) -> None:
+    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
+    if pools:
+        typer.echo("warning: --pools is the old name of --tasks and goes in evalfarm 0.3; use --tasks", err=True)
+        tasks = [*(tasks or []), *pools]
+    if ties is not None:
+        fail(TIES_RETIRED)
+    options: dict[str, Any] = {
+        "center": center,
+        "filter_other_positives": filter_other_positives,
+        "full_downstream": full_downstream,
+        "device": device,
+    }
+    if split(similarity):
+        options["similarities"] = split(similarity)
+    run_args: dict[str, Any] = {"models": split(models), "tasks": split(tasks), "executor": executor.value}
+    run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
+    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local)
+    print_summary(summary)
+    if summary.failed:
+        raise typer.Exit(1)
+
+
+def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool) -> RunSummary:
+    """:func:`evalfarm.api.run` with the live output; its errors as the CLI's exit codes: 2 for what stops a run
+    before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with failed
+    units returns its summary (the caller prints the failures and exits 1)."""
+    from evalfarm.device import DeviceUnavailable
+    from evalfarm.runner import RunInterrupted
+    from evalfarm.taskdata.data import TaskDataError
+    from evalfarm.warehouse import WarehouseWriteError
+
+    resume = f"To resume, run the same command again (finished units are skipped): {again()}"
+    try:
+        with RunPrinter() as printer:
+            progress = printer.on_progress if in_process else None
+            return api.run(catalog, warehouse=warehouse, on_event=printer.on_event, progress=progress, **run_args)
+    except api.EvaluationFailed as exc:
+        return exc.summary
+    except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
+        fail(str(exc))  # CatalogError and ConfigError are ValueErrors
+    except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
+        print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
+        fail(f"{exc}. {resume}", code=3)
+    except KeyboardInterrupt:
+        fail(f"interrupted. {resume}", 130)
+    except OSError as exc:  # an unwritable warehouse (WarehouseWriteError names the path), a vanished file
+        fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
+
+
+# -- submit ------------------------------------------------------------------------------------------------------
+SpecArg = Annotated[
+    Path, typer.Argument(help="YAML with one model entry, a list of them, or a small catalog with models:")
+]
+SharedWarehouseOpt = Annotated[
+    str, typer.Option(help="warehouse directory that EVERY node of the cluster sees (shared storage)")
+]
+JobAddressOpt = Annotated[
+    str | None,
+    typer.Option(
+        help="the Ray job API (dashboard) address (default: $RAY_API_SERVER_ADDRESS, else $RAY_ADDRESS, "
+        "else http://127.0.0.1:8265)"
+    ),
+]
+BaseCatalogOpt = Annotated[str, typer.Option(help="base catalog that `base:` ids and tasks refer to")]
+EnvOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--env",
+        help="KEY=VALUE for the job (repeatable); local EVALFARM_DATA / EVALFARM_CACHE are NOT forwarded, "
+        "pass them here to override the cluster's",
+    ),
+]
+PipOpt = Annotated[list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")]
+RuntimeEnvOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--runtime-env",
+        help="YAML/JSON Ray runtime_env merged into the job's (pip, uv, conda, image_uri, env_vars, ...)",
+    ),
+]
+CpusOpt = Annotated[
+    float | None, typer.Option(min=0, help="CPUs reserved for the job's driver (ray job submit's option)")
+]
+GpusOpt = Annotated[
+    float | None, typer.Option(min=0, help="GPUs reserved for the job's driver (ray job submit's option)")
+]
+TrustOpt = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code",
+        help="confirm that models with trust_remote_code: true may run their downloaded code on the cluster",
+    ),
+]
+JobFolderOpt = Annotated[
+    Path | None, typer.Option(help="write the job folder (its catalog) here and keep it (default: a temporary folder)")
+]
+WaitOpt = Annotated[bool, typer.Option("--wait/--no-wait", help="follow the job's logs until it ends")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", help="show what would run; submit nothing")]
+SubmissionIdOpt = Annotated[str | None, typer.Option(help="job id to use (default: generated)")]
+
+
+@app.command()
+def submit(
+    model_spec: SpecArg,
+    warehouse: SharedWarehouseOpt,
+    address: JobAddressOpt = None,
+    catalog: BaseCatalogOpt = "zoo-starter",
+    env: EnvOpt = None,
+    pip: PipOpt = None,
+    runtime_env: RuntimeEnvOpt = None,
+    entrypoint_num_cpus: CpusOpt = None,
+    entrypoint_num_gpus: GpusOpt = None,
+    trust_remote_code: TrustOpt = False,
+    out: JobFolderOpt = None,
+    wait: WaitOpt = True,
+    dry_run: DryRunOpt = False,
+    submission_id: SubmissionIdOpt = None,
+) -> None:
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks)."""
+    from evalfarm.submit import SubmitError
+
+    address = api.job_address(address)
+    try:
+        plan = api.plan_submission(
+            model_spec,
+            warehouse=warehouse,
+            catalog=catalog,
+            env=env or [],
+            pip=pip,
+            runtime_env=runtime_env,
+            submission_id=submission_id,
+            trust_remote_code=trust_remote_code,
+            entrypoint_num_cpus=entrypoint_num_cpus,
+            entrypoint_num_gpus=entrypoint_num_gpus,
+            out=out,
+        )
+    except SubmitError as exc:
+        fail(str(exc))
+    try:
+        _show_plan(plan, address, dry_run=dry_run)
+        if dry_run:
+            return
+        job_id = api.submit_plan(plan, address=address)
+    except SubmitError as exc:
+        plan.cleanup()
+        fail(str(exc))
+    except BaseException:
+        plan.cleanup()
+        raise
+    _follow(job_id, address, wait=wait)
+
+
+def _show_plan(plan: Any, address: str, *, dry_run: bool) -> None:
+    """What the submission will do; for a dry run also the equivalent command, the job's catalog and whether it
+    would be refused."""
+    from evalfarm.submit import SubmitError, raw_command, render_plan
+
+    for line in render_plan(plan, address).splitlines():
+        say(line, "bold red" if line.startswith("WARNING") else None)
+    if not dry_run:
+        return
+    say(f"equivalent: {raw_command(plan, address)}")
+    where = "--out folder" if plan.keep_workdir else "temporary folder, kept for the command above"
+    say(f"job folder: {plan.workdir} ({where}; remove it when done)")
+    say(f"--- {plan.catalog_file.name}: the job's catalog")
+    sys.stdout.write(plan.catalog_file.read_text(encoding="utf-8"))
+    try:
+        api.check_submission(plan)
+    except SubmitError as exc:
+        say(f"this submission would be refused: {exc}", "bold red")
+    console.print("dry run: nothing submitted")
+
+
+def _follow(job_id: str, address: str, *, wait: bool) -> None:
+    """Print the job id (stdout: scripts read it); then follow its logs to the end (exit 0 if it succeeded)."""
+    sys.stdout.write(job_id + "\n")
+    sys.stdout.flush()
+    if not wait:
+        console.print(f"submitted; follow with: ray job logs --address {address} --follow {job_id}", markup=False)
+        return
+    try:
+        status = api.follow_job(job_id, address=address)
+    except KeyboardInterrupt:
+        console.print(f"\nstopped following; the job keeps running (ray job stop --address {address} {job_id})")
+        raise typer.Exit(130) from None
+    console.print(f"job {job_id}: {status}", style="green" if status == "SUCCEEDED" else "bold red")
+    raise typer.Exit(0 if status == "SUCCEEDED" else 1)

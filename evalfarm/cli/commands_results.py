@@ -1,0 +1,150 @@
+"""The commands that read the warehouse: ``evalfarm sql``, ``evalfarm correlations``, ``evalfarm report``; each a
+client of :mod:`evalfarm.api`, which resolves the warehouse the same way for all three."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalfarm import api
+from evalfarm.cli.app import app, fail
+from evalfarm.cli.rendering import Format, console, print_correlations, print_rows
+
+WarehouseOpt = Annotated[
+    str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
+]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f")]
+
+
+def _first_sentence(text: str, limit: int = 72) -> str:
+    """The first sentence of ``text``, cut at a word before ``limit`` characters (help lines stay on one line)."""
+    cut = text.find(". ")
+    text = text if cut < 0 else text[: cut + 1]
+    if len(text) <= limit:
+        return text
+    return text[: text.rfind(" ", 0, limit - 1)].rstrip(",;:(") + " …"
+
+
+def _sql_help() -> str:
+    lines = [
+        "Query the warehouse (read-only: one SELECT-like statement) and print the result.",
+        "",
+        "\b",
+        "Views (sql/*.sql):",
+    ]
+    try:
+        docs = api.view_docs()
+    except OSError:  # pragma: no cover - an install without its SQL files
+        docs = []
+    width = max((len(n) for n, _ in docs), default=0)
+    lines += [f"  {name.ljust(width)}  {_first_sentence(doc)}" for name, doc in docs]
+    return "\n".join(lines)
+
+
+@app.command(help=_sql_help())
+def sql(
+    query: Annotated[
+        str, typer.Argument(help="one SELECT (or WITH / FROM / DESCRIBE / SHOW / SUMMARIZE) over the views")
+    ],
+    warehouse: WarehouseOpt = "warehouse",
+    format: FormatOpt = Format.table,
+) -> None:
+    try:
+        wh = api.open_warehouse(warehouse)
+        table = api.query(query, warehouse=wh)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        fail(str(exc))
+    except Exception as exc:
+        fail(f"{type(exc).__name__}: {exc}")
+    if wh.excluded:
+        console.print(
+            f"[yellow]warning:[/] {len(wh.excluded)} unreadable file(s) left out of the views (the next "
+            "`evalfarm run` moves them to quarantine and recomputes their units):",
+            highlight=False,
+        )
+        for q in wh.excluded:
+            console.print(f"  {q.path}: {q.reason}", highlight=False, markup=False)
+    print_rows(table.column_names, table.to_pylist(), format)
+
+
+class Level(StrEnum):
+    sentence = "sentence"
+    word = "word"
+
+
+class TiesChoice(StrEnum):
+    optimistic = "optimistic"
+    pessimistic = "pessimistic"
+    realistic = "realistic"
+    all = "all"
+
+
+LevelOpt = Annotated[Level, typer.Option(help="which models: sentence, or word (downstream through their BoW)")]
+CellsFormatOpt = Annotated[
+    Format, typer.Option("--format", "-f", help="table: the paper's shape; csv / json: one row per cell")
+]
+ExcludeOpt = Annotated[
+    bool, typer.Option("--exclude-postprocessed", help="leave out post-processed models and BoW over them (Table 11)")
+]
+TiesOpt = Annotated[TiesChoice, typer.Option(help="EvalRank tie policy shown (optimistic: the paper's), or all")]
+IntervalsOpt = Annotated[bool, typer.Option("--intervals", help="table: show the 95 % bootstrap interval")]
+RefreshOpt = Annotated[
+    bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
+]
+ResamplesOpt = Annotated[
+    int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
+]
+SeedOpt = Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")]
+
+
+@app.command()
+def correlations(
+    level: LevelOpt = Level.sentence,
+    warehouse: WarehouseOpt = "warehouse",
+    format: CellsFormatOpt = Format.table,
+    exclude_postprocessed: ExcludeOpt = False,
+    ties: TiesOpt = TiesChoice.optimistic,
+    intervals: IntervalsOpt = False,
+    refresh: RefreshOpt = True,
+    resamples: ResamplesOpt = 1000,
+    seed: SeedOpt = 0,
+) -> None:
+    """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    try:
+        table = api.correlation_table(
+            warehouse=warehouse,
+            level=level.value,
+            exclude_postprocessed=exclude_postprocessed,
+            ties=ties.value,
+            refresh=refresh,
+            resamples=resamples,
+            seed=seed,
+        )
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        fail(str(exc))
+    print_correlations(table, format, intervals=intervals)
+
+
+ReportOutOpt = Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")]
+FigureTaskOpt = Annotated[
+    str | None, typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: sst2)")
+]
+HardestOpt = Annotated[int, typer.Option(min=0, help="hardest EvalRank pairs listed per model, task and variant")]
+
+
+@app.command()
+def report(
+    out_dir: ReportOutOpt,
+    warehouse: WarehouseOpt = "warehouse",
+    figure_task: FigureTaskOpt = None,
+    hardest: HardestOpt = 10,
+) -> None:
+    """Write a static HTML report (no server, no network): leaderboards, correlations, per-model pages, provenance."""
+    try:
+        index = api.build_report(out_dir, warehouse=warehouse, figure_task=figure_task, hardest=hardest)
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        fail(str(exc))
+    console.print(f"report: {index}")

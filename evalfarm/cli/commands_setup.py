@@ -1,0 +1,140 @@
+"""The commands around a run: ``evalfarm catalog list|validate``, ``evalfarm config show|set``, ``evalfarm zoo
+build``; each a client of :mod:`evalfarm.api`."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from evalfarm import api
+from evalfarm.cli.app import catalog_app, config_app, fail, zoo_app
+from evalfarm.cli.events import ZooPrinter
+from evalfarm.cli.rendering import Format, console, print_rows
+from evalfarm.config import write_target
+
+CatalogOpt = Annotated[str, typer.Option(help="catalog name or path")]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f")]
+
+
+# -- catalog -----------------------------------------------------------------------------------------------------
+@catalog_app.command("list")
+def catalog_list(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
+    """List a catalog's models (and the tasks each is evaluated on)."""
+    from evalfarm.catalog.registry import CatalogError
+
+    try:
+        cat = api.validate_catalog(catalog)
+    except CatalogError as exc:
+        fail(str(exc))
+    rows = api.list_models(cat)
+    print_rows(list(rows[0]) if rows else ["id"], rows, format, title=f"{cat.name}: {len(rows)} models")
+
+
+@catalog_app.command("validate")
+def catalog_validate(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
+    """Check a catalog offline: schema, references, tasks; exit 1 with the file and entry on error."""
+    from evalfarm.catalog.registry import CatalogError
+
+    try:
+        cat = api.validate_catalog(catalog)
+    except CatalogError as exc:
+        fail(str(exc), code=1)
+    row = {"catalog": cat.name, "path": str(cat.path), "models": len(cat.models), "tasks": len(cat.tasks)}
+    print_rows([*row, "status"], [{**row, "status": "ok"}], format)
+
+
+# -- config: remembered settings ---------------------------------------------------------------------------------
+@config_app.command("show")
+def config_show(format: FormatOpt = Format.table) -> None:
+    """Print each setting (data folder, warehouse, catalog), its value and where it comes from: the environment
+    (EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG), the config file that applies here, or the default."""
+    try:
+        settings = api.settings()
+    except api.ConfigError as exc:
+        fail(str(exc))
+    title = f"config: {settings.config_file or '(no file)'}"
+    print_rows(["key", "value", "from"], settings.rows(), format, title=title)
+
+
+SettingsArg = Annotated[
+    list[str], typer.Argument(help="KEY=VALUE pairs: data=DIR (or data= to download), warehouse=DIR, catalog=NAME")
+]
+FileOpt = Annotated[
+    Path | None, typer.Option("--file", help="the file to write (default: $EVALFARM_CONFIG, else ./.evalfarm.toml)")
+]
+
+
+@config_app.command("set")
+def config_set(settings: SettingsArg, file: FileOpt = None) -> None:
+    """Remember settings for later commands in this folder (and below); paths are stored absolute."""
+    updates = {}
+    for item in settings:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"expected KEY=VALUE, got {item!r} (keys: data, warehouse, catalog)")
+        updates[key.strip()] = value.strip()
+    try:
+        cfg = api.set_config(updates, file=file)
+    except api.ConfigError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write {write_target(file)}: {exc.strerror or exc}")
+    console.print(
+        f"{cfg.path}: " + ", ".join(f"{k} = {v!r}" for k, v in cfg.values.items() if k in updates), highlight=False
+    )
+
+
+# -- zoo: the local model zoo ------------------------------------------------------------------------------------
+CacheOpt = Annotated[
+    Path | None, typer.Option(help="cache folder to train into (default: EVALFARM_CACHE or ~/.cache/evalfarm)")
+]
+CatalogOutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        help="catalog to write (default: catalog/zoo-local.yaml in a source checkout; for an installed package "
+        "the first EVALFARM_CATALOG_PATH folder, else <cache>/catalogs; with --quick: <out>/zoo-quick.yaml)"
+    ),
+]
+QuickOpt = Annotated[bool, typer.Option(help="one tiny model per algorithm on a corpus slice (seconds)")]
+CatalogOnlyOpt = Annotated[bool, typer.Option(help="write the catalog without training (models load after a build)")]
+
+
+@zoo_app.command("build")
+def zoo_build(
+    out: CacheOpt = None,
+    catalog_out: CatalogOutOpt = None,
+    quick: QuickOpt = False,
+    catalog_only: CatalogOnlyOpt = False,
+) -> None:
+    """Train the zoo's missing word models (each once, cached by fingerprint) and write its catalog."""
+    recipes = api.zoo_recipes(quick=quick)
+    try:
+        with ZooPrinter(len(recipes)) as printer:
+            built = api.build_zoo(
+                cache=out,
+                catalog_out=catalog_out,
+                quick=quick,
+                train=not catalog_only,
+                recipes=recipes,
+                progress=printer.on_progress,
+            )
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        fail(str(exc))
+    report, root, target = built.report, built.cache, built.target
+    console.print(
+        f"zoo: {len(report.trained)} trained, {len(report.skipped)} already built, in {report.seconds:.1f}s "
+        f"→ {root / 'zoo'}; catalog {report.catalog}"
+    )
+    if target is not None:
+        console.print(f"catalog written to {target.path} ({target.why})", highlight=False)
+        if not target.on_search_path:
+            console.print(
+                f"run it with --catalog {target.path}, or add {target.path.parent} to EVALFARM_CATALOG_PATH "
+                "(then --catalog zoo-local finds it)",
+                highlight=False,
+            )
+    if out is not None and os.environ.get("EVALFARM_CACHE") != str(root):
+        console.print(f"load these models with EVALFARM_CACHE={root} (zoo sources resolve inside the cache)")

@@ -1,0 +1,168 @@
+"""The live output of ``evalfarm run`` and ``evalfarm zoo build``: one line per finished unit (or model), retries,
+lost workers and warnings as they happen, a progress line in a terminal, then the run's summary.
+
+A terminal gets a transient progress line (and embedding bars for the in-process executor); a log gets the same
+progress line printed after each unit and whenever the workers change, so a log of a long run shows where it is.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from evalfarm.cli.rendering import console
+
+if TYPE_CHECKING:
+    from evalfarm.runner import RunEvent, RunSummary
+    from evalfarm.zoo import Built
+
+
+def unit_line(o: Any) -> str:
+    """A finished unit, in rich markup: status, model · task, seconds, its first two numbers, error or notes."""
+    from evalfarm.outcomes import Status
+
+    mark = {Status.DONE: "[green]done", Status.FAILED: "[red]FAILED", Status.SKIPPED: "[dim]skipped"}.get(
+        o.status, f"[dim]{o.status}"
+    )
+    shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
+    return (
+        f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
+        + (f" {shown}" if shown else "")
+        + (f" [red]{o.stage}: {escape(str(o.error))}" if o.error else "")
+        + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else "")
+        + (f" [dim]({escape(o.detail)})" if o.status == Status.SKIPPED and o.detail else "")
+    )
+
+
+def event_line(e: RunEvent) -> str | None:
+    """What an event prints (rich markup), or None for the events that only move the progress line."""
+    if e.kind == "unit":
+        return unit_line(e.outcome)
+    if e.kind == "retry":
+        return f"[yellow]retry[/] {e.job.label} (attempt {e.job.attempts + 1}): {escape(str(e.message))}"
+    if e.kind == "quarantined":
+        return f"[yellow]{escape(str(e.message))}[/]"
+    if e.kind == "worker-lost":
+        return f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}"
+    if e.kind == "skipped":
+        return f"[dim]{e.message}[/]"
+    if e.kind == "warning":  # RunSummary.warnings among them: each is printed here, once
+        return f"[yellow]warning:[/] {escape(str(e.message))}"
+    return None
+
+
+class RunPrinter:
+    """The ``on_event`` and ``progress`` callbacks of a run, printing as the run goes; a context manager around
+    the run (the live progress line)."""
+
+    def __init__(self) -> None:
+        self.prog = Progress(
+            TextColumn("{task.description}"),
+            console=console,
+            transient=True,
+            refresh_per_second=4,
+            disable=not console.is_terminal,
+        )
+        self.line = self.prog.add_task("planning")
+        self.embed_bars: dict[str, Any] = {}
+        self.ready_once: set[str] = set()  # workers that were ready: a second worker-ready is a restarted one
+
+    def __enter__(self) -> RunPrinter:
+        self.prog.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.prog.__exit__(kind, exc, tb)
+
+    def on_progress(self, label: str, advance: int, total: int) -> None:
+        """The in-process executor's embedding progress: one bar per model and task."""
+        if label not in self.embed_bars:
+            self.embed_bars[label] = self.prog.add_task(f"  embed {label}", total=total)
+        self.prog.advance(self.embed_bars[label], advance)
+
+    def on_event(self, e: RunEvent) -> None:
+        text = event_line(e)
+        if text is not None:
+            self.prog.console.print(text, highlight=False)
+        self.prog.update(self.line, description=e.progress.line())
+        # without a live line (a log), the line is printed after each unit and whenever the workers change after a
+        # loss: lost (alive / restarting), then back (restarted)
+        revived = e.kind == "worker-ready" and e.worker.name in self.ready_once
+        if e.kind == "worker-ready":
+            self.ready_once.add(e.worker.name)
+        if not console.is_terminal and (e.kind in ("unit", "worker-lost") or revived):
+            console.print(e.progress.line(), highlight=False)
+
+
+def print_warnings(warnings: list[str]) -> None:
+    """Warnings no event carried (an interrupted run emits none)."""
+    for w in warnings:
+        console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
+
+
+def print_summary(summary: RunSummary) -> None:
+    """The run's last lines: counts, where it ran and wrote, then what needs a look (quarantined files, models not
+    evaluated, degenerate units, failures)."""
+    c = summary.counts()
+    where = f"{summary.executor}" + (f", {summary.workers} workers" if summary.executor == "ray" else "")
+    extra = "".join(
+        f", {n} {what}"
+        for n, what in (
+            (len(summary.degenerate), "degenerate"),
+            (len(summary.quarantined), "files quarantined"),
+            (len(summary.not_evaluated), "selected models not evaluated"),
+        )
+        if n
+    )
+    console.print(
+        f"run {summary.run_id}: {c['done']} done, {c['skipped']} skipped, {c['failed']} failed{extra} "
+        f"in {summary.seconds:.1f}s ({where}) → {summary.warehouse}",
+        highlight=False,
+    )
+    for q in summary.quarantined:
+        console.print(f"[yellow]quarantined[/] {q.path}: {q.reason} → {q.moved_to}", highlight=False)
+    if summary.not_evaluated:
+        console.print(
+            f"[yellow]not evaluated[/] (no selected task of their level): {', '.join(summary.not_evaluated)}",
+            highlight=False,
+        )
+    if summary.degenerate:
+        console.print(
+            "[yellow]degenerate[/] (left off the leaderboard; `leaderboard_all` and the `quality` view show them):",
+            highlight=False,
+        )
+        for o in summary.degenerate:
+            console.print(f"  {o.model} · {o.task}: {o.degenerate}", highlight=False)
+    if summary.failed:
+        console.print("[bold red]failures:[/]")
+        for o in summary.failed:
+            console.print(f"  {o.model} · {o.task} [{o.stage}] {o.error}", markup=False, highlight=False)
+
+
+class ZooPrinter:
+    """``evalfarm zoo build``'s progress bar and one line per model (trained, with its time, or cached)."""
+
+    def __init__(self, total: int) -> None:
+        self.prog = Progress(
+            TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+        )
+        self.task = self.prog.add_task("zoo build", total=total)
+
+    def __enter__(self) -> ZooPrinter:
+        self.prog.__enter__()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.prog.update(self.task, description="zoo build")
+        self.prog.__exit__(kind, exc, tb)
+
+    def on_progress(self, model_id: str, built: Built | None) -> None:
+        if built is None:
+            self.prog.update(self.task, description=f"training {model_id}")
+            return
+        self.prog.advance(self.task)
+        mark = f"[green]trained[/] ({built.seconds:.1f}s)" if built.trained else "[dim]cached[/]"
+        self.prog.console.print(f"{mark} {model_id} · {built.fingerprint}")

@@ -1,0 +1,180 @@
+"""What the CLI prints: the two consoles, rows as a table / CSV / JSON, and a table layout that never folds a number.
+
+Results go to stdout (``out``), everything else (progress, warnings, errors) to stderr (``console``), so a pipe
+gets only the rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import shutil
+import sys
+import textwrap
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+if TYPE_CHECKING:
+    from evalfarm.correlations import CorrelationTable
+
+console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())  # logs and pipes: never break a line
+
+
+def _stdout_width() -> int:
+    """The terminal's width; piped output: $COLUMNS if set, else 240 (files and pipes do not fold lines)."""
+    if sys.stdout.isatty():
+        return shutil.get_terminal_size().columns
+    try:
+        return max(20, int(os.environ.get("COLUMNS", "")))
+    except ValueError:
+        return 240
+
+
+out = Console(width=_stdout_width())
+
+
+class Format(StrEnum):
+    table = "table"
+    csv = "csv"
+    json = "json"
+
+
+def say(text: str, style: str | None = None) -> None:
+    """One message on stderr, as written: no markup, no highlighting, never folded."""
+    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+
+
+def print_rows(columns: list[str], rows: list[dict[str, Any]], fmt: Format, title: str | None = None) -> None:
+    """``rows`` on stdout: a table (:func:`print_table`), CSV with a header, or a JSON array of objects."""
+    if fmt is Format.json:
+        sys.stdout.write(json.dumps(rows, default=str, indent=2) + "\n")
+    elif fmt is Format.csv:
+        buf = io.StringIO()
+        w = csv.DictWriter(buf, fieldnames=columns, lineterminator="\n")
+        w.writeheader()
+        w.writerows(rows)
+        sys.stdout.write(buf.getvalue())
+    else:
+        print_table(columns, rows, title=title, width=out.width)
+
+
+MIN_TEXT_WIDTH = 8
+"""Narrowest a text column is cut to (with an ellipsis) before the table turns vertical."""
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _text_limits(natural: list[int], texts: list[int], room: int) -> dict[int, int]:
+    """Water-filling: narrow text columns keep their width, the wide ones share what is left equally."""
+    limits: dict[int, int] = {}
+    left, open_cols = room, sorted(texts, key=lambda i: natural[i])
+    while open_cols:
+        share = left // len(open_cols)
+        i = open_cols[0]
+        if natural[i] <= share:
+            limits[i] = natural[i]
+            left -= natural[i]
+            open_cols.pop(0)
+        else:
+            for j in open_cols:
+                limits[j] = max(1, share)
+            break
+    return limits
+
+
+def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | None, width: int) -> None:
+    """A table that never folds a number: numbers keep their whole width; long text is cut with an ellipsis to fit
+    ``width``; when even that does not fit (many columns in a narrow terminal), one ``column  value`` block per
+    row (psql's ``\\x``), where nothing needs cutting."""
+    cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
+    numeric = [
+        any(_is_number(r.get(c)) for r in rows) and all(r.get(c) is None or _is_number(r.get(c)) for r in rows)
+        for c in columns
+    ]
+    natural = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    frame = 2 * (len(columns) - 1)  # the table below: two spaces between columns, no outer border
+    fixed = sum(w for w, num in zip(natural, numeric, strict=True) if num)
+    texts = [i for i, num in enumerate(numeric) if not num]
+    limits: dict[int, int] = {}
+    if fixed + sum(natural[i] for i in texts) + frame > width:
+        room = width - frame - fixed
+        if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
+            _print_vertical(columns, cells, title, width)
+            return
+        limits = _text_limits(natural, texts, room)
+    if title:  # its own line: a table's title would wrap to the table's width (a narrow table folds it)
+        out.print(title, markup=False, highlight=False, style="italic")
+    t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+    for i, c in enumerate(columns):
+        if numeric[i]:
+            t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
+        else:
+            t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=limits.get(i))
+    for row in cells:
+        t.add_row(*row)
+    out.print(t)
+
+
+def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None, width: int) -> None:
+    """One ``column | value`` block per row; a value longer than the line goes on under its first line (cut at
+    spaces where it has them), so no line is wider than ``width``."""
+    label = max(len(c) for c in columns)
+    room = max(10, width - label - 3)
+    lines = textwrap.wrap(title, width) if title else []
+    for n, row in enumerate(cells, 1):
+        lines.append(f"-[ row {n} ]" + "-" * max(0, min(width, 60) - len(f"-[ row {n} ]")))
+        for c, v in zip(columns, row, strict=True):
+            parts = [
+                piece
+                for line in (v.splitlines() or [""])
+                for piece in (textwrap.wrap(line, room, break_on_hyphens=False) or [""])
+            ]
+            lines.append(f"{c.ljust(label)} | {parts[0]}")
+            lines += [f"{'':{label}} | {p}" for p in parts[1:]]
+    if lines:
+        out.print("\n".join(lines), markup=False, highlight=False, soft_wrap=True)
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float):
+        return f"{v:.4f}" if abs(v) < 1e5 else f"{v:.4g}"
+    return str(v)
+
+
+def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool) -> None:
+    """The correlation table in the paper's shape (best cells bold, ``n`` per row), or one row per cell (CSV /
+    JSON); then its notes, which a reader must see (on stderr beside CSV / JSON)."""
+    from evalfarm.correlations import caption, format_cell
+
+    if fmt is not Format.table:
+        first = table.records[0] if table.records else {}
+        columns = ["row", "column", "best", *[c for c in first if c not in ("row", "column", "best")]]
+        print_rows(columns, table.records, fmt)
+        for note in table.notes:
+            say(f"note: {note}")
+        return
+    t = Table(show_lines=False)
+    t.add_column("intrinsic evaluator")
+    for c in table.columns:
+        t.add_column(c, justify="right")
+    t.add_column("n", justify="right")
+    for row in table.rows:
+        cells = [table.cells.get((row, c)) for c in table.columns]
+        texts = [format_cell(cell, intervals=intervals) for cell in cells]
+        styled = [f"[bold]{x}[/]" if c is not None and c.best else x for x, c in zip(texts, cells, strict=True)]
+        t.add_row(row, *styled, table.row_n(row))
+    if table.rows:
+        out.print(caption(table), markup=False, highlight=False, soft_wrap=True)
+        out.print(t)
+    for note in table.notes:
+        out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
