@@ -85,7 +85,7 @@ class Protocol:
     @property
     def label(self) -> str:
         """Short name for a metric's ``variant``: the protocol name plus any non-default choice."""
-        parts = [self.name]
+        parts: list[str] = [self.name]
         if not self.center and self.name != "raw":
             parts.append("no-center")
         if self.oov != "mean":
