@@ -55,9 +55,13 @@ test: install
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
 
+# ruff, then the layer contracts (import-linter: pyproject.toml's [tool.importlinter], the architecture picture), then
+# the type checker (mypy on evalfarm/: [tool.mypy]). Each fails the target on a violation.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache
+	$(VENV)/bin/mypy
 
 format: install
 	$(VENV)/bin/ruff format .

@@ -306,10 +306,10 @@ def shape_table(
         table.cells[(label, column)] = Cell(r["spearman"], r["n_models"], r["ci_low"], r["ci_high"], r["ci_status"])
     table.columns = sorted({r["column"] for r in records}, key=column_order)
     for column in table.columns:
-        column_cells = [c for (_, col), c in table.cells.items() if col == column and c.spearman is not None]
-        top = max((c.spearman for c in column_cells), default=None)
-        for c in column_cells:  # ties for best within float noise (corr of ranks: 1 - 2e-16) are all marked
-            c.best = top is not None and c.spearman >= top - BEST_TOLERANCE
+        scored = [(c, c.spearman) for (_, col), c in table.cells.items() if col == column and c.spearman is not None]
+        top = max((rho for _, rho in scored), default=None)
+        for c, rho in scored:  # ties for best within float noise (corr of ranks: 1 - 2e-16) are all marked
+            c.best = top is not None and rho >= top - BEST_TOLERANCE
     for r in records:
         r["best"] = table.cells[(r["row"], r["column"])].best
     table.records = records

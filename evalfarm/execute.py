@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from evalfarm.catalog.registry import Catalog
-from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK
+from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, ModelSpec, PostProcess
 from evalfarm.embed import (
     EmbeddingQualityError,
     Encoded,
@@ -134,16 +134,19 @@ def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     return [outcomes[u.task] for u in plan.units]
 
 
-def _reuses_base_store(spec: Any) -> bool:
-    """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads."""
+def _reused_base(spec: ModelSpec) -> tuple[PostProcess, str] | None:
+    """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads: its
+    transform and its base model then, else None."""
     from evalfarm.encoders.loader import _OVERRIDABLE
 
-    return (
+    if (
         spec.level == "sentence"
         and spec.postprocess is not None
         and spec.base is not None
         and not (set(_OVERRIDABLE) | {"kind", "source"}) & spec.model_fields_set
-    )
+    ):
+        return spec.postprocess, spec.base
+    return None
 
 
 def _embed_missing(
@@ -162,20 +165,22 @@ def _embed_missing(
 
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
     shared: list[tuple[ModelPlan, TextStore, list[str], Encoded]] = []
-    if _reuses_base_store(spec):
-        fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
+    reused = _reused_base(spec)
+    if reused is not None:
+        postprocess, base = reused
+        fit_task = postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
         fit_texts = ctx.texts(fit_task)
-        base_emb, base_oov = _base_vectors(ctx, spec.base, [*missing, *fit_texts])
+        base_emb, base_oov = _base_vectors(ctx, base, [*missing, *fit_texts])
         fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
         from evalfarm.encoders.postprocess import fit_postprocess
 
         state["stage"] = Stage.EMBED
-        transform = fit_postprocess(fit_emb[~fit_oov], spec.postprocess)
+        transform = fit_postprocess(fit_emb[~fit_oov], postprocess)
         out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
         out.emb[out.oov] = 0.0
         out = check_quality(missing, out)
-        provenance["postprocess"] = spec.postprocess.model_dump()
-        provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": spec.base}
+        provenance["postprocess"] = postprocess.model_dump()
+        provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": base}
         if prog:
             prog(len(missing))
     else:
@@ -189,7 +194,7 @@ def _embed_missing(
         provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
         state["stage"] = Stage.EMBED
         if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
-            fit_task = spec.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
+            fit_task = encoder.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK  # the spec's, as loaded
             encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
             provenance["fit_on"] = {"task": fit_task}
         siblings = _sibling_work(ctx, plan) if hasattr(encoder, "encode_poolings") else []
@@ -260,7 +265,8 @@ def _encode_with_siblings(
     vectors are checked here (a failure is its own); each sibling's when it is stored."""
     union = list(dict.fromkeys([*missing, *(t for _, _, texts in siblings for t in texts)]))
     own = encoder.pooling
-    poolings = list(dict.fromkeys([own, *(ctx.catalog.model(s.model).pooling for s, _, _ in siblings)]))
+    sibling_pooling = {s.model: _pooling(ctx, s.model) for s, _, _ in siblings}
+    poolings = list(dict.fromkeys([own, *sibling_pooling.values()]))
     label = f"{plan.model} + {len(siblings)} pooling sibling(s) · {len(union)} texts"
     progress = ctx.progress
     prog = (lambda n: progress(label, n, len(union))) if progress else None
@@ -271,8 +277,16 @@ def _encode_with_siblings(
         return Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
 
     out = check_quality(missing, take(own, missing))
-    shared = [(s, st, texts, take(ctx.catalog.model(s.model).pooling, texts)) for s, st, texts in siblings]
+    shared = [(s, st, texts, take(sibling_pooling[s.model], texts)) for s, st, texts in siblings]
     return out, shared
+
+
+def _pooling(ctx: ExecContext, model: str) -> str:
+    """A pooling sibling's pooling: plan.share_forward_passes groups only models that name one."""
+    pooling = ctx.catalog.model(model).pooling
+    if pooling is None:
+        raise ValueError(f"model {model!r} shares a forward pass but names no pooling")
+    return pooling
 
 
 def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -248,7 +248,7 @@ class Leases:
     def holder(self, key: str) -> Holder | None:
         """The live run holding ``key`` (this run included), or None when it is free or its holder is dead."""
         if key in self.held:
-            return Holder(**self.me)
+            return Holder.of(self.me)
         if self.wh.local:
             info = self._info(self._path(key))
             if info is None:

@@ -85,7 +85,7 @@ class Protocol:
     @property
     def label(self) -> str:
         """Short name for a metric's ``variant``: the protocol name plus any non-default choice."""
-        parts = [self.name]
+        parts: list[str] = [self.name]
         if not self.center and self.name != "raw":
             parts.append("no-center")
         if self.oov != "mean":
@@ -144,26 +144,3 @@ def prepare(
         if normalise:
             x = _unit_rows(x)
     return Prepared(vectors=x.astype(np.float32), usable=usable, oov=oov)
-
-
-def lowercased_view(wv: Any) -> Any:
-    """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
-    ``read_word_embs``), looked-up words lower-cased. Shares the matrix and the model's index (a cached file's
-    memory-mapped one: no per-word work); returns a ``WordVectors``."""
-    from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
-    from evalfarm.encoders.word_vectors import WordVectors
-
-    index = getattr(wv, "index", None)
-    if not isinstance(index, VocabIndex):  # a word model of another kind: its words and rows, indexed here
-        index = DictIndex(wv.words, wv.word_rows)
-    view = WordVectors(
-        None,
-        wv.vectors,
-        index=index.lowercased(),
-        lowercase=True,
-        name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
-        check_finite=False,  # the model's matrix was checked when it loaded
-    )
-    view.spec_id = getattr(wv, "spec_id", "")
-    view.provenance = getattr(wv, "provenance", {})
-    return view

@@ -36,7 +36,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
-from evalfarm.leases import Holder, embed_key, unit_key
+from evalfarm.leases import Holder, Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
 from evalfarm.plan import ModelPlan, Unit
 
@@ -160,7 +160,7 @@ class Scheduler:
         max_attempts: int = 2,
         on_event: Callable[[Event], None] | None = None,
         tick: float = 0.5,
-        leases: Any | None = None,
+        leases: Leases | None = None,
         force: bool = False,
         clock: Callable[[], float] = time.monotonic,
         revive_timeout: float = 120.0,
@@ -287,9 +287,9 @@ class Scheduler:
         seen: dict[str, ModelPlan] = {}
         for t in self.embed_queue:
             seen.setdefault(t.plan.model, t.plan)
-        for t, _ in self.running.values():
-            if t is not None and t.stage == Stage.EMBED:
-                seen.setdefault(t.plan.model, t.plan)
+        for job, _ in self.running.values():
+            if job is not None and job.stage == Stage.EMBED:
+                seen.setdefault(job.plan.model, job.plan)
         for u, _ in self.waiting.values():
             seen.setdefault(u.model, self._plans[u.model])
         return list(seen.values())
@@ -390,12 +390,19 @@ class Scheduler:
             self._emit("dispatch", job=job, worker=self.workers.get(worker, WorkerInfo(worker)))
 
     # -- leases ---------------------------------------------------------------------------------------------
+    @property
+    def _leases(self) -> Leases:
+        """The run's leases: the methods below run only when the scheduler was given some."""
+        if self.leases is None:
+            raise RuntimeError("this scheduler runs without leases")
+        return self.leases
+
     def _held_elsewhere(self, key: str) -> bool:
         """Is ``key`` held by another live run? (asked at most once per ``lease_poll``)"""
         now = self.clock()
         asked = self._asked.get(key)
         if asked is None or asked[0] <= now:
-            holder = self.leases.holder(key)
+            holder = self._leases.holder(key)
             asked = self._asked[key] = (now + self.lease_poll, holder is not None and holder.run_id != self.run_id)
         return asked[1]
 
@@ -405,7 +412,7 @@ class Scheduler:
         units = []
         for u in job.plan.units:
             if u.fingerprint not in self._claimed:
-                holder = self.leases.claim(unit_key(u.fingerprint))
+                holder = self._leases.claim(unit_key(u.fingerprint))
                 if holder is not None:
                     self._wait_for(u, holder)
                     continue
@@ -424,7 +431,7 @@ class Scheduler:
             now = self.clock()
             if self._asked.get(key, (0.0, False))[0] > now:
                 return "wait"
-            holder = self.leases.claim(key)
+            holder = self._leases.claim(key)
             if holder is not None:
                 self._asked[key] = (now + self.lease_poll, True)
                 return "wait"
@@ -442,7 +449,7 @@ class Scheduler:
 
     def _release(self, key: str) -> None:
         try:
-            self.leases.release(key)
+            self._leases.release(key)
         except OSError:  # an unwritable warehouse: the lease stays; other runs take it over once this run ends
             pass
 
@@ -466,7 +473,7 @@ class Scheduler:
         """Units another run held: still held (wait), computed (take its result) or released / dead (compute)."""
         new: dict[str, list[Unit]] = {}
         for fp, (u, holder) in list(self.waiting.items()):
-            got = self.leases.claim(unit_key(fp))
+            got = self._leases.claim(unit_key(fp))
             if got is not None:
                 self.waiting[fp] = (u, got)
                 continue
