@@ -146,7 +146,7 @@ def model_kinds_section() -> str:
 
 
 def views_section() -> str:
-    from evalfarm.cli import view_docs  # lazy: the CLI module imports typer and rich
+    from evalfarm.api import view_docs
 
     return table(("view", "what it holds"), ((_code(name), doc) for name, doc in view_docs()))
 
