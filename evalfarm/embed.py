@@ -98,9 +98,32 @@ def encode_poolings(
     return _encode_sorted_many(lambda batch: encoder.encode_poolings(batch, poolings), texts, chunk, progress)
 
 
+def lowercased_view(wv: Any) -> Any:
+    """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
+    ``read_word_embs``), looked-up words lower-cased. Shares the matrix and the model's index (a cached file's
+    memory-mapped one: no per-word work); returns a ``WordVectors``."""
+    from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
+    from evalfarm.encoders.word_vectors import WordVectors
+
+    index = getattr(wv, "index", None)
+    if not isinstance(index, VocabIndex):  # a word model of another kind: its words and rows, indexed here
+        index = DictIndex(wv.words, wv.word_rows)
+    view = WordVectors(
+        None,
+        wv.vectors,
+        index=index.lowercased(),
+        lowercase=True,
+        name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
+        check_finite=False,  # the model's matrix was checked when it loaded
+    )
+    view.spec_id = getattr(wv, "spec_id", "")
+    view.provenance = getattr(wv, "provenance", {})
+    return view
+
+
 def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:
     """EvalRank's word protocol lookup: lower-cased keys (first wins), lower-cased words, vocabulary statistics."""
-    from evalfarm.preprocess import lowercased_view, vocab_stats
+    from evalfarm.preprocess import vocab_stats
 
     view = lowercased_view(encoder)
     emb, oov = view.lookup(list(words))

@@ -32,11 +32,12 @@ from evalfarm.embed import (
     encode_texts,
     store_key,
 )
+from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
+from evalfarm.scorers.base import ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, now
 
 log = logging.getLogger(__name__)
@@ -323,7 +324,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
         from evalfarm.device import check_device
-        from evalfarm.preprocess import VocabStats
+        from evalfarm.vocab import VocabStats
 
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
         texts = list(scorer.texts(data))

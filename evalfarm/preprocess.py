@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalfarm.encoders.vector_cache import VocabStats, vocab_statistics
+from evalfarm.vocab import VocabStats, vocab_statistics
 
 Level = Literal["word", "sentence"]
 OovPolicy = Literal["mean", "skip", "zero"]
@@ -51,8 +51,9 @@ def _unit_rows(block: np.ndarray) -> np.ndarray:
 
 
 def vocab_stats(matrix: np.ndarray, rows: np.ndarray | None = None) -> VocabStats:
-    """:class:`VocabStats` of ``matrix[rows]`` (the one implementation lives beside the vector cache, which keeps
-    them with a cached matrix), refusing non-finite results (NaN / inf anywhere in the vocabulary)."""
+    """:class:`VocabStats` of ``matrix[rows]`` (the one implementation is :func:`evalfarm.vocab.vocab_statistics`,
+    which the vector cache also keeps with a cached matrix), refusing non-finite results (NaN / inf anywhere in the
+    vocabulary)."""
     stats = vocab_statistics(matrix, rows)
     for name in ("mean", "mean_unit_centred", "mean_unit"):
         if not np.isfinite(getattr(stats, name)).all():
@@ -144,26 +145,3 @@ def prepare(
         if normalise:
             x = _unit_rows(x)
     return Prepared(vectors=x.astype(np.float32), usable=usable, oov=oov)
-
-
-def lowercased_view(wv: Any) -> Any:
-    """The word protocol's view of a word model: keys lower-cased, the first occurrence of a key wins (the toolkit's
-    ``read_word_embs``), looked-up words lower-cased. Shares the matrix and the model's index (a cached file's
-    memory-mapped one: no per-word work); returns a ``WordVectors``."""
-    from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
-    from evalfarm.encoders.word_vectors import WordVectors
-
-    index = getattr(wv, "index", None)
-    if not isinstance(index, VocabIndex):  # a word model of another kind: its words and rows, indexed here
-        index = DictIndex(wv.words, wv.word_rows)
-    view = WordVectors(
-        None,
-        wv.vectors,
-        index=index.lowercased(),
-        lowercase=True,
-        name=f"{getattr(wv, 'name', '')} (lower-cased keys)",
-        check_finite=False,  # the model's matrix was checked when it loaded
-    )
-    view.spec_id = getattr(wv, "spec_id", "")
-    view.provenance = getattr(wv, "provenance", {})
-    return view

@@ -17,10 +17,10 @@ import pytest
 from conformance_harness import OOV_POLICIES, compare, run_pipeline, stored, word_pool
 from toolkit_oracle import toolkit_loop_ranks
 
-from evalfarm.embed import word_lookup
+from evalfarm.embed import lowercased_view, word_lookup
 from evalfarm.encoders.vocab_index import MappedIndex
 from evalfarm.encoders.word_vectors import WordVectors
-from evalfarm.preprocess import Protocol, VocabStats, lowercased_view, prepare, vocab_stats
+from evalfarm.preprocess import Protocol, VocabStats, prepare, vocab_stats
 from evalfarm.scorers.base import TextVectors
 from evalfarm.scorers.evalrank import rank_pool
 

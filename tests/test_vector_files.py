@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from evalfarm.catalog.registry import CatalogError, load_catalog
 from evalfarm.catalog.specs import ModelSpec, PostProcess, Source, spec_hash
-from evalfarm.embed import word_lookup
+from evalfarm.embed import lowercased_view, word_lookup
 from evalfarm.encoders import vocab_index
 from evalfarm.encoders import word_vectors as wv_mod
 from evalfarm.encoders.loader import load_encoder
@@ -39,7 +39,6 @@ from evalfarm.encoders.vector_cache import (
 )
 from evalfarm.encoders.vocab_index import INDEX_FILES, DictIndex, MappedIndex, VocabIndex, lowercased_words
 from evalfarm.encoders.word_vectors import NonFiniteVectors, TextVectorReader, WordVectors, save_numpy_vocab
-from evalfarm.preprocess import lowercased_view
 
 BAD = Path(__file__).parent / "bad_inputs"
 MANIFEST = yaml.safe_load((BAD / "vectors.yaml").read_text(encoding="utf-8"))
