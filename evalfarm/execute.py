@@ -337,7 +337,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             oov_policy=ctx.catalog.model(unit.model).oov,
         )
         quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
-        result = scorer.score(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
+        result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
         result.details["quality"] = quality.table()
         write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality)
     except Exception as exc:

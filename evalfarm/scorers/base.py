@@ -1,9 +1,16 @@
 """The scorer layer's contract: a task kind, the scorer that evaluates it, and what a score produces.
 
-A scorer never loads a model. It declares its task kind (a pydantic :class:`TaskSpec` subclass), how to read that
-task's files (``load``), which texts it needs embedded (``texts``), the parameters that enter its fingerprint
-(``params``), its primary metric and direction, and ``score(task, data, vectors, params)`` -> metric rows plus
-optional detail tables. The runner, the scheduler and the embed stage know nothing else about it.
+A scorer never loads a model. A task kind is one module: its spec (a pydantic :class:`TaskSpec` subclass), how to
+read that task's files (``load``), which texts it needs embedded (``texts``), the parameters that enter its
+fingerprint (``params``), ``score(task, data, vectors, params)`` -> metric rows plus optional detail tables, and its
+declarations, each read by the framework:
+
+- ``primary_metric`` (and :meth:`Scorer.is_primary` for a finer choice): which rows are the leaderboard's number; the
+  executor marks them (:meth:`Scorer.evaluate`), a scorer never sets ``MetricRow.primary`` itself;
+- ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
+- ``description``: one line where task kinds are listed.
+
+The runner, the scheduler and the embed stage know nothing else about it.
 """
 
 from __future__ import annotations
@@ -41,14 +48,15 @@ class TextVectors:
 @dataclass
 class MetricRow:
     """One number. ``subset`` names a part of the task ('all' when there is one), ``variant`` the scorer's choice
-    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere)."""
+    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere). ``primary`` is not the
+    scorer's to set: :meth:`Scorer.evaluate` derives it from the scorer's declaration."""
 
     metric: str
     value: float
     subset: str = "all"
     variant: str = ""
     ties: str | None = None
-    primary: bool = False
+    primary: bool = field(default=False, init=False)
 
 
 @dataclass
@@ -74,8 +82,8 @@ class Scorer:
     task_spec: ClassVar[type[TaskSpec]]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
-    detail_tables: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    detail_tables: ClassVar[tuple[str, ...]] = ()
 
     @property
     def task_kind(self) -> str:
@@ -101,6 +109,27 @@ class Scorer:
         self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
     ) -> ScoreResult:
         raise NotImplementedError
+
+    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+        """Whether ``row`` is a primary number of the unit (the leaderboard's): by default every row of
+        ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
+        return row.metric == self.primary_metric
+
+    def evaluate(
+        self,
+        task: TaskSpec | None,
+        data: Any,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        """What the executor calls: :meth:`score`, then each row's ``primary`` flag, from the declaration: a row of
+        ``primary_metric`` that :meth:`is_primary` accepts."""
+        result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]
+        for row in result.rows:
+            row.primary = row.metric == self.primary_metric and self.is_primary(row, task, data)
+        return result
 
 
 __all__ = [

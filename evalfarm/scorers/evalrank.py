@@ -174,7 +174,7 @@ class EvalRankScorer(Scorer):
             )
             for ties in TIES:
                 for metric, value in rank_metrics(res.ranks(ties), hits).items():
-                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties, primary=metric == "mrr"))
+                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties))
             n_pairs = len(res.pair_index)
             for metric, value in {
                 "n_pairs": float(n_pairs),
