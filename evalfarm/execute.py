@@ -38,7 +38,7 @@ from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import ScoreResult, TextVectors
-from evalfarm.warehouse import SCHEMAS, Warehouse, now
+from evalfarm.warehouse import Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
 
@@ -369,7 +369,7 @@ def write_results(
             ("fingerprint", unit.fingerprint),
         ):
             table = table.append_column(col, pa.array([value] * n, pa.string()))
-        schema = SCHEMAS[name]
+        schema = detail_schema(scorer, name)
         wh.write_table(
             table.select(schema.names).cast(schema), wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
         )

@@ -8,22 +8,29 @@ declarations, each read by the framework:
 - ``primary_metric`` (and :meth:`Scorer.is_primary` for a finer choice): which rows are the leaderboard's number; the
   executor marks them (:meth:`Scorer.evaluate`), a scorer never sets ``MetricRow.primary`` itself;
 - ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
-- ``description``: one line where task kinds are listed.
+- ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
+- ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
+- ``views``: the SQL of the views over those tables (created after the core views of ``sql/``).
 
 The runner, the scheduler and the embed stage know nothing else about it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.resources
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
 from evalfarm.vocab import VocabStats
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -62,7 +69,7 @@ class MetricRow:
 @dataclass
 class ScoreResult:
     rows: list[MetricRow] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)  # table name -> pyarrow.Table (see warehouse.SCHEMAS)
+    details: dict[str, Any] = field(default_factory=dict)  # table -> pyarrow.Table (Scorer.detail_schemas)
     notes: list[str] = field(default_factory=list)  # what a user should know (printed, not stored as numbers)
 
 
@@ -83,7 +90,12 @@ class Scorer:
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
     description: ClassVar[str] = ""
-    detail_tables: ClassVar[tuple[str, ...]] = ()
+    detail_schemas: ClassVar[Mapping[str, pa.Schema]] = MappingProxyType({})
+    """Per-unit detail tables the scorer writes (``ScoreResult.details``), by name: each schema has the columns
+    ``run_id``, ``model``, ``task`` and ``fingerprint``, which the executor fills."""
+    views: ClassVar[str] = ""
+    """SQL (``CREATE OR REPLACE VIEW`` statements only) of the views over the detail tables; ``{root}`` is the
+    warehouse root. Inline, or a ``.sql`` file beside the module read with :func:`packaged_sql`."""
 
     @property
     def task_kind(self) -> str:
@@ -132,6 +144,12 @@ class Scorer:
         return result
 
 
+def packaged_sql(package: str, name: str) -> str:
+    """The text of the SQL file ``name`` shipped in ``package`` (a scorer's views beside its module: from a
+    checkout, an installed wheel, or a zipped one alike). The file must be listed in the package data."""
+    return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
+
+
 __all__ = [
     "SIMILARITIES",
     "MetricRow",
@@ -141,4 +159,5 @@ __all__ = [
     "Similarity",
     "TaskData",
     "TextVectors",
+    "packaged_sql",
 ]
