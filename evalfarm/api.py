@@ -262,34 +262,40 @@ def query(sql: str, *, warehouse: PathOrStr | Warehouse | None = None) -> pa.Tab
 
 
 def view_docs() -> list[tuple[str, str]]:
-    """(view, what it holds) for every view of ``sql/*.sql``, from the comment block that names it
-    (``-- name: …``), else the comment right above its ``CREATE``."""
-    import re
-
-    from evalfarm._resources import shipped_dir
+    """(view, what it holds) for every view — the core ``sql/*.sql`` files, then each task kind's views — from the
+    comment block that names it (``-- name: …``), else the comment right above its ``CREATE``."""
+    from evalfarm.warehouse import view_sources
 
     docs: list[tuple[str, str]] = []
-    for path in sorted(shipped_dir("evalfarm._sql", "sql").glob("*.sql")):
-        blocks: dict[str, str] = {}
-        comment: list[str] = []
-        last = ""
-        for line in path.read_text(encoding="utf-8").splitlines():
-            stripped = line.strip()
-            if stripped.startswith("--"):
-                comment.append(stripped[2:].strip())
-                continue
-            if comment:
-                text = " ".join(comment)
-                named = re.match(r"([a-z_]+): (.*)", text)
-                if named:
-                    blocks[named.group(1)] = named.group(2)
-                last = text
-                comment = []
-            m = re.match(r"CREATE (?:OR REPLACE )?VIEW (\w+)", stripped, re.IGNORECASE)
-            if m:
-                name = m.group(1)
-                docs.append((name, blocks.get(name) or (last if not re.match(r"[a-z_]+: ", last) else "")))
-                last = ""
+    for source in view_sources():
+        docs.extend(_documented_views(source.sql))
+    return docs
+
+
+def _documented_views(sql: str) -> list[tuple[str, str]]:
+    import re
+
+    docs: list[tuple[str, str]] = []
+    blocks: dict[str, str] = {}
+    comment: list[str] = []
+    last = ""
+    for line in sql.splitlines():
+        stripped = line.strip()
+        if stripped.startswith("--"):
+            comment.append(stripped[2:].strip())
+            continue
+        if comment:
+            text = " ".join(comment)
+            named = re.match(r"([a-z_]+): (.*)", text)
+            if named:
+                blocks[named.group(1)] = named.group(2)
+            last = text
+            comment = []
+        m = re.match(r"CREATE (?:OR REPLACE )?VIEW (\w+)", stripped, re.IGNORECASE)
+        if m:
+            name = m.group(1)
+            docs.append((name, blocks.get(name) or (last if not re.match(r"[a-z_]+: ", last) else "")))
+            last = ""
     return docs
 
 

@@ -32,12 +32,13 @@ from evalfarm.embed import (
     encode_texts,
     store_key,
 )
+from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import RunOptions, ScoreResult, TextVectors
-from evalfarm.warehouse import SCHEMAS, Warehouse, now
+from evalfarm.scorers.base import ScoreResult, TextVectors
+from evalfarm.warehouse import Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
 
@@ -337,7 +338,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
         from evalfarm.device import check_device
-        from evalfarm.preprocess import VocabStats
+        from evalfarm.vocab import VocabStats
 
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
         texts = list(scorer.texts(data))
@@ -350,7 +351,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             oov_policy=ctx.catalog.model(unit.model).oov,
         )
         quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
-        result = scorer.score(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
+        result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
         result.details["quality"] = quality.table()
         write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality)
     except Exception as exc:
@@ -382,7 +383,7 @@ def write_results(
             ("fingerprint", unit.fingerprint),
         ):
             table = table.append_column(col, pa.array([value] * n, pa.string()))
-        schema = SCHEMAS[name]
+        schema = detail_schema(scorer, name)
         wh.write_table(
             table.select(schema.names).cast(schema), wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
         )

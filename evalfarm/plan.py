@@ -17,8 +17,8 @@ from typing import Any
 from evalfarm.catalog.registry import Catalog, CatalogError
 from evalfarm.catalog.specs import canonical_json
 from evalfarm.embed import EMBED_VERSION, store_key
+from evalfarm.options import RunOptions
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import RunOptions
 from evalfarm.taskdata.data import task_checksum
 
 CODE_VERSIONS = {"embed": EMBED_VERSION}

@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalfarm.encoders.vector_cache import VocabStats, vocab_statistics
+from evalfarm.vocab import VocabStats, vocab_statistics
 
 Level = Literal["word", "sentence"]
 OovPolicy = Literal["mean", "skip", "zero"]
@@ -51,8 +51,9 @@ def _unit_rows(block: np.ndarray) -> np.ndarray:
 
 
 def vocab_stats(matrix: np.ndarray, rows: np.ndarray | None = None) -> VocabStats:
-    """:class:`VocabStats` of ``matrix[rows]`` (the one implementation lives beside the vector cache, which keeps
-    them with a cached matrix), refusing non-finite results (NaN / inf anywhere in the vocabulary)."""
+    """:class:`VocabStats` of ``matrix[rows]`` (the one implementation is :func:`evalfarm.vocab.vocab_statistics`,
+    which the vector cache also keeps with a cached matrix), refusing non-finite results (NaN / inf anywhere in the
+    vocabulary)."""
     stats = vocab_statistics(matrix, rows)
     for name in ("mean", "mean_unit_centred", "mean_unit"):
         if not np.isfinite(getattr(stats, name)).all():

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from evalfarm import cli
 from evalfarm.cli import rendering
 from evalfarm.config import ConfigError, config_path, load_config, resolve_settings, write_config
-from evalfarm.warehouse import Warehouse, sql_dir
+from evalfarm.warehouse import Warehouse, view_sources
 
 REPO = Path(__file__).resolve().parents[1]
 runner = CliRunner()
@@ -65,10 +65,8 @@ def test_version() -> None:
 
 
 def test_sql_help_lists_every_view_with_what_it_holds() -> None:
-    views = [
-        m.group(1)
-        for p in sorted(sql_dir().glob("*.sql"))
-        for m in re.finditer(r"CREATE OR REPLACE VIEW (\w+)", p.read_text(encoding="utf-8"))
+    views = [  # the core views of sql/ and each task kind's (evalrank's ranks, neighbours, ...)
+        m.group(1) for source in view_sources() for m in re.finditer(r"CREATE OR REPLACE VIEW (\w+)", source.sql)
     ]
     assert {"metrics", "leaderboard", "leaderboard_all", "quality", "ranks", "runs", "failures", "units"} <= set(views)
     text = runner.invoke(cli.app, ["sql", "-h"], env={"COLUMNS": "200"}).output

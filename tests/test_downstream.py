@@ -45,7 +45,7 @@ def score(data: DownstreamData, emb: np.ndarray, *, spec=None, device=None, **pa
     spec = spec or toy_spec()
     p = {**SCORER.params(spec, RunOptions()), **FAST, **params}
     vectors = TextVectors(level="sentence", emb=emb.astype(np.float32), oov=~emb.any(axis=1))
-    res = SCORER.score(spec, data, vectors, p, device=device)
+    res = SCORER.evaluate(spec, data, vectors, p, device=device)
     return {r.metric: r.value for r in res.rows}, res
 
 

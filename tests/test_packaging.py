@@ -69,7 +69,16 @@ def test_every_subpackage_and_the_data_folders_are_packaged():
     assert not missing, f"add {sorted(missing)} to [tool.setuptools] packages in pyproject.toml (else not in wheel)"
     assert declared - on_disk == set(DATA_PACKAGES)
     assert setuptools_cfg["package-dir"] == DATA_PACKAGES  # the folders stay at the top of the repository
-    assert setuptools_cfg["package-data"] == {"evalfarm._catalogs": ["*.yaml"], "evalfarm._sql": ["*.sql"]}
+    data = setuptools_cfg["package-data"]
+    assert data == {"evalfarm._catalogs": ["*.yaml"], "evalfarm._sql": ["*.sql"], "evalfarm.scorers": ["*.sql"]}
+    shipped = {  # every non-Python file inside evalfarm/ (a scorer's views) is package data of its package
+        p.relative_to(REPO).as_posix()
+        for p in (REPO / "evalfarm").rglob("*")
+        if p.is_file() and p.suffix not in (".py", ".pyc") and "__pycache__" not in p.parts
+    }
+    for path in shipped:
+        package = ".".join(Path(path).parent.parts)
+        assert any(Path(path).match(g) for g in data.get(package, [])), f"{path} is missing from package-data"
 
 
 def test_torch_is_a_lower_bound_and_every_pin_lives_in_the_constraints():
@@ -206,23 +215,24 @@ def test_kuberay_manifests_run_the_pinned_ray_and_the_image_of_this_version():
 
 def _dockerignored(path: str, patterns: list[str]) -> bool:
     """Docker's .dockerignore rule for these simple patterns: `**/x` matches x at any depth, `x` at the top; a
-    folder's match covers what is inside it."""
+    folder's match covers what is inside it; `!pattern` is an exception, and the last pattern that matches wins."""
     parts = path.split("/")
-    for pat in patterns:
+    ignored = False
+    for line in patterns:
+        pat = line.removeprefix("!")
         if pat.startswith("**/"):
-            name = pat[3:]
-            if any(Path(*parts[: i + 1]).match(name) for i in range(len(parts))):
-                return True
-        elif any(Path(*parts[: i + 1]).as_posix() == pat for i in range(len(parts))):
-            return True
-    return False
+            hit = any(Path(*parts[: i + 1]).match(pat[3:]) for i in range(len(parts)))
+        else:
+            hit = any(Path(*parts[: i + 1]).as_posix() == pat for i in range(len(parts)))
+        if hit:
+            ignored = not line.startswith("!")
+    return ignored
 
 
 def test_dockerignore_keeps_working_state_out_of_the_image():
     patterns = [
         line.strip() for line in (REPO / ".dockerignore").read_text().splitlines() if line.strip()[:1] not in ("", "#")
     ]
-    assert not any(p.startswith("!") for p in patterns)
     for path in (
         ".venv/bin/python",
         "warehouse/tables/x.parquet",
@@ -231,8 +241,16 @@ def test_dockerignore_keeps_working_state_out_of_the_image():
         ".git/HEAD",
     ):
         assert _dockerignored(path, patterns), path
-    for path in ("evalfarm/cli/app.py", "catalog/zoo-starter.yaml", "sql/01_metrics.sql", "constraints.txt"):
+    for path in (
+        "evalfarm/cli/app.py",
+        "evalfarm/warehouse/store.py",  # the package, not a results folder of that name
+        "evalfarm/scorers/evalrank.sql",
+        "catalog/zoo-starter.yaml",
+        "sql/01_metrics.sql",
+        "constraints.txt",
+    ):
         assert not _dockerignored(path, patterns), path
+    assert _dockerignored("benchmarks/warehouse/tables/x.parquet", patterns)
 
 
 # -- where the shipped files are found --------------------------------------------------------------------------
@@ -371,6 +389,7 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
     for folder, pkg in (("catalog", "_catalogs"), ("sql", "_sql")):
         shipped = {p.name for p in (REPO / folder).iterdir() if p.suffix in (".yaml", ".sql")}
         assert shipped and {f"evalfarm/{pkg}/{n}" for n in shipped} <= names
+    assert "evalfarm/scorers/evalrank.sql" in names  # a task kind's views, beside its module
     modules = {
         p.relative_to(REPO).as_posix() for p in (REPO / "evalfarm").rglob("*.py") if "__pycache__" not in p.parts
     }

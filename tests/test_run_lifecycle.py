@@ -118,13 +118,12 @@ def test_a_write_error_names_the_path_and_keeps_the_first_error(tmp_path, monkey
     with pytest.raises(WarehouseWriteError) as err:  # its parent is a file: the folder cannot be made
         atomic_write_table(pa.table({"a": [1]}), blocker / "t" / "x.parquet")
     assert str(err.value).startswith(f"cannot write {blocker / 't'}: ")
-    # the temp file's cleanup fails too (as on a read-only disk): the first error is the one reported
-    import evalfarm.warehouse as W
 
+    # the temp file's cleanup fails too (as on a read-only disk): the first error is the one reported
     def refuse(*a, **k):
         raise OSError(30, "Read-only file system")
 
-    monkeypatch.setattr(W.pq, "write_table", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left")))
+    monkeypatch.setattr(pq, "write_table", lambda *a, **k: (_ for _ in ()).throw(OSError(28, "No space left")))
     monkeypatch.setattr(Path, "unlink", refuse)
     with pytest.raises(WarehouseWriteError) as err:
         atomic_write_table(pa.table({"a": [1]}), tmp_path / "y.parquet")

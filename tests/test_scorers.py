@@ -66,7 +66,7 @@ def test_word_similarity_by_hand():
     rows = {"a": (2.0, 1.0), "b": (2.0, 2.0), "c": (2.0, -1.0), "d": (0.0, 1.0)}
     vectors = _word_vectors(data.texts, rows)
     scorer = WordSimilarityScorer()
-    res = scorer.score(None, data, vectors, scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    res = scorer.evaluate(None, data, vectors, scorer.params(None, RunOptions()))  # type: ignore[arg-type]
     m = {(r.variant, r.metric): r.value for r in res.rows}
     # raw cosines with a = (2,1)/sqrt5: b (2,2) .949, c (2,-1) .6, d (0,1) .447 -> same order as gold: rho 1
     assert m[("raw", "spearman")] == pytest.approx(1.0)
@@ -87,7 +87,7 @@ def test_sts_subsets_pooled_and_weighted_means_by_hand():
     emb = np.array([vec[t] for t in data.texts], dtype=np.float32)
     vectors = TextVectors("sentence", emb, np.zeros(len(emb), bool))
     scorer = STSScorer()
-    res = scorer.score(None, data, vectors, scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    res = scorer.evaluate(None, data, vectors, scorer.params(None, RunOptions()))  # type: ignore[arg-type]
     m = {(r.subset, r.metric): r.value for r in res.rows}
     assert m[("A", "spearman")] == pytest.approx(1.0) and m[("B", "spearman")] == pytest.approx(-1.0)
     assert m[("mean", "spearman")] == pytest.approx(0.0)
@@ -124,7 +124,7 @@ def test_similarity_bands_spearman_per_band_by_hand():
     low = (["s0"] * 3, ["s4", "s5", "s6"], np.array([0.0, 2.0, 1.0]))
     data = PairData({"3-5": high, "0-2": low})
     scorer = STSBandsScorer()
-    res = scorer.score(None, data, _sentence_vectors(data, rows), scorer.params(None, RunOptions()))  # type: ignore[arg-type]
+    res = scorer.evaluate(None, data, _sentence_vectors(data, rows), scorer.params(None, RunOptions()))  # type: ignore[arg-type]
     m = {(r.subset, r.metric): r.value for r in res.rows}
     assert m[("3-5", "spearman")] == pytest.approx(1.0) and m[("0-2", "spearman")] == pytest.approx(-0.5)
     assert m[("3-5", "n_pairs")] == 3 and m[("0-2", "n_pairs")] == 3
@@ -227,9 +227,7 @@ def test_adding_an_evaluator_is_one_task_kind_and_one_scorer(tmp_path):
             return PairData({"all": (["hello"], ["world"], np.array([1.0]))})
 
         def score(self, task, data, vectors, params, *, device=None):
-            return ScoreResult(
-                [MetricRow("mean_norm", float(np.linalg.norm(vectors.emb, axis=1).mean()), primary=True)]
-            )
+            return ScoreResult([MetricRow("mean_norm", float(np.linalg.norm(vectors.emb, axis=1).mean()))])
 
     entry = {"id": "norms", "level": "sentence", "kind": "mean-norm-test", "version": "1", "files": {},
              "sha256": {}, "licence": "test", "source": "tests"}  # fmt: skip

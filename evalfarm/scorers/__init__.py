@@ -9,6 +9,7 @@ The registry finds every module of this package the first time it is asked, and 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from evalfarm.plugins import RegistryError, task_kinds, task_spec_adapter
@@ -44,9 +45,50 @@ def scorer_for(kind: str) -> Scorer:
         raise RegistryError(f"no scorer for task kind {kind!r} (known: {', '.join(task_kinds.names())})") from None
 
 
+@dataclass(frozen=True)
+class TaskKindInfo:
+    """One task kind as its scorer declares it: what docs and listings show."""
+
+    kind: str
+    scorer: str
+    version: str
+    primary_metric: str
+    higher_is_better: bool
+    description: str
+    detail_tables: tuple[str, ...]
+    origin: str
+
+
+def task_kind_table() -> list[TaskKindInfo]:
+    """Every registered task kind with its declarations, by kind (the docs' table of task kinds is made from it; the
+    views each kind adds are listed by :func:`evalfarm.warehouse.view_sources`)."""
+    return [
+        TaskKindInfo(
+            kind=kind,
+            scorer=s.name,
+            version=s.version,
+            primary_metric=s.primary_metric,
+            higher_is_better=bool(s.higher_is_better),
+            description=s.description,
+            detail_tables=tuple(s.detail_schemas),
+            origin=task_kinds.origin(kind),
+        )
+        for kind, s in task_kinds.items()
+    ]
+
+
 def task_adapter() -> Any:
     """A pydantic adapter validating a task entry as the discriminated union (by ``kind``) of registered kinds."""
     return task_spec_adapter()
 
 
-__all__ = ["RegistryError", "Scorer", "register", "scorer_for", "scorers", "task_adapter"]
+__all__ = [
+    "RegistryError",
+    "Scorer",
+    "TaskKindInfo",
+    "register",
+    "scorer_for",
+    "scorers",
+    "task_adapter",
+    "task_kind_table",
+]

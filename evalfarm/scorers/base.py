@@ -1,48 +1,36 @@
 """The scorer layer's contract: a task kind, the scorer that evaluates it, and what a score produces.
 
-A scorer never loads a model. It declares its task kind (a pydantic :class:`TaskSpec` subclass), how to read that
-task's files (``load``), which texts it needs embedded (``texts``), the parameters that enter its fingerprint
-(``params``), its primary metric and direction, and ``score(task, data, vectors, params)`` -> metric rows plus
-optional detail tables. The runner, the scheduler and the embed stage know nothing else about it.
+A scorer never loads a model. A task kind is one module: its spec (a pydantic :class:`TaskSpec` subclass), how to
+read that task's files (``load``), which texts it needs embedded (``texts``), the parameters that enter its
+fingerprint (``params``), ``score(task, data, vectors, params)`` -> metric rows plus optional detail tables, and its
+declarations, each read by the framework:
+
+- ``primary_metric`` (and :meth:`Scorer.is_primary` for a finer choice): which rows are the leaderboard's number; the
+  executor marks them (:meth:`Scorer.evaluate`), a scorer never sets ``MetricRow.primary`` itself;
+- ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
+- ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
+- ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
+- ``views``: the SQL of the views over those tables (created after the core views of ``sql/``).
+
+The runner, the scheduler and the embed stage know nothing else about it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import importlib.resources
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
-from evalfarm.preprocess import VocabStats
+from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
+from evalfarm.vocab import VocabStats
 
-Similarity = Literal["cos", "l2"]
-SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
-
-
-@dataclass(frozen=True)
-class RunOptions:
-    """What a user may choose for a run that changes numbers (each scorer fingerprints the part it reads), plus how
-    to run (device: not fingerprinted)."""
-
-    similarities: tuple[Similarity, ...] = SIMILARITIES
-    center: bool = True  # the EvalRank protocol's centring; False is a documented variant
-    filter_other_positives: bool = False
-    hits: tuple[int, ...] = (1, 3, 10)
-    device: str | None = None
-    keep_details: bool = True  # per-pair detail tables (ranks)
-    # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of
-    # rehashing (evalfarm.taskdata.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
-    verified_files: tuple[tuple[str, int, int, str], ...] = ()
-    full_downstream: bool = False  # downstream tasks train on every row, not the catalog's seeded sample
-
-    def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
-        unknown = [s for s in self.similarities if s not in SIMILARITIES]
-        if unknown or not self.similarities:
-            raise ValueError(f"unknown similarity {unknown or '(none)'}: choose from {', '.join(SIMILARITIES)}")
-        if not self.hits or any(int(k) != k or k < 1 for k in self.hits):
-            raise ValueError(f"hits@k needs whole numbers k >= 1, got {self.hits}")
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 
 @dataclass
@@ -67,20 +55,21 @@ class TextVectors:
 @dataclass
 class MetricRow:
     """One number. ``subset`` names a part of the task ('all' when there is one), ``variant`` the scorer's choice
-    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere)."""
+    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere). ``primary`` is not the
+    scorer's to set: :meth:`Scorer.evaluate` derives it from the scorer's declaration."""
 
     metric: str
     value: float
     subset: str = "all"
     variant: str = ""
     ties: str | None = None
-    primary: bool = False
+    primary: bool = field(default=False, init=False)
 
 
 @dataclass
 class ScoreResult:
     rows: list[MetricRow] = field(default_factory=list)
-    details: dict[str, Any] = field(default_factory=dict)  # table name -> pyarrow.Table (see warehouse.SCHEMAS)
+    details: dict[str, Any] = field(default_factory=dict)  # table -> pyarrow.Table (Scorer.detail_schemas)
     notes: list[str] = field(default_factory=list)  # what a user should know (printed, not stored as numbers)
 
 
@@ -100,8 +89,13 @@ class Scorer:
     task_spec: ClassVar[type[TaskSpec]]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
-    detail_tables: ClassVar[tuple[str, ...]] = ()
     description: ClassVar[str] = ""
+    detail_schemas: ClassVar[Mapping[str, pa.Schema]] = MappingProxyType({})
+    """Per-unit detail tables the scorer writes (``ScoreResult.details``), by name: each schema has the columns
+    ``run_id``, ``model``, ``task`` and ``fingerprint``, which the executor fills."""
+    views: ClassVar[str] = ""
+    """SQL (``CREATE OR REPLACE VIEW`` statements only) of the views over the detail tables; ``{root}`` is the
+    warehouse root. Inline, or a ``.sql`` file beside the module read with :func:`packaged_sql`."""
 
     @property
     def task_kind(self) -> str:
@@ -127,3 +121,43 @@ class Scorer:
         self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
     ) -> ScoreResult:
         raise NotImplementedError
+
+    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+        """Whether ``row`` is a primary number of the unit (the leaderboard's): by default every row of
+        ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
+        return row.metric == self.primary_metric
+
+    def evaluate(
+        self,
+        task: TaskSpec | None,
+        data: Any,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        """What the executor calls: :meth:`score`, then each row's ``primary`` flag, from the declaration: a row of
+        ``primary_metric`` that :meth:`is_primary` accepts."""
+        result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]
+        for row in result.rows:
+            row.primary = row.metric == self.primary_metric and self.is_primary(row, task, data)
+        return result
+
+
+def packaged_sql(package: str, name: str) -> str:
+    """The text of the SQL file ``name`` shipped in ``package`` (a scorer's views beside its module: from a
+    checkout, an installed wheel, or a zipped one alike). The file must be listed in the package data."""
+    return importlib.resources.files(package).joinpath(name).read_text(encoding="utf-8")
+
+
+__all__ = [
+    "SIMILARITIES",
+    "MetricRow",
+    "RunOptions",
+    "ScoreResult",
+    "Scorer",
+    "Similarity",
+    "TaskData",
+    "TextVectors",
+    "packaged_sql",
+]

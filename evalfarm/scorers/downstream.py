@@ -189,7 +189,7 @@ class DownstreamScorer(Scorer):
         variant = variant_name(data.max_train)
         chosen = sorted(res.chosen_c)[(len(res.chosen_c) - 1) // 2]  # lower median: a value of the grid
         out = ScoreResult()
-        rows = [MetricRow("accuracy", res.accuracy, variant=variant, primary=True)]
+        rows = [MetricRow("accuracy", res.accuracy, variant=variant)]
         rows += [MetricRow(m, v, variant=variant) for m, v in res.metrics().items() if m != "accuracy"]
         rows += [
             MetricRow("dev_accuracy", res.dev_accuracy, variant=variant),

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
+import pyarrow as pa
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
-from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, packaged_sql
 
 TIES = ("optimistic", "pessimistic", "realistic")
 NEIGHBOURS = 10
@@ -31,6 +32,45 @@ selected from the cos pass's own score blocks (``NEIGHBOURS_SIMILARITY``): at d 
 quarter of one pass, so doing it once keeps it near a tenth of a unit (benchmarks/README.md)."""
 NEIGHBOURS_SIMILARITY = "cos"
 _TIE_WEIGHT = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}
+
+DETAIL_SCHEMAS: dict[str, pa.Schema] = {
+    # EvalRank per pair: the optimistic rank and the tied count, once; the views derive the other tie policies
+    "ranks": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("model", pa.string()),
+            ("task", pa.string()),
+            ("variant", pa.string()),
+            ("query_id", pa.int64()),
+            ("positive_id", pa.int64()),
+            ("query", pa.string()),
+            ("positive", pa.string()),
+            ("rank", pa.int64()),
+            ("tied", pa.int64()),
+            ("score", pa.float32()),
+            ("oov", pa.bool_()),
+            ("fingerprint", pa.string()),
+        ]
+    ),
+    # EvalRank: each query's top-k background items (what the model confuses it with), from the rank pass
+    "neighbours": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("model", pa.string()),
+            ("task", pa.string()),
+            ("variant", pa.string()),
+            ("query_id", pa.int64()),
+            ("query", pa.string()),
+            ("position", pa.int64()),
+            ("neighbour_id", pa.int64()),
+            ("neighbour", pa.string()),
+            ("score", pa.float32()),
+            ("fingerprint", pa.string()),
+        ]
+    ),
+}
+"""EvalRank's per-unit detail tables; their views (``ranks``, ``neighbours``, ``hardest_pairs``, ...) are in
+``evalrank.sql`` beside this module."""
 
 
 class EvalRankTask(TaskSpec):
@@ -128,8 +168,9 @@ class EvalRankScorer(Scorer):
     task_spec = EvalRankTask
     primary_metric = "mrr"
     higher_is_better = True
-    detail_tables = ("ranks", "neighbours")
     description = "rank of y among all background items by similarity to x; MR, MRR, Hits@k under three tie policies"
+    detail_schemas = DETAIL_SCHEMAS
+    views = packaged_sql(__package__ or "evalfarm.scorers", "evalrank.sql")
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
@@ -174,7 +215,7 @@ class EvalRankScorer(Scorer):
             )
             for ties in TIES:
                 for metric, value in rank_metrics(res.ranks(ties), hits).items():
-                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties, primary=metric == "mrr"))
+                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties))
             n_pairs = len(res.pair_index)
             for metric, value in {
                 "n_pairs": float(n_pairs),

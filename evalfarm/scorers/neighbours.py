@@ -22,14 +22,30 @@ Policy:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Protocol
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from evalfarm.scorers.rank_kernel import Similarity, _Plan
+from evalfarm.options import Similarity
 
 Exclude = Literal["self"]
+
+
+class ColumnLayout(Protocol):
+    """What :class:`BlockTopK` reads of the rank kernel's column layout (``rank_kernel._Plan`` has it): the kernel
+    imports this module, never the other way round."""
+
+    @property
+    def uq(self) -> np.ndarray: ...  # unique query items, in processing order
+
+    @property
+    def background(self) -> np.ndarray: ...  # background item ids
+
+    @property
+    def bg_col(self) -> np.ndarray: ...  # column of each background item
+
+    @property
+    def n_counted(self) -> int: ...  # columns that stand for background vectors
 
 
 class Neighbours(NamedTuple):
@@ -144,7 +160,7 @@ class BlockTopK:
     at most one column (the query's own, when it stands for the query alone) expands to nothing.
     """
 
-    def __init__(self, plan: _Plan, k: int) -> None:
+    def __init__(self, plan: ColumnLayout, k: int) -> None:
         if k < 1:
             raise ValueError(f"neighbours: k must be >= 1, got {k}")
         self.plan = plan
@@ -185,7 +201,9 @@ class BlockTopK:
         self.val[u0 : u0 + m] = val.cpu().numpy()
         self.col[u0 : u0 + m] = col.cpu().numpy()
 
-    def result(self, emb: np.ndarray, similarity: Similarity) -> Neighbours:
+    def result(self, similarity: Similarity, query_sq_norms: np.ndarray | None = None) -> Neighbours:
+        """Each unique query's top-k items; l2 needs the float64 squared norms of the unique queries (the kernel
+        computes them once for the pairs' scores)."""
         plan, k = self.plan, self.k
         n_uq = len(plan.uq)
         # Members of each counted column: background items grouped by column, ids ascending.
@@ -203,9 +221,9 @@ class BlockTopK:
         within = np.arange(len(flat_col)) - np.repeat(np.cumsum(take.ravel()) - take.ravel(), take.ravel())
         item = members[first[flat_col] + within]
         if similarity == "l2":  # v = x.b - ||b||^2 / 2  ->  1 / (1 + sqrt(||x||^2 - 2 v))
-            from evalfarm.scorers.rank_kernel import _sq_norms
-
-            q_sq = _sq_norms(emb, plan.uq)
+            if query_sq_norms is None:
+                raise ValueError("l2 neighbours need the queries' squared norms")
+            q_sq = query_sq_norms
             flat_val = 1.0 / (1.0 + np.sqrt(np.maximum(q_sq[row] - 2.0 * flat_val.astype(np.float64), 0.0)))
         # Back to a dense (n_uq, width') matrix, then the shared finishing (self removed, order, pad).
         per_row = np.bincount(row, minlength=n_uq)

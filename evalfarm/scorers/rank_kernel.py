@@ -49,11 +49,11 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 
 import numpy as np
 
+from evalfarm.options import SIMILARITIES, Similarity
+
 if TYPE_CHECKING:
     from evalfarm.scorers.neighbours import BlockTopK, Neighbours
 
-Similarity = Literal["cos", "l2"]
-SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
 Ties = Literal["optimistic", "pessimistic", "realistic"]
 TIES: tuple[Ties, ...] = ("optimistic", "pessimistic", "realistic")
 Backend = Literal["numpy", "torch"]
@@ -369,13 +369,13 @@ def _finish(
     pv = pos[plan.excl_pair]
     above -= np.bincount(plan.excl_pair[excl_val > pv], minlength=len(above))
     tied -= np.bincount(plan.excl_pair[excl_val == pv], minlength=len(tied))
-    if similarity == "cos":
+    q_sq = _sq_norms(emb, plan.uq) if similarity == "l2" else None
+    if q_sq is None:
         score = pos.astype(np.float32)
     else:  # pos = x.y - ||y||^2 / 2  ->  ||x - y||^2 = ||x||^2 - 2 pos
-        q_sq = _sq_norms(emb, plan.uq)
         d2 = np.maximum(q_sq[plan.pair_row] - 2.0 * pos.astype(np.float64), 0.0)
         score = (1.0 / (1.0 + np.sqrt(d2))).astype(np.float32)
-    nb = top.result(emb, similarity) if top is not None else None
+    nb = top.result(similarity, q_sq) if top is not None else None
     out = RankCounts(np.empty_like(above), np.empty_like(tied), np.empty(len(above), np.float32), nb)
     out.above[plan.order] = above
     out.tied[plan.order] = tied

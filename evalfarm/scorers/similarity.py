@@ -136,7 +136,7 @@ class WordSimilarityScorer(Scorer):
             g = gold[known]
             name = protocol.label  # evalrank-word, evalrank-word/no-center or raw
             out.rows += [
-                MetricRow("spearman", spearman(cos, g), variant=name, primary=True),
+                MetricRow("spearman", spearman(cos, g), variant=name),
                 MetricRow("pearson", pearson(cos, g), variant=name),
                 MetricRow("coverage", float(known.mean()), variant=name),
                 MetricRow("n_pairs", float(known.sum()), variant=name),
@@ -180,6 +180,17 @@ def raw_cosines(data: PairData, vectors: TextVectors) -> dict[str, tuple[np.ndar
     return out
 
 
+SUMMARY_SUBSETS = ("all", "mean", "wmean")
+"""What STS reports besides each subset when a task has several: pooled, mean and size-weighted mean."""
+
+
+def primary_subset(data: PairData) -> str | None:
+    """The subset of an STS task's primary number: the task's ``primary_subset`` when it reports one (a summary only
+    exists with several subsets), else its first subset."""
+    names = list(data.subsets) + (list(SUMMARY_SUBSETS) if len(data.subsets) > 1 else [])
+    return data.primary_subset if data.primary_subset in names else next(iter(names), None)
+
+
 def load_sts(task: Any) -> PairData:
     from evalfarm.taskdata import sts
 
@@ -213,6 +224,10 @@ class STSScorer(Scorer):
     def load(self, task: TaskSpec) -> PairData:
         return load_sts(task)
 
+    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: PairData) -> bool:
+        """The primary subset's Spearman only (the task's ``primary_subset``, default by format)."""
+        return super().is_primary(row, task, data) and row.subset == primary_subset(data)
+
     def score(
         self,
         task: TaskSpec,
@@ -230,7 +245,7 @@ class STSScorer(Scorer):
             all_cos.append(cos)
             all_gold.append(gold)
         rows = {name: v for name, v in per.items()}
-        if len(per) > 1:
+        if len(per) > 1:  # the summaries of SUMMARY_SUBSETS
             cos, gold = np.concatenate(all_cos), np.concatenate(all_gold)
             rows["all"] = (spearman(cos, gold), pearson(cos, gold), len(gold))
             n = np.array([v[2] for v in per.values()], dtype=np.float64)
@@ -238,10 +253,9 @@ class STSScorer(Scorer):
             pe = np.array([v[1] for v in per.values()])
             rows["mean"] = (float(np.mean(sp)), float(np.mean(pe)), int(n.sum()))
             rows["wmean"] = (float(np.average(sp, weights=n)), float(np.average(pe, weights=n)), int(n.sum()))
-        primary = data.primary_subset if data.primary_subset in rows else next(iter(rows))
         for name, (sp_v, pe_v, n_v) in rows.items():
             out.rows += [
-                MetricRow("spearman", sp_v, subset=name, variant="cos", primary=name == primary),
+                MetricRow("spearman", sp_v, subset=name, variant="cos"),
                 MetricRow("pearson", pe_v, subset=name, variant="cos"),
                 MetricRow("n_pairs", float(n_v), subset=name, variant="cos"),
             ]
@@ -310,7 +324,7 @@ class STSBandsScorer(Scorer):
         out = ScoreResult()
         for name, (cos, gold) in raw_cosines(data, vectors).items():
             out.rows += [
-                MetricRow("spearman", spearman(cos, gold), subset=name, variant="cos", primary=True),
+                MetricRow("spearman", spearman(cos, gold), subset=name, variant="cos"),
                 MetricRow("n_pairs", float(len(gold)), subset=name, variant="cos"),
             ]
         return out

@@ -1,28 +1,7 @@
-"""The result warehouse: hive-style folders of Parquet files, and DuckDB views over them (``sql/*.sql``).
+"""The warehouse's files: layout, atomic writes, the scan for damaged files, quarantine (the :class:`Warehouse`).
 
-Layout (private; the SQL views are the public interface)::
-
-    <root>/embeddings/model=<id>/store=<key>/<shard>.parquet             (a model's texts, each embedded once)
-    <root>/tables/<table>/model=<id>/task=<task>/<fingerprint>.parquet   (metrics, ranks)
-    <root>/tables/models/model=<id>/<spec_hash>.parquet
-    <root>/tables/runs/<run_id>.<start|end>.parquet
-    <root>/tables/failures/<run_id>/<uuid>.parquet
-    <root>/tables/<table>/_schema.parquet                                 (empty, typed: views work on day one)
-
-    <root>/tables/units/<run_id>/<uuid>.parquet                           (per-unit timings and attempts)
-    <root>/tables/correlation_ci/<hash>.parquet                           (bootstrap intervals of correlations)
-
-The root is a local path or any pyarrow filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray
-cluster it must be storage every node sees. Every file appears atomically: on a local (or NFS) filesystem it is
-written to a temp name in the same folder and renamed; on an object store it is written straight to its final
-key, because a PUT / completed multipart upload is visible whole or not at all while a "rename" there is a
-copy + delete that is not atomic. Files are named by content fingerprint: recomputing a unit replaces its file
-rather than adding a duplicate, so a retried or concurrently recomputed unit still has exactly one result.
-
-A process killed between writing a temp file and renaming it (SIGKILL, OOM, a lost node) leaves the temp file
-behind. It never looks like a result (a hidden ``.….tmp`` name that no view reads), and the next ``init`` of the
-warehouse removes it: temp names carry the writer's pid and host, so a temp file of a dead process on this host
-goes at once, and one from another host once it is a day old (its writer cannot still be at work).
+See :mod:`evalfarm.warehouse` for the layout. Schemas come from :mod:`evalfarm.warehouse.schemas` (core tables and
+each task kind's detail tables); connections and views from :mod:`evalfarm.warehouse.query`.
 """
 
 from __future__ import annotations
@@ -42,196 +21,8 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
-
-
-def sql_dir() -> Path:
-    """The views' ``*.sql`` files: the checkout's ``sql/``, or the installed package's ``evalfarm._sql``."""
-    from evalfarm._resources import shipped_dir
-
-    return shipped_dir("evalfarm._sql", "sql")
-
-
-_TS = pa.timestamp("us", tz="UTC")
-SCHEMAS: dict[str, pa.Schema] = {
-    # one row per number; `primary` marks the scorer's primary metric (the leaderboard's), `ties` the tie policy of
-    # a rank metric (null elsewhere); params: the scorer's fingerprinted parameters as JSON
-    "metrics": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("scorer", pa.string()),
-            ("subset", pa.string()),
-            ("variant", pa.string()),
-            ("ties", pa.string()),
-            ("metric", pa.string()),
-            ("value", pa.float64()),
-            ("is_primary", pa.bool_()),
-            ("higher_is_better", pa.bool_()),
-            ("fingerprint", pa.string()),
-            ("spec_hash", pa.string()),
-            ("task_checksum", pa.string()),
-            ("scorer_version", pa.string()),
-            ("params", pa.string()),
-            ("created_at", _TS),
-            # the unit's vectors failed the degenerate-model check (evalfarm.quality): why, else null
-            ("degenerate", pa.bool_()),
-            ("degenerate_reason", pa.string()),
-        ]
-    ),
-    # per unit: what the degenerate-model check measured on the unit's stored vectors (evalfarm.quality)
-    "quality": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("n_texts", pa.int64()),
-            ("n_vectors", pa.int64()),
-            ("dim", pa.int64()),
-            ("oov_rate", pa.float64()),
-            ("duplicate_rate", pa.float64()),
-            ("numerical_rank", pa.int64()),
-            ("rank_ratio", pa.float64()),
-            ("degenerate", pa.bool_()),
-            ("reason", pa.string()),
-            ("thresholds", pa.string()),
-            ("fingerprint", pa.string()),
-        ]
-    ),
-    # EvalRank per pair: the optimistic rank and the tied count, once; the views derive the other tie policies
-    "ranks": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("variant", pa.string()),
-            ("query_id", pa.int64()),
-            ("positive_id", pa.int64()),
-            ("query", pa.string()),
-            ("positive", pa.string()),
-            ("rank", pa.int64()),
-            ("tied", pa.int64()),
-            ("score", pa.float32()),
-            ("oov", pa.bool_()),
-            ("fingerprint", pa.string()),
-        ]
-    ),
-    # EvalRank: each query's top-k background items (what the model confuses it with), from the rank pass
-    "neighbours": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("variant", pa.string()),
-            ("query_id", pa.int64()),
-            ("query", pa.string()),
-            ("position", pa.int64()),
-            ("neighbour_id", pa.int64()),
-            ("neighbour", pa.string()),
-            ("score", pa.float32()),
-            ("fingerprint", pa.string()),
-        ]
-    ),
-    "models": pa.schema(
-        [
-            ("model", pa.string()),
-            ("level", pa.string()),
-            ("kind", pa.string()),
-            ("dim", pa.int64()),
-            ("spec_hash", pa.string()),
-            ("base", pa.string()),
-            ("pooling", pa.string()),
-            ("postprocess", pa.string()),
-            ("source", pa.string()),
-            ("provenance", pa.string()),
-            ("spec", pa.string()),
-            ("run_id", pa.string()),
-            ("created_at", _TS),
-        ]
-    ),
-    "runs": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("event", pa.string()),
-            ("at", _TS),
-            ("status", pa.string()),
-            ("catalog", pa.string()),
-            ("n_units", pa.int64()),
-            ("n_failed", pa.int64()),
-            ("n_skipped", pa.int64()),
-            ("host", pa.string()),
-            ("argv", pa.string()),
-            ("code_version", pa.string()),
-            ("provenance", pa.string()),  # JSON: versions, git commit, device, Ray job, catalog as given
-            ("n_done", pa.int64()),  # end event: units computed by this run
-            ("reason", pa.string()),  # end event of an interrupted run: why
-        ]
-    ),
-    "failures": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("stage", pa.string()),
-            ("error", pa.string()),
-            ("detail", pa.string()),
-            ("created_at", _TS),
-        ]
-    ),
-    "units": pa.schema(
-        [
-            ("run_id", pa.string()),
-            ("model", pa.string()),
-            ("task", pa.string()),
-            ("stage", pa.string()),
-            ("worker", pa.string()),
-            ("node", pa.string()),
-            ("started_at", _TS),
-            ("seconds", pa.float64()),
-            ("status", pa.string()),
-            ("attempts", pa.int64()),
-            ("error", pa.string()),
-            ("fingerprint", pa.string()),
-        ]
-    ),
-    # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/correlations.py
-    # writes them; the view shows a row only while `inputs_hash` still matches the cell's current numbers)
-    "correlation_ci": pa.schema(
-        [
-            ("cell_key", pa.string()),
-            ("inputs_hash", pa.string()),
-            ("level", pa.string()),
-            ("intrinsic_task", pa.string()),
-            ("intrinsic_scorer", pa.string()),
-            ("intrinsic_metric", pa.string()),
-            ("intrinsic_subset", pa.string()),
-            ("variant", pa.string()),
-            ("ties", pa.string()),
-            ("downstream_task", pa.string()),
-            ("downstream_subset", pa.string()),
-            ("downstream_variant", pa.string()),
-            ("excludes_postprocessed", pa.bool_()),
-            ("n_models", pa.int64()),
-            ("spearman", pa.float64()),
-            ("ci_low", pa.float64()),
-            ("ci_high", pa.float64()),
-            ("confidence", pa.float64()),
-            ("n_resamples", pa.int64()),
-            ("n_valid", pa.int64()),
-            ("seed", pa.int64()),
-            ("created_at", _TS),
-        ]
-    ),
-}
-DETAIL_TABLES = ("ranks", "neighbours")
-"""Per-unit detail tables a scorer may write (each has run_id, model, task and fingerprint columns)."""
-DETAIL_TABLES += ("quality",)  # every unit: the degenerate-model check of evalfarm.quality (written by score_unit)
-
-
-def empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas when it is installed: 0.16 s in
-    every process that writes a schema file)."""
-    return pa.Table.from_batches([], schema=schema)
+from evalfarm.warehouse.query import check_read_only, open_connection
+from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 
 
 def now() -> datetime:
@@ -356,10 +147,7 @@ class Warehouse:
     def init(self) -> Warehouse:
         """Create the layout; a table's typed empty ``_schema.parquet`` is (re)written when missing or when this
         version of evalfarm added columns, so the views see every column even before a row has one."""
-        for name, schema in SCHEMAS.items():
-            p = self._p("tables", name, "_schema.parquet")
-            if not self.exists(p) or not self._schema_current(p, schema):
-                self.write_table(empty_table(schema), p)
+        self._write_schemas()
         if self.local:
             try:
                 Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
@@ -506,29 +294,13 @@ class Warehouse:
 
     def _connect(self, read_only: bool, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
         """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
-        con = duckdb.connect(":memory:")
-        where = self.duckdb_root
-        try:
-            if not self.local:
-                try:
-                    con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
-                except duckdb.Error as exc:
-                    raise RuntimeError(
-                        f"querying {self.uri} needs DuckDB's httpfs extension: run "
-                        "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
-                    ) from exc
-            if read_only:
-                lock_down(con, where)
-            for path in sorted(sql_dir().glob("*.sql")):
-                text = path.read_text(encoding="utf-8")
-                for table, listed in files.items():
-                    as_list = "[" + ", ".join(_sql_string(self._duck_path(f)) for f in listed) + "]"
-                    text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
-                con.execute(text.replace("{root}", where.replace("'", "''")))
-        except BaseException:
-            con.close()
-            raise
-        return con
+        return open_connection(
+            self.duckdb_root,
+            read_only=read_only,
+            remote=None if self.local else str(self.uri),
+            files=files,
+            duck_path=self._duck_path,
+        )
 
     def query(self, sql: str) -> pa.Table:
         """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
@@ -564,7 +336,7 @@ class Warehouse:
     def _write_schemas(self) -> None:
         """Each table's empty, typed ``_schema.parquet`` (the views' columns exist before any result does), rewritten
         when the table gained columns since the warehouse was made (its views name the new columns)."""
-        for name, schema in SCHEMAS.items():
+        for name, schema in table_schemas().items():
             p = self._p("tables", name, "_schema.parquet")
             if not self.exists(p) or not self._schema_current(p, schema):
                 self.write_table(empty_table(schema), p)
@@ -667,6 +439,7 @@ class Warehouse:
         :meth:`file_problem`); move bad ones to quarantine (``quarantine=True``), with the metrics file of any unit
         that lost a file, and return them (``moved_to`` is None when not moved)."""
         known = self._manifest()
+        per_unit = set(unit_tables())
         seen: dict[str, list[int]] = {}
         bad: dict[str, str] = {}
         for top in ("tables", "embeddings"):
@@ -684,7 +457,7 @@ class Warehouse:
                     bad[path] = why
         for path, why in list(bad.items()):  # a unit without one of its files is not done: recompute it
             parts = path[len(self.base) + 1 :].split("/")
-            if len(parts) == 5 and parts[0] == "tables" and parts[1] in DETAIL_TABLES:
+            if len(parts) == 5 and parts[0] == "tables" and parts[1] in per_unit:
                 marker = self._p("tables", "metrics", *parts[2:])
                 if marker not in bad and self.exists(marker):
                     bad[marker] = f"its unit's {parts[1]} file was unreadable ({why}); the unit is recomputed"
@@ -741,88 +514,6 @@ class Quarantined:
         """(model, task) named by the file's hive folders (None where it has none)."""
         parts = dict(p.split("=", 1) for p in self.path.split("/") if "=" in p)
         return parts.get("model"), parts.get("task")
-
-
-def _sql_string(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
-    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good.
-
-    External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
-    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
-    matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
-    ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
-    last so no statement can undo any of it.
-    """
-    prefix = root.rstrip("/") + "/"
-    con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
-    con.execute("SET enable_external_access=false")
-    con.execute("SET autoinstall_known_extensions=false")
-    con.execute("SET autoload_known_extensions=false")
-    con.execute("SET lock_configuration=true")
-
-
-_READ_ONLY_HELP = (
-    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, "
-    "SUMMARIZE, or EXPLAIN of one of those"
-)
-
-
-def check_read_only(sql: str) -> str:
-    """Refuse anything but a single query, and return that statement's text (what the caller must execute).
-
-    The warehouse is append-only and owned by runs: a query that could write (COPY, EXPORT, ATTACH, INSTALL,
-    SET, PRAGMA — IMPORT DATABASE parses as one —, CREATE …) could forge a result file under
-    ``tables/metrics/`` that the views would then rank. DuckDB's own parser splits and classifies the text;
-    EXPLAIN is allowed only without ANALYZE (``EXPLAIN ANALYZE`` *executes* the statement it explains) and
-    only over a SELECT.
-    """
-    try:
-        statements = duckdb.extract_statements(sql)
-    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
-        raise ValueError(f"cannot parse the query: {exc}") from exc
-    if not statements:
-        raise ValueError("empty query")
-    if len(statements) > 1:
-        raise PermissionError(f"refused: {len(statements)} statements. {_READ_ONLY_HELP}")
-    (st,) = statements
-    kind = st.type.name
-    if kind == "EXPLAIN":
-        _check_explain(st.query)
-    elif kind != "SELECT":
-        raise PermissionError(f"refused: a {kind} statement. {_READ_ONLY_HELP}")
-    return st.query
-
-
-def _check_explain(text: str) -> None:
-    """EXPLAIN [ (options) ] SELECT …, with no ANALYZE anywhere in its keywords (it would run the statement)."""
-    kinds = duckdb.token_type
-    tokens = duckdb.tokenize(text)
-    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
-    words = [
-        (pos, kind, text[pos:end].strip().lower())
-        for (pos, kind), end in zip(tokens, ends, strict=True)
-        if kind != kinds.comment
-    ]
-    if any(kind == kinds.keyword and word in ("analyze", "analyse") for _, kind, word in words):
-        raise PermissionError(f"refused: EXPLAIN ANALYZE runs the statement it explains. {_READ_ONLY_HELP}")
-    body = 1  # the token after EXPLAIN, or after its parenthesised options
-    if len(words) > 1 and words[1][2] == "(":
-        close = next((i for i, w in enumerate(words) if w[2] == ")"), None)
-        if close is None:
-            raise ValueError(f"cannot parse the EXPLAIN options of {text!r}")
-        body = close + 1
-    if body >= len(words):
-        raise ValueError("EXPLAIN of nothing")
-    try:
-        inner = duckdb.extract_statements(text[words[body][0] :])
-    except Exception as exc:  # as in check_read_only
-        raise ValueError(f"cannot parse the statement EXPLAIN explains: {exc}") from exc
-    if len(inner) != 1 or inner[0].type.name != "SELECT":
-        got = ", ".join(s.type.name for s in inner) or "nothing"
-        raise PermissionError(f"refused: EXPLAIN of {got}. {_READ_ONLY_HELP}")
 
 
 def embeddings_table(

@@ -1,0 +1,226 @@
+"""The DuckDB side of the warehouse: the views, the read-only sandbox, and the check that a query only reads.
+
+Views come from two places, created in this order on every connection: evalfarm's core views (``sql/*.sql``: the
+checkout's ``sql/`` folder, or the installed package's ``evalfarm._sql``), sorted by file name, then each task kind's
+views (``Scorer.views``, e.g. EvalRank's ``ranks``, ``neighbours`` and ``hardest_pairs`` in
+``evalfarm/scorers/evalrank.sql``), by task kind name. A kind's views may use the core views and its own; two sources
+that define one view name are an error naming both. ``{root}`` in a view's SQL is the warehouse root.
+
+A read-only connection is locked down (:func:`lock_down`) before any view exists, and a query is checked before it
+runs (:func:`check_read_only`): the lock keeps a query inside the warehouse, the check keeps it from writing there.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+from evalfarm.plugins import RegistryError, task_kinds
+
+
+def sql_dir() -> Path:
+    """The core views' ``*.sql`` files: the checkout's ``sql/``, or the installed package's ``evalfarm._sql``."""
+    from evalfarm._resources import shipped_dir
+
+    return shipped_dir("evalfarm._sql", "sql")
+
+
+@dataclass(frozen=True)
+class ViewSource:
+    """One source of views: ``origin`` names it in messages (``sql/01_metrics.sql``, or a task kind and its
+    scorer), ``sql`` is its text, ``views`` the names it creates, in order."""
+
+    origin: str
+    sql: str
+    views: tuple[str, ...]
+
+
+_CREATE_VIEW = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?VIEW\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)", re.IGNORECASE
+)
+
+
+def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
+    """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
+        raise RegistryError(f"{origin}: its views do not parse: {exc}") from exc
+    names: list[str] = []
+    for st in statements:
+        m = _CREATE_VIEW.match(st.query) if st.type.name == "CREATE" else None
+        if m is not None:
+            names.append(m.group(1))
+        elif views_only:
+            raise RegistryError(f"{origin}: its views hold a {st.type.name} statement; only CREATE VIEW is allowed")
+    return tuple(dict.fromkeys(names))
+
+
+def view_sources() -> list[ViewSource]:
+    """Every source of views in creation order: the core ``sql/*.sql`` files by name, then each task kind's views
+    by kind name. Raises ``RegistryError`` naming both sources when two define one view."""
+    sources = []
+    for path in sorted(sql_dir().glob("*.sql")):
+        text = path.read_text(encoding="utf-8")
+        origin = f"sql/{path.name}"
+        sources.append(ViewSource(origin, text, _view_names(origin, text, views_only=False)))
+    for kind, scorer in task_kinds.items():
+        text = getattr(scorer, "views", "") or ""
+        if text.strip():
+            origin = f"task kind {kind!r} ({task_kinds.origin(kind)})"
+            sources.append(ViewSource(origin, text, _view_names(origin, text, views_only=True)))
+    owner: dict[str, str] = {}
+    for source in sources:
+        for name in source.views:
+            if name in owner:
+                raise RegistryError(f"view {name!r} is defined by {owner[name]} and by {source.origin}; rename one")
+            owner[name] = source.origin
+    return sources
+
+
+def create_views(
+    con: duckdb.DuckDBPyConnection,
+    root: str,
+    files: Mapping[str, list[str]] | None = None,
+    *,
+    duck_path: Callable[[str], str] = lambda p: p,
+) -> None:
+    """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
+
+    ``files``: table -> the files its views read instead of the table's glob (the readable ones, when some are not);
+    ``duck_path`` turns such a file's path into what DuckDB opens.
+    """
+    for source in view_sources():
+        text = source.sql
+        for table, listed in (files or {}).items():
+            as_list = "[" + ", ".join(_sql_string(duck_path(f)) for f in listed) + "]"
+            text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
+        con.execute(text.replace("{root}", root.replace("'", "''")))
+
+
+def open_connection(
+    root: str,
+    *,
+    read_only: bool = True,
+    remote: str | None = None,
+    files: Mapping[str, list[str]] | None = None,
+    duck_path: Callable[[str], str] = lambda p: p,
+) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
+    first when ``read_only``. ``remote``: an object-store warehouse's URI (DuckDB's httpfs extension is loaded
+    before the lock, since loading an extension is external access); ``files``, ``duck_path``: see
+    :func:`create_views`."""
+    con = duckdb.connect(":memory:")
+    try:
+        if remote is not None:
+            try:
+                con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
+            except duckdb.Error as exc:
+                raise RuntimeError(
+                    f"querying {remote} needs DuckDB's httpfs extension: run "
+                    "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
+                ) from exc
+        if read_only:
+            lock_down(con, root)
+        create_views(con, root, files, duck_path=duck_path)
+    except BaseException:
+        con.close()
+        raise
+    return con
+
+
+def _sql_string(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
+    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good.
+
+    External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
+    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
+    matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
+    ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
+    last so no statement can undo any of it.
+    """
+    prefix = root.rstrip("/") + "/"
+    con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
+    con.execute("SET enable_external_access=false")
+    con.execute("SET autoinstall_known_extensions=false")
+    con.execute("SET autoload_known_extensions=false")
+    con.execute("SET lock_configuration=true")
+
+
+_READ_ONLY_HELP = (
+    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, "
+    "SUMMARIZE, or EXPLAIN of one of those"
+)
+
+
+def check_read_only(sql: str) -> str:
+    """Refuse anything but a single query, and return that statement's text (what the caller must execute).
+
+    The warehouse is append-only and owned by runs: a query that could write (COPY, EXPORT, ATTACH, INSTALL,
+    SET, PRAGMA — IMPORT DATABASE parses as one —, CREATE …) could forge a result file under
+    ``tables/metrics/`` that the views would then rank. DuckDB's own parser splits and classifies the text;
+    EXPLAIN is allowed only without ANALYZE (``EXPLAIN ANALYZE`` *executes* the statement it explains) and
+    only over a SELECT.
+    """
+    try:
+        statements = duckdb.extract_statements(sql)
+    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
+        raise ValueError(f"cannot parse the query: {exc}") from exc
+    if not statements:
+        raise ValueError("empty query")
+    if len(statements) > 1:
+        raise PermissionError(f"refused: {len(statements)} statements. {_READ_ONLY_HELP}")
+    (st,) = statements
+    kind = st.type.name
+    if kind == "EXPLAIN":
+        _check_explain(st.query)
+    elif kind != "SELECT":
+        raise PermissionError(f"refused: a {kind} statement. {_READ_ONLY_HELP}")
+    return st.query
+
+
+def _check_explain(text: str) -> None:
+    """EXPLAIN [ (options) ] SELECT …, with no ANALYZE anywhere in its keywords (it would run the statement)."""
+    kinds = duckdb.token_type
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    words = [
+        (pos, kind, text[pos:end].strip().lower())
+        for (pos, kind), end in zip(tokens, ends, strict=True)
+        if kind != kinds.comment
+    ]
+    if any(kind == kinds.keyword and word in ("analyze", "analyse") for _, kind, word in words):
+        raise PermissionError(f"refused: EXPLAIN ANALYZE runs the statement it explains. {_READ_ONLY_HELP}")
+    body = 1  # the token after EXPLAIN, or after its parenthesised options
+    if len(words) > 1 and words[1][2] == "(":
+        close = next((i for i, w in enumerate(words) if w[2] == ")"), None)
+        if close is None:
+            raise ValueError(f"cannot parse the EXPLAIN options of {text!r}")
+        body = close + 1
+    if body >= len(words):
+        raise ValueError("EXPLAIN of nothing")
+    try:
+        inner = duckdb.extract_statements(text[words[body][0] :])
+    except Exception as exc:  # as in check_read_only
+        raise ValueError(f"cannot parse the statement EXPLAIN explains: {exc}") from exc
+    if len(inner) != 1 or inner[0].type.name != "SELECT":
+        got = ", ".join(s.type.name for s in inner) or "nothing"
+        raise PermissionError(f"refused: EXPLAIN of {got}. {_READ_ONLY_HELP}")
+
+
+__all__ = [
+    "ViewSource",
+    "check_read_only",
+    "create_views",
+    "lock_down",
+    "open_connection",
+    "sql_dir",
+    "view_sources",
+]
