@@ -315,13 +315,19 @@ def _check_references(cat: Catalog) -> None:
             raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
     for m in cat.models.values():  # a cycle is an error naming it (lineage walks bases)
         cat.lineage(m.id)
+    from evalfarm.plugins import model_kind
+
     for m in cat.models.values():
         if m.base is None:
             continue
         base = cat.models[m.base]
-        if m.kind == "bow" and base.level != "word":  # bow over a word model
-            raise CatalogError(f"{cat.path}: model {m.id!r}: bow needs a word-level base, {m.base!r} is {base.level}")
-        if m.kind != "bow" and base.level != m.level:
+        over = model_kind(m.kind).base_levels if m.kind is not None else ()  # a kind built over its base (bow)
+        if over and base.level not in over:
+            raise CatalogError(
+                f"{cat.path}: model {m.id!r}: {m.kind} needs a {'- or '.join(over)}-level base, {m.base!r} is "
+                f"{base.level}"
+            )
+        if not over and base.level != m.level:
             raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
         if m.postprocess is not None and m.level == "sentence":
             fit_on = m.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
