@@ -298,7 +298,8 @@ class ModelKind:
       ``ctx.base``, and it is post-processed in its own entry.
     - ``pickle``: a model of the kind may hold a pickle: ``allow_pickle: true`` admits it.
     - ``unsupported``: what this project lacks to run the kind (None: it runs).
-    - ``fields``: the ModelSpec fields the kind reads beyond the generic ones (docs; ``dim`` is refused elsewhere).
+    - ``fields``: the ModelSpec fields the kind reads beyond the generic ones (docs; a spec may set ``dim`` only for
+      a kind that lists it).
     """
 
     name: str
