@@ -60,29 +60,32 @@ def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, p
     return _h("unit", spec_hash, checksum, scorer, version, params)
 
 
-# Relative cost of embedding a model's texts, per encoder kind, in units of one EvalRank sentence-pool rank pass
-# (cos + l2 over ~7k pairs x 25k background: ~9 s on one of 2 CPU cores), measured on the local zoo's nightly run:
-# MiniLM in torch or ONNX ~90 s for 25k sentences, spaCy's CNN ~20 s, the static model ~2 s, a bag of words or a
-# word-vector lookup under 1 s. Only the order and the ETA depend on it: largest-first assignment keeps a big model
-# from starting last and becoming the straggler the whole run waits for.
-KIND_COST = {
-    "transformers": 10.0,
-    "sentence-transformers": 10.0,
-    "onnx": 10.0,
-    "spacy-tok2vec": 2.0,
-    "static": 0.25,
-    "spacy": 0.1,
-    "bow": 0.05,
-    "word-vectors": 0.02,
-}
+# The relative cost of embedding a model's texts is its kind's (ModelKind.cost, declared in the kind's module), in
+# units of one EvalRank sentence-pool rank pass (cos + l2 over ~7k pairs x 25k background: ~9 s on one of 2 CPU
+# cores), measured on the local zoo's nightly run: MiniLM in torch or ONNX ~90 s for 25k sentences, spaCy's CNN
+# ~20 s, the static model ~2 s, a bag of words or a word-vector lookup under 1 s. Only the order and the ETA depend
+# on it: largest-first assignment keeps a big model from starting last and becoming the straggler the whole run
+# waits for.
+UNKNOWN_KIND_COST = 5.0  # a kind no registry entry declares a cost for (one that does not load)
 SCORE_COST = {("evalrank", "sentence"): 1.0, ("evalrank", "word"): 0.5}  # others: cheap correlations
 POSTPROCESS_COST = 0.15  # fitting ABTT / PC removal / whitening on a base's stored embeddings
+
+
+def kind_cost(kind: str | None) -> float:
+    """The declared embedding cost of a model kind (``ModelKind.cost``); :data:`UNKNOWN_KIND_COST` for a kind that
+    is not registered or does not load (it fails at load; the plan still orders it)."""
+    from evalfarm.plugins import RegistryError, model_kind
+
+    try:
+        return model_kind(kind).cost if kind is not None else UNKNOWN_KIND_COST
+    except RegistryError:
+        return UNKNOWN_KIND_COST
 
 
 def estimate_cost(kind: str, level: str, units: list[Unit], postprocessed: bool = False) -> float:
     """Relative cost of a model's units: embedding its texts (by kind) + scoring. A post-processed sentence model
     reuses its base's stored embeddings (the scheduler runs the base first), so it costs the fit, not the encoder."""
-    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else KIND_COST.get(kind, 5.0)
+    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
     return embed + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
 
 
@@ -196,7 +199,7 @@ def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, 
         leader.siblings = list(rest)
         for sib in rest:
             waits[sib.model] = leader.model
-            sib.cost = max(0.05, sib.cost - KIND_COST["transformers"])  # its encoder pass is the leader's
+            sib.cost = max(0.05, sib.cost - kind_cost("transformers"))  # its encoder pass is the leader's
     return waits
 
 

@@ -34,6 +34,7 @@ import functools
 import importlib
 import importlib.metadata
 import pkgutil
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -111,8 +112,11 @@ class Registry(Generic[T]):
                 raise RegistryError(f"a lazy {self.axis} {obj!r} needs a name")
             self._put(name, _Lazy(obj, lambda: _import_ref(obj), origin or obj), origin or obj)
             return obj
-        stored = self._checked(obj, origin or _origin_of(obj))
-        self._put(name or self._name_of(stored), stored, origin or _origin_of(obj))
+        if origin is None:  # an instance (a ModelKind) comes from the module that registers it
+            caller = sys._getframe(1).f_globals.get("__name__", "?")
+            origin = _origin_of(obj) if isinstance(obj, type) else str(caller)
+        stored = self._checked(obj, origin)
+        self._put(name or self._name_of(stored), stored, origin)
         return obj
 
     def _checked(self, obj: Any, origin: str) -> T:
@@ -238,38 +242,64 @@ def _same(a: Any, b: Any) -> bool:
 
 # -- the model-kind axis ------------------------------------------------------------------------------------------
 Loader = Callable[["ModelSpec", "LoadContext"], tuple[Any, dict[str, Any]]]
-"""Load a model of the kind that has its own ``source``: returns the encoder and its provenance."""
+"""Load a model of the kind (``ModelKind.load``): returns the encoder and its provenance."""
 
 
 @dataclass(frozen=True)
 class LoadContext:
-    """What a kind's loader gets besides the spec: where the source is (a local path, or a hub id) and how to
-    resolve another source (an ONNX model's tokenizer)."""
+    """What a kind's loader gets besides the spec.
 
-    location: Any  # pathlib.Path of a local file / folder, or str: a hub id
-    base_dir: Any  # the catalog's folder (relative ``path`` sources resolve against it)
-    resolve: Callable[[Any], Any]  # Source -> location, as for ``location``
+    - ``location``: where the spec's ``source`` is — a ``pathlib.Path`` of a local file or folder, or a ``str``: a
+      hub id — for a kind that loads a source (``needs_source``); None for one that does not.
+    - ``base_dir``: the catalog's folder (relative ``path`` sources resolve against it).
+    - ``resolve``: ``Source -> location``, as for ``location`` (another source a model names: an ONNX model's
+      tokenizer).
+    - ``base``: the loaded base encoder, for a kind built over a base model (``ModelKind.base_levels``: bow).
+    - ``libraries``: distributions the model uses besides the kind's declared ``libraries`` (a loader adds them with
+      :meth:`uses`; their versions go into the model's provenance with the declared ones).
+    """
+
+    location: Any = None
+    base_dir: Any = None
+    resolve: Callable[[Any], Any] | None = None
+    base: Any = None
+    libraries: list[str] = field(default_factory=list)
 
     @property
     def is_hub(self) -> bool:
+        """The source is a hub id (downloaded by its library), not a local file or folder."""
         return isinstance(self.location, str)
+
+    def uses(self, *names: str) -> None:
+        """Record distributions this model needs beyond its kind's ``libraries`` (their versions are provenance)."""
+        self.libraries.extend(names)
 
 
 @dataclass(frozen=True)
 class ModelKind:
     """A model family (``kind:`` in a catalog): how a spec of it is checked, loaded and scheduled.
 
-    - ``load``: the loader of a model with its own source (None: the kind is catalogued but cannot run yet;
-      ``unsupported`` says what is missing, and loading raises ``NotSupportedYet``).
-    - ``check``: the kind's own spec rules, run when a catalog is validated (raise ``ValueError``).
+    - ``load``: ``load(spec, ctx) -> (encoder, provenance)`` (None: the kind is catalogued but cannot run yet;
+      ``unsupported`` says what is missing, and loading raises ``NotSupportedYet`` before any source is resolved).
+      The generic loader adds the source's identity, the libraries' versions, post-processing and lineage.
+    - ``check``: the kind's own spec rules, run when a catalog is validated (raise ``ValueError``); the generic rules
+      (level in ``levels``, ``source`` / ``base`` / ``postprocess`` / ``allow_pickle``) read the attributes below.
     - ``levels``: the levels a model of the kind may have.
     - ``libraries``: the distributions whose versions a model's provenance records.
     - ``cost``: the relative cost of embedding a task's texts (units of one EvalRank sentence-pool rank pass:
       order and ETA only; a big model must not start last).
-    - ``gpu``: the kind runs faster on a GPU, so its embed jobs wait for GPU workers when a run has them.
+    - ``gpu``: the kind runs faster on a GPU, so its embed jobs wait for GPU workers when a run has them (and an
+      autoscaled cluster asks for GPU workers for them).
     - ``small``: loads in seconds in little memory; a run of only small models needs no big workers.
-    - ``needs_source``: a model of the kind without a ``base`` must have a ``source``.
+    - ``needs_source``: a model of the kind without a ``base`` must have a ``source`` (the loader resolves it into
+      ``ctx.location``).
+    - ``base_levels``: a model of the kind is built over a base model of one of these levels (bow over word
+      vectors): it names a ``base`` instead of a ``source``, the loader loads the base and passes it as
+      ``ctx.base``, and it is post-processed in its own entry.
     - ``pickle``: a model of the kind may hold a pickle: ``allow_pickle: true`` admits it.
+    - ``unsupported``: what this project lacks to run the kind (None: it runs).
+    - ``fields``: the ModelSpec fields the kind reads beyond the generic ones (docs; a spec may set ``dim`` only for
+      a kind that lists it).
     """
 
     name: str
@@ -282,9 +312,10 @@ class ModelKind:
     gpu: bool = False
     small: bool = False
     needs_source: bool = True
+    base_levels: tuple[Level, ...] = ()
     pickle: bool = False
     unsupported: str | None = None
-    fields: tuple[str, ...] = field(default=())  # the ModelSpec fields the kind reads (docs; checks)
+    fields: tuple[str, ...] = field(default=())
 
 
 def _model_kind(obj: Any) -> ModelKind:

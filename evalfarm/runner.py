@@ -441,10 +441,10 @@ def _executor(
             record_failures=False, encoders=encoders,
         )  # fmt: skip
         return LocalExecutor(ctx)
-    from evalfarm.scheduler.ray_executor import SMALL_KINDS, RayExecutor
+    from evalfarm.scheduler.ray_executor import RayExecutor, small_kind
 
     kinds = {p.model: cat.kind(p.model) for p in pending}
-    small = all(k in SMALL_KINDS for k in kinds.values())
+    small = all(small_kind(k) for k in kinds.values())
     return RayExecutor(
         catalog=cat,
         warehouse=wh.uri,

@@ -244,25 +244,23 @@ def warn_pools_key(where: object) -> None:
 
 
 def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskSpec:
-    from evalfarm.plugins import task_kinds, task_spec_adapter
+    from evalfarm.plugins import RegistryError, task_kinds
 
     kinds = task_kinds.names()
+    ident = entry.get("id")
+    where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
     if entry.get("kind") not in kinds:
-        ident = entry.get("id")
-        where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
         raise CatalogError(f"{path}: {where}: unknown task kind {entry.get('kind')!r} (known: {', '.join(kinds)})")
+    try:  # only this entry's kind is loaded: a plug-in that does not load fails the catalogs that name it
+        spec_model = task_kinds.get(entry["kind"]).task_spec
+    except RegistryError as exc:
+        raise CatalogError(f"{path}: {where}: {exc}") from None
     try:
-        return task_spec_adapter().validate_python(entry)
+        return spec_model.model_validate(entry)
     except ValidationError as exc:
-        ident = entry.get("id") if isinstance(entry, dict) else None
-        where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
-        msgs = []
-        kind = entry.get("kind") if isinstance(entry, dict) else None
-        for err in exc.errors():
-            loc = list(err["loc"])
-            if loc and loc[0] == kind:  # the union's tag
-                loc = loc[1:]
-            msgs.append(f"{path}: {where}: {'.'.join(str(x) for x in loc) or 'kind'}: {err['msg']}")
+        msgs = [
+            f"{path}: {where}: {'.'.join(str(x) for x in err['loc']) or 'kind'}: {err['msg']}" for err in exc.errors()
+        ]
         raise CatalogError("\n".join(msgs)) from None
 
 
@@ -315,13 +313,19 @@ def _check_references(cat: Catalog) -> None:
             raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
     for m in cat.models.values():  # a cycle is an error naming it (lineage walks bases)
         cat.lineage(m.id)
+    from evalfarm.plugins import model_kind
+
     for m in cat.models.values():
         if m.base is None:
             continue
         base = cat.models[m.base]
-        if m.kind == "bow" and base.level != "word":  # bow over a word model
-            raise CatalogError(f"{cat.path}: model {m.id!r}: bow needs a word-level base, {m.base!r} is {base.level}")
-        if m.kind != "bow" and base.level != m.level:
+        over = model_kind(m.kind).base_levels if m.kind is not None else ()  # a kind built over its base (bow)
+        if over and base.level not in over:
+            raise CatalogError(
+                f"{cat.path}: model {m.id!r}: {m.kind} needs a {'- or '.join(over)}-level base, {m.base!r} is "
+                f"{base.level}"
+            )
+        if not over and base.level != m.level:
             raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
         if m.postprocess is not None and m.level == "sentence":
             fit_on = m.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK

@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from typing import Annotated, Any, Literal
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+if TYPE_CHECKING:
+    from evalfarm.plugins import ModelKind
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 """Ids become warehouse path segments, so they may not contain '/', '=' or spaces."""
@@ -59,12 +63,6 @@ class Source(_Strict):
 
 Pooling = Literal["cls", "mean", "max", "first-last-avg"]
 
-UNSUPPORTED_KINDS: dict[str, str] = {
-    "infersent": "the InferSent BiLSTM-max encoder (facebookresearch/InferSent models.py) and its word-vector file",
-    "bert-flow": "the BERT-flow normalizing flow (Li et al. 2020), which must be trained on the target sentences",
-}
-"""Model families a catalog may name (the paper evaluates them) but this project cannot run yet: what is missing."""
-
 
 class PostProcess(_Strict):
     """A transform fitted on the base model's own embeddings, deriving a new model.
@@ -100,9 +98,6 @@ DEFAULT_SENTENCE_FIT_TASK = "evalrank-sentence"
 WordFormat = Literal["word2vec-text", "word2vec-binary", "glove-text", "gensim-kv", "numpy-vocab", "spacy"]
 PICKLE_FORMATS = ("gensim-kv",)
 """Word formats whose loader unpickles the file: a spec must opt in with ``allow_pickle: true``."""
-PICKLE_KINDS = ("spacy-tok2vec",)
-"""Kinds that may hold a pickle (a spaCy pipeline whose tok2vec wraps a PyTorch model: ``torch.load``): refused at
-load unless the spec says ``allow_pickle: true`` (evalfarm.encoders.spacy_tok2vec)."""
 
 
 class ModelSpec(_Strict):
@@ -110,25 +105,12 @@ class ModelSpec(_Strict):
 
     id: Annotated[str, Field(pattern=ID_PATTERN)]
     level: Level
-    kind: (
-        Literal[
-            "word-vectors",
-            "bow",
-            "transformers",
-            "sentence-transformers",
-            "onnx",
-            "static",
-            "spacy-tok2vec",
-            "infersent",
-            "bert-flow",
-            "python",
-        ]
-        | None
-    ) = Field(
+    kind: str | None = Field(
         default=None,
-        description="model family; derived (postprocess) models inherit their base's; `python`: an in-memory "
-        "encoder object handed to evalfarm.evaluate(); "
-        f"{', '.join(UNSUPPORTED_KINDS)} are catalogued but raise NotSupportedYet when loaded",
+        description="model family, one of the registered model kinds (evalfarm.plugins.model_kinds: evalfarm's "
+        "encoders and installed plug-ins); derived (postprocess) models inherit their base's; `python`: an "
+        "in-memory encoder object handed to evalfarm.evaluate(); unsupported kinds (infersent, bert-flow) are "
+        "catalogued but raise NotSupportedYet when loaded",
     )
     source: Source | None = None
     base: str | None = Field(default=None, description="id of the model this one derives from")
@@ -167,33 +149,64 @@ class ModelSpec(_Strict):
         "(part of the spec hash when set: a different corpus is a different model)",
     )
 
+    @field_validator("kind")
+    @classmethod
+    def _known_kind(cls, v: str | None) -> str | None:
+        if v is not None:
+            _kind(v)  # an unknown kind, or a plug-in that does not load: a ValueError naming it
+        return v
+
     @model_validator(mode="after")
     def _check(self) -> ModelSpec:
+        """The generic rules, read from the kind's declared attributes, then the kind's own ``check``."""
         if self.base is None and self.kind is None:
             raise ValueError(f"model {self.id!r}: 'kind' is required for a model without a 'base'")
-        if self.postprocess is not None:
-            if self.base is None:
-                raise ValueError(f"model {self.id!r}: 'postprocess' derives a model from a 'base'; none given")
-            if self.kind == "bow":
-                raise ValueError(f"model {self.id!r}: post-process a bow model in its own entry (base: the bow id)")
-        needs_source = self.kind not in ("bow", "python") and self.base is None
-        if needs_source and self.source is None:
-            raise ValueError(f"model {self.id!r}: kind {self.kind!r} needs a 'source' (or a 'base')")
-        if self.kind == "bow":
-            if self.level != "sentence":
-                raise ValueError(f"model {self.id!r}: a bow model is sentence-level")
-            if self.base is None:
-                raise ValueError(f"model {self.id!r}: a bow model needs 'base' (a word-vectors model id)")
-        if self.kind == "word-vectors":
-            if self.level != "word":
-                raise ValueError(f"model {self.id!r}: word-vectors models are word-level")
-            if self.base is None and self.format is None:
-                raise ValueError(f"model {self.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
-        if self.dim is not None and (self.kind != "word-vectors" or self.base is not None):
+        kind = _kind(self.kind) if self.kind is not None else None
+        self._check_derivation(kind)
+        self._check_kind_rules(kind)
+        self._check_pickle(kind)
+        if self.base is not None and not (kind is not None and kind.base_levels) and self.postprocess is None:
+            derived = " or ".join(repr(k) for k in _kinds_where(lambda k: bool(k.base_levels)))
             raise ValueError(
-                f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind word-vectors with a "
+                f"model {self.id!r}: a model with a 'base' is either kind {derived} or has a 'postprocess'"
+            )
+        return self
+
+    def _check_derivation(self, kind: ModelKind | None) -> None:
+        """``postprocess`` needs a base; a kind built over a base is post-processed in its own entry."""
+        if self.postprocess is None:
+            return
+        if self.base is None:
+            raise ValueError(f"model {self.id!r}: 'postprocess' derives a model from a 'base'; none given")
+        if kind is not None and kind.base_levels:
+            raise ValueError(
+                f"model {self.id!r}: post-process a {kind.name} model in its own entry (base: the {kind.name} id)"
+            )
+
+    def _check_kind_rules(self, kind: ModelKind | None) -> None:
+        """What the kind declares (``needs_source``, ``fields``, ``levels``, ``base_levels``), then its ``check``."""
+        if kind is not None and kind.needs_source and self.base is None and self.source is None:
+            raise ValueError(f"model {self.id!r}: kind {self.kind!r} needs a 'source' (or a 'base')")
+        if self.dim is not None and (self.base is not None or kind is None or "dim" not in kind.fields):
+            readers = " or ".join(_kinds_where(lambda k: "dim" in k.fields))
+            raise ValueError(
+                f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind {readers} with a "
                 "'source'); other models' dimension comes from the model: drop it"
             )
+        if kind is None:
+            return
+        if self.level not in kind.levels:
+            raise ValueError(f"model {self.id!r}: a {kind.name} model is {'- or '.join(kind.levels)}-level")
+        if kind.base_levels and self.base is None:
+            raise ValueError(
+                f"model {self.id!r}: a {kind.name} model needs 'base' (a {'- or '.join(kind.base_levels)}-level "
+                "model id)"
+            )
+        if kind.check is not None:
+            kind.check(self)
+
+    def _check_pickle(self, kind: ModelKind | None) -> None:
+        """A file that unpickles loads only with ``allow_pickle: true``, which nothing else may say."""
         if self.format in PICKLE_FORMATS and not self.allow_pickle:
             raise ValueError(
                 f"model {self.id!r}: format {self.format!r} is a Python pickle, and loading it runs any code the "
@@ -201,24 +214,41 @@ class ModelSpec(_Strict):
                 ".save_word2vec_format(out, binary=True); or numpy-vocab), or, only for a file you trust, set "
                 "'allow_pickle: true'"
             )
-        if self.allow_pickle and self.format not in PICKLE_FORMATS and self.kind not in PICKLE_KINDS:
+        if self.allow_pickle and self.format not in PICKLE_FORMATS and not (kind is not None and kind.pickle):
             raise ValueError(
                 f"model {self.id!r}: 'allow_pickle' only applies to format {', '.join(PICKLE_FORMATS)} and kind "
-                f"{', '.join(PICKLE_KINDS)}; format {self.format!r} never unpickles: drop it"
+                f"{', '.join(_kinds_where(lambda k: k.pickle))}; format {self.format!r} never unpickles: drop it"
             )
-        if self.kind == "transformers" and self.pooling is None and self.base is None:
-            raise ValueError(f"model {self.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")
-        if self.base is not None and self.kind != "bow" and self.postprocess is None:
-            raise ValueError(f"model {self.id!r}: a model with a 'base' is either kind 'bow' or has a 'postprocess'")
-        return self
+
+
+def _kind(name: str) -> ModelKind:
+    from evalfarm.plugins import model_kinds
+
+    return model_kinds.get(name)
+
+
+def _kinds_where(pred: Callable[[ModelKind], bool]) -> list[str]:
+    """The registered model kinds with a declared property (for messages that list them; a plug-in that does not
+    load is left out here: it fails the catalogs that name it)."""
+    from evalfarm.plugins import RegistryError, model_kinds
+
+    out = []
+    for name in model_kinds.names():
+        try:
+            if pred(model_kinds.get(name)):
+                out.append(name)
+        except RegistryError:
+            continue
+    return out
 
 
 class TaskSpec(_Strict):
     """An evaluation task: versioned data files with checksums, a licence and a public source.
 
     One subclass per task ``kind`` (``kind: Literal[...]``), declared in its scorer's module with the fields that
-    fix the scorer's parameters; catalogs validate task entries as a discriminated union of the registered kinds
-    (:func:`evalfarm.plugins.task_spec_adapter`). ``files`` roles resolve under ``EVALFARM_DATA`` or download from
+    fix the scorer's parameters; a catalog validates each task entry against its kind's subclass (only the kinds it
+    names are loaded; :func:`evalfarm.plugins.task_spec_adapter` is the union of them all). ``files`` roles resolve
+    under ``EVALFARM_DATA`` or download from
     ``urls`` into the cache, checked against ``sha256``.
     """
 

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
-import scipy.sparse as sp
 
-from evalfarm.encoders.protocol import WordEncoder
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.protocol import ModelLoadError, WordEncoder
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 TOKEN_RE = re.compile(r"\w+|[^\w\s]")
 
@@ -57,6 +58,8 @@ class BagOfWords:
         return out
 
     def _encode_chunk(self, texts: Sequence[str]) -> tuple[np.ndarray, tuple[int, int, int]]:
+        import scipy.sparse as sp  # here: validating a catalog imports this module, and scipy costs ~0.2 s
+
         toks = [tokenize(t, self.lowercase) for t in texts]
         lengths = np.fromiter((len(t) for t in toks), dtype=np.int64, count=len(toks))
         flat = [w for t in toks for w in t]
@@ -77,3 +80,28 @@ class BagOfWords:
         avg = sp.csr_matrix((weights, (sent, cols)), shape=(len(toks), ncols), dtype=np.float32)
         block = np.asarray(avg @ dense, dtype=np.float32)
         return block, (len(flat), int(known.sum()), int((counts == 0).sum()))
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[BagOfWords, dict[str, Any]]:
+    """The mean of the loaded base's word vectors (``ctx.base``, a word model that looks words up)."""
+    base = ctx.base
+    if not hasattr(base, "lookup"):
+        raise ModelLoadError(f"model {spec.id!r}: bow needs a word-vectors base; {spec.base!r} is not one")
+    lowercase = spec.lowercase or bool(getattr(base, "lowercase", False))
+    return BagOfWords(base, lowercase=lowercase), {"lowercase": lowercase, "tokenizer": TOKEN_RE.pattern}
+
+
+KIND = ModelKind(
+    name="bow",
+    description="Bag of words: the mean of a sentence's in-vocabulary word vectors, over a word model ('base').",
+    levels=("sentence",),
+    load=load_model,
+    libraries=("numpy", "scipy"),
+    cost=0.05,
+    small=True,
+    needs_source=False,
+    base_levels=("word",),
+    fields=("base", "lowercase"),
+)
+model_kinds.register(KIND)

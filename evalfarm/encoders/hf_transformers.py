@@ -17,11 +17,13 @@ uses it for a catalog's pooling siblings, ``evalfarm.plan.share_forward_passes``
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 Pooling = Literal["cls", "mean", "max", "first-last-avg"]
 
@@ -119,3 +121,40 @@ class HFTransformersEncoder:
         if pooling == "max":
             return states.masked_fill(m == 0, torch.finfo(torch.float32).min).max(dim=1).values
         return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def check_spec(spec: ModelSpec) -> None:
+    """A transformers model chooses its pooling (a derived one may inherit its base's)."""
+    if spec.pooling is None and spec.base is None:
+        raise ValueError(f"model {spec.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")
+
+
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder, dict[str, Any]]:
+    """A checkpoint folder or hub id through ``AutoModel``, pooled as the spec says."""
+    assert spec.pooling is not None
+    enc = HFTransformersEncoder(
+        str(ctx.location),
+        pooling=spec.pooling,
+        revision=spec.revision if ctx.is_hub else None,
+        max_length=spec.max_length,
+        batch_size=spec.batch_size,
+        dtype=spec.dtype,
+        trust_remote_code=spec.trust_remote_code,
+    )
+    return enc, {"pooling": spec.pooling, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
+
+
+KIND = ModelKind(
+    name="transformers",
+    description="A Hugging Face transformers checkpoint (AutoModel + AutoTokenizer) with an explicit pooling "
+    "(cls, mean, max, first-last-avg).",
+    levels=("sentence",),
+    load=load_model,
+    check=check_spec,
+    libraries=("torch", "transformers", "tokenizers"),
+    cost=10.0,
+    gpu=True,
+    fields=("source", "revision", "pooling", "max_length", "batch_size", "dtype", "trust_remote_code"),
+)
+model_kinds.register(KIND)

@@ -1,8 +1,11 @@
 """Turn a model's spec lineage into a loaded :class:`~evalfarm.encoders.protocol.Encoder`.
 
-``chain`` is the model's spec followed by its bases, nearest first (``Catalog.lineage(id)``). Derivations:
+Each model kind loads its own models (``evalfarm.plugins.model_kinds``: ``ModelKind.load``, in the kind's module);
+this module holds only what is common to all of them. ``chain`` is the model's spec followed by its bases, nearest
+first (``Catalog.lineage(id)``). Derivations:
 
-- ``kind: bow`` over a word model: :class:`~evalfarm.encoders.bow.BagOfWords` of the loaded base.
+- a kind built over a base model (``ModelKind.base_levels``; ``kind: bow`` over a word model,
+  :class:`~evalfarm.encoders.bow.BagOfWords`): the base is loaded and handed to the kind's loader.
 - ``base`` + ``postprocess``, word level: :class:`~evalfarm.encoders.postprocess.PostProcessedWordVectors`,
   fitted once on the base's whole vocabulary matrix.
 - ``base`` + ``postprocess``, sentence level: :class:`SentencePostProcessed`; the transform is fitted on the
@@ -24,22 +27,14 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalfarm.catalog.specs import UNSUPPORTED_KINDS, ModelSpec, PostProcess
+from evalfarm.catalog.specs import ModelSpec, PostProcess
 from evalfarm.encoders.postprocess import FittedTransform, PostProcessedWordVectors, fit_postprocess
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet
 from evalfarm.encoders.sources import resolve_source, source_provenance
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 __all__ = ["SentencePostProcessed", "library_versions", "load_encoder"]
 
-_LIBS: dict[str, tuple[str, ...]] = {
-    "word-vectors": ("numpy", "gensim"),
-    "bow": ("numpy", "scipy"),
-    "transformers": ("torch", "transformers", "tokenizers"),
-    "sentence-transformers": ("torch", "transformers", "sentence-transformers"),
-    "onnx": ("onnxruntime", "tokenizers"),
-    "static": ("tokenlearn-static-model",),
-    "spacy-tok2vec": ("spacy",),
-}
 _OVERRIDABLE = (
     "pooling",
     "batch_size",
@@ -145,20 +140,12 @@ def load_encoder(chain: Sequence[ModelSpec], *, base_dir: Path | None = None) ->
 
 def _load(chain: list[ModelSpec], base_dir: Path | None) -> tuple[Any, dict[str, Any]]:
     spec = chain[0]
-    if spec.kind == "bow" and chain[1].level == "word":
-        from evalfarm.encoders.bow import BagOfWords
-
+    kind = model_kinds.get(spec.kind) if spec.kind is not None else None
+    if kind is not None and kind.base_levels and spec.base is not None and chain[1].level in kind.base_levels:
         base = load_encoder(chain[1:], base_dir=base_dir)
-        if not hasattr(base, "lookup"):
-            raise ModelLoadError(f"model {spec.id!r}: bow needs a word-vectors base; {chain[1].id!r} is not one")
-        lowercase = spec.lowercase or bool(getattr(base, "lowercase", False))
-        enc: Any = BagOfWords(base, lowercase=lowercase)
-        prov: dict[str, Any] = {
-            "libraries": library_versions(*_LIBS["bow"]),
-            "lowercase": lowercase,
-            "tokenizer": r"\w+|[^\w\s]",
-            "base": getattr(base, "provenance", {}),
-        }
+        ctx = _context(base_dir, base=base)
+        enc, own = _call(kind, spec, ctx)
+        prov: dict[str, Any] = {"libraries": _libraries(kind, ctx), **own, "base": getattr(base, "provenance", {})}
         return enc, prov
     if spec.base is not None and spec.source is None:
         if spec.postprocess is None:
@@ -166,11 +153,51 @@ def _load(chain: list[ModelSpec], base_dir: Path | None) -> tuple[Any, dict[str,
         base = load_encoder([_overlay(chain[1], spec), *chain[2:]], base_dir=base_dir)
         prov = {"postprocess": spec.postprocess.model_dump(), "base": getattr(base, "provenance", {})}
         return _wrap_postprocess(spec, base), prov
-    enc, prov = _load_leaf(spec, base_dir)
+    if kind is None:  # a derived spec with its own source names no kind to load it with
+        raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
+    enc, prov = _load_own(kind, spec, base_dir)
     if spec.postprocess is not None:
         enc = _wrap_postprocess(spec, enc)
         prov["postprocess"] = spec.postprocess.model_dump()
     return enc, prov
+
+
+def _load_own(kind: ModelKind, spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, Any]]:
+    """Load a model that is not derived from another: the kind's loader, given its resolved source."""
+    if kind.unsupported is not None:  # before resolving the source: nothing is downloaded for nothing
+        raise NotSupportedYet(
+            f"model {spec.id!r}: kind {spec.kind!r} is not supported yet: this project lacks "
+            f"{kind.unsupported}. The catalog lists it so results stay comparable with the paper; "
+            "leave it out of runs (--models) until an encoder for it exists"
+        )
+    prov: dict[str, Any] = {}
+    ctx = _context(base_dir)
+    if kind.needs_source:
+        if spec.source is None:
+            raise ModelLoadError(f"model {spec.id!r}: no 'source' to load")
+        prov["source"] = source_provenance(spec.source, revision=spec.revision)
+        ctx = _context(base_dir, location=resolve_source(spec.source, base_dir=base_dir))
+    enc, own = _call(kind, spec, ctx)
+    prov.update(own)
+    prov["libraries"] = _libraries(kind, ctx)
+    return enc, prov
+
+
+def _context(base_dir: Path | None, *, location: Any = None, base: Any = None) -> LoadContext:
+    return LoadContext(
+        location=location, base_dir=base_dir, resolve=lambda src: resolve_source(src, base_dir=base_dir), base=base
+    )
+
+
+def _call(kind: ModelKind, spec: ModelSpec, ctx: LoadContext) -> tuple[Any, dict[str, Any]]:
+    if kind.load is None:  # a registered kind has a loader or says why not (ModelKind.unsupported)
+        raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
+    enc, prov = kind.load(spec, ctx)
+    return enc, dict(prov)
+
+
+def _libraries(kind: ModelKind, ctx: LoadContext) -> dict[str, str | None]:
+    return library_versions(*dict.fromkeys([*kind.libraries, *ctx.libraries]))
 
 
 def _kind(chain: Sequence[ModelSpec]) -> str | None:
@@ -203,133 +230,13 @@ def _overlay(base: ModelSpec, derived: ModelSpec) -> ModelSpec:
     if not update:
         return base
     merged = base.model_copy(update=update)
-    if merged.kind == "transformers" and merged.pooling is None:
-        raise ModelLoadError(f"model {derived.id!r}: kind transformers needs 'pooling'")
+    kind = model_kinds.get(merged.kind) if merged.kind is not None else None
+    if kind is not None and kind.check is not None:  # the merged loading fields obey the kind's rules
+        try:
+            kind.check(merged.model_copy(update={"id": derived.id}))
+        except ValueError as exc:
+            raise ModelLoadError(str(exc)) from None
     return merged
-
-
-def _load_leaf(spec: ModelSpec, base_dir: Path | None) -> tuple[Any, dict[str, Any]]:
-    """Load a model that has its own source; returns the encoder and its provenance."""
-    if spec.kind in UNSUPPORTED_KINDS:  # before resolving the source: nothing is downloaded for nothing
-        raise NotSupportedYet(
-            f"model {spec.id!r}: kind {spec.kind!r} is not supported yet: this project lacks "
-            f"{UNSUPPORTED_KINDS[spec.kind]}. The catalog lists it so results stay comparable with the paper; "
-            "leave it out of runs (--models) until an encoder for it exists"
-        )
-    if spec.kind == "python":
-        raise ModelLoadError(
-            f"model {spec.id!r}: kind 'python' is an in-memory encoder object: evaluate it with "
-            "evalfarm.evaluate(encoder, name=...) in the process that holds it"
-        )
-    if spec.source is None:
-        raise ModelLoadError(f"model {spec.id!r}: no 'source' to load")
-    libs = list(_LIBS.get(spec.kind, ()))
-    prov: dict[str, Any] = {"source": source_provenance(spec.source, revision=spec.revision)}
-    loc = resolve_source(spec.source, base_dir=base_dir)
-    is_hub = isinstance(loc, str)
-    revision = spec.revision if is_hub else None
-
-    if spec.kind == "word-vectors":
-        from evalfarm.encoders.word_vectors import WordVectors
-
-        if is_hub:
-            raise NotSupportedYet(
-                f"model {spec.id!r}: word vectors from the Hugging Face hub are not supported "
-                "yet; download the file and use a path/url source"
-            )
-        assert spec.format is not None
-        if spec.format == "spacy":
-            libs.append("spacy")
-        enc: Any = WordVectors.load(
-            Path(loc),
-            spec.format,
-            vocab=spec.vocab,
-            lowercase=spec.lowercase,
-            dim=spec.dim,
-            allow_pickle=spec.allow_pickle,
-        )
-        prov.update(
-            format=spec.format, lowercase=spec.lowercase, vocab_size=enc.vocab_size(), rows=int(enc.vectors.shape[0])
-        )
-    elif spec.kind == "transformers":
-        from evalfarm.encoders.hf_transformers import HFTransformersEncoder
-
-        assert spec.pooling is not None
-        enc = HFTransformersEncoder(
-            str(loc),
-            pooling=spec.pooling,
-            revision=revision,
-            max_length=spec.max_length,
-            batch_size=spec.batch_size,
-            dtype=spec.dtype,
-            trust_remote_code=spec.trust_remote_code,
-        )
-        prov.update(pooling=spec.pooling, device=enc.device, dtype=enc.dtype, max_length=spec.max_length)
-    elif spec.kind == "sentence-transformers":
-        from evalfarm.encoders.sentence_transformers import SentenceTransformerEncoder
-
-        if spec.pooling is not None:
-            raise ModelLoadError(
-                f"model {spec.id!r}: sentence-transformers models pool by their own config; "
-                "use kind 'transformers' to choose a pooling"
-            )
-        enc = SentenceTransformerEncoder(
-            str(loc),
-            revision=revision,
-            max_length=spec.max_length,
-            batch_size=spec.batch_size,
-            dtype=spec.dtype,
-            trust_remote_code=spec.trust_remote_code,
-        )
-        prov.update(device=enc.device, dtype=enc.dtype, max_length=spec.max_length, normalized_by_model=enc.normalized)
-    elif spec.kind == "onnx":
-        from evalfarm.encoders.onnx import OnnxEncoder
-
-        if is_hub:
-            raise NotSupportedYet(
-                f"model {spec.id!r}: ONNX graphs from the hub are not supported yet; use a path/package/url source"
-            )
-        model_path = _single_onnx(Path(loc))
-        tok_path = None
-        if spec.tokenizer is not None:
-            tok_loc = resolve_source(spec.tokenizer, base_dir=base_dir)
-            if isinstance(tok_loc, str):
-                raise NotSupportedYet(f"model {spec.id!r}: hub tokenizers for ONNX models are not supported yet")
-            tok_path = tok_loc
-            prov["tokenizer"] = source_provenance(spec.tokenizer)
-        enc = OnnxEncoder(
-            model_path, tok_path, output=spec.onnx_output, max_length=spec.max_length, batch_size=spec.batch_size
-        )
-        prov.update(providers=enc.providers, output=enc.output_name, max_length=spec.max_length)
-    elif spec.kind == "static":
-        from evalfarm.encoders.static import StaticModelEncoder
-
-        enc = StaticModelEncoder(batch_size=spec.batch_size)
-    elif spec.kind == "spacy-tok2vec":
-        from evalfarm.encoders.spacy_tok2vec import SpacyTok2Vec
-
-        if is_hub:
-            raise NotSupportedYet(f"model {spec.id!r}: spaCy pipelines from the hub are not supported yet")
-        target: str | Path = Path(loc)
-        if spec.source.type == "package" and not spec.source.path:  # an installed spaCy pipeline package
-            target = spec.source.ref.replace("-", "_")
-        enc = SpacyTok2Vec(target, batch_size=spec.batch_size, allow_pickle=spec.allow_pickle)
-    else:
-        raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
-    prov["libraries"] = library_versions(*dict.fromkeys(libs))
-    return enc, prov
-
-
-def _single_onnx(path: Path) -> Path:
-    if path.is_file():
-        return path
-    found = sorted(path.glob("*.onnx"))
-    if len(found) != 1:
-        raise ModelLoadError(
-            f"{path}: expected one .onnx file in the folder, found {[p.name for p in found]}; "
-            "point the source path at the graph"
-        )
-    return found[0]
 
 
 def _hint(spec: ModelSpec, exc: BaseException) -> str:

@@ -19,9 +19,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -144,3 +148,55 @@ class OnnxEncoder:
         if out is None:
             return np.zeros((0, getattr(self, "dim", 0)), dtype=np.float32)
         return out
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str, Any]]:
+    """A local ONNX graph (a file, or a folder with one) and its tokenizer (the spec's, or one next to the graph)."""
+    from evalfarm.encoders.sources import source_provenance
+
+    if ctx.is_hub:
+        raise NotSupportedYet(
+            f"model {spec.id!r}: ONNX graphs from the hub are not supported yet; use a path/package/url source"
+        )
+    model_path = _single_onnx(Path(ctx.location))
+    tok_path = None
+    prov: dict[str, Any] = {}
+    if spec.tokenizer is not None:
+        assert ctx.resolve is not None
+        tok_loc = ctx.resolve(spec.tokenizer)
+        if isinstance(tok_loc, str):
+            raise NotSupportedYet(f"model {spec.id!r}: hub tokenizers for ONNX models are not supported yet")
+        tok_path = tok_loc
+        prov["tokenizer"] = source_provenance(spec.tokenizer)
+    enc = OnnxEncoder(
+        model_path, tok_path, output=spec.onnx_output, max_length=spec.max_length, batch_size=spec.batch_size
+    )
+    prov.update(providers=enc.providers, output=enc.output_name, max_length=spec.max_length)
+    return enc, prov
+
+
+def _single_onnx(path: Path) -> Path:
+    if path.is_file():
+        return path
+    found = sorted(path.glob("*.onnx"))
+    if len(found) != 1:
+        raise ModelLoadError(
+            f"{path}: expected one .onnx file in the folder, found {[p.name for p in found]}; "
+            "point the source path at the graph"
+        )
+    return found[0]
+
+
+KIND = ModelKind(
+    name="onnx",
+    description="An exported transformer graph run by onnxruntime (CUDA when available); token states are "
+    "mean-pooled.",
+    levels=("sentence",),
+    load=load_model,
+    libraries=("onnxruntime", "tokenizers"),
+    cost=10.0,
+    gpu=True,
+    fields=("source", "tokenizer", "onnx_output", "max_length", "batch_size"),
+)
+model_kinds.register(KIND)

@@ -8,11 +8,14 @@ module is part of the model. ``max_length`` from the spec becomes ``max_seq_leng
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 
 class SentenceTransformerEncoder:
@@ -65,3 +68,41 @@ class SentenceTransformerEncoder:
             show_progress_bar=False,
         )
         return np.asarray(emb, dtype=np.float32)
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SentenceTransformerEncoder, dict[str, Any]]:
+    """A sentence-transformers model folder or hub id, with the model's own pooling."""
+    if spec.pooling is not None:
+        raise ModelLoadError(
+            f"model {spec.id!r}: sentence-transformers models pool by their own config; "
+            "use kind 'transformers' to choose a pooling"
+        )
+    enc = SentenceTransformerEncoder(
+        str(ctx.location),
+        revision=spec.revision if ctx.is_hub else None,
+        max_length=spec.max_length,
+        batch_size=spec.batch_size,
+        dtype=spec.dtype,
+        trust_remote_code=spec.trust_remote_code,
+    )
+    prov = {
+        "device": enc.device,
+        "dtype": enc.dtype,
+        "max_length": spec.max_length,
+        "normalized_by_model": enc.normalized,
+    }
+    return enc, prov
+
+
+KIND = ModelKind(
+    name="sentence-transformers",
+    description="A sentence-transformers model (its own module pipeline: pooling and normalisation as published).",
+    levels=("sentence",),
+    load=load_model,
+    libraries=("torch", "transformers", "sentence-transformers"),
+    cost=10.0,
+    gpu=True,
+    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
+)
+model_kinds.register(KIND)

@@ -35,7 +35,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 OWN_MODULES = ("spacy.", "thinc.", "spacy_legacy.")
 """Registered functions a pipeline folder may name: defined by spaCy or thinc themselves (spacy-legacy holds spaCy's
@@ -163,3 +165,29 @@ class SpacyTok2Vec:
             if len(doc):
                 out[i] = np.asarray(doc.tensor, dtype=np.float32).mean(axis=0)
         return out
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SpacyTok2Vec, dict[str, Any]]:
+    """A local spaCy pipeline folder (through the checks above), or an installed pipeline package by name."""
+    if ctx.is_hub:
+        raise NotSupportedYet(f"model {spec.id!r}: spaCy pipelines from the hub are not supported yet")
+    assert spec.source is not None
+    target: str | Path = Path(ctx.location)
+    if spec.source.type == "package" and not spec.source.path:  # an installed spaCy pipeline package
+        target = spec.source.ref.replace("-", "_")
+    return SpacyTok2Vec(target, batch_size=spec.batch_size, allow_pickle=spec.allow_pickle), {}
+
+
+KIND = ModelKind(
+    name="spacy-tok2vec",
+    description="A spaCy pipeline's tok2vec (contextual CNN) token vectors, mean-pooled; the pipeline is checked "
+    "before it loads (no foreign registered functions; a PyTorch layer only with allow_pickle).",
+    levels=("sentence",),
+    load=load_model,
+    libraries=("spacy",),
+    cost=2.0,
+    pickle=True,
+    fields=("source", "batch_size", "allow_pickle"),
+)
+model_kinds.register(KIND)

@@ -7,9 +7,12 @@ maximum of 512 tokens; its config normalises the output vectors.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
+
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 
 class StaticModelEncoder:
@@ -33,3 +36,22 @@ class StaticModelEncoder:
             block = [str(t) for t in texts[start : start + self.batch_size]]
             out[start : start + len(block)] = np.asarray(self._embed(block), dtype=np.float32)
         return out
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[StaticModelEncoder, dict[str, Any]]:
+    """The installed package's bundled model (the source locates the package; its folder is its own)."""
+    return StaticModelEncoder(batch_size=spec.batch_size), {}
+
+
+KIND = ModelKind(
+    name="static",
+    description="The tokenlearn-static-model package: a Model2Vec-like static embedding (64 dims).",
+    levels=("sentence",),
+    load=load_model,
+    libraries=("tokenlearn-static-model",),
+    cost=0.25,
+    small=True,
+    fields=("source", "batch_size"),
+)
+model_kinds.register(KIND)

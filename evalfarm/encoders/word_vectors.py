@@ -33,8 +33,8 @@ from typing import IO, Any, Literal
 
 import numpy as np
 
-from evalfarm.catalog.specs import PICKLE_FORMATS
-from evalfarm.encoders.protocol import ModelLoadError
+from evalfarm.catalog.specs import PICKLE_FORMATS, ModelSpec, WordFormat
+from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.encoders.vector_cache import (
     CACHE_MIN_BYTES,
     CachedMatrix,
@@ -45,8 +45,10 @@ from evalfarm.encoders.vector_cache import (
     vocab_statistics,
 )
 from evalfarm.encoders.vocab_index import DictIndex, VocabIndex
+from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 __all__ = [
+    "KIND",
     "PICKLE_FORMATS",
     "TEXT_FORMATS",
     "NonFiniteVectors",
@@ -765,3 +767,52 @@ def read_text_vectors(path: Path, *, header: bool, dim: int | None = None) -> tu
         words.extend(w)
         blocks.append(b)
     return words, (blocks[0] if len(blocks) == 1 else np.concatenate(blocks, axis=0))
+
+
+# -- the model kind -------------------------------------------------------------------------------------------------
+def check_spec(spec: ModelSpec) -> None:
+    """A word-vectors model with its own file names the file's format."""
+    if spec.base is None and spec.format is None:
+        raise ValueError(f"model {spec.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
+
+
+def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str, Any]]:
+    """A word-vector file (local: hub repositories are not read here) in the spec's format."""
+    if ctx.is_hub:
+        raise NotSupportedYet(
+            f"model {spec.id!r}: word vectors from the Hugging Face hub are not supported "
+            "yet; download the file and use a path/url source"
+        )
+    assert spec.format is not None
+    if spec.format == "spacy":
+        ctx.uses("spacy")
+    enc = WordVectors.load(
+        Path(ctx.location),
+        spec.format,
+        vocab=spec.vocab,
+        lowercase=spec.lowercase,
+        dim=spec.dim,
+        allow_pickle=spec.allow_pickle,
+    )
+    prov = {
+        "format": spec.format,
+        "lowercase": spec.lowercase,
+        "vocab_size": enc.vocab_size(),
+        "rows": int(enc.vectors.shape[0]),
+    }
+    return enc, prov
+
+
+KIND = ModelKind(
+    name="word-vectors",
+    description="A word -> vector table read from a file (word2vec text or binary, GloVe text, gensim KeyedVectors, "
+    "a .npy matrix with a vocabulary, spaCy vectors).",
+    levels=("word",),
+    load=load_model,
+    check=check_spec,
+    libraries=("numpy", "gensim"),
+    cost=0.02,
+    small=True,
+    fields=("source", "format", "vocab", "dim", "lowercase", "allow_pickle"),
+)
+model_kinds.register(KIND)

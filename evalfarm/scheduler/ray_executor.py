@@ -29,8 +29,29 @@ from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
 
-# Environment the workers need on a remote cluster (a local one inherits the driver's environment).
-SMALL_KINDS = {"word-vectors", "bow", "static", "spacy"}
+
+def small_kind(kind: str | None) -> bool:
+    """A kind whose models load in seconds in little memory (``ModelKind.small``): a run of only such models needs
+    no big workers. An unknown kind is not small."""
+    from evalfarm.plugins import RegistryError, model_kind
+
+    try:
+        return kind is not None and model_kind(kind).small
+    except RegistryError:
+        return False
+
+
+def gpu_kind(kind: str | None) -> bool:
+    """A kind whose encoders run faster on a GPU (``ModelKind.gpu``): its embed jobs wait for GPU workers, and an
+    autoscaled cluster asks for GPU workers for them. An unknown kind is treated as one (it may be big)."""
+    from evalfarm.plugins import RegistryError, model_kind
+
+    try:
+        return kind is None or model_kind(kind).gpu
+    except RegistryError:
+        return True
+
+
 # The head (GCS) is declared lost after this many seconds without an answer (EVALFARM_HEAD_TIMEOUT); each probe
 # waits PROBE_TIMEOUT. Ray itself ends a driver whose GCS stays away for 60 s (gcs_rpc_server_reconnect_timeout_s).
 HEAD_TIMEOUT = float(os.environ.get("EVALFARM_HEAD_TIMEOUT", "5"))
@@ -482,7 +503,7 @@ class RayExecutor:
     # -- autoscaling ------------------------------------------------------------------------------------------
     def _heavy(self, plans: list[Any]) -> int:
         """Pending models that want a GPU (encoders; lookup models run anywhere)."""
-        return sum(1 for p in plans if self.kinds.get(p.model, "") not in SMALL_KINDS)
+        return sum(1 for p in plans if gpu_kind(self.kinds.get(p.model)))
 
     def _grow(self, shape: dict[str, float]) -> tuple[str, Any]:
         name = f"g{len(self.grown)}"
@@ -527,7 +548,7 @@ class RayExecutor:
         provide GPUs still runs it on CPU then)."""
         if job.stage != Stage.EMBED or worker in self._gpu_names or not self._gpu_names:
             return True
-        if self.kinds.get(job.plan.model, "") in SMALL_KINDS:
+        if not gpu_kind(self.kinds.get(job.plan.model)):
             return True
         if self._gpu_names & alive:
             return False

@@ -1,0 +1,28 @@
+"""Model kinds a catalog may name (the paper evaluates them) but this project cannot run yet.
+
+Each says what is missing (``ModelKind.unsupported``): loading one of their models raises ``NotSupportedYet`` naming
+it, before its source is resolved (nothing is downloaded for nothing). Their catalog entries keep results comparable
+with the paper's tables.
+"""
+
+from __future__ import annotations
+
+from evalfarm.plugins import ModelKind, model_kinds
+
+INFERSENT = ModelKind(
+    name="infersent",
+    description="InferSent (Conneau et al. 2017): a BiLSTM-max sentence encoder trained on NLI, over word vectors.",
+    levels=("sentence",),
+    unsupported="the InferSent BiLSTM-max encoder (facebookresearch/InferSent models.py) and its word-vector file",
+    fields=("source",),
+)
+BERT_FLOW = ModelKind(
+    name="bert-flow",
+    description="BERT-flow (Li et al. 2020): BERT sentence vectors mapped to a Gaussian by a normalizing flow.",
+    levels=("sentence",),
+    unsupported="the BERT-flow normalizing flow (Li et al. 2020), which must be trained on the target sentences",
+    fields=("source", "pooling"),
+)
+
+model_kinds.register(INFERSENT)
+model_kinds.register(BERT_FLOW)
