@@ -107,4 +107,4 @@ class LengthAgreement(Scorer):
         norms = np.linalg.norm(vectors.emb, axis=1)
         lengths = np.array([len(t) for t in data.texts], dtype=np.float64)
         rho = float(spearmanr(norms, lengths).statistic)
-        return ScoreResult([MetricRow("spearman", rho, primary=True), MetricRow("texts", float(len(data.texts)))])
+        return ScoreResult([MetricRow("spearman", rho), MetricRow("texts", float(len(data.texts)))])
