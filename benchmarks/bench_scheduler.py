@@ -147,8 +147,7 @@ def main() -> None:
     print(f"sequential in-process loop: cold {seq_cold:.2f}s, warm median {seq:.2f}s ({n_units} units)", flush=True)
 
     # evalfarm's own local Ray (connect(None): token authentication, every server on loopback, checked)
-    sys.path.insert(0, str(REPO / "tests"))
-    from ray_heads import local_ray
+    from tests.support.ray_heads import local_ray
 
     with local_ray(num_cpus=os.cpu_count() or 1):
         for n in (1, 2):

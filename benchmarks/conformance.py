@@ -4,11 +4,11 @@
 
 What ``tests/test_protocol.py`` asserts (at most 0.1 % of pairs differ, each by no more places than there are
 float32-resolvable near-ties; MRR within 1e-5), written out: for toy_emb.txt and GloVe 6B 50d under each OOV policy
-and similarity, the pipeline against ``tests/toolkit_oracle.py`` (the toolkit's reading and preprocessing in float64,
-evalfarm's exact count), through the same harness as the tests (``tests/conformance_harness.py``): the number of
-differing pairs, the MRR difference, and each differing pair with both ranks and the number of near-ties. Also the
-toolkit's own float32 loop (``toolkit_loop_ranks``) under cos: its MRR / Hits and how its ranks differ from the clean
-count.
+and similarity, the pipeline against ``tests/support/toolkit_oracle.py`` (the toolkit's reading and preprocessing in
+float64, evalfarm's exact count), through the same harness as the tests (``tests/support/conformance_harness.py``):
+the number of differing pairs, the MRR difference, and each differing pair with both ranks and the number of near-ties.
+Also the toolkit's own float32 loop (``toolkit_loop_ranks``) under cos: its MRR / Hits and how its ranks differ from
+the clean count.
 """
 
 from __future__ import annotations
@@ -23,12 +23,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))
+sys.path.insert(0, str(REPO))  # evalfarm and tests.support from this checkout
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
-from conformance_harness import OOV_POLICIES, compare, rank_figures, run_pipeline, word_pool  # noqa: E402
-from toolkit_oracle import oracle_ranks, toolkit_loop_ranks, toolkit_vectors  # noqa: E402
+from tests.support.conformance_harness import OOV_POLICIES, compare, rank_figures, run_pipeline, word_pool  # noqa: E402
+from tests.support.toolkit_oracle import oracle_ranks, toolkit_loop_ranks, toolkit_vectors  # noqa: E402
 
 
 def main() -> None:

@@ -37,15 +37,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # ray_heads: the Ray heads tests and benchmarks start, closed like evalfarm's
+sys.path.insert(0, str(REPO))  # evalfarm and tests.support from this checkout
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 BIN = Path(sys.executable).parent
 
-from ray_heads import RAY_CLIENT_VARS, Head, cmdline, pick_ports, session_pids, start_head, stop_head  # noqa: E402
+# the Ray heads tests and benchmarks start, closed like evalfarm's
+from tests.support.ray_heads import RAY_CLIENT_VARS, Head, cmdline, pick_ports, session_pids, start_head, stop_head  # noqa: E402
 
 
 # -- the catalog --------------------------------------------------------------------------------------------------
@@ -178,8 +178,8 @@ def _wait_for(cond: Callable[[], Any], what: str, timeout: float, cli: Cli | Non
 
 @contextlib.contextmanager
 def ray_head(tmp: Path, *, num_cpus: int = 2, autoscaling: dict[str, Any] | None = None) -> Iterator[Head]:
-    """A Ray head shared by several runs: ``cluster/local/start-head.sh`` on free ports (tests/ray_heads.py: token
-    authentication with a fresh 0600 token, every server on loopback, checked once it is up). Clients need its
+    """A Ray head shared by several runs: ``cluster/local/start-head.sh`` on free ports (tests/support/ray_heads.py:
+    token authentication with a fresh 0600 token, every server on loopback, checked once it is up). Clients need its
     settings: ``Cli(..., env=head.client_env())``. Stopped by its session, never ``ray stop`` (which kills every Ray
     of the machine). ``autoscaling``: a fake multi-node autoscaler config (``fake_multinode``)."""
     ports = pick_ports()

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ray_heads import Head, head_env, start_head, stop_head
+
+from tests.support.ray_heads import Head, head_env, start_head, stop_head
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "cluster"
@@ -464,7 +465,7 @@ def test_readme_explains_storage_and_loopback():
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[Head]:
-    """start-head.sh on free ports (tests/ray_heads.py); start_head checks that it listens on loopback only."""
+    """start-head.sh on free ports (tests/support/ray_heads.py); start_head checks that it listens on loopback only."""
     head = start_head(tmp_path_factory.mktemp("head"))
     try:
         yield head
@@ -495,11 +496,11 @@ def _metrics(warehouse: Path) -> set[tuple[str, str]]:
 def test_nightly_rayjob_entrypoint_runs_on_a_real_head_from_the_installed_wheel(wheel, tmp_path):
     """The RayJob's entrypoint and runtimeEnvYAML, submitted the way KubeRay's submitter does (`ray job submit
     --runtime-env-json … -- ENTRYPOINT`), to a head started by start-head.sh from a venv where evalfarm is the
-    wheel, installed non-editably as cluster/Dockerfile installs it (tests/wheel_venv.py): the job's `evalfarm run`,
-    its default (Ray) executor's workers and the shipped zoo-starter catalog all come from the wheel. It used to
+    wheel, installed non-editably as cluster/Dockerfile installs it (tests/support/wheel_venv.py): the job's `evalfarm
+    run`, its default (Ray) executor's workers and the shipped zoo-starter catalog all come from the wheel. It used to
     fail at start: the job's env_vars and evalfarm's own ray.init runtime_env set the same keys ("Failed to merge
     the Job's runtime env")."""
-    import wheel_venv
+    from tests.support import wheel_venv
 
     (job,) = _of_kind("RayJob")
     runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])

@@ -146,7 +146,7 @@ def test_the_reliability_table_is_what_make_faults_measured() -> None:
     duplicated. Re-run `make faults` and paste its table when a scenario changes."""
     import json
 
-    from faults_harness import faults
+    from tests.support.faults_harness import faults
 
     results = [faults.Result(**r) for r in json.loads((REPO / "benchmarks/results/faults.json").read_text())]
     assert len(results) == len(faults.SCENARIOS)

@@ -13,13 +13,13 @@ import time
 from pathlib import Path
 
 import pytest
-from ray_heads import local_ray
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scheduler.ray_executor import autoscaled_workers, worker_resources
 from evalfarm.warehouse import Warehouse
+from tests.support.ray_heads import local_ray
 
 REPO = Path(__file__).resolve().parents[1]
 WORD_MODELS = ["toy", "toy-abtt1", "toy-pcr1", "toy-skip"]
@@ -91,7 +91,7 @@ models:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """evalfarm's own local Ray (``connect(None)``: a cluster of our own, token-authenticated, every server on
-    loopback; tests/ray_heads.py checks its sockets), kept for the module."""
+    loopback; tests/support/ray_heads.py checks its sockets), kept for the module."""
     with local_ray(num_cpus=2) as ray:
         yield ray
 

@@ -2,7 +2,7 @@
 
 toy_emb.txt and GloVe 6B 50d under each OOV policy through the real pipeline (catalog -> embed -> score ->
 warehouse, in-process executor), and each configuration's stored ranks in the pool's pair order beside the toolkit
-oracle's (tests/toolkit_oracle.py, which imports no evalfarm).
+oracle's (tests/support/toolkit_oracle.py, which imports no evalfarm).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
 
-REPO = Path(__file__).resolve().parents[1]
+from .toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
+
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "catalog" / "tasks.yaml"
 OOV_POLICIES = ("mean", "zero", "skip")
 
