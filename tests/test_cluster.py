@@ -454,6 +454,7 @@ def test_start_head_binds_loopback_by_default():
     assert "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in text and "umask 077" in text
 
 
+@pytest.mark.docs
 def test_readme_explains_storage_and_loopback():
     text = " ".join((CLUSTER / "README.md").read_text().split())
     for needle in ("127.0.0.1", "arbitrary code", "shared", "evalfarm submit", "ray job submit", "RAY_AUTH_MODE"):
@@ -553,6 +554,7 @@ def _readme_block(containing: str, readme: Path = CLUSTER / "README.md") -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 @pytest.mark.parametrize("readme", [CLUSTER / "README.md", REPO / "README.md"], ids=["cluster-readme", "readme"])
 def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
     """The raw `ray job submit` block of cluster/README.md and of the main README (the job folder made by `evalfarm
