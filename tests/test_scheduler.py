@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -14,7 +15,6 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scheduler.ray_executor import autoscaled_workers, worker_resources
@@ -367,12 +367,17 @@ def test_autoscaled_workers_ask_for_what_pending_encoders_need():
     assert (s.now, s.gpu_workers, s.cpu_workers) == (2, 1, 0)
 
 
-@pytest.mark.slow
 def test_progress_line_counts_and_eta():
-    t = ProgressTracker(total=4, cost_total=4.0)
+    """The ETA extrapolates from the cost finished in this run: 10 s for 1 of the 3 cost units left after a skip
+    (which costs nothing) leaves 20 s for the other 2."""
+    t = ProgressTracker(total=4, cost_total=4.0, started=time.perf_counter() - 10.0)
+    assert t.line().endswith("ETA ?")  # nothing finished yet: no rate to extrapolate from
     t.finish("skipped")  # costs nothing: its share leaves the total
     assert t.cost_total == 3.0
     t.finish("done", 1.0)
     line = t.line()
-    assert "units 2/4" in line and "1 done" in line and "2 remaining" in line and "ETA" in line
-    assert load_catalog  # imported for the fixtures' catalogs
+    assert "units 2/4" in line and "1 done" in line and "2 remaining" in line, line
+    assert 20 <= int(re.search(r"ETA (\d+)s$", line).group(1)) <= 21, line  # 20 s, plus this test's own time
+    t.finish("done", 1.0)
+    t.finish("failed", 1.0)
+    assert "units 4/4" in t.line() and "1 failed" in t.line() and t.line().endswith("ETA 0s")
