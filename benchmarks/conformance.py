@@ -1,6 +1,6 @@
 """Conformance report: evalfarm's EvalRank word ranks against the toolkit oracle, pair for pair, with every difference.
 
-    python benchmarks/conformance.py [--json benchmarks/results/conformance.json]
+    python benchmarks/conformance.py [--json benchmarks/results/conformance.json] [--smoke]
 
 What ``tests/test_protocol.py`` asserts (at most 0.1 % of pairs differ, each by no more places than there are
 float32-resolvable near-ties; MRR within 1e-5), written out: for toy_emb.txt and GloVe 6B 50d under each OOV policy
@@ -33,15 +33,23 @@ from tests.support.toolkit_oracle import oracle_ranks, toolkit_loop_ranks, toolk
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
     args = ap.parse_args()
+    # --smoke: toy_emb.txt under the mean OOV policy, the toolkit's loop on 200 pairs
+    names, policies = (("toy",), ("mean",)) if args.smoke else (("toy", "glove"), OOV_POLICIES)
+    loop_pairs = slice(0, 200) if args.smoke else slice(None)
 
     toy = Path(os.environ["EVALFARM_DATA"]) / "evalrank" / "reference" / "toy_emb.txt"
     report: dict = {"configurations": [], "toolkit_loop_cos": []}
     with tempfile.TemporaryDirectory() as tmp:
-        wh, models = run_pipeline(Path(tmp), toy)
+        wh, models = run_pipeline(Path(tmp), toy, models=names, policies=policies)
         pool = word_pool()
-        for model in ("toy", "glove"):
-            for oov in OOV_POLICIES:
+        for model in names:
+            for oov in policies:
                 for sim in ("cos", "l2"):
                     c = compare(wh, models, pool, model, oov, sim)
                     conf = {
@@ -71,9 +79,10 @@ def main() -> None:
                         flush=True,
                     )
             index, matrix = models[model]
-            loop, _ = toolkit_loop_ranks(index, matrix, pool.items, pool.queries, pool.positives)
+            queries, positives = pool.queries[loop_pairs], pool.positives[loop_pairs]
+            loop, _ = toolkit_loop_ranks(index, matrix, pool.items, queries, positives)
             X, _ = toolkit_vectors(index, matrix, pool.items, similarity="cos", oov="mean")
-            clean, _ = oracle_ranks(X, pool.queries, pool.positives, np.arange(len(pool.items)), similarity="cos")
+            clean, _ = oracle_ranks(X, queries, positives, np.arange(len(pool.items)), similarity="cos")
             vals, counts = np.unique((loop - clean).astype(int), return_counts=True)
             loop_row = {
                 "model": model,

@@ -2,6 +2,7 @@
 
     python benchmarks/faults.py --json benchmarks/results/faults.json      # `make faults`: the README's table
     python benchmarks/faults.py --small --only worker-killed,head-lost     # what CI runs (tests/test_faults.py)
+    python benchmarks/faults.py --smoke    # one cheap scenario (read-only; respec without mount namespaces)
 
 Every scenario runs ``evalfarm run`` as a user does (the CLI, in its own process session, on its own local Ray
 unless the scenario shares a cluster), injects the fault from outside — ``kill -9`` of a worker or of the head's GCS,
@@ -556,7 +557,15 @@ def main() -> int:
     ap.add_argument("--only", help=f"comma-separated scenarios of {', '.join(SCENARIOS)}")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--work", type=Path, help="keep the warehouses and logs here (default: a temporary folder)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
     args = ap.parse_args()
+    if args.smoke:  # the reduced catalog and the cheapest scenario this machine can run (read-only starts no Ray)
+        args.small = True
+        args.only = args.only or ("read-only" if can_mount() else "respec")
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     unknown = set(only or []) - set(SCENARIOS)
     if unknown:
