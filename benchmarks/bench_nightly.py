@@ -2,6 +2,7 @@
 
     python benchmarks/bench_nightly.py --warehouse /tmp/nightly --json benchmarks/results/nightly.json
     python benchmarks/bench_nightly.py --tasks evalrank-word,evalrank-sentence   # the EvalRank pools only
+    python benchmarks/bench_nightly.py --smoke --warehouse /tmp/wh   # toy GloVe, in process: does every step run?
 
 Steps, each a real ``evalfarm`` command in a subprocess (what a cron job would run):
 
@@ -152,11 +153,11 @@ def warehouse_report(wh: Path, top: int) -> dict:
     }
 
 
-def correlation_tables(wh: Path, logs: Path) -> dict:
+def correlation_tables(wh: Path, logs: Path, levels: list[str]) -> dict:
     """`evalfarm correlations` as a user runs it, per level, with and without post-processed models (the paper's
     Tables 3 / 6 and 11): the printed tables (kept in the logs folder) and the cells as JSON."""
     out: dict = {}
-    for level in ("word", "sentence"):
+    for level in levels:
         for excluded in (False, True):
             key = f"{level}{'-no-postprocessed' if excluded else ''}"
             base = [*EVALFARM, "correlations", "--level", level, "--warehouse", str(wh), "--intervals"]
@@ -173,6 +174,18 @@ def correlation_tables(wh: Path, logs: Path) -> dict:
     return out
 
 
+def smoke_catalog(path: Path) -> Path:
+    """The catalog of ``--smoke``: the EvalRank toolkit's toy GloVe and an ABTT variant of it on the EvalRank word
+    pool and one word-similarity set."""
+    path.write_text(
+        "include: [tasks]\ntasks: [evalrank-word, wordsim-rg-65]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,"
+        " source: {type: data, ref: evalrank/reference/toy_emb.txt}}\n"
+        "  - {id: toy-abtt1, level: word, base: toy, postprocess: {method: abtt, d: 1}}\n"
+    )
+    return path
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--catalog", default="zoo-local")
@@ -181,12 +194,23 @@ def main() -> None:
     ap.add_argument("--skip-build", action="store_true", help="don't run `evalfarm zoo build` first")
     ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: the catalog's)")
     ap.add_argument("--top", type=int, default=5, help="leaderboard rows per (pool, similarity)")
+    ap.add_argument("--executor", choices=["ray", "local"], help="evalfarm run's executor (default: the CLI's)")
+    ap.add_argument("--levels", default="word,sentence", help="levels of the correlation tables")
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:  # toy GloVe and a post-processed variant of it, in process: no zoo, no Ray
+        ap.set_defaults(skip_build=True, catalog=None, executor="local", levels="word")
     args = ap.parse_args()
     if args.warehouse.exists() and not args.keep:
         shutil.rmtree(args.warehouse)
     logs = args.warehouse.parent / (args.warehouse.name + "-logs")
     logs.mkdir(parents=True, exist_ok=True)
+    if args.catalog is None:
+        args.catalog = str(smoke_catalog(logs / "smoke.yaml"))
     result: dict = {
         "host": platform.node(),
         "cpus": os.cpu_count(),
@@ -200,12 +224,14 @@ def main() -> None:
     run = [*EVALFARM, "run", "--catalog", args.catalog, "--warehouse", str(args.warehouse)]
     if args.tasks:
         run += ["--tasks", args.tasks]
+    if args.executor:
+        run += ["--executor", args.executor]
     result["run"] = timed(run, logs / "run.log", sample=True)
     print(json.dumps({"run": result["run"]}), flush=True)
     result["noop_rerun"] = timed(run, logs / "rerun.log")
     print(json.dumps({"noop_rerun": result["noop_rerun"]}), flush=True)
     result |= warehouse_report(args.warehouse, args.top)
-    result["correlations"] = correlation_tables(args.warehouse, logs)
+    result["correlations"] = correlation_tables(args.warehouse, logs, args.levels.split(","))
     for key in (
         "models",
         "units",

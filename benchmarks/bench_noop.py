@@ -1,7 +1,7 @@
 """What verifying the warehouse costs a no-op rerun: `evalfarm run` on a finished 140-model catalog, with the file
 scan (`Warehouse.scan`: footers, row counts, fingerprint columns, remembered in verified-files.json) and without it.
 
-    python benchmarks/bench_noop.py [--models 140] [--repeats 5] [--json benchmarks/results/noop.json]
+    python benchmarks/bench_noop.py [--models 140] [--repeats 5] [--json benchmarks/results/noop.json] [--smoke]
 
 The catalog: the toy GloVe under N ids (N spec hashes), each on three tiny word tasks (a 40-pair EvalRank slice, which
 writes ranks, and two word-similarity sets), computed once with the local executor. Then, each a whole CLI process:
@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -83,6 +84,13 @@ def main() -> None:
     ap.add_argument("--models", type=int, default=140)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:
+        ap.set_defaults(models=3, repeats=1)
     args = ap.parse_args()
 
     from evalfarm.catalog.registry import load_catalog
@@ -130,6 +138,7 @@ def main() -> None:
         "load_average": os.getloadavg(),
     }
     print(json.dumps(res, indent=2))
+    shutil.rmtree(d, ignore_errors=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2) + "\n")

@@ -1,6 +1,7 @@
 """The degenerate-model check's figures on real models: what ``evalfarm.quality.assess`` measures per unit.
 
     python benchmarks/bench_quality.py --warehouse /tmp/wh-starter [--catalog zoo-starter] [--json out.json]
+    python benchmarks/bench_quality.py --smoke   # its own tiny warehouse (toy GloVe): does it still run?
 
 Reads every unit of the warehouse's current ``metrics`` (model, task), loads the task's texts and the model's stored
 vectors exactly as the score stage does, and prints OOV rate, duplicate rate, numerical rank / rank ratio and the
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,11 +24,41 @@ sys.path.insert(0, str(REPO))
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--warehouse", required=True)
+    ap.add_argument("--warehouse", help="a warehouse `evalfarm run` filled (required, except with --smoke)")
     ap.add_argument("--catalog", default="zoo-starter")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
     args = ap.parse_args()
+    if args.warehouse is None and not args.smoke:
+        ap.error("--warehouse is required")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.warehouse is None:  # --smoke: a warehouse of its own, filled in process
+            args.catalog, args.warehouse = smoke_warehouse(Path(tmp))
+        report(args)
 
+
+def smoke_warehouse(d: Path) -> tuple[str, str]:
+    """``--smoke``'s warehouse: the EvalRank toolkit's toy GloVe on two word-similarity sets (local executor)."""
+    from evalfarm.runner import run_catalog
+
+    catalog = d / "smoke.yaml"
+    catalog.write_text(
+        "include: [tasks]\ntasks: [wordsim-rg-65, wordsim-mc-30]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,"
+        " source: {type: data, ref: evalrank/reference/toy_emb.txt}}\n"
+    )
+    summary = run_catalog(catalog, d / "wh", executor="local")
+    if not summary.ok:
+        raise SystemExit(f"the smoke run failed: {[o.error for o in summary.failed]}")
+    return str(catalog), str(d / "wh")
+
+
+def report(args: argparse.Namespace) -> None:
+    """Every unit's quality figures, then the worst of each against its threshold."""
     from evalfarm.catalog.registry import load_catalog
     from evalfarm.embed import TextStore, store_key
     from evalfarm.quality import THRESHOLDS, assess

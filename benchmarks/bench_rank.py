@@ -21,7 +21,7 @@ round); ``torch.mm`` and FAISS's exact top-10 search (``IndexFlatIP``, GEMM + se
 the other backends.
 
     python benchmarks/bench_rank.py [--repeats 3] [--loop-pairs 300] [--old-kernel 996f388] [--sweep]
-                                    [--json benchmarks/results/rank.json]
+                                    [--pairs N] [--json benchmarks/results/rank.json] [--smoke]
 
 ``--old-kernel COMMIT`` also times ``rank_pairs`` as it was at that commit (loaded from git), in the same run.
 ``--sweep`` times the kernel and the GEMM over block rows (the measurements behind ``sweet_spot_rows``; best of
@@ -39,6 +39,7 @@ for _var in THREAD_VARS:
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
+import dataclasses  # noqa: E402
 import json  # noqa: E402
 import multiprocessing  # noqa: E402
 import platform  # noqa: E402
@@ -332,6 +333,14 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="kernel and GEMM over block rows")
     ap.add_argument("--shapes", default="word-glove50,word-300,sentence-384,sentence-bow50")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--pairs", type=int, default=None, help="only each pool's first N pairs (default: all)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:  # the block-row sweep too, on 200 pairs of each pool
+        ap.set_defaults(repeats=1, loop_pairs=20, pairs=200, sweep=True, shapes="word-glove50")
     args = ap.parse_args()
     threads = pin_threads()
     machine = {
@@ -345,6 +354,9 @@ def main() -> None:
     old = load_old_kernel(args.old_kernel) if args.old_kernel else None
     cat = load_catalog("tasks")
     word, sent = load_task(cat.task("evalrank-word")), load_task(cat.task("evalrank-sentence"))
+    if args.pairs is not None:  # the background stays whole: only the queries are fewer
+        word, sent = (dataclasses.replace(p, queries=p.queries[: args.pairs], positives=p.positives[: args.pairs])
+                      for p in (word, sent))  # fmt: skip
     glove = glove_50d()
     rng = np.random.default_rng(0)
     wanted = args.shapes.split(",")

@@ -19,7 +19,7 @@ Threads: one (OMP / MKL / OpenBLAS environment set before import, ``threadpoolct
 N`` to use more.
 
     python benchmarks/bench_scale.py [--items 1000000] [--pairs 10000] [--dim 384] [--neighbours 10]
-                                     [--json benchmarks/results/scale.json]
+                                     [--json benchmarks/results/scale.json] [--smoke]
 """
 
 from __future__ import annotations
@@ -94,6 +94,13 @@ def main() -> None:
     ap.add_argument("--device", default=None, help="cpu (default here) or cuda on a GPU machine")
     ap.add_argument("--threads", default="1")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:
+        ap.set_defaults(items=5_000, pairs=300, dim=32, neighbours=10)
     args = ap.parse_args()
     try:
         from threadpoolctl import threadpool_limits
@@ -138,7 +145,7 @@ def main() -> None:
         cpu, wall = cpu_s() - c0, time.perf_counter() - w0
         peak = status_bytes("VmHWM:") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
         flops = 2.0 * setup["unique_queries"] * n * d
-        eff = flops / cpu / 1e9
+        eff = flops / max(cpu, 1e-6) / 1e9  # a tiny run (--smoke) can take less than the clock's tick
         row = {
             "similarity": sim,
             "cpu_s": round(cpu, 1),

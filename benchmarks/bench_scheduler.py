@@ -2,6 +2,7 @@
 and as a no-op rerun; plus the no-op rerun of a generated 100-model catalog through the CLI.
 
     python benchmarks/bench_scheduler.py --json benchmarks/results/scheduler.json
+    python benchmarks/bench_scheduler.py --smoke   # 50-pair slices, one Ray worker, one timed run
 
 Models: 12 cheap but real ones (toy GloVe and its ABTT / PC-removal / whitening / OOV-policy variants, bag of
 words over it with post-processing, the static model) on slices of the real EvalRank pools (``--word-pairs``,
@@ -16,6 +17,7 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -85,7 +87,8 @@ def make_catalogs(d: Path, args: argparse.Namespace) -> tuple[Path, Path]:
 """
     (d / "bench.yaml").write_text("include: [tasks.yaml]\ntasks: [word-bench, sent-bench]\nmodels:" + models)
     many = "".join(
-        f"  - {{id: m{i:03d}, level: word, kind: word-vectors, format: glove-text, source: {g}}}\n" for i in range(100)
+        f"  - {{id: m{i:03d}, level: word, kind: word-vectors, format: glove-text, source: {g}}}\n"
+        for i in range(args.noop_models)
     )
     (d / "hundred.yaml").write_text("include: [tasks.yaml]\ntasks: [word-tiny]\nmodels:\n" + many)
     return d / "bench.yaml", d / "hundred.yaml"
@@ -124,8 +127,18 @@ def main() -> None:
     ap.add_argument("--sent-pairs", type=int, default=1500)
     ap.add_argument("--sent-bg", type=int, default=6000)
     ap.add_argument("--repeats", type=int, default=5, help="timed warm runs per configuration (median reported)")
+    ap.add_argument("--workers", default="1,2", help="Ray worker counts to time (comma-separated)")
+    ap.add_argument("--noop-models", type=int, default=100, help="models of the no-op rerun's generated catalog")
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:
+        ap.set_defaults(word_pairs=50, word_bg=200, sent_pairs=50, sent_bg=200, repeats=1, workers="1", noop_models=3)
     args = ap.parse_args()
+    workers = [int(n) for n in args.workers.split(",")]
 
     import torch
 
@@ -147,11 +160,10 @@ def main() -> None:
     print(f"sequential in-process loop: cold {seq_cold:.2f}s, warm median {seq:.2f}s ({n_units} units)", flush=True)
 
     # evalfarm's own local Ray (connect(None): token authentication, every server on loopback, checked)
-    sys.path.insert(0, str(REPO / "tests"))
-    from ray_heads import local_ray
+    from tests.support.ray_heads import local_ray
 
     with local_ray(num_cpus=os.cpu_count() or 1):
-        for n in (1, 2):
+        for n in workers:
             wh = d / f"wh-ray{n}"
             t0 = time.perf_counter()
             run_catalog(bench, wh, executor="ray", workers=n)  # cold: actors start, import, load pools
@@ -185,18 +197,20 @@ def main() -> None:
     env = {**os.environ}
     cli = [sys.executable, "-m", "evalfarm.cli", "run", "--warehouse"]
     t0 = time.perf_counter()
-    subprocess.run([*cli, str(d / "wh-ray2"), "--catalog", str(bench)], check=True, env=env, capture_output=True)
+    last = d / f"wh-ray{workers[-1]}"
+    subprocess.run([*cli, str(last), "--catalog", str(bench)], check=True, env=env, capture_output=True)
     res["noop_cli_12_models_s"] = round(time.perf_counter() - t0, 2)
     # 100 models (the toy GloVe under 100 ids: 100 distinct spec hashes, 100 units) on a tiny word pool,
     # computed once with the local executor, then rerun through the CLI with the default (ray) executor.
+    n_noop = args.noop_models
     t0 = time.perf_counter()
     s = run_catalog(hundred, d / "wh-100", executor="local")
-    assert s.ok and s.counts()["done"] == 100
+    assert s.ok and s.counts()["done"] == n_noop
     res["hundred_compute_local_s"] = round(time.perf_counter() - t0, 2)
     t0 = time.perf_counter()
     p = subprocess.run([*cli, str(d / "wh-100"), "--catalog", str(hundred)], env=env, capture_output=True, text=True)
-    res["noop_cli_100_models_s"] = round(time.perf_counter() - t0, 2)
-    assert p.returncode == 0 and "100 skipped" in p.stderr, p.stderr
+    res["noop_cli_100_models_s"], res["noop_models"] = round(time.perf_counter() - t0, 2), n_noop
+    assert p.returncode == 0 and f"{n_noop} skipped" in p.stderr, p.stderr
     print(json.dumps(res, indent=2))
     print(
         "\n| configuration | wall (s, median) | ratio to sequential | outside units per unit | share of wall |\n"
@@ -205,11 +219,12 @@ def main() -> None:
         + "".join(
             f"| Ray, {n} warm worker{'s' if n > 1 else ''} | {res[f'ray{n}_warm_s']} | {res[f'ray{n}_ratio']} "
             f"| {res[f'ray{n}_overhead_per_unit_ms']} ms | {res[f'ray{n}_overhead_share']:.1%} |\n"
-            for n in (1, 2)
+            for n in workers
         )
         + f"| no-op rerun, 12 models (CLI, whole process) | {res['noop_cli_12_models_s']} | | | |\n"
-        f"| no-op rerun, 100 models (CLI, whole process) | {res['noop_cli_100_models_s']} | | | |"
+        f"| no-op rerun, {n_noop} models (CLI, whole process) | {res['noop_cli_100_models_s']} | | | |"
     )
+    shutil.rmtree(d, ignore_errors=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(res, indent=2) + "\n")

@@ -21,6 +21,7 @@ raises ``UnboundLocalError`` after the ranking table is printed; a toolkit run c
 ranking table (MR, MRR, Hits@1, Hits@3) was printed, and the exit status is reported.
 
     python benchmarks/bench_toolkit.py [--toolkit DIR] [--rounds 3] [--json benchmarks/results/toolkit.json]
+    python benchmarks/bench_toolkit.py --smoke   # evalfarm's side only (the toolkit is a download)
 
 ``--rounds N`` interleaves N rounds (toolkit cos, toolkit l2, evalfarm) and reports the medians and the median of
 the per-round ratios (the toolkit's time alone moved by ±20 % between runs of one day).
@@ -144,11 +145,18 @@ def main() -> None:
     ap.add_argument("--threads", default="1")
     ap.add_argument("--catalog", default="evalrank-paper")
     ap.add_argument("--model", default="glove-6b-50d")
-    ap.add_argument("--pool", default="evalrank-word")
+    ap.add_argument("--task", "--pool", dest="task", default="evalrank-word", help="the task (--pool: its old name)")
     ap.add_argument("--skip-toolkit", action="store_true")
     ap.add_argument("--skip-evalfarm", action="store_true")
     ap.add_argument("--rounds", type=int, default=1, help="toolkit + evalfarm rounds, interleaved (medians reported)")
     ap.add_argument("--json", type=Path)
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:  # evalfarm's side only: the toolkit is a download (none offline, none in CI)
+        ap.set_defaults(skip_toolkit=True, rounds=1)
     args = ap.parse_args()
 
     env = dict(os.environ)
@@ -208,7 +216,7 @@ def main() -> None:
                     "--executor", "local",
                     "--catalog", args.catalog,
                     "-m", args.model,
-                    "-p", args.pool,
+                    "--tasks", args.task,
                     "--warehouse", wh,
                     "--force",
                 ]  # fmt: skip

@@ -1,6 +1,7 @@
 """Large word-vector text files: evalfarm's streaming reader + binary cache vs gensim's ``load_word2vec_format``.
 
     python benchmarks/bench_vectors.py --rows 1000000 --dim 300 --json benchmarks/results/vectors.json
+    python benchmarks/bench_vectors.py --smoke   # 2,000 x 20: does every case still run?
 
 Generates a word2vec text file (header ``rows dim``, then ``word v1 ... vdim``, numbers like GloVe's: 5-6
 decimals) in ``--workdir`` (default: a temp folder; 1 M x 300 is 2.7 GB), then runs every case in a fresh
@@ -193,6 +194,13 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--no-gensim", action="store_true", help="evalfarm's cases only (e.g. a 2.2M-row file)")
     ap.add_argument("--repeat", type=int, default=1, help="runs of each 'cached' case (median reported)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
+    if ap.parse_known_args()[0].smoke:
+        ap.set_defaults(rows=2_000, dim=20, lookup=100)
     args = ap.parse_args()
 
     work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-vectors-"))

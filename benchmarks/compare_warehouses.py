@@ -7,6 +7,7 @@ direction or parameters differ (the same number computed under another identity 
 recompute it). With ``--ranks`` the per-pair EvalRank ranks are compared too.
 
     python benchmarks/compare_warehouses.py WAREHOUSE_BEFORE WAREHOUSE_AFTER [--json out.json]
+    python benchmarks/compare_warehouses.py --smoke --ranks   # two runs of a toy catalog: identical
 
 Exits 1 when anything differs.
 """
@@ -17,6 +18,7 @@ import argparse
 import json
 import math
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -66,12 +68,42 @@ def compare_ranks(before: str, after: str) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("before")
-    ap.add_argument("after")
+    ap.add_argument("before", nargs="?")
+    ap.add_argument("after", nargs="?")
     ap.add_argument("--tolerance", type=float, default=0.0, help="largest absolute difference that counts as equal")
     ap.add_argument("--ranks", action="store_true", help="compare the per-pair EvalRank ranks too")
     ap.add_argument("--json", type=Path, help="write the full comparison here")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): without BEFORE and AFTER, two warehouses of one "
+        "toy catalog, which must compare identical",
+    )
     args = ap.parse_args(argv)
+    if args.after is None and not args.smoke:
+        ap.error("BEFORE and AFTER are required")
+    with tempfile.TemporaryDirectory() as tmp:
+        if args.after is None:
+            args.before, args.after = (smoke_warehouse(Path(tmp), name) for name in ("before", "after"))
+        return report(args)
+
+
+def smoke_warehouse(d: Path, name: str) -> str:
+    """``--smoke``'s warehouse ``d/name``: the EvalRank toolkit's toy GloVe on the word pool and one similarity set."""
+    from evalfarm.api import run
+
+    catalog = d / "smoke.yaml"
+    catalog.write_text(
+        "include: [tasks]\ntasks: [evalrank-word, wordsim-rg-65]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,"
+        " source: {type: data, ref: evalrank/reference/toy_emb.txt}}\n"
+    )
+    run(catalog, warehouse=d / name, executor="local")
+    return str(d / name)
+
+
+def report(args: argparse.Namespace) -> int:
+    """Compare, print the summary line, write the JSON; 1 when anything differs."""
     out = compare_metrics(args.before, args.after, tolerance=args.tolerance)
     if args.ranks:
         out["ranks"] = compare_ranks(args.before, args.after)

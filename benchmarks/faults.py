@@ -2,6 +2,7 @@
 
     python benchmarks/faults.py --json benchmarks/results/faults.json      # `make faults`: the README's table
     python benchmarks/faults.py --small --only worker-killed,head-lost     # what CI runs (tests/test_faults.py)
+    python benchmarks/faults.py --smoke    # one cheap scenario (read-only; respec without mount namespaces)
 
 Every scenario runs ``evalfarm run`` as a user does (the CLI, in its own process session, on its own local Ray
 unless the scenario shares a cluster), injects the fault from outside — ``kill -9`` of a worker or of the head's GCS,
@@ -37,15 +38,15 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "tests"))  # ray_heads: the Ray heads tests and benchmarks start, closed like evalfarm's
+sys.path.insert(0, str(REPO))  # evalfarm and tests.support from this checkout
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 BIN = Path(sys.executable).parent
 
-from ray_heads import RAY_CLIENT_VARS, Head, cmdline, pick_ports, session_pids, start_head, stop_head  # noqa: E402
+# the Ray heads tests and benchmarks start, closed like evalfarm's
+from tests.support.ray_heads import RAY_CLIENT_VARS, Head, cmdline, pick_ports, session_pids, start_head, stop_head  # noqa: E402
 
 
 # -- the catalog --------------------------------------------------------------------------------------------------
@@ -178,8 +179,8 @@ def _wait_for(cond: Callable[[], Any], what: str, timeout: float, cli: Cli | Non
 
 @contextlib.contextmanager
 def ray_head(tmp: Path, *, num_cpus: int = 2, autoscaling: dict[str, Any] | None = None) -> Iterator[Head]:
-    """A Ray head shared by several runs: ``cluster/local/start-head.sh`` on free ports (tests/ray_heads.py: token
-    authentication with a fresh 0600 token, every server on loopback, checked once it is up). Clients need its
+    """A Ray head shared by several runs: ``cluster/local/start-head.sh`` on free ports (tests/support/ray_heads.py:
+    token authentication with a fresh 0600 token, every server on loopback, checked once it is up). Clients need its
     settings: ``Cli(..., env=head.client_env())``. Stopped by its session, never ``ray stop`` (which kills every Ray
     of the machine). ``autoscaling``: a fake multi-node autoscaler config (``fake_multinode``)."""
     ports = pick_ports()
@@ -556,7 +557,15 @@ def main() -> int:
     ap.add_argument("--only", help=f"comma-separated scenarios of {', '.join(SCENARIOS)}")
     ap.add_argument("--json", type=Path, help="write the results here")
     ap.add_argument("--work", type=Path, help="keep the warehouses and logs here (default: a temporary folder)")
+    ap.add_argument(
+        "--smoke",
+        action="store_true",
+        help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
+    )
     args = ap.parse_args()
+    if args.smoke:  # the reduced catalog and the cheapest scenario this machine can run (read-only starts no Ray)
+        args.small = True
+        args.only = args.only or ("read-only" if can_mount() else "respec")
     only = [s.strip() for s in args.only.split(",")] if args.only else None
     unknown = set(only or []) - set(SCENARIOS)
     if unknown:

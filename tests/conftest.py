@@ -37,8 +37,8 @@ def toy_glove(data_dir: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory) -> Path:
-    """The evalfarm wheel, built once per session from a clean copy of the sources (tests/wheel_venv.py)."""
-    import wheel_venv
+    """The evalfarm wheel, built once per session from a clean copy of the sources (tests/support/wheel_venv.py)."""
+    from tests.support import wheel_venv
 
     return wheel_venv.build_wheel(tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("dist"))
 

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from faults_harness import REPO, faults
+
+from tests.support.faults_harness import REPO, faults
 
 CONFIG = {
     "cluster_name": "evalfarm-autoscale-test",

@@ -21,7 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
-from ray_heads import Head, head_env, start_head, stop_head
+
+from tests.support.ray_heads import Head, head_env, start_head, stop_head
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "cluster"
@@ -453,6 +454,7 @@ def test_start_head_binds_loopback_by_default():
     assert "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in text and "umask 077" in text
 
 
+@pytest.mark.docs
 def test_readme_explains_storage_and_loopback():
     text = " ".join((CLUSTER / "README.md").read_text().split())
     for needle in ("127.0.0.1", "arbitrary code", "shared", "evalfarm submit", "ray job submit", "RAY_AUTH_MODE"):
@@ -464,7 +466,7 @@ def test_readme_explains_storage_and_loopback():
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[Head]:
-    """start-head.sh on free ports (tests/ray_heads.py); start_head checks that it listens on loopback only."""
+    """start-head.sh on free ports (tests/support/ray_heads.py); start_head checks that it listens on loopback only."""
     head = start_head(tmp_path_factory.mktemp("head"))
     try:
         yield head
@@ -495,11 +497,11 @@ def _metrics(warehouse: Path) -> set[tuple[str, str]]:
 def test_nightly_rayjob_entrypoint_runs_on_a_real_head_from_the_installed_wheel(wheel, tmp_path):
     """The RayJob's entrypoint and runtimeEnvYAML, submitted the way KubeRay's submitter does (`ray job submit
     --runtime-env-json … -- ENTRYPOINT`), to a head started by start-head.sh from a venv where evalfarm is the
-    wheel, installed non-editably as cluster/Dockerfile installs it (tests/wheel_venv.py): the job's `evalfarm run`,
-    its default (Ray) executor's workers and the shipped zoo-starter catalog all come from the wheel. It used to
+    wheel, installed non-editably as cluster/Dockerfile installs it (tests/support/wheel_venv.py): the job's `evalfarm
+    run`, its default (Ray) executor's workers and the shipped zoo-starter catalog all come from the wheel. It used to
     fail at start: the job's env_vars and evalfarm's own ray.init runtime_env set the same keys ("Failed to merge
     the Job's runtime env")."""
-    import wheel_venv
+    from tests.support import wheel_venv
 
     (job,) = _of_kind("RayJob")
     runtime_env = yaml.safe_load(job["spec"]["runtimeEnvYAML"])
@@ -552,6 +554,7 @@ def _readme_block(containing: str, readme: Path = CLUSTER / "README.md") -> str:
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 @pytest.mark.parametrize(
     "readme", [CLUSTER / "README.md", REPO / "docs" / "operations.md"], ids=["cluster-readme", "docs-operations"]
 )

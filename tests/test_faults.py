@@ -12,7 +12,8 @@ import json
 from dataclasses import asdict
 
 import pytest
-from faults_harness import faults
+
+from tests.support.faults_harness import faults
 
 pytestmark = pytest.mark.slow
 

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from model_kind_contract import CASES, ModelKindContract, kind_params
 
 from evalfarm.plugins import ModelKind, model_kinds
+from tests.support.model_kind_contract import CASES, ModelKindContract, kind_params
 
 
 def pytest_generate_tests(metafunc) -> None:

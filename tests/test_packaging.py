@@ -1,9 +1,9 @@
 """Packaging: the wheel carries the catalogs and SQL views and works outside the checkout; pins live in one place.
 
 The end-to-end test installs the wheel (the session's ``wheel`` fixture, tests/conftest.py) into a fresh venv outside
-the checkout (tests/wheel_venv.py says how it sees the dependencies without downloading them) and runs a starter
-model there on a local Ray; tests/test_cluster.py runs the nightly RayJob's entrypoint on a head started from such
-a venv.
+the checkout (tests/support/wheel_venv.py says how it sees the dependencies without downloading them) and runs a
+starter model there on a local Ray; tests/test_cluster.py runs the nightly RayJob's entrypoint on a head started from
+such a venv.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ import zipfile
 from pathlib import Path
 
 import pytest
-import wheel_venv
 import yaml
 from packaging.requirements import Requirement
 from packaging.version import Version
+
+from tests.support import wheel_venv
 
 REPO = Path(__file__).resolve().parents[1]
 PYPROJECT = tomllib.loads((REPO / "pyproject.toml").read_text())

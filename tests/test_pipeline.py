@@ -87,6 +87,7 @@ def test_cli_run_fills_every_scorer_for_every_model_of_the_right_level(cli_run):
     want |= {(m, t, s) for m in ("bow-toy", "static") for t, s in sent_tasks.items()}
     assert {(r["model"], r["task"], r["scorer"]) for r in board} == want
     er = _sql(wh, "SELECT * FROM evalrank")
+    assert {r["model"] for r in er} == {"toy", "toy-abtt1", "toy-skip", "bow-toy", "static"}  # every row checked
     for r in er:
         assert 1 <= r["mr"] <= 24957 and 0 < r["mrr"] <= 1 and r["hits@1"] <= r["hits@3"] <= r["hits@10"]
     # the similarity baselines are real correlations: a static model orders STS-B test pairs

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from model_kind_contract import KindCase, check_declaration, check_loading, check_validation
 
 from evalfarm.catalog.registry import CatalogError, load_catalog
 from evalfarm.plugins import model_kinds, task_kinds
+from tests.support.model_kind_contract import KindCase, check_declaration, check_loading, check_validation
 
 REPO = Path(__file__).resolve().parents[1]
 TOY = REPO / "tests" / "plugins" / "evalfarm_toy_plugin"

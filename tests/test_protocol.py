@@ -2,8 +2,8 @@
 
 (a) hand-made vocabularies where centring, the OOV vector and lower-casing each change a rank, worked by hand;
 (b) the pipeline end to end (catalog -> embed -> rank -> warehouse) against an independent float64 port of the
-    toolkit's reading and preprocessing (tests/toolkit_oracle.py) on toy_emb.txt and GloVe 6B 50d, for the three
-    OOV policies and both similarities;
+    toolkit's reading and preprocessing (tests/support/toolkit_oracle.py) on toy_emb.txt and GloVe 6B 50d, for the
+    three OOV policies and both similarities;
 (c) toy_emb.txt's cos MRR against the toolkit's published 3.18 % (benchmarking/word_evalrank.md).
 """
 
@@ -14,8 +14,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conformance_harness import OOV_POLICIES, compare, run_pipeline, stored, word_pool
-from toolkit_oracle import toolkit_loop_ranks
 
 from evalfarm.embed import lowercased_view, word_lookup
 from evalfarm.encoders.vocab_index import MappedIndex
@@ -23,6 +21,8 @@ from evalfarm.encoders.word_vectors import WordVectors
 from evalfarm.preprocess import Protocol, VocabStats, prepare, vocab_stats
 from evalfarm.scorers.base import TextVectors
 from evalfarm.scorers.evalrank import rank_pool
+from tests.support.conformance_harness import OOV_POLICIES, compare, run_pipeline, stored, word_pool
+from tests.support.toolkit_oracle import toolkit_loop_ranks
 
 # Raw vocabulary, in file order. The second "b" line is a duplicate key once keys are lower-cased: the toolkit keeps
 # "B"'s vector for "b" and drops the line. Vocabulary = a, b, c, d; mean m = (2, 0); centred:

@@ -40,6 +40,7 @@ def quick_start_commands(readme: str) -> list[str]:
     return [line for block in blocks for line in block.splitlines() if line.strip()]
 
 
+@pytest.mark.docs
 def test_the_quick_start_parser_reads_the_readme() -> None:
     commands = quick_start_commands((REPO / "README.md").read_text(encoding="utf-8"))
     assert [c.split("#")[0].strip() for c in commands[:2]] == ["make install", "make run"]
@@ -108,6 +109,7 @@ def _sandbox(root: Path, data_dir: Path) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.docs
 def test_readme_quick_start_runs_as_written_in_a_fresh_shell(tmp_path, data_dir) -> None:
     if shutil.which("make") is None:
         pytest.fail("make is needed: the Quick start starts with `make run`")
@@ -140,13 +142,14 @@ def test_readme_quick_start_runs_as_written_in_a_fresh_shell(tmp_path, data_dir)
     assert list((repo / "warehouse" / "tables" / "metrics").glob("model=all-minilm-l6-v2/task=*"))
 
 
+@pytest.mark.docs
 def test_the_reliability_table_is_what_make_faults_measured() -> None:
     """docs/operations.md's Reliability table is `make faults`'s table (benchmarks/faults.py's ``markdown``) of the
     results it stored in benchmarks/results/faults.json, row for row: every scenario, each as expected, no row lost or
     duplicated. Re-run `make faults` and paste its table when a scenario changes."""
     import json
 
-    from faults_harness import faults
+    from tests.support.faults_harness import faults
 
     results = [faults.Result(**r) for r in json.loads((REPO / "benchmarks/results/faults.json").read_text())]
     assert len(results) == len(faults.SCENARIOS)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,13 +14,12 @@ import time
 from pathlib import Path
 
 import pytest
-from ray_heads import local_ray
 
-from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scheduler.ray_executor import autoscaled_workers, worker_resources
 from evalfarm.warehouse import Warehouse
+from tests.support.ray_heads import local_ray
 
 REPO = Path(__file__).resolve().parents[1]
 WORD_MODELS = ["toy", "toy-abtt1", "toy-pcr1", "toy-skip"]
@@ -91,7 +91,7 @@ models:
 @pytest.fixture(scope="module")
 def ray_cluster():
     """evalfarm's own local Ray (``connect(None)``: a cluster of our own, token-authenticated, every server on
-    loopback; tests/ray_heads.py checks its sockets), kept for the module."""
+    loopback; tests/support/ray_heads.py checks its sockets), kept for the module."""
     with local_ray(num_cpus=2) as ray:
         yield ray
 
@@ -367,12 +367,17 @@ def test_autoscaled_workers_ask_for_what_pending_encoders_need():
     assert (s.now, s.gpu_workers, s.cpu_workers) == (2, 1, 0)
 
 
-@pytest.mark.slow
 def test_progress_line_counts_and_eta():
-    t = ProgressTracker(total=4, cost_total=4.0)
+    """The ETA extrapolates from the cost finished in this run: 10 s for 1 of the 3 cost units left after a skip
+    (which costs nothing) leaves 20 s for the other 2."""
+    t = ProgressTracker(total=4, cost_total=4.0, started=time.perf_counter() - 10.0)
+    assert t.line().endswith("ETA ?")  # nothing finished yet: no rate to extrapolate from
     t.finish("skipped")  # costs nothing: its share leaves the total
     assert t.cost_total == 3.0
     t.finish("done", 1.0)
     line = t.line()
-    assert "units 2/4" in line and "1 done" in line and "2 remaining" in line and "ETA" in line
-    assert load_catalog  # imported for the fixtures' catalogs
+    assert "units 2/4" in line and "1 done" in line and "2 remaining" in line, line
+    assert 20 <= int(re.search(r"ETA (\d+)s$", line).group(1)) <= 21, line  # 20 s, plus this test's own time
+    t.finish("done", 1.0)
+    t.finish("failed", 1.0)
+    assert "units 4/4" in t.line() and "1 failed" in t.line() and t.line().endswith("ETA 0s")

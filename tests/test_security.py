@@ -259,9 +259,9 @@ def test_read_only_statements_still_work(warehouse):
 
 
 # -- Ray heads: token authentication and loopback ---------------------------------------------------------------
-# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session): tests/ray_heads.py.
+# `start_head` runs cluster/local/start-head.sh itself (free ports, its own session): tests/support/ray_heads.py.
 
-from ray_heads import (  # noqa: E402 - the head helpers every Ray test shares
+from tests.support.ray_heads import (  # noqa: E402 - the head helpers every Ray test shares
     head_env,
     http,
     is_loopback,

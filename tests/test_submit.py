@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ray_heads import start_head, stop_head
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.submit import (
@@ -29,6 +28,7 @@ from evalfarm.submit import (
     wait_for_job,
 )
 from evalfarm.warehouse import Warehouse
+from tests.support.ray_heads import start_head, stop_head
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -398,9 +398,9 @@ def test_address_auto_only_when_run_accepts_it():
 
 @pytest.fixture(scope="module")
 def ray_head(tmp_path_factory) -> Iterator[str]:
-    """The head start-head.sh starts (tests/ray_heads.py: free ports, its own session, checked to listen on loopback
-    only); yields its job API address. For the module's duration this process and the `evalfarm` it runs are the
-    head's clients: the token settings of its env file are in os.environ (``_env`` passes them on)."""
+    """The head start-head.sh starts (tests/support/ray_heads.py: free ports, its own session, checked to listen on
+    loopback only); yields its job API address. For the module's duration this process and the `evalfarm` it runs are
+    the head's clients: the token settings of its env file are in os.environ (``_env`` passes them on)."""
     head = start_head(tmp_path_factory.mktemp("head"))
     try:
         with head.in_process():

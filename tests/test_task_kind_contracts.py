@@ -13,7 +13,6 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 import pyarrow as pa
 import pytest
-import task_kind_contract as contract
 from pydantic import create_model
 
 from evalfarm.catalog.specs import TaskSpec
@@ -23,6 +22,7 @@ from evalfarm.plugins import RegistryError, task_kinds
 from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, Scorer, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, unit_tables
+from tests.support import task_kind_contract as contract
 
 KINDS = task_kinds.names()
 

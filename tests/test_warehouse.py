@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import sys
+from datetime import UTC, datetime, timedelta
+
+import duckdb
 import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
@@ -26,19 +31,17 @@ def test_sql_is_read_only(tmp_path):
         "INSTALL httpfs",
         "SET enable_external_access=true",
     ]:
-        with pytest.raises(Exception):  # noqa: B017 - PermissionError or DuckDB's own refusal
+        with pytest.raises((PermissionError, duckdb.Error)):  # evalfarm's read-only check, or DuckDB's own refusal
             wh.query(stmt)
-    with pytest.raises(Exception, match="(?i)permission|disabled"):
+    with pytest.raises((PermissionError, duckdb.Error), match="(?i)permission|disabled"):
         wh.query("SELECT * FROM read_csv('/etc/hostname')")
     assert not (tmp_path / "wh" / "x.csv").exists()
 
 
 def test_atomic_write_leaves_no_temp_file_on_failure(tmp_path):
-    import pyarrow as pa
-
     target = tmp_path / "d" / "t.parquet"
     atomic_write_table(pa.table({"a": [1]}), target)
-    with pytest.raises(Exception):  # noqa: B017 - whatever pyarrow raises for an unknown codec
+    with pytest.raises(pa.ArrowException, match="no-such-codec"):  # pyarrow's own refusal of the codec
         atomic_write_table(pa.table({"a": [2]}), target, compression="no-such-codec")
     assert pq.read_table(target).to_pylist() == [{"a": 1}]
     assert [p.name for p in target.parent.iterdir()] == ["t.parquet"]
@@ -59,9 +62,29 @@ def test_embeddings_round_trip_with_null_oov_rows(tmp_path):
     assert meta["model"] == "m" and meta["vocab_mean"] == [1.0, 2.0, 3.0]
 
 
-def test_run_ids_are_unique_and_sortable():
+def test_run_ids_are_unique_and_sortable(monkeypatch):
+    """Run ids sort as the runs started (the `conflicts` view lists a spec's runs in id order, as they ran; so do
+    `ls` of quarantine/), across second, hour, day and year boundaries; ids made in the same second still differ."""
     ids = [new_run_id() for _ in range(50)]
     assert len(set(ids)) == 50
+    start = datetime.now(UTC)
+    assert start - timedelta(seconds=5) <= datetime.strptime(ids[0][:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC) <= start
+    # creation times out of lexical order if the stamp were unpadded or local: 9 s -> 10 s, 09 h -> 10 h, ...
+    times = [
+        datetime(2024, 12, 31, 23, 59, 59, tzinfo=UTC),
+        datetime(2025, 1, 1, 0, 0, 0, tzinfo=UTC),
+        datetime(2025, 1, 1, 0, 0, 9, tzinfo=UTC),
+        datetime(2025, 1, 1, 0, 0, 10, tzinfo=UTC),
+        datetime(2025, 1, 1, 9, 59, 59, tzinfo=UTC),
+        datetime(2025, 1, 1, 10, 0, 0, tzinfo=UTC),
+        datetime(2025, 2, 9, 0, 0, 0, tzinfo=UTC),
+        datetime(2025, 10, 1, 0, 0, 0, tzinfo=UTC),
+    ]
+    clock = iter(times)
+    monkeypatch.setattr(sys.modules[new_run_id.__module__], "now", lambda: next(clock))
+    made = [new_run_id() for _ in times]
+    assert sorted(made) == made
+    assert [datetime.strptime(i[:15], "%Y%m%dT%H%M%S").replace(tzinfo=UTC) for i in made] == times
 
 
 def test_init_sweeps_temp_files_of_dead_writers_only(tmp_path):

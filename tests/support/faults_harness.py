@@ -6,7 +6,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 if "evalfarm_faults" in sys.modules:
     faults = sys.modules["evalfarm_faults"]

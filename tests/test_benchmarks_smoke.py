@@ -1,0 +1,165 @@
+"""Every benchmark script runs: each one's ``--smoke`` (tiny sizes, one repeat; a few seconds of CPU) in a subprocess,
+as a user runs it, its JSON written to a temporary folder and checked for sane figures.
+
+A benchmark is run by hand, rarely, so nothing else notices when a change breaks one: benchmarks/bench_rank.py once
+failed at start for weeks (it asked for a catalog that had been renamed). What the smoke runs leave out, and why:
+bench_toolkit.py's toolkit side (a download: offline here and in CI), bench_nightly.py's zoo build and Ray (a toy
+GloVe catalog in process instead), faults.py's scenarios but one (read-only, or respec without mount namespaces;
+tests/test_faults.py runs two more), bench_neighbours.py's transformer unit, bench_rank.py's other shapes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BENCH = REPO / "benchmarks"
+
+
+def _check_classify(out: dict[str, Any], tmp: Path) -> None:
+    assert [r["task"] for r in out["rows"]] == ["CR", "MRPC"]
+    for row in out["rows"]:
+        for backend in ("sklearn", "torch"):
+            assert 0.5 < row[backend]["accuracy"] <= 1 and row[backend]["n_train"] == 200, row
+        assert abs(row["accuracy_diff_points"]) <= 5, row  # the two solvers fit the same model
+    assert out["rows"][1]["torch"]["f1"] is not None  # MRPC reports F1
+
+
+def _check_neighbours(out: dict[str, Any], tmp: Path) -> None:
+    (row,) = out["rows"]
+    assert (row["model"], row["task"], row["neighbours"]) == ("glove-6b-50d", "evalrank-word", 10)
+    assert row["score_with_s"] > 0 and row["score_without_s"] > 0 and row["of_unit"] is not None
+
+
+def _check_nightly(out: dict[str, Any], tmp: Path) -> None:
+    assert out["run"]["rc"] == 0 and out["noop_rerun"]["rc"] == 0, (tmp / "wh-logs" / "run.log").read_text()[-3000:]
+    assert out["failures"] == [] and out["models"] == [{"level": "word", "n": 2}]
+    assert {"stage": "score", "status": "done", "n": 4} in out["units"]  # 2 models x 2 tasks
+    assert out["leaderboard_top"] and all(0 < r["mrr"] <= 1 for r in out["leaderboard_top"])
+    assert set(out["correlations"]) == {"word", "word-no-postprocessed"}
+    assert all("cells" in c for c in out["correlations"].values()), out["correlations"]  # the JSON parsed
+
+
+def _check_noop(out: dict[str, Any], tmp: Path) -> None:
+    assert (out["models"], out["units"]) == (3, 9) and out["parquet_files"] > 0  # 3 models x 3 tasks
+    assert out["noop_s (shipped, median)"] > 0 and out["ratio"] > 0
+
+
+def _check_quality(out: dict[str, Any], tmp: Path) -> None:
+    assert [(u["model"], u["task"]) for u in out["units"]] == [("toy", "wordsim-mc-30"), ("toy", "wordsim-rg-65")]
+    assert all(u["n_texts"] > 0 and u["dim"] == 50 and not u["degenerate"] for u in out["units"])
+    assert set(out["worst"]) == {"max oov_rate", "max duplicate_rate", "min rank_ratio", "max assess ms"}
+
+
+def _check_rank(out: dict[str, Any], tmp: Path) -> None:
+    assert [(r["similarity"], r["n_pairs"], r["n_background"]) for r in out["results"]] == [
+        ("cos", 200, 22207),
+        ("l2", 200, 22207),
+    ]
+    for r in out["results"]:
+        assert r["kernel_s"] >= 0 and r["floor_gemm_s"] >= 0 and len(r["sweep"]) == 7, r
+        # the toolkit's loop ranks as the kernel does, or one place lower (its positive scored apart: an ulp)
+        assert r["loop_rank_equal"] + r["loop_rank_higher_by_1"] >= 0.9, r
+
+
+def _check_scale(out: dict[str, Any], tmp: Path) -> None:
+    assert (out["setup"]["items"], out["setup"]["pairs"], out["setup"]["dim"]) == (5000, 300, 32)
+    assert [r["similarity"] for r in out["results"]] == ["cos", "l2"]
+    assert all(1 <= r["mean_rank"] <= 5000 for r in out["results"])
+
+
+def _check_scheduler(out: dict[str, Any], tmp: Path) -> None:
+    assert (out["units"], out["models"], out["noop_models"]) == (12, 12, 3)  # each model on the task of its level
+    assert out["sequential_s"] > 0 and out["ray1_warm_s"] > 0 and "ray2_warm_s" not in out
+    assert out["noop_cli_12_models_s"] > 0 and out["noop_cli_100_models_s"] > 0
+
+
+def _check_toolkit(out: dict[str, Any], tmp: Path) -> None:
+    assert "toolkit" not in out  # the toolkit side is a download: left out
+    assert out["evalfarm"]["returncode"] == 0 and any("1 done" in line for line in out["evalfarm"]["tail"]), out
+
+
+def _check_vectors(out: dict[str, Any], tmp: Path) -> None:
+    cases = {r["case"]: r for r in out["results"]}
+    assert len(cases) == 7 and all(r["rows"] == 2000 for r in cases.values()), cases
+    assert all(r["looked_up"] == 100 for name, r in cases.items() if "lookup" in name)
+    assert out["summary"]["rows"] == 2000 and out["summary"]["cache_bytes"] > 0
+
+
+def _check_conformance(out: dict[str, Any], tmp: Path) -> None:
+    confs = out["configurations"]
+    assert [(c["model"], c["oov"], c["similarity"]) for c in confs] == [("toy", "mean", "cos"), ("toy", "mean", "l2")]
+    for c in confs:  # what tests/test_protocol.py asserts of every configuration
+        assert c["pairs"] == 5514 and c["differing"] <= 0.001 * c["pairs"] and abs(c["mrr_difference"]) < 1e-5, c
+    (loop,) = out["toolkit_loop_cos"]
+    assert 0 < loop["loop"]["mrr"] <= 1 and 0 < loop["clean"]["mrr"] <= 1
+
+
+def _check_faults(out: list[dict[str, Any]], tmp: Path) -> None:
+    (r,) = out
+    assert r["fault"] in ("read-only warehouse", "same id, new spec"), r
+    assert r["ok"] and (r["lost"], r["duplicated"]) == (0, 0), r
+
+
+def _check_compare_warehouses(out: dict[str, Any], tmp: Path) -> None:
+    assert out["rows_before"] == out["rows_after"] > 0 and (out["models"], out["tasks"]) == (1, 2), out
+    assert not (out["only_before"] or out["only_after"] or out["value_differs"] or out["identity_differs"]), out
+    assert out["ranks"] == {"pairs_before": 5514 * 2, "pairs_after": 5514 * 2, "identical": True}
+
+
+SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
+    "bench_classify.py": ([], _check_classify),
+    "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
+    "bench_neighbours.py": ([], _check_neighbours),
+    "bench_nightly.py": (["--warehouse", "{tmp}/wh"], _check_nightly),
+    "bench_noop.py": ([], _check_noop),
+    "bench_quality.py": ([], _check_quality),
+    "bench_rank.py": ([], _check_rank),
+    "bench_scale.py": ([], _check_scale),
+    "bench_scheduler.py": ([], _check_scheduler),
+    "bench_toolkit.py": ([], _check_toolkit),
+    "bench_vectors.py": ([], _check_vectors),
+    "conformance.py": ([], _check_conformance),
+    "faults.py": ([], _check_faults),
+}
+"""Each script: its arguments after ``--smoke --json OUT`` (``{tmp}``: the test's folder) and what its JSON must
+hold."""
+
+
+def _files(folder: Path) -> dict[str, tuple[int, int]]:
+    return {
+        p.relative_to(folder).as_posix(): (p.stat().st_size, p.stat().st_mtime_ns)
+        for p in folder.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", SMOKE)
+def test_benchmark_runs_with_tiny_settings(script: str, tmp_path: Path) -> None:
+    extra, check = SMOKE[script]
+    out = tmp_path / "out.json"
+    before = _files(BENCH)
+    cmd = [sys.executable, str(BENCH / script), "--smoke", "--json", str(out)]
+    cmd += [a.format(tmp=tmp_path) for a in extra]
+    env = {**os.environ, "PYTHONPATH": str(REPO), "EVALFARM_CONFIG": ""}  # this checkout; no .evalfarm.toml
+    proc = subprocess.run(cmd, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    log = f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stdout[-3000:]}\n--- stderr ---\n{proc.stderr[-5000:]}"
+    assert proc.returncode == 0, log
+    assert out.is_file(), log
+    check(json.loads(out.read_text()), tmp_path)
+    # a smoke run writes nothing into the checkout: benchmarks/results/ holds measured figures only
+    assert _files(BENCH) == before
+
+
+def test_every_benchmark_script_has_a_smoke_run() -> None:
+    """A new script in benchmarks/ fails here until it has a ``--smoke`` and an entry in SMOKE."""
+    assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMOKE)
