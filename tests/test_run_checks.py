@@ -219,6 +219,7 @@ def test_a_selected_model_without_a_task_of_its_level_is_said_not_dropped(catalo
     assert proc.returncode == 2 and "nothing to run: the selected models are sentence-level" in proc.stderr
 
 
+@pytest.mark.docs
 def test_the_readme_subset_example_evaluates_every_model_it_names() -> None:
     from evalfarm.plan import plan_run, without_tasks
 
