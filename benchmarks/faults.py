@@ -1,6 +1,6 @@
 """Fault injection on a real local Ray: each fault of a cluster's life, what evalfarm does, rows lost or duplicated.
 
-    python benchmarks/faults.py --json benchmarks/results/faults.json      # `make faults`: the README's table
+    python benchmarks/faults.py --json benchmarks/results/faults.json      # `make faults`: docs/operations.md's table
     python benchmarks/faults.py --small --only worker-killed,head-lost     # what CI runs (tests/test_faults.py)
     python benchmarks/faults.py --smoke    # one cheap scenario (read-only; respec without mount namespaces)
 

@@ -2,8 +2,8 @@
 
 One place, so every evaluator that claims the paper's protocol (EvalRank now; word similarity, STS and the
 downstream tasks later) gets the same vectors. The defaults mirror the EvalRank toolkit
-(BinWang28/EvalRank-Embedding-Evaluation, ``src/w_model.py`` at 9754e9d); the README's protocol table points at the
-lines:
+(BinWang28/EvalRank-Embedding-Evaluation, ``src/w_model.py`` at 9754e9d); the protocol table of docs/evaluators.md
+("The protocol, exactly as the paper's toolkit") points at the lines:
 
 - **word** (``src/w_model.py``; ``src/run_word_evaluation.py`` sets ``config.centralization = True``): the
   vocabulary's keys are lower-cased as the file is read, the first occurrence of a key wins, looked-up words are

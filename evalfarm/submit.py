@@ -497,7 +497,7 @@ def plan_submission(
             "evalfarm.version": __version__,
             "evalfarm.models": ",".join(model_ids),
             "evalfarm.spec_hashes": ",".join(f"{m}={merged.spec_hash(m)}" for m in model_ids),
-            "evalfarm.taskdata": ",".join(f"{p}@{merged.tasks[p].version}" for p in tasks_used),
+            "evalfarm.tasks": ",".join(f"{p}@{merged.tasks[p].version}" for p in tasks_used),
             "evalfarm.spec_file": str(spec_path),
             "evalfarm.base_catalog": str(base.path),
             "evalfarm.catalog": catalog,

@@ -1,5 +1,6 @@
 """cluster/: every YAML parses and has the fields its kind needs; the local scripts are sound and bind loopback;
-the shipped entrypoints (the nightly RayJob's, the README's raw `ray job submit`) run on a real head.
+the shipped entrypoints (the nightly RayJob's; the raw `ray job submit` of cluster/README.md and docs/operations.md)
+run on a real head.
 
 Kubernetes cannot be applied here: those checks catch typos, missing fields and unsafe defaults. The autoscaler
 config is validated against Ray's own schema (ray/autoscaler/ray-schema.json). The head is the one
@@ -580,7 +581,7 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
 
 @pytest.mark.slow
 def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
-    """The README's workstation flow on a token head: with the settings start-head.sh writes, `evalfarm submit`
+    """cluster/README.md's workstation flow on a token head: with the settings start-head.sh writes, `evalfarm submit`
     runs the model; without them the job API turns it away and nothing runs."""
     spec = tmp_path / "my-model.yaml"
     spec.write_text(RAW_MODEL)

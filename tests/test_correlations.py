@@ -305,7 +305,7 @@ def test_intervals_are_stored_current_then_stale_when_models_change(sentence_wh)
 def test_the_papers_table_is_one_select_on_the_view(sentence_wh):
     for m, acc in zip(["s1", "s2", "s3", "s4", "s5"], [0.5, 0.4, 0.3, 0.2, 0.1], strict=True):
         add_accuracy(sentence_wh, m, "cr", acc)
-    # what README shows: one read-only statement (evalfarm sql's check refuses anything else)
+    # what docs/user-guide.md shows: one read-only statement (evalfarm sql's check refuses anything else)
     rows = sentence_wh.query(
         "SELECT * FROM (SELECT intrinsic_task, variant, downstream_task, round(spearman, 3) AS rho FROM correlations "
         "WHERE level = 'sentence' AND NOT excludes_postprocessed AND coalesce(ties, 'optimistic') = 'optimistic') "

@@ -1,4 +1,5 @@
-"""Every registered model kind keeps the contract of tests/model_kind_contract.py, and none is left without a case."""
+"""Every registered model kind keeps the contract of tests/support/model_kind_contract.py; none is left without a
+case."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ class TestEveryModelKind(ModelKindContract):
 def test_every_registered_model_kind_has_a_contract_case():
     """PyKEEN's meta-test: a kind registered without a concrete case fails here, not silently untested."""
     missing = sorted(set(model_kinds.names()) - set(CASES))
-    assert not missing, f"model kinds without a contract case in tests/model_kind_contract.py: {missing}"
+    assert not missing, f"model kinds without a contract case in tests/support/model_kind_contract.py: {missing}"
 
 
 def test_a_case_without_a_kind_is_stale():

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+pytestmark = pytest.mark.docs
 REPO = Path(__file__).resolve().parents[1]
 SKIP = {"make test": "the test suite itself", "make test-fast": "the suite's fast tier"}
 

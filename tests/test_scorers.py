@@ -138,7 +138,7 @@ def test_word_similarity_without_centring_is_its_own_variant():
     scorer = WordSimilarityScorer()
     res = scorer.score(None, data, vectors, scorer.params(None, RunOptions(center=False)))  # type: ignore[arg-type]
     m = {(r.variant, r.metric): r.value for r in res.rows}
-    assert {r.variant for r in res.rows} == {"evalrank-word/no-center", "raw"}  # the README's variant names
+    assert {r.variant for r in res.rows} == {"evalrank-word/no-center", "raw"}  # docs/evaluators.md's variant names
     assert m[("evalrank-word/no-center", "spearman")] == pytest.approx(1.0)  # uncentred: the raw cosines' order
 
 
@@ -211,7 +211,8 @@ def test_each_similarity_scorer_against_scipy():
 
 
 def test_adding_an_evaluator_is_one_task_kind_and_one_scorer(tmp_path):
-    """The README's worked example: a toy evaluator that reports the mean vector norm of a task's texts."""
+    """A task kind is one spec and one scorer: a toy evaluator of the mean vector norm (docs/design.md's worked
+    example is run end to end by tests/test_docs_examples.py)."""
 
     class NormTask(TaskSpec):
         kind: Literal["mean-norm-test"] = "mean-norm-test"

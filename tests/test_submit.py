@@ -270,7 +270,7 @@ def test_plan_runtime_env_and_entrypoint(spec, tmp_path, monkeypatch):
 
         assert plan.metadata["evalfarm.version"] == evalfarm.__version__
         pools = {p.id: p.version for p in base.tasks.values()}
-        used = plan.metadata["evalfarm.taskdata"].split(",")  # every task of the models' levels, with its version
+        used = plan.metadata["evalfarm.tasks"].split(",")  # every task of the models' levels, with its version
         assert f"evalrank-word@{pools['evalrank-word']}" in used and f"stsb@{pools['stsb']}" in used
         assert len(used) == len(base.tasks)
         assert all(isinstance(v, str) for v in plan.metadata.values())  # Ray's metadata is str -> str
@@ -431,8 +431,8 @@ def test_submit_runs_the_new_model_on_a_real_cluster(ray_head, tmp_path):
 
     assert info.metadata["evalfarm.version"] == evalfarm.__version__
     assert (
-        info.metadata["evalfarm.taskdata"].startswith("evalrank-sentence@")
-        and ",evalrank-word@" in info.metadata["evalfarm.taskdata"]
+        info.metadata["evalfarm.tasks"].startswith("evalrank-sentence@")
+        and ",evalrank-word@" in info.metadata["evalfarm.tasks"]
     )
     assert info.entrypoint.startswith("evalfarm run --catalog submit-toy-glove-submitted.yaml")
 
@@ -505,7 +505,7 @@ def test_provenance_inside_a_job_names_the_submission_and_the_catalog_as_given(r
     line = next(x for x in client.get_job_logs(job).splitlines() if x.startswith("PROV "))
     ray_job, catalog = json.loads(line.removeprefix("PROV "))
     assert ray_job["submission_id"] == plan.submission_id
-    assert ray_job["metadata"] == plan.metadata and ray_job["metadata"]["evalfarm.taskdata"]
+    assert ray_job["metadata"] == plan.metadata and ray_job["metadata"]["evalfarm.tasks"]
     assert catalog == {"given": f"{spec} (submitted over zoo-starter)", "path": None}
     # the entrypoint's reservation reached Ray: the job's supervisor actor asked for that CPU
     actors = list_actors(

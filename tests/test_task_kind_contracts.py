@@ -1,4 +1,4 @@
-"""Every registered task kind keeps the contract of tests/task_kind_contract.py, and a task kind is one module.
+"""Every registered task kind keeps the contract of tests/support/task_kind_contract.py, and a task kind is one module.
 
 The template runs over ``task_kinds.names()`` (built-in kinds and installed plug-ins alike); each kind also needs a
 concrete case in ``task_kind_contract.CASES`` (a small real task of catalog/tasks.yaml), which the meta-test checks.
@@ -57,7 +57,7 @@ def test_a_real_task_of_the_kind_scores_into_the_warehouse(kind, tmp_path):
 
 def test_every_registered_task_kind_has_a_concrete_case():
     missing = sorted(set(task_kinds.names()) - set(contract.CASES))
-    assert not missing, f"add a case for task kind(s) {missing} to tests/task_kind_contract.py CASES"
+    assert not missing, f"add a case for task kind(s) {missing} to tests/support/task_kind_contract.py CASES"
     assert set(contract.CASES) <= set(task_kinds.names()), "a case for a kind that is not registered"
 
 

@@ -1,6 +1,6 @@
 """Declarative specs of models and tasks, validated with pydantic.
 
-A spec is the whole identity of a model or pool: everything that changes the numbers it produces is a field
+A spec is the whole identity of a model or task: everything that changes the numbers it produces is a field
 here, so the spec's hash (see :func:`spec_hash`) is a content fingerprint for caching and provenance.
 Unknown keys are errors (``extra="forbid"``), so a typo never silently falls back to a default.
 """
@@ -29,7 +29,7 @@ class _Strict(BaseModel):
 
 
 class Source(_Strict):
-    """Where a model's or pool's bytes come from.
+    """Where a model's bytes come from.
 
     - ``path``: a local file or folder (``~`` expanded; relative paths resolve against the catalog file).
     - ``data``: a path inside the evaluation data directory (``EVALFARM_DATA``).

@@ -296,12 +296,12 @@ def autoscaled_workers(
     workers: int | None,
     small_models: bool,
 ) -> Scaling:
-    """Workers for a run on an autoscaling cluster (see the README's Scheduling section).
+    """Workers for a run on an autoscaling cluster (docs/operations.md, "Autoscaling").
 
     1. Workers that fit now start at once, with whole resources: one GPU each (half when every model is a small
        lookup model), else one CPU each — never a slice of a CPU, so ``--workers 8`` on a one-node cluster does not
        squeeze 8 actors onto it but asks for the nodes they need.
-    2. Each pending model that wants a GPU (``heavy``: an encoder, not a lookup) asks for a GPU worker,
+    2. Each pending model that wants a GPU (``heavy``: its kind declares ``gpu``) asks for a GPU worker,
        ``{"GPU": 1, "CPU": c}`` with ``c`` the CPUs per GPU of the cluster's GPU nodes (1 before any has joined),
        up to ``workers`` in all.
     3. ``workers`` on a cluster without GPUs asks for the CPU workers beyond those that fit.

@@ -1,6 +1,6 @@
-"""Pool files: found in the data directory (``EVALFARM_DATA``) or downloaded into a cache, always checksummed.
+"""Task data files: found in the data directory (``EVALFARM_DATA``) or downloaded into a cache, always checksummed.
 
-Users without a local copy get the real thing: each file is fetched from the pool's public source URL, checked
+Users without a local copy get the real thing: each file is fetched from the task's public source URL, checked
 against its sha256 and moved into place atomically, so a cut download never looks complete.
 """
 
@@ -16,7 +16,7 @@ from evalfarm.catalog.specs import TaskSpec, canonical_json
 
 
 class TaskDataError(RuntimeError):
-    """A pool file that is missing, corrupt or unreadable; the message names the file."""
+    """A task data file that is missing, corrupt or unreadable; the message names the file."""
 
 
 def data_dir() -> Path | None:
@@ -88,7 +88,7 @@ def download(url: str, dest: Path, sha256: str) -> Path:
 
 
 def task_file(pool: TaskSpec, role: str) -> Path:
-    """Local path of one pool file, verified against the catalog checksum (downloading if needed)."""
+    """Local path of one task data file, verified against the catalog checksum (downloading if needed)."""
     rel = pool.files[role]
     expected = pool.sha256[role]
     base = data_dir()

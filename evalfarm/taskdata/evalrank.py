@@ -1,6 +1,6 @@
 """EvalRank pools (Wang et al., ACL 2022): positive pairs ranked against a background of words or sentences.
 
-Item policy (documented in README, tested):
+Item policy (documented in docs/evaluators.md, "Counting"; tested):
 - Items are unique texts, keyed by their exact string (case kept: cased models see cased text); ``item_id`` is
   the position in first-appearance order: pair texts first (file order), then the background files.
 - The background is every item: pair texts are part of it, as in the paper's loader (22,207 words; 24,957

@@ -207,7 +207,9 @@ class ModelKindContract:
 
     def case(self, name: str) -> KindCase:
         if name not in self.cases:
-            pytest.fail(f"model kind {name!r} has no contract case: add a KindCase to tests/model_kind_contract.py")
+            pytest.fail(
+                f"model kind {name!r} has no contract case: add a KindCase to tests/support/model_kind_contract.py"
+            )
         return self.cases[name]
 
     def test_declaration(self, kind_name: str) -> None:
