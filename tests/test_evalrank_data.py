@@ -95,7 +95,7 @@ def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
     pool = load_task(spec)
     assert pool.n_pairs == 2
-    assert (tmp_path / "cache" / "pools" / "tiny" / "1" / "p" / "pairs.txt").is_file()
+    assert (tmp_path / "cache" / "tasks" / "tiny" / "1" / "p" / "pairs.txt").is_file()
     bad = spec.model_copy(update={"id": "tiny2", "sha256": {**spec.sha256, "pairs": "0" * 64}})
     with pytest.raises(TaskDataError, match="expected"):
         load_task(bad)

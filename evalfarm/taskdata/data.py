@@ -28,7 +28,7 @@ def data_dir() -> Path | None:
     if not path.is_dir():
         raise TaskDataError(
             f"EVALFARM_DATA={env!r} is not a directory; point it at the evaluation data "
-            "(e.g. ../shared/data) or unset it to download pools into the cache"
+            "(e.g. ../shared/data) or unset it to download each task's files into the cache"
         )
     return path
 
@@ -87,26 +87,26 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     return dest
 
 
-def task_file(pool: TaskSpec, role: str) -> Path:
+def task_file(task: TaskSpec, role: str) -> Path:
     """Local path of one task data file, verified against the catalog checksum (downloading if needed)."""
-    rel = pool.files[role]
-    expected = pool.sha256[role]
+    rel = task.files[role]
+    expected = task.sha256[role]
     base = data_dir()
     if base is not None:
         path = base / rel
         if not path.is_file():
-            raise TaskDataError(f"pool {pool.id!r}: file {path} is missing (EVALFARM_DATA={base})")
+            raise TaskDataError(f"task {task.id!r}: file {path} is missing (EVALFARM_DATA={base})")
     else:
-        path = cache_dir() / "pools" / pool.id / pool.version / rel
+        path = cache_dir() / "tasks" / task.id / task.version / rel
         if not path.is_file():
-            url = pool.urls.get(role)
+            url = task.urls.get(role)
             if not url:
-                raise TaskDataError(f"pool {pool.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
+                raise TaskDataError(f"task {task.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
             download(url, path, expected)
     got = _verified_sha(path)
     if got != expected:
         raise TaskDataError(
-            f"task {pool.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
+            f"task {task.id!r}: {path} has sha256 {got[:16]}…, the catalog expects "
             f"{expected[:16]}… (corrupt or a different version of the file)"
         )
     return path
