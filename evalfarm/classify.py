@@ -521,19 +521,7 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
     n, d = Xt.shape
     B = len(fits)
     dev, dt = Xt.device, Xt.dtype
-    mask_np = np.zeros((B, n), dtype=np.float64)
-    for b, f in enumerate(fits):
-        mask_np[b, f.train] = 1.0
-    M64 = torch.from_numpy(mask_np).to(dev)
-    nb64 = M64.sum(1)
-    # each model's standardisation from its own training rows (float64: E[x^2] - mu^2 must not cancel badly)
-    X64 = Xt.to(torch.float64)
-    mu64 = (M64 @ X64) / nb64[:, None]
-    var64 = (M64 @ (X64 * X64)) / nb64[:, None] - mu64 * mu64
-    sd64 = var64.clamp_min(0).sqrt()
-    sd64 = torch.where(sd64 < 1e-6, torch.ones_like(sd64), sd64)  # constant within the fold: left unscaled
-    del X64
-    mu, sd = mu64.to(dt), sd64.to(dt)
+    M64, nb64, mu, sd = _fold_standardisation(Xt, fits)
     Mt = M64.T.to(dt).contiguous()  # (n, B)
     nb = nb64.to(dt)
     lam = torch.tensor([1.0 / f.c for f in fits], dtype=torch.float64, device=dev) / nb64
@@ -580,6 +568,24 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
         Z, _ = logits(theta, X_eval, every)
         scores = (Z[..., 0] if K == 1 else Z).to(torch.float64).cpu().numpy()  # (rows of X_eval, B[, K])
     return [scores[f.evaluate, b] for b, f in enumerate(fits)]
+
+
+def _fold_standardisation(Xt, fits: list[Fit]):
+    """Each model's training-row mask (B, n) and row count in float64, and the mean and standard deviation of its
+    own training rows in ``Xt``'s dtype (computed in float64: E[x^2] - mu^2 must not cancel badly)."""
+    import torch
+
+    mask_np = np.zeros((len(fits), Xt.shape[0]), dtype=np.float64)
+    for b, f in enumerate(fits):
+        mask_np[b, f.train] = 1.0
+    M64 = torch.from_numpy(mask_np).to(Xt.device)
+    nb64 = M64.sum(1)
+    X64 = Xt.to(torch.float64)
+    mu64 = (M64 @ X64) / nb64[:, None]
+    var64 = (M64 @ (X64 * X64)) / nb64[:, None] - mu64 * mu64
+    sd64 = var64.clamp_min(0).sqrt()
+    sd64 = torch.where(sd64 < 1e-6, torch.ones_like(sd64), sd64)  # constant within the fold: left unscaled
+    return M64, nb64, mu64.to(Xt.dtype), sd64.to(Xt.dtype)
 
 
 def batched_lbfgs(
