@@ -33,8 +33,8 @@ Backends, behind the one function:
   it runs on CPU with the same code, and is faster than scikit-learn there too on the CV tasks (360 models;
   ``benchmarks/bench_classify.py``). Float64 by default: C is chosen on accuracies that differ by a few
   predictions, so both backends must reach the same optimum (``tol=1e-6``). ``dtype="float32"`` (for GPUs
-  without fast float64) stops earlier, when the float32 loss no longer resolves a decrease: on GloVe
-  bag-of-words features its accuracies moved by up to 0.2 points against scikit-learn.
+  without fast float64) stops earlier, when the float32 loss no longer resolves a decrease, so its accuracies can
+  differ from scikit-learn's by a fraction of a point (``benchmarks/README.md``).
 
 Both backends stop a model when the largest gradient entry of the (mean-scaled) objective is at most ``tol``
 or an iteration no longer decreases it relatively by more than 64 machine epsilons (scipy's L-BFGS-B rules,

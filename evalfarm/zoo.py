@@ -238,7 +238,8 @@ def train_ppmi_svd(
     k = min(dim, min(M.shape) - 1)
     if k < 1:
         raise ValueError(f"corpus too small for PPMI-SVD: vocabulary of {len(vocab)} words (min_count={min_count})")
-    # randomized SVD (Halko et al.): 5-10x faster than ARPACK here, with a fixed seed and sign flip, deterministic
+    # randomized SVD (Halko et al.): several times faster than ARPACK on these matrices; a fixed seed and sign flip
+    # keep it deterministic
     U, S, _ = randomized_svd(M, n_components=k, n_iter=5, random_state=seed, flip_sign=True)
     vecs = (U * np.sqrt(S)).astype(np.float32)
     if k < dim:
@@ -317,7 +318,7 @@ def core_recipes() -> list[Recipe]:
 
 
 def full_recipes() -> list[Recipe]:
-    """The local zoo's grid: 42 word models, about 5 minutes of training on 2 quiet cores."""
+    """The local zoo's grid: 42 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
     out = core_recipes()
     for c in ("gensim", "goemotions"):  # dimension
         for d in (50, 200):
