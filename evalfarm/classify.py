@@ -33,8 +33,8 @@ Backends, behind the one function:
   it runs on CPU with the same code, and is faster than scikit-learn there too on the CV tasks (360 models;
   ``benchmarks/bench_classify.py``). Float64 by default: C is chosen on accuracies that differ by a few
   predictions, so both backends must reach the same optimum (``tol=1e-6``). ``dtype="float32"`` (for GPUs
-  without fast float64) stops earlier, when the float32 loss no longer resolves a decrease: on GloVe
-  bag-of-words features its accuracies moved by up to 0.2 points against scikit-learn.
+  without fast float64) stops earlier, when the float32 loss no longer resolves a decrease, so its accuracies can
+  differ from scikit-learn's by a fraction of a point (``benchmarks/README.md``).
 
 Both backends stop a model when the largest gradient entry of the (mean-scaled) objective is at most ``tol``
 or an iteration no longer decreases it relatively by more than 64 machine epsilons (scipy's L-BFGS-B rules,
@@ -180,27 +180,11 @@ def evaluate(
     caps the BLAS / OpenMP / torch threads during the call (None: unchanged): the per-fold problems are small,
     and on a loaded machine spinning thread pools can cost far more than they bring.
     """
-    roles = set(data)
-    if roles == {"cv"}:
-        protocol = "cv"
-    elif roles == {"train", "test"}:
-        protocol = "train_test"
-    elif roles == {"train", "dev", "test"}:
-        protocol = "train_dev_test"
-    else:
-        raise ValueError(f"data must hold 'cv', or 'train' + 'test' (+ 'dev'); got {sorted(roles)}")
+    protocol = _protocol(set(data))
     c_grid = tuple(float(c) for c in c_grid)
     if not c_grid or any(c <= 0 for c in c_grid):
         raise ValueError(f"c_grid must hold positive values, got {c_grid}")
-    parts = {role: _check_part(role, *xy) for role, xy in data.items()}
-    dims = {X.shape[1] for X, _ in parts.values()}
-    if len(dims) != 1:
-        raise ValueError(f"all parts must have the same feature dimension, got {dims}")
-    train_role = "cv" if protocol == "cv" else "train"
-    if max_train is not None and max_train < len(parts[train_role][1]):
-        Xt, yt = parts[train_role]
-        idx = stratified_subsample(yt, max_train, seed)
-        parts[train_role] = (Xt[idx], yt[idx])
+    parts = _checked_parts(data, "cv" if protocol == "cv" else "train", max_train, seed)
     top = max(int(y.max()) for _, y in parts.values())
     K = n_classes or top + 1
     if K < 2 or top >= K:
@@ -209,59 +193,104 @@ def evaluate(
         backend = "torch" if _cuda_available() else "sklearn"
     if backend not in ("sklearn", "torch"):
         raise ValueError(f"unknown backend {backend!r}: use 'sklearn', 'torch' or 'auto'")
-
-    def solve(X: np.ndarray, y: np.ndarray, fits: list[Fit]) -> list[np.ndarray]:
-        """The predicted labels of every fit on its ``evaluate`` rows."""
-        opts = dict(tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
-        return [predict_from_scores(z) for z in decision_values(X, y, fits, n_classes=K, backend=backend, **opts)]
-
-    def result(blocks: list[_Block], preds: list[np.ndarray], y_all: np.ndarray, n_train: int, n_test: int):
-        accs, f1s, dev, chosen = [], [], [], []
-        for block in blocks:
-            best, score, pred = block.choose(preds, y_all)
-            gold = y_all[block.test_rows]
-            accs.append(_accuracy(pred, gold))
-            if f1_label is not None:
-                f1s.append(_f1(pred, gold, f1_label))
-            dev.append(score)
-            chosen.append(c_grid[best])
-        return ClassifyResult(
-            protocol=protocol,
-            backend=backend,
-            accuracy=float(np.mean(accs)),
-            accuracy_std=float(np.std(accs)) if protocol == "cv" else math.nan,
-            dev_accuracy=float(np.mean(dev)),
-            chosen_c=tuple(chosen),
-            fold_accuracies=tuple(accs),
-            n_train=n_train,
-            n_test=n_test,
-            n_models=sum(len(b.fits) for b in blocks),
-            f1=float(np.mean(f1s)) if f1s else None,
-            c_grid=c_grid,
-        )
-
-    if protocol == "cv":
-        X, y = parts["cv"]
-        blocks = [_Block.inner_cv(y, otr, ote, c_grid, inner_k, seed) for otr, ote in cv_folds(y, k, seed)]
-        n_train = n_test = len(y)
-    else:
-        (Xtr, ytr), (Xte, yte) = parts["train"], parts["test"]
-        Xdv, ydv = parts.get("dev", (Xtr[:0], ytr[:0]))
-        X = np.vstack([Xtr, Xdv, Xte])
-        y = np.concatenate([ytr, ydv, yte])
-        ntr, ndv = len(ytr), len(ydv)
-        rows_tr, rows_dv, rows_te = np.arange(ntr), np.arange(ntr, ntr + ndv), np.arange(ntr + ndv, len(y))
-        if protocol == "train_dev_test":
-            blocks = [_Block.dev_split(rows_tr, rows_dv, rows_te, c_grid)]
-        else:
-            blocks = [_Block.inner_cv(y, rows_tr, rows_te, c_grid, inner_k, seed)]
-        n_train, n_test = ntr, len(yte)
+    X, y, blocks, n_train, n_test = _layout(protocol, parts, c_grid, k, inner_k, seed)
     fits = [f for block in blocks for f in block.fits]
-    preds = solve(X, y, fits)
+    opts = dict(tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
+    preds = [predict_from_scores(z) for z in decision_values(X, y, fits, n_classes=K, backend=backend, **opts)]
     start = 0
     for block in blocks:  # each block reads its own slice of the one batched solve
         block.offset, start = start, start + len(block.fits)
-    return result(blocks, preds, y, n_train, n_test)
+    return _result(protocol, backend, c_grid, blocks, preds, y, f1_label, n_train, n_test)
+
+
+def _result(
+    protocol: str,
+    backend: str,
+    c_grid: tuple[float, ...],
+    blocks: list[_Block],
+    preds: list[np.ndarray],
+    y: np.ndarray,
+    f1_label: int | None,
+    n_train: int,
+    n_test: int,
+) -> ClassifyResult:
+    """Each block's chosen C and test score, averaged over the blocks (the outer folds of ``cv``)."""
+    accs, f1s, dev, chosen = [], [], [], []
+    for block in blocks:
+        best, score, pred = block.choose(preds, y)
+        gold = y[block.test_rows]
+        accs.append(_accuracy(pred, gold))
+        if f1_label is not None:
+            f1s.append(_f1(pred, gold, f1_label))
+        dev.append(score)
+        chosen.append(c_grid[best])
+    return ClassifyResult(
+        protocol=protocol,
+        backend=backend,
+        accuracy=float(np.mean(accs)),
+        accuracy_std=float(np.std(accs)) if protocol == "cv" else math.nan,
+        dev_accuracy=float(np.mean(dev)),
+        chosen_c=tuple(chosen),
+        fold_accuracies=tuple(accs),
+        n_train=n_train,
+        n_test=n_test,
+        n_models=sum(len(b.fits) for b in blocks),
+        f1=float(np.mean(f1s)) if f1s else None,
+        c_grid=c_grid,
+    )
+
+
+def _protocol(roles: set[str]) -> str:
+    """The protocol the parts given name (see the module's docstring)."""
+    if roles == {"cv"}:
+        return "cv"
+    if roles == {"train", "test"}:
+        return "train_test"
+    if roles == {"train", "dev", "test"}:
+        return "train_dev_test"
+    raise ValueError(f"data must hold 'cv', or 'train' + 'test' (+ 'dev'); got {sorted(roles)}")
+
+
+def _checked_parts(
+    data: Mapping[str, tuple[np.ndarray, np.ndarray]], train_role: str, max_train: int | None, seed: int
+) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """Every part checked (:func:`_check_part`), of one feature dimension, the training part cut to ``max_train``."""
+    parts = {role: _check_part(role, *xy) for role, xy in data.items()}
+    dims = {X.shape[1] for X, _ in parts.values()}
+    if len(dims) != 1:
+        raise ValueError(f"all parts must have the same feature dimension, got {dims}")
+    if max_train is not None and max_train < len(parts[train_role][1]):
+        Xt, yt = parts[train_role]
+        idx = stratified_subsample(yt, max_train, seed)
+        parts[train_role] = (Xt[idx], yt[idx])
+    return parts
+
+
+def _layout(
+    protocol: str,
+    parts: dict[str, tuple[np.ndarray, np.ndarray]],
+    c_grid: tuple[float, ...],
+    k: int,
+    inner_k: int,
+    seed: int,
+) -> tuple[np.ndarray, np.ndarray, list[_Block], int, int]:
+    """One feature matrix and label vector for the whole protocol (train, dev, test stacked in that order), its
+    blocks of models, and the numbers of training and test rows."""
+    if protocol == "cv":
+        X, y = parts["cv"]
+        blocks = [_Block.inner_cv(y, otr, ote, c_grid, inner_k, seed) for otr, ote in cv_folds(y, k, seed)]
+        return X, y, blocks, len(y), len(y)
+    (Xtr, ytr), (Xte, yte) = parts["train"], parts["test"]
+    Xdv, ydv = parts.get("dev", (Xtr[:0], ytr[:0]))
+    X = np.vstack([Xtr, Xdv, Xte])
+    y = np.concatenate([ytr, ydv, yte])
+    ntr, ndv = len(ytr), len(ydv)
+    rows_tr, rows_dv, rows_te = np.arange(ntr), np.arange(ntr, ntr + ndv), np.arange(ntr + ndv, len(y))
+    if protocol == "train_dev_test":
+        blocks = [_Block.dev_split(rows_tr, rows_dv, rows_te, c_grid)]
+    else:
+        blocks = [_Block.inner_cv(y, rows_tr, rows_te, c_grid, inner_k, seed)]
+    return X, y, blocks, ntr, len(yte)
 
 
 @dataclass
@@ -492,19 +521,7 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
     n, d = Xt.shape
     B = len(fits)
     dev, dt = Xt.device, Xt.dtype
-    mask_np = np.zeros((B, n), dtype=np.float64)
-    for b, f in enumerate(fits):
-        mask_np[b, f.train] = 1.0
-    M64 = torch.from_numpy(mask_np).to(dev)
-    nb64 = M64.sum(1)
-    # each model's standardisation from its own training rows (float64: E[x^2] - mu^2 must not cancel badly)
-    X64 = Xt.to(torch.float64)
-    mu64 = (M64 @ X64) / nb64[:, None]
-    var64 = (M64 @ (X64 * X64)) / nb64[:, None] - mu64 * mu64
-    sd64 = var64.clamp_min(0).sqrt()
-    sd64 = torch.where(sd64 < 1e-6, torch.ones_like(sd64), sd64)  # constant within the fold: left unscaled
-    del X64
-    mu, sd = mu64.to(dt), sd64.to(dt)
+    M64, nb64, mu, sd = _fold_standardisation(Xt, fits)
     Mt = M64.T.to(dt).contiguous()  # (n, B)
     nb = nb64.to(dt)
     lam = torch.tensor([1.0 / f.c for f in fits], dtype=torch.float64, device=dev) / nb64
@@ -553,6 +570,24 @@ def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_ite
     return [scores[f.evaluate, b] for b, f in enumerate(fits)]
 
 
+def _fold_standardisation(Xt, fits: list[Fit]):
+    """Each model's training-row mask (B, n) and row count in float64, and the mean and standard deviation of its
+    own training rows in ``Xt``'s dtype (computed in float64: E[x^2] - mu^2 must not cancel badly)."""
+    import torch
+
+    mask_np = np.zeros((len(fits), Xt.shape[0]), dtype=np.float64)
+    for b, f in enumerate(fits):
+        mask_np[b, f.train] = 1.0
+    M64 = torch.from_numpy(mask_np).to(Xt.device)
+    nb64 = M64.sum(1)
+    X64 = Xt.to(torch.float64)
+    mu64 = (M64 @ X64) / nb64[:, None]
+    var64 = (M64 @ (X64 * X64)) / nb64[:, None] - mu64 * mu64
+    sd64 = var64.clamp_min(0).sqrt()
+    sd64 = torch.where(sd64 < 1e-6, torch.ones_like(sd64), sd64)  # constant within the fold: left unscaled
+    return M64, nb64, mu64.to(Xt.dtype), sd64.to(Xt.dtype)
+
+
 def batched_lbfgs(
     fg: Callable,
     theta,
@@ -588,51 +623,10 @@ def batched_lbfgs(
     for _ in range(max_iter):
         if not bool(active.any()):
             break
-        # two-loop recursion, newest pair first; an empty slot has rho = 0 and changes nothing
-        q = g.clone()
-        order = [(stored - 1 - j) % history for j in range(min(stored, history))]
-        alphas = []
-        for j in order:
-            a = rho[j] * (S[j] * q).sum(1)
-            q -= a[:, None] * Y[j]
-            alphas.append(a)
-        r = gamma[:, None] * q
-        for j, a in zip(reversed(order), reversed(alphas), strict=True):
-            beta = rho[j] * (Y[j] * r).sum(1)
-            r += (a - beta)[:, None] * S[j]
-        direction = -r
-        gd = (g * direction).sum(1)
-        uphill = gd >= 0  # lost curvature information: fall back to steepest descent
-        if bool(uphill.any()):
-            direction = torch.where(uphill[:, None], -g, direction)
-            gd = (g * direction).sum(1)
-        # backtracking line search over the moving rows only
-        step = theta.new_ones(B)
-        pending = active.clone()
-        new_theta, new_f, new_g = theta.clone(), f.clone(), g.clone()
-        for _ in range(max_halvings):
-            idx = pending.nonzero().squeeze(1)
-            cand = theta[idx] + step[idx, None] * direction[idx]
-            fc, gc = fg(cand, idx)
-            ok = fc <= f[idx] + 1e-4 * step[idx] * gd[idx]
-            won = idx[ok]
-            new_theta[won], new_f[won], new_g[won] = cand[ok], fc[ok], gc[ok]
-            pending[won] = False
-            if not bool(pending.any()):
-                break
-            step = torch.where(pending, step * 0.5, step)
-        stalled = pending
+        direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored)
+        new_theta, new_f, new_g, stalled = _armijo(fg, theta, f, g, direction, gd, active, max_halvings)
         done = active & ~stalled
-        s = new_theta - theta
-        yv = new_g - g
-        sy = (s * yv).sum(1)
-        yy = (yv * yv).sum(1)
-        valid = done & (sy > 1e-10 * yy) & (yy > 0)
-        slot = stored % history
-        S[slot] = s * valid[:, None]
-        Y[slot] = yv * valid[:, None]
-        rho[slot] = torch.where(valid, 1.0 / torch.where(valid, sy, torch.ones_like(sy)), torch.zeros_like(sy))
-        gamma = torch.where(valid, sy / torch.where(valid, yy, torch.ones_like(yy)), gamma)
+        gamma = _remember(S, Y, rho, gamma, stored % history, new_theta - theta, new_g - g, done)
         stored += 1
         decrease = f - new_f
         scale = torch.maximum(torch.maximum(f.abs(), new_f.abs()), torch.ones_like(f))
@@ -642,3 +636,65 @@ def batched_lbfgs(
         active = done & ~flat & (gmax > tol)
     converged = (gmax <= tol) | flat
     return theta, converged, gmax
+
+
+def _lbfgs_direction(g, S, Y, rho, gamma, stored: int):
+    """Each row's L-BFGS direction from its stored pairs (the two-loop recursion, newest pair first; an empty slot
+    has rho = 0 and changes nothing), steepest descent where that points uphill. Returns (direction, g·direction)."""
+    import torch
+
+    history = S.shape[0]
+    q = g.clone()
+    order = [(stored - 1 - j) % history for j in range(min(stored, history))]
+    alphas = []
+    for j in order:
+        a = rho[j] * (S[j] * q).sum(1)
+        q -= a[:, None] * Y[j]
+        alphas.append(a)
+    r = gamma[:, None] * q
+    for j, a in zip(reversed(order), reversed(alphas), strict=True):
+        beta = rho[j] * (Y[j] * r).sum(1)
+        r += (a - beta)[:, None] * S[j]
+    direction = -r
+    gd = (g * direction).sum(1)
+    uphill = gd >= 0  # lost curvature information: fall back to steepest descent
+    if bool(uphill.any()):
+        direction = torch.where(uphill[:, None], -g, direction)
+        gd = (g * direction).sum(1)
+    return direction, gd
+
+
+def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int):
+    """Backtracking (Armijo) line search over the moving rows only, each row halving its own step. Returns the new
+    (theta, f, grad) (unchanged for rows that found no decrease) and those stalled rows."""
+    import torch
+
+    step = theta.new_ones(theta.shape[0])
+    pending = active.clone()
+    new_theta, new_f, new_g = theta.clone(), f.clone(), g.clone()
+    for _ in range(max_halvings):
+        idx = pending.nonzero().squeeze(1)
+        cand = theta[idx] + step[idx, None] * direction[idx]
+        fc, gc = fg(cand, idx)
+        ok = fc <= f[idx] + 1e-4 * step[idx] * gd[idx]
+        won = idx[ok]
+        new_theta[won], new_f[won], new_g[won] = cand[ok], fc[ok], gc[ok]
+        pending[won] = False
+        if not bool(pending.any()):
+            break
+        step = torch.where(pending, step * 0.5, step)
+    return new_theta, new_f, new_g, pending
+
+
+def _remember(S, Y, rho, gamma, slot: int, s, yv, done):
+    """Store each row's step ``s`` and gradient change ``yv`` in ``slot`` where the curvature condition holds (an
+    empty pair elsewhere); returns the new initial scaling ``gamma``."""
+    import torch
+
+    sy = (s * yv).sum(1)
+    yy = (yv * yv).sum(1)
+    valid = done & (sy > 1e-10 * yy) & (yy > 0)
+    S[slot] = s * valid[:, None]
+    Y[slot] = yv * valid[:, None]
+    rho[slot] = torch.where(valid, 1.0 / torch.where(valid, sy, torch.ones_like(sy)), torch.zeros_like(sy))
+    return torch.where(valid, sy / torch.where(valid, yy, torch.ones_like(yy)), gamma)

@@ -19,14 +19,9 @@ possible rank, and always at rank 1). Its numbers are still computed and stored,
 reason on every metrics row; the ``leaderboard`` and ``evalrank`` views leave it out, ``leaderboard_all`` shows it,
 flagged, and the ``quality`` view holds the figures of every unit.
 
-The thresholds sit far from every real model measured: 8 of the starter zoo's models (glove-6b-50d and its ABTT
-variant, spacy-md-300d, bag-of-words over GloVe, over GloVe with PC removal and over spaCy, static-10k-64d,
-all-minilm-l6-v2) on every task of their level, 92 units (``benchmarks/bench_quality.py``; docs/user-guide.md,
-"When something is wrong"). Their worst figures: OOV rate 0.073 (GloVe on the rare-word set), duplicate rate 0.85
-(spaCy's pruned table: 20k vectors for 685k keys, on the EvalRank word pool), rank ratio 0.56 (spaCy on
-wordsim-verb-143: rank 65 for 117 words). A degenerate model sits at 1.0, ~1.0 and rank 1. The local zoo's
-small-corpus models were not measured (their OOV rates are high; past 0.9 a model's numbers are mostly its OOV fill
-vector's).
+The thresholds sit far from every real model's figures (the starter zoo's, ``benchmarks/bench_quality.py``; the
+worst of them are in ``benchmarks/README.md``) and close to a degenerate model's, which sits at 1.0, ~1.0 and rank
+1; past an OOV rate of 0.9 a model's numbers are mostly its OOV fill vector's.
 """
 
 from __future__ import annotations

@@ -17,6 +17,7 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -464,6 +465,22 @@ def _model_page(
     known: set[str],
     n_hardest: int,
 ) -> str:
+    """One model's page: its facts, metrics, hardest EvalRank pairs, failures, provenance and spec."""
+    parts = [
+        "<nav><a href='../index.html'>← report</a></nav>",
+        f"<h1>{esc(model)}</h1>",
+        _model_facts(info, links, known),
+        *_model_metrics(metrics),
+        *_model_hardest(hardest, n_hardest),
+        *_model_failures(failures),
+        *_model_provenance(info),
+    ]
+    return _page(f"{model} · evalfarm", "\n".join(parts))
+
+
+def _model_facts(info: dict[str, Any], links: dict[str, Any], known: set[str]) -> str:
+    """The table of what the model is (level, kind, lineage, spec hash, ...) and how it links to bags of words."""
+
     def link(m: Any) -> str:
         return f"<a href='{_href(str(m), '')}'>{esc(m)}</a>" if m in known else esc(m)
 
@@ -482,13 +499,16 @@ def _model_page(
         facts.append(("downstream numbers through", link(links["bow"])))
     if links.get("words"):
         facts.append(("bag of words over it for", ", ".join(link(w) for w in links["words"])))
-    parts = [
-        "<nav><a href='../index.html'>← report</a></nav>",
-        f"<h1>{esc(model)}</h1>",
+    return (
         "<table class='facts'><tbody>"
         + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts if v)
-        + "</tbody></table>",
-    ]
+        + "</tbody></table>"
+    )
+
+
+def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
+    """The degenerate-task note, the primary metrics, then every metric (folded)."""
+    parts = []
     degenerate = {r["task"]: r.get("degenerate_reason") for r in metrics if r.get("degenerate")}
     headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"] + (["flag"] if degenerate else [])
 
@@ -519,66 +539,89 @@ def _model_page(
     if metrics:
         parts.append(f"<details><summary>All {len(metrics)} metrics</summary>")
         parts.append(_table(headers, metric_rows(metrics), cls="metrics", numeric=numeric) + "</details>")
-    parts.append(f"<h2>Hardest EvalRank pairs (the {n_hardest} worst realistic ranks per task and variant)</h2>")
-    parts.append(
+    return parts
+
+
+def _model_hardest(hardest: list[dict[str, Any]], n_hardest: int) -> list[str]:
+    """The hardest EvalRank pairs, a table per task and variant, each with what the model put first instead."""
+    parts = [
+        f"<h2>Hardest EvalRank pairs (the {n_hardest} worst realistic ranks per task and variant)</h2>",
         "<p>Each with what the model put first instead (the query's nearest background item under cosine, from "
-        "the cos pass: the <code>neighbours</code> table).</p>"
-    )
+        "the cos pass: the <code>neighbours</code> table).</p>",
+    ]
     if not hardest:
-        parts.append("<p>No EvalRank pairs for this model.</p>")
-    else:
-        groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
-        for r in hardest:
-            groups[(r["task"], r["variant"])].append(r)
-        for (task, variant), rs in groups.items():
-            parts.append(f"<h3>{esc(task)} · {esc(variant)}</h3>")
-            parts.append(
-                _table(
-                    ["rank", "tied", "realistic rank", "score", "query", "positive", "oov", "put first", "its score"],
-                    [
-                        [
-                            _num(r["rank"]),
-                            _num(r["tied"]),
-                            _num(r["rank_realistic"], 1),
-                            _num(r["score"]),
-                            esc(r["query"]),
-                            esc(r["positive"]),
-                            "yes" if r["oov"] else "",
-                            esc(r["top_neighbour"]) if r["top_neighbour"] is not None else "",
-                            _num(r["top_score"]) if r["top_score"] is not None else "",
-                        ]
-                        for r in rs
-                    ],  # fmt: skip
-                    cls="hardest",
-                    numeric=[True, True, True, True, False, False, False, False, True],
-                )
-            )
-    if failures:
-        parts.append(f"<h2>Failures ({len(failures)})</h2>")
+        return [*parts, "<p>No EvalRank pairs for this model.</p>"]
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for r in hardest:
+        groups[(r["task"], r["variant"])].append(r)
+    for (task, variant), rs in groups.items():
+        parts.append(f"<h3>{esc(task)} · {esc(variant)}</h3>")
         parts.append(
             _table(
-                ["when", "run", "task", "stage", "error"],
+                ["rank", "tied", "realistic rank", "score", "query", "positive", "oov", "put first", "its score"],
                 [
                     [
-                        esc(f["created_at"]),
-                        esc(f["run_id"]),
-                        esc(f["task"]),
-                        esc(f["stage"]),
-                        esc(_clip(f["error"], 600)),
+                        _num(r["rank"]),
+                        _num(r["tied"]),
+                        _num(r["rank_realistic"], 1),
+                        _num(r["score"]),
+                        esc(r["query"]),
+                        esc(r["positive"]),
+                        "yes" if r["oov"] else "",
+                        esc(r["top_neighbour"]) if r["top_neighbour"] is not None else "",
+                        _num(r["top_score"]) if r["top_score"] is not None else "",
                     ]
-                    for f in failures
+                    for r in rs
                 ],  # fmt: skip
-                cls="failures",
+                cls="hardest",
+                numeric=[True, True, True, True, False, False, False, False, True],
             )
         )
+    return parts
+
+
+def _model_failures(failures: list[dict[str, Any]]) -> list[str]:
+    if not failures:
+        return []
+    return [
+        f"<h2>Failures ({len(failures)})</h2>",
+        _table(
+            ["when", "run", "task", "stage", "error"],
+            [
+                [
+                    esc(f["created_at"]),
+                    esc(f["run_id"]),
+                    esc(f["task"]),
+                    esc(f["stage"]),
+                    esc(_clip(f["error"], 600)),
+                ]
+                for f in failures
+            ],  # fmt: skip
+            cls="failures",
+        ),
+    ]
+
+
+def _model_provenance(info: dict[str, Any]) -> list[str]:
+    """The provenance of the model's last evaluation, and its spec with its bases' (folded)."""
     prov = _json(info.get("provenance"))
-    parts.append("<h2>Provenance</h2>")
-    parts.append(f"<pre>{esc(json.dumps(prov, indent=2, sort_keys=True, default=str))}</pre>")
+    parts = ["<h2>Provenance</h2>", f"<pre>{esc(json.dumps(prov, indent=2, sort_keys=True, default=str))}</pre>"]
     spec = _json(info.get("spec"))
     if spec:
         parts.append("<details><summary>Spec (the model and its bases)</summary>")
         parts.append(f"<pre>{esc(json.dumps(spec, indent=2, default=str))}</pre></details>")
-    return _page(f"{model} · evalfarm", "\n".join(parts))
+    return parts
+
+
+@dataclass
+class _Tables:
+    """What the report reads from the warehouse's views, keyed by model (the sections read their own)."""
+
+    models: dict[str, dict[str, Any]]
+    metrics: dict[str, list[dict[str, Any]]]
+    worst: dict[str, list[dict[str, Any]]]
+    failures: dict[str, list[dict[str, Any]]]
+    links: dict[str, dict[str, Any]]
 
 
 def build_report(
@@ -609,51 +652,80 @@ def build_report(
     (out / "models").mkdir(exist_ok=True)
     con = connect(wh)
     try:
-        models = {r["model"]: r for r in _query(con, "SELECT * FROM models ORDER BY level, model")}
-        metrics: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in _query(
-            con,
-            "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary, degenerate, "
-            "degenerate_reason FROM metrics "
-            "ORDER BY model, task, scorer, subset, variant, ties NULLS FIRST, metric",
-        ):
-            metrics[r["model"]].append(r)
-        worst: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        if hardest:
-            for r in _query(
-                con,
-                # the hardest_pairs view: worst realistic ranks first, with what the model put first (the cos
-                # pass's top neighbour) beside each pair
-                "SELECT model, task, variant, query, positive, optimistic_rank AS rank, tied, rank AS rank_realistic, "
-                "score, oov, top_neighbour, top_score FROM hardest_pairs WHERE worst <= $k "
-                "ORDER BY model, task, variant, worst",
-                {"k": hardest},
-            ):
-                worst[r["model"]].append(r)
-        failures: dict[str, list[dict[str, Any]]] = defaultdict(list)
-        for r in _query(con, "SELECT * FROM failures WHERE model IS NOT NULL ORDER BY created_at DESC"):
-            failures[r["model"]].append(r)
-        link_rows = _query(con, "SELECT word_model, bow_model FROM downstream_link")
-        leaderboards = _leaderboard_section(con, models)
+        tables = _read_tables(con, hardest)
+        leaderboards = _leaderboard_section(con, tables.models)
         correlations, _ = _correlation_section(con, out, figure_task)
-        provenance = _provenance_section(con, models)
+        provenance = _provenance_section(con, tables.models)
     finally:
         con.close()
-    links: dict[str, dict[str, Any]] = defaultdict(dict)
-    for r in link_rows:
-        links[r["word_model"]]["bow"] = r["bow_model"]
-        links[r["bow_model"]].setdefault("words", []).append(r["word_model"])
-    everyone = sorted(set(models) | set(metrics))
+    everyone = sorted(set(tables.models) | set(tables.metrics))
     for m in everyone:
         page = _model_page(
-            m, models.get(m, {}), metrics.get(m, []), worst.get(m, []), failures.get(m, []), links.get(m, {}),
-            set(everyone), hardest,
+            m, tables.models.get(m, {}), tables.metrics.get(m, []), tables.worst.get(m, []),
+            tables.failures.get(m, []), tables.links.get(m, {}), set(everyone), hardest,
         )  # fmt: skip
         (out / "models" / f"{model_slug(m)}.html").write_text(page, encoding="utf-8")
-    levels = defaultdict(int)
-    for info in models.values():
+    levels: dict[str, int] = defaultdict(int)
+    for info in tables.models.values():
         levels[info["level"]] += 1
-    model_list = _table(
+    summary = ", ".join(f"{n} {level}" for level, n in sorted(levels.items()))
+    body = "\n".join(
+        [
+            "<h1>evalfarm report</h1>",
+            f"<p class='muted'>Warehouse <code>{esc(wh.uri)}</code>, written "
+            f"{esc(now().strftime('%Y-%m-%d %H:%M UTC'))}; {len(everyone)} models ({esc(summary)}).</p>",
+            "<nav><a href='#leaderboards'>Leaderboards</a><a href='#correlations'>Correlations</a>"
+            "<a href='#figure4'>Figure 4</a><a href='#models'>Models</a><a href='#provenance'>Runs and provenance</a>"
+            "<a href='#failures'>Failures</a></nav>",
+            leaderboards,
+            correlations,
+            f"<h2 id='models'>Models ({len(everyone)})</h2>",
+            _model_list(everyone, tables),
+            provenance,
+        ]
+    )
+    index = out / "index.html"
+    index.write_text(_page("evalfarm report", body), encoding="utf-8")
+    return index
+
+
+def _read_tables(con: Any, hardest: int) -> _Tables:
+    """The models, their metrics, their ``hardest`` worst EvalRank pairs (none when 0), failures and links."""
+    models = {r["model"]: r for r in _query(con, "SELECT * FROM models ORDER BY level, model")}
+    metrics: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in _query(
+        con,
+        "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary, degenerate, "
+        "degenerate_reason FROM metrics "
+        "ORDER BY model, task, scorer, subset, variant, ties NULLS FIRST, metric",
+    ):
+        metrics[r["model"]].append(r)
+    worst: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    if hardest:
+        for r in _query(
+            con,
+            # the hardest_pairs view: worst realistic ranks first, with what the model put first (the cos
+            # pass's top neighbour) beside each pair
+            "SELECT model, task, variant, query, positive, optimistic_rank AS rank, tied, rank AS rank_realistic, "
+            "score, oov, top_neighbour, top_score FROM hardest_pairs WHERE worst <= $k "
+            "ORDER BY model, task, variant, worst",
+            {"k": hardest},
+        ):
+            worst[r["model"]].append(r)
+    failures: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in _query(con, "SELECT * FROM failures WHERE model IS NOT NULL ORDER BY created_at DESC"):
+        failures[r["model"]].append(r)
+    links: dict[str, dict[str, Any]] = defaultdict(dict)
+    for r in _query(con, "SELECT word_model, bow_model FROM downstream_link"):
+        links[r["word_model"]]["bow"] = r["bow_model"]
+        links[r["bow_model"]].setdefault("words", []).append(r["word_model"])
+    return _Tables(models, metrics, worst, failures, links)
+
+
+def _model_list(everyone: list[str], tables: _Tables) -> str:
+    """The index's table of models, each linking to its page."""
+    models, metrics = tables.models, tables.metrics
+    return _table(
         ["model", "level", "kind", "base", "post-processed", "metrics"],
         [
             [
@@ -669,22 +741,3 @@ def build_report(
         cls="models",
         numeric=[False, False, False, False, False, True],
     )
-    summary = ", ".join(f"{n} {level}" for level, n in sorted(levels.items()))
-    body = "\n".join(
-        [
-            "<h1>evalfarm report</h1>",
-            f"<p class='muted'>Warehouse <code>{esc(wh.uri)}</code>, written "
-            f"{esc(now().strftime('%Y-%m-%d %H:%M UTC'))}; {len(everyone)} models ({esc(summary)}).</p>",
-            "<nav><a href='#leaderboards'>Leaderboards</a><a href='#correlations'>Correlations</a>"
-            "<a href='#figure4'>Figure 4</a><a href='#models'>Models</a><a href='#provenance'>Runs and provenance</a>"
-            "<a href='#failures'>Failures</a></nav>",
-            leaderboards,
-            correlations,
-            f"<h2 id='models'>Models ({len(everyone)})</h2>",
-            model_list,
-            provenance,
-        ]
-    )
-    index = out / "index.html"
-    index.write_text(_page("evalfarm report", body), encoding="utf-8")
-    return index

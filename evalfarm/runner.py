@@ -1,4 +1,4 @@
-"""Run a catalog: plan the units, skip the finished ones, schedule the rest, record the run, summarise.
+"""Run a catalog (:class:`Run`): plan the units, skip the finished ones, schedule the rest, record the run, summarise.
 
 The skip check runs on the driver before any executor starts: when every unit's metrics file already exists with the
 same fingerprint, no Ray, no worker, no model is started and a nightly no-op rerun takes seconds (it needs no write
@@ -188,59 +188,152 @@ def run_catalog(
     :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
     objects (in-process executor only).
     """
-    if executor not in EXECUTORS:
-        raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
-    if encoders and executor != "local":
-        raise ValueError("in-memory encoder objects run in this process: use executor='local'")
-    cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
-    options = options or RunOptions()
-    plans = plan_run(cat, models=models, tasks=tasks, options=options)
-    _check_device(options, executor, address)
-    wh = Warehouse(warehouse)
-    run_id = new_run_id()
-    t0 = time.perf_counter()
-    n_units = sum(len(p.units) for p in plans)
-    tracker = ProgressTracker(total=n_units, cost_total=sum(p.cost for p in plans))
-    unit_cost = {p.model: p.cost / len(p.units) for p in plans}
-    emit = on_event or (lambda e: None)
-    common = {
-        "catalog": str(cat.path),
-        "n_units": n_units,
-        "host": platform.node(),
-        "argv": json.dumps(sys.argv),
-        "code_version": json.dumps(CODE_VERSIONS),
-    }
-    from evalfarm.provenance import run_provenance, unpinned_revisions
+    return Run(
+        catalog,
+        warehouse,
+        models=models,
+        tasks=tasks,
+        options=options,
+        force=force,
+        progress=progress,
+        executor=executor,
+        address=address,
+        workers=workers,
+        max_attempts=max_attempts,
+        on_event=on_event,
+        encoders=encoders,
+    ).execute()
 
-    provenance = run_provenance(
-        catalog if not isinstance(catalog, Catalog) else cat.path, loaded=cat, models=models, device=options.device
-    )
-    summary = RunSummary(run_id=run_id, warehouse=wh.root, executor=executor, n_units=n_units)
-    left_out = without_tasks(cat, models=models, tasks=tasks)  # said when planned, and counted in the summary
-    summary.not_evaluated, summary.warnings = list(left_out), list(left_out.values())
-    planned_warnings = len(summary.warnings)
-    unwritable: OSError | None = None
-    try:
-        wh.init()
-        wh.write_run_event(run_id, "start", status="running", provenance=json.dumps(provenance, default=str), **common)
-    except OSError as exc:  # a read-only warehouse: fine when there is nothing to compute
-        summary.recorded = False
-        unwritable = exc
-    if summary.recorded:
-        summary.quarantined = quarantine_corrupt_files(wh, run_id, emit, tracker)
-    pending, skipped = split_done(plans, wh, force)  # reads only: a complete warehouse may be read-only
-    if not summary.recorded:
-        if pending and unwritable is not None:
-            raise unwritable  # WarehouseWriteError: one line naming the path
-        summary.warnings.append(f"every unit was already computed; this run is not recorded in runs ({unwritable})")
-    options = _verify_task_files(cat, pending, options) if pending else options
-    emit(RunEvent("planned", tracker, message=f"{len(plans)} models, {n_units} units"))
-    for w in summary.warnings[:planned_warnings]:
-        emit(RunEvent("warning", tracker, message=w))
-    for u in unpinned_revisions(cat, models):  # also recorded in the run's provenance
-        emit(RunEvent("warning", tracker, message=str(u["message"])))
-    summary.outcomes.extend(skipped)
-    if skipped:
+
+class Run:
+    """One call of :func:`run_catalog`, in four phases that :meth:`execute` calls in order:
+
+    - :meth:`plan`: the units and their costs, the run's id, provenance and summary; then the ``start`` event, the
+      run's first write (an unwritable warehouse is only an error once there is something to compute);
+    - :meth:`skip`: move corrupt files aside, split off the units already computed (their ``units`` rows, the
+      ``skipped`` event), hash the pending tasks' files once;
+    - :meth:`schedule`: leases, the executor, the :class:`~evalfarm.scheduler.core.Scheduler` over the pending units;
+      whatever happens there, :meth:`record` runs;
+    - :meth:`record`: release the leases, the ``end`` event (with the spec conflicts found), close the executor;
+      :meth:`finish` then raises :class:`RunInterrupted`, or refreshes the correlations and returns the summary.
+
+    Each phase leaves its state in attributes the next reads, so the record step sees exactly what was started."""
+
+    def __init__(
+        self,
+        catalog: str | Path | Catalog,
+        warehouse: str | Path,
+        *,
+        models: list[str] | None = None,
+        tasks: list[str] | None = None,
+        options: RunOptions | None = None,
+        force: bool = False,
+        progress: Callable[[str, int, int], None] | None = None,
+        executor: str = "ray",
+        address: str | None = None,
+        workers: int | None = None,
+        max_attempts: int = 2,
+        on_event: Callable[[RunEvent], None] | None = None,
+        encoders: dict[str, Any] | None = None,
+    ) -> None:
+        if executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
+        if encoders and executor != "local":
+            raise ValueError("in-memory encoder objects run in this process: use executor='local'")
+        self.source = catalog  # as given: the provenance records a path, not only the loaded catalog
+        self.cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
+        self.warehouse = warehouse
+        self.models, self.tasks = models, tasks
+        self.options = options or RunOptions()
+        self.force = force
+        self.progress = progress
+        self.executor = executor
+        self.address, self.workers, self.max_attempts = address, workers, max_attempts
+        self.emit: Callable[[RunEvent], None] = on_event or (lambda e: None)
+        self.encoders = encoders or {}
+        # set by schedule(), read by record(): what to release and close, whatever failed in between
+        self.leases: Any = None
+        self.executor_obj: Any = None
+        self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
+
+    def execute(self) -> RunSummary:
+        self.plan()
+        self.skip()
+        self.schedule()
+        return self.finish()
+
+    # -- plan ---------------------------------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Plan the units (nothing computed, nothing read from the warehouse), then record the start."""
+        self.plans = plan_run(self.cat, models=self.models, tasks=self.tasks, options=self.options)
+        _check_device(self.options, self.executor, self.address)
+        self.wh = Warehouse(self.warehouse)
+        self.run_id = new_run_id()
+        self.t0 = time.perf_counter()
+        n_units = sum(len(p.units) for p in self.plans)
+        self.tracker = ProgressTracker(total=n_units, cost_total=sum(p.cost for p in self.plans))
+        self.unit_cost = {p.model: p.cost / len(p.units) for p in self.plans}
+        self.common = {
+            "catalog": str(self.cat.path),
+            "n_units": n_units,
+            "host": platform.node(),
+            "argv": json.dumps(sys.argv),
+            "code_version": json.dumps(CODE_VERSIONS),
+        }
+        from evalfarm.provenance import run_provenance
+
+        source = self.source if not isinstance(self.source, Catalog) else self.cat.path
+        self.provenance = run_provenance(source, loaded=self.cat, models=self.models, device=self.options.device)
+        self.summary = RunSummary(run_id=self.run_id, warehouse=self.wh.root, executor=self.executor, n_units=n_units)
+        left_out = without_tasks(self.cat, models=self.models, tasks=self.tasks)  # said when planned, and counted
+        self.summary.not_evaluated, self.summary.warnings = list(left_out), list(left_out.values())
+        self.planned_warnings = len(self.summary.warnings)  # the later ones are said after the run
+        self.unwritable = self._record_start()
+
+    def _record_start(self) -> OSError | None:
+        """The ``start`` event; the error of a read-only warehouse, kept for when there turns out to be work."""
+        try:
+            self.wh.init()
+            prov = json.dumps(self.provenance, default=str)
+            self.wh.write_run_event(self.run_id, "start", status="running", provenance=prov, **self.common)
+        except OSError as exc:  # a read-only warehouse: fine when there is nothing to compute
+            self.summary.recorded = False
+            return exc
+        return None
+
+    # -- skip ---------------------------------------------------------------------------------------------------
+
+    def skip(self) -> None:
+        """Quarantine corrupt files, then split the plan into what is pending and what is already computed."""
+        summary = self.summary
+        if summary.recorded:
+            summary.quarantined = quarantine_corrupt_files(self.wh, self.run_id, self.emit, self.tracker)
+        self.pending, skipped = split_done(self.plans, self.wh, self.force)  # reads only: may be read-only
+        if not summary.recorded:
+            if self.pending and self.unwritable is not None:
+                raise self.unwritable  # WarehouseWriteError: one line naming the path
+            summary.warnings.append(
+                f"every unit was already computed; this run is not recorded in runs ({self.unwritable})"
+            )
+        if self.pending:
+            self.options = _verify_task_files(self.cat, self.pending, self.options)
+        self._announce_plan()
+        summary.outcomes.extend(skipped)
+        if skipped:
+            self._record_skipped(skipped)
+
+    def _announce_plan(self) -> None:
+        from evalfarm.provenance import unpinned_revisions
+
+        self.emit(RunEvent("planned", self.tracker, message=f"{len(self.plans)} models, {self.summary.n_units} units"))
+        for w in self.summary.warnings[: self.planned_warnings]:
+            self.emit(RunEvent("warning", self.tracker, message=w))
+        for u in unpinned_revisions(self.cat, self.models):  # also recorded in the run's provenance
+            self.emit(RunEvent("warning", self.tracker, message=str(u["message"])))
+
+    def _record_skipped(self, skipped: list[Skipped]) -> None:
+        """A ``units`` row per unit already done (stage ``plan``, worker ``driver``), and the ``skipped`` event."""
         at = now()
         rows = [
             {"model": s.model, "task": s.task, "stage": str(Stage.PLAN), "worker": "driver", "node": platform.node(),
@@ -248,69 +341,128 @@ def run_catalog(
              "fingerprint": None}
             for s in skipped
         ]  # fmt: skip
-        if summary.recorded:
-            wh.write_units(run_id, rows)
+        if self.summary.recorded:
+            self.wh.write_units(self.run_id, rows)
         for s in skipped:
-            tracker.finish(Status.SKIPPED, unit_cost.get(s.model, 1.0))
-        emit(RunEvent("skipped", tracker, message=f"{len(skipped)} units already done"))
+            self.tracker.finish(Status.SKIPPED, self.unit_cost.get(s.model, 1.0))
+        self.emit(RunEvent("skipped", self.tracker, message=f"{len(skipped)} units already done"))
 
-    def event(e: Any) -> None:
+    # -- schedule -----------------------------------------------------------------------------------------------
+
+    def schedule(self) -> None:
+        """Compute the pending units. Ctrl-C and a lost cluster make the run ``interrupted`` (:meth:`finish` raises
+        :class:`RunInterrupted` for a lost cluster; Ctrl-C propagates); the run is recorded either way."""
+        error: BaseException | None = None
+        try:
+            if self.pending:
+                self.reason = self._run_scheduler()
+        except BaseException as exc:
+            error = exc
+            if isinstance(exc, KeyboardInterrupt):
+                self.reason = "stopped (Ctrl-C)"
+            raise
+        finally:
+            self.record(error)
+
+    def _run_scheduler(self) -> str | None:
+        """Leases, the executor and the Scheduler; the reason when the cluster was lost, else None."""
+        from evalfarm.leases import Leases
+        from evalfarm.scheduler.core import ClusterLost, Scheduler
+
+        base_of = _bases(self.cat, self.pending)  # sets each forward-pass leader's siblings before any plan is sent
+        self.leases = Leases(self.wh, self.run_id).start()
+        self.executor_obj = _executor(
+            self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
+            self.address, self.workers, self.encoders,
+        )  # fmt: skip
+        sched = Scheduler(
+            self.pending,
+            self.executor_obj,
+            warehouse=self.wh,
+            run_id=self.run_id,
+            base_of=base_of,
+            max_attempts=self.max_attempts,
+            on_event=self._on_scheduler_event,
+            leases=self.leases,
+            force=self.force,
+        )
+        try:
+            sched.run()
+        except ClusterLost as exc:
+            return str(exc)
+        finally:
+            self.summary.outcomes.extend(sched.outcomes)
+            self.summary.workers = len(sched.workers)
+        return None
+
+    def _on_scheduler_event(self, e: Any) -> None:
+        """Progress from a scheduler event, then the same event as a :class:`RunEvent`."""
+        tracker = self.tracker
         if e.kind == "unit":
-            tracker.finish(e.outcome.status, unit_cost.get(e.outcome.model, 1.0))
+            tracker.finish(e.outcome.status, self.unit_cost.get(e.outcome.model, 1.0))
         elif e.kind == "retry":
             tracker.retries += 1
         elif e.kind == "worker-ready" and e.worker is not None:  # a restarted worker counts again (maybe elsewhere)
             info = dataclasses.asdict(e.worker)
-            if info not in summary.worker_info:
-                summary.worker_info.append(info)
+            if info not in self.summary.worker_info:
+                self.summary.worker_info.append(info)
         tracker.workers, tracker.reviving = e.alive, e.reviving  # exact: the scheduler's own counts
-        emit(RunEvent(e.kind, tracker, outcome=e.outcome, job=e.job, worker=e.worker, message=e.message))
+        self.emit(RunEvent(e.kind, tracker, outcome=e.outcome, job=e.job, worker=e.worker, message=e.message))
 
-    executor_obj = leases = None
-    reason: str | None = None
-    error: BaseException | None = None
-    try:
-        if pending:
-            from evalfarm.leases import Leases
-            from evalfarm.scheduler.core import ClusterLost, Scheduler
+    # -- record -------------------------------------------------------------------------------------------------
 
-            base_of = _bases(cat, pending)  # sets each forward-pass leader's siblings before any plan is sent
-            leases = Leases(wh, run_id).start()
-            executor_obj = _executor(
-                executor, cat, wh, run_id, options, force, progress, pending, address, workers, encoders or {}
-            )
-            sched = Scheduler(
-                pending,
-                executor_obj,
-                warehouse=wh,
-                run_id=run_id,
-                base_of=base_of,
-                max_attempts=max_attempts,
-                on_event=event,
-                leases=leases,
-                force=force,
-            )
+    def record(self, error: BaseException | None) -> None:
+        """Release the leases, record the end event, then close the executor (after a lost head, closing Ray may
+        take seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a
+        failure here must not replace it: it becomes a warning.
+
+        The end event's provenance is the start's plus ``workers``: each worker's name, node, host, pid and device
+        (CPU, GPUs and driver of the machine it ran on; on a cluster the driver's own ``device`` is the head's)."""
+        summary, reason = self.summary, self.reason
+
+        def attempt(step: Callable[[], Any], what: str) -> None:
             try:
-                sched.run()
-            except ClusterLost as exc:
-                reason = str(exc)
-            finally:
-                summary.outcomes.extend(sched.outcomes)
-                summary.workers = len(sched.workers)
-    except BaseException as exc:
-        error = exc
-        if isinstance(exc, KeyboardInterrupt):
-            reason = "stopped (Ctrl-C)"
-        raise
-    finally:
-        _end(summary, wh, executor_obj, leases, plans, common, provenance, t0, reason, error)
-    if reason is not None:
-        raise RunInterrupted(summary, reason)
-    if summary.counts()["done"]:
-        refresh_correlations(wh)
-    for w in summary.warnings[planned_warnings:]:
-        emit(RunEvent("warning", tracker, message=w))
-    return summary
+                step()
+            except Exception as exc:
+                if error is None and reason is None:
+                    raise
+                summary.warnings.append(f"{what}: {type(exc).__name__}: {exc}")
+
+        if self.leases is not None:
+            attempt(self.leases.stop, "releasing leases")
+        summary.seconds = time.perf_counter() - self.t0
+        c = summary.counts()
+        if reason is not None or error is not None or len(summary.outcomes) < summary.n_units:
+            summary.status = "interrupted"
+        else:
+            summary.status = "ok" if c["failed"] == 0 else "failed"
+        try:
+            summary.warnings += spec_conflicts(self.wh, self.plans)
+        except OSError:
+            pass
+        if summary.recorded:
+            attempt(
+                lambda: self.wh.write_run_event(
+                    summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
+                    n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
+                    provenance=json.dumps({**self.provenance, "workers": summary.worker_info}, default=str),
+                    **self.common,
+                ),
+                "recording the end of the run",
+            )  # fmt: skip
+        if self.executor_obj is not None:
+            attempt(self.executor_obj.close, "closing the executor")
+
+    def finish(self) -> RunSummary:
+        """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
+        (spec conflicts, what could not be released or closed)."""
+        if self.reason is not None:
+            raise RunInterrupted(self.summary, self.reason)
+        if self.summary.counts()["done"]:
+            refresh_correlations(self.wh)
+        for w in self.summary.warnings[self.planned_warnings :]:
+            self.emit(RunEvent("warning", self.tracker, message=w))
+        return self.summary
 
 
 def refresh_correlations(wh: Warehouse) -> None:
@@ -327,58 +479,6 @@ def refresh_correlations(wh: Warehouse) -> None:
             type(exc).__name__,
             exc,
         )
-
-
-def _end(
-    summary: RunSummary,
-    wh: Warehouse,
-    executor_obj: Any,
-    leases: Any,
-    plans: list[ModelPlan],
-    common: dict[str, Any],
-    provenance: dict[str, Any],
-    t0: float,
-    reason: str | None,
-    error: BaseException | None,
-) -> None:
-    """Release the leases, record the end event, then close the executor (after a lost head, closing Ray may take
-    seconds: the record comes first). While another error propagates (an unwritable warehouse, a crash), a failure
-    here must not replace it: it becomes a warning.
-
-    The end event's provenance is the start's plus ``workers``: each worker's name, node, host, pid and device
-    (CPU, GPUs and driver of the machine it ran on; on a cluster the driver's own ``device`` is the head's)."""
-
-    def attempt(step: Callable[[], Any], what: str) -> None:
-        try:
-            step()
-        except Exception as exc:
-            if error is None and reason is None:
-                raise
-            summary.warnings.append(f"{what}: {type(exc).__name__}: {exc}")
-
-    if leases is not None:
-        attempt(leases.stop, "releasing leases")
-    summary.seconds = time.perf_counter() - t0
-    c = summary.counts()
-    if reason is not None or error is not None or len(summary.outcomes) < summary.n_units:
-        summary.status = "interrupted"
-    else:
-        summary.status = "ok" if c["failed"] == 0 else "failed"
-    try:
-        summary.warnings += spec_conflicts(wh, plans)
-    except OSError:
-        pass
-    if summary.recorded:
-        attempt(
-            lambda: wh.write_run_event(
-                summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
-                n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
-                provenance=json.dumps({**provenance, "workers": summary.worker_info}, default=str), **common,
-            ),
-            "recording the end of the run",
-        )  # fmt: skip
-    if executor_obj is not None:
-        attempt(executor_obj.close, "closing the executor")
 
 
 def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:

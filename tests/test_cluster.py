@@ -351,28 +351,35 @@ def restricted_violations(pod: dict[str, Any], extra_containers: list[dict[str, 
         bad.append("pod runAsUser 0")
     containers = pod.get("initContainers", []) + pod["containers"] + list(extra_containers)
     for c in containers:
-        sc = c.get("securityContext", {})
-        name = c.get("name", "?")
-        if sc.get("privileged"):
-            bad.append(f"{name}: privileged")
-        if sc.get("allowPrivilegeEscalation") is not False:
-            bad.append(f"{name}: allowPrivilegeEscalation must be false")
-        caps = sc.get("capabilities", {})
-        if "ALL" not in caps.get("drop", []):
-            bad.append(f"{name}: capabilities must drop ALL")
-        if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
-            bad.append(f"{name}: adds capabilities {caps['add']}")
-        if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
-            bad.append(f"{name}: runAsNonRoot must be true")
-        if sc.get("runAsUser", psc.get("runAsUser")) == 0:
-            bad.append(f"{name}: runAsUser 0")
-        seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
-        if seccomp not in ("RuntimeDefault", "Localhost"):
-            bad.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
-        if sc.get("procMount", "Default") != "Default":
-            bad.append(f"{name}: procMount")
-        if any(p.get("hostPort") for p in c.get("ports", [])):
-            bad.append(f"{name}: hostPort")
+        bad += _container_violations(c, psc)
+    return bad
+
+
+def _container_violations(c: dict[str, Any], psc: dict[str, Any]) -> list[str]:
+    """The "restricted" controls of one container (``psc``: its pod's securityContext, which it inherits)."""
+    bad = []
+    sc = c.get("securityContext", {})
+    name = c.get("name", "?")
+    if sc.get("privileged"):
+        bad.append(f"{name}: privileged")
+    if sc.get("allowPrivilegeEscalation") is not False:
+        bad.append(f"{name}: allowPrivilegeEscalation must be false")
+    caps = sc.get("capabilities", {})
+    if "ALL" not in caps.get("drop", []):
+        bad.append(f"{name}: capabilities must drop ALL")
+    if set(caps.get("add", [])) - {"NET_BIND_SERVICE"}:
+        bad.append(f"{name}: adds capabilities {caps['add']}")
+    if not sc.get("runAsNonRoot", psc.get("runAsNonRoot")):
+        bad.append(f"{name}: runAsNonRoot must be true")
+    if sc.get("runAsUser", psc.get("runAsUser")) == 0:
+        bad.append(f"{name}: runAsUser 0")
+    seccomp = sc.get("seccompProfile", psc.get("seccompProfile", {})).get("type")
+    if seccomp not in ("RuntimeDefault", "Localhost"):
+        bad.append(f"{name}: seccompProfile must be RuntimeDefault or Localhost")
+    if sc.get("procMount", "Default") != "Default":
+        bad.append(f"{name}: procMount")
+    if any(p.get("hostPort") for p in c.get("ports", [])):
+        bad.append(f"{name}: hostPort")
     return bad
 
 

@@ -227,28 +227,8 @@ class WordVectors:
             raise ModelLoadError(_pickle_refusal(path, fmt))
         if fmt in TEXT_FORMATS:
             enc = cls._load_text(path, fmt, dim=dim, lowercase=lowercase, cache=cache)
-        elif fmt == "word2vec-binary":
-            from gensim.models import KeyedVectors
-
-            try:  # gensim parses the binary layout with numpy (no pickle)
-                kv = KeyedVectors.load_word2vec_format(str(path), binary=True)
-            except Exception as exc:
-                raise ModelLoadError(f"{path}: not a valid word2vec binary file: {type(exc).__name__}: {exc}") from exc
-            enc = cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
-        elif fmt == "gensim-kv":
-            from gensim.models import KeyedVectors
-
-            try:
-                kv = KeyedVectors.load(str(path), mmap="r")
-            except Exception as exc:
-                raise ModelLoadError(
-                    f"{path}: not a gensim KeyedVectors file (KeyedVectors.save): {type(exc).__name__}: {exc}"
-                ) from exc
-            if not isinstance(kv, KeyedVectors):  # e.g. a whole Word2Vec model saved with .save
-                kv = getattr(kv, "wv", None)
-                if not isinstance(kv, KeyedVectors):
-                    raise ModelLoadError(f"{path}: loads, but holds no KeyedVectors")
-            enc = cls.from_keyed_vectors(kv, lowercase=lowercase, name=str(path))
+        elif fmt in ("word2vec-binary", "gensim-kv"):
+            enc = cls.from_keyed_vectors(_gensim_vectors(path, fmt), lowercase=lowercase, name=str(path))
         elif fmt == "numpy-vocab":
             enc = cls._load_numpy_vocab(path, vocab, lowercase=lowercase)
         elif fmt == "spacy":
@@ -295,36 +275,8 @@ class WordVectors:
 
         ``path`` is the ``.npy`` file, or a folder holding exactly one; ``vocab`` is relative to the folder.
         """
-        if path.is_dir():
-            npys = sorted(path.glob("*.npy"))
-            if len(npys) != 1:
-                raise ModelLoadError(
-                    f"{path}: numpy-vocab source folder must hold exactly one .npy file, "
-                    f"found {[p.name for p in npys]}; point the source path at the matrix"
-                )
-            folder, matrix_path = path, npys[0]
-        else:
-            folder, matrix_path = path.parent, path
-        if vocab is None:
-            raise ModelLoadError(f"{matrix_path}: numpy-vocab needs the spec field 'vocab' (the vocabulary file)")
-        vocab_path = folder / vocab
-        if not vocab_path.exists():
-            raise ModelLoadError(f"vocabulary file not found: {vocab_path}")
-        try:
-            matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
-        except ValueError as exc:
-            if "allow_pickle" in str(exc) or "Python objects" in str(exc):
-                raise ModelLoadError(
-                    f"{matrix_path}: holds Python objects (a pickled array), which are never loaded: "
-                    "save the matrix as a float array (np.save(path, np.asarray(m, dtype=np.float32)))"
-                ) from None
-            raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
-        except Exception as exc:
-            raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
-        if matrix.ndim != 2:
-            raise ModelLoadError(f"{matrix_path}: expected a 2-D matrix, got shape {matrix.shape}")
-        if matrix.dtype.kind not in "fiu":
-            raise ModelLoadError(f"{matrix_path}: expected a numeric matrix, got dtype {matrix.dtype}")
+        matrix_path, vocab_path = _numpy_vocab_paths(path, vocab)
+        matrix = _load_matrix(matrix_path)
         words = _read_vocab(vocab_path)
         if len(words) != matrix.shape[0]:
             raise ModelLoadError(f"{vocab_path}: {len(words)} words but {matrix_path} has {matrix.shape[0]} rows")
@@ -443,6 +395,70 @@ def save_numpy_vocab(folder: Path, words: Sequence[str], matrix: np.ndarray, *, 
     (folder / "vocab.txt").write_bytes(("\n".join(words) + "\n").encode("utf-8") if words else b"")
 
 
+def _gensim_vectors(path: Path, fmt: str) -> Any:
+    """The ``KeyedVectors`` of a word2vec binary file (parsed by gensim with numpy: no pickle) or of a gensim
+    ``KeyedVectors.save`` file (a pickle: the caller checked that the spec allows it)."""
+    from gensim.models import KeyedVectors
+
+    if fmt == "word2vec-binary":
+        try:
+            return KeyedVectors.load_word2vec_format(str(path), binary=True)
+        except Exception as exc:
+            raise ModelLoadError(f"{path}: not a valid word2vec binary file: {type(exc).__name__}: {exc}") from exc
+    try:
+        kv = KeyedVectors.load(str(path), mmap="r")
+    except Exception as exc:
+        raise ModelLoadError(
+            f"{path}: not a gensim KeyedVectors file (KeyedVectors.save): {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(kv, KeyedVectors):  # e.g. a whole Word2Vec model saved with .save
+        kv = getattr(kv, "wv", None)
+        if not isinstance(kv, KeyedVectors):
+            raise ModelLoadError(f"{path}: loads, but holds no KeyedVectors")
+    return kv
+
+
+def _numpy_vocab_paths(path: Path, vocab: str | None) -> tuple[Path, Path]:
+    """(the ``.npy`` matrix, the vocabulary file) of a numpy-vocab source: ``path`` is the matrix, or a folder
+    holding exactly one; ``vocab`` is relative to the matrix's folder."""
+    if path.is_dir():
+        npys = sorted(path.glob("*.npy"))
+        if len(npys) != 1:
+            raise ModelLoadError(
+                f"{path}: numpy-vocab source folder must hold exactly one .npy file, "
+                f"found {[p.name for p in npys]}; point the source path at the matrix"
+            )
+        folder, matrix_path = path, npys[0]
+    else:
+        folder, matrix_path = path.parent, path
+    if vocab is None:
+        raise ModelLoadError(f"{matrix_path}: numpy-vocab needs the spec field 'vocab' (the vocabulary file)")
+    vocab_path = folder / vocab
+    if not vocab_path.exists():
+        raise ModelLoadError(f"vocabulary file not found: {vocab_path}")
+    return matrix_path, vocab_path
+
+
+def _load_matrix(matrix_path: Path) -> np.ndarray:
+    """A 2-D numeric ``.npy`` matrix, memory-mapped; a pickled array is refused, never loaded."""
+    try:
+        matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
+    except ValueError as exc:
+        if "allow_pickle" in str(exc) or "Python objects" in str(exc):
+            raise ModelLoadError(
+                f"{matrix_path}: holds Python objects (a pickled array), which are never loaded: "
+                "save the matrix as a float array (np.save(path, np.asarray(m, dtype=np.float32)))"
+            ) from None
+        raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
+    except Exception as exc:
+        raise ModelLoadError(f"{matrix_path}: not a .npy matrix: {exc}") from exc
+    if matrix.ndim != 2:
+        raise ModelLoadError(f"{matrix_path}: expected a 2-D matrix, got shape {matrix.shape}")
+    if matrix.dtype.kind not in "fiu":
+        raise ModelLoadError(f"{matrix_path}: expected a numeric matrix, got dtype {matrix.dtype}")
+    return matrix
+
+
 def _read_vocab(path: Path) -> list[str]:
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -514,29 +530,9 @@ class TextVectorReader:
         nonfinite = _Examples(path)
         with open(path, "rb") as f:
             numbered = enumerate(f, 1)
-            header_count = header_dim = None
-            if self.header:
-                first = next(numbered, None)
-                line = _decode_first(path, first[1] if first else b"")
-                parts = line.split()
-                if len(parts) != 2 or not all(p.isdigit() for p in parts):
-                    raise ModelLoadError(
-                        f"{path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
-                        "(a GloVe file without header? use format glove-text)"
-                    )
-                header_count, header_dim = int(parts[0]), int(parts[1])
-            sample: list[tuple[int, bytes]] = []
-            for lineno, raw in numbered:
-                if raw.strip():
-                    sample.append((lineno, raw))
-                    if len(sample) >= SAMPLE_LINES:
-                        break
-            if not sample:
-                raise ModelLoadError(f"{path}: no vectors in file")
-            if sample[0][0] == 1 and sample[0][1].startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
-                sample[0] = (1, sample[0][1][3:])
-            dim = self._decide_dim(sample, header_dim)
-            self.dim = dim
+            header_count, header_dim = self._read_header(numbered) if self.header else (None, None)
+            sample = self._read_sample(numbered)
+            dim = self.dim = self._decide_dim(sample, header_dim)
             seen: set[str] = set()
             words: list[str] = []
             vecs: list[str] = []
@@ -556,18 +552,10 @@ class TextVectorReader:
                     continue
                 lines += 1
                 n = line.count(" ")
-                if n == dim:
-                    sp = line.find(" ")
-                elif n < dim:
-                    bad.add(lineno, f"expected a word and {dim} numbers, got {n} fields after the word")
+                # the common line inline (this loop runs once per line of a file of millions); the others aside
+                sp = line.find(" ") if n == dim else _word_end(line, n, dim, lineno, bad)
+                if sp < 0:
                     continue
-                else:  # a multi-word token, unless its last piece is a number: then the line has too many
-                    sp = prev = -1
-                    for _ in range(n - dim + 1):
-                        prev, sp = sp, line.find(" ", sp + 1)
-                    if _NUMBER.fullmatch(line, prev + 1, sp):
-                        bad.add(lineno, f"expected a word and {dim} numbers, got {_trailing_numbers(line)} numbers")
-                        continue
                 word = line[:sp]
                 if not word:
                     bad.add(lineno, "empty word (the line starts with a space)")
@@ -585,6 +573,38 @@ class TextVectorReader:
                 if out is not None:
                     yield out
         self.lines = lines
+        self._raise_problems(bad, nonfinite, not_utf8, header_count)
+
+    def _read_header(self, numbered: Iterator[tuple[int, bytes]]) -> tuple[int, int]:
+        """(count, dim) of a word2vec header line."""
+        first = next(numbered, None)
+        line = _decode_first(self.path, first[1] if first else b"")
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise ModelLoadError(
+                f"{self.path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
+                "(a GloVe file without header? use format glove-text)"
+            )
+        return int(parts[0]), int(parts[1])
+
+    def _read_sample(self, numbered: Iterator[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
+        """The first :data:`SAMPLE_LINES` non-empty lines (byte-order mark removed): they decide the dimension."""
+        sample: list[tuple[int, bytes]] = []
+        for lineno, raw in numbered:
+            if raw.strip():
+                sample.append((lineno, raw))
+                if len(sample) >= SAMPLE_LINES:
+                    break
+        if not sample:
+            raise ModelLoadError(f"{self.path}: no vectors in file")
+        if sample[0][0] == 1 and sample[0][1].startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark
+            sample[0] = (1, sample[0][1][3:])
+        return sample
+
+    def _raise_problems(self, bad: _Examples, nonfinite: _Examples, not_utf8: int, header_count: int | None) -> None:
+        """After the whole file: one error for every bad and non-finite line, a header count that does not match, or
+        a file without a single vector."""
+        path, lines, dim = self.path, self.lines, self.dim
         problems = []
         if bad.count:
             are = "is" if bad.count == 1 else "are"
@@ -610,72 +630,66 @@ class TextVectorReader:
             raise ModelLoadError(f"{path}: no vectors in file")
 
     def _decide_dim(self, sample: list[tuple[int, bytes]], header_dim: int | None) -> int:
-        path = self.path
-        shape: list[tuple[int, int, int, list[bool]]] = []  # per sample line: (its number, fields after the
-        # first, numbers at the end of the line, which fields are numbers)
-        first: str | None = None
-        for lineno, raw in sample:
-            try:
-                line = raw.decode("utf-8").rstrip("\r\n ")
-            except UnicodeDecodeError:
-                if lineno == 1:
-                    _decode_first(path, raw)
-                continue
-            if first is None:
-                first = line
-            num = [bool(_NUMBER.fullmatch(fld)) for fld in line.split(" ")]
-            trail = 0
-            while trail < len(num) - 1 and num[-1 - trail]:
-                trail += 1
-            shape.append((lineno, len(num) - 1, trail, num))
-
-        def fit(d: int, n: int, trail: int, num: list[bool]) -> bool:
-            """The line reads as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
-            return trail >= d and (n == d or (n > d and not num[n - d]))
+        shape, first = _sample_shapes(self.path, sample)
 
         def fits(d: int) -> int:
-            return sum(1 for _, n, trail, num in shape if fit(d, n, trail, num))
+            return sum(1 for _, n, trail, num in shape if _fits(d, n, trail, num))
 
         # every field count and every run of trailing numbers: a multi-word token ("0 :") makes the dimension
         # shorter than the line's field count
         candidates = sorted({n for _, n, _, _ in shape if n >= 1} | {t for _, _, t, _ in shape if t >= 1})
         scores = {d: fits(d) for d in candidates}
         best = max(candidates, key=lambda d: (scores[d], d)) if candidates else None
-        m = len(shape)
         if not self.header and first is not None and best is not None:
-            parts = first.split(" ")
-            if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
-                raise ModelLoadError(
-                    f"{path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
-                    f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
-                    "declare format word2vec-text"
-                )
+            self._refuse_a_header(first, best, sample)
         if header_dim is not None and self.declared is not None and header_dim != self.declared:
             raise ModelLoadError(
-                f"{path}:1: the header says dimension {header_dim} but the spec declares {self.declared}"
+                f"{self.path}:1: the header says dimension {header_dim} but the spec declares {self.declared}"
             )
+        if self.declared is not None or header_dim is not None:
+            return self._check_declared(header_dim, shape, scores, best, fits)
+        if best is None:
+            example = first[:80] if first is not None else ""
+            raise ModelLoadError(f"{self.path}:{sample[0][0]}: expected 'word v1 v2 ...', got {example!r}")
+        self.dim_source = f"the dimension that fits {scores[best]} of the first {len(shape)} vector lines"
+        return best
+
+    def _refuse_a_header(self, first: str, best: int, sample: list[tuple[int, bytes]]) -> None:
+        """A glove-text file whose first line reads as a word2vec ``count dim`` header is word2vec-text."""
+        parts = first.split(" ")
+        if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
+            raise ModelLoadError(
+                f"{self.path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
+                f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
+                "declare format word2vec-text"
+            )
+
+    def _check_declared(
+        self,
+        header_dim: int | None,
+        shape: list[tuple[int, int, int, list[bool]]],
+        scores: dict[int, int],
+        best: int | None,
+        fits: Callable[[int], int],
+    ) -> int:
+        """The declared (else the header's) dimension, unless more sample lines fit another one."""
         if self.declared is not None:
             declared, source, suspect = self.declared, "the declared dimension", "the declared dim"
         else:
+            assert header_dim is not None
             declared, source, suspect = header_dim, "the header's dimension", "the header"
-        if declared is not None:
-            self.dim_source = source
-            got = fits(declared)
-            if best is not None and best != declared and scores[best] > got:
-                lineno = next(ln for ln, n, trail, num in shape if not fit(declared, n, trail, num))
-                raise ModelLoadError(
-                    f"{path}:{lineno}: {source} is {declared}, but {scores[best]} of the first {m} vector lines have "
-                    f"a word and {best} numbers (only {got} fit {declared}; this line is the first that does not): "
-                    f"is {suspect} wrong, or the file?"
-                )
-            if declared < 1:
-                raise ModelLoadError(f"{path}: dimension {declared} is not a vector dimension")
-            return declared
-        if best is None:
-            example = first[:80] if first is not None else ""
-            raise ModelLoadError(f"{path}:{sample[0][0]}: expected 'word v1 v2 ...', got {example!r}")
-        self.dim_source = f"the dimension that fits {scores[best]} of the first {m} vector lines"
-        return best
+        self.dim_source = source
+        got = fits(declared)
+        if best is not None and best != declared and scores[best] > got:
+            lineno = next(ln for ln, n, trail, num in shape if not _fits(declared, n, trail, num))
+            raise ModelLoadError(
+                f"{self.path}:{lineno}: {source} is {declared}, but {scores[best]} of the first {len(shape)} vector "
+                f"lines have a word and {best} numbers (only {got} fit {declared}; this line is the first that does "
+                f"not): is {suspect} wrong, or the file?"
+            )
+        if declared < 1:
+            raise ModelLoadError(f"{self.path}: dimension {declared} is not a vector dimension")
+        return declared
 
     def _parse(
         self,
@@ -720,6 +734,51 @@ class TextVectorReader:
         self._sum = s if self._sum is None else self._sum + s
         self.rows += len(keep)
         return kept_words, block
+
+
+def _word_end(line: str, n: int, dim: int, lineno: int, bad: _Examples) -> int:
+    """Where the word of a line with ``n`` spaces ends, for ``n != dim``; -1 (and the line in ``bad``) when the line
+    is not a word and ``dim`` numbers. More spaces than ``dim`` make a multi-word token, unless its last piece is a
+    number: then the line has too many numbers."""
+    if n < dim:
+        bad.add(lineno, f"expected a word and {dim} numbers, got {n} fields after the word")
+        return -1
+    sp = prev = -1
+    for _ in range(n - dim + 1):
+        prev, sp = sp, line.find(" ", sp + 1)
+    if _NUMBER.fullmatch(line, prev + 1, sp):
+        bad.add(lineno, f"expected a word and {dim} numbers, got {_trailing_numbers(line)} numbers")
+        return -1
+    return sp
+
+
+def _sample_shapes(
+    path: Path, sample: list[tuple[int, bytes]]
+) -> tuple[list[tuple[int, int, int, list[bool]]], str | None]:
+    """Per decodable sample line: (its number, fields after the first, numbers at the end of the line, which fields
+    are numbers); and the first such line."""
+    shape: list[tuple[int, int, int, list[bool]]] = []
+    first: str | None = None
+    for lineno, raw in sample:
+        try:
+            line = raw.decode("utf-8").rstrip("\r\n ")
+        except UnicodeDecodeError:
+            if lineno == 1:
+                _decode_first(path, raw)
+            continue
+        if first is None:
+            first = line
+        num = [bool(_NUMBER.fullmatch(fld)) for fld in line.split(" ")]
+        trail = 0
+        while trail < len(num) - 1 and num[-1 - trail]:
+            trail += 1
+        shape.append((lineno, len(num) - 1, trail, num))
+    return shape, first
+
+
+def _fits(d: int, n: int, trail: int, num: list[bool]) -> bool:
+    """The line reads as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
+    return trail >= d and (n == d or (n > d and not num[n - d]))
 
 
 def _counts_the_rest(parts: list[str], sample: list[tuple[int, bytes]]) -> bool:

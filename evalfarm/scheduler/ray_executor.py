@@ -668,8 +668,8 @@ class RayExecutor:
 
 
 def _shutdown(*, bounded: bool) -> None:
-    """``ray.shutdown()``; without a head it usually takes ~5 s but can wait on a GCS call that never returns, so
-    then it gets SHUTDOWN_TIMEOUT seconds in a thread of its own (the run is already recorded)."""
+    """``ray.shutdown()``; without a head it takes seconds and can wait on a GCS call that never returns, so then
+    it gets SHUTDOWN_TIMEOUT seconds in a thread of its own (the run is already recorded)."""
     import threading
 
     import ray
