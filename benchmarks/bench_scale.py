@@ -84,6 +84,57 @@ def sgemm_rate(d: int, n: int = 200_000, rows: int = 64) -> float:
     return 2 * rows * n * d * reps / (cpu_s() - t) / 1e9
 
 
+def random_pool(n: int, d: int, pairs: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``n`` random unit vectors of ``d`` dims (seeded) and ``pairs`` random (query, positive) items among them."""
+    rng = np.random.default_rng(0)
+    emb = np.empty((n, d), np.float32)
+    for s in range(0, n, 65536):  # in chunks: no float64 temporaries
+        block = rng.standard_normal((min(65536, n - s), d), dtype=np.float32)
+        block /= np.linalg.norm(block, axis=1, keepdims=True)
+        emb[s : s + len(block)] = block
+    return emb, rng.integers(0, n, pairs), rng.integers(0, n, pairs)
+
+
+def measure(
+    sim: str,
+    emb: np.ndarray,
+    queries: np.ndarray,
+    positives: np.ndarray,
+    background: np.ndarray,
+    args: argparse.Namespace,
+    unique_queries: int,
+    rate: float,
+) -> dict:
+    """One similarity's ranking: CPU and wall time, memory growth, effective GEMM rate, and projected H100 times."""
+    n, d = emb.shape
+    reset = reset_peak()
+    rss0 = status_bytes("VmRSS:")
+    c0, w0 = cpu_s(), time.perf_counter()
+    out = rank_counts(emb, queries, positives, background, sim, device=args.device, neighbours=args.neighbours)
+    cpu, wall = cpu_s() - c0, time.perf_counter() - w0
+    peak = status_bytes("VmHWM:") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    flops = 2.0 * unique_queries * n * d
+    eff = flops / max(cpu, 1e-6) / 1e9  # a tiny run (--smoke) can take less than the clock's tick
+    row = {
+        "similarity": sim,
+        "cpu_s": round(cpu, 1),
+        "wall_s": round(wall, 1),
+        "gflop": round(flops / 1e9, 1),
+        "effective_gflops": round(eff, 1),
+        "kernel_share_of_sgemm_rate": round(eff / rate, 3),
+        "rss_before_gb": round(rss0 / 1e9, 3),
+        "peak_rss_gb": round(peak / 1e9, 3),
+        "growth_mb": round((peak - rss0) / 2**20, 1),
+        "mean_rank": round(float(1 + out.above.mean()), 1),
+    }
+    score_bytes = unique_queries * n * 4
+    for name, gpu in H100.items():
+        gemm_s = flops / (gpu["fp32_tflops"] * 1e12 * min(1.0, eff / rate))
+        row[f"h100_{name}_projected_s"] = round(gemm_s, 3)
+        row[f"h100_{name}_memory_bound_s"] = round(3 * score_bytes / (gpu["hbm_tb_s"] * 1e12), 3)
+    return row
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--items", type=int, default=1_000_000)
@@ -109,16 +160,9 @@ def main() -> None:
     except ImportError:
         pass
 
-    rng = np.random.default_rng(0)
     n, d = args.items, args.dim
     t0 = time.perf_counter()
-    emb = np.empty((n, d), np.float32)
-    for s in range(0, n, 65536):  # in chunks: no float64 temporaries
-        block = rng.standard_normal((min(65536, n - s), d), dtype=np.float32)
-        block /= np.linalg.norm(block, axis=1, keepdims=True)
-        emb[s : s + len(block)] = block
-    queries = rng.integers(0, n, args.pairs)
-    positives = rng.integers(0, n, args.pairs)
+    emb, queries, positives = random_pool(n, d, args.pairs)
     background = np.arange(n)
     setup = {
         "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count()},
@@ -138,31 +182,7 @@ def main() -> None:
     print(json.dumps(setup), flush=True)
     rows = []
     for sim in args.similarities.split(","):
-        reset = reset_peak()
-        rss0 = status_bytes("VmRSS:")
-        c0, w0 = cpu_s(), time.perf_counter()
-        out = rank_counts(emb, queries, positives, background, sim, device=args.device, neighbours=args.neighbours)
-        cpu, wall = cpu_s() - c0, time.perf_counter() - w0
-        peak = status_bytes("VmHWM:") if reset else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-        flops = 2.0 * setup["unique_queries"] * n * d
-        eff = flops / max(cpu, 1e-6) / 1e9  # a tiny run (--smoke) can take less than the clock's tick
-        row = {
-            "similarity": sim,
-            "cpu_s": round(cpu, 1),
-            "wall_s": round(wall, 1),
-            "gflop": round(flops / 1e9, 1),
-            "effective_gflops": round(eff, 1),
-            "kernel_share_of_sgemm_rate": round(eff / rate, 3),
-            "rss_before_gb": round(rss0 / 1e9, 3),
-            "peak_rss_gb": round(peak / 1e9, 3),
-            "growth_mb": round((peak - rss0) / 2**20, 1),
-            "mean_rank": round(float(1 + out.above.mean()), 1),
-        }
-        score_bytes = setup["unique_queries"] * n * 4
-        for name, gpu in H100.items():
-            gemm_s = flops / (gpu["fp32_tflops"] * 1e12 * min(1.0, eff / rate))
-            row[f"h100_{name}_projected_s"] = round(gemm_s, 3)
-            row[f"h100_{name}_memory_bound_s"] = round(3 * score_bytes / (gpu["hbm_tb_s"] * 1e12), 3)
+        row = measure(sim, emb, queries, positives, background, args, setup["unique_queries"], rate)
         print(json.dumps(row), flush=True)
         rows.append(row)
     setup["load_avg_at_end"] = os.getloadavg()

@@ -120,6 +120,85 @@ def sequential(catalog: Path, wh: Path, repeats: int) -> tuple[float, list[float
     return times[0], times[1:], len(outs)
 
 
+def ray_configuration(bench: Path, wh: Path, n: int, repeats: int, seq: float, n_units: int) -> dict[str, object]:
+    """Ray with ``n`` workers: a cold run, ``repeats`` warm ``--force`` runs (and the time spent outside the units),
+    then an in-process no-op rerun."""
+    from evalfarm.runner import run_catalog
+    from evalfarm.warehouse import Warehouse
+
+    res: dict[str, object] = {}
+    t0 = time.perf_counter()
+    run_catalog(bench, wh, executor="ray", workers=n)  # cold: actors start, import, load pools
+    cold = time.perf_counter() - t0
+    runs, gaps = [], []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        s = run_catalog(bench, wh, executor="ray", workers=n, force=True)
+        runs.append(time.perf_counter() - t0)
+        assert s.ok and s.counts()["done"] == n_units, s.counts()
+        # Scheduler overhead measured directly: wall time minus the work done inside the units (the
+        # `units` view times each embed and rank call on its worker), per worker.
+        busy = Warehouse(wh).query(f"SELECT sum(seconds) AS s FROM units WHERE run_id = '{s.run_id}'")
+        gaps.append(runs[-1] - busy.to_pylist()[0]["s"] / n)
+    warm, gap = statistics.median(runs), statistics.median(gaps)
+    res[f"ray{n}_cold_s"], res[f"ray{n}_warm_s"] = round(cold, 2), round(warm, 2)
+    res[f"ray{n}_runs_s"] = [round(t, 2) for t in runs]
+    res[f"ray{n}_ratio"] = round(warm / seq, 3)
+    res[f"ray{n}_overhead_per_unit_ms"] = round(gap / n_units * 1000, 1)
+    res[f"ray{n}_overhead_share"] = round(gap / warm, 3)
+    print(
+        f"ray {n} worker(s): cold {cold:.2f}s, warm median {warm:.2f}s = {warm / seq:.2f}x sequential; "
+        f"outside units {gap:.2f}s ({gap / warm:.1%})",
+        flush=True,
+    )
+    t0 = time.perf_counter()
+    s = run_catalog(bench, wh, executor="ray", workers=n)
+    res[f"ray{n}_noop_inprocess_s"] = round(time.perf_counter() - t0, 3)
+    assert s.counts()["skipped"] == n_units
+    return res
+
+
+def cli_noop_reruns(bench: Path, hundred: Path, d: Path, last: Path, n_noop: int) -> dict[str, object]:
+    """No-op reruns through the CLI (whole process): the 12 models of the last Ray configuration's warehouse
+    (``last``), and ``n_noop`` models."""
+    from evalfarm.runner import run_catalog
+
+    res: dict[str, object] = {}
+    env = {**os.environ}
+    cli = [sys.executable, "-m", "evalfarm.cli", "run", "--warehouse"]
+    t0 = time.perf_counter()
+    subprocess.run([*cli, str(last), "--catalog", str(bench)], check=True, env=env, capture_output=True)
+    res["noop_cli_12_models_s"] = round(time.perf_counter() - t0, 2)
+    # 100 models (the toy GloVe under 100 ids: 100 distinct spec hashes, 100 units) on a tiny word pool,
+    # computed once with the local executor, then rerun through the CLI with the default (ray) executor.
+    t0 = time.perf_counter()
+    s = run_catalog(hundred, d / "wh-100", executor="local")
+    assert s.ok and s.counts()["done"] == n_noop
+    res["hundred_compute_local_s"] = round(time.perf_counter() - t0, 2)
+    t0 = time.perf_counter()
+    p = subprocess.run([*cli, str(d / "wh-100"), "--catalog", str(hundred)], env=env, capture_output=True, text=True)
+    res["noop_cli_100_models_s"], res["noop_models"] = round(time.perf_counter() - t0, 2), n_noop
+    assert p.returncode == 0 and f"{n_noop} skipped" in p.stderr, p.stderr
+    return res
+
+
+def markdown_table(res: dict[str, object], seq: float, workers: list[int]) -> str:
+    """The README's table of the results."""
+    n_noop = res["noop_models"]
+    return (
+        "\n| configuration | wall (s, median) | ratio to sequential | outside units per unit | share of wall |\n"
+        "|---|---:|---:|---:|---:|\n"
+        f"| sequential in-process loop (warm) | {seq:.2f} | 1.00 | — | — |\n"
+        + "".join(
+            f"| Ray, {n} warm worker{'s' if n > 1 else ''} | {res[f'ray{n}_warm_s']} | {res[f'ray{n}_ratio']} "
+            f"| {res[f'ray{n}_overhead_per_unit_ms']} ms | {res[f'ray{n}_overhead_share']:.1%} |\n"
+            for n in workers
+        )
+        + f"| no-op rerun, 12 models (CLI, whole process) | {res['noop_cli_12_models_s']} | | | |\n"
+        f"| no-op rerun, {n_noop} models (CLI, whole process) | {res['noop_cli_100_models_s']} | | | |"
+    )
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--word-pairs", type=int, default=2000)
@@ -142,9 +221,6 @@ def main() -> None:
 
     import torch
 
-    from evalfarm.runner import run_catalog
-    from evalfarm.warehouse import Warehouse
-
     torch.set_num_threads(os.cpu_count() or 1)
     d = Path(tempfile.mkdtemp(prefix="bench-sched-"))
     bench, hundred = make_catalogs(d, args)
@@ -164,66 +240,11 @@ def main() -> None:
 
     with local_ray(num_cpus=os.cpu_count() or 1):
         for n in workers:
-            wh = d / f"wh-ray{n}"
-            t0 = time.perf_counter()
-            run_catalog(bench, wh, executor="ray", workers=n)  # cold: actors start, import, load pools
-            cold = time.perf_counter() - t0
-            runs, gaps = [], []
-            for _ in range(args.repeats):
-                t0 = time.perf_counter()
-                s = run_catalog(bench, wh, executor="ray", workers=n, force=True)
-                runs.append(time.perf_counter() - t0)
-                assert s.ok and s.counts()["done"] == n_units, s.counts()
-                # Scheduler overhead measured directly: wall time minus the work done inside the units (the
-                # `units` view times each embed and rank call on its worker), per worker.
-                busy = Warehouse(wh).query(f"SELECT sum(seconds) AS s FROM units WHERE run_id = '{s.run_id}'")
-                gaps.append(runs[-1] - busy.to_pylist()[0]["s"] / n)
-            warm, gap = statistics.median(runs), statistics.median(gaps)
-            res[f"ray{n}_cold_s"], res[f"ray{n}_warm_s"] = round(cold, 2), round(warm, 2)
-            res[f"ray{n}_runs_s"] = [round(t, 2) for t in runs]
-            res[f"ray{n}_ratio"] = round(warm / seq, 3)
-            res[f"ray{n}_overhead_per_unit_ms"] = round(gap / n_units * 1000, 1)
-            res[f"ray{n}_overhead_share"] = round(gap / warm, 3)
-            print(
-                f"ray {n} worker(s): cold {cold:.2f}s, warm median {warm:.2f}s = {warm / seq:.2f}x sequential; "
-                f"outside units {gap:.2f}s ({gap / warm:.1%})",
-                flush=True,
-            )
-            t0 = time.perf_counter()
-            s = run_catalog(bench, wh, executor="ray", workers=n)
-            res[f"ray{n}_noop_inprocess_s"] = round(time.perf_counter() - t0, 3)
-            assert s.counts()["skipped"] == n_units
+            res.update(ray_configuration(bench, d / f"wh-ray{n}", n, args.repeats, seq, n_units))
 
-    env = {**os.environ}
-    cli = [sys.executable, "-m", "evalfarm.cli", "run", "--warehouse"]
-    t0 = time.perf_counter()
-    last = d / f"wh-ray{workers[-1]}"
-    subprocess.run([*cli, str(last), "--catalog", str(bench)], check=True, env=env, capture_output=True)
-    res["noop_cli_12_models_s"] = round(time.perf_counter() - t0, 2)
-    # 100 models (the toy GloVe under 100 ids: 100 distinct spec hashes, 100 units) on a tiny word pool,
-    # computed once with the local executor, then rerun through the CLI with the default (ray) executor.
-    n_noop = args.noop_models
-    t0 = time.perf_counter()
-    s = run_catalog(hundred, d / "wh-100", executor="local")
-    assert s.ok and s.counts()["done"] == n_noop
-    res["hundred_compute_local_s"] = round(time.perf_counter() - t0, 2)
-    t0 = time.perf_counter()
-    p = subprocess.run([*cli, str(d / "wh-100"), "--catalog", str(hundred)], env=env, capture_output=True, text=True)
-    res["noop_cli_100_models_s"], res["noop_models"] = round(time.perf_counter() - t0, 2), n_noop
-    assert p.returncode == 0 and f"{n_noop} skipped" in p.stderr, p.stderr
+    res.update(cli_noop_reruns(bench, hundred, d, d / f"wh-ray{workers[-1]}", args.noop_models))
     print(json.dumps(res, indent=2))
-    print(
-        "\n| configuration | wall (s, median) | ratio to sequential | outside units per unit | share of wall |\n"
-        "|---|---:|---:|---:|---:|\n"
-        f"| sequential in-process loop (warm) | {seq:.2f} | 1.00 | — | — |\n"
-        + "".join(
-            f"| Ray, {n} warm worker{'s' if n > 1 else ''} | {res[f'ray{n}_warm_s']} | {res[f'ray{n}_ratio']} "
-            f"| {res[f'ray{n}_overhead_per_unit_ms']} ms | {res[f'ray{n}_overhead_share']:.1%} |\n"
-            for n in workers
-        )
-        + f"| no-op rerun, 12 models (CLI, whole process) | {res['noop_cli_12_models_s']} | | | |\n"
-        f"| no-op rerun, {n_noop} models (CLI, whole process) | {res['noop_cli_100_models_s']} | | | |"
-    )
+    print(markdown_table(res, seq, workers))
     shutil.rmtree(d, ignore_errors=True)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

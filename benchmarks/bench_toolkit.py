@@ -134,6 +134,80 @@ def parse_toolkit_table(output: str) -> dict[str, float]:
     return found
 
 
+def toolkit_round(args: argparse.Namespace, toolkit: Path, glove: Path, env: dict[str, str], r: int) -> dict:
+    """One round of the toolkit: a run per similarity, each timed and its ranking table parsed."""
+    out: dict = {"runs": {}}
+    total_wall = total_cpu = 0.0
+    for sim in args.similarities.split(","):
+        cmd = [
+            args.python,
+            "src/run_word_evaluation.py",
+            "--word_emb_model", str(glove),
+            "--dist_metric", sim,
+            "--eval_type", args.eval_type,
+            "--background_vocab_type", "basic,wiki",
+            "--post_process", "False",
+        ]  # fmt: skip
+        run = run_timed(cmd, toolkit, env)
+        metrics = parse_toolkit_table(run.pop("output"))
+        run["metrics"] = metrics
+        run["ok"] = "mr" in metrics and "mrr" in metrics
+        out["runs"][sim] = run
+        total_wall += run["wall_s"]
+        total_cpu += run["cpu_s"]
+        print(json.dumps({"round": r, "toolkit": sim, **run}), flush=True)
+        if not run["ok"]:
+            raise SystemExit(f"toolkit run for {sim} printed no ranking table (exit {run['returncode']})")
+    out.update({"wall_s": round(total_wall, 2), "cpu_s": round(total_cpu, 2)})
+    return out
+
+
+def evalfarm_round(args: argparse.Namespace, env: dict[str, str], r: int) -> dict:
+    """One round of evalfarm: ``evalfarm run`` (local executor, --force) into a fresh warehouse, timed."""
+    exe = Path(args.python).parent / "evalfarm"
+    base = [str(exe)] if exe.is_file() else [args.python, "-m", "evalfarm.cli"]
+    ef_env = dict(env)
+    ef_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
+    with tempfile.TemporaryDirectory() as wh:
+        cmd = base + [
+            "run",
+            "--executor", "local",
+            "--catalog", args.catalog,
+            "-m", args.model,
+            "--tasks", args.task,
+            "--warehouse", wh,
+            "--force",
+        ]  # fmt: skip
+        run = run_timed(cmd, REPO, ef_env)
+        out = run.pop("output")
+        run["tail"] = out.strip().splitlines()[-5:]
+        print(json.dumps({"round": r, "evalfarm": run}), flush=True)
+        if run["returncode"] != 0:
+            raise SystemExit(f"evalfarm run failed:\n{out[-3000:]}")
+    return run
+
+
+def summarise(report: dict, rounds: list[dict], toolkit: Path | None) -> None:
+    """The rounds into ``report``, with medians over rounds (each round's ratio kept in ``rounds``)."""
+    report["rounds"] = rounds
+    if rounds and "toolkit" in rounds[-1]:
+        report["toolkit"] = {
+            "dir": str(toolkit),
+            "runs": rounds[-1]["toolkit"]["runs"],
+            "wall_s": statistics.median(x["toolkit"]["wall_s"] for x in rounds),
+            "cpu_s": statistics.median(x["toolkit"]["cpu_s"] for x in rounds),
+        }
+    if rounds and "evalfarm" in rounds[-1]:
+        report["evalfarm"] = {
+            **rounds[-1]["evalfarm"],
+            "wall_s": statistics.median(x["evalfarm"]["wall_s"] for x in rounds),
+            "cpu_s": statistics.median(x["evalfarm"]["cpu_s"] for x in rounds),
+        }
+    if "toolkit" in report and "evalfarm" in report:  # medians over rounds, each round's ratio kept above
+        report["toolkit_over_evalfarm_wall"] = round(statistics.median(x["ratio_wall"] for x in rounds), 1)
+        report["toolkit_over_evalfarm_cpu"] = round(statistics.median(x["ratio_cpu"] for x in rounds), 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--toolkit", type=Path, help="a checkout of the EvalRank toolkit (else: download)")
@@ -182,72 +256,14 @@ def main() -> None:
     for r in range(args.rounds):
         rnd: dict = {"round": r + 1}
         if toolkit is not None:
-            rnd["toolkit"] = {"runs": {}}
-            total_wall = total_cpu = 0.0
-            for sim in args.similarities.split(","):
-                cmd = [
-                    args.python,
-                    "src/run_word_evaluation.py",
-                    "--word_emb_model", str(glove),
-                    "--dist_metric", sim,
-                    "--eval_type", args.eval_type,
-                    "--background_vocab_type", "basic,wiki",
-                    "--post_process", "False",
-                ]  # fmt: skip
-                run = run_timed(cmd, toolkit, tk_env)
-                metrics = parse_toolkit_table(run.pop("output"))
-                run["metrics"] = metrics
-                run["ok"] = "mr" in metrics and "mrr" in metrics
-                rnd["toolkit"]["runs"][sim] = run
-                total_wall += run["wall_s"]
-                total_cpu += run["cpu_s"]
-                print(json.dumps({"round": r + 1, "toolkit": sim, **run}), flush=True)
-                if not run["ok"]:
-                    raise SystemExit(f"toolkit run for {sim} printed no ranking table (exit {run['returncode']})")
-            rnd["toolkit"].update({"wall_s": round(total_wall, 2), "cpu_s": round(total_cpu, 2)})
+            rnd["toolkit"] = toolkit_round(args, toolkit, glove, tk_env, r + 1)
         if not args.skip_evalfarm:
-            exe = Path(args.python).parent / "evalfarm"
-            base = [str(exe)] if exe.is_file() else [args.python, "-m", "evalfarm.cli"]
-            ef_env = dict(env)
-            ef_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
-            with tempfile.TemporaryDirectory() as wh:
-                cmd = base + [
-                    "run",
-                    "--executor", "local",
-                    "--catalog", args.catalog,
-                    "-m", args.model,
-                    "--tasks", args.task,
-                    "--warehouse", wh,
-                    "--force",
-                ]  # fmt: skip
-                run = run_timed(cmd, REPO, ef_env)
-                out = run.pop("output")
-                run["tail"] = out.strip().splitlines()[-5:]
-                print(json.dumps({"round": r + 1, "evalfarm": run}), flush=True)
-                if run["returncode"] != 0:
-                    raise SystemExit(f"evalfarm run failed:\n{out[-3000:]}")
-                rnd["evalfarm"] = run
+            rnd["evalfarm"] = evalfarm_round(args, env, r + 1)
         if "toolkit" in rnd and "evalfarm" in rnd:
             rnd["ratio_wall"] = round(rnd["toolkit"]["wall_s"] / rnd["evalfarm"]["wall_s"], 1)
             rnd["ratio_cpu"] = round(rnd["toolkit"]["cpu_s"] / rnd["evalfarm"]["cpu_s"], 1)
         rounds.append(rnd)
-    report["rounds"] = rounds
-    if rounds and "toolkit" in rounds[-1]:
-        report["toolkit"] = {
-            "dir": str(toolkit),
-            "runs": rounds[-1]["toolkit"]["runs"],
-            "wall_s": statistics.median(x["toolkit"]["wall_s"] for x in rounds),
-            "cpu_s": statistics.median(x["toolkit"]["cpu_s"] for x in rounds),
-        }
-    if rounds and "evalfarm" in rounds[-1]:
-        report["evalfarm"] = {
-            **rounds[-1]["evalfarm"],
-            "wall_s": statistics.median(x["evalfarm"]["wall_s"] for x in rounds),
-            "cpu_s": statistics.median(x["evalfarm"]["cpu_s"] for x in rounds),
-        }
-    if "toolkit" in report and "evalfarm" in report:  # medians over rounds, each round's ratio kept above
-        report["toolkit_over_evalfarm_wall"] = round(statistics.median(x["ratio_wall"] for x in rounds), 1)
-        report["toolkit_over_evalfarm_cpu"] = round(statistics.median(x["ratio_cpu"] for x in rounds), 1)
+    summarise(report, rounds, toolkit)
     report["load_avg_at_end"] = os.getloadavg()
     print(
         json.dumps(

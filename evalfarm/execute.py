@@ -155,54 +155,20 @@ def _embed_missing(
 ) -> int:
     """Embed ``missing`` into ``store``; returns the dimension. ``state["stage"]`` says how far it got (a failure
     while loading the model is a ``load`` failure, after it an ``embed`` one)."""
-    from evalfarm.encoders.loader import SentencePostProcessed, load_encoder
+    from evalfarm.provenance import process_device
 
-    chain = ctx.catalog.lineage(plan.model)
-    spec = chain[0]
     label = f"{plan.model} · {len(missing)} texts"
     progress = ctx.progress
     prog = (lambda n: progress(label, n, len(missing))) if progress else None
-    from evalfarm.provenance import process_device
-
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
     shared: list[tuple[ModelPlan, TextStore, list[str], Encoded]] = []
-    reused = _reused_base(spec)
+    reused = _reused_base(ctx.catalog.lineage(plan.model)[0])
     if reused is not None:
-        postprocess, base = reused
-        fit_task = postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
-        fit_texts = ctx.texts(fit_task)
-        base_emb, base_oov = _base_vectors(ctx, base, [*missing, *fit_texts])
-        fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
-        from evalfarm.encoders.postprocess import fit_postprocess
-
-        state["stage"] = Stage.EMBED
-        transform = fit_postprocess(fit_emb[~fit_oov], postprocess)
-        out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
-        out.emb[out.oov] = 0.0
-        out = check_quality(missing, out)
-        provenance["postprocess"] = postprocess.model_dump()
-        provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": base}
+        out = _embed_from_base(ctx, *reused, missing, state, provenance)
         if prog:
             prog(len(missing))
     else:
-        t_load = time.perf_counter()
-        if plan.model in ctx.encoders:  # an object handed to evalfarm.evaluate()
-            encoder = ctx.encoders[plan.model]
-            provenance["python_object"] = type(encoder).__module__ + "." + type(encoder).__qualname__
-        else:
-            encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
-        provenance.update(getattr(encoder, "provenance", {}) or {})
-        provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
-        state["stage"] = Stage.EMBED
-        if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
-            fit_task = encoder.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK  # the spec's, as loaded
-            encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
-            provenance["fit_on"] = {"task": fit_task}
-        siblings = _sibling_work(ctx, plan) if hasattr(encoder, "encode_poolings") else []
-        if siblings:
-            out, shared = _encode_with_siblings(ctx, plan, encoder, missing, siblings)
-        else:
-            out = encode_texts(encoder, missing, progress=prog)
+        out, shared = _embed_with_encoder(ctx, plan, missing, state, provenance, prog)
     provenance["device"] = process_device(ctx.options.device)  # the worker that embedded: its CPU, GPUs, driver
     _publish(ctx, plan, store, missing, out, provenance)
     for sib, sib_store, sib_texts, sib_out in shared:
@@ -217,6 +183,63 @@ def _embed_missing(
                 "%s: could not store pooling sibling %s (%s); it embeds on its own", plan.model, sib.model, exc
             )
     return int(out.emb.shape[1])
+
+
+def _embed_from_base(
+    ctx: ExecContext,
+    postprocess: PostProcess,
+    base: str,
+    missing: list[str],
+    state: dict[str, Stage],
+    provenance: dict[str, Any],
+) -> Encoded:
+    """A post-processed sentence model over its base's stored vectors: the base embeds the texts and the fit
+    task's (reusing its store), the transform is fitted on the fit task's and applied to ``missing``."""
+    from evalfarm.encoders.postprocess import fit_postprocess
+
+    fit_task = postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
+    fit_texts = ctx.texts(fit_task)
+    base_emb, base_oov = _base_vectors(ctx, base, [*missing, *fit_texts])
+    fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
+    state["stage"] = Stage.EMBED
+    transform = fit_postprocess(fit_emb[~fit_oov], postprocess)
+    out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
+    out.emb[out.oov] = 0.0
+    out = check_quality(missing, out)
+    provenance["postprocess"] = postprocess.model_dump()
+    provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": base}
+    return out
+
+
+def _embed_with_encoder(
+    ctx: ExecContext,
+    plan: ModelPlan,
+    missing: list[str],
+    state: dict[str, Stage],
+    provenance: dict[str, Any],
+    prog: Callable[[int], None] | None,
+) -> tuple[Encoded, list[tuple[ModelPlan, TextStore, list[str], Encoded]]]:
+    """Load the model (or take the object handed to :func:`evalfarm.evaluate`) and embed ``missing``; a
+    transformer with pooling siblings embeds theirs in the same forward pass (returned to be stored too)."""
+    from evalfarm.encoders.loader import SentencePostProcessed, load_encoder
+
+    t_load = time.perf_counter()
+    if plan.model in ctx.encoders:  # an object handed to evalfarm.evaluate()
+        encoder = ctx.encoders[plan.model]
+        provenance["python_object"] = type(encoder).__module__ + "." + type(encoder).__qualname__
+    else:
+        encoder = load_encoder(ctx.catalog.lineage(plan.model), base_dir=ctx.catalog.path.parent)
+    provenance.update(getattr(encoder, "provenance", {}) or {})
+    provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
+    state["stage"] = Stage.EMBED
+    if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
+        fit_task = encoder.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK  # the spec's, as loaded
+        encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
+        provenance["fit_on"] = {"task": fit_task}
+    siblings = _sibling_work(ctx, plan) if hasattr(encoder, "encode_poolings") else []
+    if siblings:
+        return _encode_with_siblings(ctx, plan, encoder, missing, siblings)
+    return encode_texts(encoder, missing, progress=prog), []
 
 
 def _publish(
