@@ -61,11 +61,9 @@ def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, p
 
 
 # The relative cost of embedding a model's texts is its kind's (ModelKind.cost, declared in the kind's module), in
-# units of one EvalRank sentence-pool rank pass (cos + l2 over ~7k pairs x 25k background: ~9 s on one of 2 CPU
-# cores), measured on the local zoo's nightly run: MiniLM in torch or ONNX ~90 s for 25k sentences, spaCy's CNN
-# ~20 s, the static model ~2 s, a bag of words or a word-vector lookup under 1 s. Only the order and the ETA depend
-# on it: largest-first assignment keeps a big model from starting last and becoming the straggler the whole run
-# waits for.
+# units of one EvalRank sentence-pool rank pass (cos + l2 over the sentence pool), from the local zoo's nightly run
+# (the times are in benchmarks/README.md). Only the order and the ETA depend on it: largest-first assignment keeps a
+# big model from starting last and becoming the straggler the whole run waits for.
 UNKNOWN_KIND_COST = 5.0  # a kind no registry entry declares a cost for (one that does not load)
 SCORE_COST = {("evalrank", "sentence"): 1.0, ("evalrank", "word"): 0.5}  # others: cheap correlations
 POSTPROCESS_COST = 0.15  # fitting ABTT / PC removal / whitening on a base's stored embeddings

@@ -48,8 +48,7 @@ K_FOLDS = 10
 INNER_K = 5
 TOL = 1e-6
 THREADS = 1  # BLAS / OpenMP / torch threads while fitting: the per-fold problems are small, and on a loaded
-# machine spinning thread pools cost far more than they bring (TREC on a 64d model, 2 busy cores: 36 fits took
-# 3.3 s of CPU with one thread, one C = 10 fit alone took 10 s with the default pools)
+# machine spinning thread pools cost far more than they bring (benchmarks/README.md)
 
 
 class DownstreamTaskSpec(TaskSpec):

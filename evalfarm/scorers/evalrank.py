@@ -28,8 +28,8 @@ from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, Te
 TIES = ("optimistic", "pessimistic", "realistic")
 NEIGHBOURS = 10
 """Each query's top-k background items kept in the ``neighbours`` table (what a model confuses its queries with),
-selected from the cos pass's own score blocks (``NEIGHBOURS_SIMILARITY``): at d = 50 the selection costs about a
-quarter of one pass, so doing it once keeps it near a tenth of a unit (benchmarks/README.md)."""
+selected from the cos pass's own score blocks (``NEIGHBOURS_SIMILARITY``): the selection costs a fraction of a
+pass, so doing it once, in one pass, keeps it a small share of a unit (benchmarks/README.md)."""
 NEIGHBOURS_SIMILARITY = "cos"
 _TIE_WEIGHT = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}
 
@@ -237,7 +237,7 @@ class EvalRankScorer(Scorer):
 
 def _items_array(data: Any) -> Any:
     """The pool's items as one Arrow string array (built once per task): texts are taken from it by id in C++,
-    never through Python lists (60k neighbour texts cost 0.15 s that way, 7 ms this way)."""
+    never through Python lists, which are far slower for tens of thousands of neighbour texts."""
     import pyarrow as pa
 
     arr = getattr(data, "_items_array", None)

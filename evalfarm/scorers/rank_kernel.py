@@ -11,7 +11,7 @@ realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
   cannot outrank itself by one ulp).
 - Identical vectors (OOV items filled with one mean vector, rows shared in a pruned vector table, duplicate
   texts) share one GEMM column, counted with its multiplicity: an exact duplicate of y ties with y on every
-  backend, although a GEMM may round the same dot product differently in two columns (MKL does, measured).
+  backend, although a GEMM may round the same dot product differently in two columns (MKL does).
 - cos: dot products of the given (already L2-normalised) vectors; a zero vector has cosine 0 with everything.
 - l2: s = 1 / (1 + ||x - b||). Ranks are counted on x.b - ||b||^2 / 2, which orders the background exactly as
   -||x - b||^2 does (x's own norm is constant along a row). The shift is folded into the GEMM itself: queries
@@ -23,9 +23,9 @@ realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
   background vector it equals) but never counted.
 
 Backends (``device``):
-- CPU: NumPy's GEMM (OpenBLAS). Measured single-threaded on the pool shapes, the bare NumPy GEMM beat
-  ``torch.mm`` (MKL) by 1.35-2.1x and FAISS's exact search of the same rows (its GEMM + top-10 selection) by
-  1.06-1.33x (``benchmarks/bench_rank.py``). The CPU path never imports torch.
+- CPU: NumPy's GEMM (OpenBLAS): on one thread at the pool shapes the bare NumPy GEMM beat ``torch.mm`` (MKL) and
+  FAISS's exact search of the same rows (its GEMM + top-10 selection) at every shape (``benchmarks/bench_rank.py``,
+  figures in benchmarks/README.md). The CPU path never imports torch.
 - CUDA: torch. torch is imported only when ``device`` names a non-CPU device, or when ``device`` is None and
   torch is *already imported* and sees a GPU (``pick_device``): a word model on a CPU worker pays no torch import.
   ``backend="torch"`` forces the torch code path on any device (the tests check it on CPU against the oracle).
@@ -59,8 +59,8 @@ TIES: tuple[Ties, ...] = ("optimistic", "pessimistic", "realistic")
 Backend = Literal["numpy", "torch"]
 
 # Score block cap: rows x columns x 4 bytes. At the pool shapes the sweet-spot rows stay below it (512 rows x
-# 25k columns = 51 MB); it binds for very large backgrounds (1M columns: 64 rows, where a d = 384 GEMM still
-# reached ~90 % of its 128-row rate; 16 rows reached 60 %).
+# 25k columns = 51 MB); it binds for very large backgrounds (1M columns: 64 rows, still close to the GEMM's rate at
+# 128 rows for d = 384, where fewer rows fall off: benchmarks/README.md).
 DEFAULT_MAX_BLOCK_BYTES = 256 << 20
 # On a GPU larger blocks amortise kernel launches; the cap keeps a block well inside a GPU's memory.
 DEFAULT_MAX_BLOCK_BYTES_GPU = 1 << 30
@@ -68,7 +68,7 @@ DEFAULT_MAX_BLOCK_BYTES_GPU = 1 << 30
 # column (a 1M x 384 table would double the rank stage's memory, 1.5 GB more).
 L2_COPY_LIMIT_BYTES = 256 << 20
 # Work buffers up to this size are kept per thread between calls: a rank worker runs the kernel model after
-# model, and fresh multi-MB buffers cost page faults on every call (measured: 10-20 % system time at d = 300).
+# model, and fresh multi-MB buffers cost page faults on every call (system time: benchmarks/README.md).
 WORKSPACE_KEEP_BYTES = 128 << 20
 
 _workspace = threading.local()
@@ -120,7 +120,7 @@ def pick_device(device: str | None = None) -> str:
     """The device to rank on, as a name ("cpu", "cuda", "cuda:1"), without importing torch.
 
     An explicit ``device`` wins. Otherwise a GPU is used only if torch is already imported (a sentence model
-    loaded it) and sees one; else "cpu". Checking ``torch.cuda`` would cost a torch import (~1-2 s) on every
+    loaded it) and sees one; else "cpu". Checking ``torch.cuda`` would cost a torch import (seconds) on every
     word-model worker, for nothing on a CPU-only machine; a GPU worker passes ``device="cuda"`` to be sure.
     """
     if device:
@@ -138,10 +138,10 @@ def _is_cpu(device: str) -> bool:
 def sweet_spot_rows(dim: int) -> int:
     """Query rows per GEMM block on CPU, from ``benchmarks/bench_rank.py --sweep`` on the pool shapes (1 thread).
 
-    With the workspace kept, the count passes cost the same at any block size; the GEMM decides. At d = 50 the
-    kernel time varied by <= 15 % between 32 and 1,024 rows (16 rows: +10-40 %). At d = 300-384 it fell up to
-    512-1,024 rows (against the best: 16 rows 1.6-2.2x, 64 rows +16-32 %, 256 rows +4-6 %). 128 / 512 rows keep
-    the score block at 11-51 MB on the pools; ``max_block_bytes`` caps it for larger backgrounds.
+    With the workspace kept, the count passes cost the same at any block size; the GEMM decides: at small d the
+    time barely depends on the rows above a few dozen, at d = 300-384 it falls up to 512-1,024 rows (the sweep's
+    figures are in benchmarks/README.md). 128 / 512 rows keep the score block at tens of MB on the pools;
+    ``max_block_bytes`` caps it for larger backgrounds.
     """
     return 128 if dim <= 128 else 512
 

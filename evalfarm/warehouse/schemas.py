@@ -247,7 +247,7 @@ SCHEMAS: Mapping[str, pa.Schema] = _TableSchemas()
 
 
 def empty_table(schema: pa.Schema) -> pa.Table:
-    """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas when it is installed: 0.16 s in
+    """A table of ``schema`` with no rows (``Schema.empty_table`` imports pandas when it is installed, a cost in
     every process that writes a schema file)."""
     return pa.Table.from_batches([], schema=schema)
 
