@@ -440,6 +440,19 @@ def _counts_numpy(
     return _finish(plan, emb, similarity, above, tied, pos, excl_val, top)
 
 
+def _counts_one_blas_thread(
+    plan: _Plan, emb: np.ndarray, similarity: Similarity, rows: int, top: BlockTopK | None
+) -> RankCounts:
+    """:func:`_counts_numpy` with the GEMM on one BLAS thread. A threaded GEMM splits the score matrix by thread
+    count, and its float32 rounding — so which near-equal scores tie — then depends on how many threads the process
+    has: a Ray worker (one thread per CPU share) and the in-process executor (every core) counted different ties for
+    one model. On one thread the numbers do not depend on the executor; parallelism comes from the workers."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        return _counts_numpy(plan, emb, similarity, rows, top)
+
+
 def _counts_torch(
     plan: _Plan, emb: np.ndarray, similarity: Similarity, device: str, rows: int, top: BlockTopK | None
 ) -> RankCounts:
@@ -578,7 +591,7 @@ def rank_counts(
     if max_block_bytes is None:
         max_block_bytes = DEFAULT_MAX_BLOCK_BYTES if _is_cpu(dev) else DEFAULT_MAX_BLOCK_BYTES_GPU
     if use == "numpy":
-        return _counts_numpy(
+        return _counts_one_blas_thread(
             plan, emb, similarity, _block_rows(block_rows, emb.shape[1], len(plan.cols), max_block_bytes), top
         )
     gpu_rows = block_rows if block_rows is not None or _is_cpu(dev) else max_block_bytes // max(1, 4 * len(plan.cols))
