@@ -99,7 +99,7 @@ def check_shims(nlp: Any, folder: Path, *, allow_pickle: bool) -> None:
     """Refuse components whose thinc model wraps another framework's (a *shim*): their saved state is that
     framework's serialisation, which can run code (``torch.load`` unpickles). ``allow_pickle`` admits PyTorch's."""
     for name, proc in nlp.pipeline:
-        model = getattr(proc, "model", None)
+        model: Any = getattr(proc, "model", None)  # a thinc Model, or None for a component without one
         for node in model.walk() if hasattr(model, "walk") else ():
             for shim in getattr(node, "shims", ()):
                 kind = type(shim).__name__
