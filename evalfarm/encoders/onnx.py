@@ -162,7 +162,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
         raise NotSupportedYet(
             f"model {spec.id!r}: ONNX graphs from the hub are not supported yet; use a path/package/url source"
         )
-    model_path = _single_onnx(Path(ctx.location))
+    model_path = _single_onnx(ctx.local_path)
     tok_path = None
     prov: dict[str, Any] = {}
     if spec.tokenizer is not None:

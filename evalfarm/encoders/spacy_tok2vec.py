@@ -173,7 +173,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SpacyTok2Vec, dict[st
     if ctx.is_hub:
         raise NotSupportedYet(f"model {spec.id!r}: spaCy pipelines from the hub are not supported yet")
     assert spec.source is not None
-    target: str | Path = Path(ctx.location)
+    target: str | Path = ctx.local_path
     if spec.source.type == "package" and not spec.source.path:  # an installed spaCy pipeline package
         target = spec.source.ref.replace("-", "_")
     return SpacyTok2Vec(target, batch_size=spec.batch_size, allow_pickle=spec.allow_pickle), {}

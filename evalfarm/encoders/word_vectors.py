@@ -846,7 +846,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str
     if spec.format == "spacy":
         ctx.uses("spacy")
     enc = WordVectors.load(
-        Path(ctx.location),
+        ctx.local_path,
         spec.format,
         vocab=spec.vocab,
         lowercase=spec.lowercase,
