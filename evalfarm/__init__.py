@@ -7,7 +7,33 @@ used. The Python API (:mod:`evalfarm.api`) is here too: ``evalfarm.run(...)``, `
 from __future__ import annotations
 
 import importlib.metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time, __getattr__ imports them)
+    from evalfarm.api import ConfigError as ConfigError
+    from evalfarm.api import EvaluationFailed as EvaluationFailed
+    from evalfarm.api import RunOptionArgs as RunOptionArgs
+    from evalfarm.api import Settings as Settings
+    from evalfarm.api import TextEncoder as TextEncoder
+    from evalfarm.api import ZooBuild as ZooBuild
+    from evalfarm.api import build_report as build_report
+    from evalfarm.api import build_zoo as build_zoo
+    from evalfarm.api import check_submission as check_submission
+    from evalfarm.api import correlation_table as correlation_table
+    from evalfarm.api import evaluate as evaluate
+    from evalfarm.api import follow_job as follow_job
+    from evalfarm.api import job_address as job_address
+    from evalfarm.api import list_models as list_models
+    from evalfarm.api import open_warehouse as open_warehouse
+    from evalfarm.api import plan_submission as plan_submission
+    from evalfarm.api import query as query
+    from evalfarm.api import run as run
+    from evalfarm.api import set_config as set_config
+    from evalfarm.api import settings as settings
+    from evalfarm.api import submit_plan as submit_plan
+    from evalfarm.api import validate_catalog as validate_catalog
+    from evalfarm.api import view_docs as view_docs
+    from evalfarm.api import zoo_recipes as zoo_recipes
 
 
 def _version() -> str:
@@ -22,7 +48,9 @@ __version__ = _version()
 _API = (
     "ConfigError",
     "EvaluationFailed",
+    "RunOptionArgs",
     "Settings",
+    "TextEncoder",
     "ZooBuild",
     "build_report",
     "build_zoo",

@@ -56,16 +56,21 @@ import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from evalfarm.config import Config, ConfigError, Settings, resolve_settings
+from evalfarm.options import RunOptionArgs
 
 if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `import evalfarm` stays cheap
+    import numpy.typing as npt
     import pyarrow as pa
 
     from evalfarm.catalog.registry import Catalog, CatalogTarget
+    from evalfarm.catalog.specs import Level
     from evalfarm.correlations import CorrelationTable
-    from evalfarm.runner import RunEvent, RunSummary
+    from evalfarm.options import RunOptions
+    from evalfarm.outcomes import UnitOutcome
+    from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import Warehouse
     from evalfarm.zoo import BuildReport, Built, Recipe
@@ -78,6 +83,14 @@ DEFAULT_EXECUTOR = "ray"
 log = logging.getLogger("evalfarm")
 
 
+class TextEncoder(Protocol):
+    """What :func:`evaluate` takes: any object whose ``encode`` maps a list of texts to an ``(n, dim)`` array (or
+    anything ``numpy.asarray`` makes one of: a tensor on the CPU, nested lists). A word-level encoder is a word-vector
+    model besides (``lookup``, ``vectors``, ``words``)."""
+
+    def encode(self, texts: list[str]) -> npt.ArrayLike: ...
+
+
 class EvaluationFailed(RuntimeError):
     """Units that could not be evaluated. ``summary``: the run's summary (what did finish is in the warehouse);
     ``failures``: the failed units (``model``, ``task``, ``stage``, ``error``); ``errors``: the first of them, one
@@ -87,7 +100,7 @@ class EvaluationFailed(RuntimeError):
 
     def __init__(self, summary: RunSummary, what: str | None = None) -> None:
         self.summary = summary
-        self.failures: list[Any] = list(summary.failed)
+        self.failures: list[UnitOutcome | Skipped] = list(summary.failed)
         self.errors = [f"{o.model} · {o.task} [{o.stage}] {o.error}" for o in self.failures[: self.SHOWN]]
         c = summary.counts()
         more = len(self.failures) - len(self.errors)
@@ -117,7 +130,7 @@ def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None) -> C
 
 
 # -- run and evaluate --------------------------------------------------------------------------------------------
-def _run_options(options: Mapping[str, Any]) -> Any:
+def _run_options(options: RunOptionArgs) -> RunOptions:
     """:class:`~evalfarm.scorers.base.RunOptions` from keywords; lists become the tuples the fields hold (the same
     options hash the same, however they were spelt)."""
     from evalfarm.scorers.base import RunOptions
@@ -141,7 +154,7 @@ def run(
     check: bool = True,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
-    **options: Any,
+    **options: Unpack[RunOptionArgs],
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` (a name or a path) on ``tasks`` (default: the catalog's)
     into ``warehouse``; finished units are skipped. ``catalog``, ``warehouse`` and ``data`` (the evaluation data
@@ -184,17 +197,17 @@ def run(
 
 
 def evaluate(
-    encoder: Any,
+    encoder: TextEncoder,
     *,
     name: str,
-    level: str = "sentence",
+    level: Level = "sentence",
     tasks: Sequence[str] | None = None,
     catalog: PathOrStr = "tasks",
     warehouse: PathOrStr | None = None,
     data: PathOrStr | None = None,
     version: str = "",
     force: bool = False,
-    **options: Any,
+    **options: Unpack[RunOptionArgs],
 ) -> pa.Table:
     """Evaluate an in-memory encoder object (``encode(texts) -> (n, dim)`` array) on ``tasks`` (default: every task
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
@@ -216,7 +229,7 @@ def evaluate(
     if level == "word" and not hasattr(encoder, "lookup"):
         raise TypeError("a word-level encoder must be a word-vector model (lookup, vectors, words)")
     cfg = resolve_settings(data=data)
-    spec = ModelSpec(id=name, level=level, kind="python", revision=version or None)  # type: ignore[arg-type]
+    spec = ModelSpec(id=name, level=level, kind="python", revision=version or None)
     cat = load_catalog(catalog).with_models([spec])
     with contextlib.ExitStack() as stack:
         stack.enter_context(cfg.data_exported())
@@ -527,7 +540,9 @@ __all__ = [
     "DEFAULT_EXECUTOR",
     "ConfigError",
     "EvaluationFailed",
+    "RunOptionArgs",
     "Settings",
+    "TextEncoder",
     "ZooBuild",
     "build_report",
     "build_zoo",

@@ -195,8 +195,19 @@ def evaluate(
         raise ValueError(f"unknown backend {backend!r}: use 'sklearn', 'torch' or 'auto'")
     X, y, blocks, n_train, n_test = _layout(protocol, parts, c_grid, k, inner_k, seed)
     fits = [f for block in blocks for f in block.fits]
-    opts = dict(tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
-    preds = [predict_from_scores(z) for z in decision_values(X, y, fits, n_classes=K, backend=backend, **opts)]
+    scores = decision_values(
+        X,
+        y,
+        fits,
+        n_classes=K,
+        backend=backend,
+        tol=tol,
+        max_iter=max_iter,
+        device=device,
+        dtype=dtype,
+        threads=threads,
+    )
+    preds = [predict_from_scores(z) for z in scores]
     start = 0
     for block in blocks:  # each block reads its own slice of the one batched solve
         block.offset, start = start, start + len(block.fits)
@@ -325,6 +336,7 @@ class _Block:
         """(index of the chosen C, its selection accuracy, the test predictions of its model)."""
         mine = preds[self.offset : self.offset + len(self.fits)]
         if self.inner is None:
+            assert self.dev_rows is not None  # a dev split (dev_split) holds its dev rows
             n_dev = len(self.dev_rows)
             scores = [_accuracy(p[:n_dev], y[self.dev_rows]) for p in mine]
             best = _best(scores)

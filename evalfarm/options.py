@@ -6,8 +6,9 @@ run options, so they live below all of them rather than in the scorer layer.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypedDict
 
 Similarity = Literal["cos", "l2"]
 SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
@@ -37,4 +38,17 @@ class RunOptions:
             raise ValueError(f"hits@k needs whole numbers k >= 1, got {self.hits}")
 
 
-__all__ = ["SIMILARITIES", "RunOptions", "Similarity"]
+class RunOptionArgs(TypedDict, total=False):
+    """The :class:`RunOptions` a caller may give as keywords (``evalfarm.run(..., center=False)``): sequences in
+    place of the tuples, each left out taking its default. ``verified_files`` is the driver's to fill, not here."""
+
+    similarities: Sequence[Similarity]
+    center: bool
+    filter_other_positives: bool
+    hits: Sequence[int]
+    device: str | None
+    keep_details: bool
+    full_downstream: bool
+
+
+__all__ = ["SIMILARITIES", "RunOptionArgs", "RunOptions", "Similarity"]

@@ -38,12 +38,17 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, cast, overload
 
 if TYPE_CHECKING:  # types only: the plug-in layer imports nothing of evalfarm at run time
-    from evalfarm.catalog.specs import ModelSpec
+    from pydantic import TypeAdapter
+
+    from evalfarm.catalog.specs import ModelSpec, Source
+    from evalfarm.scorers.base import Scorer
 
 T = TypeVar("T")
+Obj = TypeVar("Obj")  # what register() is given, handed back unchanged
 
 Level = Literal["word", "sentence"]
 
@@ -68,6 +73,13 @@ def _import_ref(ref: str) -> Any:
     for part in filter(None, attr.split(".")):
         obj = getattr(obj, part)
     return obj
+
+
+class RegistryState(TypedDict, Generic[T]):
+    """What :meth:`Registry.snapshot` saves and :meth:`Registry.restore` puts back."""
+
+    entries: dict[str, T | _Lazy]
+    origins: dict[str, str]
 
 
 class Registry(Generic[T]):
@@ -100,6 +112,12 @@ class Registry(Generic[T]):
         self._listeners: list[Callable[[], None]] = []
 
     # -- registering --------------------------------------------------------------------------------------------
+    @overload
+    def register(
+        self, obj: None = None, *, name: str | None = None, origin: str | None = None
+    ) -> Callable[[Obj], Obj]: ...
+    @overload
+    def register(self, obj: Obj, *, name: str | None = None, origin: str | None = None) -> Obj: ...
     def register(self, obj: Any = None, *, name: str | None = None, origin: str | None = None) -> Any:
         """Register ``obj`` (an object, or a ``"module:attr"`` string loaded on first use) under ``name``.
 
@@ -211,12 +229,12 @@ class Registry(Generic[T]):
             yield name, self.get(name)
 
     # -- tests --------------------------------------------------------------------------------------------------
-    def snapshot(self) -> dict[str, Any]:
+    def snapshot(self) -> RegistryState[T]:
         """The registry's state, for :meth:`restore` (a test fixture registers kinds and puts things back)."""
         self.discover()
         return {"entries": dict(self._entries), "origins": dict(self._origins)}
 
-    def restore(self, state: dict[str, Any]) -> None:
+    def restore(self, state: RegistryState[T]) -> None:
         with self._lock:
             self._entries = dict(state["entries"])
             self._origins = dict(state["origins"])
@@ -259,16 +277,23 @@ class LoadContext:
       :meth:`uses`; their versions go into the model's provenance with the declared ones).
     """
 
-    location: Any = None
-    base_dir: Any = None
-    resolve: Callable[[Any], Any] | None = None
-    base: Any = None
+    location: Path | str | None = None
+    base_dir: Path | None = None
+    resolve: Callable[[Source], Path | str] | None = None
+    base: Any = None  # whatever the base's kind loads (a word model for bow)
     libraries: list[str] = field(default_factory=list)
 
     @property
     def is_hub(self) -> bool:
         """The source is a hub id (downloaded by its library), not a local file or folder."""
         return isinstance(self.location, str)
+
+    @property
+    def local_path(self) -> Path:
+        """``location`` as a path, for a loader that has ruled out a hub id (``is_hub``)."""
+        if self.location is None:
+            raise TypeError("this model has no source location (its kind loads none: needs_source=False)")
+        return Path(self.location)
 
     def uses(self, *names: str) -> None:
         """Record distributions this model needs beyond its kind's ``libraries`` (their versions are provenance)."""
@@ -337,17 +362,17 @@ model_kinds: Registry[ModelKind] = Registry(
 
 
 # -- the task-kind axis -------------------------------------------------------------------------------------------
-def _task_kind(obj: Any) -> Any:
+def _task_kind(obj: Any) -> Scorer:
     scorer = obj() if isinstance(obj, type) else obj
     missing = [
         a for a in ("name", "version", "task_spec", "primary_metric", "load", "score") if not hasattr(scorer, a)
     ]
     if missing:
         raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
-    return scorer
+    return cast("Scorer", scorer)  # duck-typed: an out-of-tree scorer need not subclass Scorer
 
 
-task_kinds: Registry[Any] = Registry(
+task_kinds: Registry[Scorer] = Registry(
     "task kind",
     group="evalfarm.task_kinds",
     builtin_packages=("evalfarm.scorers",),
@@ -359,7 +384,7 @@ detail tables, views). Built-in scorers and installed plug-ins (entry-point grou
 
 
 @functools.cache
-def task_spec_adapter() -> Any:
+def task_spec_adapter() -> TypeAdapter[Any]:
     """A pydantic adapter validating a task entry as the discriminated union (by ``kind``) of every task kind's spec
     model (rebuilt when a kind is registered)."""
     from typing import Annotated, Union

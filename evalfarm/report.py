@@ -210,10 +210,12 @@ def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
     scorer = {r["row"]: r["intrinsic_scorer"] for r in table.records}
     present = [r for r in table.rows if (r, column) in table.cells]
     evalrank = [r for r in present if scorer[r] == "evalrank"]
-    others = sorted(
-        (r for r in present if r not in evalrank),
-        key=lambda r: -2.0 if table.cells[(r, column)].spearman is None else -table.cells[(r, column)].spearman,
-    )
+
+    def by_rho(r: str) -> float:  # strongest correlation first, rows without one last
+        rho = table.cells[(r, column)].spearman
+        return -2.0 if rho is None else -rho
+
+    others = sorted((r for r in present if r not in evalrank), key=by_rho)
     room = max(0, FIGURE_EVALUATORS - len(evalrank))
     if len(others) > room:
         others = others[: (room + 1) // 2] + (others[-(room // 2) :] if room // 2 else [])

@@ -25,15 +25,18 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
-from evalfarm.outcomes import Stage, Status, record_quarantine
+from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes, without_tasks
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scorers.base import RunOptions
-from evalfarm.warehouse import Warehouse, new_run_id, now
+from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now
+
+if TYPE_CHECKING:
+    from evalfarm.scheduler.core import Job, WorkerInfo
 
 
 class RunInterrupted(RuntimeError):
@@ -55,7 +58,7 @@ class RunInterrupted(RuntimeError):
 class RunSummary:
     run_id: str
     warehouse: Path | str
-    outcomes: list[Any] = field(default_factory=list)  # UnitOutcome (or a skipped stand-in), one per unit
+    outcomes: list[UnitOutcome | Skipped] = field(default_factory=list)  # one per unit
     seconds: float = 0.0
     executor: str = "local"
     workers: int = 0
@@ -63,16 +66,16 @@ class RunSummary:
     status: str = "running"  # ok | failed | interrupted, once the run ended
     warnings: list[str] = field(default_factory=list)  # spec conflicts, an unrecorded read-only no-op run
     recorded: bool = True  # False: the warehouse was not writable and there was nothing to compute
-    quarantined: list[Any] = field(default_factory=list)  # warehouse.Quarantined: corrupt files moved aside
+    quarantined: list[Quarantined] = field(default_factory=list)  # corrupt files moved aside
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
     worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
 
     @property
-    def degenerate(self) -> list[Any]:
-        return [o for o in self.outcomes if getattr(o, "degenerate", None)]
+    def degenerate(self) -> list[UnitOutcome]:
+        return [o for o in self.outcomes if isinstance(o, UnitOutcome) and o.degenerate]  # Skipped: never
 
     @property
-    def failed(self) -> list[Any]:
+    def failed(self) -> list[UnitOutcome | Skipped]:
         return [o for o in self.outcomes if o.status == Status.FAILED]
 
     @property
@@ -107,9 +110,9 @@ class RunEvent:
 
     kind: str
     progress: ProgressTracker
-    outcome: Any = None
-    job: Any = None  # evalfarm.scheduler.core.Job of a scheduler event
-    worker: Any = None
+    outcome: UnitOutcome | None = None  # a unit's final outcome (`unit`)
+    job: Job | None = None  # the job of a scheduler event
+    worker: WorkerInfo | None = None
     message: str = ""
 
 
@@ -130,7 +133,7 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
 
 def quarantine_corrupt_files(
     wh: Warehouse, run_id: str, emit: Callable[[RunEvent], None], tracker: ProgressTracker
-) -> list[Any]:
+) -> list[Quarantined]:
     """Move the warehouse's unreadable files aside before anything is skipped (``Warehouse.scan``): a unit whose
     metrics file was truncated is recomputed, a text-store shard re-embedded. Each is a ``failures`` row (stage
     ``quarantine``) and a ``quarantined`` event."""

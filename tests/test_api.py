@@ -47,6 +47,35 @@ def test_evaluate_refuses_objects_that_cannot_encode():
         evalfarm.evaluate(Sentences(), name="x", level="word")
 
 
+def test_the_run_option_keywords_are_the_run_options():
+    """``evalfarm.run(..., center=False)``: the keywords' type (RunOptionArgs) lists every RunOptions field a caller
+    may set, so a new field cannot be missing from the typed API (verified_files is the driver's own)."""
+    import dataclasses
+
+    from evalfarm.options import RunOptionArgs, RunOptions
+
+    fields = {f.name for f in dataclasses.fields(RunOptions)} - {"verified_files"}
+    assert set(RunOptionArgs.__optional_keys__) == fields
+    assert not RunOptionArgs.__required_keys__
+
+
+def test_type_checkers_see_every_lazy_name_of_the_package():
+    """``evalfarm.run`` is loaded on first use (a module __getattr__, typed Any); the TYPE_CHECKING imports of
+    evalfarm/__init__.py give type checkers the real signatures: one for each lazy name, each in the API's __all__."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(evalfarm))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = [
+        (a.name, a.asname) for n in block.body if isinstance(n, ast.ImportFrom) and n.module == "evalfarm.api"
+        for a in n.names
+    ]  # fmt: skip
+    assert all(name == alias for name, alias in seen), seen  # `X as X`: an explicit re-export
+    assert sorted(name for name, _ in seen) == sorted(evalfarm._API)
+    assert set(evalfarm._API) <= set(api.__all__)
+
+
 def test_import_is_cheap():
     import subprocess
     import sys

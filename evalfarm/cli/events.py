@@ -42,10 +42,12 @@ def event_line(e: RunEvent) -> str | None:
     if e.kind == "unit":
         return unit_line(e.outcome)
     if e.kind == "retry":
+        assert e.job is not None  # a retry names the job it puts back
         return f"[yellow]retry[/] {e.job.label} (attempt {e.job.attempts + 1}): {escape(str(e.message))}"
     if e.kind == "quarantined":
         return f"[yellow]{escape(str(e.message))}[/]"
     if e.kind == "worker-lost":
+        assert e.worker is not None  # and a lost worker, the worker
         return f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}"
     if e.kind == "skipped":
         return f"[dim]{e.message}[/]"
@@ -90,8 +92,9 @@ class RunPrinter:
         self.prog.update(self.line, description=e.progress.line())
         # without a live line (a log), the line is printed after each unit and whenever the workers change after a
         # loss: lost (alive / restarting), then back (restarted)
-        revived = e.kind == "worker-ready" and e.worker.name in self.ready_once
-        if e.kind == "worker-ready":
+        revived = False
+        if e.kind == "worker-ready" and e.worker is not None:
+            revived = e.worker.name in self.ready_once
             self.ready_once.add(e.worker.name)
         if not console.is_terminal and (e.kind in ("unit", "worker-lost") or revived):
             console.print(e.progress.line(), highlight=False)
@@ -138,8 +141,8 @@ def print_summary(summary: RunSummary) -> None:
             console.print(f"  {o.model} · {o.task}: {o.degenerate}", highlight=False)
     if summary.failed:
         console.print("[bold red]failures:[/]")
-        for o in summary.failed:
-            console.print(f"  {o.model} · {o.task} [{o.stage}] {o.error}", markup=False, highlight=False)
+        for f in summary.failed:
+            console.print(f"  {f.model} · {f.task} [{f.stage}] {f.error}", markup=False, highlight=False)
 
 
 class ZooPrinter:

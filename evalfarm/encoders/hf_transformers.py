@@ -78,7 +78,7 @@ class HFTransformersEncoder:
         for p in poolings:
             if p not in ("cls", "mean", "max", "first-last-avg"):
                 raise ValueError(f"unknown pooling {p!r} (cls, mean, max, first-last-avg)")
-        outs = {p: np.zeros((len(texts), self.dim), dtype=np.float32) for p in poolings}
+        outs: dict[str, np.ndarray] = {p: np.zeros((len(texts), self.dim), dtype=np.float32) for p in poolings}
         if not len(texts):
             return outs
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
@@ -105,8 +105,8 @@ class HFTransformersEncoder:
                     batch["token_type_ids"] = tt
                 tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
                 res = self.model(**tensors, output_hidden_states=want_hidden)
-                for p, out in outs.items():
-                    out[idx] = self._pool(res, tensors["attention_mask"], p).float().cpu().numpy()
+                for name, out in outs.items():
+                    out[idx] = self._pool(res, tensors["attention_mask"], name).float().cpu().numpy()
         return outs
 
     def _pool(self, res, mask, pooling: str):  # -> torch.Tensor

@@ -127,8 +127,8 @@ def load_encoder(chain: Sequence[ModelSpec], *, base_dir: Path | None = None) ->
             f"model {spec.id!r}: loading {_kind(chain)} model failed: {type(exc).__name__}: {detail}. "
             f"{_hint(spec, exc)}."
         ) from exc
-    enc.spec_id = spec.id  # type: ignore[attr-defined]
-    enc.provenance = {  # type: ignore[attr-defined]
+    enc.spec_id = spec.id
+    enc.provenance = {
         "model": spec.id,
         "kind": _kind(chain),
         "level": spec.level,

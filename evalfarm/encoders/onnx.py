@@ -19,13 +19,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
+
+if TYPE_CHECKING:
+    from tokenizers import Tokenizer
 
 _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
 
@@ -36,22 +39,22 @@ class _Tok:
     def __init__(self, path: Path, max_length: int) -> None:
         file = path / "tokenizer.json" if path.is_dir() else path
         self.pad_id = 0
+        self._fast: Tokenizer | None = None  # a tokenizer.json, else
+        self._hf: Any = None  # a transformers tokenizer folder
         if file.is_file():
             from tokenizers import Tokenizer
 
             tok = Tokenizer.from_file(str(file))
             if tok.padding:
                 self.pad_id = int(tok.padding.get("pad_id", 0))
-            elif tok.token_to_id("[PAD]") is not None:
-                self.pad_id = int(tok.token_to_id("[PAD]"))
+            elif (pad := tok.token_to_id("[PAD]")) is not None:
+                self.pad_id = int(pad)
             tok.no_padding()
             tok.enable_truncation(max_length)
             self._fast = tok
-            self._hf = None
         elif path.is_dir():
             from transformers import AutoTokenizer
 
-            self._fast = None
             self._hf = AutoTokenizer.from_pretrained(str(path))
             self.pad_id = int(self._hf.pad_token_id or 0)
         else:
@@ -159,7 +162,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
         raise NotSupportedYet(
             f"model {spec.id!r}: ONNX graphs from the hub are not supported yet; use a path/package/url source"
         )
-    model_path = _single_onnx(Path(ctx.location))
+    model_path = _single_onnx(ctx.local_path)
     tok_path = None
     prov: dict[str, Any] = {}
     if spec.tokenizer is not None:

@@ -36,11 +36,17 @@ class FittedTransform:
 
     @property
     def in_dim(self) -> int:
-        return int(self.W.shape[0] if self.W is not None else self.components.shape[1])  # type: ignore[union-attr]
+        return int(self.W.shape[0] if self.W is not None else self._removed().shape[1])
 
     @property
     def out_dim(self) -> int:
         return int(self.W.shape[1]) if self.W is not None else self.in_dim
+
+    def _removed(self) -> np.ndarray:
+        """``components``: every transform without ``W`` (abtt, pcr) has them."""
+        if self.components is None:
+            raise ValueError(f"{self.method}: a fitted transform needs W or components, it has neither")
+        return self.components
 
     def apply(self, Y: np.ndarray) -> np.ndarray:
         """Transform rows of ``Y`` (any float dtype; processed in float64 chunks) into float32."""
@@ -55,8 +61,8 @@ class FittedTransform:
             if self.W is not None:
                 block = block @ self.W
             else:
-                C = self.components
-                block -= (block @ C.T) @ C  # type: ignore[union-attr]
+                C = self._removed()
+                block -= (block @ C.T) @ C
             out[start : start + _CHUNK] = block
         return out
 

@@ -99,7 +99,7 @@ def check_shims(nlp: Any, folder: Path, *, allow_pickle: bool) -> None:
     """Refuse components whose thinc model wraps another framework's (a *shim*): their saved state is that
     framework's serialisation, which can run code (``torch.load`` unpickles). ``allow_pickle`` admits PyTorch's."""
     for name, proc in nlp.pipeline:
-        model = getattr(proc, "model", None)
+        model: Any = getattr(proc, "model", None)  # a thinc Model, or None for a component without one
         for node in model.walk() if hasattr(model, "walk") else ():
             for shim in getattr(node, "shims", ()):
                 kind = type(shim).__name__
@@ -173,7 +173,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SpacyTok2Vec, dict[st
     if ctx.is_hub:
         raise NotSupportedYet(f"model {spec.id!r}: spaCy pipelines from the hub are not supported yet")
     assert spec.source is not None
-    target: str | Path = Path(ctx.location)
+    target: str | Path = ctx.local_path
     if spec.source.type == "package" and not spec.source.path:  # an installed spaCy pipeline package
         target = spec.source.ref.replace("-", "_")
     return SpacyTok2Vec(target, batch_size=spec.batch_size, allow_pickle=spec.allow_pickle), {}

@@ -29,7 +29,7 @@ import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, get_args
 
 import numpy as np
 
@@ -832,7 +832,7 @@ def read_text_vectors(path: Path, *, header: bool, dim: int | None = None) -> tu
 def check_spec(spec: ModelSpec) -> None:
     """A word-vectors model with its own file names the file's format."""
     if spec.base is None and spec.format is None:
-        raise ValueError(f"model {spec.id!r}: word-vectors needs 'format' ({', '.join(WordFormat.__args__)})")
+        raise ValueError(f"model {spec.id!r}: word-vectors needs 'format' ({', '.join(get_args(WordFormat))})")
 
 
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str, Any]]:
@@ -846,7 +846,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str
     if spec.format == "spacy":
         ctx.uses("spacy")
     enc = WordVectors.load(
-        Path(ctx.location),
+        ctx.local_path,
         spec.format,
         vocab=spec.vocab,
         lowercase=spec.lowercase,

@@ -89,7 +89,7 @@ class Event:
     kind: str
     job: Job | None = None
     worker: WorkerInfo | None = None
-    outcome: Any = None  # UnitOutcome for `unit`
+    outcome: UnitOutcome | None = None  # a unit's final outcome (`unit`)
     message: str = ""
     alive: int = 0
     reviving: int = 0
@@ -195,7 +195,7 @@ class Scheduler:
         self.dead: set[str] = set()  # given up on
         self.reviving: dict[str, _Revival] = {}
         self.waiting: dict[str, tuple[Unit, Holder]] = {}  # fingerprint -> unit held by another live run
-        self.outcomes: list[Any] = []
+        self.outcomes: list[UnitOutcome] = []
         self._unit_rows: list[dict[str, Any]] = []  # `units` rows not yet written (see _flush_units)
         self._embed_seconds: dict[tuple[str, str], float] = {}
         self._cost: dict[str, float] = {p.model: p.cost / max(len(p.units), 1) for p in plans}
@@ -554,7 +554,7 @@ class Scheduler:
             self._final(o)
         self._unit_rows += rows
 
-    def _final(self, outcome: Any) -> None:
+    def _final(self, outcome: UnitOutcome) -> None:
         self.outcomes.append(outcome)
         fp = self._fingerprint.get((outcome.model, outcome.task))
         if self.leases is not None and fp in self._claimed:

@@ -18,16 +18,25 @@ kills its worker every time is given up on after ``--max-attempts`` instead of l
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import platform
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
+
+
+class _InitOptions(TypedDict):
+    """What every ``ray.init`` of this module passes (typed: ``ray.init`` checks each keyword)."""
+
+    include_dashboard: bool
+    log_to_driver: bool
+    logging_level: int
 
 
 def small_kind(kind: str | None) -> bool:
@@ -182,7 +191,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
-    common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+    common: _InitOptions = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
         import atexit
         import secrets
@@ -190,7 +199,9 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
         import tempfile
 
         from ray._private import ray_constants
-        from ray._raylet import AuthenticationTokenLoader, Config
+
+        # Ray's _raylet.pyi stub lists only the id classes; the compiled module has both of these.
+        from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
         folder = tempfile.mkdtemp(prefix="evalfarm-ray-auth-")  # 0700
         atexit.register(shutil.rmtree, folder, True)  # registered before ray.init: runs after Ray's own shutdown
@@ -655,7 +666,8 @@ class RayExecutor:
                     pass
         if self.owns_ray:
             node = ray._private.worker._global_node
-            roots = {p.process.pid for ps in (node.all_processes if node else {}).values() for p in ps}
+            running: dict[str, list[Any]] = node.all_processes if node else {}  # process type -> ProcessInfos
+            roots = {p.process.pid for ps in running.values() for p in ps}
             procs = _descendants(roots)
             if self.head_lost:  # nothing to shut down gracefully: the GCS is gone
                 _kill_leftovers(procs)

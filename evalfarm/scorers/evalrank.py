@@ -23,7 +23,15 @@ import pyarrow as pa
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
-from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, packaged_sql
+from evalfarm.scorers.base import (
+    MetricRow,
+    RunOptions,
+    Scorer,
+    ScoreResult,
+    Similarity,
+    TextVectors,
+    packaged_sql,
+)
 
 TIES = ("optimistic", "pessimistic", "realistic")
 NEIGHBOURS = 10
@@ -114,7 +122,7 @@ def rank_pool(
     queries: np.ndarray,
     positives: np.ndarray,
     *,
-    similarity: str,
+    similarity: Similarity,
     center: bool = True,
     filter_other_positives: bool = False,
     device: str | None = None,
@@ -125,8 +133,8 @@ def rank_pool(
     ``neighbours=k`` also each query's top-k background items, from the same score blocks."""
     from evalfarm.scorers.rank_kernel import rank_counts
 
-    protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)  # type: ignore[arg-type]
-    prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)  # type: ignore[arg-type]
+    protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)
+    prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)
     pair_oov = vectors.oov[queries] | vectors.oov[positives]
     pair_index = np.flatnonzero(prep.usable[queries] & prep.usable[positives])
     background = np.flatnonzero(prep.usable)
@@ -135,7 +143,7 @@ def rank_pool(
         queries[pair_index],
         positives[pair_index],
         background,
-        similarity,  # type: ignore[arg-type]
+        similarity,
         filter_other_positives=filter_other_positives,
         device=device,
         neighbours=neighbours,

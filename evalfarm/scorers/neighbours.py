@@ -169,7 +169,7 @@ class BlockTopK:
         n_uq = len(plan.uq)
         self.val = np.full((n_uq, self.width), -np.inf, dtype=np.float32)
         self.col = np.full((n_uq, self.width), -1, dtype=np.int64)
-        self._faiss = None
+        self._faiss: Any = None  # the faiss module, imported at the first numpy block (it ships no types)
 
     def add_numpy(self, u0: int, s: np.ndarray) -> None:
         """FAISS's selection heap over each row's counted columns (one C call per block, no copy)."""
@@ -217,7 +217,7 @@ class BlockTopK:
         take = np.minimum(count, k + 1)
         row = np.repeat(np.arange(n_uq), take.sum(axis=1))
         flat_col = np.repeat(cols.ravel(), take.ravel())
-        flat_val = np.repeat(self.val.ravel(), take.ravel())
+        flat_val: np.ndarray = np.repeat(self.val.ravel(), take.ravel())  # float32; float64 scores for l2
         within = np.arange(len(flat_col)) - np.repeat(np.cumsum(take.ravel()) - take.ravel(), take.ravel())
         item = members[first[flat_col] + within]
         if similarity == "l2":  # v = x.b - ||b||^2 / 2  ->  1 / (1 + sqrt(||x||^2 - 2 v))

@@ -52,6 +52,8 @@ import numpy as np
 from evalfarm.options import SIMILARITIES, Similarity
 
 if TYPE_CHECKING:
+    import torch
+
     from evalfarm.scorers.neighbours import BlockTopK, Neighbours
 
 Ties = Literal["optimistic", "pessimistic", "realistic"]
@@ -453,9 +455,8 @@ def _counts_one_blas_thread(
         return _counts_numpy(plan, emb, similarity, rows, top)
 
 
-def _counts_torch(
-    plan: _Plan, emb: np.ndarray, similarity: Similarity, device: str, rows: int, top: BlockTopK | None
-) -> RankCounts:
+def _torch_device(device: str) -> torch.device:
+    """``device`` as a torch device; a CUDA device torch cannot see fails here, before anything is copied."""
     import torch
 
     dev = torch.device(device)
@@ -464,74 +465,119 @@ def _counts_torch(
             f"rank kernel: device {device!r} asked for but torch sees no CUDA device; pass device='cpu' "
             "(or leave it unset) on a CPU worker"
         )
-    n_pairs, n_single, n_counted = len(plan.order), plan.n_single, plan.n_counted
-    cand_np, shift_np = _candidates(emb, plan.cols, similarity)
-    cand = torch.from_numpy(cand_np).to(dev)
-    shift = None if shift_np is None else torch.from_numpy(shift_np).to(dev)
-    d = emb.shape[1]
+    return dev
+
+
+class _TorchCounts:
+    """The torch path over one call: the candidates and work buffers live on ``dev``, allocated once and reused by
+    every block of unique query rows; each block's counts go into ``above`` / ``tied`` / ``pos`` / ``excl_val``."""
+
+    def __init__(self, plan: _Plan, emb: np.ndarray, similarity: Similarity, dev: torch.device, rows: int) -> None:
+        import torch
+
+        self.plan, self.dev, self.d = plan, dev, emb.shape[1]
+        n_pairs = len(plan.order)
+        cand_np, shift_np = _candidates(emb, plan.cols, similarity)
+        self.cand = torch.from_numpy(cand_np).to(dev)
+        self.shift = None if shift_np is None else torch.from_numpy(shift_np).to(dev)
+        self.emb_t = torch.from_numpy(np.ascontiguousarray(emb, dtype=np.float32))
+        self.s_buf = torch.empty((rows, self.cand.shape[0]), dtype=torch.float32, device=dev)
+        # l2: the last coordinate stays 1
+        self.q_buf = torch.ones((rows, self.cand.shape[1]), dtype=torch.float32, device=dev)
+        self.hit = torch.empty((rows, plan.n_single), dtype=torch.bool, device=dev)
+        self.weights = torch.from_numpy(plan.weights.astype(np.float64)).to(dev)
+        self.above = torch.empty(n_pairs, dtype=torch.int64, device=dev)
+        self.tied = torch.empty(n_pairs, dtype=torch.int64, device=dev)
+        self.pos = torch.empty(n_pairs, dtype=torch.float32, device=dev)
+        self.excl_val = torch.empty(len(plan.excl_pair), dtype=torch.float32, device=dev)
+        self.e_bounds = np.searchsorted(plan.excl_pair, plan.starts)
+        # Slot of each processed pair within its query's group: slot 0 exists for every query row, so the first
+        # comparison reads the block as it is; later slots gather only the rows of queries with that many pairs.
+        self.slot = np.arange(n_pairs) - plan.starts[plan.pair_row]
+
+    def put(self, x: np.ndarray) -> torch.Tensor:
+        """Indices onto the device."""
+        import torch
+
+        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(self.dev)
+
+    def scores(self, u0: int, u1: int) -> torch.Tensor:
+        """The score block of unique query rows ``u0:u1`` against every column (one GEMM, shifted for l2)."""
+        import torch
+
+        q = self.q_buf[: u1 - u0]
+        q[:, : self.d].copy_(self.emb_t[torch.from_numpy(self.plan.uq[u0:u1])])
+        s = self.s_buf[: u1 - u0]
+        torch.mm(q, self.cand.T, out=s)
+        if self.shift is not None:
+            s += self.shift
+        return s
+
+    def read_pairs(self, s: torch.Tensor, u0: int, u1: int, local: np.ndarray) -> None:
+        """Each pair's own score and each excluded item's comparison, read from the block's rows."""
+        plan = self.plan
+        p0, p1 = int(plan.starts[u0]), int(plan.starts[u1])
+        self.pos[p0:p1] = s[self.put(local), self.put(plan.pair_col[p0:p1])]
+        e0, e1 = int(self.e_bounds[u0]), int(self.e_bounds[u1])
+        if e1 > e0:
+            rows, cols = self.put(plan.pair_row[plan.excl_pair[e0:e1]] - u0), self.put(plan.excl_col[e0:e1])
+            self.excl_val[e0:e1] = s[rows, cols]
+
+    def count_single(self, s: torch.Tensor, p0: int, p1: int, local: np.ndarray) -> None:
+        """``above`` / ``tied`` over the columns of one background item each, one slot of pairs at a time."""
+        import torch
+
+        n_single = self.plan.n_single
+        block_slot = self.slot[p0:p1]
+        for j in range(int(block_slot.max()) + 1):
+            sel = np.flatnonzero(block_slot == j)  # processed pairs (block-relative) in slot j
+            pairs = self.put(p0 + sel)
+            sj = s[:, :n_single] if j == 0 else s.index_select(0, self.put(local[sel]))[:, :n_single]
+            t = self.pos[pairs][:, None]
+            h = self.hit[: len(sel)]
+            torch.gt(sj, t, out=h)
+            self.above[pairs] = torch.count_nonzero(h, dim=1)
+            torch.eq(sj, t, out=h)
+            self.tied[pairs] = torch.count_nonzero(h, dim=1)
+
+    def count_shared(self, s: torch.Tensor, p0: int, p1: int, local: np.ndarray) -> None:
+        """The columns shared by several background items, counted with their multiplicity."""
+        shared = s[self.put(local), self.plan.n_single : self.plan.n_counted]
+        t_block = self.pos[p0:p1][:, None]
+        self.above[p0:p1] += ((shared > t_block).double() @ self.weights).long()
+        self.tied[p0:p1] += ((shared == t_block).double() @ self.weights).long()
+
+    def finish(self, emb: np.ndarray, similarity: Similarity, top: BlockTopK | None) -> RankCounts:
+        above, tied = self.above.cpu().numpy(), self.tied.cpu().numpy()
+        return _finish(
+            self.plan, emb, similarity, above, tied, self.pos.cpu().numpy(), self.excl_val.cpu().numpy(), top
+        )
+
+
+def _counts_torch(
+    plan: _Plan, emb: np.ndarray, similarity: Similarity, device: str, rows: int, top: BlockTopK | None
+) -> RankCounts:
+    """The kernel on torch (CUDA; on the CPU with ``backend="torch"``): per block of unique query rows, the GEMM,
+    then each pair's score and counts read from it on the device."""
+    import torch
+
+    dev = _torch_device(device)
     n_uq = len(plan.uq)
     rows = min(rows, n_uq)
-    emb_t = torch.from_numpy(np.ascontiguousarray(emb, dtype=np.float32))
-    s_buf = torch.empty((rows, cand.shape[0]), dtype=torch.float32, device=dev)
-    q_buf = torch.ones((rows, cand.shape[1]), dtype=torch.float32, device=dev)  # l2: last coordinate stays 1
-    hit = torch.empty((rows, n_single), dtype=torch.bool, device=dev)
-    weights = torch.from_numpy(plan.weights.astype(np.float64)).to(dev)
-    above = torch.empty(n_pairs, dtype=torch.int64, device=dev)
-    tied = torch.empty(n_pairs, dtype=torch.int64, device=dev)
-    pos = torch.empty(n_pairs, dtype=torch.float32, device=dev)
-    excl_val = torch.empty(len(plan.excl_pair), dtype=torch.float32, device=dev)
-    e_bounds = np.searchsorted(plan.excl_pair, plan.starts)
-    # Slot of each processed pair within its query's group: slot 0 exists for every query row, so the first
-    # comparison reads the block as it is; later slots gather only the rows of queries with that many pairs.
-    slot = np.arange(n_pairs) - plan.starts[plan.pair_row]
-
-    def put(x: np.ndarray) -> torch.Tensor:
-        return torch.from_numpy(np.ascontiguousarray(x, dtype=np.int64)).to(dev)
-
+    k = _TorchCounts(plan, emb, similarity, dev, rows)
     with torch.inference_mode():
         for u0 in range(0, n_uq, rows):
             u1 = min(u0 + rows, n_uq)
-            m = u1 - u0
-            q = q_buf[:m]
-            q[:, :d].copy_(emb_t[torch.from_numpy(plan.uq[u0:u1])])
-            s = s_buf[:m]
-            torch.mm(q, cand.T, out=s)
-            if shift is not None:
-                s += shift
+            s = k.scores(u0, u1)
             if top is not None:
                 top.add_torch(u0, s)
             p0, p1 = int(plan.starts[u0]), int(plan.starts[u1])
             local = plan.pair_row[p0:p1] - u0
-            pos[p0:p1] = s[put(local), put(plan.pair_col[p0:p1])]
-            e0, e1 = int(e_bounds[u0]), int(e_bounds[u1])
-            if e1 > e0:
-                excl_val[e0:e1] = s[put(plan.pair_row[plan.excl_pair[e0:e1]] - u0), put(plan.excl_col[e0:e1])]
-            block_slot = slot[p0:p1]
-            for j in range(int(block_slot.max()) + 1):
-                sel = np.flatnonzero(block_slot == j)  # processed pairs (block-relative) in slot j
-                pairs = put(p0 + sel)
-                sj = s[:, :n_single] if j == 0 else s.index_select(0, put(local[sel]))[:, :n_single]
-                t = pos[pairs][:, None]
-                h = hit[: len(sel)]
-                torch.gt(sj, t, out=h)
-                above[pairs] = torch.count_nonzero(h, dim=1)
-                torch.eq(sj, t, out=h)
-                tied[pairs] = torch.count_nonzero(h, dim=1)
-            if len(weights):  # columns shared by several background items count with their multiplicity
-                shared = s[put(local), n_single:n_counted]
-                t_block = pos[p0:p1][:, None]
-                above[p0:p1] += ((shared > t_block).double() @ weights).long()
-                tied[p0:p1] += ((shared == t_block).double() @ weights).long()
-    return _finish(
-        plan,
-        emb,
-        similarity,
-        above.cpu().numpy(),
-        tied.cpu().numpy(),
-        pos.cpu().numpy(),
-        excl_val.cpu().numpy(),
-        top,
-    )
+            k.read_pairs(s, u0, u1, local)
+            k.count_single(s, p0, p1, local)
+            if len(k.weights):
+                k.count_shared(s, p0, p1, local)
+    return k.finish(emb, similarity, top)
 
 
 def rank_counts(

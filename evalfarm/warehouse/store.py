@@ -137,7 +137,7 @@ class Warehouse:
         self.local = _is_local(self.fs)
         # `root`: a Path on the local filesystem (what users and tests see), else the URI.
         self.root: Path | str = Path(self.base) if self.local else os.fspath(root).rstrip("/")
-        self.uri = str(self.root) if self.local else self.root
+        self.uri = str(self.root)  # the root as a string: a local path, else the URI itself
         self.check_root()
 
     def _p(self, *parts: str) -> str:
