@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import settings as settings
     from evalfarm.api import submit_plan as submit_plan
     from evalfarm.api import validate_catalog as validate_catalog
+    from evalfarm.api import verify as verify
     from evalfarm.api import view_docs as view_docs
     from evalfarm.api import zoo_recipes as zoo_recipes
 
@@ -68,6 +69,7 @@ _API = (
     "settings",
     "submit_plan",
     "validate_catalog",
+    "verify",
     "view_docs",
     "zoo_recipes",
 )

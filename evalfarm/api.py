@@ -72,7 +72,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.outcomes import UnitOutcome
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
-    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse import VerifyResult, Warehouse
     from evalfarm.zoo import BuildReport, Built, Recipe
 
 PathOrStr = str | os.PathLike[str]
@@ -272,6 +272,24 @@ def query(sql: str, *, warehouse: PathOrStr | Warehouse | None = None) -> pa.Tab
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     return wh.query(sql)
+
+
+def verify(
+    *, warehouse: PathOrStr | Warehouse | None = None, model: str | None = None, strict: bool = False
+) -> VerifyResult:
+    """Check the warehouse's result files (of one ``model``, if given) against the content hashes their runs recorded
+    and against their fingerprints; writes nothing.
+
+    The result's ``ok`` is False when a file was modified, deleted or damaged (``findings`` says which, ``errors``
+    the failing ones, ``untrusted_units()`` the (model, task, fingerprint) to leave out or rerun with ``--force``).
+    Files written before manifests existed are ``unrecorded``: an error only with ``strict``.
+    """
+    from evalfarm.warehouse import Warehouse, verify_warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    if not wh.exists(wh._p("tables")):
+        raise FileNotFoundError(f"no warehouse at {wh.uri} (run `evalfarm run --warehouse {wh.uri}` first)")
+    return verify_warehouse(wh, model=model, strict=strict)
 
 
 def view_docs() -> list[tuple[str, str]]:
@@ -560,6 +578,7 @@ __all__ = [
     "settings",
     "submit_plan",
     "validate_catalog",
+    "verify",
     "view_docs",
     "zoo_recipes",
 ]

@@ -38,7 +38,7 @@ from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import ScoreResult, TextVectors
-from evalfarm.warehouse import Warehouse, detail_schema, now
+from evalfarm.warehouse import Recorded, Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
 
@@ -393,10 +393,15 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
 def write_results(
     wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: ScoreResult, quality: Quality | None = None
 ) -> None:
-    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) last.
-    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row."""
+    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) next,
+    then the run's manifest rows: the sha256 of every file just written, which ``evalfarm verify`` checks.
+    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row.
+
+    The manifest comes after the marker: a worker killed between the two leaves a finished unit whose files are
+    "unrecorded" (as files written before manifests existed), never a manifest naming files that are not there."""
     import pyarrow as pa
 
+    recorded: list[tuple[str, Recorded]] = []
     for name, table in result.details.items():
         n = table.num_rows
         for col, value in (
@@ -407,9 +412,8 @@ def write_results(
         ):
             table = table.append_column(col, pa.array([value] * n, pa.string()))
         schema = detail_schema(scorer, name)
-        wh.write_table(
-            table.select(schema.names).cast(schema), wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
-        )
+        path = wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
+        recorded.append((name, wh.write_recorded(table.select(schema.names).cast(schema), path)))
     created = now()
     rows = [
         {
@@ -435,4 +439,12 @@ def write_results(
         }
         for r in result.rows
     ]
-    wh.write("metrics", rows, wh.done_marker(unit))
+    recorded.append(("metrics", wh.write_recorded(wh.typed("metrics", rows), wh.done_marker(unit))))
+    wh.write_manifest(
+        run_id,
+        [
+            {"path": f.path, "sha256": f.sha256, "size": f.size, "table": name, "model": unit.model,
+             "task": unit.task, "fingerprint": unit.fingerprint}
+            for name, f in recorded
+        ],
+    )  # fmt: skip

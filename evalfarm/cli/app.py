@@ -79,6 +79,7 @@ def option_defaults(settings: Settings) -> dict[str, Any]:
         "sql": wh,
         "report": wh,
         "correlations": wh,
+        "verify": wh,
         "catalog": {"list": cat, "validate": cat},
     }
 

@@ -148,3 +148,52 @@ def report(
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
     console.print(f"report: {index}")
+
+
+ModelFilterOpt = Annotated[str | None, typer.Option("--model", "-m", help="check only this model's result files")]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict", help="files no manifest names (written before manifests existed) fail too")
+]
+
+
+@app.command()
+def verify(
+    warehouse: WarehouseOpt = "warehouse",
+    model: ModelFilterOpt = None,
+    strict: StrictOpt = False,
+    format: FormatOpt = Format.table,
+) -> None:
+    """Check every result file against the content hashes its run recorded and its fingerprint; exit 1 on a mismatch.
+
+    Reports files modified after their run wrote them, deleted, or damaged; files written before manifests existed
+    are "unrecorded" (an error with --strict). Rerun the units it names with `evalfarm run --force`.
+    """
+    try:
+        result = api.verify(warehouse=warehouse, model=model, strict=strict)
+    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        fail(str(exc))
+    rows = [
+        {"problem": f.problem, "path": f.path, "model": f.model, "task": f.task, "detail": f.detail}
+        for f in result.findings
+    ]
+    if rows or format is not Format.table:
+        print_rows(["problem", "path", "model", "task", "detail"], rows, format)
+    counts = ", ".join(f"{n} {p}" for p, n in sorted(result.counts().items()))
+    verdict = "ok" if result.ok else "FAILED"
+    console.print(
+        f"verify {verdict}: {result.verified} of {result.checked} result file(s) match their manifests"
+        + (f"; {counts}" if counts else ""),
+        highlight=False,
+        markup=False,
+    )
+    if not result.ok:
+        units = sorted(result.untrusted_units())
+        if units:
+            models = ",".join(sorted({m for m, _, _ in units}))
+            tasks = ",".join(sorted({t for _, t, _ in units}))
+            console.print(
+                f"recompute them: evalfarm run --force --models {models} --tasks {tasks}",
+                highlight=False,
+                markup=False,
+            )
+        raise typer.Exit(1)

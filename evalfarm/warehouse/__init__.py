@@ -1,9 +1,10 @@
 """The result warehouse: hive-style folders of Parquet files, and DuckDB views over them.
 
-Three modules, one concern each: :mod:`~evalfarm.warehouse.schemas` (every table's schema: the core tables and each
+Four modules, one concern each: :mod:`~evalfarm.warehouse.schemas` (every table's schema: the core tables and each
 task kind's detail tables), :mod:`~evalfarm.warehouse.store` (the :class:`Warehouse`: layout, atomic writes, the scan
 for damaged files, quarantine) and :mod:`~evalfarm.warehouse.query` (the views, core ``sql/*.sql`` then each task
-kind's, and the read-only DuckDB sandbox). This package re-exports what callers use.
+kind's, and the read-only DuckDB sandbox); :mod:`~evalfarm.warehouse.verify` checks result files against the
+manifests (``evalfarm verify``). This package re-exports what callers use.
 
 Layout (private; the SQL views are the public interface)::
 
@@ -16,6 +17,7 @@ Layout (private; the SQL views are the public interface)::
 
     <root>/tables/units/<run_id>/<uuid>.parquet                           (per-unit timings and attempts)
     <root>/tables/correlation_ci/<hash>.parquet                           (bootstrap intervals of correlations)
+    <root>/tables/manifests/<run_id>/<uuid>.parquet                       (sha256 of each result file a run wrote)
 
 The root is a local path or any pyarrow filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray
 cluster it must be storage every node sees. Every file appears atomically: on a local (or NFS) filesystem it is
@@ -53,10 +55,12 @@ from evalfarm.warehouse.schemas import (
     unit_tables,
 )
 from evalfarm.warehouse.store import (
+    MANIFEST_TABLE,
     QUARANTINE_DIR,
     STALE_TEMP_SECONDS,
     VERIFIED_MANIFEST,
     Quarantined,
+    Recorded,
     Warehouse,
     WarehouseWriteError,
     _temp_name,
@@ -68,9 +72,11 @@ from evalfarm.warehouse.store import (
     resolve_filesystem,
     sweep_temp_files,
 )
+from evalfarm.warehouse.verify import Finding, VerifyResult, verify_warehouse
 
 __all__ = [
     "CORE_SCHEMAS",
+    "MANIFEST_TABLE",
     "QUARANTINE_DIR",
     "SCHEMAS",
     "STALE_TEMP_SECONDS",
@@ -78,9 +84,12 @@ __all__ = [
     "UNIT_TABLES",
     "VERIFIED_MANIFEST",
     "Quarantined",
+    "Recorded",
+    "VerifyResult",
     "ViewSource",
     "Warehouse",
     "WarehouseWriteError",
+    "Finding",
     "_temp_name",
     "atomic_write_table",
     "check_read_only",
@@ -99,5 +108,6 @@ __all__ = [
     "sweep_temp_files",
     "table_schemas",
     "unit_tables",
+    "verify_warehouse",
     "view_sources",
 ]

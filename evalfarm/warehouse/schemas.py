@@ -1,8 +1,8 @@
 """Every warehouse table's schema: the core tables here, and each task kind's detail tables from its scorer.
 
 Core tables are the ones evalfarm itself writes for every run and unit (``metrics``, ``quality``, ``models``,
-``runs``, ``failures``, ``units``, ``correlation_ci``). A task kind adds per-unit detail tables by declaring them on
-its scorer (``Scorer.detail_schemas``, e.g. EvalRank's ``ranks`` and ``neighbours`` in
+``runs``, ``failures``, ``units``, ``correlation_ci``, ``manifests``). A task kind adds per-unit detail tables by
+declaring them on its scorer (``Scorer.detail_schemas``, e.g. EvalRank's ``ranks`` and ``neighbours`` in
 :mod:`evalfarm.scorers.evalrank`): the warehouse writes their typed empty ``_schema.parquet``, the executor writes a
 unit's rows, and the scan treats them as part of the unit, with nothing to add here. Every per-unit table has the
 :data:`UNIT_COLUMNS` (the executor fills them); a detail table named like a core table or like another kind's is an
@@ -153,6 +153,22 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("n_resamples", pa.int64()),
             ("n_valid", pa.int64()),
             ("seed", pa.int64()),
+            ("created_at", _TS),
+        ]
+    ),
+    # one row per result file a unit wrote (metrics, quality, a kind's detail tables): the sha256 of its bytes, so
+    # `evalfarm verify` notices a file changed after its run wrote it. Files: tables/manifests/<run_id>/<uuid>.parquet,
+    # written after the unit's metrics file; for a path written more than once (--force), the newest row counts.
+    "manifests": pa.schema(
+        [
+            ("run_id", pa.string()),
+            ("path", pa.string()),  # from the root: tables/<table>/model=…/task=…/<fingerprint>.parquet
+            ("sha256", pa.string()),
+            ("size", pa.int64()),
+            ("table", pa.string()),
+            ("model", pa.string()),
+            ("task", pa.string()),
+            ("fingerprint", pa.string()),
             ("created_at", _TS),
         ]
     ),

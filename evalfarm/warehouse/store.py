@@ -6,6 +6,7 @@ each task kind's detail tables); connections and views from :mod:`evalfarm.wareh
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import uuid
@@ -229,11 +230,51 @@ class Warehouse:
     def read_table(self, path: str) -> pa.Table:
         return pq.read_table(path, filesystem=None if self.local else self.fs)
 
+    def write_recorded(self, table: pa.Table, path: str) -> Recorded:
+        """Write a unit's result file as :meth:`write_table` does (the same bytes), and return the sha256 and size of
+        exactly the bytes written, for the run's manifest (:meth:`write_manifest`). The file is serialised in
+        memory first: hashing what is published, not a reread that another writer may have replaced meanwhile."""
+        sink = pa.BufferOutputStream()
+        pq.write_table(table, sink)
+        body = sink.getvalue().to_pybytes()
+        if self.local:
+            p = Path(path)
+            try:
+                atomic.write_bytes(p, body)
+            except OSError as exc:
+                raise WarehouseWriteError(p if p.parent.exists() else p.parent, exc) from exc
+        else:
+            try:
+                with self.fs.open_output_stream(path) as out:
+                    out.write(body)
+            except OSError as exc:
+                raise WarehouseWriteError(path, exc) from exc
+        return Recorded(self.relative(path), hashlib.sha256(body).hexdigest(), len(body))
+
+    def relative(self, path: str) -> str:
+        """``path`` (inside ``self.fs``) relative to the root: what a manifest records (a moved root still checks)."""
+        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
+
+    def write_manifest(self, run_id: str, rows: list[dict[str, Any]]) -> str | None:
+        """Record result files a run wrote (``tables/manifests/<run_id>/<uuid>.parquet``): :data:`MANIFEST_TABLE`
+        rows (path, sha256, size, table, model, task, fingerprint); ``created_at`` is filled in here."""
+        if not rows:
+            return None
+        at = now()
+        rows = [{"run_id": run_id, "created_at": at, **r} for r in rows]
+        return self.write(
+            MANIFEST_TABLE, rows, self._p("tables", MANIFEST_TABLE, run_id, f"{uuid.uuid4().hex}.parquet")
+        )
+
     # -- writes ---------------------------------------------------------------------------------------------
-    def write(self, table: str, rows: pa.Table | list[dict[str, Any]], path: str) -> str:
+    def typed(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> pa.Table:
+        """``rows`` as ``table``'s schema (its columns, in order, cast)."""
         schema = SCHEMAS[table]
         t = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
-        return self.write_table(t.select(schema.names).cast(schema), path)
+        return t.select(schema.names).cast(schema)
+
+    def write(self, table: str, rows: pa.Table | list[dict[str, Any]], path: str) -> str:
+        return self.write_table(self.typed(table, rows), path)
 
     def model_path(self, model: str, spec_hash: str) -> str:
         return self._p("tables", "models", f"model={model}", f"{spec_hash}.parquet")
@@ -494,6 +535,19 @@ class Warehouse:
         for table in sorted({p[len(self.base) + 1 :].split("/")[1] for p in bad if "/tables/" in p}):
             out[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)) if p not in bad)
         return out
+
+
+MANIFEST_TABLE = "manifests"
+"""The table of result files' content hashes (:meth:`Warehouse.write_manifest`; ``evalfarm verify`` reads it)."""
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """A result file as written: its path relative to the root, the sha256 (hex) and size of its bytes."""
+
+    path: str
+    sha256: str
+    size: int
 
 
 VERIFIED_MANIFEST = "verified-files.json"

@@ -1,0 +1,173 @@
+"""`evalfarm verify` (issue #23.6): a result file edited after its run wrote it is noticed, not ranked.
+
+The attack: rewrite a unit's metrics file with its own name and fingerprint but a better number. Before manifests,
+the leaderboard showed the forged value and a rerun skipped the unit; now the run records each result file's sha256
+and `verify` reports the mismatch (exit 1).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+import evalfarm
+from evalfarm.cli import app
+from evalfarm.warehouse import MANIFEST_TABLE, Warehouse, verify_warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+TASKS = REPO / "catalog" / "tasks.yaml"
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def computed(tmp_path_factory, toy_glove) -> Path:
+    """A warehouse with one unit (the toy GloVe on RG-65), computed once for the module; tests copy it."""
+    d = tmp_path_factory.mktemp("verify")
+    toy = f"{{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}"
+    (d / "cat.yaml").write_text(f"include: [{TASKS}]\ntasks: [wordsim-rg-65]\nmodels:\n  - {toy}\n")
+    summary = evalfarm.run(d / "cat.yaml", warehouse=d / "wh", executor="local")
+    assert summary.counts()["done"] == 1
+    return d / "wh"
+
+
+@pytest.fixture
+def wh(computed, tmp_path) -> Warehouse:
+    import shutil
+
+    shutil.copytree(computed, tmp_path / "wh")
+    return Warehouse(tmp_path / "wh")
+
+
+def _metrics_file(wh: Warehouse) -> Path:
+    (path,) = (Path(wh.base) / "tables" / "metrics" / "model=toy" / "task=wordsim-rg-65").glob("*.parquet")
+    return path
+
+
+def _forge(path: Path, value: float = 0.99) -> None:
+    """What the attacker did: same file name, same fingerprint column, every number replaced."""
+    t = pq.read_table(path)
+    t = t.set_column(t.schema.get_field_index("value"), "value", pa.array([value] * len(t), pa.float64()))
+    pq.write_table(t, path)
+
+
+def _cli(*args: str):
+    return runner.invoke(app, ["verify", *args])
+
+
+def test_an_untouched_warehouse_verifies(wh) -> None:
+    result = evalfarm.verify(warehouse=wh.root)
+    assert result.ok and result.findings == ()
+    assert result.checked == result.verified >= 2  # metrics and quality at least (word-similarity has details too)
+    assert _cli("--warehouse", str(wh.root)).exit_code == 0
+
+
+def test_every_result_file_is_recorded_with_the_hash_of_its_bytes(wh) -> None:
+    rows = pq.read_table(Path(wh.base) / "tables" / MANIFEST_TABLE).to_pylist()
+    files = sorted(p for p in (Path(wh.base) / "tables").glob("*/model=toy/task=wordsim-rg-65/*.parquet"))
+    assert sorted(r["path"] for r in rows) == sorted(str(p.relative_to(wh.base)) for p in files)
+    for r in rows:
+        body = (Path(wh.base) / r["path"]).read_bytes()
+        assert r["sha256"] == hashlib.sha256(body).hexdigest() and r["size"] == len(body)
+        assert (r["model"], r["task"]) == ("toy", "wordsim-rg-65") and r["fingerprint"] in r["path"]
+    # the result file is what pyarrow writes for its own rows: recording changed none of its bytes
+    t = pq.read_table(_metrics_file(wh))
+    sink = io.BytesIO()
+    pq.write_table(t, sink)
+    assert sink.getvalue() == _metrics_file(wh).read_bytes()
+
+
+def test_a_forged_number_with_its_own_fingerprint_is_reported(wh) -> None:
+    path = _metrics_file(wh)
+    _forge(path)
+    assert wh.file_problem(str(path)) is None  # the damage scan finds nothing: name and fingerprint still agree
+    assert 0.99 in evalfarm.query("SELECT value FROM leaderboard", warehouse=wh.root).column("value").to_pylist()
+
+    result = evalfarm.verify(warehouse=wh.root)
+    assert not result.ok
+    (finding,) = result.errors
+    assert finding.problem == "modified" and finding.path == str(path.relative_to(wh.base))
+    assert (finding.model, finding.task, finding.table) == ("toy", "wordsim-rg-65", "metrics")
+    assert result.untrusted_units() == {("toy", "wordsim-rg-65", path.stem)}
+
+    cli = _cli("--warehouse", str(wh.root))
+    assert cli.exit_code == 1
+    assert "modified" in cli.output and "FAILED" in cli.output and "--force" in cli.output
+
+
+def test_a_forced_rerun_rewrites_the_file_and_its_manifest_row(wh, computed) -> None:
+    _forge(_metrics_file(wh))
+    assert not evalfarm.verify(warehouse=wh.root).ok
+    cat = computed.parent / "cat.yaml"
+    evalfarm.run(cat, warehouse=wh.root, executor="local", force=True)
+    result = evalfarm.verify(warehouse=wh.root)
+    assert result.ok and result.findings == (), result.findings  # the newest manifest row per path wins
+    values = evalfarm.query("SELECT value FROM leaderboard", warehouse=wh.root).column("value").to_pylist()
+    assert 0.99 not in values
+
+
+def test_a_deleted_file_is_reported(wh) -> None:
+    (quality,) = (Path(wh.base) / "tables" / "quality" / "model=toy").glob("*/*.parquet")
+    quality.unlink()
+    result = evalfarm.verify(warehouse=wh.root)
+    assert [(f.problem, f.table) for f in result.errors] == [("missing", "quality")]
+    assert _cli("--warehouse", str(wh.root)).exit_code == 1
+
+
+def test_a_file_whose_fingerprint_column_disagrees_with_its_name_is_damaged(wh) -> None:
+    path = _metrics_file(wh)
+    t = pq.read_table(path)
+    t = t.set_column(t.schema.get_field_index("fingerprint"), "fingerprint", pa.array(["0" * 16] * len(t)))
+    pq.write_table(t, path)
+    (finding,) = evalfarm.verify(warehouse=wh.root).errors
+    assert finding.problem == "damaged" and "fingerprint" in finding.detail
+
+
+def test_files_without_manifest_rows_are_unrecorded_and_fail_only_under_strict(wh) -> None:
+    import shutil
+
+    shutil.rmtree(Path(wh.base) / "tables" / MANIFEST_TABLE)  # a warehouse written before manifests existed
+    result = evalfarm.verify(warehouse=wh.root)
+    assert result.ok and result.verified == 0 and set(result.counts()) == {"unrecorded"}
+    assert not evalfarm.verify(warehouse=wh.root, strict=True).ok
+    assert _cli("--warehouse", str(wh.root)).exit_code == 0
+    assert _cli("--warehouse", str(wh.root), "--strict").exit_code == 1
+
+
+def test_model_filter_checks_only_that_models_files(wh) -> None:
+    _forge(_metrics_file(wh))
+    other = verify_warehouse(wh, model="someone-else")
+    assert other.ok and other.checked == 0
+    assert not verify_warehouse(wh, model="toy").ok
+    assert _cli("--warehouse", str(wh.root), "--model", "toy", "--format", "json").exit_code == 1
+
+
+def test_no_warehouse_is_a_one_line_error(tmp_path) -> None:
+    with pytest.raises(FileNotFoundError, match="no warehouse"):
+        evalfarm.verify(warehouse=tmp_path / "nothing")
+    out = _cli("--warehouse", str(tmp_path / "nothing"))
+    assert out.exit_code == 2 and "no warehouse" in out.output
+
+
+def test_manifest_rows_are_newest_first(wh) -> None:
+    """Two manifest rows for one path: the newer one decides (an older row with another hash is history)."""
+    rel = str(_metrics_file(wh).relative_to(wh.base))
+    wh.write_manifest("0-old", [{"path": rel, "sha256": "0" * 64, "size": 1, "table": "metrics", "model": "toy",
+                                 "task": "wordsim-rg-65", "fingerprint": _metrics_file(wh).stem}])  # fmt: skip
+    (finding,) = evalfarm.verify(warehouse=wh.root).errors  # written now: the newest row, and wrong
+    assert finding.problem == "modified" and "0-old" in finding.detail
+
+
+def test_a_recorded_write_publishes_the_same_bytes_as_a_plain_one(wh) -> None:
+    """Results must not change: the manifest is a separate table, the result file's bytes are today's."""
+    t = pq.read_table(_metrics_file(wh))
+    plain = wh.write_table(t, wh._p("tables", "scratch", "plain.parquet"))
+    rec = wh.write_recorded(t, wh._p("tables", "scratch", "recorded.parquet"))
+    body = Path(plain).read_bytes()
+    assert (Path(wh.base) / rec.path).read_bytes() == body
+    assert (rec.sha256, rec.size) == (hashlib.sha256(body).hexdigest(), len(body))
