@@ -95,6 +95,12 @@ def test_a_forged_number_with_its_own_fingerprint_is_reported(wh) -> None:
     assert (finding.model, finding.task, finding.table) == ("toy", "wordsim-rg-65", "metrics")
     assert result.untrusted_units() == {("toy", "wordsim-rg-65", path.stem)}
 
+    # docs/operations.md's recipe for verified rows only: the forged unit's rows are left out
+    bad = {(m, t) for m, t, _ in evalfarm.verify(warehouse=wh.root).untrusted_units()}
+    board = [r for r in evalfarm.query("SELECT * FROM leaderboard", warehouse=wh.root).to_pylist()
+             if (r["model"], r["task"]) not in bad]  # fmt: skip
+    assert board == []
+
     cli = _cli("--warehouse", str(wh.root))
     assert cli.exit_code == 1
     assert "modified" in cli.output and "FAILED" in cli.output and "--force" in cli.output

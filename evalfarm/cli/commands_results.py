@@ -172,12 +172,12 @@ def verify(
         result = api.verify(warehouse=warehouse, model=model, strict=strict)
     except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
         fail(str(exc))
-    rows = [
-        {"problem": f.problem, "path": f.path, "model": f.model, "task": f.task, "detail": f.detail}
-        for f in result.findings
-    ]
+    columns = ["problem", "path", "model", "task", "detail"]
+    if format is not Format.table:  # machine-readable: everything a finding holds
+        columns += ["table", "fingerprint"]
+    rows = [{c: getattr(f, c) for c in columns} for f in result.findings]
     if rows or format is not Format.table:
-        print_rows(["problem", "path", "model", "task", "detail"], rows, format)
+        print_rows(columns, rows, format)
     counts = ", ".join(f"{n} {p}" for p, n in sorted(result.counts().items()))
     verdict = "ok" if result.ok else "FAILED"
     console.print(
