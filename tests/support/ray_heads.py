@@ -290,26 +290,27 @@ def start_head(
         EVALFARM_DASHBOARD_PORT=str(ports["dashboard"]),
         EVALFARM_NUM_CPUS=str(num_cpus),
         EVALFARM_NUM_GPUS="0",
-        AUTOSCALER_METRIC_PORT=str(ports["autoscaler_metrics"]),  # fixed 44217 / 44227 by default
-        DASHBOARD_METRIC_PORT=str(ports["dashboard_metrics"]),
+        EVALFARM_CLIENT_PORT=str(ports["client"]),
+        EVALFARM_NODE_MANAGER_PORT=str(ports["node_manager"]),
+        EVALFARM_OBJECT_MANAGER_PORT=str(ports["object_manager"]),
+        EVALFARM_AGENT_HTTP_PORT=str(ports["agent_http"]),
+        EVALFARM_AGENT_GRPC_PORT=str(ports["agent_grpc"]),
+        EVALFARM_RUNTIME_ENV_PORT=str(ports["runtime_env"]),
+        EVALFARM_METRICS_PORT=str(ports["metrics"]),
+        EVALFARM_AUTOSCALER_METRICS_PORT=str(ports["autoscaler_metrics"]),
+        EVALFARM_DASHBOARD_METRICS_PORT=str(ports["dashboard_metrics"]),
         **(env or {}),
     )
-    # its own temp dir: `ray start` records "the current cluster" under it, and the default (/tmp/ray) is where
-    # other people's `ray.init()` on this machine would look (short: Ray's socket paths must fit in 108 bytes)
+    # its own temp dir (start-head.sh would make one; this one the fixture removes even if the script fails early):
+    # `ray start` records "the current cluster" under it, and the default (/tmp/ray) is where other people's
+    # `ray.init()` on this machine would look (short: Ray's socket paths must fit in 108 bytes)
     temp_dir = Path(tempfile.mkdtemp(prefix="efray-"))
+    script_env["EVALFARM_RAY_TEMP_DIR"] = str(temp_dir)
     cmd = [
         "bash",
         str(CLUSTER / "local" / "start-head.sh"),
         "--block",
-        f"--ray-client-server-port={ports['client']}",
-        f"--node-manager-port={ports['node_manager']}",
-        f"--object-manager-port={ports['object_manager']}",
-        f"--dashboard-agent-listen-port={ports['agent_http']}",
-        f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
-        f"--runtime-env-agent-port={ports['runtime_env']}",
-        f"--metrics-export-port={ports['metrics']}",
         f"--object-store-memory={object_store_memory}",
-        f"--temp-dir={temp_dir}",
         *extra_args,
     ]
     tmp.mkdir(parents=True, exist_ok=True)
