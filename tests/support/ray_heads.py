@@ -341,8 +341,9 @@ def start_head(
 
 
 def stop_head(head: Head) -> None:
-    """SIGTERM to the head's session (its own processes only), SIGKILL to what is left after a few seconds, and to
-    any process started in the head's own temp dir (the autoscaler's fake nodes, which leave its session).
+    """What cluster/local/stop.sh does, faster: SIGTERM to the head's session (its own processes only), SIGKILL
+    to what is left after a few seconds, and to any process started in the head's own temp dir (the autoscaler's
+    fake nodes, which leave its session).
 
     Ray's processes take up to a minute to leave on SIGTERM alone; a test head has nothing worth waiting for.
     """
@@ -357,6 +358,7 @@ def stop_head(head: Head) -> None:
             os.kill(pid, signal.SIGKILL)
     head.proc.wait(timeout=30)
     shutil.rmtree(head.temp_dir, ignore_errors=True)
+    (head.ray_dir / "head").unlink(missing_ok=True)  # start-head.sh's record: a next head in this folder may start
 
 
 def cmdline(pid: int) -> str:
