@@ -9,21 +9,35 @@ config is validated against Ray's own schema (ray/autoscaler/ray-schema.json). T
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.ray_heads import Head, head_env, start_head, stop_head
+from tests.support.ray_heads import (
+    Head,
+    free_ports,
+    head_env,
+    http,
+    listening_sockets,
+    pick_ports,
+    session_pids,
+    start_head,
+    stop_head,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 CLUSTER = REPO / "cluster"
@@ -460,6 +474,206 @@ def test_start_head_binds_loopback_by_default():
     # token authentication, always; Ray's single-node mode for a loopback node (the sockets: test_security.py)
     assert "export RAY_AUTH_MODE=token" in text and 'RAY_AUTH_TOKEN_PATH="$RAY_DIR/auth_token"' in text
     assert "export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0" in text and "umask 077" in text
+
+
+# -- stop.sh stops the head start-head.sh started, and no other Ray (issue 23, item 4) ------------------------------
+
+
+def _fake_ray(tmp: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose `ray` only notes that it ran (in the returned file): what the scripts must not call."""
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    called = tmp / "ray-was-called"
+    (bin_dir / "ray").write_text(f'#!/usr/bin/env bash\necho "$*" >>{shlex.quote(str(called))}\n')
+    (bin_dir / "ray").chmod(0o755)
+    env = head_env(EVALFARM_RAY_DIR=str(tmp / "state"))
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env['PATH']}"
+    return env, called
+
+
+def test_stop_refuses_without_a_record_and_never_runs_ray_stop(tmp_path):
+    env, called = _fake_ray(tmp_path)
+    proc = subprocess.run(["bash", str(CLUSTER / "local" / "stop.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1, proc.stderr
+    assert "no record" in proc.stderr and "nothing stopped" in proc.stderr
+    assert not called.exists(), called.read_text()  # `ray stop` would stop every Ray of the user
+
+
+def test_stop_refuses_a_record_of_another_user(tmp_path):
+    env, called = _fake_ray(tmp_path)
+    state = tmp_path / "state"
+    state.mkdir()
+    (state / "head").write_text(f"session_id=1\nuid={os.getuid() + 1}\ntemp_dir=/tmp/evalfarm-head-x\npids=1:1\n")
+    proc = subprocess.run(["bash", str(CLUSTER / "local" / "stop.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 1 and "nothing stopped" in proc.stderr, proc.stderr
+    assert (state / "head").exists() and not called.exists()
+
+
+@pytest.mark.parametrize("arg", ["--port=7000", "--ray-client-server-port=7001", "--temp-dir=/tmp/x"])
+def test_start_head_takes_ports_only_through_its_variables(tmp_path, arg):
+    """A port or temp dir passed to `ray start` behind the script's back would make its record (what stop.sh stops,
+    which ports it opened) wrong: refused before anything starts."""
+    env, called = _fake_ray(tmp_path)
+    proc = subprocess.run(
+        ["bash", str(CLUSTER / "local" / "start-head.sh"), arg], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 2 and "EVALFARM_" in proc.stderr, proc.stderr
+    assert not called.exists() and not (tmp_path / "state").exists()
+
+
+def test_start_head_refuses_while_a_head_is_recorded(tmp_path):
+    env, called = _fake_ray(tmp_path)
+    (tmp_path / "state").mkdir()
+    (tmp_path / "state" / "head").write_text("session_id=1\n")
+    proc = subprocess.run(["bash", str(CLUSTER / "local" / "start-head.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "stop.sh" in proc.stderr, proc.stderr
+    assert not called.exists() and not (tmp_path / "state" / "auth_token").exists()
+
+
+def test_start_head_sets_every_port_ray_start_has():
+    """Every port option of this venv's `ray start` is set by start-head.sh (but --worker-port-list, the alternative
+    to the min/max range), so no server of the head falls back to a fixed default another head may hold."""
+    help_text = subprocess.run(
+        [str(BIN / "ray"), "start", "--help"], env=head_env(), capture_output=True, text=True, check=True
+    ).stdout
+    options = set(re.findall(r"--[a-z-]*port[a-z-]*", help_text)) - {"--worker-port-list"}
+    assert len(options) >= 11, options
+    text = (CLUSTER / "local" / "start-head.sh").read_text()
+    assert {o for o in options if f'  {o}="$' not in text} == set()
+    for variable in ("AUTOSCALER_METRIC_PORT", "DASHBOARD_METRIC_PORT"):  # read by Ray from the environment
+        assert f'export {variable}="$' in text
+
+
+def _plain_ray_head(tmp: Path) -> tuple[subprocess.Popen, dict[str, int], str]:
+    """Someone else's Ray on this machine: a plain `ray start --head --block` on 127.0.0.1, its own temp dir and
+    ports, in its own session (no evalfarm record anywhere)."""
+    ports = pick_ports()
+    temp_dir = tempfile.mkdtemp(prefix="efother-")
+    env = head_env(
+        RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0",
+        AUTOSCALER_METRIC_PORT=str(ports["autoscaler_metrics"]),
+        DASHBOARD_METRIC_PORT=str(ports["dashboard_metrics"]),
+        HOME=str(tmp),
+    )
+    cmd = [
+        str(BIN / "ray"),
+        "start",
+        "--head",
+        "--block",
+        "--node-ip-address=127.0.0.1",
+        f"--port={ports['gcs']}",
+        "--dashboard-host=127.0.0.1",
+        f"--dashboard-port={ports['dashboard']}",
+        "--include-dashboard=true",
+        f"--ray-client-server-port={ports['client']}",
+        f"--node-manager-port={ports['node_manager']}",
+        f"--object-manager-port={ports['object_manager']}",
+        f"--dashboard-agent-listen-port={ports['agent_http']}",
+        f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
+        f"--runtime-env-agent-port={ports['runtime_env']}",
+        f"--metrics-export-port={ports['metrics']}",
+        f"--temp-dir={temp_dir}",
+        "--num-cpus=1",
+        "--object-store-memory=100000000",
+        "--disable-usage-stats",
+    ]
+    with open(tmp / "other.log", "w") as log:
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    return proc, ports, temp_dir
+
+
+def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout} s")
+        time.sleep(1)
+
+
+def _record(state: Path) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in (state / "head").read_text().splitlines() if "=" in line)
+
+
+def _kill_session(sid: int) -> None:
+    for pid in session_pids(sid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.slow
+def test_stop_stops_our_head_and_not_another_ray(tmp_path):
+    """start-head.sh as a user runs it (no --block: the head outlives the script, in a session of its own), beside
+    another Ray head on this machine; every port our head listens on is one the script chose (GCS and job API
+    pinned, the rest picked by it), and stop.sh stops exactly our head: the other one still answers."""
+    other, other_ports, other_temp_dir = _plain_ray_head(tmp_path)
+    state = tmp_path / "state"
+    gcs, dashboard = free_ports(2)
+    env = head_env(
+        EVALFARM_RAY_DIR=str(state),
+        EVALFARM_GCS_PORT=str(gcs),
+        EVALFARM_DASHBOARD_PORT=str(dashboard),
+        EVALFARM_NUM_CPUS="1",
+        EVALFARM_NUM_GPUS="0",
+    )
+    ours: list[int] = []
+    try:
+        start = subprocess.run(
+            ["bash", str(CLUSTER / "local" / "start-head.sh"), "--object-store-memory=100000000"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert start.returncode == 0, (start.stdout + start.stderr)[-4000:]
+        record = _record(state)
+        assert record["gcs_address"] == f"127.0.0.1:{gcs}" and record["session_dir"].startswith(record["temp_dir"])
+        token = (state / "auth_token").read_text().strip()
+        _wait_for(lambda: http(f"http://127.0.0.1:{dashboard}/api/jobs/", token=token, timeout=5)[0] == 200, "job API")
+        other_url = f"http://127.0.0.1:{other_ports['dashboard']}/api/version"
+        _wait_for(lambda: http(other_url, timeout=5)[0] == 200, "the other head")
+
+        sid = int(record["session_id"])
+        ours = session_pids(sid)
+        recorded = {int(p.split(":")[0]) for p in record["pids"].split()}
+        assert ours and recorded and {p for p in recorded if _alive(p)} <= set(ours)
+        chosen = {int(p) for p in record["ports"].split()}
+        assert len(chosen) == 11 and {gcs, dashboard} <= chosen
+        low, high = (int(p) for p in record["worker_ports"].split("-"))
+        sockets = listening_sockets(ours)
+        assert sockets and all(addr in ("127.0.0.1", "::ffff:127.0.0.1") for _, _, addr, _ in sockets), sockets
+        assert [s for s in sockets if s[3] not in chosen and not low <= s[3] <= high] == [], sockets
+        assert not set(ours) & set(session_pids(other.pid))
+        other_before = set(session_pids(other.pid))
+
+        stop = subprocess.run(
+            ["bash", str(CLUSTER / "local" / "stop.sh"), "--grace", "5"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert stop.returncode == 0, stop.stderr
+        assert session_pids(sid) == [] and [p for p in ours if _alive(p)] == []
+        assert http(f"http://127.0.0.1:{dashboard}/api/version", timeout=5)[0] != 200
+        assert not (state / "head").exists() and not (state / "auth_token").exists()
+        assert not Path(record["temp_dir"]).exists()
+        # the other head: every process still there, and it answers
+        assert other.poll() is None and other_before <= set(session_pids(other.pid))
+        assert http(other_url, timeout=5)[0] == 200
+    finally:
+        if (state / "head").exists():
+            _kill_session(int(_record(state)["session_id"]))
+        _kill_session(other.pid)
+        other.wait(timeout=60)
+        shutil.rmtree(other_temp_dir, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
 
 
 @pytest.mark.docs

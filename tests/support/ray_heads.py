@@ -290,26 +290,27 @@ def start_head(
         EVALFARM_DASHBOARD_PORT=str(ports["dashboard"]),
         EVALFARM_NUM_CPUS=str(num_cpus),
         EVALFARM_NUM_GPUS="0",
-        AUTOSCALER_METRIC_PORT=str(ports["autoscaler_metrics"]),  # fixed 44217 / 44227 by default
-        DASHBOARD_METRIC_PORT=str(ports["dashboard_metrics"]),
+        EVALFARM_CLIENT_PORT=str(ports["client"]),
+        EVALFARM_NODE_MANAGER_PORT=str(ports["node_manager"]),
+        EVALFARM_OBJECT_MANAGER_PORT=str(ports["object_manager"]),
+        EVALFARM_AGENT_HTTP_PORT=str(ports["agent_http"]),
+        EVALFARM_AGENT_GRPC_PORT=str(ports["agent_grpc"]),
+        EVALFARM_RUNTIME_ENV_PORT=str(ports["runtime_env"]),
+        EVALFARM_METRICS_PORT=str(ports["metrics"]),
+        EVALFARM_AUTOSCALER_METRICS_PORT=str(ports["autoscaler_metrics"]),
+        EVALFARM_DASHBOARD_METRICS_PORT=str(ports["dashboard_metrics"]),
         **(env or {}),
     )
-    # its own temp dir: `ray start` records "the current cluster" under it, and the default (/tmp/ray) is where
-    # other people's `ray.init()` on this machine would look (short: Ray's socket paths must fit in 108 bytes)
+    # its own temp dir (start-head.sh would make one; this one the fixture removes even if the script fails early):
+    # `ray start` records "the current cluster" under it, and the default (/tmp/ray) is where other people's
+    # `ray.init()` on this machine would look (short: Ray's socket paths must fit in 108 bytes)
     temp_dir = Path(tempfile.mkdtemp(prefix="efray-"))
+    script_env["EVALFARM_RAY_TEMP_DIR"] = str(temp_dir)
     cmd = [
         "bash",
         str(CLUSTER / "local" / "start-head.sh"),
         "--block",
-        f"--ray-client-server-port={ports['client']}",
-        f"--node-manager-port={ports['node_manager']}",
-        f"--object-manager-port={ports['object_manager']}",
-        f"--dashboard-agent-listen-port={ports['agent_http']}",
-        f"--dashboard-agent-grpc-port={ports['agent_grpc']}",
-        f"--runtime-env-agent-port={ports['runtime_env']}",
-        f"--metrics-export-port={ports['metrics']}",
         f"--object-store-memory={object_store_memory}",
-        f"--temp-dir={temp_dir}",
         *extra_args,
     ]
     tmp.mkdir(parents=True, exist_ok=True)
@@ -340,8 +341,9 @@ def start_head(
 
 
 def stop_head(head: Head) -> None:
-    """SIGTERM to the head's session (its own processes only), SIGKILL to what is left after a few seconds, and to
-    any process started in the head's own temp dir (the autoscaler's fake nodes, which leave its session).
+    """What cluster/local/stop.sh does, faster: SIGTERM to the head's session (its own processes only), SIGKILL
+    to what is left after a few seconds, and to any process started in the head's own temp dir (the autoscaler's
+    fake nodes, which leave its session).
 
     Ray's processes take up to a minute to leave on SIGTERM alone; a test head has nothing worth waiting for.
     """
@@ -356,6 +358,7 @@ def stop_head(head: Head) -> None:
             os.kill(pid, signal.SIGKILL)
     head.proc.wait(timeout=30)
     shutil.rmtree(head.temp_dir, ignore_errors=True)
+    (head.ray_dir / "head").unlink(missing_ok=True)  # start-head.sh's record: a next head in this folder may start
 
 
 def cmdline(pid: int) -> str:
