@@ -64,6 +64,10 @@ TEXT_FORMATS = ("word2vec-text", "glove-text")
 SAMPLE_LINES = 1000
 """Vector lines whose field counts decide a text file's dimension."""
 
+MAX_DIM = 1 << 20
+"""A dimension above this is refused whatever the file: no real word-vector model comes near it, and a forged one
+would size the vocabulary mean (and every lookup) before a single row is read."""
+
 _CHUNK_LINES = 20_000
 _CHECK_ROWS = 65536
 _MAX_EXAMPLES = 5
@@ -313,6 +317,7 @@ class WordVectors:
             raise ModelLoadError(
                 f"{path}: not a spaCy pipeline folder with vectors (expected vocab/vectors and vocab/strings.json)"
             )
+        _check_spacy_arrays(folder)
         try:
             vocab = Vocab().from_disk(folder, exclude=["lookups"])
         except ValueError as exc:
@@ -401,6 +406,7 @@ def _gensim_vectors(path: Path, fmt: str) -> Any:
     from gensim.models import KeyedVectors
 
     if fmt == "word2vec-binary":
+        _check_binary_header(path)
         try:
             return KeyedVectors.load_word2vec_format(str(path), binary=True)
         except Exception as exc:
@@ -416,6 +422,77 @@ def _gensim_vectors(path: Path, fmt: str) -> Any:
         if not isinstance(kv, KeyedVectors):
             raise ModelLoadError(f"{path}: loads, but holds no KeyedVectors")
     return kv
+
+
+def _claim_error(path: Path, claim: str, need: int, size: int) -> ModelLoadError:
+    """The error for a header that claims more than its file holds (read before anything is allocated for it)."""
+    return ModelLoadError(
+        f"{path}: {claim}, which needs at least {need} bytes, but the file holds {size}: a truncated or forged "
+        "file (nothing was allocated for it)"
+    )
+
+
+def _check_dim(path: Path, dim: int, source: str) -> None:
+    if dim < 1 or dim > MAX_DIM:
+        raise ModelLoadError(f"{path}: {source} dimension {dim} is not a vector dimension (1 to {MAX_DIM})")
+
+
+def _check_binary_header(path: Path) -> None:
+    """A word2vec binary header's ``count dim`` against the file's size, before gensim allocates ``count x dim``.
+
+    Every row is at least a one-byte word, a space and ``dim`` float32s. A header that does not read as two
+    integers is left to gensim (its error says what it expected)."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        first = f.readline(256)
+    parts = first.split()
+    if len(parts) != 2 or not all(re.fullmatch(rb"[+-]?\d+", p) for p in parts):
+        return
+    count, dim = int(parts[0]), int(parts[1])
+    _check_dim(path, dim, "the header's")
+    if count < 1:
+        raise ModelLoadError(f"{path}: the header claims {count} vectors: no vectors in file")
+    need = count * (dim * 4 + 1)
+    if need > size - len(first):
+        raise _claim_error(path, f"the header claims {count} vectors of dimension {dim}", need, size)
+
+
+def _check_spacy_arrays(folder: Path) -> None:
+    """spaCy reads ``vectors`` and ``keys`` whole (no memory map): their headers are checked first. A pipeline
+    without vectors (shape ``(0, 0)``) is left to the caller's "no word vectors" error."""
+    for name in ("vectors", "keys"):
+        if (folder / name).is_file():
+            _check_npy_header(folder / name, matrix=False)
+
+
+def _check_npy_header(path: Path, *, matrix: bool = True) -> None:
+    """A ``.npy`` file's header (shape and dtype) against the file's size, before numpy or spaCy read the data.
+
+    ``matrix``: a word-vector matrix, which needs a row and a dimension of 1 to :data:`MAX_DIM` (otherwise only an
+    absurd dimension is refused). Files that are not ``.npy`` (or hold Python objects) are left to the loader, whose
+    error says what is wrong."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=1 << 16)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=1 << 16)
+            else:
+                return
+            offset = f.tell()
+    except Exception:  # numpy's header parser raises more than ValueError (tokenize.TokenError, SyntaxError...)
+        return  # not a readable .npy header: the loader's own error says so
+    if dtype.hasobject:
+        return
+    if len(shape) == 2 and (matrix or shape[1] > MAX_DIM):
+        _check_dim(path, int(shape[1]), "the .npy header's")
+        if shape[0] < 1 and matrix:
+            raise ModelLoadError(f"{path}: the .npy header claims shape {shape}: no vectors in file")
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > size - offset:
+        raise _claim_error(path, f"the .npy header claims shape {shape} of {dtype}", need, size)
 
 
 def _numpy_vocab_paths(path: Path, vocab: str | None) -> tuple[Path, Path]:
@@ -441,6 +518,7 @@ def _numpy_vocab_paths(path: Path, vocab: str | None) -> tuple[Path, Path]:
 
 def _load_matrix(matrix_path: Path) -> np.ndarray:
     """A 2-D numeric ``.npy`` matrix, memory-mapped; a pickled array is refused, never loaded."""
+    _check_npy_header(matrix_path)
     try:
         matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
@@ -585,7 +663,14 @@ class TextVectorReader:
                 f"{self.path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
                 "(a GloVe file without header? use format glove-text)"
             )
-        return int(parts[0]), int(parts[1])
+        count, dim = int(parts[0]), int(parts[1])
+        # nothing is allocated from the count (lines are streamed; a count the file does not hold is reported at the
+        # end), but one line of the header's dimension must fit: a word and `dim` numbers, spaces between
+        size = self.path.stat().st_size
+        need = 2 * dim + 1
+        if count > 0 and dim > 0 and (dim > MAX_DIM or need > size - len(first[1] if first else b"")):
+            raise _claim_error(self.path, f"the header claims vectors of dimension {dim}", need, size)
+        return count, dim
 
     def _read_sample(self, numbered: Iterator[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
         """The first :data:`SAMPLE_LINES` non-empty lines (byte-order mark removed): they decide the dimension."""
@@ -687,7 +772,7 @@ class TextVectorReader:
                 f"lines have a word and {best} numbers (only {got} fit {declared}; this line is the first that does "
                 f"not): is {suspect} wrong, or the file?"
             )
-        if declared < 1:
+        if declared < 1 or declared > MAX_DIM:
             raise ModelLoadError(f"{self.path}: dimension {declared} is not a vector dimension")
         return declared
 
