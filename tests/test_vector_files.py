@@ -1080,3 +1080,65 @@ def test_numpy_vocab_reader_fuzzed(data: bytes, vocab: bytes) -> None:
         path.write_bytes(data)
         (Path(d) / "vocab.txt").write_bytes(vocab)
         _load_or_clear_error(path, "numpy-vocab", vocab="vocab.txt")
+
+
+def _good_parquet_vocab() -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"index": ["the", "of", "and"]}), buf)
+    return buf.getvalue()
+
+
+@_FUZZ
+@given(vocab=_mutated(_good_parquet_vocab()))
+def test_numpy_vocab_parquet_vocabulary_fuzzed(vocab: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fuzz.npy"
+        path.write_bytes(_good_npy())
+        (Path(d) / "vocab.parquet").write_bytes(vocab)
+        try:
+            WordVectors.load(path, "numpy-vocab", vocab="vocab.parquet", cache=False)
+        except (ModelLoadError, ValueError) as exc:
+            assert "vocab.parquet" in str(exc) or "fuzz.npy" in str(exc), str(exc)
+
+
+def _good_spacy_vectors() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array([[0.1, 0.2], [-1.0, 3.0]], dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+@settings(_FUZZ, max_examples=25)
+@given(data=_mutated(_good_spacy_vectors()))
+def test_spacy_vectors_reader_fuzzed(data: bytes) -> None:
+    pytest.importorskip("spacy")
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vocab").mkdir()
+        (Path(d) / "vocab" / "strings.json").write_text('["the", "of"]')
+        (Path(d) / "vocab" / "vectors").write_bytes(data)
+        try:
+            enc = WordVectors.load(Path(d), "spacy")
+        except (ModelLoadError, ValueError) as exc:
+            assert d in str(exc), str(exc)
+            return
+        assert np.isfinite(enc.vectors).all() and 1 <= enc.dim <= wv_mod.MAX_DIM
+
+
+def test_a_parquet_vocabulary_longer_than_the_matrix_is_refused_from_its_footer(tmp_path: Path, monkeypatch) -> None:
+    """A few KB of parquet can hold millions of (dictionary-encoded) words: the footer's row count is compared with
+    the matrix's rows before a single word is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    np.save(tmp_path / "m.npy", np.ones((2, 3), dtype=np.float32))
+    pq.write_table(pa.table({"index": pa.array(["a"] * 1_000_000).dictionary_encode()}), tmp_path / "v.parquet")
+    assert (tmp_path / "v.parquet").stat().st_size < 64 << 10
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("the words were read"))
+    with pytest.raises(ModelLoadError, match=r"v\.parquet: 1000000 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.parquet")

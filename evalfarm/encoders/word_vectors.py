@@ -281,7 +281,7 @@ class WordVectors:
         """
         matrix_path, vocab_path = _numpy_vocab_paths(path, vocab)
         matrix = _load_matrix(matrix_path)
-        words = _read_vocab(vocab_path)
+        words = _read_vocab(vocab_path, matrix_path, matrix.shape[0])
         if len(words) != matrix.shape[0]:
             raise ModelLoadError(f"{vocab_path}: {len(words)} words but {matrix_path} has {matrix.shape[0]} rows")
         check_finite_rows(matrix, str(matrix_path), lambda r: repr(words[r]))
@@ -537,11 +537,21 @@ def _load_matrix(matrix_path: Path) -> np.ndarray:
     return matrix
 
 
-def _read_vocab(path: Path) -> list[str]:
+def _read_vocab(path: Path, matrix_path: Path, rows: int) -> list[str]:
+    """The words of a numpy-vocab model. A parquet vocabulary's row count is read from its footer first and must be
+    the matrix's (whose size is checked against its file), so a forged footer cannot make pyarrow read more."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        try:
+            n = pq.ParquetFile(path).metadata.num_rows
+            if n != rows:
+                raise ModelLoadError(f"{path}: {n} words but {matrix_path} has {rows} rows")
+            table = pq.read_table(path)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # pyarrow raises OSError, ArrowInvalid, ... for a damaged file
+            raise ModelLoadError(f"{path}: not a readable parquet vocabulary: {type(exc).__name__}: {exc}") from exc
         if "index" not in table.column_names:
             raise ModelLoadError(f"{path}: vocabulary parquet needs a column 'index' (has {table.column_names})")
         words = table.column("index").to_pylist()
