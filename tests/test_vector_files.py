@@ -1142,3 +1142,30 @@ def test_a_parquet_vocabulary_longer_than_the_matrix_is_refused_from_its_footer(
     monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("the words were read"))
     with pytest.raises(ModelLoadError, match=r"v\.parquet: 1000000 words but .*m\.npy has 2 rows"):
         WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.parquet")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "data", "match"),
+    [
+        # int() reads "536_870_912" and a first line of any length: such headers are refused, not left to gensim
+        ("word2vec-binary", b"536_870_912 2\na \x00\x00\x80?\x00\x00\x80?\n", "the first line must be a header"),
+        ("word2vec-binary", b"0" * 300 + b"536870912 2\na \x00\x00\x80?\x00\x00\x80?\n", "must be a header"),
+        ("word2vec-binary", b"0 2\n", "claims 0 vectors: no vectors in file"),
+        # str.isdigit() takes "\u00b2" and 5000 digits, int() refuses both with a ValueError naming no file
+        ("word2vec-text", "2 \u00b2\na 1 2\nb 1 2\n".encode(), "expected a word2vec header 'count dim'"),
+        ("word2vec-text", b"1 " + b"9" * 5000 + b"\na 1 2\n", "expected a word2vec header 'count dim'"),
+        ("glove-text", "\u00b2 1\na 1\n".encode(), None),
+        ("glove-text", b"9" * 5000 + b" 1\na 1\n", None),
+    ],
+)
+def test_headers_only_the_check_can_read_are_refused_naming_the_file(
+    tmp_path: Path, fmt: str, data: bytes, match: str | None
+) -> None:
+    path = tmp_path / "odd-header.vec"
+    path.write_bytes(data)
+    try:
+        WordVectors.load(path, fmt)
+    except ModelLoadError as exc:
+        assert "odd-header.vec" in str(exc) and (match is None or match in str(exc)), str(exc)
+    else:
+        assert match is None

@@ -440,14 +440,18 @@ def _check_dim(path: Path, dim: int, source: str) -> None:
 def _check_binary_header(path: Path) -> None:
     """A word2vec binary header's ``count dim`` against the file's size, before gensim allocates ``count x dim``.
 
-    Every row is at least a one-byte word, a space and ``dim`` float32s. A header that does not read as two
-    integers is left to gensim (its error says what it expected)."""
+    Every row is at least a one-byte word, a space and ``dim`` float32s."""
     size = path.stat().st_size
     with open(path, "rb") as f:
         first = f.readline(256)
     parts = first.split()
-    if len(parts) != 2 or not all(re.fullmatch(rb"[+-]?\d+", p) for p in parts):
-        return
+    # gensim reads the header with int(), which also takes "536_870_912", and reads a first line of any length:
+    # a header this check cannot read is refused, never left to gensim
+    if not first.endswith(b"\n") or len(parts) != 2 or not all(re.fullmatch(rb"\d{1,18}", p) for p in parts):
+        raise ModelLoadError(
+            f"{path}: not a valid word2vec binary file: the first line must be a header 'count dim' (two decimal "
+            f"numbers), got {first[:80]!r}"
+        )
     count, dim = int(parts[0]), int(parts[1])
     _check_dim(path, dim, "the header's")
     if count < 1:
@@ -668,7 +672,7 @@ class TextVectorReader:
         first = next(numbered, None)
         line = _decode_first(self.path, first[1] if first else b"")
         parts = line.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(_is_count(p) for p in parts):
             raise ModelLoadError(
                 f"{self.path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
                 "(a GloVe file without header? use format glove-text)"
@@ -752,7 +756,7 @@ class TextVectorReader:
     def _refuse_a_header(self, first: str, best: int, sample: list[tuple[int, bytes]]) -> None:
         """A glove-text file whose first line reads as a word2vec ``count dim`` header is word2vec-text."""
         parts = first.split(" ")
-        if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
+        if len(parts) == 2 and all(_is_count(p) for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
             raise ModelLoadError(
                 f"{self.path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
                 f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
@@ -874,6 +878,12 @@ def _sample_shapes(
 def _fits(d: int, n: int, trail: int, num: list[bool]) -> bool:
     """The line reads as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
     return trail >= d and (n == d or (n > d and not num[n - d]))
+
+
+def _is_count(field: str) -> bool:
+    """A header field: ASCII digits only (``str.isdigit`` also takes ``²``, which ``int`` refuses), at most 18 of
+    them (``int`` refuses more than 4300, and no real count comes near 10^18)."""
+    return field.isascii() and field.isdigit() and len(field) <= 18
 
 
 def _counts_the_rest(parts: list[str], sample: list[tuple[int, bytes]]) -> bool:
