@@ -1030,12 +1030,20 @@ def _mutated(draw, good: bytes) -> bytes:
         if op == "set" and data:
             data[at] = draw(st.integers(0, 255))
         elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8))
+            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from(_TRICKY))
         elif op == "delete" and data:
             del data[at : at + draw(st.integers(1, 8))]
         elif op == "truncate":
             del data[at:]
     return bytes(data)
+
+
+_TRICKY = [
+    t.encode()
+    for t in ["\u00b2", "\u0663", "\u00a0", "\u2028", "\x85", "\ufeff", "_", "9" * 30, "1e999", "nan", " ", "\n", "\r"]
+]
+"""Inserted by the fuzzing: digits ``isdigit`` takes and ``int`` may not, line breaks ``str.splitlines`` splits on,
+overflowing numbers."""
 
 
 def _load_or_clear_error(path: Path, fmt: str, **kwargs) -> None:
