@@ -1177,3 +1177,14 @@ def test_headers_only_the_check_can_read_are_refused_naming_the_file(
         assert "odd-header.vec" in str(exc) and (match is None or match in str(exc)), str(exc)
     else:
         assert match is None
+
+
+def test_a_text_vocabulary_of_another_length_than_the_matrix_is_refused(tmp_path: Path) -> None:
+    """The lines of vocab.txt are counted against the matrix's rows (before a string is built for each)."""
+    np.save(tmp_path / "m.npy", np.ones((2, 3), dtype=np.float32))
+    (tmp_path / "v.txt").write_text("ab\n" * 100_000)
+    with pytest.raises(ModelLoadError, match=r"v\.txt: 100000 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.txt")
+    (tmp_path / "v.txt").write_text("a\n\nb\n\n")  # an empty line inside is a word; trailing ones are not
+    with pytest.raises(ModelLoadError, match=r"v\.txt: 3 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.txt")

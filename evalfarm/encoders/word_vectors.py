@@ -542,8 +542,8 @@ def _load_matrix(matrix_path: Path) -> np.ndarray:
 
 
 def _read_vocab(path: Path, matrix_path: Path, rows: int) -> list[str]:
-    """The words of a numpy-vocab model. A parquet vocabulary's row count is read from its footer first and must be
-    the matrix's (whose size is checked against its file), so a forged footer cannot make pyarrow read more."""
+    """The words of a numpy-vocab model, as many as the matrix's rows (whose size is checked against its file): a text
+    vocabulary's lines are counted, a parquet vocabulary's footer read, before any word is built."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -566,6 +566,9 @@ def _read_vocab(path: Path, matrix_path: Path, rows: int) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ModelLoadError(f"{path}: vocabulary file is not UTF-8 text: {exc}") from exc
+    n = text.rstrip("\n").count("\n") + 1 if text else 0
+    if n != rows:  # counted before a string is built for each line
+        raise ModelLoadError(f"{path}: {n} words but {matrix_path} has {rows} rows")
     return text.rstrip("\n").split("\n") if text else []
 
 
