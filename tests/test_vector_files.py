@@ -10,6 +10,8 @@ import pickle
 import re
 import shlex
 import shutil
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -896,3 +898,293 @@ def test_allow_pickle_is_validated_and_kept_out_of_old_hashes() -> None:
         ModelSpec.model_validate({**base, "format": "glove-text", "allow_pickle": True})
     opted = ModelSpec.model_validate({**base, "format": "gensim-kv", "allow_pickle": True})
     assert spec_hash(opted) != spec_hash(opted.model_copy(update={"allow_pickle": False}))
+
+
+# -- headers that claim more than the file holds (issue 23.2) ---------------------------------------------------------
+# Each reader checks a header's claims (rows, dimension, .npy shape) against the file's size before allocating
+# anything for them. The attacks run in a child process under an address-space limit: a reader that believed a
+# header would hit MemoryError (or be killed) there; a checked one says what the header claimed and what the file
+# holds.
+
+_ATTACK_LIMIT = 1536 << 20
+_ATTACK_CHILD = r"""
+import json, resource, sys
+from pathlib import Path
+
+import numpy as np
+
+from evalfarm.encoders.word_vectors import WordVectors
+
+folder = Path(sys.argv[1])
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+out = {}
+for name, fmt, file, vocab in json.loads(sys.argv[3]):
+    try:
+        enc = WordVectors.load(folder / file, fmt, vocab=vocab, cache=False)
+        enc.lookup(["a"])
+        enc.vocab_mean()
+        out[name] = {"error": None, "message": repr(enc)}
+    except BaseException as exc:  # noqa: BLE001 - the parent judges every outcome
+        out[name] = {"error": type(exc).__name__, "message": str(exc)[:400]}
+out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+print(json.dumps(out))
+"""
+
+
+def _npy_header_only(path: Path, shape: tuple[int, ...], descr: str = "<f4") -> None:
+    """A ``.npy`` file that is all header: its shape claims rows the file does not hold."""
+    with open(path, "wb") as f:
+        np.lib.format.write_array_header_1_0(f, {"descr": descr, "fortran_order": False, "shape": shape})
+
+
+def _write_attacks(folder: Path) -> list[tuple[str, str, str, str | None]]:
+    """(name, format, file, vocab): tiny files whose headers claim gigabytes."""
+    one_row = b"a " + np.ones(2, dtype="<f4").tobytes() + b"\n"
+    (folder / "rows.bin").write_bytes(b"536870912 2\n" + one_row)  # the reported 36-byte file: 4.4 GB
+    (folder / "dim.bin").write_bytes(b"1 1000000000\n" + one_row)  # an absurd dimension
+    (folder / "rows.txt").write_text("536870912 2\na 1 2\n")
+    (folder / "dim.txt").write_text("1 900000000\na 1 2\n")
+    _npy_header_only(folder / "rows.npy", (1 << 28, 300))
+    _npy_header_only(folder / "dim.npy", (0, 1 << 40))  # no rows, a dimension of 10^12: a 8 TB vocabulary mean
+    (folder / "vocab.txt").write_text("a\n")
+    (folder / "empty.txt").write_text("")
+    attacks = [
+        ("binary-rows", "word2vec-binary", "rows.bin", None),
+        ("binary-dim", "word2vec-binary", "dim.bin", None),
+        ("text-rows", "word2vec-text", "rows.txt", None),
+        ("text-dim", "word2vec-text", "dim.txt", None),
+        ("npy-rows", "numpy-vocab", "rows.npy", "vocab.txt"),
+        ("npy-dim", "numpy-vocab", "dim.npy", "empty.txt"),
+    ]
+    with contextlib.suppress(ImportError):
+        import spacy  # noqa: F401 - only whether it is installed
+
+        (folder / "pipe" / "vocab").mkdir(parents=True)
+        (folder / "pipe" / "vocab" / "strings.json").write_text('["a"]')
+        _npy_header_only(folder / "pipe" / "vocab" / "vectors", (1 << 28, 300))
+        attacks.append(("spacy-rows", "spacy", "pipe", None))
+    return attacks
+
+
+@pytest.fixture(scope="module")
+def header_attacks(tmp_path_factory) -> tuple[dict[str, tuple[str, str]], dict]:
+    folder = tmp_path_factory.mktemp("attacks")
+    attacks = _write_attacks(folder)
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-c", _ATTACK_CHILD, str(folder), str(_ATTACK_LIMIT), json.dumps(attacks)],
+        capture_output=True, text=True, timeout=300, env=env,
+    )  # fmt: skip
+    assert proc.returncode == 0, f"the reader process died (rc {proc.returncode}): {proc.stderr[-2000:]}"
+    return {name: (fmt, file) for name, fmt, file, _ in attacks}, json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "name", ["binary-rows", "binary-dim", "text-rows", "text-dim", "npy-rows", "npy-dim", "spacy-rows"]
+)
+def test_a_header_cannot_make_a_reader_allocate_more_than_its_file(header_attacks, name: str) -> None:
+    attacks, out = header_attacks
+    if name not in attacks:
+        pytest.skip("spaCy is not installed")
+    got = out[name]
+    assert got["error"] == "ModelLoadError", got
+    msg = got["message"]
+    assert attacks[name][1] in msg and "MemoryError" not in msg, msg
+    claims = r"claims .* needs at least \d+ bytes, but the file holds \d+|is not a vector dimension"
+    claims += r"|header says \d+ vectors but the file has 1"  # text: streamed, the count is checked at the end
+    assert re.search(claims, msg), msg
+    assert out["maxrss_kb"] < _ATTACK_LIMIT // 1024
+
+
+# -- fuzzing the readers: random bytes and mutated valid files (issue 23) ---------------------------------------------
+# Whatever the bytes, a reader returns a consistent model or raises ModelLoadError / ValueError naming the file:
+# never another exception, never a hang (every file is small, every property bounded by max_examples).
+
+_FUZZ = settings(max_examples=50, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow])
+_GOOD_TEXT = b"3 2\nthe 0.1 0.2\nof -1.5e-1 3\nand 2 .5\n"
+
+
+def _good_binary() -> bytes:
+    rows = [(b"the", (0.1, 0.2)), (b"of", (-1.0, 3.0)), (b"and", (2.0, 0.5))]
+    return b"3 2\n" + b"".join(w + b" " + np.asarray(v, dtype="<f4").tobytes() + b"\n" for w, v in rows)
+
+
+def _good_npy() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array([[0.1, 0.2], [-1.0, 3.0], [2.0, 0.5]], dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+@st.composite
+def _mutated(draw, good: bytes) -> bytes:
+    """``good`` with a few bytes replaced, inserted, deleted, or cut off; or random bytes."""
+    if draw(st.booleans()):
+        return draw(st.binary(max_size=200))
+    data = bytearray(good)
+    for _ in range(draw(st.integers(1, 4))):
+        op = draw(st.sampled_from(["set", "insert", "delete", "truncate"]))
+        at = draw(st.integers(0, max(len(data) - 1, 0)))
+        if op == "set" and data:
+            data[at] = draw(st.integers(0, 255))
+        elif op == "insert":
+            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from(_TRICKY))
+        elif op == "delete" and data:
+            del data[at : at + draw(st.integers(1, 8))]
+        elif op == "truncate":
+            del data[at:]
+    return bytes(data)
+
+
+_TRICKY = [
+    t.encode()
+    for t in ["\u00b2", "\u0663", "\u00a0", "\u2028", "\x85", "\ufeff", "_", "9" * 30, "1e999", "nan", " ", "\n", "\r"]
+]
+"""Inserted by the fuzzing: digits ``isdigit`` takes and ``int`` may not, line breaks ``str.splitlines`` splits on,
+overflowing numbers."""
+
+
+def _load_or_clear_error(path: Path, fmt: str, **kwargs) -> None:
+    """Load ``path``: a model whose words, rows and dimension agree, or an error that names the file."""
+    try:
+        enc = WordVectors.load(path, fmt, cache=False, **kwargs)
+    except (ModelLoadError, ValueError) as exc:
+        assert path.name in str(exc), str(exc)
+        return
+    rows, dim = enc.vectors.shape
+    assert 1 <= dim <= wv_mod.MAX_DIM and enc.dim == dim and rows >= 1
+    assert enc.vocab_size() >= 1 and np.isfinite(np.asarray(enc.vectors)).all()
+    assert ((enc.word_rows >= 0) & (enc.word_rows < rows)).all()
+    vecs, oov = enc.lookup(list(enc.words)[:3])
+    assert vecs.shape == (min(3, enc.vocab_size()), dim) and not oov.any()
+
+
+@pytest.mark.parametrize("fmt", TEXT)
+@_FUZZ
+@given(data=_mutated(_GOOD_TEXT))
+def test_text_readers_fuzzed(fmt: str, data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fuzz.txt"
+        path.write_bytes(data if fmt == "word2vec-text" else data.split(b"\n", 1)[-1])
+        _load_or_clear_error(path, fmt)
+
+
+@_FUZZ
+@given(data=_mutated(_good_binary()))
+def test_word2vec_binary_reader_fuzzed(data: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fuzz.bin"
+        path.write_bytes(data)
+        _load_or_clear_error(path, "word2vec-binary")
+
+
+@_FUZZ
+@given(data=_mutated(_good_npy()), vocab=st.sampled_from([b"the\nof\nand\n", b"the\nof\n", b"", b"\xff\n\n\n"]))
+def test_numpy_vocab_reader_fuzzed(data: bytes, vocab: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fuzz.npy"
+        path.write_bytes(data)
+        (Path(d) / "vocab.txt").write_bytes(vocab)
+        _load_or_clear_error(path, "numpy-vocab", vocab="vocab.txt")
+
+
+def _good_parquet_vocab() -> bytes:
+    import io
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    buf = io.BytesIO()
+    pq.write_table(pa.table({"index": ["the", "of", "and"]}), buf)
+    return buf.getvalue()
+
+
+@_FUZZ
+@given(vocab=_mutated(_good_parquet_vocab()))
+def test_numpy_vocab_parquet_vocabulary_fuzzed(vocab: bytes) -> None:
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "fuzz.npy"
+        path.write_bytes(_good_npy())
+        (Path(d) / "vocab.parquet").write_bytes(vocab)
+        try:
+            WordVectors.load(path, "numpy-vocab", vocab="vocab.parquet", cache=False)
+        except (ModelLoadError, ValueError) as exc:
+            assert "vocab.parquet" in str(exc) or "fuzz.npy" in str(exc), str(exc)
+
+
+def _good_spacy_vectors() -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    np.save(buf, np.array([[0.1, 0.2], [-1.0, 3.0]], dtype=np.float32), allow_pickle=False)
+    return buf.getvalue()
+
+
+@settings(_FUZZ, max_examples=25)
+@given(data=_mutated(_good_spacy_vectors()))
+def test_spacy_vectors_reader_fuzzed(data: bytes) -> None:
+    pytest.importorskip("spacy")
+    with tempfile.TemporaryDirectory() as d:
+        (Path(d) / "vocab").mkdir()
+        (Path(d) / "vocab" / "strings.json").write_text('["the", "of"]')
+        (Path(d) / "vocab" / "vectors").write_bytes(data)
+        try:
+            enc = WordVectors.load(Path(d), "spacy")
+        except (ModelLoadError, ValueError) as exc:
+            assert d in str(exc), str(exc)
+            return
+        assert np.isfinite(enc.vectors).all() and 1 <= enc.dim <= wv_mod.MAX_DIM
+
+
+def test_a_parquet_vocabulary_longer_than_the_matrix_is_refused_from_its_footer(tmp_path: Path, monkeypatch) -> None:
+    """A few KB of parquet can hold millions of (dictionary-encoded) words: the footer's row count is compared with
+    the matrix's rows before a single word is read."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    np.save(tmp_path / "m.npy", np.ones((2, 3), dtype=np.float32))
+    pq.write_table(pa.table({"index": pa.array(["a"] * 1_000_000).dictionary_encode()}), tmp_path / "v.parquet")
+    assert (tmp_path / "v.parquet").stat().st_size < 64 << 10
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: pytest.fail("the words were read"))
+    with pytest.raises(ModelLoadError, match=r"v\.parquet: 1000000 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.parquet")
+
+
+@pytest.mark.parametrize(
+    ("fmt", "data", "match"),
+    [
+        # int() reads "536_870_912" and a first line of any length: such headers are refused, not left to gensim
+        ("word2vec-binary", b"536_870_912 2\na \x00\x00\x80?\x00\x00\x80?\n", "the first line must be a header"),
+        ("word2vec-binary", b"0" * 300 + b"536870912 2\na \x00\x00\x80?\x00\x00\x80?\n", "must be a header"),
+        ("word2vec-binary", b"0 2\n", "claims 0 vectors: no vectors in file"),
+        # str.isdigit() takes "\u00b2" and 5000 digits, int() refuses both with a ValueError naming no file
+        ("word2vec-text", "2 \u00b2\na 1 2\nb 1 2\n".encode(), "expected a word2vec header 'count dim'"),
+        ("word2vec-text", b"1 " + b"9" * 5000 + b"\na 1 2\n", "expected a word2vec header 'count dim'"),
+        ("glove-text", "\u00b2 1\na 1\n".encode(), None),
+        ("glove-text", b"9" * 5000 + b" 1\na 1\n", None),
+    ],
+)
+def test_headers_only_the_check_can_read_are_refused_naming_the_file(
+    tmp_path: Path, fmt: str, data: bytes, match: str | None
+) -> None:
+    path = tmp_path / "odd-header.vec"
+    path.write_bytes(data)
+    try:
+        WordVectors.load(path, fmt)
+    except ModelLoadError as exc:
+        assert "odd-header.vec" in str(exc) and (match is None or match in str(exc)), str(exc)
+    else:
+        assert match is None
+
+
+def test_a_text_vocabulary_of_another_length_than_the_matrix_is_refused(tmp_path: Path) -> None:
+    """The lines of vocab.txt are counted against the matrix's rows (before a string is built for each)."""
+    np.save(tmp_path / "m.npy", np.ones((2, 3), dtype=np.float32))
+    (tmp_path / "v.txt").write_text("ab\n" * 100_000)
+    with pytest.raises(ModelLoadError, match=r"v\.txt: 100000 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.txt")
+    (tmp_path / "v.txt").write_text("a\n\nb\n\n")  # an empty line inside is a word; trailing ones are not
+    with pytest.raises(ModelLoadError, match=r"v\.txt: 3 words but .*m\.npy has 2 rows"):
+        WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.txt")

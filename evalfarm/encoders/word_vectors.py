@@ -64,6 +64,10 @@ TEXT_FORMATS = ("word2vec-text", "glove-text")
 SAMPLE_LINES = 1000
 """Vector lines whose field counts decide a text file's dimension."""
 
+MAX_DIM = 1 << 20
+"""A dimension above this is refused whatever the file: no real word-vector model comes near it, and a forged one
+would size the vocabulary mean (and every lookup) before a single row is read."""
+
 _CHUNK_LINES = 20_000
 _CHECK_ROWS = 65536
 _MAX_EXAMPLES = 5
@@ -277,7 +281,7 @@ class WordVectors:
         """
         matrix_path, vocab_path = _numpy_vocab_paths(path, vocab)
         matrix = _load_matrix(matrix_path)
-        words = _read_vocab(vocab_path)
+        words = _read_vocab(vocab_path, matrix_path, matrix.shape[0])
         if len(words) != matrix.shape[0]:
             raise ModelLoadError(f"{vocab_path}: {len(words)} words but {matrix_path} has {matrix.shape[0]} rows")
         check_finite_rows(matrix, str(matrix_path), lambda r: repr(words[r]))
@@ -313,6 +317,7 @@ class WordVectors:
             raise ModelLoadError(
                 f"{path}: not a spaCy pipeline folder with vectors (expected vocab/vectors and vocab/strings.json)"
             )
+        _check_spacy_arrays(folder)
         try:
             vocab = Vocab().from_disk(folder, exclude=["lookups"])
         except ValueError as exc:
@@ -401,6 +406,7 @@ def _gensim_vectors(path: Path, fmt: str) -> Any:
     from gensim.models import KeyedVectors
 
     if fmt == "word2vec-binary":
+        _check_binary_header(path)
         try:
             return KeyedVectors.load_word2vec_format(str(path), binary=True)
         except Exception as exc:
@@ -416,6 +422,81 @@ def _gensim_vectors(path: Path, fmt: str) -> Any:
         if not isinstance(kv, KeyedVectors):
             raise ModelLoadError(f"{path}: loads, but holds no KeyedVectors")
     return kv
+
+
+def _claim_error(path: Path, claim: str, need: int, size: int) -> ModelLoadError:
+    """The error for a header that claims more than its file holds (read before anything is allocated for it)."""
+    return ModelLoadError(
+        f"{path}: {claim}, which needs at least {need} bytes, but the file holds {size}: a truncated or forged "
+        "file (nothing was allocated for it)"
+    )
+
+
+def _check_dim(path: Path, dim: int, source: str) -> None:
+    if dim < 1 or dim > MAX_DIM:
+        raise ModelLoadError(f"{path}: {source} dimension {dim} is not a vector dimension (1 to {MAX_DIM})")
+
+
+def _check_binary_header(path: Path) -> None:
+    """A word2vec binary header's ``count dim`` against the file's size, before gensim allocates ``count x dim``.
+
+    Every row is at least a one-byte word, a space and ``dim`` float32s."""
+    size = path.stat().st_size
+    with open(path, "rb") as f:
+        first = f.readline(256)
+    parts = first.split()
+    # gensim reads the header with int(), which also takes "536_870_912", and reads a first line of any length:
+    # a header this check cannot read is refused, never left to gensim
+    if not first.endswith(b"\n") or len(parts) != 2 or not all(re.fullmatch(rb"\d{1,18}", p) for p in parts):
+        raise ModelLoadError(
+            f"{path}: not a valid word2vec binary file: the first line must be a header 'count dim' (two decimal "
+            f"numbers), got {first[:80]!r}"
+        )
+    count, dim = int(parts[0]), int(parts[1])
+    _check_dim(path, dim, "the header's")
+    if count < 1:
+        raise ModelLoadError(f"{path}: the header claims {count} vectors: no vectors in file")
+    need = count * (dim * 4 + 1)
+    if need > size - len(first):
+        raise _claim_error(path, f"the header claims {count} vectors of dimension {dim}", need, size)
+
+
+def _check_spacy_arrays(folder: Path) -> None:
+    """spaCy reads ``vectors`` and ``keys`` whole (no memory map): their headers are checked first. A pipeline
+    without vectors (shape ``(0, 0)``) is left to the caller's "no word vectors" error."""
+    for name in ("vectors", "keys"):
+        if (folder / name).is_file():
+            _check_npy_header(folder / name, matrix=False)
+
+
+def _check_npy_header(path: Path, *, matrix: bool = True) -> None:
+    """A ``.npy`` file's header (shape and dtype) against the file's size, before numpy or spaCy read the data.
+
+    ``matrix``: a word-vector matrix, which needs a row and a dimension of 1 to :data:`MAX_DIM` (otherwise only an
+    absurd dimension is refused). Files that are not ``.npy`` (or hold Python objects) are left to the loader, whose
+    error says what is wrong."""
+    size = path.stat().st_size
+    try:
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, _, dtype = np.lib.format.read_array_header_1_0(f, max_header_size=1 << 16)
+            elif version == (2, 0):
+                shape, _, dtype = np.lib.format.read_array_header_2_0(f, max_header_size=1 << 16)
+            else:
+                return
+            offset = f.tell()
+    except Exception:  # numpy's header parser raises more than ValueError (tokenize.TokenError, SyntaxError...)
+        return  # not a readable .npy header: the loader's own error says so
+    if dtype.hasobject:
+        return
+    if len(shape) == 2 and (matrix or shape[1] > MAX_DIM):
+        _check_dim(path, int(shape[1]), "the .npy header's")
+        if shape[0] < 1 and matrix:
+            raise ModelLoadError(f"{path}: the .npy header claims shape {shape}: no vectors in file")
+    need = int(np.prod(shape, dtype=object)) * dtype.itemsize
+    if need > size - offset:
+        raise _claim_error(path, f"the .npy header claims shape {shape} of {dtype}", need, size)
 
 
 def _numpy_vocab_paths(path: Path, vocab: str | None) -> tuple[Path, Path]:
@@ -441,6 +522,7 @@ def _numpy_vocab_paths(path: Path, vocab: str | None) -> tuple[Path, Path]:
 
 def _load_matrix(matrix_path: Path) -> np.ndarray:
     """A 2-D numeric ``.npy`` matrix, memory-mapped; a pickled array is refused, never loaded."""
+    _check_npy_header(matrix_path)
     try:
         matrix = np.load(matrix_path, mmap_mode="r", allow_pickle=False)
     except ValueError as exc:
@@ -459,11 +541,21 @@ def _load_matrix(matrix_path: Path) -> np.ndarray:
     return matrix
 
 
-def _read_vocab(path: Path) -> list[str]:
+def _read_vocab(path: Path, matrix_path: Path, rows: int) -> list[str]:
+    """The words of a numpy-vocab model, as many as the matrix's rows (whose size is checked against its file): a text
+    vocabulary's lines are counted, a parquet vocabulary's footer read, before any word is built."""
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
 
-        table = pq.read_table(path)
+        try:
+            n = pq.ParquetFile(path).metadata.num_rows
+            if n != rows:
+                raise ModelLoadError(f"{path}: {n} words but {matrix_path} has {rows} rows")
+            table = pq.read_table(path)
+        except ModelLoadError:
+            raise
+        except Exception as exc:  # pyarrow raises OSError, ArrowInvalid, ... for a damaged file
+            raise ModelLoadError(f"{path}: not a readable parquet vocabulary: {type(exc).__name__}: {exc}") from exc
         if "index" not in table.column_names:
             raise ModelLoadError(f"{path}: vocabulary parquet needs a column 'index' (has {table.column_names})")
         words = table.column("index").to_pylist()
@@ -474,6 +566,9 @@ def _read_vocab(path: Path) -> list[str]:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
         raise ModelLoadError(f"{path}: vocabulary file is not UTF-8 text: {exc}") from exc
+    n = text.rstrip("\n").count("\n") + 1 if text else 0
+    if n != rows:  # counted before a string is built for each line
+        raise ModelLoadError(f"{path}: {n} words but {matrix_path} has {rows} rows")
     return text.rstrip("\n").split("\n") if text else []
 
 
@@ -580,12 +675,19 @@ class TextVectorReader:
         first = next(numbered, None)
         line = _decode_first(self.path, first[1] if first else b"")
         parts = line.split()
-        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+        if len(parts) != 2 or not all(_is_count(p) for p in parts):
             raise ModelLoadError(
                 f"{self.path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
                 "(a GloVe file without header? use format glove-text)"
             )
-        return int(parts[0]), int(parts[1])
+        count, dim = int(parts[0]), int(parts[1])
+        # nothing is allocated from the count (lines are streamed; a count the file does not hold is reported at the
+        # end), but one line of the header's dimension must fit: a word and `dim` numbers, spaces between
+        size = self.path.stat().st_size
+        need = 2 * dim + 1
+        if count > 0 and dim > 0 and (dim > MAX_DIM or need > size - len(first[1] if first else b"")):
+            raise _claim_error(self.path, f"the header claims vectors of dimension {dim}", need, size)
+        return count, dim
 
     def _read_sample(self, numbered: Iterator[tuple[int, bytes]]) -> list[tuple[int, bytes]]:
         """The first :data:`SAMPLE_LINES` non-empty lines (byte-order mark removed): they decide the dimension."""
@@ -657,7 +759,7 @@ class TextVectorReader:
     def _refuse_a_header(self, first: str, best: int, sample: list[tuple[int, bytes]]) -> None:
         """A glove-text file whose first line reads as a word2vec ``count dim`` header is word2vec-text."""
         parts = first.split(" ")
-        if len(parts) == 2 and all(p.isdigit() for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
+        if len(parts) == 2 and all(_is_count(p) for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
             raise ModelLoadError(
                 f"{self.path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
                 f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
@@ -687,7 +789,7 @@ class TextVectorReader:
                 f"lines have a word and {best} numbers (only {got} fit {declared}; this line is the first that does "
                 f"not): is {suspect} wrong, or the file?"
             )
-        if declared < 1:
+        if declared < 1 or declared > MAX_DIM:
             raise ModelLoadError(f"{self.path}: dimension {declared} is not a vector dimension")
         return declared
 
@@ -779,6 +881,12 @@ def _sample_shapes(
 def _fits(d: int, n: int, trail: int, num: list[bool]) -> bool:
     """The line reads as a word and ``d`` numbers (a multi-word token's last piece is not a number)."""
     return trail >= d and (n == d or (n > d and not num[n - d]))
+
+
+def _is_count(field: str) -> bool:
+    """A header field: ASCII digits only (``str.isdigit`` also takes ``²``, which ``int`` refuses), at most 18 of
+    them (``int`` refuses more than 4300, and no real count comes near 10^18)."""
+    return field.isascii() and field.isdigit() and len(field) <= 18
 
 
 def _counts_the_rest(parts: list[str], sample: list[tuple[int, bytes]]) -> bool:

@@ -29,6 +29,7 @@ import io
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -236,6 +237,27 @@ def load_sick_r(folder: Path) -> STSTask:
     return STSTask("SICK-R", subsets)
 
 
+class _CsvRows:
+    """A csv reader whose errors (a field over the csv module's limit, ...) name the file and line."""
+
+    def __init__(self, path: Path, reader: Any) -> None:
+        self.path = path
+        self.reader = reader
+
+    @property
+    def line_num(self) -> int:
+        return int(self.reader.line_num)
+
+    def __iter__(self) -> _CsvRows:
+        return self
+
+    def __next__(self) -> list[str]:
+        try:
+            return next(self.reader)
+        except csv.Error as exc:
+            raise TaskDataError(f"{self.path}:{self.reader.line_num}: not a readable CSV record ({exc})") from None
+
+
 def load_str(path: Path) -> STSTask:
     """STR-2022 (one subset, ``test``): quoted CSV, ``Text`` = ``sent1\\nsent2``, ``Score`` in [0, 1].
 
@@ -245,7 +267,7 @@ def load_str(path: Path) -> STSTask:
     if path.is_dir():
         path = path / STR_FILE
     text = read_text(path)
-    reader = csv.reader(io.StringIO(text, newline=""))
+    reader = _CsvRows(path, csv.reader(io.StringIO(text, newline="")))
     header = next(reader, None)
     expected = ["Index", "SourceID", "SubsetID", "PairID", "Text", "Score"]
     if header != expected:
