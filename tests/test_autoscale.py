@@ -86,9 +86,10 @@ def test_gpu_workers_are_asked_for_and_used_as_their_nodes_join(tmp_path, data_d
     wh = tmp_path / "wh"
     # start-head.sh's head (token, loopback only) with the fake autoscaler; the driver gets the head's settings
     with faults.ray_head(tmp_path / "head", num_cpus=0, autoscaling=CONFIG) as head:
+        env = faults._env(**head.client_env(), EVALFARM_DATA=str(tmp_path))  # the task slices' folder
         proc = subprocess.run(
             [sys.executable, "-c", DRIVER, str(cat), str(wh), head.gcs],
-            capture_output=True, text=True, timeout=400, cwd=REPO, env=faults._env(**head.client_env()),
+            capture_output=True, text=True, timeout=400, cwd=REPO, env=env,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
