@@ -125,14 +125,16 @@ def _task_data() -> Iterator[None]:
 
 
 # -- processes ----------------------------------------------------------------------------------------------------
-def _env(**extra: str) -> dict[str, str]:
+def _env(data: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of an ``evalfarm run``: no Ray address or token of the shell's (a run without ``--address``
     makes its own, ``connect``); a run on the shared head gets that head's settings in ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in RAY_CLIENT_VARS}
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    if _TASK_DATA is not None:
-        env["EVALFARM_DATA"] = str(_TASK_DATA)
-    return {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
+    out = {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
+    data = data or _TASK_DATA  # the task slices' folder wins over an EVALFARM_DATA in extra (a head's client env)
+    if data is not None:
+        out["EVALFARM_DATA"] = str(data)
+    return out
 
 
 def session(sid: int) -> dict[int, str]:
