@@ -56,12 +56,20 @@ def make_catalog(d: Path, n: int) -> Path:
         f"""include: [tasks]
 tasks:
   - {{id: tiny-rank, level: word, kind: evalrank, format: evalrank-word, version: "1", licence: bench, source: bench,
-      files: {{pairs: {pairs}, background: {bg}}}, sha256: {{pairs: {sha(pairs)}, background: {sha(bg)}}}}}
+      files: {{pairs: {pairs.name}, background: {bg.name}}}, sha256: {{pairs: {sha(pairs)}, background: {sha(bg)}}}}}
   - wordsim-rg-65
   - wordsim-mc-30
 models:
 {models}"""
     )
+    # d is the run's data folder (catalogs name task files inside it): the slices and the shipped tasks' files
+    from evalfarm.catalog.registry import load_catalog
+
+    shipped = load_catalog("tasks")
+    for tid in ("wordsim-rg-65", "wordsim-mc-30"):
+        for rel in shipped.task(tid).files.values():
+            (d / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data / rel, d / rel)
     return d / "noop.yaml"
 
 
@@ -98,6 +106,7 @@ def main() -> None:
 
     d = Path(tempfile.mkdtemp(prefix="bench-noop-"))
     catalog = make_catalog(d, args.models)
+    os.environ["EVALFARM_DATA"] = str(d)  # this run and the CLI runs it starts
     wh = d / "wh"
     t0 = time.perf_counter()
     s = run_catalog(load_catalog(catalog), wh, executor="local")

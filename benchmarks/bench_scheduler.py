@@ -38,7 +38,8 @@ def _head(src: Path, n: int, dst: Path) -> Path:
 
 
 def _pool(pid: str, level: str, files: dict[str, Path]) -> str:
-    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    """A task entry over slices that sit beside the catalog (named relative to it: the run's data folder)."""
+    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
     sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
     return (
         f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: bench,"
@@ -224,6 +225,7 @@ def main() -> None:
     torch.set_num_threads(os.cpu_count() or 1)
     d = Path(tempfile.mkdtemp(prefix="bench-sched-"))
     bench, hundred = make_catalogs(d, args)
+    os.environ["EVALFARM_DATA"] = str(d)  # the pools' slices: catalogs name task files inside the data folder
     res: dict[str, object] = {
         "machine": f"{platform.node()} {os.cpu_count()} CPUs",
         "args": vars(args) | {"json": None},

@@ -56,7 +56,9 @@ def _head(src: Path, n: int, dst: Path) -> Path:
 
 
 def _pool(pid: str, level: str, files: dict[str, Path]) -> str:
-    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    """A task entry over slices beside the catalog, named relative to that folder: the runs' data folder
+    (``EVALFARM_DATA``, :func:`_env`), since catalogs name task files inside the data folder only."""
+    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
     sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
     return (
         f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: faults,"
@@ -98,16 +100,41 @@ def make_catalog(d: Path, *, small: bool) -> Path:
     (d / "cat.yaml").write_text(body + "".join(f"  - {specs[m]}\n" for m in models))
     respec = dict(specs, toy=specs["toy"].replace("format: glove-text,", "format: glove-text, oov: skip,"))
     (d / "cat-respec.yaml").write_text(body + "".join(f"  - {respec[m]}\n" for m in models))
+    global _TASK_DATA
+    _TASK_DATA = d
     return d / "cat.yaml"
 
 
+_TASK_DATA: Path | None = None
+"""The folder of the last catalog :func:`make_catalog` wrote: the data folder of the runs :func:`_env` starts."""
+
+
+@contextlib.contextmanager
+def _task_data() -> Iterator[None]:
+    """``EVALFARM_DATA`` set to :data:`_TASK_DATA` for an in-process run (restored after)."""
+    was = os.environ.get("EVALFARM_DATA")
+    if _TASK_DATA is not None:
+        os.environ["EVALFARM_DATA"] = str(_TASK_DATA)
+    try:
+        yield
+    finally:
+        if was is None:
+            os.environ.pop("EVALFARM_DATA", None)
+        else:
+            os.environ["EVALFARM_DATA"] = was
+
+
 # -- processes ----------------------------------------------------------------------------------------------------
-def _env(**extra: str) -> dict[str, str]:
+def _env(data: Path | None = None, **extra: str) -> dict[str, str]:
     """The environment of an ``evalfarm run``: no Ray address or token of the shell's (a run without ``--address``
     makes its own, ``connect``); a run on the shared head gets that head's settings in ``extra``."""
     env = {k: v for k, v in os.environ.items() if k not in RAY_CLIENT_VARS}
     env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)
-    return {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
+    out = {**env, "PYTHONPATH": str(REPO), "COLUMNS": "200", **extra}
+    data = data or _TASK_DATA  # the task slices' folder wins over an EVALFARM_DATA in extra (a head's client env)
+    if data is not None:
+        out["EVALFARM_DATA"] = str(data)
+    return out
 
 
 def session(sid: int) -> dict[int, str]:
@@ -222,7 +249,8 @@ def reference(catalog: Path, wh: Path, catalog_respec: Path | None = None) -> di
     from evalfarm.runner import run_catalog
 
     if not (wh / "tables" / "runs").exists() or not _rows(wh, "SELECT 1 FROM metrics LIMIT 1"):
-        run_catalog(catalog, wh, executor="local")
+        with _task_data():
+            run_catalog(catalog, wh, executor="local")
     return {tuple(r[k] for k in KEY): r["value"] for r in _rows(wh, f"SELECT {', '.join(KEY)}, value FROM metrics")}
 
 

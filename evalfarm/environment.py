@@ -1,8 +1,8 @@
 """The environment variables that travel: the one list of what workers and jobs get from the driver's environment.
 
 - :data:`WORKER_ENV`: what a worker actor on another node needs to do the driver's work: where the evaluation data
-  and the cache live, and the hub mode. ``evalfarm run`` forwards the ones set in its environment to its workers
-  (a job's own env vars already reach every task of the job: then nothing is sent again).
+  and the cache live, and the modes (hub offline, plain-http opt-in). ``evalfarm run`` forwards the ones set in its
+  environment to its workers (a job's own env vars already reach every task of the job: then nothing is sent again).
 - :data:`SUBMIT_ENV`: what ``evalfarm submit`` forwards from the submitting machine to the job: modes only. Local
   paths (``EVALFARM_DATA``, ``EVALFARM_CACHE``) are paths on the submitter's machine and would override the
   cluster's own settings; pass them on purpose with ``--env``.
@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import os
 
-MODE_ENV: tuple[str, ...] = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
+MODE_ENV: tuple[str, ...] = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "EVALFARM_ALLOW_HTTP")
+"""Modes, not paths: the hub's offline switches, and the opt-in to plain-http downloads (evalfarm.cache.check_url),
+which must hold where the catalog is validated and the files are fetched, on the workers and in a submitted job."""
 WORKER_ENV: tuple[str, ...] = ("EVALFARM_DATA", "EVALFARM_CACHE", "HF_HOME", *MODE_ENV)
 SUBMIT_ENV: tuple[str, ...] = MODE_ENV
 

@@ -42,7 +42,7 @@ CONFIG = {
 }
 
 DRIVER = """
-import json, sys
+import json, os, sys
 import ray
 from ray.autoscaler import sdk
 
@@ -54,7 +54,9 @@ def spy(*args, **kwargs):  # what the run asks the autoscaler for (the real call
 sdk.request_resources = spy
 
 from evalfarm.runner import run_catalog
-ray.init(address=sys.argv[3], log_to_driver=False)  # ours: still connected after the run, to list the nodes
+# ours: still connected after the run, to list the nodes; its workers read the task slices' folder
+data = {"env_vars": {"EVALFARM_DATA": os.environ["EVALFARM_DATA"]}}
+ray.init(address=sys.argv[3], log_to_driver=False, runtime_env=data)
 ready = []
 summary = run_catalog(sys.argv[1], sys.argv[2], executor="ray", address=sys.argv[3],
                       on_event=lambda e: e.kind == "worker-ready" and ready.append((e.worker.name, e.worker.node)))
@@ -86,9 +88,10 @@ def test_gpu_workers_are_asked_for_and_used_as_their_nodes_join(tmp_path, data_d
     wh = tmp_path / "wh"
     # start-head.sh's head (token, loopback only) with the fake autoscaler; the driver gets the head's settings
     with faults.ray_head(tmp_path / "head", num_cpus=0, autoscaling=CONFIG) as head:
+        env = faults._env(tmp_path, **head.client_env())  # the task slices' folder
         proc = subprocess.run(
             [sys.executable, "-c", DRIVER, str(cat), str(wh), head.gcs],
-            capture_output=True, text=True, timeout=400, cwd=REPO, env=faults._env(**head.client_env()),
+            capture_output=True, text=True, timeout=400, cwd=REPO, env=env,
         )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-4000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -19,6 +19,7 @@ import yaml
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse
+from tests.support.task_files import data_folder
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = Path(__file__).parent / "bad_inputs"
@@ -99,10 +100,10 @@ def tiny_catalog(tmp_path_factory) -> Path:
         f"""
 tasks:
   - {{id: tiny-evalrank, level: word, kind: evalrank, format: evalrank-word, version: "1", licence: test, source: test,
-      files: {{pairs: {d}/pairs.txt, background: {d}/background.txt}},
+      files: {{pairs: pairs.txt, background: background.txt}},
       sha256: {{pairs: {sha("pairs.txt")}, background: {sha("background.txt")}}}}}
   - {{id: tiny-wordsim, level: word, kind: wordsim, version: "1", licence: test, source: test,
-      files: {{pairs: {d}/sim.txt}}, sha256: {{pairs: {sha("sim.txt")}}}}}
+      files: {{pairs: sim.txt}}, sha256: {{pairs: {sha("sim.txt")}}}}}
 models:
 {models}"""
     )
@@ -112,7 +113,8 @@ models:
 @pytest.fixture(scope="module")
 def tiny_run(tiny_catalog, tmp_path_factory):
     wh = tmp_path_factory.mktemp("wh") / "wh"
-    summary = run_catalog(load_catalog(tiny_catalog), wh, executor="local")
+    with data_folder(tiny_catalog.parent):  # the task files sit beside the catalog
+        summary = run_catalog(load_catalog(tiny_catalog), wh, executor="local")
     assert summary.counts() == {"done": 2 * len(MODELS), "skipped": 0, "failed": 0}, summary.failed
     return wh, summary
 
@@ -199,7 +201,8 @@ def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog
         proc = _cli("sql", "--warehouse", str(wh), "SELECT count(*) AS n FROM metrics")
         assert proc.returncode == 0 and re.search(expect["views_warn"], proc.stderr), proc.stderr
         assert str(target) in proc.stderr
-    summary = run_catalog(load_catalog(catalog), wh, executor="local", models=[CLEAN])
+    with data_folder(catalog.parent):
+        summary = run_catalog(load_catalog(catalog), wh, executor="local", models=[CLEAN])
     moved = {q.path: q for q in summary.quarantined}
     assert str(target) in moved, summary.quarantined
     q = moved[str(target)]
@@ -215,7 +218,8 @@ def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog
     assert w.excluded == ()
     rows = _q(wh, "SELECT model, stage, detail FROM failures WHERE stage = 'quarantine'")
     assert {"model": CLEAN, "stage": "quarantine", "detail": str(target)} in rows
-    again = run_catalog(load_catalog(catalog), wh, executor="local", models=[CLEAN])
+    with data_folder(catalog.parent):
+        again = run_catalog(load_catalog(catalog), wh, executor="local", models=[CLEAN])
     assert again.counts() == {"done": 0, "skipped": 2, "failed": 0} and again.quarantined == []
 
 

@@ -21,6 +21,7 @@ from evalfarm.encoders.postprocess import PostProcessedWordVectors, fit_postproc
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet, WordEncoder
 from evalfarm.encoders.sources import resolve_source, source_provenance
 from evalfarm.encoders.word_vectors import WordVectors
+from tests.support.http_files import serve
 
 TOY_GLOVE = Path("/work/shared/data/evalrank/reference/toy_emb.txt")
 SENTS = ["A man is playing a guitar.", "The cat sat on the mat, quietly.", "Stocks fell sharply today"]
@@ -96,31 +97,33 @@ def test_hf_source_is_the_hub_id() -> None:
 
 def test_url_source_downloads_verifies_and_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
-    payload = tmp_path / "vecs.txt"
+    monkeypatch.setenv("EVALFARM_ALLOW_HTTP", "1")  # the loopback server speaks plain http
+    served = tmp_path / "served"
+    served.mkdir()
+    payload = served / "vecs.txt"
     payload.write_text("a 1 2\nb 3 4\n")
     sha = hashlib.sha256(payload.read_bytes()).hexdigest()
-    got = resolve_source(Source(type="url", ref=payload.as_uri(), sha256=sha))
-    assert got == tmp_path / "cache" / "models" / sha[:16] / "vecs.txt" and got.read_bytes() == payload.read_bytes()
-    payload.unlink()  # reused from the cache, no download
-    assert resolve_source(Source(type="url", ref=(tmp_path / "vecs.txt").as_uri(), sha256=sha)) == got
-    other = tmp_path / "other.txt"
-    other.write_text("x")
-    with pytest.raises(ModelLoadError, match="sha256"):
-        resolve_source(Source(type="url", ref=other.as_uri(), sha256="0" * 64))
-    # archives: a file inside a .zip and a .tar.gz
-    inner = tmp_path / "inner.txt"
-    inner.write_text("c 5 6\n")
-    with zipfile.ZipFile(tmp_path / "m.zip", "w") as zf:
-        zf.write(inner, "model/inner.txt")
-    with tarfile.open(tmp_path / "m.tar.gz", "w:gz") as tf:
-        tf.add(inner, "model/inner.txt")
-    for name in ("m.zip", "m.tar.gz"):
-        arch = tmp_path / name
-        src = Source(
-            type="url", ref=arch.as_uri(), sha256=hashlib.sha256(arch.read_bytes()).hexdigest(), path="model/inner.txt"
-        )
-        assert resolve_source(src).read_text() == "c 5 6\n"
-        assert source_provenance(src)["sha256"] == src.sha256
+    with serve(served) as base:
+        got = resolve_source(Source(type="url", ref=f"{base}/vecs.txt", sha256=sha))
+        assert got == tmp_path / "cache" / "models" / sha[:16] / "vecs.txt"
+        assert got.read_bytes() == payload.read_bytes()
+        payload.unlink()  # reused from the cache, no download
+        assert resolve_source(Source(type="url", ref=f"{base}/vecs.txt", sha256=sha)) == got
+        (served / "other.txt").write_text("x")
+        with pytest.raises(ModelLoadError, match="sha256"):
+            resolve_source(Source(type="url", ref=f"{base}/other.txt", sha256="0" * 64))
+        # archives: a file inside a .zip and a .tar.gz
+        inner = tmp_path / "inner.txt"
+        inner.write_text("c 5 6\n")
+        with zipfile.ZipFile(served / "m.zip", "w") as zf:
+            zf.write(inner, "model/inner.txt")
+        with tarfile.open(served / "m.tar.gz", "w:gz") as tf:
+            tf.add(inner, "model/inner.txt")
+        for name in ("m.zip", "m.tar.gz"):
+            sha = hashlib.sha256((served / name).read_bytes()).hexdigest()
+            src = Source(type="url", ref=f"{base}/{name}", sha256=sha, path="model/inner.txt")
+            assert resolve_source(src).read_text() == "c 5 6\n"
+            assert source_provenance(src)["sha256"] == src.sha256
 
 
 # -- word vectors ----------------------------------------------------------------------------------------------

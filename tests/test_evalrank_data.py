@@ -11,6 +11,7 @@ from evalfarm.catalog.registry import load_catalog
 from evalfarm.scorers.evalrank import EvalRankTask
 from evalfarm.taskdata import load_task
 from evalfarm.taskdata.data import TaskDataError
+from tests.support.http_files import serve
 
 
 @pytest.fixture(scope="module")
@@ -86,17 +87,18 @@ def test_missing_data_dir_is_a_clear_error(tmp_path, monkeypatch):
 
 
 def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
-    """Without EVALFARM_DATA the files are fetched from their URLs (file:// here) and checked."""
+    """Without EVALFARM_DATA the files are fetched from their URLs (a loopback http server here) and checked."""
     src = tmp_path / "src"
     spec = _pool_spec(src, "a\tb\nb\ta\n", "c\n")
-    urls = {role: (src / rel).as_uri() for role, rel in spec.files.items()}
-    spec = spec.model_copy(update={"urls": urls})
     monkeypatch.delenv("EVALFARM_DATA", raising=False)
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
-    pool = load_task(spec)
-    assert pool.n_pairs == 2
-    assert (tmp_path / "cache" / "tasks" / "tiny" / "1" / "p" / "pairs.txt").is_file()
-    bad = spec.model_copy(update={"id": "tiny2", "sha256": {**spec.sha256, "pairs": "0" * 64}})
-    with pytest.raises(TaskDataError, match="expected"):
-        load_task(bad)
-    assert not list((tmp_path / "cache" / "pools" / "tiny2").rglob("*.txt"))  # nothing half-written is kept
+    monkeypatch.setenv("EVALFARM_ALLOW_HTTP", "1")
+    with serve(src) as base:
+        spec = spec.model_copy(update={"urls": {role: f"{base}/{rel}" for role, rel in spec.files.items()}})
+        pool = load_task(spec)
+        assert pool.n_pairs == 2
+        assert (tmp_path / "cache" / "tasks" / "tiny" / "1" / "p" / "pairs.txt").is_file()
+        bad = spec.model_copy(update={"id": "tiny2", "sha256": {**spec.sha256, "pairs": "0" * 64}})
+        with pytest.raises(TaskDataError, match="expected"):
+            load_task(bad)
+    assert not list((tmp_path / "cache" / "tasks" / "tiny2").rglob("*.txt"))  # nothing half-written is kept

@@ -67,9 +67,8 @@ def _sandbox(root: Path, data_dir: Path) -> Path:
             (repo / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(src, repo / rel)
     data = root / "shared" / "data"
-    data.mkdir(parents=True)
-    for sub in data_dir.iterdir():
-        (data / sub.name).symlink_to(sub)
+    # a copy, not symlinks: evalfarm refuses a task file that resolves outside the data folder
+    shutil.copytree(data_dir, data)
     q = data / "quickstart"
     tasks = yaml.safe_load((REPO / "catalog" / "tasks.yaml").read_text(encoding="utf-8"))["tasks"]
     by_id = {t["id"]: t for t in tasks}

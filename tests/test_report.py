@@ -16,6 +16,7 @@ from evalfarm.cli import app
 from evalfarm.report import model_slug
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, now
+from tests.support.task_files import copy_task_files, data_folder
 
 REPO = Path(__file__).resolve().parents[1]
 CHROMIUM_ARGS = [
@@ -61,10 +62,10 @@ def warehouse(tmp_path_factory, data_dir, toy_glove) -> tuple[Warehouse, str]:
 include: [{REPO / "catalog" / "tasks.yaml"}]
 tasks:
   - {{id: er-word-small, level: word, kind: evalrank, format: evalrank-word, version: "1", licence: test,
-      source: tests, files: {{pairs: {d}/wp.txt, background_basic: {d}/wb.txt, background_wiki: {d}/ww.txt}},
+      source: tests, files: {{pairs: wp.txt, background_basic: wb.txt, background_wiki: ww.txt}},
       sha256: {{pairs: {sha["wp"]}, background_basic: {sha["wb"]}, background_wiki: {sha["ww"]}}}}}
   - {{id: er-sent-small, level: sentence, kind: evalrank, format: evalrank-sentence, version: "1", licence: test,
-      source: tests, files: {{pairs: {d}/sp.txt, background: {d}/sb.txt}},
+      source: tests, files: {{pairs: sp.txt, background: sb.txt}},
       sha256: {{pairs: {sha["sp"]}, background: {sha["sb"]}}}}}
   - wordsim-mc-30
   - wordsim-rg-65
@@ -86,7 +87,10 @@ models:
                 [_accuracy_row(model, task, acc + (i * j) / 100, fp)],
                 wh.unit_path("metrics", model, task, fp),
             )
-    summary = run_catalog(d / "cat.yaml", wh.root, executor="local")
+    # d is the run's data folder: the slices above and a copy of the shipped tasks' files
+    copy_task_files(data_dir, "tasks", ["wordsim-mc-30", "wordsim-rg-65", "sts-bands"], d)
+    with data_folder(d):
+        summary = run_catalog(d / "cat.yaml", wh.root, executor="local")
     assert summary.ok, [o.error for o in summary.failed]
     _add_hostile_model(wh, summary.run_id)
     return wh, summary.run_id
@@ -288,14 +292,15 @@ def test_a_degenerate_units_numbers_are_flagged_on_its_model_page(browser, tmp_p
     (tmp_path / "cat.yaml").write_text(f"""
 tasks:
   - {{id: sim, level: word, kind: wordsim, version: "1", licence: test, source: test,
-      files: {{pairs: {tmp_path}/sim.txt}}, sha256: {{pairs: {sha}}}}}
+      files: {{pairs: sim.txt}}, sha256: {{pairs: {sha}}}}}
 models:
   - {{id: clean, level: word, kind: word-vectors, format: glove-text,
       source: {{type: path, ref: {bad}/glove_clean.txt}}}}
   - {{id: constant, level: word, kind: word-vectors, format: glove-text,
       source: {{type: path, ref: {bad}/constant_vectors.txt}}}}
 """)
-    summary = run_catalog(tmp_path / "cat.yaml", tmp_path / "wh", executor="local")
+    with data_folder(tmp_path):
+        summary = run_catalog(tmp_path / "cat.yaml", tmp_path / "wh", executor="local")
     assert summary.ok and [o.model for o in summary.degenerate] == ["constant"]
     reason = summary.degenerate[0].degenerate
     res = CliRunner().invoke(app, ["report", "--warehouse", str(tmp_path / "wh"), "--out", str(tmp_path / "out")])

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import urllib.error
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.outcomes import is_retryable
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse
+from tests.support.task_files import data_folder
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = Path(__file__).parent / "bad_inputs"
@@ -27,7 +29,7 @@ WORDS = [line.split()[0] for line in (BAD / "glove_clean.txt").read_text().split
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory) -> Path:
+def catalog(tmp_path_factory) -> Iterator[Path]:
     """Two tiny word tasks (three files) and models that load, and that fail for reasons in their files."""
     d = tmp_path_factory.mktemp("checks")
     pairs = zip(WORDS[::2], WORDS[1::2], strict=True)
@@ -46,10 +48,10 @@ def catalog(tmp_path_factory) -> Path:
         f"""
 tasks:
   - {{id: t-rank, level: word, kind: evalrank, format: evalrank-word, version: "1", licence: test, source: test,
-      files: {{pairs: {d}/pairs.txt, background: {d}/background.txt}},
+      files: {{pairs: pairs.txt, background: background.txt}},
       sha256: {{pairs: {sha("pairs.txt")}, background: {sha("background.txt")}}}}}
   - {{id: t-sim, level: word, kind: wordsim, version: "1", licence: test, source: test,
-      files: {{pairs: {d}/sim.txt}}, sha256: {{pairs: {sha("sim.txt")}}}}}
+      files: {{pairs: sim.txt}}, sha256: {{pairs: {sha("sim.txt")}}}}}
 models:
 """
         + model("clean", BAD / "glove_clean.txt")
@@ -58,7 +60,8 @@ models:
         + model("unparseable", BAD / "first_line_short.txt")
         + model("nan", BAD / "nan_outside_pool.txt")
     )
-    return d / "c.yaml"
+    with data_folder(d):  # the task files sit beside the catalog: the data folder, for this module's tests
+        yield d / "c.yaml"
 
 
 def test_device_names_are_checked_against_this_machine() -> None:

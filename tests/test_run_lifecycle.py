@@ -21,7 +21,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
-def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path) -> tuple[Path, Path]:
+def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """A word pool sliced from the real one (its files in tmp_path, this test's data folder) and the toy model twice,
+    under one id with two specs."""
     import hashlib
 
     w = data_dir / "evalrank" / "word_evalrank"
@@ -30,8 +32,9 @@ def catalogs(tmp_path: Path, data_dir: Path, toy_glove: Path) -> tuple[Path, Pat
                           ("background_wiki", "wiki_vocab.txt", 400)):  # fmt: skip
         files[role] = tmp_path / name
         files[role].write_text("\n".join((w / name).read_text().splitlines()[:n]) + "\n")
-    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
     sh = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))  # the catalog names the slices relative to their folder
     pool = (
         "tasks:\n  - {id: w, level: word, kind: evalrank, format: evalrank-word, version: '1', licence: t, source: t,"
         f" files: {{{fl}}}, sha256: {{{sh}}}}}\n"

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scheduler.ray_executor import autoscaled_workers, worker_resources
 from evalfarm.warehouse import Warehouse
 from tests.support.ray_heads import local_ray
+from tests.support.task_files import data_folder
 
 REPO = Path(__file__).resolve().parents[1]
 WORD_MODELS = ["toy", "toy-abtt1", "toy-pcr1", "toy-skip"]
@@ -28,7 +30,7 @@ SENT_MODELS = ["bow-toy", "static"]
 
 def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path]) -> str:
     sha = {role: hashlib.sha256(p.read_bytes()).hexdigest() for role, p in files.items()}
-    fl = ", ".join(f"{r}: {p}" for r, p in files.items())
+    fl = ", ".join(f"{r}: {p.relative_to(d)}" for r, p in files.items())
     sh = ", ".join(f"{r}: {s}" for r, s in sha.items())
     return (
         f"  - {{id: {pid}, level: {level}, kind: evalrank, format: evalrank-{level}, version: '1', licence: test,"
@@ -37,8 +39,9 @@ def _pool_entry(d: Path, pid: str, level: str, files: dict[str, Path]) -> str:
 
 
 @pytest.fixture(scope="module")
-def catalog(tmp_path_factory, data_dir, toy_glove) -> Path:
-    """Small word and sentence pools (slices of the real ones, absolute paths) and cheap real models."""
+def catalog(tmp_path_factory, data_dir, toy_glove) -> Iterator[Path]:
+    """Small word and sentence pools (slices of the real ones, in the catalog's folder: the module's data folder) and
+    cheap real models."""
     d = tmp_path_factory.mktemp("sched")
     w, s = data_dir / "evalrank" / "word_evalrank", data_dir / "evalrank" / "sent_evalrank"
 
@@ -85,13 +88,15 @@ models:
   - {{id: nan-vectors, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {nan}}}}}
 """
     )
-    return d / "cat.yaml"
+    with data_folder(d):  # set before the module's Ray starts (ray_cluster): its workers read the slices too
+        yield d / "cat.yaml"
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster(catalog):
     """evalfarm's own local Ray (``connect(None)``: a cluster of our own, token-authenticated, every server on
-    loopback; tests/support/ray_heads.py checks its sockets), kept for the module."""
+    loopback; tests/support/ray_heads.py checks its sockets), kept for the module; started after ``catalog`` set
+    the data folder, which its workers inherit."""
     with local_ray(num_cpus=2) as ray:
         yield ray
 

@@ -16,8 +16,10 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow.parquet as pq
@@ -546,3 +548,250 @@ def test_a_catalog_cannot_run_code_through_yaml_tags(tmp_path, tag):
     with pytest.raises(CatalogError, match=r"evil\.yaml line 3: not valid YAML"):
         load_catalog(evil)
     assert not marker.exists()
+
+
+# -- a catalog cannot make evalfarm read or write outside its base (issue 23, item 1) ---------------------------------
+# The attack: a third-party catalog names an attacker's URL, its payload's sha256 and a `files:` path that points
+# outside the data folder / the cache (absolute, `..`, `~`, or a symlink planted inside the folder). Every target here
+# lies inside tmp_path, never the real home.
+
+PAYLOAD = b"echo pwned-by-a-catalog\n"
+SECRET = "TOPSECRET first line of a file outside the data folder"
+
+
+def _entry(files: str, *, sha: str, url: str | None = None, tid: str = "evil", version: str = '"1"') -> str:
+    urls = f", urls: {{pairs: '{url}'}}" if url else ""
+    return (
+        f"  - {{id: '{tid}', level: word, kind: wordsim, version: {version}, licence: x, source: x,\n"
+        f"      files: {{pairs: '{files}'}}, sha256: {{pairs: {sha}}}{urls}}}\n"
+    )
+
+
+def _catalog(tmp_path: Path, tasks: str, *, model_id: str = "toy") -> Path:
+    toy = REPO.parent / "shared" / "data" / "evalrank" / "reference" / "toy_emb.txt"
+    path = tmp_path / "third-party.yaml"
+    path.write_text(
+        f"tasks:\n{tasks}models:\n  - {{id: '{model_id}', level: word, kind: word-vectors, format: glove-text,"
+        f" source: {{type: path, ref: '{toy}'}}}}\n"
+    )
+    return path
+
+
+def _validate(catalog: Path) -> tuple[int, str]:
+    """`evalfarm catalog validate` in process: its exit code and what it printed."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    res = CliRunner().invoke(app, ["catalog", "validate", "--catalog", str(catalog)])
+    return res.exit_code, res.output
+
+
+@contextlib.contextmanager
+def _serving(folder: Path) -> Iterator[str]:
+    from tests.support.http_files import serve
+
+    with serve(folder) as base:
+        yield base
+
+
+@pytest.fixture
+def attacker(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[str, str]]:
+    """The attacker's server (plain http on loopback, allowed here so the scheme is not what stops the attack):
+    (URL of the payload, its sha256); no data folder, a cache and a HOME inside tmp_path."""
+    import hashlib
+
+    served = tmp_path / "served"
+    served.mkdir()
+    (served / "payload.sh").write_bytes(PAYLOAD)
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("EVALFARM_ALLOW_HTTP", "1")
+    with _serving(served) as base:
+        yield f"{base}/payload.sh", hashlib.sha256(PAYLOAD).hexdigest()
+
+
+def _planted(tmp_path: Path) -> list[Path]:
+    return [p for p in tmp_path.rglob("*") if p.is_file() and p.read_bytes() == PAYLOAD and "served" not in p.parts]
+
+
+def _wordsim(**update: Any) -> Any:
+    """A shipped task with attacker fields, built without validation (as a plug-in or API caller could)."""
+    from evalfarm.catalog.registry import load_catalog
+
+    return load_catalog("tasks").task("wordsim-mc-30").model_copy(update=update)
+
+
+@pytest.mark.parametrize("where", ["absolute", "dotdot", "tilde"])
+def test_a_catalog_cannot_plant_a_downloaded_file_outside_the_cache(tmp_path, attacker, where):
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.taskdata import load_task
+    from evalfarm.taskdata.data import TaskDataError
+
+    url, sha = attacker
+    target = tmp_path / "home" / ".bashrc"
+    files = {
+        "absolute": str(target),
+        "dotdot": "../../../../home/.bashrc",  # <cache>/tasks/evil/1/ + 4 x '..' = tmp_path
+        "tilde": "~/.bashrc",
+    }[where]
+    catalog = _catalog(tmp_path, _entry(files, sha=sha, url=url))
+    with pytest.raises(CatalogError) as err:
+        load_catalog(catalog)
+    said = str(err.value)
+    assert "third-party.yaml" in said and "'evil'" in said and "'pairs'" in said, said
+    code, out = _validate(catalog)
+    assert code != 0 and "'evil'" in out and " ok" not in out, out
+    with pytest.raises(TaskDataError, match="'evil'"):  # and at use, for a spec that skipped validation
+        load_task(_wordsim(id="evil", version="1", files={"pairs": files}, sha256={"pairs": sha}, urls={"pairs": url}))
+    assert _planted(tmp_path) == [] and not target.exists()
+
+
+@pytest.mark.parametrize("scheme", ["file", "ftp", "gopher", "http"])
+def test_only_https_urls_are_fetched(tmp_path, monkeypatch, scheme):
+    """file:// would read any local file into the cache; http only with the documented opt-in."""
+    from evalfarm.cache import UnsafeLocation, download
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.taskdata import load_task
+    from evalfarm.taskdata.data import TaskDataError
+
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)
+    monkeypatch.delenv("EVALFARM_ALLOW_HTTP", raising=False)
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET + "\n")
+    url = secret.as_uri() if scheme == "file" else f"{scheme}://127.0.0.1:9/secret.txt"
+    import hashlib
+
+    sha = hashlib.sha256(secret.read_bytes()).hexdigest()
+    catalog = _catalog(tmp_path, _entry("wordsim/x.txt", sha=sha, url=url))
+    with pytest.raises(CatalogError, match="EVALFARM_ALLOW_HTTP" if scheme == "http" else "only https"):
+        load_catalog(catalog)
+    assert _validate(catalog)[0] != 0
+    with pytest.raises(UnsafeLocation):
+        download(url, tmp_path / "cache" / "got.txt", sha)
+    spec = _wordsim(id="evil", files={"pairs": "x.txt"}, sha256={"pairs": sha}, urls={"pairs": url})
+    with pytest.raises(TaskDataError, match="not downloaded"):
+        load_task(spec)
+    assert not (tmp_path / "cache").exists() or not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))
+
+
+def test_http_is_fetched_only_with_the_opt_in(tmp_path, attacker, monkeypatch):
+    from evalfarm.cache import download
+
+    url, sha = attacker
+    assert download(url, tmp_path / "got.sh", sha) == sha  # EVALFARM_ALLOW_HTTP=1 (the fixture)
+    monkeypatch.delenv("EVALFARM_ALLOW_HTTP")
+    from evalfarm.cache import UnsafeLocation
+
+    with pytest.raises(UnsafeLocation, match="EVALFARM_ALLOW_HTTP=1"):
+        download(url, tmp_path / "again.sh", sha)
+    assert not (tmp_path / "again.sh").exists()
+
+
+@pytest.fixture
+def data_with_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, str]:
+    """A data folder, and beside it a file the catalog should not reach (its sha256 known to the attacker)."""
+    import hashlib
+
+    data = tmp_path / "data"
+    (data / "wordsim").mkdir(parents=True)
+    secret = tmp_path / "secret.txt"
+    secret.write_text(SECRET + "\nmore\n")
+    monkeypatch.setenv("EVALFARM_DATA", str(data))
+    return data, hashlib.sha256(secret.read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("files", ["../secret.txt", "wordsim/../../secret.txt", "{tmp}/secret.txt"])
+def test_a_catalog_cannot_read_a_file_outside_the_data_folder(tmp_path, data_with_secret, files):
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.taskdata import load_task
+    from evalfarm.taskdata.data import TaskDataError
+
+    _, sha = data_with_secret
+    files = files.format(tmp=tmp_path)
+    catalog = _catalog(tmp_path, _entry(files, sha=sha))
+    with pytest.raises(CatalogError, match=r"'evil'.*'pairs'"):
+        load_catalog(catalog)
+    code, out = _validate(catalog)
+    assert code != 0 and SECRET not in out
+    with pytest.raises(TaskDataError, match="'evil'") as err:
+        load_task(_wordsim(id="evil", files={"pairs": files}, sha256={"pairs": sha}))
+    assert SECRET not in str(err.value) and "TOPSECRET" not in str(err.value)
+
+
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_a_symlink_inside_the_data_folder_cannot_lead_outside(tmp_path, data_with_secret, link):
+    """The path is checked once resolved: a link planted in the data folder (a file, or a folder on the way)."""
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.taskdata import load_task
+    from evalfarm.taskdata.data import TaskDataError
+
+    data, sha = data_with_secret
+    if link == "file":
+        (data / "wordsim" / "pairs.txt").symlink_to(tmp_path / "secret.txt")
+        files = "wordsim/pairs.txt"
+    else:
+        (data / "outside").symlink_to(tmp_path)
+        files = "outside/secret.txt"
+    load_catalog(_catalog(tmp_path, _entry(files, sha=sha)))  # a plain relative path: only its target tells
+    with pytest.raises(TaskDataError, match="resolves outside") as err:
+        load_task(_wordsim(id="evil", files={"pairs": files}, sha256={"pairs": sha}))
+    assert "TOPSECRET" not in str(err.value)
+
+
+def test_a_symlink_in_the_cache_cannot_redirect_a_download(tmp_path, attacker):
+    from evalfarm.taskdata import load_task
+    from evalfarm.taskdata.data import TaskDataError
+
+    url, sha = attacker
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    task_dir = tmp_path / "cache" / "tasks" / "evil" / "1"
+    task_dir.mkdir(parents=True)
+    (task_dir / "sub").symlink_to(outside)
+    with pytest.raises(TaskDataError, match="resolves outside"):
+        load_task(_wordsim(id="evil", version="1", files={"pairs": "sub/pairs.txt"}, sha256={"pairs": sha},
+                           urls={"pairs": url}))  # fmt: skip
+    assert _planted(tmp_path) == []
+
+
+@pytest.mark.parametrize(
+    ("what", "tid", "version", "model_id"),
+    [
+        ("long task id", "t" * 300, '"1"', "toy"),
+        ("long model id", "evil", '"1"', "m" * 300),
+        ("long version", "evil", "'" + "1" * 300 + "'", "toy"),
+        ("version with a slash", "evil", '"../../x"', "toy"),
+        ("version with a space", "evil", '"1 0"', "toy"),
+    ],
+)
+def test_ids_and_versions_are_short_slugs(tmp_path, data_with_secret, what, tid, version, model_id):
+    """Each becomes a file-name segment: a 300-character id used to validate, then fail with "File name too long"."""
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+
+    catalog = _catalog(tmp_path, _entry("wordsim/x.txt", sha="0" * 64, tid=tid, version=version), model_id=model_id)
+    with pytest.raises(CatalogError, match="at most 100 characters|should match pattern"):
+        load_catalog(catalog)
+    assert _validate(catalog)[0] != 0
+
+
+@pytest.mark.parametrize("ref", ["../secret.txt", "/etc/hostname", "~/.ssh/id_rsa", "link/secret.txt"])
+def test_a_data_model_source_stays_inside_the_data_folder(tmp_path, data_with_secret, ref):
+    from evalfarm.catalog.specs import Source
+    from evalfarm.encoders.protocol import ModelLoadError
+    from evalfarm.encoders.sources import resolve_source
+
+    data, _ = data_with_secret
+    (data / "link").symlink_to(tmp_path)
+    if ref.startswith("link/"):
+        src = Source(type="data", ref=ref)  # valid as written: the symlink is found at use
+    else:
+        with pytest.raises(ValueError, match="absolute|'\\.\\.'|'~'"):
+            Source(type="data", ref=ref)
+        src = Source.model_construct(type="data", ref=ref, path=None, sha256=None, verify=True)
+    with pytest.raises(ModelLoadError, match="outside|absolute|'\\.\\.'|'~'"):
+        resolve_source(src)
+    with pytest.raises(ValueError, match="'\\.\\.'"):
+        Source(type="data", ref="vectors", path="../../secret.txt")

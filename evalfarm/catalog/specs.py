@@ -15,11 +15,20 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from evalfarm.cache import UnsafeLocation, check_relative, check_url
+
 if TYPE_CHECKING:
     from evalfarm.plugins import ModelKind
 
 ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._+-]*$"
 """Ids become warehouse path segments, so they may not contain '/', '=' or spaces."""
+
+MAX_ID_LENGTH = 100
+"""The longest model id, task id or task version: each becomes a file-name segment (cache, warehouse), and a name
+past the file system's limit (255 bytes) validated once and then failed with "File name too long"."""
+
+Slug = Annotated[str, Field(pattern=ID_PATTERN, max_length=MAX_ID_LENGTH)]
+"""A model or task id, or a task version: a path segment that cannot climb out of its folder."""
 
 Level = Literal["word", "sentence"]
 
@@ -51,6 +60,17 @@ class Source(_Strict):
 
     @model_validator(mode="after")
     def _check(self) -> Source:
+        try:  # a catalog must not reach outside the data folder / the cache, nor fetch local files by URL
+            if self.type == "url":
+                check_url(self.ref)
+            elif self.type == "data":
+                check_relative(self.ref, what="data source ref")
+            elif self.type == "zoo" and not re.fullmatch(ID_PATTERN, self.ref):
+                raise UnsafeLocation(f"zoo source ref {self.ref!r} is not a recipe fingerprint")
+            if self.path is not None:
+                check_relative(self.path, what="source path")
+        except UnsafeLocation as exc:
+            raise ValueError(str(exc)) from None
         if self.type == "url" and not self.sha256 and self.verify:
             raise ValueError(
                 "a url source needs a sha256 so downloads can be verified "
@@ -103,7 +123,7 @@ PICKLE_FORMATS = ("gensim-kv",)
 class ModelSpec(_Strict):
     """One model of the zoo. ``base`` + ``postprocess`` (or ``kind: bow``) derive a model from another."""
 
-    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    id: Slug
     level: Level
     kind: str | None = Field(
         default=None,
@@ -148,6 +168,16 @@ class ModelSpec(_Strict):
         description="what produced the weights: package + version, or training recipe + corpus sha256 "
         "(part of the spec hash when set: a different corpus is a different model)",
     )
+
+    @field_validator("vocab")
+    @classmethod
+    def _relative_vocab(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                check_relative(v, what="vocab")
+            except UnsafeLocation as exc:
+                raise ValueError(str(exc)) from None
+        return v
 
     @field_validator("kind")
     @classmethod
@@ -252,16 +282,41 @@ class TaskSpec(_Strict):
     ``urls`` into the cache, checked against ``sha256``.
     """
 
-    id: Annotated[str, Field(pattern=ID_PATTERN)]
+    id: Slug
     level: Level
     kind: str
-    version: str
-    files: dict[str, str] = Field(description="role -> path inside the data directory")
+    version: Slug
+    files: dict[str, str] = Field(
+        description="role -> path relative to the data directory (no absolute path, '..' or '~')"
+    )
     sha256: dict[str, str] = Field(description="role -> sha256 of the file")
-    urls: dict[str, str] = Field(default_factory=dict, description="role -> public download URL")
+    urls: dict[str, str] = Field(
+        default_factory=dict, description="role -> public download URL (https; http only with EVALFARM_ALLOW_HTTP=1)"
+    )
     licence: str
     source: str
     description: str = ""
+
+    @field_validator("files")
+    @classmethod
+    def _relative_files(cls, v: dict[str, str]) -> dict[str, str]:
+        """The same check as at use (:func:`evalfarm.taskdata.task_file`), so ``catalog validate`` refuses it too."""
+        for role, rel in v.items():
+            try:
+                check_relative(rel, what=f"file role {role!r}:")
+            except UnsafeLocation as exc:
+                raise ValueError(str(exc)) from None
+        return v
+
+    @field_validator("urls")
+    @classmethod
+    def _fetchable_urls(cls, v: dict[str, str]) -> dict[str, str]:
+        for role, url in v.items():
+            try:
+                check_url(url)
+            except UnsafeLocation as exc:
+                raise ValueError(f"file role {role!r}: {exc}") from None
+        return v
 
     @model_validator(mode="after")
     def _check_files(self) -> TaskSpec:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm import atomic
-from evalfarm.cache import ChecksumMismatch, cache_dir, download, sha256_file
+from evalfarm.cache import ChecksumMismatch, UnsafeLocation, cache_dir, confined, download, sha256_file
 from evalfarm.catalog.specs import Source
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.provenance import package_versions
@@ -49,19 +49,35 @@ def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | st
                 + (f" (relative paths resolve against {base_dir})" if base_dir else "")
             )
     elif source.type == "data":
-        env = os.environ.get("EVALFARM_DATA")
-        if not env:
-            raise ModelLoadError(
-                f"data source {source.ref!r} needs the EVALFARM_DATA environment variable "
-                "(the evaluation data folder); it is not set"
-            )
-        root = Path(env).expanduser() / source.ref
-        if not root.exists():
-            raise ModelLoadError(f"data source not found: {root} (EVALFARM_DATA={env})")
+        return _resolve_data(source)
     elif source.type == "package":
         return _resolve_package(source)
     else:  # pragma: no cover - Literal keeps this out
         raise ModelLoadError(f"unknown source type {source.type!r}")
+    out = _inside(root, source.path, key=None)
+    if source.sha256 and out.is_file():
+        _verify(out, source.sha256)
+    return out
+
+
+def _resolve_data(source: Source) -> Path:
+    """A file or folder inside the data folder, and the file ``path`` inside it: both stay inside the data folder
+    once symlinks are resolved (a catalog cannot point a model at ``~/.ssh``)."""
+    env = os.environ.get("EVALFARM_DATA")
+    if not env:
+        raise ModelLoadError(
+            f"data source {source.ref!r} needs the EVALFARM_DATA environment variable "
+            "(the evaluation data folder); it is not set"
+        )
+    base = Path(env).expanduser()
+    rel = source.ref if source.path is None or _is_archive(base / source.ref) else f"{source.ref}/{source.path}"
+    try:
+        root = confined(base, source.ref, what="data source")
+        target = confined(base, rel, what="data source")
+    except UnsafeLocation as exc:
+        raise ModelLoadError(f"{exc} (EVALFARM_DATA={env})") from None
+    if not target.exists():
+        raise ModelLoadError(f"data source not found: {target} (EVALFARM_DATA={env})")
     out = _inside(root, source.path, key=None)
     if source.sha256 and out.is_file():
         _verify(out, source.sha256)
@@ -151,18 +167,24 @@ def _resolve_zoo(source: Source) -> Path:
     return target
 
 
+def _file_name(url: str) -> str:
+    """The cache file name of a download: the URL's last path segment, never ``..`` (which would climb a folder)."""
+    name = Path(urllib.parse.urlparse(url).path).name
+    return name if name not in ("", ".", "..") else "download"
+
+
 def _resolve_url(source: Source) -> Path:
     """Download once into the cache; verified against ``sha256`` unless the spec says ``verify: false``."""
     if source.sha256 is None:  # Source validation allows this only with verify: false
         return _resolve_unverified_url(source)
     sha = source.sha256.lower()
-    name = Path(urllib.parse.urlparse(source.ref).path).name or "download"
+    name = _file_name(source.ref)
     folder = cache_dir() / "models" / sha[:16]
     dest = folder / name
     if not (dest.is_file() and sha256_file(dest) == sha):
         try:
             download(source.ref, dest, sha)
-        except ChecksumMismatch as exc:
+        except (ChecksumMismatch, UnsafeLocation) as exc:
             raise ModelLoadError(str(exc)) from exc
         except OSError as exc:
             raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
@@ -172,12 +194,14 @@ def _resolve_url(source: Source) -> Path:
 def _resolve_unverified_url(source: Source) -> Path:
     """A url without a known checksum: cached by URL; the sha256 it had is written next to it (``.sha256``)."""
     key = hashlib.sha256(source.ref.encode()).hexdigest()
-    name = Path(urllib.parse.urlparse(source.ref).path).name or "download"
+    name = _file_name(source.ref)
     folder = cache_dir() / "models" / "unverified" / key[:16]
     dest = folder / name
     if not dest.is_file():
         try:
             got = download(source.ref, dest)
+        except UnsafeLocation as exc:
+            raise ModelLoadError(str(exc)) from exc
         except OSError as exc:
             raise ModelLoadError(f"cannot download {source.ref}: {exc}") from exc
         (folder / f"{name}.sha256").write_text(got + "\n")
@@ -196,7 +220,7 @@ def source_provenance(source: Source | None, *, revision: str | None = None) -> 
     if source.type == "url" and not source.verify:
         out["verified"] = False
         side = cache_dir() / "models" / "unverified" / hashlib.sha256(source.ref.encode()).hexdigest()[:16]
-        got = side / f"{Path(urllib.parse.urlparse(source.ref).path).name or 'download'}.sha256"
+        got = side / f"{_file_name(source.ref)}.sha256"
         if got.is_file():
             out["sha256_downloaded"] = got.read_text().strip()
     if source.type == "package":

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from evalfarm.cache import ChecksumMismatch, cache_dir, sha256_file
+from evalfarm.cache import ChecksumMismatch, UnsafeLocation, cache_dir, confined, sha256_file
 from evalfarm.cache import download as fetch
 from evalfarm.catalog.specs import TaskSpec, canonical_json
 
@@ -79,6 +79,8 @@ def download(url: str, dest: Path, sha256: str) -> Path:
         fetch(url, dest, sha256)
     except ChecksumMismatch as exc:
         raise TaskDataError(f"{exc}; not used") from exc
+    except UnsafeLocation as exc:
+        raise TaskDataError(f"not downloaded: {exc}") from None
     except OSError as exc:  # URLError is an OSError
         raise TaskDataError(
             f"could not download {url}: {exc}. Set EVALFARM_DATA to a local copy of the "
@@ -87,22 +89,37 @@ def download(url: str, dest: Path, sha256: str) -> Path:
     return dest
 
 
+def _confined(task: TaskSpec, role: str, base: Path) -> Path:
+    """The file of ``role`` under ``base``, refused (nothing read, nothing echoed) where it resolves outside it."""
+    try:
+        return confined(base, task.files[role], what=f"file {role!r}")
+    except UnsafeLocation as exc:
+        raise TaskDataError(f"task {task.id!r}: {exc}") from None
+
+
 def task_file(task: TaskSpec, role: str) -> Path:
-    """Local path of one task data file, verified against the catalog checksum (downloading if needed)."""
-    rel = task.files[role]
+    """Local path of one task data file, verified against the catalog checksum (downloading if needed).
+
+    The path stays inside its base, the data folder or ``<cache>/tasks/<id>/<version>``, once symlinks are
+    resolved: a catalog cannot make evalfarm read or write anywhere else (checked again after a download)."""
     expected = task.sha256[role]
     base = data_dir()
     if base is not None:
-        path = base / rel
+        path = _confined(task, role, base)
         if not path.is_file():
             raise TaskDataError(f"task {task.id!r}: file {path} is missing (EVALFARM_DATA={base})")
     else:
-        path = cache_dir() / "tasks" / task.id / task.version / rel
+        try:  # id and version are slugs when validated; a spec built with model_copy is not
+            base = confined(cache_dir() / "tasks", f"{task.id}/{task.version}", what="task id/version")
+        except UnsafeLocation as exc:
+            raise TaskDataError(f"task {task.id!r}: {exc}") from None
+        path = _confined(task, role, base)
         if not path.is_file():
             url = task.urls.get(role)
             if not url:
                 raise TaskDataError(f"task {task.id!r}: no local data (EVALFARM_DATA unset) and no URL for {role!r}")
             download(url, path, expected)
+            path = _confined(task, role, base)
     got = _verified_sha(path)
     if got != expected:
         raise TaskDataError(
