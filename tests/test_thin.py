@@ -145,6 +145,18 @@ def test_on_rg65_only_the_thin_flag_keeps_the_five_word_model_off(thin_run: Path
     assert _q(thin_run, f"SELECT model FROM leaderboard WHERE {where}") == [{"model": "toy"}]
 
 
+def test_the_model_page_says_why_its_numbers_are_thin(thin_run: Path, tmp_path: Path) -> None:
+    from evalfarm.report import build_report
+
+    index = build_report(thin_run, tmp_path / "report", refresh=False)
+    pages = {str(p.relative_to(index.parent)): p.read_text(encoding="utf-8") for p in index.parent.rglob("*.html")}
+    five = [text for name, text in pages.items() if "five-words" in name]
+    toy = [text for name, text in pages.items() if "toy" in name]
+    assert len(five) == 1 and len(toy) == 1, sorted(pages)
+    assert "Too thin to rank on 2 task(s)" in five[0] and "thin: coverage " in five[0]
+    assert "Too thin" not in toy[0] and "thin: " not in toy[0]
+
+
 def test_the_flag_is_a_column_beside_the_values_and_old_files_read_as_not_thin(thin_run: Path, tmp_path: Path) -> None:
     wh = tmp_path / "old"
     shutil.copytree(thin_run, wh)
