@@ -168,3 +168,35 @@ def test_the_flag_is_a_column_beside_the_values_and_old_files_read_as_not_thin(t
     assert _nan_free(after) == _nan_free(before)
     assert not any(r["thin"] for r in _q(wh, "SELECT thin FROM metrics"))
     assert "five-words" in {r["model"] for r in _q(wh, "SELECT model FROM leaderboard")}
+
+
+def test_thin_units_are_left_out_of_the_correlations(tmp_path: Path) -> None:
+    """Five models (rho 0.9 by hand, as in test_correlations); a sixth and a seventh whose MRR, or whose downstream
+    accuracy, is thin do not enter the cell."""
+    from evalfarm.warehouse import now
+    from tests.test_correlations import add_accuracy, add_metric, add_model, cells
+
+    sentence_wh = Warehouse(tmp_path / "wh").init()
+    for i, (mrr, acc) in enumerate(zip([0.1, 0.2, 0.3, 0.4, 0.5], [0.60, 0.70, 0.65, 0.80, 0.90], strict=True)):
+        add_model(sentence_wh, f"s{i}", "sentence", "static")
+        add_metric(sentence_wh, f"s{i}", "evalrank-sentence", "evalrank", mrr, ties="optimistic")
+        add_accuracy(sentence_wh, f"s{i}", "mr", acc)
+
+    def thin_row(model: str, task: str, scorer: str, metric: str, value: float, ties: str | None) -> None:
+        fp = f"thin-{model}-{task}"
+        row = {
+            "run_id": "hand", "model": model, "task": task, "scorer": scorer, "subset": "all", "variant": "cos",
+            "ties": ties, "metric": metric, "value": value, "is_primary": True, "higher_is_better": True,
+            "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": now(), "thin": True,
+            "thin_reason": "n_pairs 3 < 5",
+        }  # fmt: skip
+        sentence_wh.write("metrics", [row], sentence_wh.unit_path("metrics", model, task, fp))
+
+    add_model(sentence_wh, "thin-mrr", "sentence", "static")
+    thin_row("thin-mrr", "evalrank-sentence", "evalrank", "mrr", 0.99, "optimistic")
+    add_accuracy(sentence_wh, "thin-mrr", "mr", 0.10)
+    add_model(sentence_wh, "thin-acc", "sentence", "static")
+    add_metric(sentence_wh, "thin-acc", "evalrank-sentence", "evalrank", 0.99, ties="optimistic")
+    thin_row("thin-acc", "mr", "downstream", "accuracy", 0.10, None)
+    (c,) = cells(sentence_wh, "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed")
+    assert c["n_models"] == 5 and c["spearman"] == pytest.approx(0.9)
