@@ -361,9 +361,11 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
         from evalfarm.device import check_device
+        from evalfarm.provenance import thread_counts
         from evalfarm.vocab import VocabStats
 
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
+        threads = thread_counts()  # recorded in the unit's `units` row (issue 23.5)
         texts = list(scorer.texts(data))
         emb, oov, meta = ctx.store(unit.model).vectors(texts)
         vectors = TextVectors(
@@ -387,7 +389,7 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     }
     return UnitOutcome(
         unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,
-        started_at=started, degenerate=quality.reason, thin=thin,
+        started_at=started, degenerate=quality.reason, thin=thin, threads=threads,
     )  # fmt: skip
 
 

@@ -129,6 +129,8 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("attempts", pa.int64()),
             ("error", pa.string()),
             ("fingerprint", pa.string()),
+            # score rows: the thread pools the unit was scored with, JSON {"blas": n, "openmp": n, "torch": n}
+            ("threads", pa.string()),
         ]
     ),
     # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/correlations.py
