@@ -212,7 +212,8 @@ def evaluate(
     """Evaluate an in-memory encoder object (``encode(texts) -> (n, dim)`` array) on ``tasks`` (default: every task
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
     ``pyarrow.Table``), each row with ``degenerate`` / ``degenerate_reason``: a unit whose vectors are degenerate
-    (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there.
+    (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there;
+    and ``thin`` / ``thin_reason``: a unit whose numbers rest on too little data to rank (``Scorer.thin``).
     Runs in this process. Without ``warehouse`` the run goes to a temporary folder, removed before returning (only
     the returned metrics remain): the configured warehouse is not used, an object is no catalog model; with one,
     the results stay there, keyed by ``name`` and ``version`` (an object cannot be hashed, so bump ``version`` when
@@ -252,8 +253,8 @@ def evaluate(
         name_sql = name.replace("'", "''")
         # an in-memory table: it outlives the temporary warehouse
         return Warehouse(root).query(
-            "SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason FROM metrics "
-            f"WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
+            "SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason, thin, "
+            f"thin_reason FROM metrics WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
         )
 
 

@@ -361,9 +361,11 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         return _fail(ctx, failed(unit.model, unit.task, Stage.TASK, exc, t0, started))
     try:
         from evalfarm.device import check_device
+        from evalfarm.provenance import thread_counts
         from evalfarm.vocab import VocabStats
 
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
+        threads = thread_counts()  # recorded in the unit's `units` row (issue 23.5)
         texts = list(scorer.texts(data))
         emb, oov, meta = ctx.store(unit.model).vectors(texts)
         vectors = TextVectors(
@@ -376,7 +378,8 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
         result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
         result.details["quality"] = quality.table()
-        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality)
+        thin = scorer.thin(result.rows, task)  # too little data to rank (issue #23.3): the scorer's declared bounds
+        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality, thin=thin)
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
     summary = {
@@ -386,16 +389,24 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     }
     return UnitOutcome(
         unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,
-        started_at=started, degenerate=quality.reason,
+        started_at=started, degenerate=quality.reason, thin=thin, threads=threads,
     )  # fmt: skip
 
 
 def write_results(
-    wh: Warehouse, run_id: str, unit: Unit, scorer: Any, result: ScoreResult, quality: Quality | None = None
+    wh: Warehouse,
+    run_id: str,
+    unit: Unit,
+    scorer: Any,
+    result: ScoreResult,
+    quality: Quality | None = None,
+    thin: str | None = None,
 ) -> None:
     """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) next,
     then the run's manifest rows: the sha256 of every file just written, which ``evalfarm verify`` checks.
-    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row.
+    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row; ``thin``: why the
+    unit's numbers are too thin to rank (``Scorer.thin``), carried the same way (a flag beside the values, which
+    it never changes).
 
     The manifest comes after the marker: a worker killed between the two leaves a finished unit whose files are
     "unrecorded" (as files written before manifests existed), never a manifest naming files that are not there."""
@@ -436,6 +447,8 @@ def write_results(
             "created_at": created,
             "degenerate": quality is not None and quality.degenerate,
             "degenerate_reason": quality.reason if quality is not None else None,
+            "thin": thin is not None,
+            "thin_reason": thin,
         }
         for r in result.rows
     ]

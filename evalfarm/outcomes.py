@@ -48,6 +48,8 @@ class UnitOutcome:
     started_at: datetime | None = None
     retryable: bool = True  # False: an error that cannot succeed on another attempt (missing file, bad data)
     degenerate: str | None = None  # done, but the vectors failed the degenerate-model check: why (evalfarm.quality)
+    thin: str | None = None  # done, but too little data to rank (Scorer.thin): why
+    threads: dict[str, int] | None = None  # the thread pools the unit was scored with (provenance.thread_counts)
 
 
 NOT_RETRYABLE = (

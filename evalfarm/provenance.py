@@ -144,6 +144,23 @@ def package_versions(names: Iterable[str] = PACKAGES, *, missing: Any = _SKIP) -
 # -- the machine ----------------------------------------------------------------------------------------------
 
 
+def thread_counts() -> dict[str, int]:
+    """The thread pools this process scores with, by library API (``blas``, ``openmp``; ``torch`` once torch is
+    loaded): a threaded reduction's float rounding can depend on them (issue 23.5), so each unit's ``units`` row
+    records them. A kernel that pins its own count says so (EvalRank's rank kernel: one BLAS thread for its GEMM;
+    downstream's classifier: ``evalfarm.classify``'s per-worker limit)."""
+    from threadpoolctl import threadpool_info
+
+    out: dict[str, int] = {}
+    for pool in threadpool_info():
+        api = str(pool.get("user_api") or pool.get("internal_api") or "other")
+        out[api] = max(out.get(api, 0), int(pool.get("num_threads") or 0))
+    torch = sys.modules.get("torch")
+    if torch is not None and hasattr(torch, "get_num_threads"):
+        out["torch"] = int(torch.get_num_threads())
+    return dict(sorted(out.items()))
+
+
 def cpu_model() -> str | None:
     """The CPU's marketing name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
     try:

@@ -509,15 +509,20 @@ def _model_facts(info: dict[str, Any], links: dict[str, Any], known: set[str]) -
 
 
 def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
-    """The degenerate-task note, the primary metrics, then every metric (folded)."""
+    """The degenerate- and thin-task notes, the primary metrics, then every metric (folded)."""
     parts = []
     degenerate = {r["task"]: r.get("degenerate_reason") for r in metrics if r.get("degenerate")}
-    headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"] + (["flag"] if degenerate else [])
+    thin = {r["task"]: r.get("thin_reason") for r in metrics if r.get("thin")}
+    headers = ["task", "scorer", "subset", "variant", "ties", "metric", "value"] + (
+        ["flag"] if degenerate or thin else []
+    )
 
-    def flag(r: dict[str, Any]) -> list[str]:  # a degenerate unit's rows say so beside each number
-        if not degenerate:
+    def flag(r: dict[str, Any]) -> list[str]:  # a degenerate or thin unit's rows say so beside each number
+        if not (degenerate or thin):
             return []
-        return [f"<td class=degenerate>degenerate: {esc(r['degenerate_reason'])}</td>" if r["degenerate"] else ""]
+        why = [f"degenerate: {esc(r['degenerate_reason'])}"] if r["degenerate"] else []
+        why += [f"thin: {esc(r['thin_reason'])}"] if r.get("thin") else []
+        return [f"<td class=degenerate>{'; '.join(why)}</td>" if why else ""]
 
     def metric_rows(rows: list[dict[str, Any]]) -> list[list[str]]:
         return [
@@ -532,6 +537,14 @@ def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
             "(nearly all OOV, identical or of rank ~1), so their numbers below mean nothing; they are left off the "
             "leaderboards. "
             + "; ".join(f"<b>{esc(t)}</b>: {esc(why)}" for t, why in sorted(degenerate.items()))
+            + "</p>"
+        )
+    if thin:
+        parts.append(
+            f"<p class='note degenerate'>Too thin to rank on {len(thin)} task(s): their numbers rest on too few "
+            "scored pairs, or too many OOV texts or ties, by the scorer's declared bounds; they are left off the "
+            "leaderboards and the correlations. "
+            + "; ".join(f"<b>{esc(t)}</b>: {esc(why)}" for t, why in sorted(thin.items()))
             + "</p>"
         )
     primary = [r for r in metrics if r["is_primary"]]
@@ -698,7 +711,7 @@ def _read_tables(con: Any, hardest: int) -> _Tables:
     for r in _query(
         con,
         "SELECT model, task, scorer, subset, variant, ties, metric, value, is_primary, degenerate, "
-        "degenerate_reason FROM metrics "
+        "degenerate_reason, thin, thin_reason FROM metrics "
         "ORDER BY model, task, scorer, subset, variant, ties NULLS FIRST, metric",
     ):
         metrics[r["model"]].append(r)

@@ -75,6 +75,11 @@ class RunSummary:
         return [o for o in self.outcomes if isinstance(o, UnitOutcome) and o.degenerate]  # Skipped: never
 
     @property
+    def thin(self) -> list[UnitOutcome]:
+        """Units computed here whose numbers are too thin to rank (``Scorer.thin``), left off the leaderboards."""
+        return [o for o in self.outcomes if isinstance(o, UnitOutcome) and o.thin]
+
+    @property
     def failed(self) -> list[UnitOutcome | Skipped]:
         return [o for o in self.outcomes if o.status == Status.FAILED]
 

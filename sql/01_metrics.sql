@@ -2,19 +2,22 @@
 -- fingerprint replaces its file, so there are no duplicates). Rows of the first wave's layout (no task) are left out.
 -- degenerate: the unit's vectors failed the degenerate-model check (all OOV, nearly all identical, or of numerical
 -- rank ~1: see evalfarm/quality.py and the quality view), degenerate_reason says which; false for older rows.
+-- thin: the unit's numbers rest on too little data to rank (below its scorer's declared coverage / pair count, or
+-- past its OOV / tie share: Scorer.thin_rules, docs/evaluators.md), thin_reason says which; false for older rows.
 CREATE OR REPLACE VIEW metrics_history AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
        spec_hash, task_checksum, scorer_version, params, created_at,
-       coalesce(degenerate, false) AS degenerate, degenerate_reason
+       coalesce(degenerate, false) AS degenerate, degenerate_reason, coalesce(thin, false) AS thin, thin_reason
 FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
 -- metrics: the current numbers: for each (model, task, scorer, subset, variant), the unit computed last. A second
 -- scorer or variant never hides another's numbers (a run with --similarity cos keeps the l2 rows of an earlier one).
--- Degenerate units are here, flagged (degenerate, degenerate_reason); the leaderboard leaves them out.
+-- Degenerate and thin units are here, flagged (degenerate, degenerate_reason, thin, thin_reason); the leaderboard
+-- leaves them out.
 CREATE OR REPLACE VIEW metrics AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
-       spec_hash, scorer_version, params, created_at, degenerate, degenerate_reason
+       spec_hash, scorer_version, params, created_at, degenerate, degenerate_reason, thin, thin_reason
 FROM (
     SELECT *, dense_rank() OVER (
         PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint

@@ -1,7 +1,8 @@
 -- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
 -- best first. Rank metrics carry their tie policy in `ties` (optimistic: the paper's); numbers computed under
 -- different policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = 'realistic'.
--- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) are left out: see
+-- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) and thin ones (metrics.thin:
+-- too few pairs scored, too many OOV, nearly all ties, by the scorer's declared bounds) are left out: see
 -- leaderboard_all.
 CREATE OR REPLACE VIEW leaderboard AS
 SELECT task, scorer, subset, variant, ties,
@@ -11,25 +12,25 @@ SELECT task, scorer, subset, variant, ties,
        ) AS position,
        model, metric, value
 FROM metrics
-WHERE is_primary AND NOT degenerate
+WHERE is_primary AND NOT degenerate AND NOT thin
 ORDER BY task, scorer, subset, variant, ties, position, model;
 
--- leaderboard_all: the leaderboard with degenerate units ranked among the others, flagged (degenerate,
--- degenerate_reason): their numbers are artefacts of ties, not quality.
+-- leaderboard_all: the leaderboard with degenerate and thin units ranked among the others, flagged (degenerate,
+-- degenerate_reason, thin, thin_reason): their numbers are artefacts of ties or of a handful of data, not quality.
 CREATE OR REPLACE VIEW leaderboard_all AS
 SELECT task, scorer, subset, variant, ties,
        rank() OVER (
            PARTITION BY task, scorer, subset, variant, ties
            ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
        ) AS position,
-       model, metric, value, degenerate, degenerate_reason
+       model, metric, value, degenerate, degenerate_reason, thin, thin_reason
 FROM metrics
 WHERE is_primary
 ORDER BY task, scorer, subset, variant, ties, position, model;
 
 -- evalrank: the EvalRank board, one row per (task, variant, ties, model): MRR, MR, Hits@k under that tie policy and
 -- the pool's coverage figures (oov_rate, tie_rate: the share of pairs whose positive ties with some item). Degenerate
--- units are left out, as on the leaderboard.
+-- and thin units are left out, as on the leaderboard.
 CREATE OR REPLACE VIEW evalrank AS
 WITH ranked AS (
     SELECT task, variant, ties, model,
@@ -39,7 +40,7 @@ WITH ranked AS (
            max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
            max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10"
     FROM metrics
-    WHERE scorer = 'evalrank' AND ties IS NOT NULL AND NOT degenerate
+    WHERE scorer = 'evalrank' AND ties IS NOT NULL AND NOT degenerate AND NOT thin
     GROUP BY task, variant, ties, model
 ),
 coverage AS (

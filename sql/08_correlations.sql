@@ -16,19 +16,20 @@ GROUP BY base;
 -- but `downstream`, oriented so that higher is better) next to its downstream accuracy, with their average ranks
 -- among the cell's models (ties share the mean rank, so corr() over the ranks is Spearman's rho). A cell is
 -- (level, intrinsic task / scorer / metric / subset / variant / ties, downstream task / subset / variant,
--- excludes_postprocessed); only models that have both numbers (finite, not from a degenerate unit) are in it.
+-- excludes_postprocessed); only models that have both numbers (finite, not from a degenerate
+-- or thin unit) are in it.
 CREATE OR REPLACE VIEW correlation_pairs AS
 WITH intrinsic AS (
     SELECT m.model, mo.level, m.task, m.scorer, m.metric, m.subset, m.variant, m.ties, mo.postprocessed,
            CASE WHEN m.higher_is_better THEN m.value ELSE -m.value END AS value
     FROM metrics m
     JOIN models mo USING (model)
-    WHERE m.is_primary AND m.scorer <> 'downstream' AND isfinite(m.value) AND NOT m.degenerate
+    WHERE m.is_primary AND m.scorer <> 'downstream' AND isfinite(m.value) AND NOT m.degenerate AND NOT m.thin
 ),
 downstream AS (
     SELECT model, task, subset, variant, CASE WHEN higher_is_better THEN value ELSE -value END AS value
     FROM metrics
-    WHERE is_primary AND scorer = 'downstream' AND isfinite(value) AND NOT degenerate
+    WHERE is_primary AND scorer = 'downstream' AND isfinite(value) AND NOT degenerate AND NOT thin
 ),
 linked AS (  -- a sentence model's own downstream numbers; a word model's through its bag of words
     SELECT mo.model, d.model AS downstream_model, d.task, d.subset, d.variant, d.value

@@ -189,3 +189,37 @@ def test_a_run_records_the_device_of_each_worker_and_of_the_process_that_embedde
     (model,) = Warehouse(wh).query("SELECT provenance FROM models").to_pylist()
     made = json.loads(model["provenance"])
     assert made["host"] == worker["host"] and made["device"] == worker["device"]
+
+
+def test_thread_counts_follow_the_limits_the_process_runs_under():
+    from threadpoolctl import threadpool_limits
+
+    from evalfarm.provenance import thread_counts
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        assert thread_counts()["blas"] == 1
+    assert thread_counts()["blas"] >= 1
+
+
+def test_each_scored_unit_records_the_thread_pools_it_was_scored_with(tmp_path, toy_glove):
+    """Issue 23.5: the same unit scored under other thread counts may round differently; its `units` row says which
+    it had (a skipped unit's plan row and an embed row have none)."""
+    from evalfarm.provenance import thread_counts
+    from evalfarm.runner import run_catalog
+    from evalfarm.warehouse import Warehouse
+
+    (tmp_path / "c.yaml").write_text(
+        f"include: [{REPO / 'catalog' / 'tasks.yaml'}]\ntasks: [wordsim-rg-65]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text, source: {type: path, ref: "
+        f"{toy_glove}}}}}\n"
+    )
+    wh = tmp_path / "wh"
+    assert run_catalog(tmp_path / "c.yaml", wh, executor="local").ok
+    assert run_catalog(tmp_path / "c.yaml", wh, executor="local").ok  # all skipped
+    rows = Warehouse(wh).query("SELECT stage, threads FROM units ORDER BY stage").to_pylist()
+    assert {r["stage"] for r in rows} == {"embed", "score", "plan"}
+    for r in rows:
+        if r["stage"] == "score":
+            assert json.loads(r["threads"]) == thread_counts()  # in-process: this process's pools
+        else:
+            assert r["threads"] is None

@@ -33,6 +33,7 @@ def unit_line(o: Any) -> str:
         + (f" {shown}" if shown else "")
         + (f" [red]{o.stage}: {escape(str(o.error))}" if o.error else "")
         + (" [yellow]degenerate[/]" if getattr(o, "degenerate", None) else "")
+        + (" [yellow]thin[/]" if getattr(o, "thin", None) else "")
         + (f" [dim]({escape(o.detail)})" if o.status == Status.SKIPPED and o.detail else "")
     )
 
@@ -115,6 +116,7 @@ def print_summary(summary: RunSummary) -> None:
         f", {n} {what}"
         for n, what in (
             (len(summary.degenerate), "degenerate"),
+            (len(summary.thin), "too thin to rank"),
             (len(summary.quarantined), "files quarantined"),
             (len(summary.not_evaluated), "selected models not evaluated"),
         )
@@ -139,6 +141,10 @@ def print_summary(summary: RunSummary) -> None:
         )
         for o in summary.degenerate:
             console.print(f"  {o.model} · {o.task}: {o.degenerate}", highlight=False)
+    if summary.thin:
+        console.print("[yellow]too thin to rank[/] (left off the leaderboard; `leaderboard_all` shows them):")
+        for o in summary.thin:
+            console.print(f"  {o.model} · {o.task}: {o.thin}", highlight=False)
     if summary.failed:
         console.print("[bold red]failures:[/]")
         for f in summary.failed:

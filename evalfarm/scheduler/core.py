@@ -30,6 +30,7 @@ never leave a unit twice in the warehouse.
 
 from __future__ import annotations
 
+import json
 import random
 import time
 from collections.abc import Callable
@@ -133,6 +134,7 @@ def _seconds_row(
         "attempts": attempts,
         "error": o.error,
         "fingerprint": fingerprint,
+        "threads": json.dumps(o.threads, sort_keys=True) if getattr(o, "threads", None) else None,
     }
 
 

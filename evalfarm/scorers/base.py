@@ -10,7 +10,9 @@ declarations, each read by the framework:
 - ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
 - ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
 - ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
-- ``views``: the SQL of the views over those tables (created after the core views of ``sql/``).
+- ``views``: the SQL of the views over those tables (created after the core views of ``sql/``);
+- ``thin_rules``: when the unit's numbers rest on too little data to rank (:meth:`Scorer.thin`): the executor flags
+  every metrics row of such a unit ``thin`` with the reason, and the leaderboards and correlations leave it out.
 
 The runner, the scheduler and the embed stage know nothing else about it.
 """
@@ -73,6 +75,29 @@ class ScoreResult:
     notes: list[str] = field(default_factory=list)  # what a user should know (printed, not stored as numbers)
 
 
+@dataclass(frozen=True)
+class ThinRule:
+    """A bound on one of the scorer's own bookkeeping metrics (coverage, pair counts, OOV and tie shares) past which
+    the unit's numbers are too thin to rank: a row of ``metric`` below ``at_least`` or above ``at_most`` makes the
+    unit thin. A NaN or missing row never does (the rule judges only what was measured)."""
+
+    metric: str
+    at_least: float | None = None
+    at_most: float | None = None
+
+    def broken_by(self, row: MetricRow) -> str | None:
+        """Why ``row`` breaks the rule (``metric value < bound`` and where), else None."""
+        if row.metric != self.metric:
+            return None
+        where = "/".join(x for x in (row.subset if row.subset != "all" else "", row.variant) if x)
+        at = f" ({where})" if where else ""
+        if self.at_least is not None and row.value < self.at_least:
+            return f"{self.metric} {row.value:.4g} < {self.at_least:g}{at}"
+        if self.at_most is not None and row.value > self.at_most:
+            return f"{self.metric} {row.value:.4g} > {self.at_most:g}{at}"
+        return None
+
+
 @runtime_checkable
 class TaskData(Protocol):
     """What a scorer's ``load`` returns: at least the distinct texts the task needs embedded."""
@@ -96,6 +121,9 @@ class Scorer:
     views: ClassVar[str] = ""
     """SQL (``CREATE OR REPLACE VIEW`` statements only) of the views over the detail tables; ``{root}`` is the
     warehouse root. Inline, or a ``.sql`` file beside the module read with :func:`packaged_sql`."""
+    thin_rules: ClassVar[tuple[ThinRule, ...]] = ()
+    """When the unit's numbers are too thin to rank (:meth:`thin`); none: never. Each scorer's docstring says how
+    far its bounds sit from the starter zoo's figures."""
 
     @property
     def task_kind(self) -> str:
@@ -126,6 +154,12 @@ class Scorer:
         """Whether ``row`` is a primary number of the unit (the leaderboard's): by default every row of
         ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
         return row.metric == self.primary_metric
+
+    def thin(self, rows: Sequence[MetricRow], task: TaskSpec | None) -> str | None:
+        """Why the unit whose rows are ``rows`` is too thin to rank (a 5-word model's rho from 3 pairs), else None:
+        every :attr:`thin_rules` bound the rows break, joined. Override for a rule that needs the task."""
+        reasons = [why for rule in self.thin_rules for row in rows if (why := rule.broken_by(row))]
+        return "; ".join(dict.fromkeys(reasons)) or None
 
     def evaluate(
         self,
@@ -159,5 +193,6 @@ __all__ = [
     "Similarity",
     "TaskData",
     "TextVectors",
+    "ThinRule",
     "packaged_sql",
 ]

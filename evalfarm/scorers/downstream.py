@@ -38,7 +38,7 @@ from pydantic import Field
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.classify import C_GRID, DEFAULT_SEED, evaluate, task_features
 from evalfarm.scorers import register
-from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
 from evalfarm.taskdata.downstream import DownstreamTask
 
 Dataset = Literal["MR", "CR", "SUBJ", "MPQA", "SST2", "SST5", "TREC", "MRPC", "SICK-E", "SciCite"]
@@ -128,6 +128,9 @@ class DownstreamScorer(Scorer):
     task_spec = DownstreamTaskSpec
     primary_metric = "accuracy"
     higher_is_better = True
+    thin_rules = (ThinRule("oov_rate", at_most=0.5),)
+    """Too thin when over half the task's sentences are OOV (zero or mean vectors: the classifier learns the label
+    prior). The starter zoo's highest: 0.0008."""
     description = (
         "SentEval-style logistic regression on frozen sentence embeddings (pair features for MRPC / SICK-E): "
         "test accuracy, C chosen on dev or inner folds, 10-fold CV where there is no split"

@@ -30,6 +30,7 @@ from evalfarm.scorers.base import (
     ScoreResult,
     Similarity,
     TextVectors,
+    ThinRule,
     packaged_sql,
 )
 
@@ -176,6 +177,18 @@ class EvalRankScorer(Scorer):
     task_spec = EvalRankTask
     primary_metric = "mrr"
     higher_is_better = True
+    thin_rules = (
+        ThinRule("n_pairs", at_least=5),
+        ThinRule("oov_pair_rate", at_most=0.8),
+        ThinRule("tie_rate", at_most=0.99),
+    )
+    """Too thin under 5 pairs, when over 80 % of the pairs have an OOV query or positive (a GloVe cut to 12 % of the
+    pool: 0.92, its l2 / optimistic MRR far above the whole model's, from OOV ties), or when nearly every positive
+    ties with a background item (its rank is the tie policy's, not the model's). The starter zoo: at least 5514
+    pairs, OOV pair rate at most 0.026; tie rate at most 0.074 except spaCy md (0.965: its 20k vectors are shared by
+    500k keys), the one thin margin, so the tie bound flags only near-total ties. The OOV bound is loose: the
+    5000-word toy GloVe of the tests has an OOV pair rate of 0.75 (and an l2 / optimistic MRR of 0.38 against full
+    GloVe's 0.08, the same artefact)."""
     description = "rank of y among all background items by similarity to x; MR, MRR, Hits@k under three tie policies"
     detail_schemas = DETAIL_SCHEMAS
     views = packaged_sql(__package__ or "evalfarm.scorers", "evalrank.sql")

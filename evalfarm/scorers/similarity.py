@@ -31,9 +31,12 @@ import numpy as np
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
-from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
 
 MIN_PAIRS = 3
+MIN_RANKED_PAIRS = 5
+"""Fewer scored pairs than this are too thin to rank (``thin_rules``): below 5 pairs no Spearman's rho, not even
+1.0, is significant at 5 % two-sided (n = 4: p = 2/24), and n = 3 allows only the values 0, +-0.5 and +-1."""
 
 
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
@@ -96,6 +99,10 @@ class WordSimilarityScorer(Scorer):
     task_spec = WordSimTask
     primary_metric = "spearman"
     description = "Spearman / Pearson of cosine vs gold word-pair similarity; OOV pairs skipped, coverage reported"
+    thin_rules = (ThinRule("coverage", at_least=0.05), ThinRule("n_pairs", at_least=MIN_RANKED_PAIRS))
+    """Too thin under 5 scored pairs or 5 % of the set's pairs (a 5-word model: 3 of RG-65's 65 pairs, coverage
+    0.046, rho 1.0). The starter zoo's lowest: coverage 0.876 (GloVe on RW), 30 pairs (MC-30). The bounds are the
+    loosest that stop the reported case: the 5000-word toy GloVe of the tests scores 6 RG-65 pairs (0.092)."""
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
@@ -217,6 +224,8 @@ class STSScorer(Scorer):
     task_spec = STSTaskSpec
     primary_metric = "spearman"
     description = "Spearman / Pearson of the cosine of raw sentence embeddings vs gold (SentEval's STS protocol)"
+    thin_rules = (ThinRule("n_pairs", at_least=MIN_RANKED_PAIRS),)
+    """Too thin under 5 pairs in any subset (the starter zoo's smallest: STS13 FNWN, 189 pairs)."""
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {"similarity": "cos", "protocol": Protocol("raw").key()}
@@ -296,6 +305,8 @@ class STSBandsScorer(Scorer):
     version = "1"
     task_spec = STSBandsTask
     primary_metric = "spearman"
+    thin_rules = (ThinRule("n_pairs", at_least=MIN_RANKED_PAIRS),)
+    """Too thin under 5 pairs in a band (the starter zoo: 3148 pairs in every band)."""
     description = "Spearman within gold-score bands of STS-B (equal-size seeded samples; the paper's Figure 2)"
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:

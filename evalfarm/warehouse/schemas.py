@@ -45,6 +45,9 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             # the unit's vectors failed the degenerate-model check (evalfarm.quality): why, else null
             ("degenerate", pa.bool_()),
             ("degenerate_reason", pa.string()),
+            # the unit's numbers rest on too little data to rank (Scorer.thin: coverage, pairs, OOV, ties): why
+            ("thin", pa.bool_()),
+            ("thin_reason", pa.string()),
         ]
     ),
     # per unit: what the degenerate-model check measured on the unit's stored vectors (evalfarm.quality)
@@ -126,6 +129,8 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("attempts", pa.int64()),
             ("error", pa.string()),
             ("fingerprint", pa.string()),
+            # score rows: the thread pools the unit was scored with, JSON {"blas": n, "openmp": n, "torch": n}
+            ("threads", pa.string()),
         ]
     ),
     # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/correlations.py
