@@ -52,3 +52,23 @@ def registries():
     yield
     for r, state in saved.items():
         r.restore(state)
+
+
+@pytest.fixture(autouse=True)
+def leases_stop_after_each_test(monkeypatch):
+    """Every ``Leases`` a test starts is stopped when the test ends. A test that leaves one running leaves its
+    heartbeat thread beating for the rest of the session: several of them on one of pyarrow's ``mock://``
+    filesystems (tests/test_leases.py) once crashed the whole pytest process with a segfault in that filesystem."""
+    from evalfarm.leases import Leases
+
+    started: list[Leases] = []
+    start = Leases.start
+
+    def recording_start(self: Leases) -> Leases:
+        started.append(self)
+        return start(self)
+
+    monkeypatch.setattr(Leases, "start", recording_start)
+    yield
+    for leases in started:
+        leases.stop()
