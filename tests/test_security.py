@@ -795,3 +795,49 @@ def test_a_data_model_source_stays_inside_the_data_folder(tmp_path, data_with_se
         resolve_source(src)
     with pytest.raises(ValueError, match="'\\.\\.'"):
         Source(type="data", ref="vectors", path="../../secret.txt")
+
+
+# -- issue 23.7: the smaller holes of `evalfarm sql` --------------------------------------------------------------
+_CROSS_JOIN = "SELECT count(*) AS n FROM range(100000000) a, range(100000000) b"
+
+
+def test_a_runaway_query_stops_at_its_timeout(warehouse):
+    """A cross join of two 10^8 ranges runs for hours; the timeout stops it within a second of the limit."""
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="--timeout"):
+        warehouse.query(_CROSS_JOIN, timeout_s=1.0)
+    assert time.monotonic() - t0 < 10
+    assert warehouse.query("SELECT 1 AS one").to_pylist() == [{"one": 1}]  # the warehouse still answers
+
+
+def test_the_query_limits_have_defaults_and_settings(monkeypatch):
+    from evalfarm.warehouse.query import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT_S, QueryLimits
+
+    assert QueryLimits.resolve() == QueryLimits(DEFAULT_TIMEOUT_S, DEFAULT_MEMORY_LIMIT)
+    assert DEFAULT_TIMEOUT_S > 0 and DEFAULT_MEMORY_LIMIT
+    monkeypatch.setenv("EVALFARM_SQL_TIMEOUT", "7")
+    monkeypatch.setenv("EVALFARM_SQL_MEMORY_LIMIT", "1GB")
+    assert QueryLimits.resolve() == QueryLimits(7.0, "1GB")
+    assert QueryLimits.resolve(0, "2GB") == QueryLimits(None, "2GB")  # an option wins; 0 is "no limit"
+
+
+def test_a_query_past_its_memory_limit_fails_cleanly(warehouse):
+    """The cap is DuckDB's: an aggregation that needs more than it stops with MemoryError, not the machine's RAM."""
+    big = "SELECT list(i) AS l FROM range(50000000) t(i)"
+    with pytest.raises(MemoryError, match="--memory-limit"):
+        warehouse.query(big, memory_limit="64MB")
+
+
+def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
+    """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""
+    cmd = [sys.executable, "-m", "evalfarm.cli", "sql", "--warehouse", str(warehouse.root)]
+    proc = subprocess.run([*cmd, "--timeout", "1", _CROSS_JOIN], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode != 0 and "1 s limit" in proc.stderr, proc.stderr
+    proc = subprocess.Popen([*cmd, "--timeout", "0", _CROSS_JOIN], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the interpreter starts, opens the warehouse and runs the join
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - t0 < 2, "Ctrl-C took more than a second to stop the query"
+    assert proc.returncode != 0

@@ -12,12 +12,15 @@ runs (:func:`check_read_only`): the lock keeps a query inside the warehouse, the
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from evalfarm.plugins import RegistryError, task_kinds
 
@@ -109,13 +112,19 @@ def open_connection(
     remote: str | None = None,
     files: Mapping[str, list[str]] | None = None,
     duck_path: Callable[[str], str] = lambda p: p,
+    memory_limit: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's URI (DuckDB's httpfs extension is loaded
     before the lock, since loading an extension is external access); ``files``, ``duck_path``: see
-    :func:`create_views`."""
+    :func:`create_views`; ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
+        if memory_limit is not None:
+            try:
+                con.execute(f"SET memory_limit={_sql_string(memory_limit)}")
+            except duckdb.Error as exc:
+                raise ValueError(f"memory limit {memory_limit!r}: {exc}") from exc
         if remote is not None:
             try:
                 con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
@@ -135,6 +144,78 @@ def open_connection(
 
 def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
+
+
+DEFAULT_TIMEOUT_S = 300.0
+"""How long one read-only query may run (``evalfarm sql --timeout``, ``EVALFARM_SQL_TIMEOUT``; 0: no limit)."""
+DEFAULT_MEMORY_LIMIT = "4GB"
+"""DuckDB's memory cap for a read-only query (``evalfarm sql --memory-limit``, ``EVALFARM_SQL_MEMORY_LIMIT``)."""
+TIMEOUT_ENV = "EVALFARM_SQL_TIMEOUT"
+MEMORY_LIMIT_ENV = "EVALFARM_SQL_MEMORY_LIMIT"
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """The limits of one read-only query: ``timeout_s`` (None: none) and DuckDB's ``memory_limit``.
+
+    A query over the views is user text: without a limit a cross join runs for hours and holds the memory DuckDB
+    allows itself (80 % of the machine's)."""
+
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+
+    @classmethod
+    def resolve(cls, timeout_s: float | None = None, memory_limit: str | None = None) -> QueryLimits:
+        """Each limit given here (not None) wins, then its environment variable, then the default; a timeout of
+        0 (or less) means no timeout."""
+        if timeout_s is None:
+            raw = os.environ.get(TIMEOUT_ENV, "").strip()
+            try:
+                timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
+            except ValueError:
+                raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+        if memory_limit is None:
+            memory_limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or DEFAULT_MEMORY_LIMIT
+        return cls(timeout_s if timeout_s > 0 else None, memory_limit)
+
+
+def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float | None) -> pa.Table:
+    """Run ``statement`` on ``con`` and return its rows, stopping it (``con.interrupt()``) after ``timeout_s``
+    (``TimeoutError``) or at Ctrl-C (``KeyboardInterrupt``, within a second).
+
+    DuckDB executes in C and checks Python's signals rarely (a cross join took 111 s to notice a SIGINT): the
+    query runs in a worker thread, and the main thread, which Python's signals interrupt at once, waits for it and
+    interrupts the connection when the time is up or a signal arrives."""
+    result: list[pa.Table] = []
+    error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(con.sql(statement).to_arrow_table())
+        except BaseException as exc:  # handed to the waiting thread
+            error.append(exc)
+
+    worker = threading.Thread(target=work, name="evalfarm-sql", daemon=True)
+    worker.start()
+    try:
+        worker.join(timeout_s)
+    except BaseException:  # KeyboardInterrupt (or any signal handler's exception): stop the query, then re-raise
+        con.interrupt()
+        worker.join()
+        raise
+    if worker.is_alive():
+        con.interrupt()
+        worker.join()
+        raise TimeoutError(
+            f"the query ran past its {timeout_s:g} s limit and was stopped (raise it with --timeout, "
+            f"or {TIMEOUT_ENV}; 0 means no limit)"
+        )
+    if error:
+        exc = error[0]
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise MemoryError(f"{exc} (raise the cap with --memory-limit, or {MEMORY_LIMIT_ENV}, e.g. 16GB)") from exc
+        raise exc
+    return result[0]
 
 
 def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
@@ -216,11 +297,17 @@ def _check_explain(text: str) -> None:
 
 
 __all__ = [
+    "DEFAULT_MEMORY_LIMIT",
+    "DEFAULT_TIMEOUT_S",
+    "MEMORY_LIMIT_ENV",
+    "TIMEOUT_ENV",
+    "QueryLimits",
     "ViewSource",
     "check_read_only",
     "create_views",
     "lock_down",
     "open_connection",
+    "run_limited",
     "sql_dir",
     "view_sources",
 ]

@@ -22,7 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
-from evalfarm.warehouse.query import check_read_only, open_connection
+from evalfarm.warehouse.query import QueryLimits, check_read_only, open_connection, run_limited
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 
 
@@ -308,7 +308,7 @@ class Warehouse:
         return self.write("failures", [row], self._p("tables", "failures", run_id, f"{uuid.uuid4().hex}.parquet"))
 
     # -- reads ----------------------------------------------------------------------------------------------
-    def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    def connect(self, *, read_only: bool = True, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse.
 
         Read-only (the default, and what ``evalfarm sql`` uses) locks the connection down before any view
@@ -317,7 +317,7 @@ class Warehouse:
         query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
         a query inside the warehouse, the check keeps it from writing there. An object-store warehouse needs
         DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
-        environment variables.
+        environment variables. ``memory_limit``: DuckDB's memory cap (``"4GB"``; None: DuckDB's default).
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
@@ -326,14 +326,16 @@ class Warehouse:
         except OSError:  # read-only storage: the views of the new columns fail until a run updates it
             pass
         try:
-            return self._connect(read_only, {})
+            return self._connect(read_only, {}, memory_limit)
         except duckdb.Error:  # one unreadable file breaks every view over its folder: leave such files out
             self.excluded = tuple(self.scan(quarantine=False))
             if not self.excluded:
                 raise
-        return self._connect(read_only, self._good_files({q.path for q in self.excluded}))
+        return self._connect(read_only, self._good_files({q.path for q in self.excluded}), memory_limit)
 
-    def _connect(self, read_only: bool, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
+    def _connect(
+        self, read_only: bool, files: dict[str, list[str]], memory_limit: str | None = None
+    ) -> duckdb.DuckDBPyConnection:
         """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
         return open_connection(
             self.duckdb_root,
@@ -341,18 +343,22 @@ class Warehouse:
             remote=None if self.local else str(self.uri),
             files=files,
             duck_path=self._duck_path,
+            memory_limit=memory_limit,
         )
 
-    def query(self, sql: str) -> pa.Table:
+    def query(self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None) -> pa.Table:
         """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
 
         The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
-        connection (:meth:`connect`); exactly the statement that was checked is executed.
+        connection (:meth:`connect`); exactly the statement that was checked is executed. It stops after
+        ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), and past ``memory_limit`` (``MemoryError``);
+        each left None takes its environment variable, else the default (:class:`QueryLimits`).
         """
         statement = check_read_only(sql)
-        con = self.connect()
+        limits = QueryLimits.resolve(timeout_s, memory_limit)
+        con = self.connect(memory_limit=limits.memory_limit)
         try:
-            return con.sql(statement).to_arrow_table()
+            return run_limited(con, statement, limits.timeout_s)
         finally:
             con.close()
 
