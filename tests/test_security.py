@@ -841,3 +841,14 @@ def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     proc.wait(timeout=30)
     assert time.monotonic() - t0 < 2, "Ctrl-C took more than a second to stop the query"
     assert proc.returncode != 0
+
+
+def test_sql_cannot_read_duckdbs_temp_directory(warehouse, tmp_path, monkeypatch):
+    """DuckDB's default spill folder, ``<cwd>/.tmp/``, was readable under the lock: a query could read any file a
+    user (or another program) kept in the current folder's ``.tmp/``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.csv").write_text("token\nhunter2\n")
+    for sql in ["SELECT * FROM read_csv('.tmp/secret.csv')", f"SELECT * FROM read_csv('{tmp_path}/.tmp/secret.csv')"]:
+        with pytest.raises(duckdb.Error, match="(?i)permission|disabled"):
+            warehouse.query(sql)

@@ -225,9 +225,12 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
     (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
     matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
     ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
-    last so no statement can undo any of it.
+    last so no statement can undo any of it. Spilling to disk is off: DuckDB's default temp directory,
+    ``<cwd>/.tmp/``, is implicitly readable under the lock, which would open the current folder's ``.tmp/`` to a
+    query (a query that needs more than the memory cap fails instead; raise the cap).
     """
     prefix = root.rstrip("/") + "/"
+    con.execute("SET temp_directory=''")
     con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
     con.execute("SET enable_external_access=false")
     con.execute("SET autoinstall_known_extensions=false")
