@@ -852,3 +852,19 @@ def test_sql_cannot_read_duckdbs_temp_directory(warehouse, tmp_path, monkeypatch
     for sql in ["SELECT * FROM read_csv('.tmp/secret.csv')", f"SELECT * FROM read_csv('{tmp_path}/.tmp/secret.csv')"]:
         with pytest.raises(duckdb.Error, match="(?i)permission|disabled"):
             warehouse.query(sql)
+
+
+def test_a_read_only_query_never_writes_a_schema_file(warehouse):
+    """`evalfarm sql` recreated missing ``_schema.parquet`` files: a read-only open must write nothing, and the
+    views still have every column (a private stand-in schema is read instead)."""
+    root = Path(warehouse.root)
+    gone = [root / "tables" / t / "_schema.parquet" for t in ("metrics", "failures", "quality")]
+    for p in gone:
+        p.unlink()
+    before = sorted(p for p in root.rglob("*") if p.is_file())
+    assert _metric_models(warehouse) == [("honest", 0.5)]
+    assert warehouse.query("SELECT count(*) AS n FROM failures").to_pylist() == [{"n": 0}]
+    described = {r["column_name"] for r in warehouse.query("DESCRIBE failures").to_pylist()}
+    assert set(SCHEMAS["failures"].names) <= described
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == before
+    assert not any(p.exists() for p in gone)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,16 +91,22 @@ def create_views(
     files: Mapping[str, list[str]] | None = None,
     *,
     duck_path: Callable[[str], str] = lambda p: p,
+    schema_files: Mapping[str, str] | None = None,
 ) -> None:
     """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
 
     ``files``: table -> the files its views read instead of the table's glob (the readable ones, when some are not);
-    ``duck_path`` turns such a file's path into what DuckDB opens.
+    ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a local typed empty
+    Parquet file read along with the table's ``files`` (a read-only open's stand-in for a missing or outdated
+    ``_schema.parquet``; such a table must be in ``files``).
     """
+    lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
+    for table, schema_file in (schema_files or {}).items():
+        lists[table] = [*lists[table], schema_file]
     for source in view_sources():
         text = source.sql
-        for table, listed in (files or {}).items():
-            as_list = "[" + ", ".join(_sql_string(duck_path(f)) for f in listed) + "]"
+        for table, listed in lists.items():
+            as_list = "[" + ", ".join(_sql_string(f) for f in listed) + "]"
             text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
         con.execute(text.replace("{root}", root.replace("'", "''")))
 
@@ -113,11 +119,13 @@ def open_connection(
     files: Mapping[str, list[str]] | None = None,
     duck_path: Callable[[str], str] = lambda p: p,
     memory_limit: str | None = None,
+    schema_files: Mapping[str, str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's URI (DuckDB's httpfs extension is loaded
     before the lock, since loading an extension is external access); ``files``, ``duck_path``: see
-    :func:`create_views`; ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
+    :func:`create_views` (the folders of ``schema_files`` are
+    opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
         if memory_limit is not None:
@@ -134,8 +142,8 @@ def open_connection(
                     "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
                 ) from exc
         if read_only:
-            lock_down(con, root)
-        create_views(con, root, files, duck_path=duck_path)
+            lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
+        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files)
     except BaseException:
         con.close()
         raise
@@ -218,8 +226,35 @@ def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float
     return result[0]
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
-    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good.
+_PRIVATE_DIR: list[str] = []
+
+
+def private_schema_file(table: str, schema: pa.Schema) -> str:
+    """A typed empty Parquet file of ``schema`` in this process's private temp folder (mode 0700, removed at exit),
+    for a read-only open that must not write a missing ``_schema.parquet`` into the warehouse."""
+    import atexit
+    import hashlib
+    import shutil
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    if not _PRIVATE_DIR:
+        folder = tempfile.mkdtemp(prefix="evalfarm-schemas-")
+        atexit.register(shutil.rmtree, folder, True)
+        _PRIVATE_DIR.append(folder)
+    digest = hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()[:16]
+    path = os.path.join(_PRIVATE_DIR[0], f"{table}-{digest}.parquet")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        pq.write_table(pa.Table.from_batches([], schema=schema), tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] = ()) -> None:
+    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good;
+    ``also``: more directories it may read (evalfarm's private stand-in schema files, nothing a user chose).
 
     External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
     (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
@@ -229,9 +264,9 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
     ``<cwd>/.tmp/``, is implicitly readable under the lock, which would open the current folder's ``.tmp/`` to a
     query (a query that needs more than the memory cap fails instead; raise the cap).
     """
-    prefix = root.rstrip("/") + "/"
+    prefixes = [d.rstrip("/") + "/" for d in (root, *also)]
     con.execute("SET temp_directory=''")
-    con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
+    con.execute(f"SET allowed_directories=[{', '.join(_sql_string(p) for p in prefixes)}]")
     con.execute("SET enable_external_access=false")
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")
@@ -310,6 +345,7 @@ __all__ = [
     "create_views",
     "lock_down",
     "open_connection",
+    "private_schema_file",
     "run_limited",
     "sql_dir",
     "view_sources",

@@ -22,7 +22,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
-from evalfarm.warehouse.query import QueryLimits, check_read_only, open_connection, run_limited
+from evalfarm.warehouse.query import (
+    QueryLimits,
+    check_read_only,
+    open_connection,
+    private_schema_file,
+    run_limited,
+)
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 
 
@@ -321,30 +327,54 @@ class Warehouse:
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
-        try:  # a warehouse written before a table gained a column: its views need the column to exist
-            self._write_schemas()
-        except OSError:  # read-only storage: the views of the new columns fail until a run updates it
-            pass
+        stand_ins: dict[str, str] = {}
+        if read_only:  # never write: a missing or outdated _schema.parquet gets a private stand-in instead
+            stand_ins = self._stand_in_schemas()
+        else:  # a warehouse written before a table gained a column: its views need the column to exist
+            try:
+                self._write_schemas()
+            except OSError:  # read-only storage: the views of the new columns fail until a run updates it
+                pass
         try:
-            return self._connect(read_only, {}, memory_limit)
+            return self._connect(read_only, {}, memory_limit, stand_ins)
         except duckdb.Error:  # one unreadable file breaks every view over its folder: leave such files out
             self.excluded = tuple(self.scan(quarantine=False))
             if not self.excluded:
                 raise
-        return self._connect(read_only, self._good_files({q.path for q in self.excluded}), memory_limit)
+        return self._connect(read_only, self._good_files({q.path for q in self.excluded}), memory_limit, stand_ins)
 
     def _connect(
-        self, read_only: bool, files: dict[str, list[str]], memory_limit: str | None = None
+        self,
+        read_only: bool,
+        files: dict[str, list[str]],
+        memory_limit: str | None = None,
+        stand_ins: dict[str, str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
-        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
+        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob;
+        ``stand_ins``: table -> a private schema file its views read too (:meth:`_stand_in_schemas`)."""
+        listed = dict(files)
+        for table in stand_ins or {}:
+            if table not in listed:
+                listed[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)))
         return open_connection(
             self.duckdb_root,
             read_only=read_only,
             remote=None if self.local else str(self.uri),
-            files=files,
+            files=listed,
             duck_path=self._duck_path,
             memory_limit=memory_limit,
+            schema_files=stand_ins,
         )
+
+    def _stand_in_schemas(self) -> dict[str, str]:
+        """Table -> a typed empty Parquet file in this process's private temp folder, for each table whose
+        ``_schema.parquet`` is missing or outdated: a read-only open sees every column and writes nothing."""
+        out: dict[str, str] = {}
+        for name, schema in table_schemas().items():
+            p = self._p("tables", name, "_schema.parquet")
+            if not self.exists(p) or not self._schema_current(p, schema):
+                out[name] = private_schema_file(name, schema)
+        return out
 
     def query(self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None) -> pa.Table:
         """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
