@@ -868,3 +868,23 @@ def test_a_read_only_query_never_writes_a_schema_file(warehouse):
     assert set(SCHEMAS["failures"].names) <= described
     assert sorted(p for p in root.rglob("*") if p.is_file()) == before
     assert not any(p.exists() for p in gone)
+
+
+@pytest.mark.parametrize("name", ["wh[1]", "wh*", "wh?"])
+def test_a_warehouse_path_with_glob_characters_is_a_path(tmp_path, name):
+    """`evalfarm sql` on a warehouse at ``wh[1]`` failed (DuckDB read the root as a glob pattern); it must read
+    that warehouse, and only it (not ``wh1`` beside it)."""
+    wh = Warehouse(tmp_path / name).init()
+    decoy = Warehouse(tmp_path / "wh1").init()
+    for w, model in ((wh, "mine"), (decoy, "decoy")):
+        row = {n: None for n in SCHEMAS["metrics"].names}
+        row.update(model=model, task="t", metric="mrr", value=0.5, fingerprint="f" * 16, run_id="r")
+        w.write("metrics", [row], w.unit_path("metrics", model, "t", "f" * 16))
+    assert [r["model"] for r in wh.query("SELECT model FROM metrics").to_pylist()] == ["mine"]
+    escaped = "".join(f"[{c}]" if c in "[*?" else c for c in name)
+    for outside in (f"{tmp_path}/wh1", f"{tmp_path}/{escaped}/../wh1", f"{tmp_path}/{name}/../wh1"):
+        with pytest.raises(duckdb.Error):  # the lock still holds: no way into the decoy beside it
+            wh.query(f"SELECT model FROM read_parquet('{outside}/tables/metrics/**/*.parquet')")
+    bad = Path(wh.unit_path("metrics", "mine", "t", "f" * 16))
+    bad.write_bytes(b"PAR1 truncated")  # the excluded-files path lists files, each a glob too
+    assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]

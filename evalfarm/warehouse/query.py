@@ -106,9 +106,16 @@ def create_views(
     for source in view_sources():
         text = source.sql
         for table, listed in lists.items():
-            as_list = "[" + ", ".join(_sql_string(f) for f in listed) + "]"
+            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
             text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
-        con.execute(text.replace("{root}", root.replace("'", "''")))
+        con.execute(text.replace("{root}", glob_escape(root).replace("'", "''")))
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a DuckDB glob that matches exactly it: each ``[``, ``*`` and ``?`` as a one-character class
+    (a warehouse at ``wh[1]`` is a path, not the pattern ``wh1``). Every path DuckDB reads is globbed, a listed
+    file's too."""
+    return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
 def open_connection(
@@ -264,7 +271,9 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] 
     ``<cwd>/.tmp/``, is implicitly readable under the lock, which would open the current folder's ``.tmp/`` to a
     query (a query that needs more than the memory cap fails instead; raise the cap).
     """
-    prefixes = [d.rstrip("/") + "/" for d in (root, *also)]
+    # DuckDB checks a glob's text against the prefixes before expanding it: a root with glob characters is
+    # allowed as the views spell it too (glob_escape), a pattern that expands to the root and nothing else
+    prefixes = list(dict.fromkeys(d.rstrip("/") + "/" for d in (root, glob_escape(root), *also)))
     con.execute("SET temp_directory=''")
     con.execute(f"SET allowed_directories=[{', '.join(_sql_string(p) for p in prefixes)}]")
     con.execute("SET enable_external_access=false")
@@ -343,6 +352,7 @@ __all__ = [
     "ViewSource",
     "check_read_only",
     "create_views",
+    "glob_escape",
     "lock_down",
     "open_connection",
     "private_schema_file",
