@@ -123,7 +123,12 @@ def test_sql_cli_refuses_the_reported_attack(warehouse):
         "CALL pragma_version()",
         "PRAGMA enable_profiling",
         "CREATE SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
-        "PIVOT (SELECT 1 AS a, 2 AS b) ON a USING sum(b)",
+        "CREATE TABLE t AS PIVOT metrics ON metric USING avg(value)",  # MULTI statements, like a PIVOT
+        "COPY (PIVOT metrics ON metric USING avg(value)) TO 'x.csv'",
+        "INSERT INTO t PIVOT metrics ON metric USING avg(value)",
+        "WITH m AS (FROM metrics) INSERT INTO t PIVOT m ON metric USING avg(value)",
+        "PIVOT metrics ON metric USING avg(value); COPY metrics TO 'x.csv'",
+        "PIVOT metrics ON metric USING avg(value) -- ; x\n;\nCOPY metrics TO 'x.csv'",
         "PREPARE p AS SELECT 1",
         "BEGIN TRANSACTION",
         "",
@@ -255,6 +260,11 @@ def test_read_only_statements_still_work(warehouse):
         "EXPLAIN SELECT * FROM metrics",
         "EXPLAIN (FORMAT json) SELECT * FROM metrics",
         "SELECT 'analyze' AS \"analyze\";",
+        "PIVOT metrics ON metric USING avg(value)",  # one statement (DuckDB parses it as MULTI): issue 23.7
+        "PIVOT metrics ON metric USING avg(value);",
+        "WITH m AS (FROM metrics) PIVOT m ON metric USING avg(value) GROUP BY model",
+        "SELECT * FROM (PIVOT metrics ON metric USING avg(value))",
+        "UNPIVOT (SELECT 1 AS a, 2 AS b) ON a, b INTO NAME k VALUE v",
     ]:
         assert warehouse.query(sql).num_rows >= 1, sql
     assert check_read_only("  SELECT 1 ; ").strip() == "SELECT 1 ;"

@@ -283,8 +283,8 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] 
 
 
 _READ_ONLY_HELP = (
-    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, "
-    "SUMMARIZE, or EXPLAIN of one of those"
+    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, PIVOT, UNPIVOT, "
+    "DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of one of those"
 )
 
 
@@ -309,9 +309,25 @@ def check_read_only(sql: str) -> str:
     kind = st.type.name
     if kind == "EXPLAIN":
         _check_explain(st.query)
+    elif kind == "MULTI":
+        _check_pivot(st.query)
     elif kind != "SELECT":
         raise PermissionError(f"refused: a {kind} statement. {_READ_ONLY_HELP}")
     return st.query
+
+
+def _check_pivot(text: str) -> None:
+    """Allow a MULTI statement only when it is a query: DuckDB parses a PIVOT without an ``IN`` list into one
+    (an enum type of each pivot column's values, then the SELECT), but also ``COPY (PIVOT …) TO``,
+    ``CREATE TABLE … AS PIVOT …`` and ``INSERT … PIVOT …``. Only a query parses as a subquery: the statement
+    must parse, as one SELECT (or MULTI), inside ``SELECT * FROM ( … )``."""
+    body = text.rstrip().rstrip(";")
+    try:
+        wrapped = duckdb.extract_statements(f"SELECT * FROM (\n{body}\n)")
+    except Exception:  # as in check_read_only: it is not a query
+        wrapped = []
+    if len(wrapped) != 1 or wrapped[0].type.name not in ("SELECT", "MULTI"):
+        raise PermissionError(f"refused: a statement that is not a query. {_READ_ONLY_HELP}")
 
 
 def _check_explain(text: str) -> None:
