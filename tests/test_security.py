@@ -898,3 +898,44 @@ def test_a_warehouse_path_with_glob_characters_is_a_path(tmp_path, name):
     bad = Path(wh.unit_path("metrics", "mine", "t", "f" * 16))
     bad.write_bytes(b"PAR1 truncated")  # the excluded-files path lists files, each a glob too
     assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]
+
+
+def test_a_missing_or_wrong_ray_token_is_reported_as_the_token(monkeypatch):
+    """Ray's own refusal, as ``ray.init`` raises it (a ConnectionError caused by the GCS's InvalidAuthToken), was
+    worded "cannot reach the Ray cluster": the user then restarts a head that is running. Say it is the token."""
+    import ray
+
+    from evalfarm.scheduler import ray_executor
+
+    def refused(**_: Any) -> None:
+        try:
+            raise RuntimeError("InvalidAuthToken: Authentication token is missing or incorrect")
+        except RuntimeError as exc:
+            raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379") from exc
+
+    def absent(**_: Any) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ConnectionError, match="token") as info:
+        ray_executor.connect("127.0.0.1:6379")
+    assert "cannot reach" not in str(info.value)
+    monkeypatch.setattr(ray, "init", absent)  # a head that is not there is still "cannot reach"
+    with pytest.raises(ConnectionError, match="cannot reach the Ray cluster"):
+        ray_executor.connect("127.0.0.1:6379")
+
+
+def test_the_job_api_refusing_the_token_is_reported_as_the_token(monkeypatch):
+    import ray.job_submission
+    from ray.exceptions import AuthenticationError
+
+    from evalfarm import submit
+
+    def refused(address: str) -> None:
+        raise AuthenticationError("Authentication failed: Forbidden: Invalid authentication token")
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", refused)
+    with pytest.raises(submit.SubmitError, match="refused this token") as info:
+        submit._client("http://127.0.0.1:8265")
+    assert "cannot reach" not in str(info.value)

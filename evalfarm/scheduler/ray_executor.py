@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import platform
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -238,12 +239,39 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             env = {k: v for k, v in env.items() if k not in in_job}
         try:
             ray.init(address=address, runtime_env={"env_vars": env} if env else None, **common)
-        except ConnectionError as exc:
+        except (ConnectionError, RuntimeError) as exc:
+            if is_auth_failure(exc):
+                raise ConnectionError(
+                    f"the Ray cluster at {address!r} refused this driver's token (missing or wrong): set "
+                    "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the head's token file (or RAY_AUTH_TOKEN to "
+                    "the token; cluster/local/start-head.sh prints both)"
+                ) from exc
+            if not isinstance(exc, ConnectionError):
+                raise
             raise ConnectionError(
                 f"cannot reach the Ray cluster at {address!r}: {exc}. Start one (`ray start --head`), pass "
                 "--address auto / ray://host:10001, or leave --address out to run on a local Ray"
             ) from exc
     return True
+
+
+_AUTH_FAILURE = re.compile(r"Unauthenticated|InvalidAuthToken|authentication token", re.IGNORECASE)
+
+
+def is_auth_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is Ray refusing a missing or wrong token rather than an unreachable
+    head: ``ray.init`` wraps the GCS's ``Unauthenticated`` / ``InvalidAuthToken`` in "Failed to connect to Ray
+    cluster", and the job API raises ``ray.exceptions.AuthenticationError``."""
+    from ray.exceptions import AuthenticationError
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, AuthenticationError) or _AUTH_FAILURE.search(str(cur)):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def worker_resources(
