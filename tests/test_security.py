@@ -939,3 +939,58 @@ def test_the_job_api_refusing_the_token_is_reported_as_the_token(monkeypatch):
     with pytest.raises(submit.SubmitError, match="refused this token") as info:
         submit._client("http://127.0.0.1:8265")
     assert "cannot reach" not in str(info.value)
+
+
+def test_a_killed_drivers_token_folder_is_swept_at_the_next_start(tmp_path):
+    """A SIGKILLed driver cannot remove its Ray token folder: the next driver removes every folder of a driver
+    that is gone, and nothing else."""
+    from evalfarm.scheduler.ray_executor import TOKEN_FOLDER_PREFIX, sweep_stale_token_folders
+
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone.send_signal(signal.SIGKILL)
+    gone.wait()
+    dead = tmp_path / f"{TOKEN_FOLDER_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{TOKEN_FOLDER_PREFIX}{os.getpid()}-def"
+    legacy = tmp_path / f"{TOKEN_FOLDER_PREFIX}xyz"  # no pid in the name: cannot tell, left alone
+    other = tmp_path / "unrelated-99999999-x"
+    for d in (dead, live, legacy, other):
+        d.mkdir()
+        (d / "auth_token").write_text("secret")
+    assert sweep_stale_token_folders(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and live.exists() and legacy.exists() and other.exists()
+
+
+def test_connect_names_its_token_folder_after_its_pid_and_sweeps_first(tmp_path, monkeypatch):
+    """The folder ``connect`` makes carries the driver's pid (what the sweep reads), and a dead driver's folder
+    is gone once ``connect`` has started."""
+    import ray
+
+    from evalfarm.scheduler import ray_executor
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    stale = tmp_path / f"{ray_executor.TOKEN_FOLDER_PREFIX}{2**22 + 12345}-old"
+    stale.mkdir()
+    seen: dict[str, str] = {}
+
+    def fake_init(**_: Any) -> None:
+        seen["token"] = os.environ["RAY_AUTH_TOKEN_PATH"]
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        monkeypatch.setenv(name, "")  # recorded, so what connect sets is undone below
+        monkeypatch.delenv(name)
+    try:
+        with pytest.raises(RuntimeError, match="stop here"):
+            ray_executor.connect(None, num_cpus=1)
+    finally:  # connect re-read Ray's per-process config with token auth on: read it again without
+        monkeypatch.undo()
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    assert not stale.exists()
+    folder = Path(seen["token"]).parent
+    assert folder.parent == tmp_path and folder.name.startswith(f"{ray_executor.TOKEN_FOLDER_PREFIX}{os.getpid()}-")
