@@ -267,12 +267,22 @@ def open_warehouse(warehouse: PathOrStr | None = None) -> Warehouse:
     return Warehouse(resolve_settings(warehouse=warehouse).warehouse)
 
 
-def query(sql: str, *, warehouse: PathOrStr | Warehouse | None = None) -> pa.Table:
-    """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas)."""
+def query(
+    sql: str,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    timeout_s: float | None = None,
+    memory_limit: str | None = None,
+) -> pa.Table:
+    """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
+
+    ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
+    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else 300 s and 4GB. Past them: ``TimeoutError``,
+    ``MemoryError``."""
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    return wh.query(sql)
+    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
 
 
 def verify(

@@ -699,6 +699,14 @@ def _client(address: str) -> Any:
     try:
         return JobSubmissionClient(address)
     except Exception as exc:
+        from evalfarm.scheduler.ray_executor import is_auth_failure
+
+        if is_auth_failure(exc):
+            raise SubmitError(
+                f"the Ray job API at {address} refused this token (missing or wrong): set RAY_AUTH_MODE=token and "
+                "RAY_AUTH_TOKEN_PATH to the head's token file (or RAY_AUTH_TOKEN to the token; "
+                "cluster/local/start-head.sh prints both)"
+            ) from None
         raise SubmitError(
             f"cannot reach the Ray job API at {address}: {exc} (is the head running? `ray status`; the "
             "dashboard listens on 127.0.0.1 by default, so from another machine use an SSH tunnel or "

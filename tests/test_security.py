@@ -123,7 +123,12 @@ def test_sql_cli_refuses_the_reported_attack(warehouse):
         "CALL pragma_version()",
         "PRAGMA enable_profiling",
         "CREATE SECRET s (TYPE s3, KEY_ID 'a', SECRET 'b')",
-        "PIVOT (SELECT 1 AS a, 2 AS b) ON a USING sum(b)",
+        "CREATE TABLE t AS PIVOT metrics ON metric USING avg(value)",  # MULTI statements, like a PIVOT
+        "COPY (PIVOT metrics ON metric USING avg(value)) TO 'x.csv'",
+        "INSERT INTO t PIVOT metrics ON metric USING avg(value)",
+        "WITH m AS (FROM metrics) INSERT INTO t PIVOT m ON metric USING avg(value)",
+        "PIVOT metrics ON metric USING avg(value); COPY metrics TO 'x.csv'",
+        "PIVOT metrics ON metric USING avg(value) -- ; x\n;\nCOPY metrics TO 'x.csv'",
         "PREPARE p AS SELECT 1",
         "BEGIN TRANSACTION",
         "",
@@ -255,6 +260,11 @@ def test_read_only_statements_still_work(warehouse):
         "EXPLAIN SELECT * FROM metrics",
         "EXPLAIN (FORMAT json) SELECT * FROM metrics",
         "SELECT 'analyze' AS \"analyze\";",
+        "PIVOT metrics ON metric USING avg(value)",  # one statement (DuckDB parses it as MULTI): issue 23.7
+        "PIVOT metrics ON metric USING avg(value);",
+        "WITH m AS (FROM metrics) PIVOT m ON metric USING avg(value) GROUP BY model",
+        "SELECT * FROM (PIVOT metrics ON metric USING avg(value))",
+        "UNPIVOT (SELECT 1 AS a, 2 AS b) ON a, b INTO NAME k VALUE v",
     ]:
         assert warehouse.query(sql).num_rows >= 1, sql
     assert check_read_only("  SELECT 1 ; ").strip() == "SELECT 1 ;"
@@ -795,3 +805,209 @@ def test_a_data_model_source_stays_inside_the_data_folder(tmp_path, data_with_se
         resolve_source(src)
     with pytest.raises(ValueError, match="'\\.\\.'"):
         Source(type="data", ref="vectors", path="../../secret.txt")
+
+
+# -- issue 23.7: the smaller holes of `evalfarm sql` --------------------------------------------------------------
+_CROSS_JOIN = "SELECT count(*) AS n FROM range(100000000) a, range(100000000) b"
+
+
+_RUNAWAY = """
+import sys, time
+import evalfarm
+t0 = time.monotonic()
+try:
+    evalfarm.query(sys.argv[2], warehouse=sys.argv[1], timeout_s=1.0)
+except TimeoutError as exc:
+    print("stopped", round(time.monotonic() - t0, 1), exc)
+print(evalfarm.query("SELECT 1 AS one", warehouse=sys.argv[1]).to_pylist())
+"""
+
+
+def test_a_runaway_query_stops_at_its_timeout(warehouse):
+    """A cross join of two 10^8 ranges runs for hours; the timeout stops it within a second of the limit. (In a
+    child process: DuckDB's worker threads keep their memory, which the RSS checks of later tests would count.)"""
+    proc = subprocess.run(
+        [sys.executable, "-c", _RUNAWAY, str(warehouse.root), _CROSS_JOIN],
+        capture_output=True, text=True, cwd=REPO, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    stopped, answer = proc.stdout.strip().splitlines()
+    assert stopped.startswith("stopped") and "--timeout" in stopped, stopped
+    assert float(stopped.split()[1]) < 10
+    assert answer == "[{'one': 1}]"  # the warehouse still answers
+
+
+def test_the_query_limits_have_defaults_and_settings(monkeypatch):
+    from evalfarm.warehouse.query import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT_S, QueryLimits
+
+    assert QueryLimits.resolve() == QueryLimits(DEFAULT_TIMEOUT_S, DEFAULT_MEMORY_LIMIT)
+    assert DEFAULT_TIMEOUT_S > 0 and DEFAULT_MEMORY_LIMIT
+    monkeypatch.setenv("EVALFARM_SQL_TIMEOUT", "7")
+    monkeypatch.setenv("EVALFARM_SQL_MEMORY_LIMIT", "1GB")
+    assert QueryLimits.resolve() == QueryLimits(7.0, "1GB")
+    assert QueryLimits.resolve(0, "2GB") == QueryLimits(None, "2GB")  # an option wins; 0 is "no limit"
+
+
+def test_a_query_past_its_memory_limit_fails_cleanly(warehouse):
+    """The cap is DuckDB's: an aggregation that needs more than it stops with MemoryError, not the machine's RAM."""
+    big = "SELECT list(i) AS l FROM range(50000000) t(i)"
+    with pytest.raises(MemoryError, match="--memory-limit"):
+        warehouse.query(big, memory_limit="64MB")
+
+
+def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
+    """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""
+    cmd = [sys.executable, "-m", "evalfarm.cli", "sql", "--warehouse", str(warehouse.root)]
+    proc = subprocess.run([*cmd, "--timeout", "1", _CROSS_JOIN], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert proc.returncode != 0 and "1 s limit" in proc.stderr, proc.stderr
+    proc = subprocess.Popen([*cmd, "--timeout", "0", _CROSS_JOIN], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    time.sleep(8)  # the interpreter starts, opens the warehouse and runs the join
+    assert proc.poll() is None
+    t0 = time.monotonic()
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    assert time.monotonic() - t0 < 2, "Ctrl-C took more than a second to stop the query"
+    assert proc.returncode != 0
+
+
+def test_sql_cannot_read_duckdbs_temp_directory(warehouse, tmp_path, monkeypatch):
+    """DuckDB's default spill folder, ``<cwd>/.tmp/``, was readable under the lock: a query could read any file a
+    user (or another program) kept in the current folder's ``.tmp/``."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / ".tmp").mkdir()
+    (tmp_path / ".tmp" / "secret.csv").write_text("token\nhunter2\n")
+    for sql in ["SELECT * FROM read_csv('.tmp/secret.csv')", f"SELECT * FROM read_csv('{tmp_path}/.tmp/secret.csv')"]:
+        with pytest.raises(duckdb.Error, match="(?i)permission|disabled"):
+            warehouse.query(sql)
+
+
+def test_a_read_only_query_never_writes_a_schema_file(warehouse):
+    """`evalfarm sql` recreated missing ``_schema.parquet`` files: a read-only open must write nothing, and the
+    views still have every column (a private stand-in schema is read instead)."""
+    root = Path(warehouse.root)
+    gone = [root / "tables" / t / "_schema.parquet" for t in ("metrics", "failures", "quality")]
+    for p in gone:
+        p.unlink()
+    before = sorted(p for p in root.rglob("*") if p.is_file())
+    assert _metric_models(warehouse) == [("honest", 0.5)]
+    assert warehouse.query("SELECT count(*) AS n FROM failures").to_pylist() == [{"n": 0}]
+    described = {r["column_name"] for r in warehouse.query("DESCRIBE failures").to_pylist()}
+    assert set(SCHEMAS["failures"].names) <= described
+    assert sorted(p for p in root.rglob("*") if p.is_file()) == before
+    assert not any(p.exists() for p in gone)
+
+
+@pytest.mark.parametrize("name", ["wh[1]", "wh*", "wh?"])
+def test_a_warehouse_path_with_glob_characters_is_a_path(tmp_path, name):
+    """`evalfarm sql` on a warehouse at ``wh[1]`` failed (DuckDB read the root as a glob pattern); it must read
+    that warehouse, and only it (not ``wh1`` beside it)."""
+    wh = Warehouse(tmp_path / name).init()
+    decoy = Warehouse(tmp_path / "wh1").init()
+    for w, model in ((wh, "mine"), (decoy, "decoy")):
+        row = {n: None for n in SCHEMAS["metrics"].names}
+        row.update(model=model, task="t", metric="mrr", value=0.5, fingerprint="f" * 16, run_id="r")
+        w.write("metrics", [row], w.unit_path("metrics", model, "t", "f" * 16))
+    assert [r["model"] for r in wh.query("SELECT model FROM metrics").to_pylist()] == ["mine"]
+    escaped = "".join(f"[{c}]" if c in "[*?" else c for c in name)
+    for outside in (f"{tmp_path}/wh1", f"{tmp_path}/{escaped}/../wh1", f"{tmp_path}/{name}/../wh1"):
+        with pytest.raises(duckdb.Error):  # the lock still holds: no way into the decoy beside it
+            wh.query(f"SELECT model FROM read_parquet('{outside}/tables/metrics/**/*.parquet')")
+    bad = Path(wh.unit_path("metrics", "mine", "t", "f" * 16))
+    bad.write_bytes(b"PAR1 truncated")  # the excluded-files path lists files, each a glob too
+    assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]
+
+
+def test_a_missing_or_wrong_ray_token_is_reported_as_the_token(monkeypatch):
+    """Ray's own refusal, as ``ray.init`` raises it (a ConnectionError caused by the GCS's InvalidAuthToken), was
+    worded "cannot reach the Ray cluster": the user then restarts a head that is running. Say it is the token."""
+    import ray
+
+    from evalfarm.scheduler import ray_executor
+
+    def refused(**_: Any) -> None:
+        try:
+            raise RuntimeError("InvalidAuthToken: Authentication token is missing or incorrect")
+        except RuntimeError as exc:
+            raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379") from exc
+
+    def absent(**_: Any) -> None:
+        raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refused)
+    with pytest.raises(ConnectionError, match="token") as info:
+        ray_executor.connect("127.0.0.1:6379")
+    assert "cannot reach" not in str(info.value)
+    monkeypatch.setattr(ray, "init", absent)  # a head that is not there is still "cannot reach"
+    with pytest.raises(ConnectionError, match="cannot reach the Ray cluster"):
+        ray_executor.connect("127.0.0.1:6379")
+
+
+def test_the_job_api_refusing_the_token_is_reported_as_the_token(monkeypatch):
+    import ray.job_submission
+    from ray.exceptions import AuthenticationError
+
+    from evalfarm import submit
+
+    def refused(address: str) -> None:
+        raise AuthenticationError("Authentication failed: Forbidden: Invalid authentication token")
+
+    monkeypatch.setattr(ray.job_submission, "JobSubmissionClient", refused)
+    with pytest.raises(submit.SubmitError, match="refused this token") as info:
+        submit._client("http://127.0.0.1:8265")
+    assert "cannot reach" not in str(info.value)
+
+
+def test_a_killed_drivers_token_folder_is_swept_at_the_next_start(tmp_path):
+    """A SIGKILLed driver cannot remove its Ray token folder: the next driver removes every folder of a driver
+    that is gone, and nothing else."""
+    from evalfarm.scheduler.ray_executor import TOKEN_FOLDER_PREFIX, sweep_stale_token_folders
+
+    gone = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    gone.send_signal(signal.SIGKILL)
+    gone.wait()
+    dead = tmp_path / f"{TOKEN_FOLDER_PREFIX}{gone.pid}-abc"
+    live = tmp_path / f"{TOKEN_FOLDER_PREFIX}{os.getpid()}-def"
+    legacy = tmp_path / f"{TOKEN_FOLDER_PREFIX}xyz"  # no pid in the name: cannot tell, left alone
+    other = tmp_path / "unrelated-99999999-x"
+    for d in (dead, live, legacy, other):
+        d.mkdir()
+        (d / "auth_token").write_text("secret")
+    assert sweep_stale_token_folders(str(tmp_path)) == [str(dead)]
+    assert not dead.exists() and live.exists() and legacy.exists() and other.exists()
+
+
+def test_connect_names_its_token_folder_after_its_pid_and_sweeps_first(tmp_path, monkeypatch):
+    """The folder ``connect`` makes carries the driver's pid (what the sweep reads), and a dead driver's folder
+    is gone once ``connect`` has started."""
+    import ray
+
+    from evalfarm.scheduler import ray_executor
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    stale = tmp_path / f"{ray_executor.TOKEN_FOLDER_PREFIX}{2**22 + 12345}-old"
+    stale.mkdir()
+    seen: dict[str, str] = {}
+
+    def fake_init(**_: Any) -> None:
+        seen["token"] = os.environ["RAY_AUTH_TOKEN_PATH"]
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    for name in ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN_PATH", "RAY_AUTH_TOKEN"):
+        monkeypatch.setenv(name, "")  # recorded, so what connect sets is undone below
+        monkeypatch.delenv(name)
+    try:
+        with pytest.raises(RuntimeError, match="stop here"):
+            ray_executor.connect(None, num_cpus=1)
+    finally:  # connect re-read Ray's per-process config with token auth on: read it again without
+        monkeypatch.undo()
+        from ray._raylet import AuthenticationTokenLoader, Config
+
+        Config.initialize("")
+        AuthenticationTokenLoader.instance().reset_cache()
+    assert not stale.exists()
+    folder = Path(seen["token"]).parent
+    assert folder.parent == tmp_path and folder.name.startswith(f"{ray_executor.TOKEN_FOLDER_PREFIX}{os.getpid()}-")

@@ -51,11 +51,21 @@ def sql(
     ],
     warehouse: WarehouseOpt = "warehouse",
     format: FormatOpt = Format.table,
+    timeout: Annotated[
+        float | None,
+        typer.Option(
+            help="stop the query after this many seconds (0: no limit) [default: $EVALFARM_SQL_TIMEOUT, else 300]"
+        ),
+    ] = None,
+    memory_limit: Annotated[
+        str | None,
+        typer.Option(help="DuckDB's memory cap, e.g. 16GB [default: $EVALFARM_SQL_MEMORY_LIMIT, else 4GB]"),
+    ] = None,
 ) -> None:
     try:
         wh = api.open_warehouse(warehouse)
-        table = api.query(query, warehouse=wh)
-    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        table = api.query(query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit)
+    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError) as exc:
         fail(str(exc))
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")

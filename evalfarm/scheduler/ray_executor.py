@@ -22,6 +22,7 @@ import logging
 import math
 import os
 import platform
+import re
 import time
 from dataclasses import dataclass
 from typing import Any, TypedDict
@@ -165,6 +166,53 @@ def shutdown_workers() -> None:
     _WARM.clear()
 
 
+TOKEN_FOLDER_PREFIX = "evalfarm-ray-auth-"
+"""The private temp folder of a local Ray's token: ``<TMPDIR>/evalfarm-ray-auth-<driver pid>-<random>``."""
+
+
+def sweep_stale_token_folders(tmp: str | None = None) -> list[str]:
+    """Remove the token folders (in ``tmp``, default the temp folder) of drivers that are gone, and return them.
+
+    A driver removes its folder at exit; a SIGKILLed one cannot, and its (dead) head's token stayed in TMPDIR.
+    Only this user's folders whose driver pid no longer exists are removed: a live driver's, another user's, or
+    a folder without a pid in its name (before this sweep existed) is left alone."""
+    import shutil
+    import stat
+    import tempfile
+
+    folder = tmp or tempfile.gettempdir()
+    removed: list[str] = []
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return removed
+    for name in names:
+        pid_text = name[len(TOKEN_FOLDER_PREFIX) :].split("-", 1)[0]
+        if not name.startswith(TOKEN_FOLDER_PREFIX) or not pid_text.isdigit():
+            continue
+        path = os.path.join(folder, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or _alive(int(pid_text)):
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts: signalling it is merely not permitted)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
 
@@ -203,7 +251,8 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
         # Ray's _raylet.pyi stub lists only the id classes; the compiled module has both of these.
         from ray._raylet import AuthenticationTokenLoader, Config  # type: ignore[attr-defined]
 
-        folder = tempfile.mkdtemp(prefix="evalfarm-ray-auth-")  # 0700
+        sweep_stale_token_folders()
+        folder = tempfile.mkdtemp(prefix=f"{TOKEN_FOLDER_PREFIX}{os.getpid()}-")  # 0700
         atexit.register(shutil.rmtree, folder, True)  # registered before ray.init: runs after Ray's own shutdown
         token = os.path.join(folder, "auth_token")
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -238,12 +287,39 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             env = {k: v for k, v in env.items() if k not in in_job}
         try:
             ray.init(address=address, runtime_env={"env_vars": env} if env else None, **common)
-        except ConnectionError as exc:
+        except (ConnectionError, RuntimeError) as exc:
+            if is_auth_failure(exc):
+                raise ConnectionError(
+                    f"the Ray cluster at {address!r} refused this driver's token (missing or wrong): set "
+                    "RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH to the head's token file (or RAY_AUTH_TOKEN to "
+                    "the token; cluster/local/start-head.sh prints both)"
+                ) from exc
+            if not isinstance(exc, ConnectionError):
+                raise
             raise ConnectionError(
                 f"cannot reach the Ray cluster at {address!r}: {exc}. Start one (`ray start --head`), pass "
                 "--address auto / ray://host:10001, or leave --address out to run on a local Ray"
             ) from exc
     return True
+
+
+_AUTH_FAILURE = re.compile(r"Unauthenticated|InvalidAuthToken|authentication token", re.IGNORECASE)
+
+
+def is_auth_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` (or what caused it) is Ray refusing a missing or wrong token rather than an unreachable
+    head: ``ray.init`` wraps the GCS's ``Unauthenticated`` / ``InvalidAuthToken`` in "Failed to connect to Ray
+    cluster", and the job API raises ``ray.exceptions.AuthenticationError``."""
+    from ray.exceptions import AuthenticationError
+
+    seen: set[int] = set()
+    cur: BaseException | None = exc
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if isinstance(cur, AuthenticationError) or _AUTH_FAILURE.search(str(cur)):
+            return True
+        cur = cur.__cause__ or cur.__context__
+    return False
 
 
 def worker_resources(

@@ -12,12 +12,15 @@ runs (:func:`check_read_only`): the lock keeps a query inside the warehouse, the
 
 from __future__ import annotations
 
+import os
 import re
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from evalfarm.plugins import RegistryError, task_kinds
 
@@ -88,18 +91,31 @@ def create_views(
     files: Mapping[str, list[str]] | None = None,
     *,
     duck_path: Callable[[str], str] = lambda p: p,
+    schema_files: Mapping[str, str] | None = None,
 ) -> None:
     """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
 
     ``files``: table -> the files its views read instead of the table's glob (the readable ones, when some are not);
-    ``duck_path`` turns such a file's path into what DuckDB opens.
+    ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a local typed empty
+    Parquet file read along with the table's ``files`` (a read-only open's stand-in for a missing or outdated
+    ``_schema.parquet``; such a table must be in ``files``).
     """
+    lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
+    for table, schema_file in (schema_files or {}).items():
+        lists[table] = [*lists[table], schema_file]
     for source in view_sources():
         text = source.sql
-        for table, listed in (files or {}).items():
-            as_list = "[" + ", ".join(_sql_string(duck_path(f)) for f in listed) + "]"
+        for table, listed in lists.items():
+            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
             text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
-        con.execute(text.replace("{root}", root.replace("'", "''")))
+        con.execute(text.replace("{root}", glob_escape(root).replace("'", "''")))
+
+
+def glob_escape(path: str) -> str:
+    """``path`` as a DuckDB glob that matches exactly it: each ``[``, ``*`` and ``?`` as a one-character class
+    (a warehouse at ``wh[1]`` is a path, not the pattern ``wh1``). Every path DuckDB reads is globbed, a listed
+    file's too."""
+    return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
 def open_connection(
@@ -109,13 +125,21 @@ def open_connection(
     remote: str | None = None,
     files: Mapping[str, list[str]] | None = None,
     duck_path: Callable[[str], str] = lambda p: p,
+    memory_limit: str | None = None,
+    schema_files: Mapping[str, str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's URI (DuckDB's httpfs extension is loaded
     before the lock, since loading an extension is external access); ``files``, ``duck_path``: see
-    :func:`create_views`."""
+    :func:`create_views` (the folders of ``schema_files`` are
+    opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
+        if memory_limit is not None:
+            try:
+                con.execute(f"SET memory_limit={_sql_string(memory_limit)}")
+            except duckdb.Error as exc:
+                raise ValueError(f"memory limit {memory_limit!r}: {exc}") from exc
         if remote is not None:
             try:
                 con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
@@ -125,8 +149,8 @@ def open_connection(
                     "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
                 ) from exc
         if read_only:
-            lock_down(con, root)
-        create_views(con, root, files, duck_path=duck_path)
+            lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
+        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files)
     except BaseException:
         con.close()
         raise
@@ -137,17 +161,121 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
-    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good.
+DEFAULT_TIMEOUT_S = 300.0
+"""How long one read-only query may run (``evalfarm sql --timeout``, ``EVALFARM_SQL_TIMEOUT``; 0: no limit)."""
+DEFAULT_MEMORY_LIMIT = "4GB"
+"""DuckDB's memory cap for a read-only query (``evalfarm sql --memory-limit``, ``EVALFARM_SQL_MEMORY_LIMIT``)."""
+TIMEOUT_ENV = "EVALFARM_SQL_TIMEOUT"
+MEMORY_LIMIT_ENV = "EVALFARM_SQL_MEMORY_LIMIT"
+
+
+@dataclass(frozen=True)
+class QueryLimits:
+    """The limits of one read-only query: ``timeout_s`` (None: none) and DuckDB's ``memory_limit``.
+
+    A query over the views is user text: without a limit a cross join runs for hours and holds the memory DuckDB
+    allows itself (80 % of the machine's)."""
+
+    timeout_s: float | None = DEFAULT_TIMEOUT_S
+    memory_limit: str = DEFAULT_MEMORY_LIMIT
+
+    @classmethod
+    def resolve(cls, timeout_s: float | None = None, memory_limit: str | None = None) -> QueryLimits:
+        """Each limit given here (not None) wins, then its environment variable, then the default; a timeout of
+        0 (or less) means no timeout."""
+        if timeout_s is None:
+            raw = os.environ.get(TIMEOUT_ENV, "").strip()
+            try:
+                timeout_s = float(raw) if raw else DEFAULT_TIMEOUT_S
+            except ValueError:
+                raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
+        if memory_limit is None:
+            memory_limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or DEFAULT_MEMORY_LIMIT
+        return cls(timeout_s if timeout_s > 0 else None, memory_limit)
+
+
+def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float | None) -> pa.Table:
+    """Run ``statement`` on ``con`` and return its rows, stopping it (``con.interrupt()``) after ``timeout_s``
+    (``TimeoutError``) or at Ctrl-C (``KeyboardInterrupt``, within a second).
+
+    DuckDB executes in C and checks Python's signals rarely (a cross join took 111 s to notice a SIGINT): the
+    query runs in a worker thread, and the main thread, which Python's signals interrupt at once, waits for it and
+    interrupts the connection when the time is up or a signal arrives."""
+    result: list[pa.Table] = []
+    error: list[BaseException] = []
+
+    def work() -> None:
+        try:
+            result.append(con.sql(statement).to_arrow_table())
+        except BaseException as exc:  # handed to the waiting thread
+            error.append(exc)
+
+    worker = threading.Thread(target=work, name="evalfarm-sql", daemon=True)
+    worker.start()
+    try:
+        worker.join(timeout_s)
+    except BaseException:  # KeyboardInterrupt (or any signal handler's exception): stop the query, then re-raise
+        con.interrupt()
+        worker.join()
+        raise
+    if worker.is_alive():
+        con.interrupt()
+        worker.join()
+        raise TimeoutError(
+            f"the query ran past its {timeout_s:g} s limit and was stopped (raise it with --timeout, "
+            f"or {TIMEOUT_ENV}; 0 means no limit)"
+        )
+    if error:
+        exc = error[0]
+        if isinstance(exc, duckdb.OutOfMemoryException):
+            raise MemoryError(f"{exc} (raise the cap with --memory-limit, or {MEMORY_LIMIT_ENV}, e.g. 16GB)") from exc
+        raise exc
+    return result[0]
+
+
+_PRIVATE_DIR: list[str] = []
+
+
+def private_schema_file(table: str, schema: pa.Schema) -> str:
+    """A typed empty Parquet file of ``schema`` in this process's private temp folder (mode 0700, removed at exit),
+    for a read-only open that must not write a missing ``_schema.parquet`` into the warehouse."""
+    import atexit
+    import hashlib
+    import shutil
+    import tempfile
+
+    import pyarrow.parquet as pq
+
+    if not _PRIVATE_DIR:
+        folder = tempfile.mkdtemp(prefix="evalfarm-schemas-")
+        atexit.register(shutil.rmtree, folder, True)
+        _PRIVATE_DIR.append(folder)
+    digest = hashlib.sha256(schema.serialize().to_pybytes()).hexdigest()[:16]
+    path = os.path.join(_PRIVATE_DIR[0], f"{table}-{digest}.parquet")
+    if not os.path.exists(path):
+        tmp = f"{path}.{os.getpid()}.tmp"
+        pq.write_table(pa.Table.from_batches([], schema=schema), tmp)
+        os.replace(tmp, path)
+    return path
+
+
+def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] = ()) -> None:
+    """Confine ``con`` to files under ``root`` (a directory, or an ``s3://`` / ``gs://`` prefix), for good;
+    ``also``: more directories it may read (evalfarm's private stand-in schema files, nothing a user chose).
 
     External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
     (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
     matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
     ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
-    last so no statement can undo any of it.
+    last so no statement can undo any of it. Spilling to disk is off: DuckDB's default temp directory,
+    ``<cwd>/.tmp/``, is implicitly readable under the lock, which would open the current folder's ``.tmp/`` to a
+    query (a query that needs more than the memory cap fails instead; raise the cap).
     """
-    prefix = root.rstrip("/") + "/"
-    con.execute(f"SET allowed_directories=[{_sql_string(prefix)}]")
+    # DuckDB checks a glob's text against the prefixes before expanding it: a root with glob characters is
+    # allowed as the views spell it too (glob_escape), a pattern that expands to the root and nothing else
+    prefixes = list(dict.fromkeys(d.rstrip("/") + "/" for d in (root, glob_escape(root), *also)))
+    con.execute("SET temp_directory=''")
+    con.execute(f"SET allowed_directories=[{', '.join(_sql_string(p) for p in prefixes)}]")
     con.execute("SET enable_external_access=false")
     con.execute("SET autoinstall_known_extensions=false")
     con.execute("SET autoload_known_extensions=false")
@@ -155,8 +283,8 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str) -> None:
 
 
 _READ_ONLY_HELP = (
-    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, "
-    "SUMMARIZE, or EXPLAIN of one of those"
+    "`evalfarm sql` runs exactly one read-only statement: SELECT, WITH … SELECT, FROM …, PIVOT, UNPIVOT, "
+    "DESCRIBE, SHOW, SUMMARIZE, or EXPLAIN of one of those"
 )
 
 
@@ -181,9 +309,25 @@ def check_read_only(sql: str) -> str:
     kind = st.type.name
     if kind == "EXPLAIN":
         _check_explain(st.query)
+    elif kind == "MULTI":
+        _check_pivot(st.query)
     elif kind != "SELECT":
         raise PermissionError(f"refused: a {kind} statement. {_READ_ONLY_HELP}")
     return st.query
+
+
+def _check_pivot(text: str) -> None:
+    """Allow a MULTI statement only when it is a query: DuckDB parses a PIVOT without an ``IN`` list into one
+    (an enum type of each pivot column's values, then the SELECT), but also ``COPY (PIVOT …) TO``,
+    ``CREATE TABLE … AS PIVOT …`` and ``INSERT … PIVOT …``. Only a query parses as a subquery: the statement
+    must parse, as one SELECT (or MULTI), inside ``SELECT * FROM ( … )``."""
+    body = text.rstrip().rstrip(";")
+    try:
+        wrapped = duckdb.extract_statements(f"SELECT * FROM (\n{body}\n)")
+    except Exception:  # as in check_read_only: it is not a query
+        wrapped = []
+    if len(wrapped) != 1 or wrapped[0].type.name not in ("SELECT", "MULTI"):
+        raise PermissionError(f"refused: a statement that is not a query. {_READ_ONLY_HELP}")
 
 
 def _check_explain(text: str) -> None:
@@ -216,11 +360,19 @@ def _check_explain(text: str) -> None:
 
 
 __all__ = [
+    "DEFAULT_MEMORY_LIMIT",
+    "DEFAULT_TIMEOUT_S",
+    "MEMORY_LIMIT_ENV",
+    "TIMEOUT_ENV",
+    "QueryLimits",
     "ViewSource",
     "check_read_only",
     "create_views",
+    "glob_escape",
     "lock_down",
     "open_connection",
+    "private_schema_file",
+    "run_limited",
     "sql_dir",
     "view_sources",
 ]

@@ -22,7 +22,13 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
-from evalfarm.warehouse.query import check_read_only, open_connection
+from evalfarm.warehouse.query import (
+    QueryLimits,
+    check_read_only,
+    open_connection,
+    private_schema_file,
+    run_limited,
+)
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 
 
@@ -308,7 +314,7 @@ class Warehouse:
         return self.write("failures", [row], self._p("tables", "failures", run_id, f"{uuid.uuid4().hex}.parquet"))
 
     # -- reads ----------------------------------------------------------------------------------------------
-    def connect(self, *, read_only: bool = True) -> duckdb.DuckDBPyConnection:
+    def connect(self, *, read_only: bool = True, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse.
 
         Read-only (the default, and what ``evalfarm sql`` uses) locks the connection down before any view
@@ -317,42 +323,72 @@ class Warehouse:
         query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
         a query inside the warehouse, the check keeps it from writing there. An object-store warehouse needs
         DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
-        environment variables.
+        environment variables. ``memory_limit``: DuckDB's memory cap (``"4GB"``; None: DuckDB's default).
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
-        try:  # a warehouse written before a table gained a column: its views need the column to exist
-            self._write_schemas()
-        except OSError:  # read-only storage: the views of the new columns fail until a run updates it
-            pass
+        stand_ins: dict[str, str] = {}
+        if read_only:  # never write: a missing or outdated _schema.parquet gets a private stand-in instead
+            stand_ins = self._stand_in_schemas()
+        else:  # a warehouse written before a table gained a column: its views need the column to exist
+            try:
+                self._write_schemas()
+            except OSError:  # read-only storage: the views of the new columns fail until a run updates it
+                pass
         try:
-            return self._connect(read_only, {})
+            return self._connect(read_only, {}, memory_limit, stand_ins)
         except duckdb.Error:  # one unreadable file breaks every view over its folder: leave such files out
             self.excluded = tuple(self.scan(quarantine=False))
             if not self.excluded:
                 raise
-        return self._connect(read_only, self._good_files({q.path for q in self.excluded}))
+        return self._connect(read_only, self._good_files({q.path for q in self.excluded}), memory_limit, stand_ins)
 
-    def _connect(self, read_only: bool, files: dict[str, list[str]]) -> duckdb.DuckDBPyConnection:
-        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob."""
+    def _connect(
+        self,
+        read_only: bool,
+        files: dict[str, list[str]],
+        memory_limit: str | None = None,
+        stand_ins: dict[str, str] | None = None,
+    ) -> duckdb.DuckDBPyConnection:
+        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob;
+        ``stand_ins``: table -> a private schema file its views read too (:meth:`_stand_in_schemas`)."""
+        listed = dict(files)
+        for table in stand_ins or {}:
+            if table not in listed:
+                listed[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)))
         return open_connection(
             self.duckdb_root,
             read_only=read_only,
             remote=None if self.local else str(self.uri),
-            files=files,
+            files=listed,
             duck_path=self._duck_path,
+            memory_limit=memory_limit,
+            schema_files=stand_ins,
         )
 
-    def query(self, sql: str) -> pa.Table:
+    def _stand_in_schemas(self) -> dict[str, str]:
+        """Table -> a typed empty Parquet file in this process's private temp folder, for each table whose
+        ``_schema.parquet`` is missing or outdated: a read-only open sees every column and writes nothing."""
+        out: dict[str, str] = {}
+        for name, schema in table_schemas().items():
+            p = self._p("tables", name, "_schema.parquet")
+            if not self.exists(p) or not self._schema_current(p, schema):
+                out[name] = private_schema_file(name, schema)
+        return out
+
+    def query(self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None) -> pa.Table:
         """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
 
         The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
-        connection (:meth:`connect`); exactly the statement that was checked is executed.
+        connection (:meth:`connect`); exactly the statement that was checked is executed. It stops after
+        ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), and past ``memory_limit`` (``MemoryError``);
+        each left None takes its environment variable, else the default (:class:`QueryLimits`).
         """
         statement = check_read_only(sql)
-        con = self.connect()
+        limits = QueryLimits.resolve(timeout_s, memory_limit)
+        con = self.connect(memory_limit=limits.memory_limit)
         try:
-            return con.sql(statement).to_arrow_table()
+            return run_limited(con, statement, limits.timeout_s)
         finally:
             con.close()
 
