@@ -927,7 +927,10 @@ for name, fmt, file, vocab in json.loads(sys.argv[3]):
         out[name] = {"error": None, "message": repr(enc)}
     except BaseException as exc:  # noqa: BLE001 - the parent judges every outcome
         out[name] = {"error": type(exc).__name__, "message": str(exc)[:400]}
-out["maxrss_kb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+# the peak RSS of this process's own memory: VmHWM belongs to the address space, which exec replaces, while
+# ru_maxrss survives exec and so reports the forking pytest process's peak (2.4 GB late in the full suite)
+hwm = [line.split()[1] for line in open("/proc/self/status") if line.startswith("VmHWM:")]
+out["maxrss_kb"] = int(hwm[0]) if hwm else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 print(json.dumps(out))
 """
 
