@@ -823,6 +823,7 @@ print(evalfarm.query("SELECT 1 AS one", warehouse=sys.argv[1]).to_pylist())
 """
 
 
+@pytest.mark.slow  # a child process running a query until it is stopped (seconds)
 def test_a_runaway_query_stops_at_its_timeout(warehouse):
     """A cross join of two 10^8 ranges runs for hours; the timeout stops it within a second of the limit. (In a
     child process: DuckDB's worker threads keep their memory, which the RSS checks of later tests would count.)"""
@@ -855,6 +856,7 @@ def test_a_query_past_its_memory_limit_fails_cleanly(warehouse):
         warehouse.query(big, memory_limit="64MB")
 
 
+@pytest.mark.slow  # a child process running a query until it is stopped (seconds)
 def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""
     cmd = [sys.executable, "-m", "evalfarm.cli", "sql", "--warehouse", str(warehouse.root)]
