@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from evalfarm.taskdata import downstream, evalrank, sts, wordsim
 from evalfarm.taskdata.data import TaskDataError
+from tests.support.fuzz import mutated
 
 SICK = "\t".join(sts.SICK_HEADER) + "\n1\tA man plays.\tA man is playing.\t4.5\tENTAILMENT\n"
 MRPC = "\ufeff" + "\t".join(downstream.MRPC_HEADER) + "\n1\t11\t12\tA man plays.\tA man is playing.\n"
@@ -38,24 +39,9 @@ READERS: dict[str, tuple[Callable[[Path], Any], str]] = {
 }
 
 
-@st.composite
-def _mutated(draw, good: bytes) -> bytes:
-    """``good`` with a few bytes replaced, inserted, deleted, or cut off; or random bytes."""
-    if draw(st.booleans()):
-        return draw(st.binary(max_size=200))
-    data = bytearray(good)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["set", "insert", "delete", "truncate"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if op == "set" and data:
-            data[at] = draw(st.integers(0, 255))
-        elif op == "insert":
-            data[at:at] = draw(st.sampled_from([b"\t", b"\n", b"\r", b" ", b'"', b",", b"\x00", b"\xff", b"nan"]))
-        elif op == "delete" and data:
-            del data[at : at + draw(st.integers(1, 8))]
-        elif op == "truncate":
-            del data[at:]
-    return bytes(data)
+def _mutated(good: bytes) -> st.SearchStrategy[bytes]:
+    """``good`` mutated, inserting the characters task files split on."""
+    return mutated(good, st.sampled_from([b"\t", b"\n", b"\r", b" ", b'"', b",", b"\x00", b"\xff", b"nan"]))
 
 
 @pytest.mark.parametrize("reader", sorted(READERS))

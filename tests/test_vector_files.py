@@ -41,6 +41,7 @@ from evalfarm.encoders.vector_cache import (
 )
 from evalfarm.encoders.vocab_index import INDEX_FILES, DictIndex, MappedIndex, VocabIndex, lowercased_words
 from evalfarm.encoders.word_vectors import NonFiniteVectors, TextVectorReader, WordVectors, save_numpy_vocab
+from tests.support.fuzz import mutated
 
 BAD = Path(__file__).parent / "bad_inputs"
 MANIFEST = yaml.safe_load((BAD / "vectors.yaml").read_text(encoding="utf-8"))
@@ -1021,24 +1022,9 @@ def _good_npy() -> bytes:
     return buf.getvalue()
 
 
-@st.composite
-def _mutated(draw, good: bytes) -> bytes:
-    """``good`` with a few bytes replaced, inserted, deleted, or cut off; or random bytes."""
-    if draw(st.booleans()):
-        return draw(st.binary(max_size=200))
-    data = bytearray(good)
-    for _ in range(draw(st.integers(1, 4))):
-        op = draw(st.sampled_from(["set", "insert", "delete", "truncate"]))
-        at = draw(st.integers(0, max(len(data) - 1, 0)))
-        if op == "set" and data:
-            data[at] = draw(st.integers(0, 255))
-        elif op == "insert":
-            data[at:at] = draw(st.binary(min_size=1, max_size=8) | st.sampled_from(_TRICKY))
-        elif op == "delete" and data:
-            del data[at : at + draw(st.integers(1, 8))]
-        elif op == "truncate":
-            del data[at:]
-    return bytes(data)
+def _mutated(good: bytes) -> st.SearchStrategy[bytes]:
+    """``good`` mutated, inserting random bytes or the characters that broke the headers."""
+    return mutated(good, st.binary(min_size=1, max_size=8) | st.sampled_from(_TRICKY))
 
 
 _TRICKY = [
