@@ -45,7 +45,7 @@ import numpy as np
 
 from evalfarm.taskdata.data import TaskDataError
 from evalfarm.taskdata.sts import SICK_FILES, read_sick_file
-from evalfarm.taskdata.textfiles import LATIN1, malformed, normalize_space, read_lines
+from evalfarm.taskdata.textfiles import LATIN1, malformed, normalize_space, read_lines, sentence_pair_rows
 
 Protocol = Literal["cv", "train_test", "train_dev_test"]
 CV_TASKS = ("MR", "CR", "SUBJ", "MPQA")
@@ -252,19 +252,8 @@ MRPC_HEADER = ("Quality", "#1 ID", "#2 ID", "#1 String", "#2 String")
 def read_mrpc_file(path: Path) -> LabelledSet:
     """MRPC: header ``Quality #1 ID #2 ID #1 String #2 String`` (after the BOM), then tab-separated rows."""
     path = Path(path)
-    lines = read_lines(path)
-    if not lines or tuple(lines[0].strip().split("\t")) != MRPC_HEADER:
-        raise malformed(path, 1, f"expected the MRPC header {' '.join(MRPC_HEADER)!r}", lines[0] if lines else "")
     t1, t2, labels = [], [], []
-    for lineno, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
-        fields = line.strip().split("\t")
-        if len(fields) != 5:
-            raise malformed(path, lineno, f"expected 5 tab-separated columns, found {len(fields)}", line)
-        a, b = normalize_space(fields[3]), normalize_space(fields[4])
-        if not a or not b:
-            raise malformed(path, lineno, "empty sentence", line)
+    for lineno, fields, line, a, b in sentence_pair_rows(path, MRPC_HEADER, "MRPC", (3, 4)):
         labels.append(_label(path, lineno, fields[0], 2, line))
         t1.append(a)
         t2.append(b)

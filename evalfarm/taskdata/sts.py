@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from evalfarm.taskdata.data import TaskDataError
-from evalfarm.taskdata.textfiles import malformed, normalize_space, read_lines, read_text
+from evalfarm.taskdata.textfiles import malformed, normalize_space, read_lines, read_text, sentence_pair_rows
 
 # SentEval's subsets per STS year (senteval/sts.py), in its order
 STS_SUBSETS: dict[str, tuple[str, ...]] = {
@@ -199,24 +199,12 @@ class SickRows:
 def read_sick_file(path: Path) -> SickRows:
     """A SICK file (header checked; CRLF tolerated). Shared by SICK-R here and SICK-E in ``downstream``."""
     path = Path(path)
-    lines = read_lines(path)
-    if not lines or tuple(lines[0].strip().split("\t")) != SICK_HEADER:
-        got = lines[0] if lines else ""
-        raise malformed(path, 1, f"expected the SICK header {' '.join(SICK_HEADER)!r}", got)
     s1: list[str] = []
     s2: list[str] = []
     rel: list[float] = []
     ent: list[str] = []
     linenos: list[int] = []
-    for lineno, line in enumerate(lines[1:], 2):
-        if not line.strip():
-            continue
-        fields = line.strip().split("\t")
-        if len(fields) != 5:
-            raise malformed(path, lineno, f"expected 5 tab-separated columns, found {len(fields)}", line)
-        a, b = normalize_space(fields[1]), normalize_space(fields[2])
-        if not a or not b:
-            raise malformed(path, lineno, "empty sentence", line)
+    for lineno, fields, line, a, b in sentence_pair_rows(path, SICK_HEADER, "SICK", (1, 2)):
         rel.append(_score(path, lineno, fields[3], line, 1.0, 5.0))
         s1.append(a)
         s2.append(b)

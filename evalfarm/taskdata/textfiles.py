@@ -24,6 +24,7 @@ A file that does not decode is an error naming ``file:line``, never a silent rep
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 from evalfarm.taskdata.data import TaskDataError
@@ -69,3 +70,24 @@ def normalize_space(text: str) -> str:
 def malformed(path: Path, lineno: int, what: str, line: str) -> TaskDataError:
     """An error naming ``file:line``, what was expected, and the start of the offending line."""
     return TaskDataError(f"{path}:{lineno}: {what}, got {line[:100]!r}")
+
+
+def sentence_pair_rows(
+    path: Path, header: tuple[str, ...], name: str, columns: tuple[int, int]
+) -> Iterator[tuple[int, list[str], str, str, str]]:
+    """The rows of a tab-separated file of sentence pairs under a ``header`` line (SICK, MRPC): ``(lineno, fields,
+    line, a, b)`` for each non-blank row, ``a`` and ``b`` the space-normalised sentences of ``columns``. The
+    header, each row's column count and both sentences are checked; an error names ``file:line``."""
+    lines = read_lines(path)
+    if not lines or tuple(lines[0].strip().split("\t")) != header:
+        raise malformed(path, 1, f"expected the {name} header {' '.join(header)!r}", lines[0] if lines else "")
+    for lineno, line in enumerate(lines[1:], 2):
+        if not line.strip():
+            continue
+        fields = line.strip().split("\t")
+        if len(fields) != len(header):
+            raise malformed(path, lineno, f"expected {len(header)} tab-separated columns, found {len(fields)}", line)
+        a, b = normalize_space(fields[columns[0]]), normalize_space(fields[columns[1]])
+        if not a or not b:
+            raise malformed(path, lineno, "empty sentence", line)
+        yield lineno, fields, line, a, b
