@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run
+.PHONY: install run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 install: $(VENV)/.installed
 
@@ -75,6 +75,14 @@ format: install
 # when they are stale (tests/test_reference_docs.py: `python -m evalfarm.reference --check`).
 docs: install
 	$(PY) -m evalfarm.reference --write
+
+# Every GPU check, on a machine with a CUDA GPU (install with the `gpu` extra): the `gpu` tests (tests/test_gpu.py),
+# then benchmarks/gpu_check.py (rank kernel on CUDA vs CPU bit for bit, FAISS GPU vs CPU neighbours, float16/bfloat16
+# encoders vs float32, the classifier on CUDA vs scikit-learn), its figures in benchmarks/results/gpu-check.json.
+# Without CUDA every check is skipped with its reason (pytest -rs prints them) and the target succeeds.
+gpu-check: install
+	$(PY) -m pytest -q -m gpu -rs -p no:cacheprovider tests/test_gpu.py
+	$(PY) benchmarks/gpu_check.py
 
 bench: install
 	$(PY) benchmarks/bench_rank.py

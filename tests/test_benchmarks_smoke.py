@@ -115,6 +115,15 @@ def _check_compare_warehouses(out: dict[str, Any], tmp: Path) -> None:
     assert out["ranks"] == {"pairs_before": 5514 * 2, "pairs_after": 5514 * 2, "identical": True}
 
 
+def _check_gpu(out: dict[str, Any], tmp: Path) -> None:
+    checks = out["checks"]
+    assert set(checks) == {"encoders", "kernel", "faiss", "classifier"}
+    if out["environment"].get("gpu") is None:  # CI: every check skipped, each with its reason
+        assert all(c["status"] == "skip" and c["reason"] for c in checks.values()), checks
+    else:
+        assert all(c["status"] in ("pass", "skip") for c in checks.values()), checks
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_classify.py": ([], _check_classify),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
@@ -129,6 +138,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_vectors.py": ([], _check_vectors),
     "conformance.py": ([], _check_conformance),
     "faults.py": ([], _check_faults),
+    "gpu_check.py": ([], _check_gpu),
 }
 """Each script: its arguments after ``--smoke --json OUT`` (``{tmp}``: the test's folder) and what its JSON must
 hold."""
