@@ -277,11 +277,12 @@ def query(
     """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
 
     ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
-    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else 300 s and 4GB. Past them: ``TimeoutError``,
-    ``MemoryError``."""
+    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else the config file's ``sql_timeout`` /
+    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``."""
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
     return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
 
 
