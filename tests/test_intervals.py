@@ -21,6 +21,8 @@ from evalfarm.scorers.similarity import (
     spearman,
 )
 
+pytestmark = pytest.mark.faults  # issue 23.3 (`make faults`)
+
 
 def test_pearson_interval_is_scipys_fisher_interval() -> None:
     rng = np.random.default_rng(0)

@@ -153,6 +153,7 @@ def test_python_dash_m_evalfarm_is_the_command() -> None:
         assert proc.returncode == 0 and proc.stdout.startswith("Usage: evalfarm ") and " run " in proc.stdout
 
 
+@pytest.mark.faults  # issue 23.7 (`make faults`)
 def test_the_sql_limits_are_settings_of_the_config_file(tmp_path, monkeypatch, bare_env) -> None:
     """Issue 23.7: the query limits are `.evalfarm.toml` keys (sql_timeout, sql_memory_limit) under the environment
     and the options, and `evalfarm.query` / `evalfarm sql` apply them."""
@@ -181,6 +182,7 @@ def test_the_sql_limits_are_settings_of_the_config_file(tmp_path, monkeypatch, b
     assert load_config(cfg).values == {"sql_timeout": "0.5", "sql_memory_limit": "64MB"}
 
 
+@pytest.mark.faults  # issue 23.7 (`make faults`)
 def test_evalfarm_query_applies_the_files_limits(tmp_path, monkeypatch, bare_env) -> None:
     from evalfarm import api
     from evalfarm.warehouse import Warehouse
