@@ -213,7 +213,8 @@ def evaluate(
     of its ``level`` in ``catalog``) without writing a catalog file; returns its current metrics (a
     ``pyarrow.Table``), each row with ``degenerate`` / ``degenerate_reason``: a unit whose vectors are degenerate
     (nearly all OOV, identical or of rank ~1: every comparison ties) has numbers that mean nothing, flagged there;
-    and ``thin`` / ``thin_reason``: a unit whose numbers rest on too little data to rank (``Scorer.thin``).
+    and ``thin`` / ``thin_reason``: a unit whose numbers rest on too little data to rank (``Scorer.thin``); a
+    correlation's 95 % confidence interval is in ``ci_low`` / ``ci_high`` (null for other metrics).
     Runs in this process. Without ``warehouse`` the run goes to a temporary folder, removed before returning (only
     the returned metrics remain): the configured warehouse is not used, an object is no catalog model; with one,
     the results stay there, keyed by ``name`` and ``version`` (an object cannot be hashed, so bump ``version`` when
@@ -254,7 +255,8 @@ def evaluate(
         # an in-memory table: it outlives the temporary warehouse
         return Warehouse(root).query(
             "SELECT task, scorer, subset, variant, ties, metric, value, degenerate, degenerate_reason, thin, "
-            f"thin_reason FROM metrics WHERE model = '{name_sql}' ORDER BY task, scorer, subset, variant, ties, metric"
+            f"thin_reason, ci_low, ci_high FROM metrics WHERE model = '{name_sql}' "
+            "ORDER BY task, scorer, subset, variant, ties, metric"
         )
 
 
@@ -277,11 +279,12 @@ def query(
     """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
 
     ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
-    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else 300 s and 4GB. Past them: ``TimeoutError``,
-    ``MemoryError``."""
+    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else the config file's ``sql_timeout`` /
+    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``."""
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
     return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
 
 

@@ -1,12 +1,15 @@
 """Where evalfarm's settings come from, resolved in one place for the CLI and the Python API alike.
 
-Three settings: the evaluation data folder, the warehouse and the catalog. Each is the first of:
+Five settings: the evaluation data folder, the warehouse, the catalog, and the two limits of a read-only SQL
+query. Each is the first of:
 
-1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``),
-2. the environment: ``EVALFARM_DATA``, ``EVALFARM_WAREHOUSE``, ``EVALFARM_CATALOG``,
+1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``,
+   ``evalfarm sql --timeout``, ``evalfarm.query(memory_limit=...)``),
+2. the environment: ``EVALFARM_DATA``, ``EVALFARM_WAREHOUSE``, ``EVALFARM_CATALOG``, ``EVALFARM_SQL_TIMEOUT``,
+   ``EVALFARM_SQL_MEMORY_LIMIT``,
 3. the config file (below),
 4. the default: no data folder (tasks download into the cache), ``warehouse`` (in the current folder),
-   ``zoo-starter``.
+   ``zoo-starter``, 300 s, ``4GB``.
 
 :func:`resolve_settings` does it and returns a :class:`Settings`; every CLI command and every function of
 :mod:`evalfarm.api` uses it, so ``evalfarm sql``, ``evalfarm report`` and ``evalfarm.query(...)`` read the same
@@ -28,6 +31,8 @@ works from any subfolder):
   ``EVALFARM_DATA``: the CLI exports it for the whole command, the API for the duration of the call.
 - ``warehouse``: the default of ``--warehouse`` for ``run``, ``sql``, ``report``, ``correlations`` (and the API).
 - ``catalog``: the default of ``--catalog`` for ``run``, ``catalog list`` and ``catalog validate`` (and the API).
+- ``sql_timeout``: how long one ``evalfarm sql`` / ``evalfarm.query`` may run, in seconds (a number; 0: no limit).
+- ``sql_memory_limit``: DuckDB's memory cap for the same queries, a size such as ``"16GB"``.
 
 ``evalfarm config show`` prints each setting, its value and where it came from.
 """
@@ -37,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -50,12 +56,32 @@ KEYS = {
     "data": "evaluation data folder, used when EVALFARM_DATA is unset ('' = download into the cache)",
     "warehouse": "default --warehouse of `run`, `sql`, `report` and `correlations`",
     "catalog": "default --catalog of `run`, `catalog list` and `catalog validate`",
+    "sql_timeout": "seconds one `evalfarm sql` / evalfarm.query may run (0: no limit)",
+    "sql_memory_limit": "DuckDB's memory cap for `evalfarm sql` / evalfarm.query, e.g. 16GB",
 }
 PATH_KEYS = ("data", "warehouse")
-ENV_VARS = {"data": "EVALFARM_DATA", "warehouse": "EVALFARM_WAREHOUSE", "catalog": "EVALFARM_CATALOG"}
+ENV_VARS = {
+    "data": "EVALFARM_DATA",
+    "warehouse": "EVALFARM_WAREHOUSE",
+    "catalog": "EVALFARM_CATALOG",
+    "sql_timeout": "EVALFARM_SQL_TIMEOUT",
+    "sql_memory_limit": "EVALFARM_SQL_MEMORY_LIMIT",
+}
 """The environment variable of each setting: it wins over the file, an option wins over it."""
 DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_CATALOG = "zoo-starter"
+DEFAULT_SQL_TIMEOUT_S = 300.0
+"""How long one read-only query may run by default: a cross join over the views otherwise runs for hours."""
+DEFAULT_SQL_MEMORY_LIMIT = "4GB"
+"""DuckDB's memory cap for a read-only query by default (DuckDB's own is 80 % of the machine's memory)."""
+DEFAULTS = {
+    "data": "",
+    "warehouse": DEFAULT_WAREHOUSE,
+    "catalog": DEFAULT_CATALOG,
+    "sql_timeout": f"{DEFAULT_SQL_TIMEOUT_S:g}",
+    "sql_memory_limit": DEFAULT_SQL_MEMORY_LIMIT,
+}
+_SIZE = re.compile(r"\d+(\.\d+)?\s*[A-Za-z]*")
 OPTION = "option"
 """``Settings.sources`` of a value given as a command-line option or an API keyword."""
 DEFAULT = "default"
@@ -78,6 +104,20 @@ def _is_path(key: str, value: str) -> bool:
     if key == "catalog":  # a name (zoo-starter) is looked up on the catalog search path; a file is a path
         return Path(value).suffix in (".yaml", ".yml") or "/" in value or os.sep in value
     return key in PATH_KEYS
+
+
+def check_value(key: str, value: str) -> str | None:
+    """Why ``value`` is not a valid ``key`` (the SQL limits: a number of seconds >= 0, a size like ``16GB``), else
+    None; the other keys take any string."""
+    if key == "sql_timeout":
+        try:
+            ok = float(value) >= 0
+        except ValueError:
+            ok = False
+        return None if ok else f"sql_timeout must be a number of seconds >= 0 (0: no limit), got {value!r}"
+    if key == "sql_memory_limit" and not _SIZE.fullmatch(value.strip()):
+        return f"sql_memory_limit must be a size such as 4GB or 512MB, got {value!r}"
+    return None
 
 
 def config_path(cwd: Path | None = None) -> Path | None:
@@ -115,8 +155,12 @@ def load_config(path: Path | None = None) -> Config:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
     values: dict[str, str] = {}
     for key, value in raw.items():
+        if key == "sql_timeout" and isinstance(value, int | float) and not isinstance(value, bool):
+            value = f"{value:g}"  # sql_timeout = 600: TOML's number, as well as "600"
         if not isinstance(value, str):
             raise ConfigError(f"{path}: {key} must be a string, got {type(value).__name__}")
+        if why := check_value(key, value):
+            raise ConfigError(f"{path}: {why}")
         if _is_path(key, value):
             value = str((path.parent / Path(value).expanduser()).resolve())
         values[key] = value
@@ -137,6 +181,8 @@ def write_config(path: Path, updates: dict[str, str]) -> Config:
         raise ConfigError(f"unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
     current = load_config(path).values if path.exists() else {}
     for key, value in updates.items():
+        if why := check_value(key, value):
+            raise ConfigError(why)
         if _is_path(key, value):
             value = str(Path(value).expanduser().resolve())
         current[key] = value
@@ -165,6 +211,16 @@ class Settings:
     catalog: str
     config_file: Path | None = None
     sources: Mapping[str, str] = field(default_factory=dict)
+    sql_timeout: str = DEFAULTS["sql_timeout"]
+    sql_memory_limit: str = DEFAULT_SQL_MEMORY_LIMIT
+
+    def sql_limits(self) -> tuple[float, str]:
+        """``(timeout_s, memory_limit)`` of a read-only query (a timeout of 0: none); a malformed value (from the
+        environment: the file's are checked when it is read) is a :class:`ConfigError` naming where it came from."""
+        for key in ("sql_timeout", "sql_memory_limit"):
+            if why := check_value(key, getattr(self, key)):
+                raise ConfigError(f"{self.sources.get(key, DEFAULT)}: {why}")
+        return float(self.sql_timeout), self.sql_memory_limit.strip()
 
     def _data_to_export(self) -> str | None:
         """The ``EVALFARM_DATA`` value this setting needs, or None where the environment already holds it."""
@@ -199,7 +255,13 @@ class Settings:
     def rows(self) -> list[dict[str, str]]:
         """One row per setting (``key``, ``value``, ``from``), what ``evalfarm config show`` prints."""
         data = str(self.data) if self.data is not None else ""
-        values = {"data": data, "warehouse": self.warehouse, "catalog": self.catalog}
+        values = {
+            "data": data,
+            "warehouse": self.warehouse,
+            "catalog": self.catalog,
+            "sql_timeout": self.sql_timeout,
+            "sql_memory_limit": self.sql_memory_limit,
+        }
         rows = []
         for key in KEYS:
             src = self.sources.get(key, DEFAULT)
@@ -220,14 +282,23 @@ def resolve_settings(
     catalog: PathOrStr | None = None,
     config_file: PathOrStr | None = None,
     cwd: Path | None = None,
+    sql_timeout: float | str | None = None,
+    sql_memory_limit: str | None = None,
 ) -> Settings:
-    """The settings: each of ``data``, ``warehouse``, ``catalog`` given here (not None) wins, then its environment
+    """The settings: each of ``data``, ``warehouse``, ``catalog``, ``sql_timeout`` (seconds, 0: none) and
+    ``sql_memory_limit`` given here (not None) wins, then its environment
     variable (:data:`ENV_VARS`), then the config file (``config_file``, else :func:`config_path` from ``cwd``),
     then the default. ``data=""`` means "download the tasks into the cache". Raises :class:`ConfigError` for a
     config file that cannot be read."""
     path = Path(config_file).expanduser() if config_file is not None else config_path(cwd)
     file_values = load_config(path).values if path is not None else {}
-    given = {"data": data, "warehouse": warehouse, "catalog": catalog}
+    given = {
+        "data": data,
+        "warehouse": warehouse,
+        "catalog": catalog,
+        "sql_timeout": f"{sql_timeout:g}" if isinstance(sql_timeout, int | float) else sql_timeout,
+        "sql_memory_limit": sql_memory_limit,
+    }
     chosen: dict[str, str] = {}
     sources: dict[str, str] = {}
     for key in KEYS:
@@ -241,7 +312,7 @@ def resolve_settings(
         elif key in file_values:
             value, source = file_values[key], str(path)
         else:
-            value, source = {"data": "", "warehouse": DEFAULT_WAREHOUSE, "catalog": DEFAULT_CATALOG}[key], DEFAULT
+            value, source = DEFAULTS[key], DEFAULT
         chosen[key], sources[key] = value, source
     return Settings(
         data=Path(chosen["data"]).expanduser() if chosen["data"] else None,
@@ -249,4 +320,6 @@ def resolve_settings(
         catalog=chosen["catalog"] or DEFAULT_CATALOG,
         config_file=path,
         sources=sources,
+        sql_timeout=chosen["sql_timeout"].strip() or DEFAULTS["sql_timeout"],
+        sql_memory_limit=chosen["sql_memory_limit"].strip() or DEFAULT_SQL_MEMORY_LIMIT,
     )

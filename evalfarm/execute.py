@@ -406,7 +406,7 @@ def write_results(
     then the run's manifest rows: the sha256 of every file just written, which ``evalfarm verify`` checks.
     ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row; ``thin``: why the
     unit's numbers are too thin to rank (``Scorer.thin``), carried the same way (a flag beside the values, which
-    it never changes).
+    it never changes). A row's confidence interval (``MetricRow.ci``) goes into its ``ci_*`` columns.
 
     The manifest comes after the marker: a worker killed between the two leaves a finished unit whose files are
     "unrecorded" (as files written before manifests existed), never a manifest naming files that are not there."""
@@ -449,6 +449,9 @@ def write_results(
             "degenerate_reason": quality.reason if quality is not None else None,
             "thin": thin is not None,
             "thin_reason": thin,
+            "ci_low": r.ci.low if r.ci is not None else None,
+            "ci_high": r.ci.high if r.ci is not None else None,
+            "ci_method": r.ci.method if r.ci is not None else None,
         }
         for r in result.rows
     ]

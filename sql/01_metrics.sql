@@ -4,10 +4,13 @@
 -- rank ~1: see evalfarm/quality.py and the quality view), degenerate_reason says which; false for older rows.
 -- thin: the unit's numbers rest on too little data to rank (below its scorer's declared coverage / pair count, or
 -- past its OOV / tie share: Scorer.thin_rules, docs/evaluators.md), thin_reason says which; false for older rows.
+-- ci_low, ci_high: a correlation's 95 % confidence interval (ci_method: how, e.g. fisher-z 95%); null for other
+-- metrics and for rows written before intervals existed (`run --force` recomputes them).
 CREATE OR REPLACE VIEW metrics_history AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
        spec_hash, task_checksum, scorer_version, params, created_at,
-       coalesce(degenerate, false) AS degenerate, degenerate_reason, coalesce(thin, false) AS thin, thin_reason
+       coalesce(degenerate, false) AS degenerate, degenerate_reason, coalesce(thin, false) AS thin, thin_reason,
+       ci_low, ci_high, ci_method
 FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
@@ -17,7 +20,8 @@ WHERE task IS NOT NULL;
 -- leaves them out.
 CREATE OR REPLACE VIEW metrics AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
-       spec_hash, scorer_version, params, created_at, degenerate, degenerate_reason, thin, thin_reason
+       spec_hash, scorer_version, params, created_at, degenerate, degenerate_reason, thin, thin_reason, ci_low,
+       ci_high, ci_method
 FROM (
     SELECT *, dense_rank() OVER (
         PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint

@@ -1,6 +1,7 @@
 -- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
 -- best first. Rank metrics carry their tie policy in `ties` (optimistic: the paper's); numbers computed under
 -- different policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = 'realistic'.
+-- ci_low, ci_high: the value's 95 % confidence interval where it is a correlation (word similarity, STS), else null.
 -- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) and thin ones (metrics.thin:
 -- too few pairs scored, too many OOV, nearly all ties, by the scorer's declared bounds) are left out: see
 -- leaderboard_all.
@@ -10,7 +11,7 @@ SELECT task, scorer, subset, variant, ties,
            PARTITION BY task, scorer, subset, variant, ties
            ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
        ) AS position,
-       model, metric, value
+       model, metric, value, ci_low, ci_high
 FROM metrics
 WHERE is_primary AND NOT degenerate AND NOT thin
 ORDER BY task, scorer, subset, variant, ties, position, model;
@@ -23,7 +24,7 @@ SELECT task, scorer, subset, variant, ties,
            PARTITION BY task, scorer, subset, variant, ties
            ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
        ) AS position,
-       model, metric, value, degenerate, degenerate_reason, thin, thin_reason
+       model, metric, value, degenerate, degenerate_reason, thin, thin_reason, ci_low, ci_high
 FROM metrics
 WHERE is_primary
 ORDER BY task, scorer, subset, variant, ties, position, model;

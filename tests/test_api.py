@@ -97,3 +97,5 @@ def test_evaluate_flags_the_numbers_of_a_degenerate_encoder():
     rows = evalfarm.evaluate(Constant(), name="constant", tasks=["stsb"]).to_pylist()
     assert rows and all(r["degenerate"] for r in rows), rows[:3]
     assert all(r["degenerate_reason"].startswith("duplicate_rate") for r in rows), rows[0]["degenerate_reason"]
+    spearman = [r for r in rows if r["metric"] == "spearman"]  # every pair ties: NaN, and so no interval
+    assert spearman and all(r["ci_low"] is None and r["ci_high"] is None for r in spearman)

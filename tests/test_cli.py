@@ -161,6 +161,8 @@ def test_config_set_show_and_where_it_is_found(tmp_path, monkeypatch) -> None:
         "data": str(tmp_path / "data"),
         "warehouse": str(project / "wh"),
         "catalog": "zoo-starter",
+        "sql_timeout": "300",
+        "sql_memory_limit": "4GB",
     }
     # an update keeps the other keys; `data=` means "download into the cache"
     write_config(project / ".evalfarm.toml", {"data": ""})

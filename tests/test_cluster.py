@@ -287,6 +287,7 @@ def _ray_pod_templates() -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+@pytest.mark.faults  # the head's token and loopback (`make faults`)
 def test_every_ray_cluster_requires_the_token_from_a_secret():
     for name, spec in _ray_cluster_specs():
         assert spec["authOptions"] == {"mode": "token", "secretName": TOKEN_SECRET}, name
@@ -463,6 +464,7 @@ def test_scripts_are_executable_and_parse(script):
         assert proc.returncode == 0, proc.stdout
 
 
+@pytest.mark.faults  # the head's token and loopback (`make faults`)
 def test_start_head_binds_loopback_by_default():
     text = (CLUSTER / "local" / "start-head.sh").read_text()
     assert 'DASHBOARD_HOST="${EVALFARM_DASHBOARD_HOST:-127.0.0.1}"' in text
@@ -491,6 +493,7 @@ def _fake_ray(tmp: Path) -> tuple[dict[str, str], Path]:
     return env, called
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 def test_stop_refuses_without_a_record_and_never_runs_ray_stop(tmp_path):
     env, called = _fake_ray(tmp_path)
     proc = subprocess.run(["bash", str(CLUSTER / "local" / "stop.sh")], env=env, capture_output=True, text=True)
@@ -499,6 +502,7 @@ def test_stop_refuses_without_a_record_and_never_runs_ray_stop(tmp_path):
     assert not called.exists(), called.read_text()  # `ray stop` would stop every Ray of the user
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 def test_stop_refuses_a_record_of_another_user(tmp_path):
     env, called = _fake_ray(tmp_path)
     state = tmp_path / "state"
@@ -509,6 +513,7 @@ def test_stop_refuses_a_record_of_another_user(tmp_path):
     assert (state / "head").exists() and not called.exists()
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 @pytest.mark.parametrize("arg", ["--port=7000", "--ray-client-server-port=7001", "--temp-dir=/tmp/x"])
 def test_start_head_takes_ports_only_through_its_variables(tmp_path, arg):
     """A port or temp dir passed to `ray start` behind the script's back would make its record (what stop.sh stops,
@@ -521,6 +526,7 @@ def test_start_head_takes_ports_only_through_its_variables(tmp_path, arg):
     assert not called.exists() and not (tmp_path / "state").exists()
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 def test_start_head_refuses_while_a_head_is_recorded(tmp_path):
     env, called = _fake_ray(tmp_path)
     (tmp_path / "state").mkdir()
@@ -530,6 +536,7 @@ def test_start_head_refuses_while_a_head_is_recorded(tmp_path):
     assert not called.exists() and not (tmp_path / "state" / "auth_token").exists()
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 def test_start_head_sets_every_port_ray_start_has():
     """Every port option of this venv's `ray start` is set by start-head.sh (but --worker-port-list, the alternative
     to the min/max range), so no server of the head falls back to a fixed default another head may hold."""
@@ -600,6 +607,7 @@ def _kill_session(sid: int) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 @pytest.mark.slow
 def test_stop_stops_our_head_and_not_another_ray(tmp_path):
     """start-head.sh as a user runs it (no --block: the head outlives the script, in a session of its own), beside
@@ -800,6 +808,7 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
     assert ("my-model", "evalrank-word") in _metrics(tmp_path / "warehouse")
 
 
+@pytest.mark.faults  # the head's token and loopback (`make faults`)
 @pytest.mark.slow
 def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
     """cluster/README.md's workstation flow on a token head: with the settings start-head.sh writes, `evalfarm submit`

@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.faults_harness import faults
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # the reduced fault injection (`make faults`)
 
 
 @pytest.fixture(scope="module")

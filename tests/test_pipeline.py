@@ -208,6 +208,7 @@ def test_neighbours_come_from_the_rank_pass_and_name_what_a_model_confuses(cli_r
     assert len(hard) == 3 and all(r["top_neighbour"] and r["rank"] > 1 for r in hard)
 
 
+@pytest.mark.faults  # issue 23.5: Ray and in-process rows byte-equal (`make faults`)
 @pytest.mark.slow
 def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cli_run, word_catalog, tmp_path):
     wh, _ = cli_run

@@ -53,16 +53,16 @@ def test_an_option_beats_the_environment_which_beats_the_file_which_beats_the_de
     monkeypatch.chdir(sub)
     s = resolve_settings()  # the file, found two folders up; its relative paths against its own folder
     assert (s.data, s.warehouse, s.catalog) == (tmp_path / "data", str(tmp_path / "wh"), str(tmp_path / "cat.yaml"))
-    assert (
-        set(s.sources.values()) == {str(tmp_path / ".evalfarm.toml")} and s.config_file == tmp_path / ".evalfarm.toml"
-    )
+    assert {s.sources[k] for k in ("data", "warehouse", "catalog")} == {
+        str(tmp_path / ".evalfarm.toml")
+    } and s.config_file == tmp_path / ".evalfarm.toml"
     monkeypatch.setenv("EVALFARM_WAREHOUSE", "/env/wh")
     monkeypatch.setenv("EVALFARM_DATA", "")  # empty: download mode, and it still wins over the file
     s = resolve_settings()
     assert (s.data, s.warehouse, s.sources["warehouse"]) == (None, "/env/wh", "EVALFARM_WAREHOUSE")
     s = resolve_settings(warehouse="flag-wh", data="rel-data", catalog="zoo-local")
     assert (s.warehouse, s.catalog, s.data) == ("flag-wh", "zoo-local", sub / "rel-data")
-    assert set(s.sources.values()) == {OPTION}
+    assert {s.sources[k] for k in ("data", "warehouse", "catalog")} == {OPTION}
     monkeypatch.delenv("EVALFARM_WAREHOUSE")
     monkeypatch.setenv("EVALFARM_CONFIG", "")  # no file at all: the defaults
     s = resolve_settings()
@@ -93,6 +93,8 @@ def test_config_show_says_where_each_setting_comes_from(tmp_path, monkeypatch, b
         "data": (str(tmp_path), str(tmp_path / ".evalfarm.toml")),
         "warehouse": (str(tmp_path / "wh"), str(tmp_path / ".evalfarm.toml")),
         "catalog": ("zoo-local", "EVALFARM_CATALOG (wins over the file)"),
+        "sql_timeout": ("300", "(default)"),
+        "sql_memory_limit": ("4GB", "(default)"),
     }
 
 
@@ -149,3 +151,48 @@ def test_python_dash_m_evalfarm_is_the_command() -> None:
     for module in ("evalfarm", "evalfarm.cli"):
         proc = subprocess.run([sys.executable, "-m", module, "--help"], capture_output=True, text=True, timeout=120)
         assert proc.returncode == 0 and proc.stdout.startswith("Usage: evalfarm ") and " run " in proc.stdout
+
+
+@pytest.mark.faults  # issue 23.7 (`make faults`)
+def test_the_sql_limits_are_settings_of_the_config_file(tmp_path, monkeypatch, bare_env) -> None:
+    """Issue 23.7: the query limits are `.evalfarm.toml` keys (sql_timeout, sql_memory_limit) under the environment
+    and the options, and `evalfarm.query` / `evalfarm sql` apply them."""
+    from evalfarm.config import ConfigError, load_config
+
+    cfg = tmp_path / ".evalfarm.toml"
+    cfg.write_text('sql_timeout = 600\nsql_memory_limit = "1GB"\n', encoding="utf-8")
+    s = resolve_settings(config_file=cfg)
+    assert s.sql_limits() == (600.0, "1GB") and s.sources["sql_timeout"] == str(cfg)
+    monkeypatch.setenv("EVALFARM_SQL_TIMEOUT", "7")  # the environment wins over the file, an option over both
+    assert resolve_settings(config_file=cfg).sql_limits() == (7.0, "1GB")
+    assert resolve_settings(config_file=cfg, sql_timeout=0, sql_memory_limit="2GB").sql_limits() == (0.0, "2GB")
+    monkeypatch.setenv("EVALFARM_SQL_TIMEOUT", "soon")
+    with pytest.raises(ConfigError, match="EVALFARM_SQL_TIMEOUT: sql_timeout must be a number"):
+        resolve_settings(config_file=cfg).sql_limits()
+    monkeypatch.delenv("EVALFARM_SQL_TIMEOUT")
+    assert resolve_settings(config_file=tmp_path / "none.toml").sql_limits() == (300.0, "4GB")
+    for bad, why in (("sql_timeout = -1", "sql_timeout must be"), ('sql_memory_limit = "lots"', "a size such as")):
+        cfg.write_text(bad + "\n", encoding="utf-8")
+        with pytest.raises(ConfigError, match=why):
+            load_config(cfg)
+    cfg.unlink()
+    with pytest.raises(ConfigError, match="sql_memory_limit must be"):
+        write_config(cfg, {"sql_memory_limit": "4 gigs please"})
+    write_config(cfg, {"sql_timeout": "0.5", "sql_memory_limit": "64MB"})
+    assert load_config(cfg).values == {"sql_timeout": "0.5", "sql_memory_limit": "64MB"}
+
+
+@pytest.mark.faults  # issue 23.7 (`make faults`)
+def test_evalfarm_query_applies_the_files_limits(tmp_path, monkeypatch, bare_env) -> None:
+    from evalfarm import api
+    from evalfarm.warehouse import Warehouse
+
+    wh = Warehouse(tmp_path / "wh").init()
+    seen: list[tuple] = []
+    monkeypatch.setattr(Warehouse, "query", lambda self, sql, **kw: seen.append((kw["timeout_s"], kw["memory_limit"])))
+    cfg = tmp_path / ".evalfarm.toml"
+    cfg.write_text('sql_timeout = 12\nsql_memory_limit = "256MB"\n', encoding="utf-8")
+    monkeypatch.setenv("EVALFARM_CONFIG", str(cfg))
+    api.query("SELECT 1", warehouse=wh)
+    api.query("SELECT 1", warehouse=wh, timeout_s=0)
+    assert seen == [(12.0, "256MB"), (0.0, "256MB")]

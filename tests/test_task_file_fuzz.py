@@ -19,6 +19,8 @@ from evalfarm.taskdata import downstream, evalrank, sts, wordsim
 from evalfarm.taskdata.data import TaskDataError
 from tests.support.fuzz import mutated
 
+pytestmark = pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
+
 SICK = "\t".join(sts.SICK_HEADER) + "\n1\tA man plays.\tA man is playing.\t4.5\tENTAILMENT\n"
 MRPC = "\ufeff" + "\t".join(downstream.MRPC_HEADER) + "\n1\t11\t12\tA man plays.\tA man is playing.\n"
 STR = 'Index,SourceID,SubsetID,PairID,Text,Score\n0,a,b,c,"A man plays.\nA man is playing.",0.75\n'

@@ -18,6 +18,8 @@ from evalfarm.scorers import scorer_for, scorers
 from evalfarm.scorers.base import MetricRow, ThinRule
 from evalfarm.warehouse import Warehouse
 
+pytestmark = pytest.mark.faults  # issue 23.3 (`make faults`)
+
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "catalog" / "tasks.yaml"
 RUN_TASKS = ["wordsim-rg-65", "evalrank-word"]
@@ -200,3 +202,32 @@ def test_thin_units_are_left_out_of_the_correlations(tmp_path: Path) -> None:
     thin_row("thin-acc", "mr", "downstream", "accuracy", 0.10, None)
     (c,) = cells(sentence_wh, "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed")
     assert c["n_models"] == 5 and c["spearman"] == pytest.approx(0.9)
+
+
+def test_correlations_carry_their_interval_and_thin_ones_have_none(thin_run: Path) -> None:
+    """Issue 23.3's last clause: every correlation-style number carries its confidence interval (beside the value,
+    in ci_low / ci_high / ci_method); a rho from 3 pairs has none, rank metrics never do."""
+    rows = _q(
+        thin_run,
+        "SELECT model, task, metric, value, ci_low, ci_high, ci_method FROM metrics WHERE task = 'wordsim-rg-65' "
+        "AND metric IN ('spearman', 'pearson')",
+    )
+    toy = [r for r in rows if r["model"] == "toy"]
+    assert len(toy) == 4 and all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in toy)
+    assert {r["ci_method"] for r in toy} == {"fisher-z 95%"}
+    assert all(r["ci_low"] is None and r["ci_method"] is None for r in rows if r["model"] == "five-words")
+    assert not _q(thin_run, "SELECT 1 FROM metrics WHERE task = 'evalrank-word' AND ci_low IS NOT NULL")
+    board = _q(thin_run, "SELECT value, ci_low, ci_high FROM leaderboard WHERE task = 'wordsim-rg-65'")
+    assert board and all(r["ci_low"] <= r["value"] <= r["ci_high"] for r in board)
+
+
+def test_old_files_without_intervals_read_as_null_with_unchanged_values(thin_run: Path, tmp_path: Path) -> None:
+    wh = tmp_path / "old"
+    shutil.copytree(thin_run, wh)
+    cols = "model, task, metric, subset, variant, ties, value, fingerprint, thin"
+    before = _q(wh, f"SELECT {cols} FROM metrics ORDER BY ALL")
+    for f in (wh / "tables" / "metrics").rglob("*.parquet"):  # the layout before intervals: no ci columns
+        t = pq.read_table(f)
+        pq.write_table(t.drop_columns([c for c in ("ci_low", "ci_high", "ci_method") if c in t.column_names]), f)
+    assert _nan_free(_q(wh, f"SELECT {cols} FROM metrics ORDER BY ALL")) == _nan_free(before)
+    assert not _q(wh, "SELECT 1 FROM metrics WHERE ci_low IS NOT NULL OR ci_method IS NOT NULL")

@@ -86,6 +86,7 @@ def test_every_corpus_file_is_in_the_manifest() -> None:
     assert files == set(MANIFEST) | theirs, "tests/bad_inputs files and vectors.yaml / inputs.yaml entries must match"
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 @pytest.mark.parametrize(("name", "label", "expect"), _cases())
 def test_bad_vector_file(name: str, label: str, expect: str | dict | None, tmp_path: Path) -> None:
     if isinstance(expect, dict):
@@ -674,6 +675,7 @@ def _write_catalog(folder: Path, entry: dict) -> Path:
     return path
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 def test_a_malicious_gensim_kv_in_a_catalog_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     kv = tmp_path / "model.kv"
@@ -701,6 +703,7 @@ def test_a_malicious_gensim_kv_in_a_catalog_never_runs(tmp_path: Path) -> None:
     assert marker.exists()
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 def test_a_pickled_npy_matrix_never_runs(tmp_path: Path) -> None:
     marker = tmp_path / "pwned"
     folder = tmp_path / "m"
@@ -727,6 +730,7 @@ def test_a_pickled_npy_matrix_never_runs(tmp_path: Path) -> None:
     assert marker.exists()
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 def test_a_spacy_folder_with_pickled_vectors_never_runs(tmp_path: Path) -> None:
     """The spaCy reader reads vocab/ only (config.cfg is never resolved) and numpy refuses pickled arrays."""
     pytest.importorskip("spacy")
@@ -787,6 +791,7 @@ def _load_t2v(tmp_path: Path, entry: dict):
     return load_encoder(cat.lineage(entry["id"]), base_dir=tmp_path)
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 @pytest.mark.slow
 def test_a_spacy_pipeline_with_a_pickled_torch_layer_never_runs(tmp_path: Path, monkeypatch) -> None:
     """spaCy's own TorchBiLSTMEncoder saves its state with torch.save and loads it with torch.load: a pickle. With
@@ -806,6 +811,7 @@ def test_a_spacy_pipeline_with_a_pickled_torch_layer_never_runs(tmp_path: Path, 
     assert marker.exists()
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 @pytest.mark.slow
 def test_a_spacy_pipeline_that_loads_more_than_itself_is_refused(tmp_path: Path, monkeypatch) -> None:
     """A sourced component, a creation callback that loads another pipeline, another package's registered function:
@@ -851,6 +857,7 @@ def test_a_spacy_pipeline_that_loads_more_than_itself_is_refused(tmp_path: Path,
     assert enc.encode(["a sentence", ""]).shape == (2, 8)
 
 
+@pytest.mark.faults  # hostile model files (`make faults`)
 @pytest.mark.slow
 def test_a_spacy_pipeline_with_pickled_vectors_never_runs(tmp_path: Path) -> None:
     """The tok2vec loader reads the vocabulary's vectors with numpy, which refuses a pickled array."""
@@ -984,6 +991,7 @@ def header_attacks(tmp_path_factory) -> tuple[dict[str, tuple[str, str]], dict]:
     return {name: (fmt, file) for name, fmt, file, _ in attacks}, json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.faults  # issue 23.2 (`make faults`)
 @pytest.mark.parametrize(
     "name", ["binary-rows", "binary-dim", "text-rows", "text-dim", "npy-rows", "npy-dim", "spacy-rows"]
 )
@@ -1050,6 +1058,7 @@ def _load_or_clear_error(path: Path, fmt: str, **kwargs) -> None:
     assert vecs.shape == (min(3, enc.vocab_size()), dim) and not oov.any()
 
 
+@pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
 @pytest.mark.parametrize("fmt", TEXT)
 @_FUZZ
 @given(data=_mutated(_GOOD_TEXT))
@@ -1060,6 +1069,7 @@ def test_text_readers_fuzzed(fmt: str, data: bytes) -> None:
         _load_or_clear_error(path, fmt)
 
 
+@pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
 @_FUZZ
 @given(data=_mutated(_good_binary()))
 def test_word2vec_binary_reader_fuzzed(data: bytes) -> None:
@@ -1069,6 +1079,7 @@ def test_word2vec_binary_reader_fuzzed(data: bytes) -> None:
         _load_or_clear_error(path, "word2vec-binary")
 
 
+@pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
 @_FUZZ
 @given(data=_mutated(_good_npy()), vocab=st.sampled_from([b"the\nof\nand\n", b"the\nof\n", b"", b"\xff\n\n\n"]))
 def test_numpy_vocab_reader_fuzzed(data: bytes, vocab: bytes) -> None:
@@ -1090,6 +1101,7 @@ def _good_parquet_vocab() -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
 @_FUZZ
 @given(vocab=_mutated(_good_parquet_vocab()))
 def test_numpy_vocab_parquet_vocabulary_fuzzed(vocab: bytes) -> None:
@@ -1111,6 +1123,7 @@ def _good_spacy_vectors() -> bytes:
     return buf.getvalue()
 
 
+@pytest.mark.faults  # issue 23: fuzzed readers (`make faults`)
 @settings(_FUZZ, max_examples=25)
 @given(data=_mutated(_good_spacy_vectors()))
 def test_spacy_vectors_reader_fuzzed(data: bytes) -> None:
@@ -1127,6 +1140,7 @@ def test_spacy_vectors_reader_fuzzed(data: bytes) -> None:
         assert np.isfinite(enc.vectors).all() and 1 <= enc.dim <= wv_mod.MAX_DIM
 
 
+@pytest.mark.faults  # issue 23.2 (`make faults`)
 def test_a_parquet_vocabulary_longer_than_the_matrix_is_refused_from_its_footer(tmp_path: Path, monkeypatch) -> None:
     """A few KB of parquet can hold millions of (dictionary-encoded) words: the footer's row count is compared with
     the matrix's rows before a single word is read."""
@@ -1141,6 +1155,7 @@ def test_a_parquet_vocabulary_longer_than_the_matrix_is_refused_from_its_footer(
         WordVectors.load(tmp_path / "m.npy", "numpy-vocab", vocab="v.parquet")
 
 
+@pytest.mark.faults  # issue 23.2 (`make faults`)
 @pytest.mark.parametrize(
     ("fmt", "data", "match"),
     [
@@ -1168,6 +1183,7 @@ def test_headers_only_the_check_can_read_are_refused_naming_the_file(
         assert match is None
 
 
+@pytest.mark.faults  # issue 23.2 (`make faults`)
 def test_a_text_vocabulary_of_another_length_than_the_matrix_is_refused(tmp_path: Path) -> None:
     """The lines of vocab.txt are counted against the matrix's rows (before a string is built for each)."""
     np.save(tmp_path / "m.npy", np.ones((2, 3), dtype=np.float32))

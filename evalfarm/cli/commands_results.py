@@ -54,12 +54,16 @@ def sql(
     timeout: Annotated[
         float | None,
         typer.Option(
-            help="stop the query after this many seconds (0: no limit) [default: $EVALFARM_SQL_TIMEOUT, else 300]"
+            help="stop the query after this many seconds (0: no limit) [default: $EVALFARM_SQL_TIMEOUT, else the "
+            "config file's sql_timeout, else 300]"
         ),
     ] = None,
     memory_limit: Annotated[
         str | None,
-        typer.Option(help="DuckDB's memory cap, e.g. 16GB [default: $EVALFARM_SQL_MEMORY_LIMIT, else 4GB]"),
+        typer.Option(
+            help="DuckDB's memory cap, e.g. 16GB [default: $EVALFARM_SQL_MEMORY_LIMIT, else the config file's "
+            "sql_memory_limit, else 4GB]"
+        ),
     ] = None,
 ) -> None:
     try:

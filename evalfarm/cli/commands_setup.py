@@ -13,7 +13,7 @@ from evalfarm import api
 from evalfarm.cli.app import catalog_app, config_app, fail, zoo_app
 from evalfarm.cli.events import ZooPrinter
 from evalfarm.cli.rendering import Format, console, print_rows
-from evalfarm.config import write_target
+from evalfarm.config import KEYS, write_target
 
 CatalogOpt = Annotated[str, typer.Option(help="catalog name or path")]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f")]
@@ -49,8 +49,9 @@ def catalog_validate(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Fo
 # -- config: remembered settings ---------------------------------------------------------------------------------
 @config_app.command("show")
 def config_show(format: FormatOpt = Format.table) -> None:
-    """Print each setting (data folder, warehouse, catalog), its value and where it comes from: the environment
-    (EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG), the config file that applies here, or the default."""
+    """Print each setting (data folder, warehouse, catalog, the SQL limits), its value and where it comes from: the
+    environment (EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG, EVALFARM_SQL_TIMEOUT, EVALFARM_SQL_MEMORY_LIMIT),
+    the config file that applies here, or the default."""
     try:
         settings = api.settings()
     except api.ConfigError as exc:
@@ -60,7 +61,11 @@ def config_show(format: FormatOpt = Format.table) -> None:
 
 
 SettingsArg = Annotated[
-    list[str], typer.Argument(help="KEY=VALUE pairs: data=DIR (or data= to download), warehouse=DIR, catalog=NAME")
+    list[str],
+    typer.Argument(
+        help="KEY=VALUE pairs: data=DIR (or data= to download), warehouse=DIR, catalog=NAME, sql_timeout=SECONDS "
+        "(0: no limit), sql_memory_limit=SIZE (e.g. 16GB)"
+    ),
 ]
 FileOpt = Annotated[
     Path | None, typer.Option("--file", help="the file to write (default: $EVALFARM_CONFIG, else ./.evalfarm.toml)")
@@ -74,7 +79,7 @@ def config_set(settings: SettingsArg, file: FileOpt = None) -> None:
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
-            fail(f"expected KEY=VALUE, got {item!r} (keys: data, warehouse, catalog)")
+            fail(f"expected KEY=VALUE, got {item!r} (keys: {', '.join(KEYS)})")
         updates[key.strip()] = value.strip()
     try:
         cfg = api.set_config(updates, file=file)

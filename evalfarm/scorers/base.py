@@ -54,17 +54,29 @@ class TextVectors:
         return int(self.emb.shape[1])
 
 
+@dataclass(frozen=True)
+class Interval:
+    """A confidence interval of one number (a correlation's): ``low``..``high`` and how it was computed (``method``,
+    e.g. ``fisher-z 95%``), stored beside the value in the metrics row's ``ci_low`` / ``ci_high`` / ``ci_method``."""
+
+    low: float
+    high: float
+    method: str
+
+
 @dataclass
 class MetricRow:
     """One number. ``subset`` names a part of the task ('all' when there is one), ``variant`` the scorer's choice
-    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere). ``primary`` is not the
-    scorer's to set: :meth:`Scorer.evaluate` derives it from the scorer's declaration."""
+    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere), ``ci`` its confidence interval
+    where the scorer computes one (correlations). ``primary`` is not the scorer's to set: :meth:`Scorer.evaluate`
+    derives it from the scorer's declaration."""
 
     metric: str
     value: float
     subset: str = "all"
     variant: str = ""
     ties: str | None = None
+    ci: Interval | None = None
     primary: bool = field(default=False, init=False)
 
 
@@ -186,6 +198,7 @@ def packaged_sql(package: str, name: str) -> str:
 
 __all__ = [
     "SIMILARITIES",
+    "Interval",
     "MetricRow",
     "RunOptions",
     "ScoreResult",

@@ -16,11 +16,14 @@ score. Three task kinds, one scorer each:
   [2, 4], [1, 3], [0, 2] by default, both ends inclusive), each band an equal-size seeded sample (the smallest band's
   size), Spearman per band: how well a model orders pairs that are all similar, or all dissimilar.
 
-Correlations are NaN when fewer than 3 pairs are scored or either side is constant.
+Correlations are NaN when fewer than 3 pairs are scored or either side is constant. Every Spearman and Pearson row
+carries its 95 % confidence interval (``MetricRow.ci``: :func:`correlation_interval`, Fisher's z; for STS's ``mean``
+and ``wmean``, :func:`mean_interval`), in closed form: no resampling, no seed, the same bytes under every executor.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +34,7 @@ import numpy as np
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
-from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
+from evalfarm.scorers.base import Interval, MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
 
 MIN_PAIRS = 3
 MIN_RANKED_PAIRS = 5
@@ -57,6 +60,42 @@ def pearson(x: np.ndarray, y: np.ndarray) -> float:
     dx, dy = x - x.mean(), y - y.mean()
     denom = np.sqrt((dx * dx).sum() * (dy * dy).sum())
     return float((dx * dy).sum() / denom) if denom > 0 else float("nan")
+
+
+CI_CONFIDENCE = 0.95
+"""The confidence of every correlation's interval (``ci_low`` / ``ci_high`` of its metrics row)."""
+_Z = 1.959963984540054  # the standard normal's 0.975 quantile: statistics.NormalDist().inv_cdf(0.975)
+
+
+def correlation_interval(r: float, n: int, *, rank: bool) -> Interval | None:
+    """The 95 % confidence interval of a correlation ``r`` over ``n`` pairs, by Fisher's z-transform: ``tanh(atanh(r)
+    +- 1.96 se)``, with ``se = 1 / sqrt(n - 3)`` for Pearson's r and Bonett & Wright's (2000) ``sqrt((1 + r^2 / 2) /
+    (n - 3))`` for Spearman's rho (``rank``). Closed form, so it needs no seed and costs nothing; it assumes roughly
+    bivariate-normal data, and is an approximation for small n. None when ``r`` is NaN or ``n`` < 4; ``r`` = +-1 gives
+    the point interval [r, r] (its standard error in z is 0 from n pairs that all agree)."""
+    if not math.isfinite(r) or n < 4:
+        return None
+    if abs(r) >= 1.0:
+        return Interval(float(r), float(r), "fisher-z 95%")
+    se = math.sqrt(((1 + r * r / 2) if rank else 1.0) / (n - 3))
+    z = math.atanh(r)
+    return Interval(math.tanh(z - _Z * se), math.tanh(z + _Z * se), "fisher-z 95%")
+
+
+def mean_interval(parts: Sequence[tuple[float, int]], *, rank: bool, weighted: bool) -> tuple[float, Interval | None]:
+    """The mean (``weighted``: by pair count) of the correlations of independent subsets ``(r, n)``, and its 95 %
+    interval by the delta method: each r's variance ``(1 - r^2)^2 se_z^2`` (``se_z`` as in
+    :func:`correlation_interval`), the mean's ``sum w_i^2 var_i``, the interval ``mean +- 1.96 sd`` clipped to [-1, 1].
+    No interval when a part has none (NaN, or under 4 pairs)."""
+    r = np.array([p[0] for p in parts], dtype=np.float64)
+    n = np.array([p[1] for p in parts], dtype=np.float64)
+    w = n / n.sum() if weighted else np.full(len(parts), 1.0 / len(parts))
+    mean = float(np.average(r, weights=n)) if weighted else float(np.mean(r))
+    if not np.isfinite(r).all() or (n < 4).any():
+        return mean, None
+    var_z = ((1 + r * r / 2) if rank else np.ones_like(r)) / (n - 3)
+    sd = math.sqrt(float((w * w * (1 - r * r) ** 2 * var_z).sum()))
+    return mean, Interval(max(-1.0, mean - _Z * sd), min(1.0, mean + _Z * sd), "delta fisher-z 95%")
 
 
 def _paired_cosines(vectors: np.ndarray, rows1: np.ndarray, rows2: np.ndarray) -> np.ndarray:
@@ -142,9 +181,10 @@ class WordSimilarityScorer(Scorer):
             cos = _paired_cosines(x, r1[known], r2[known])
             g = gold[known]
             name = protocol.label  # evalrank-word, evalrank-word/no-center or raw
+            rho, r, n = spearman(cos, g), pearson(cos, g), len(g)
             out.rows += [
-                MetricRow("spearman", spearman(cos, g), variant=name),
-                MetricRow("pearson", pearson(cos, g), variant=name),
+                MetricRow("spearman", rho, variant=name, ci=correlation_interval(rho, n, rank=True)),
+                MetricRow("pearson", r, variant=name, ci=correlation_interval(r, n, rank=False)),
                 MetricRow("coverage", float(known.mean()), variant=name),
                 MetricRow("n_pairs", float(known.sum()), variant=name),
             ]
@@ -253,22 +293,27 @@ class STSScorer(Scorer):
             per[name] = (spearman(cos, gold), pearson(cos, gold), len(gold))
             all_cos.append(cos)
             all_gold.append(gold)
-        rows = {name: v for name, v in per.items()}
+        rows = {name: (sp, _ci(sp, n, True), pe, _ci(pe, n, False), n) for name, (sp, pe, n) in per.items()}
         if len(per) > 1:  # the summaries of SUMMARY_SUBSETS
             cos, gold = np.concatenate(all_cos), np.concatenate(all_gold)
-            rows["all"] = (spearman(cos, gold), pearson(cos, gold), len(gold))
-            n = np.array([v[2] for v in per.values()], dtype=np.float64)
-            sp = np.array([v[0] for v in per.values()])
-            pe = np.array([v[1] for v in per.values()])
-            rows["mean"] = (float(np.mean(sp)), float(np.mean(pe)), int(n.sum()))
-            rows["wmean"] = (float(np.average(sp, weights=n)), float(np.average(pe, weights=n)), int(n.sum()))
-        for name, (sp_v, pe_v, n_v) in rows.items():
+            sp, pe, n = spearman(cos, gold), pearson(cos, gold), len(gold)
+            rows["all"] = (sp, _ci(sp, n, True), pe, _ci(pe, n, False), n)
+            total = sum(v[2] for v in per.values())
+            for summary, weighted in (("mean", False), ("wmean", True)):
+                sp_m, sp_ci = mean_interval([(v[0], v[2]) for v in per.values()], rank=True, weighted=weighted)
+                pe_m, pe_ci = mean_interval([(v[1], v[2]) for v in per.values()], rank=False, weighted=weighted)
+                rows[summary] = (sp_m, sp_ci, pe_m, pe_ci, total)
+        for name, (sp_v, sp_ci, pe_v, pe_ci, n_v) in rows.items():
             out.rows += [
-                MetricRow("spearman", sp_v, subset=name, variant="cos"),
-                MetricRow("pearson", pe_v, subset=name, variant="cos"),
+                MetricRow("spearman", sp_v, subset=name, variant="cos", ci=sp_ci),
+                MetricRow("pearson", pe_v, subset=name, variant="cos", ci=pe_ci),
                 MetricRow("n_pairs", float(n_v), subset=name, variant="cos"),
             ]
         return out
+
+
+def _ci(r: float, n: int, rank: bool) -> Interval | None:
+    return correlation_interval(r, n, rank=rank)
 
 
 # ---- similarity bands ---------------------------------------------------------------------------------------------
@@ -334,8 +379,11 @@ class STSBandsScorer(Scorer):
     ) -> ScoreResult:
         out = ScoreResult()
         for name, (cos, gold) in raw_cosines(data, vectors).items():
+            rho = spearman(cos, gold)
             out.rows += [
-                MetricRow("spearman", spearman(cos, gold), subset=name, variant="cos"),
+                MetricRow(
+                    "spearman", rho, subset=name, variant="cos", ci=correlation_interval(rho, len(gold), rank=True)
+                ),
                 MetricRow("n_pairs", float(len(gold)), subset=name, variant="cos"),
             ]
         return out

@@ -22,6 +22,7 @@ from pathlib import Path
 import duckdb
 import pyarrow as pa
 
+from evalfarm.config import DEFAULT_SQL_MEMORY_LIMIT, DEFAULT_SQL_TIMEOUT_S, ENV_VARS
 from evalfarm.plugins import RegistryError, task_kinds
 
 
@@ -161,12 +162,14 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
-DEFAULT_TIMEOUT_S = 300.0
-"""How long one read-only query may run (``evalfarm sql --timeout``, ``EVALFARM_SQL_TIMEOUT``; 0: no limit)."""
-DEFAULT_MEMORY_LIMIT = "4GB"
-"""DuckDB's memory cap for a read-only query (``evalfarm sql --memory-limit``, ``EVALFARM_SQL_MEMORY_LIMIT``)."""
-TIMEOUT_ENV = "EVALFARM_SQL_TIMEOUT"
-MEMORY_LIMIT_ENV = "EVALFARM_SQL_MEMORY_LIMIT"
+DEFAULT_TIMEOUT_S = DEFAULT_SQL_TIMEOUT_S
+"""How long one read-only query may run (``evalfarm sql --timeout``, ``EVALFARM_SQL_TIMEOUT``, the config file's
+``sql_timeout``; 0: no limit)."""
+DEFAULT_MEMORY_LIMIT = DEFAULT_SQL_MEMORY_LIMIT
+"""DuckDB's memory cap for a read-only query (``evalfarm sql --memory-limit``, ``EVALFARM_SQL_MEMORY_LIMIT``, the
+config file's ``sql_memory_limit``)."""
+TIMEOUT_ENV = ENV_VARS["sql_timeout"]
+MEMORY_LIMIT_ENV = ENV_VARS["sql_memory_limit"]
 
 
 @dataclass(frozen=True)
@@ -182,7 +185,8 @@ class QueryLimits:
     @classmethod
     def resolve(cls, timeout_s: float | None = None, memory_limit: str | None = None) -> QueryLimits:
         """Each limit given here (not None) wins, then its environment variable, then the default; a timeout of
-        0 (or less) means no timeout."""
+        0 (or less) means no timeout. (The config file's ``sql_timeout`` / ``sql_memory_limit`` are read above
+        the warehouse: :func:`evalfarm.api.query` and ``evalfarm sql`` pass them in, resolved.)"""
         if timeout_s is None:
             raw = os.environ.get(TIMEOUT_ENV, "").strip()
             try:

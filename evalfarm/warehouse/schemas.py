@@ -48,6 +48,11 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             # the unit's numbers rest on too little data to rank (Scorer.thin: coverage, pairs, OOV, ties): why
             ("thin", pa.bool_()),
             ("thin_reason", pa.string()),
+            # a correlation's confidence interval (MetricRow.ci: word-similarity, sts, similarity-bands) and how it
+            # was computed (e.g. "fisher-z 95%"); null for other metrics and for rows written before it existed
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("ci_method", pa.string()),
         ]
     ),
     # per unit: what the degenerate-model check measured on the unit's stored vectors (evalfarm.quality)
