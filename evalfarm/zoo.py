@@ -33,6 +33,7 @@ import numpy as np
 from evalfarm import atomic
 from evalfarm.cache import cache_dir
 from evalfarm.catalog.specs import canonical_json
+from evalfarm.encoders.subword import NGRAM_FILES, save_ngrams
 from evalfarm.encoders.word_vectors import save_numpy_vocab
 
 __all__ = [
@@ -263,6 +264,8 @@ class Recipe:
     negative: int = 5
     seed: int = 1
     max_sentences: int | None = None
+    bucket: int | None = None
+    """fasttext only: keep the character n-gram table (this many hash buckets), so OOV words get vectors."""
 
     @property
     def model_id(self) -> str:
@@ -273,6 +276,8 @@ class Recipe:
         if self.min_count != 5:
             parts.append(f"mc{self.min_count}")
         parts.append(self.corpus if self.max_sentences is None else f"{self.corpus}{self.max_sentences}")
+        if self.bucket is not None:
+            parts.append("ngrams")
         return "-".join(parts)
 
     def describe(self) -> str:
@@ -284,13 +289,14 @@ class Recipe:
         algo = {"cbow": "Word2Vec CBOW", "sg": "Word2Vec skip-gram", "fasttext": "FastText CBOW (char 3-6 grams)"}[
             self.algo
         ]
+        ngrams = "" if self.bucket is None else f", n-gram table kept ({self.bucket:,} buckets: OOV words get vectors)"
         return (
             f"{algo}: {self.dim}d, window {self.window}, {self.epochs} epochs, min_count {self.min_count}, "
-            f"negative {self.negative}, seed {self.seed}"
+            f"negative {self.negative}, seed {self.seed}{ngrams}"
         )
 
     def key(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not (k == "max_sentences" and v is None)}
+        return {k: v for k, v in asdict(self).items() if not (k in ("max_sentences", "bucket") and v is None)}
 
 
 def _versions() -> dict[str, str]:
@@ -318,7 +324,7 @@ def core_recipes() -> list[Recipe]:
 
 
 def full_recipes() -> list[Recipe]:
-    """The local zoo's grid: 42 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
+    """The local zoo's grid: 44 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
     out = core_recipes()
     for c in ("gensim", "goemotions"):  # dimension
         for d in (50, 200):
@@ -338,8 +344,15 @@ def full_recipes() -> list[Recipe]:
         Recipe("ppmi-svd", "reviews", dim=300),
     ]
     out += [Recipe("cbow", "gensim", min_count=2), Recipe("ppmi-svd", "goemotions", min_count=10)]  # vocabulary
+    out += subword_recipes()
     assert len({r.model_id for r in out}) == len(out), "duplicate model ids in the recipe grid"
     return out
+
+
+def subword_recipes() -> list[Recipe]:
+    """fastText with its character n-gram table on the largest local corpus (``mix``, ~3.3M tokens): an OOV word
+    gets its own vector (issue 26)."""
+    return [Recipe("fasttext", "mix", dim=d, epochs=5, bucket=200_000) for d in (100, 300)]
 
 
 def quick_recipes(max_sentences: int = 2000) -> list[Recipe]:
@@ -356,6 +369,10 @@ def quick_recipes(max_sentences: int = 2000) -> list[Recipe]:
 _MODEL_FILES = ("model.npy", "vocab.txt", "recipe.json")
 """What a built model folder holds; a folder missing any of them (or from before, with a pickled model.kv) is
 rebuilt."""
+
+
+def _model_files(recipe: Recipe) -> tuple[str, ...]:
+    return _MODEL_FILES + (NGRAM_FILES if recipe.bucket is not None else ())
 
 
 # -- training -------------------------------------------------------------------------------------------------------
@@ -377,6 +394,8 @@ def _train(recipe: Recipe, sentences: list[list[str]], workers: int):  # -> Keye
         "workers": workers,
     }
     if recipe.algo == "fasttext":
+        if recipe.bucket is not None:
+            common["bucket"] = recipe.bucket
         return FastText(sg=0, min_n=3, max_n=6, **common).wv
     return Word2Vec(sg=1 if recipe.algo == "sg" else 0, **common).wv
 
@@ -451,7 +470,7 @@ def build_zoo(
         folder = zoo_root / fp
         t1 = time.perf_counter()
         trained = False
-        if not all((folder / f).is_file() for f in _MODEL_FILES):
+        if not all((folder / f).is_file() for f in _model_files(r)):
             kv = _train(r, sents, workers)
             meta = {
                 "model_id": r.model_id,
@@ -465,9 +484,11 @@ def build_zoo(
                 "fingerprint": fp,
             }
 
-            def build(tmp: Path, kv=kv, meta=meta) -> None:
+            def build(tmp: Path, kv=kv, meta=meta, ngrams=r.bucket is not None) -> None:
                 save_numpy_vocab(tmp, list(kv.index_to_key), kv.vectors, stem="model")
                 (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+                if ngrams:
+                    save_ngrams(tmp, kv)
 
             atomic.publish_dir(folder, build, replace=True)  # a half-built folder of an interrupted run goes
             trained = True
@@ -588,8 +609,7 @@ def _trained_entry(b: Built) -> dict[str, Any]:
     return {
         "id": r.model_id,
         "level": "word",
-        "kind": "word-vectors",
-        "format": "numpy-vocab",
+        **({"kind": "word-vectors", "format": "numpy-vocab"} if r.bucket is None else {"kind": "fasttext-ngrams"}),
         "source": {"type": "zoo", "ref": b.fingerprint, "path": "model.npy"},
         "vocab": "vocab.txt",
         "lowercase": True,

@@ -136,3 +136,36 @@ def test_static_minilm_vectors_are_rows_of_the_encoders_own_embedding_matrix():
     assert oov_p.tolist() == [False, True, True]
     np.testing.assert_allclose(vp[0], table[ids[0][0]], atol=1e-6)
     assert pieces.vocab_size() < 30_000 < mean.vocab_size()
+
+
+@pytest.mark.slow
+def test_fasttext_with_ngrams_gives_oov_words_their_own_vectors(tmp_path, monkeypatch):
+    from gensim.models import FastText
+
+    from evalfarm.embed import encode_texts
+    from evalfarm.zoo import Recipe, build_zoo, corpus_sentences
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    r = Recipe("fasttext", "lee", dim=16, epochs=3, min_count=3, max_sentences=300, bucket=5000)
+    out = tmp_path / "zoo.yaml"
+    built = build_zoo(recipes=[r], catalog_out=out, quick=True, workers=1)
+    folder = tmp_path / "cache" / "zoo" / built.models[0].fingerprint
+    assert {"ngrams.npy", "subword.json"} <= {p.name for p in folder.iterdir()}
+    cat = load_catalog(out)
+    assert cat.model(r.model_id).kind == "fasttext-ngrams"
+    enc = load_encoder(cat.lineage(r.model_id), base_dir=cat.path.parent)
+    assert enc.ngrams.shape == (5000, 16)
+    # the same vectors gensim gives, for a word it never saw (one worker: training is deterministic)
+    sents, _ = corpus_sentences("lee", max_sentences=300)
+    kv = FastText(sents, vector_size=16, window=5, epochs=3, min_count=3, negative=5, seed=1, workers=1, sg=0,
+                  min_n=3, max_n=6, bucket=5000).wv  # fmt: skip
+    assert "palestinianness" not in kv.key_to_index
+    vec, known = enc.oov_vectors(["palestinianness"])
+    assert known.tolist() == [True]
+    np.testing.assert_allclose(vec[0], kv.get_vector("palestinianness"), rtol=1e-4, atol=1e-6)
+    # the embed stage fills OOV words from the n-grams; the plain model of the same words leaves them OOV
+    got = encode_texts(enc, ["israeli", "Palestinianness", "zzzqqq"])
+    assert got.oov.tolist() == [False, False, False] and got.meta["subword_vectors"] == 2
+    np.testing.assert_allclose(got.emb[1], vec[0], rtol=1e-5)
+    bow = load_encoder(cat.lineage(f"bow-{r.model_id}"), base_dir=cat.path.parent)
+    assert np.abs(bow.encode(["palestinianness"])[0]).sum() > 0  # a sentence of one unknown word has a vector
