@@ -222,3 +222,45 @@ def test_coverage_variant_keeps_only_the_pairs_every_compared_model_knows(tmp_pa
     w1, w2, _ = sims.subsets["all"]
     assert 0 < len(w1) < 999 and all(a in vocab and b in vocab for a, b in zip(w1, w2, strict=True))
     assert "evalrank-word-common" in res.output and "pairs kept" in res.output
+
+
+@pytest.mark.slow
+def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+    from evalfarm.correlations import correlation_table
+    from evalfarm.warehouse import Warehouse, now
+    from tests.test_correlations import add_accuracy, add_metric, add_model
+
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(5):
+        w = f"w{i}"
+        add_model(wh, w, "word", "word-vectors")
+        add_model(wh, f"bow-{w}", "sentence", "bow", base=w)
+        add_accuracy(wh, f"bow-{w}", "sst2", 0.5 + i / 10)
+        fp, created = f"er-{w}", now()  # one unit, as the scorer writes it: its numbers share fingerprint and time
+        rows = [
+            {"run_id": "hand", "model": w, "task": "evalrank-word", "scorer": "evalrank", "subset": "all",
+             "variant": "cos", "ties": ties, "metric": metric, "value": value, "is_primary": metric == "mrr",
+             "higher_is_better": True, "fingerprint": fp, "spec_hash": f"h-{w}", "created_at": created}
+            for metric, value, ties in (("mrr", 0.1 * i, "optimistic"), ("oov_rate", 0.25 * (i % 2), None),
+                                        ("tie_rate", 0.5, None), ("n_pairs", 5514.0, None))
+        ]  # fmt: skip
+        wh.write("metrics", rows, wh.unit_path("metrics", w, "evalrank-word", fp))
+        add_metric(wh, w, "wordsim-a", "word-similarity", 0.8, metric="coverage", variant="evalrank-word")
+        add_metric(wh, w, "wordsim-b", "word-similarity", 0.6, metric="coverage", variant="evalrank-word")
+    stats = {s["model"]: s for s in correlation_table(wh, level="word").model_stats}
+    assert stats["w1"]["evalrank-word oov_rate"] == 0.25 and stats["w0"]["evalrank-word oov_rate"] == 0.0
+    assert stats["w3"]["evalrank-word tie_rate"] == 0.5 and stats["w3"]["evalrank-word n_pairs"] == 5514
+    assert stats["w2"]["wordsim coverage"] == pytest.approx(0.7) and stats["w2"]["wordsim sets"] == 2
+    assert correlation_table(wh, level="sentence").model_stats == []
+    res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "--no-refresh"])
+    assert res.exit_code == 0, res.output
+    assert (
+        "OOV rate" in res.stdout
+        and "evalrank-word tie_rate" in res.stdout.replace("\n", " ")
+        or "tie_rate" in res.stdout
+    )
+    res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "-f", "json"])
+    assert res.exit_code == 0 and "word model evalrank-word oov_rate=0.250" in res.output
