@@ -909,7 +909,7 @@ def coverage_catalog(
     out = {
         "name": f"coverage-{name}",
         "description": f"Coverage-controlled word tasks over {len(models)} models of {cat.name}: " + ", ".join(models),
-        "include": [str(catalog)],
+        "include": [str(Path(catalog).resolve()) if Path(catalog).is_file() else str(catalog)],  # a name, or a path
         "tasks": entries,
     }
     text = (
