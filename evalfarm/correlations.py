@@ -202,6 +202,8 @@ class CorrelationTable:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    model_stats: list[dict[str, Any]] = field(default_factory=list)
+    """Word level: per model, what decides ranks besides quality (:func:`word_model_stats`)."""
 
     @property
     def n_models(self) -> tuple[int, int]:
@@ -257,9 +259,51 @@ def correlation_table(
     (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
     without ties are always shown. Reads only: call :func:`refresh_intervals` first for current intervals."""
     _check(level, ties)
-    return shape_table(
-        fetch_correlations(warehouse), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
-    )
+    con = connect(warehouse)
+    try:
+        table = shape_table(
+            fetch_correlations(con), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
+        )
+        if level == "word":
+            table.model_stats = word_model_stats(con)
+    finally:
+        con.close()
+    return table
+
+
+WORD_STATS_SQL = """
+SELECT m.model, m.task, m.scorer,
+       max(m.value) FILTER (WHERE m.metric = 'oov_rate') AS oov_rate,
+       max(m.value) FILTER (WHERE m.metric = 'oov_pair_rate') AS oov_pair_rate,
+       max(m.value) FILTER (WHERE m.metric = 'tie_rate') AS tie_rate,
+       max(m.value) FILTER (WHERE m.metric = 'n_pairs') AS n_pairs,
+       max(m.value) FILTER (WHERE m.metric = 'coverage') AS coverage
+FROM metrics m JOIN models mo USING (model)
+WHERE mo.level = 'word'
+  AND ((m.scorer = 'evalrank' AND m.variant = 'cos') OR (m.scorer = 'word-similarity' AND m.variant = 'evalrank-word'))
+GROUP BY m.model, m.task, m.scorer
+"""
+
+
+def word_model_stats(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+    """Per word model: for each EvalRank word task (cos), the OOV rate of its pool, the share of pairs with an OOV
+    word and the share of pairs whose positive ties with a background item (their rank is the tie policy's, not the
+    model's), and the pairs scored; over the word-similarity sets, the mean share of pairs scored (coverage).
+    OOV handling and ties, not vector quality, can decide a word-level table: it is printed beside every one."""
+    rows = con.sql(WORD_STATS_SQL).to_arrow_table().to_pylist()
+    out: dict[str, dict[str, Any]] = {}
+    cover: dict[str, list[float]] = {}
+    for r in rows:
+        m = out.setdefault(r["model"], {"model": r["model"]})
+        if r["scorer"] == "evalrank":
+            for k in ("oov_rate", "oov_pair_rate", "tie_rate", "n_pairs"):
+                m[f"{r['task']} {k}"] = r[k]
+        elif r["coverage"] is not None:
+            cover.setdefault(r["model"], []).append(float(r["coverage"]))
+    for model, values in cover.items():
+        out[model]["wordsim coverage"] = float(np.mean(values))
+        out[model]["wordsim sets"] = len(values)
+    return [out[k] for k in sorted(out)]
 
 
 def _check(level: str, ties: str) -> None:

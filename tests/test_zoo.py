@@ -96,7 +96,7 @@ def test_zoo_local_has_100_models_with_provenance(empty_cache):
     assert len(cat.models) >= 100
     trained = [m for m in cat.models.values() if m.source is not None and m.source.type == "zoo"]
     assert len(trained) >= 40
-    assert {m.provenance["algo"] for m in trained} == {"cbow", "sg", "fasttext", "ppmi-svd"}
+    assert {m.provenance["algo"] for m in trained} == {"cbow", "sg", "fasttext", "ppmi-svd", "minilm-ctx"}
     starter = load_catalog("zoo-starter").models  # included, not repeated: its packages are pinned requirements
     for m in cat.models.values():
         if m.source is not None:  # every model with its own weights says where they came from

@@ -112,6 +112,58 @@ class PostProcess(_Strict):
         return self
 
 
+GradeOp = Literal["truncate", "pca", "pq", "sq", "noise"]
+FrequencyList = Literal["base", "glove-6b"]
+
+
+class Grade(_Strict):
+    """A degradation of a word model's matrix that yields a graded family of real models (kind ``word-graded``).
+
+    - ``truncate``: keep the ``keep`` most frequent words; ``ranks`` says whose frequency order: ``base`` (the base
+      file's own order, most frequent first, as GloVe's) or ``glove-6b`` (a word ranks where its lower-cased form
+      stands in GloVe 6B's vocabulary, for a base without a frequency order such as spaCy's; words GloVe lacks go).
+    - ``pca``: project the centred matrix on its top ``dim`` principal components.
+    - ``pq``: FAISS product quantiser, ``m`` sub-vectors of ``nbits`` bits each; the reconstructed vectors.
+    - ``sq``: FAISS scalar quantiser of ``nbits`` (4, 6, 8) bits per dimension, or 16 (fp16); reconstructed vectors.
+    - ``noise``: add Gaussian noise of ``sigma`` times the matrix's root-mean-square entry (seeded by ``seed``).
+    """
+
+    op: GradeOp
+    keep: int | None = Field(default=None, ge=1, description="truncate: words kept")
+    ranks: FrequencyList = Field(default="base", description="truncate: the frequency order")
+    dim: int | None = Field(default=None, ge=1, description="pca: dimensions kept")
+    m: int | None = Field(default=None, ge=1, description="pq: sub-quantisers (must divide the dimension)")
+    nbits: int | None = Field(default=None, ge=1, le=16, description="pq / sq: bits per code")
+    sigma: float | None = Field(default=None, gt=0, description="noise: level relative to the RMS entry")
+    seed: int = Field(default=0, ge=0, description="noise, and the training sample of pq")
+
+    @model_validator(mode="after")
+    def _check(self) -> Grade:
+        need = {"truncate": ("keep",), "pca": ("dim",), "pq": ("m", "nbits"), "sq": ("nbits",), "noise": ("sigma",)}
+        missing = [f for f in need[self.op] if getattr(self, f) is None]
+        if missing:
+            raise ValueError(f"grade {self.op!r} needs {', '.join(missing)}")
+        own = set(need[self.op]) | {"op", "seed"} | ({"ranks"} if self.op == "truncate" else set())
+        extra = [f for f in type(self).model_fields if f not in own and f in self.model_fields_set]
+        if extra:
+            raise ValueError(f"grade {self.op!r} does not read {', '.join(extra)}: drop it")
+        if self.op == "sq" and self.nbits not in (4, 6, 8, 16):
+            raise ValueError(f"grade 'sq': nbits is 4, 6, 8 or 16 (fp16), not {self.nbits}")
+        return self
+
+
+class StaticWords(_Strict):
+    """Static word vectors read from a transformer's input (word-piece) embedding table (kind ``wordpiece-static``).
+
+    The vocabulary is the table's whole-word pieces plus the ``words`` most frequent words of GloVe 6B's
+    vocabulary (a declared word list: the model has no word vocabulary of its own); a word's vector pools its
+    pieces' rows: ``first`` piece or ``mean`` of all. Words that are only ``[UNK]`` pieces are left out.
+    """
+
+    pool: Literal["first", "mean"] = "mean"
+    words: int = Field(default=100_000, ge=0, le=400_000, description="GloVe 6B's most frequent words added")
+
+
 DEFAULT_SENTENCE_FIT_TASK = "evalrank-sentence"
 """The task whose texts a post-processed sentence model is fitted on unless its spec names another (``fit_on``)."""
 
@@ -146,6 +198,10 @@ class ModelSpec(_Strict):
     )
     pooling: Pooling | None = None
     postprocess: PostProcess | None = None
+    grade: Grade | None = Field(default=None, description="word-graded: how the base's matrix is degraded")
+    static: StaticWords | None = Field(
+        default=None, description="wordpiece-static: the words and how their word-piece vectors are pooled"
+    )
     batch_size: int = Field(default=64, ge=1)
     max_length: int = Field(default=128, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -223,6 +279,10 @@ class ModelSpec(_Strict):
                 f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind {readers} with a "
                 "'source'); other models' dimension comes from the model: drop it"
             )
+        for own in ("grade", "static"):
+            if getattr(self, own) is not None and (kind is None or own not in kind.fields):
+                readers = " or ".join(_kinds_reading(own))
+                raise ValueError(f"model {self.id!r}: only kind {readers} reads {own!r}: drop it")
         if kind is None:
             return
         if self.level not in kind.levels:
@@ -255,6 +315,11 @@ def _kind(name: str) -> ModelKind:
     from evalfarm.plugins import model_kinds
 
     return model_kinds.get(name)
+
+
+def _kinds_reading(field: str) -> list[str]:
+    """The registered model kinds that read a spec field (``ModelKind.fields``)."""
+    return _kinds_where(lambda k: field in k.fields)
 
 
 def _kinds_where(pred: Callable[[ModelKind], bool]) -> list[str]:
@@ -365,6 +430,8 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
     "fit_on": None,
     "allow_pickle": False,
     "dim": None,
+    "grade": None,
+    "static": None,
 }
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 

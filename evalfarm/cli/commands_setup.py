@@ -143,3 +143,40 @@ def zoo_build(
             )
     if out is not None and os.environ.get("EVALFARM_CACHE") != str(root):
         console.print(f"load these models with EVALFARM_CACHE={root} (zoo sources resolve inside the cache)")
+
+
+CoverageCatalogOpt = Annotated[str, typer.Option("--catalog", help="catalog holding the models and word tasks")]
+CoverageModelsOpt = Annotated[str, typer.Option("--models", help="comma-separated word model ids: the compared set")]
+CoverageNameOpt = Annotated[str, typer.Option(help="variant name: task ids <task>-<name>, data coverage/<name>/")]
+CoverageOutOpt = Annotated[Path, typer.Option("--out", help="catalog of the coverage-controlled tasks to write")]
+
+
+@zoo_app.command("coverage")
+def zoo_coverage(
+    models: CoverageModelsOpt,
+    out: CoverageOutOpt,
+    catalog: CoverageCatalogOpt = "zoo-local",
+    name: CoverageNameOpt = "common",
+) -> None:
+    """Coverage-controlled word tasks: the EvalRank word pool and word-similarity sets restricted to the words every
+    model of --models knows (written under EVALFARM_DATA), as a catalog that includes --catalog."""
+    from evalfarm import atomic
+    from evalfarm.zoo import coverage_catalog
+
+    ids = [m.strip() for m in models.split(",") if m.strip()]
+    try:
+        cov = coverage_catalog(catalog, ids, name=name, progress=lambda m: console.print(f"loading {m}"))
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        fail(str(exc))
+    atomic.write_text(out, cov.catalog_text)
+    console.print(
+        f"{cov.n_words:,} of {cov.n_candidates:,} task words known to all {len(ids)} models → {cov.vocab_path}",
+        highlight=False,
+    )
+    print_rows(["model", "words known"], [{"model": m, "words known": n} for m, n in cov.known.items()], Format.table)
+    print_rows(
+        ["task", "pairs kept", "pairs"],
+        [{"task": t, "pairs kept": k, "pairs": n} for t, (k, n) in cov.tasks.items()],
+        Format.table,
+    )
+    console.print(f"catalog written to {out}: run it with --catalog {out}", highlight=False)

@@ -160,6 +160,8 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
         first = table.records[0] if table.records else {}
         columns = ["row", "column", "best", *[c for c in first if c not in ("row", "column", "best")]]
         print_rows(columns, table.records, fmt)
+        for s in table.model_stats:  # beside CSV / JSON on stderr, as the notes
+            say("word model " + ", ".join(f"{k}={_stat(v)}" for k, v in s.items() if k != "model") + f": {s['model']}")
         for note in table.notes:
             say(f"note: {note}")
         return
@@ -176,5 +178,26 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
     if table.rows:
         out.print(caption(table), markup=False, highlight=False, soft_wrap=True)
         out.print(t)
+    if table.model_stats:
+        print_word_model_stats(table.model_stats)
     for note in table.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def print_word_model_stats(stats: list[dict[str, Any]]) -> None:
+    """The word models' OOV and tie rates (EvalRank word tasks, cos) and word-similarity coverage, one row each."""
+    columns = list(dict.fromkeys(k for s in stats for k in s))
+    t = Table(show_lines=False, title="word models: OOV rate, OOV pair rate, tie rate, pairs (EvalRank, cos)")
+    for c in columns:
+        t.add_column(c, justify="left" if c == "model" else "right")
+    for s in stats:
+        t.add_row(*(_stat(s.get(c)) for c in columns))
+    out.print(t)
+
+
+def _stat(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, float) and not v.is_integer():
+        return f"{v:.3f}"
+    return str(int(v)) if isinstance(v, float) else str(v)

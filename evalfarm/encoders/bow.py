@@ -66,12 +66,18 @@ class BagOfWords:
         sent = np.repeat(np.arange(len(toks)), lengths)
         rows_fn = getattr(self.base, "rows", None)
         matrix = getattr(self.base, "vectors", None)
-        if rows_fn is not None and matrix is not None:
+        fill = getattr(self.base, "oov_vectors", None)  # a subword model: an unknown token has a vector too
+        if rows_fn is not None and matrix is not None and fill is None:
             rows = rows_fn(flat)
             known = rows >= 0
             cols, ncols, dense = rows[known], matrix.shape[0], matrix
         else:  # any WordEncoder: look the tokens up and average those rows
             vecs, oov = self.base.lookup(flat)
+            if fill is not None and oov.any():
+                idx = np.flatnonzero(oov)
+                sub, ok = fill([flat[i] for i in idx])
+                vecs[idx[ok]] = sub[ok]
+                oov[idx[ok]] = False
             known = ~oov
             cols, ncols, dense = np.flatnonzero(known), len(flat), vecs
         sent = sent[known]

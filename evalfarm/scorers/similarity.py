@@ -152,11 +152,17 @@ class WordSimilarityScorer(Scorer):
         }
 
     def load(self, task: TaskSpec) -> PairData:
+        from evalfarm.taskdata.coverage import common_vocabulary, known_pair
         from evalfarm.taskdata.data import task_file
         from evalfarm.taskdata.wordsim import read_wordsim
 
         ws = read_wordsim(task_file(task, "pairs"), task.id)
-        return PairData({"all": (ws.word1, ws.word2, ws.gold)})
+        vocab = common_vocabulary(task)
+        if vocab is None:
+            return PairData({"all": (ws.word1, ws.word2, ws.gold)})
+        keep = [i for i, (a, b) in enumerate(zip(ws.word1, ws.word2, strict=True)) if known_pair(vocab, a, b)]
+        w1, w2 = [ws.word1[i] for i in keep], [ws.word2[i] for i in keep]
+        return PairData({"all": (w1, w2, np.asarray(ws.gold)[keep])})  # coverage-controlled: common words only
 
     def score(
         self,

@@ -125,8 +125,16 @@ def load_evalrank_pool(spec: TaskSpec) -> RankPool:
     """Load and verify an EvalRank pool: files ``pairs`` plus one or more background roles."""
     if "pairs" not in spec.files:
         raise TaskDataError(f"pool {spec.id!r}: an evalrank pool needs a 'pairs' file")
+    from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE, common_vocabulary, known_pair
+
     sources = {role: task_file(spec, role) for role in spec.files}
     pairs = read_pairs(sources["pairs"])
-    bg_roles = sorted(r for r in spec.files if r != "pairs")
+    bg_roles = sorted(r for r in spec.files if r not in ("pairs", COMMON_VOCAB_ROLE))
     backgrounds = [read_items(sources[r]) for r in bg_roles]
+    vocab = common_vocabulary(spec)
+    if vocab is not None:  # a coverage-controlled variant: only pairs and background words every model knows
+        pairs = [(a, b) for a, b in pairs if known_pair(vocab, a, b)]
+        backgrounds = [[t for t in bg if t.lower() in vocab] for bg in backgrounds]
+        if not pairs:
+            raise TaskDataError(f"pool {spec.id!r}: no pair has both words in its common vocabulary")
     return build_rank_pool(spec, pairs, backgrounds, sources)

