@@ -236,3 +236,76 @@ def test_geometry_leaves_oov_items_out_and_is_never_primary():
     assert rows["alignment"] == pytest.approx(2.0)  # a = e1, b = e2 both ways
     assert not any(r.primary for r in result.rows)
 
+
+# ---- the diagnostics in the correlations -------------------------------------------------------------------------
+def _add_descriptive(wh, model: str, task: str, metric: str, value: float) -> None:
+    """A geometry row as the executor writes it: not primary, no direction (higher_is_better NULL)."""
+    from evalfarm.warehouse import now
+
+    fp = f"geo-{model}-{task}-{metric}"
+    row = {
+        "run_id": "hand", "model": model, "task": task, "scorer": "geometry", "subset": "all", "variant": "raw",
+        "ties": None, "metric": metric, "value": value, "is_primary": False, "higher_is_better": None,
+        "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": now(),
+    }  # fmt: skip
+    wh.write("metrics", [row], wh.unit_path("metrics", model, task, fp))
+
+
+@pytest.fixture
+def diagnostics_wh(tmp_path):
+    """Five sentence models: MRR 0.1..0.5, MR accuracy ranks 1, 3, 2, 4, 5 (rho 0.9 with MRR), uniformity falling
+    with MRR (rho -1 with EvalRank, -0.9 with MR), AG2016 scores in MRR's order."""
+    from evalfarm.warehouse import Warehouse
+    from tests.test_correlations import add_accuracy, add_metric, add_model
+
+    wh = Warehouse(tmp_path / "wh").init()
+    for i, (mrr, acc) in enumerate(zip([0.1, 0.2, 0.3, 0.4, 0.5], [0.60, 0.70, 0.65, 0.80, 0.90], strict=True)):
+        m = f"s{i + 1}"
+        add_model(wh, m, "sentence", "static")
+        add_metric(wh, m, "evalrank-sentence", "evalrank", mrr, ties="optimistic")
+        add_accuracy(wh, m, "mr", acc)
+        add_metric(wh, m, "ag2016-sentence", "ag2016", 0.5 + mrr, metric="ag_score")
+        _add_descriptive(wh, m, "geometry-sentence", "uniformity", -1.0 - i)
+    return wh
+
+
+def test_diagnostics_enter_the_correlations_only_when_asked(diagnostics_wh):
+    from evalfarm.correlations import correlation_table
+
+    plain = correlation_table(diagnostics_wh, level="sentence")
+    assert plain.rows == ["evalrank-sentence (cos)"] and not plain.evalrank_links
+    leaderboard = diagnostics_wh.query("SELECT DISTINCT task FROM leaderboard").to_pylist()
+    assert {"task": "geometry-sentence"} not in leaderboard  # descriptive: never on a board
+    table = correlation_table(diagnostics_wh, level="sentence", diagnostics=True)
+    uniformity = table.cells[("geometry-sentence uniformity (raw)", "mr")]
+    assert uniformity.spearman == pytest.approx(-0.9)  # as measured: no sign flip for a number without direction
+    assert table.cells[("ag2016-sentence ag_score (cos)", "mr")].spearman == pytest.approx(0.9)
+    links = {(r["diagnostic_task"], r["diagnostic_metric"]): r for r in table.evalrank_links}
+    assert links[("geometry-sentence", "uniformity")]["spearman"] == pytest.approx(-1.0)
+    assert links[("ag2016-sentence", "ag_score")]["spearman"] == pytest.approx(1.0)
+    assert links[("geometry-sentence", "uniformity")]["n_models"] == 5
+    assert links[("geometry-sentence", "uniformity")]["ci_low"] == pytest.approx(-1.0)
+
+
+def test_cli_correlations_diagnostics_flag(diagnostics_wh):
+    import json
+
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    runner = CliRunner()
+    args = ["correlations", "--warehouse", str(diagnostics_wh.root)]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "uniformity" not in res.stdout and "Diagnostics against EvalRank" not in res.stdout
+    res = runner.invoke(app, [*args, "--diagnostics", "--intervals"])
+    assert res.exit_code == 0, res.output
+    assert "geometry-sentence uniformity (raw)" in res.stdout and "Diagnostics against EvalRank" in res.stdout
+    res = runner.invoke(app, [*args, "--diagnostics", "-f", "json", "--no-refresh"])
+    rows = json.loads(res.stdout)
+    link = [r for r in rows if r["ci_status"] == "computed now"]
+    assert [(r["intrinsic_metric"], r["downstream_task"]) for r in link] == [
+        ("ag_score", "evalrank-sentence"),
+        ("uniformity", "evalrank-sentence"),
+    ]

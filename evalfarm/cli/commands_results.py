@@ -108,6 +108,13 @@ ResamplesOpt = Annotated[
     int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
 ]
 SeedOpt = Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")]
+DiagnosticsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--diagnostics",
+        help="also the diagnostics (geometry, AG2016, ...) against each downstream task, and against EvalRank",
+    ),
+]
 
 
 @app.command()
@@ -121,6 +128,7 @@ def correlations(
     refresh: RefreshOpt = True,
     resamples: ResamplesOpt = 1000,
     seed: SeedOpt = 0,
+    diagnostics: DiagnosticsOpt = False,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
     try:
@@ -132,6 +140,7 @@ def correlations(
             refresh=refresh,
             resamples=resamples,
             seed=seed,
+            diagnostics=diagnostics,
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
