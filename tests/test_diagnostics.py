@@ -309,3 +309,17 @@ def test_cli_correlations_diagnostics_flag(diagnostics_wh):
         ("ag_score", "evalrank-sentence"),
         ("uniformity", "evalrank-sentence"),
     ]
+
+
+def test_the_report_shows_each_models_diagnostics_and_a_zoo_wide_heatmap(diagnostics_wh, tmp_path):
+    from evalfarm.report import build_report
+    from tests.test_correlations import add_metric
+
+    add_metric(diagnostics_wh, "s1", "ag2016-sentence", "ag2016", 0.7, metric="ag_score", subset="all:positive")
+    add_metric(diagnostics_wh, "s1", "ag2016-sentence", "ag2016", 0.2, metric="ag_score", subset="basic-nn")
+    index = build_report(diagnostics_wh, tmp_path / "report", hardest=0)
+    assert "id='diagnostics'" in index.read_text() and (tmp_path / "report/img/diagnostics-sentence.png").is_file()
+    page = (tmp_path / "report/models/s1.html").read_text()
+    section = page[page.index("<h2>Diagnostics</h2>") : page.index("<h2>Primary metrics")]
+    assert "all:positive" in section and "uniformity" in section
+    assert "basic-nn" not in section  # AG2016's per-file numbers stay in the full metrics table

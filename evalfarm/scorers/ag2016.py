@@ -107,6 +107,10 @@ class AG2016Scorer(Scorer):
         """The pooled score only (subset ``all``)."""
         return super().is_primary(row, task, data) and row.subset == "all"
 
+    def in_profile(self, metric: str, subset: str) -> bool:
+        """The pooled score and its comparison types (``all``, ``all:<type>``); the per-file ones stay in metrics."""
+        return super().in_profile(metric, subset) and (subset == "all" or subset.startswith("all:"))
+
     def score(
         self, task: TaskSpec, data: AGData, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
     ) -> ScoreResult:

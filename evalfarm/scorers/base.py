@@ -164,6 +164,12 @@ class Scorer:
         ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
         return row.metric == self.primary_metric
 
+    def in_profile(self, metric: str, subset: str) -> bool:
+        """Whether a stored number belongs to the kind's profile, what the report's diagnostics show (a model page's
+        diagnostics table, the index's zoo-wide heatmap): by default the primary metric and the descriptive ones,
+        in every subset. Override to leave out detail (AG2016: the per-file subsets)."""
+        return metric == self.primary_metric or metric in self.descriptive_metrics
+
     def thin(self, rows: Sequence[MetricRow], task: TaskSpec | None) -> str | None:
         """Why the unit whose rows are ``rows`` is too thin to rank (a 5-word model's rho from 3 pairs), else None:
         every :attr:`thin_rules` bound the rows break, joined. Override for a rule that needs the task."""
