@@ -100,7 +100,8 @@ def effective_rank(x: np.ndarray) -> float:
     x = np.asarray(x, dtype=np.float64)
     if x.size == 0:
         return 0.0
-    s = np.linalg.svd(x, compute_uv=False)
+    # the singular values as the square roots of XᵀX's eigenvalues: a d x d problem, not an SVD of n x d
+    s = np.sqrt(np.clip(np.linalg.eigvalsh(x.T @ x), 0.0, None))
     total = s.sum()
     if total <= 0:
         return 0.0
