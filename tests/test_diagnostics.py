@@ -192,6 +192,27 @@ def test_isotropy_and_effective_rank_by_hand():
     assert effective_rank(np.zeros((0, 3))) == 0.0 and math.isnan(isotropy(np.zeros((0, 3))))
 
 
+@settings(max_examples=30, deadline=None)
+@given(
+    st.integers(3, 12),
+    st.integers(2, 5),
+    st.integers(0, 2**16),
+    st.lists(st.floats(0.1, 10.0), min_size=12, max_size=12),
+)
+def test_geometry_bounds_and_scale_invariance(n, d, seed, scales):
+    x = np.random.default_rng(seed).normal(size=(n, d))
+    scaled = x * np.array(scales[:n])[:, None]  # rescaling rows changes no cosine
+    a, b = random_pairs(n, 50, seed)
+    u, us = unit_rows(x), unit_rows(scaled)
+    for f in (alignment, uniformity, anisotropy):
+        assert f(u, a, b) == pytest.approx(f(us, a, b), abs=1e-9)
+    assert 0.0 <= alignment(u, a, b) <= 4.0 + 1e-9
+    assert -8.0 - 1e-9 <= uniformity(u, a, b) <= 1e-9
+    assert -1.0 - 1e-9 <= anisotropy(u, a, b) <= 1.0 + 1e-9
+    assert 0.0 < isotropy(x) <= 1.0
+    assert 1.0 - 1e-9 <= effective_rank(x) <= min(n, d) + 1e-9
+
+
 def test_k_occurrence_skewness_by_hand():
     nb = np.array([[1, 2], [0, 2], [0, 1], [2, -1]])
     assert k_occurrence(nb, 4).tolist() == [2, 2, 3, 0]
