@@ -230,6 +230,8 @@ def test_hubness_matches_a_brute_force_knn():
     brute = np.argsort(-sims, axis=1, kind="stable")[:, :k]
     assert hubness(u, k, device="cpu") == pytest.approx(skewness(k_occurrence(brute, 60)))
     assert math.isnan(hubness(u[:3], k, device="cpu"))
+    # a CUDA device asked for where this FAISS has no GPU (the CPU test machine): the same exact search on the CPU
+    assert hubness(u, k, device="cuda") == pytest.approx(hubness(u, k, device="cpu"))
 
 
 def test_random_pairs_are_seeded_and_never_self_pairs():

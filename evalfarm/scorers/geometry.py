@@ -135,8 +135,20 @@ def hubness(u: np.ndarray, k: int, *, device: str | None = None) -> float:
     if n <= k:
         return float("nan")
     ids = np.arange(n, dtype=np.int64)
-    nb, _ = top_neighbours(u.astype(np.float32), ids, ids, k=k, similarity="cos", device=device)
+    nb, _ = top_neighbours(u.astype(np.float32), ids, ids, k=k, similarity="cos", device=_faiss_device(device))
     return skewness(k_occurrence(nb, n))
+
+
+def _faiss_device(device: str | None) -> str | None:
+    """The run's scoring device as FAISS can honour it: a CUDA device only where the installed FAISS has GPU support
+    and sees a GPU (a GPU worker with faiss-cpu searches on its CPU, the same exact result); None lets
+    :func:`~evalfarm.scorers.neighbours.top_neighbours` pick (the GPU index where there is one)."""
+    if device is None or device.startswith("cpu"):
+        return device
+    from evalfarm.scorers.neighbours import _import_faiss
+
+    faiss = _import_faiss()
+    return device if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0 else "cpu"
 
 
 def random_pairs(n: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
