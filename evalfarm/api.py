@@ -353,11 +353,14 @@ def correlation_table(
     refresh: bool = True,
     resamples: int = 1000,
     seed: int = 0,
+    diagnostics: bool = False,
 ) -> CorrelationTable:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models,
     shaped like the paper's tables (``rows``, ``columns``, ``cells``, ``records``, ``notes``). ``refresh``: first
     compute missing or stale bootstrap intervals (``resamples``, ``seed``); a warehouse that cannot be written
-    keeps its stored ones, and the table's first note says so. A missing warehouse raises FileNotFoundError."""
+    keeps its stored ones, and the table's first note says so. A missing warehouse raises FileNotFoundError.
+    ``diagnostics``: also the diagnostic kinds' rows (geometry, AG2016, ...) and their rho with EvalRank
+    (``evalrank_links``)."""
     from evalfarm.correlations import correlation_table as shape
     from evalfarm.correlations import refresh_intervals
 
@@ -370,7 +373,15 @@ def correlation_table(
             raise
         except OSError as exc:  # a read-only warehouse: the view still answers, without new intervals
             stale = f"intervals not refreshed ({exc}); showing the stored ones"
-    table = shape(wh, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
+    table = shape(
+        wh,
+        level=level,
+        exclude_postprocessed=exclude_postprocessed,
+        ties=ties,
+        diagnostics=diagnostics,
+        n_resamples=resamples,
+        seed=seed,
+    )
     if stale:
         table.notes.insert(0, stale)
     return table

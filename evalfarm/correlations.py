@@ -204,6 +204,9 @@ class CorrelationTable:
     notes: list[str] = field(default_factory=list)
     model_stats: list[dict[str, Any]] = field(default_factory=list)
     """Word level: per model, what decides ranks besides quality (:func:`word_model_stats`)."""
+    diagnostics: bool = False
+    evalrank_links: list[dict[str, Any]] = field(default_factory=list)
+    """With diagnostics: each diagnostic number's rho with EvalRank's primary MRR (:func:`diagnostics_vs_evalrank`)."""
 
     @property
     def n_models(self) -> tuple[int, int]:
@@ -254,18 +257,36 @@ def correlation_table(
     level: str = "sentence",
     exclude_postprocessed: bool = False,
     ties: str = "optimistic",
+    diagnostics: bool = False,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
 ) -> CorrelationTable:
     """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
     (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
-    without ties are always shown. Reads only: call :func:`refresh_intervals` first for current intervals."""
+    without ties are always shown. ``diagnostics``: also the diagnostic kinds' rows (:func:`diagnostic_scorers`)
+    and their rho with EvalRank itself (``evalrank_links``, bootstrapped now with ``n_resamples`` and ``seed``).
+    Reads only: call :func:`refresh_intervals` first for current intervals."""
     _check(level, ties)
     con = connect(warehouse)
     try:
         table = shape_table(
-            fetch_correlations(con), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
+            fetch_correlations(con),
+            level=level,
+            exclude_postprocessed=exclude_postprocessed,
+            ties=ties,
+            diagnostics=diagnostics,
         )
         if level == "word":
             table.model_stats = word_model_stats(con)
+        if diagnostics:
+            table.evalrank_links = diagnostics_vs_evalrank(
+                con,
+                level=level,
+                exclude_postprocessed=exclude_postprocessed,
+                ties=ties,
+                n_resamples=n_resamples,
+                seed=seed,
+            )
     finally:
         con.close()
     return table
@@ -306,6 +327,93 @@ def word_model_stats(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
+def diagnostic_scorers() -> frozenset[str]:
+    """Names of the scorers that declare themselves diagnostics (``Scorer.diagnostic``: geometry, AG2016, HEROS)."""
+    from evalfarm.plugins import task_kinds
+
+    return frozenset(s.name for _, s in task_kinds.items() if getattr(s, "diagnostic", False))
+
+
+_EVALRANK_LINKS = """
+SELECT d.task AS diagnostic_task, d.scorer AS diagnostic_scorer, d.metric AS diagnostic_metric,
+       d.subset AS diagnostic_subset, d.variant AS diagnostic_variant, e.task AS evalrank_task,
+       e.variant AS evalrank_variant, e.ties AS evalrank_ties, model,
+       CASE WHEN d.higher_is_better = false THEN -d.value ELSE d.value END AS diagnostic_value,
+       e.value AS evalrank_value
+FROM metrics d
+JOIN metrics e USING (model)
+JOIN models mo USING (model)
+WHERE mo.level = $level AND NOT ($exclude AND mo.postprocessed)
+  AND e.scorer = 'evalrank' AND e.is_primary AND NOT e.degenerate AND NOT e.thin AND isfinite(e.value)
+  AND d.scorer IN (SELECT unnest($scorers::VARCHAR[]))
+  AND (d.is_primary OR d.higher_is_better IS NULL)
+  AND NOT d.degenerate AND NOT d.thin AND isfinite(d.value)
+ORDER BY ALL
+"""
+
+
+def diagnostics_vs_evalrank(
+    warehouse: Warehouse | str | os.PathLike[str] | duckdb.DuckDBPyConnection,
+    *,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    n_resamples: int = DEFAULT_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+) -> list[dict[str, Any]]:
+    """Each diagnostic number (a descriptive one, or a diagnostic kind's primary) against EvalRank's primary number
+    across the models of ``level`` that have both: Spearman's rho, n_models and the bootstrap 95 % interval — the
+    EvalRank paper's §4.4 / C.2 argument (alignment and uniformity explain what EvalRank measures), tested on the
+    zoo. Values as measured (a descriptive number has no direction); computed at query time, nothing stored."""
+    _check(level, ties)
+    if not isinstance(warehouse, duckdb.DuckDBPyConnection):
+        con = connect(warehouse)
+        try:
+            return diagnostics_vs_evalrank(
+                con,
+                level=level,
+                exclude_postprocessed=exclude_postprocessed,
+                ties=ties,
+                n_resamples=n_resamples,
+                seed=seed,
+            )
+        finally:
+            con.close()
+    params = {"level": level, "exclude": exclude_postprocessed, "scorers": sorted(diagnostic_scorers())}
+    cursor = warehouse.execute(_EVALRANK_LINKS, params)
+    names = [d[0] for d in cursor.description]
+    rows = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+    groups: dict[tuple, list[dict[str, Any]]] = {}
+    for r in rows:
+        if ties != "all" and r["evalrank_ties"] not in (None, ties):
+            continue
+        key = tuple(r[k] for k in _LINK_KEY)
+        groups.setdefault(key, []).append(r)
+    out = []
+    for key, members in groups.items():
+        x = np.array([m["diagnostic_value"] for m in members], np.float64)
+        y = np.array([m["evalrank_value"] for m in members], np.float64)
+        rho = spearman(x, y)
+        low, high, _ = bootstrap_interval(x, y, n_resamples=n_resamples, seed=seed)
+        out.append(
+            dict(zip(_LINK_KEY, key, strict=True))
+            | {"spearman": rho if np.isfinite(rho) else None, "n_models": len(members), "ci_low": low, "ci_high": high}
+        )
+    return out
+
+
+_LINK_KEY = (
+    "diagnostic_task",
+    "diagnostic_scorer",
+    "diagnostic_metric",
+    "diagnostic_subset",
+    "diagnostic_variant",
+    "evalrank_task",
+    "evalrank_variant",
+    "evalrank_ties",
+)
+
+
 def _check(level: str, ties: str) -> None:
     if level not in ("word", "sentence"):
         raise ValueError(f"level must be word or sentence, got {level!r}")
@@ -314,18 +422,29 @@ def _check(level: str, ties: str) -> None:
 
 
 def shape_table(
-    rows: list[dict[str, Any]], *, level: str, exclude_postprocessed: bool = False, ties: str = "optimistic"
+    rows: list[dict[str, Any]],
+    *,
+    level: str,
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    diagnostics: bool = False,
 ) -> CorrelationTable:
-    """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`)."""
+    """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`);
+    a diagnostic kind's rows only with ``diagnostics`` (labelled with their metric: one task has several)."""
     _check(level, ties)
+    hidden = frozenset() if diagnostics else diagnostic_scorers()
+    shown = diagnostic_scorers() if diagnostics else frozenset()
     records = [
         dict(r)
         for r in rows
         if r["level"] == level
         and r["excludes_postprocessed"] == exclude_postprocessed
         and (r["ties"] is None or ties == "all" or r["ties"] == ties)
+        and r["intrinsic_scorer"] not in hidden
     ]
-    table = CorrelationTable(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
+    table = CorrelationTable(
+        level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, diagnostics=diagnostics
+    )
     if not records:
         table.notes.append(
             f"no correlations for level {level}: they need downstream accuracies (scorer `downstream`) and "
@@ -336,6 +455,8 @@ def shape_table(
     many_dvariants = len({r["downstream_variant"] for r in records}) > 1
     for r in sorted(records, key=_row_order):
         label = r["intrinsic_task"]
+        if r["intrinsic_scorer"] in shown:
+            label += f" {r['intrinsic_metric']}"
         if r["intrinsic_subset"] != "all":
             label += f" {r['intrinsic_subset']}"
         label += f" ({r['variant']}" + (f", {r['ties']}" if ties == "all" and r["ties"] else "") + ")"

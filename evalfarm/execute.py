@@ -426,6 +426,7 @@ def write_results(
         path = wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
         recorded.append((name, wh.write_recorded(table.select(schema.names).cast(schema), path)))
     created = now()
+    descriptive: frozenset[str] = getattr(scorer, "descriptive_metrics", frozenset())  # no direction: stored NULL
     rows = [
         {
             "run_id": run_id,
@@ -438,7 +439,7 @@ def write_results(
             "metric": r.metric,
             "value": float(r.value),
             "is_primary": bool(r.primary),
-            "higher_is_better": bool(scorer.higher_is_better),
+            "higher_is_better": None if r.metric in descriptive else bool(scorer.higher_is_better),
             "fingerprint": unit.fingerprint,
             "spec_hash": unit.spec_hash,
             "task_checksum": unit.task_checksum,

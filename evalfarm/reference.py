@@ -104,7 +104,11 @@ def task_kinds_section() -> str:
                 _code(scorer.name),
                 scorer.version,
                 _code(scorer.primary_metric),
-                "higher is better" if getattr(scorer, "higher_is_better", True) else "lower is better",
+                "descriptive (no direction)"
+                if scorer.primary_metric in getattr(scorer, "descriptive_metrics", ())
+                else "higher is better"
+                if getattr(scorer, "higher_is_better", True)
+                else "lower is better",
                 [_code(f) for f in _spec_fields(scorer.task_spec)],
                 [_code(t) for t in tables],
                 getattr(scorer, "description", ""),

@@ -472,6 +472,7 @@ def _model_page(
         "<nav><a href='../index.html'>← report</a></nav>",
         f"<h1>{esc(model)}</h1>",
         _model_facts(info, links, known),
+        *_model_diagnostics(metrics),
         *_model_metrics(metrics),
         *_model_hardest(hardest, n_hardest),
         *_model_failures(failures),
@@ -555,6 +556,140 @@ def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
         parts.append(f"<details><summary>All {len(metrics)} metrics</summary>")
         parts.append(_table(headers, metric_rows(metrics), cls="metrics", numeric=numeric) + "</details>")
     return parts
+
+
+# ---- diagnostics --------------------------------------------------------------------------------------------------
+def _profile_filter() -> dict[str, Any]:
+    """Diagnostic scorers by name (``Scorer.diagnostic``), whose ``in_profile`` picks the numbers the report shows."""
+    from evalfarm.plugins import task_kinds
+
+    return {s.name: s for _, s in task_kinds.items() if getattr(s, "diagnostic", False)}
+
+
+def profile_rows(metrics: list[dict[str, Any]], scorers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
+    """The rows of ``metrics`` that make a diagnostic kind's profile (its primary metric and descriptive numbers,
+    narrowed by the scorer's ``in_profile``: AG2016's comparison types, HEROS's subsets, the geometry numbers), in
+    task, subset, metric order. A scorer no longer registered is left out."""
+    scorers = _profile_filter() if scorers is None else scorers
+    keep = [
+        r
+        for r in metrics
+        if r["scorer"] in scorers and scorers[r["scorer"]].in_profile(r["metric"], r["subset"]) and r["ties"] is None
+    ]
+    return sorted(keep, key=lambda r: (r["task"], r["subset"] != "all", r["subset"], r["metric"]))
+
+
+def profile_label(r: dict[str, Any]) -> str:
+    """``task metric [subset]``: one row of the zoo-wide heatmap."""
+    return f"{r['task']} {r['metric']}" + ("" if r["subset"] == "all" else f" {r['subset']}")
+
+
+def _bar(value: Any, low: float, high: float) -> str:
+    """A CSS bar for a value in [low, high] (no script, no image); empty for a missing number."""
+    import math
+
+    if not isinstance(value, int | float) or not math.isfinite(value) or high <= low:
+        return ""
+    width = max(0.0, min(1.0, (value - low) / (high - low))) * 8
+    return f"<span style='display:inline-block;height:.7em;width:{width:.2f}rem;background:#4a7ab5'></span>"
+
+
+def _model_diagnostics(metrics: list[dict[str, Any]]) -> list[str]:
+    """The model's diagnostics: each diagnostic task's profile (AG2016 per comparison type, geometry, HEROS per
+    subset), a bar beside each number of a score in [0, 1]."""
+    scorers = _profile_filter()
+    rows = profile_rows(metrics, scorers)
+    if not rows:
+        return []
+    table = []
+    for r in rows:
+        directed = r["metric"] not in scorers[r["scorer"]].descriptive_metrics  # a score, not a description
+        unit = directed and isinstance(r["value"], float) and 0.0 <= r["value"] <= 1.0
+        flag = "degenerate" if r.get("degenerate") else "thin" if r.get("thin") else ""
+        table.append(
+            [esc(r["task"]), esc(r["subset"]), esc(r["metric"]), _num(r["value"]), _bar(r["value"], 0.0, 1.0)
+             if unit else "", f"<td class=degenerate>{flag}</td>" if flag else ""]
+        )  # fmt: skip
+    return [
+        "<h2>Diagnostics</h2>",
+        "<p class='muted'>Per diagnostic task: AG2016's score per comparison type (positive / distractor / random: "
+        "Σmax(s,0)/Σ|s|, 0.5 is chance), the space's geometry on the raw vectors (descriptive: no direction), and "
+        "any other diagnostic kind's subsets. A flagged unit's numbers mean nothing.</p>",
+        _table(["task", "subset", "metric", "value", "", "flag"], table, cls="diagnostics",
+               numeric=[False, False, False, True, False, False]),
+    ]  # fmt: skip
+
+
+def diagnostics_heatmap(level: str, rows: list[str], models: list[str], values: Any, path: Path) -> Path:
+    """The zoo-wide diagnostics of one level: a row per diagnostic number (task, metric, subset), a column per
+    model; each row coloured by its own range (the numbers have different scales), annotated with the value when
+    the zoo is small; grey where a model has no number (not run, degenerate or thin)."""
+    import matplotlib
+    import numpy as np
+
+    values = np.asarray(values, dtype=np.float64)
+    low = np.nanmin(np.where(np.isfinite(values), values, np.nan), axis=1, keepdims=True)
+    high = np.nanmax(np.where(np.isfinite(values), values, np.nan), axis=1, keepdims=True)
+    span = np.where(high > low, high - low, 1.0)
+    scaled = (values - low) / span
+    width = max(5.0, 2.0 + 0.32 * len(models) + 0.08 * max(map(len, rows)))
+    fig = _figure(min(width, 60.0), max(2.5, 1.4 + 0.3 * len(rows) + 0.07 * max(map(len, models))))
+    ax = fig.add_subplot()
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad="#dddddd")
+    im = ax.imshow(np.ma.masked_invalid(scaled), cmap=cmap, vmin=0, vmax=1, aspect="auto")
+    ax.set_xticks(range(len(models)), labels=models, rotation=60, ha="right", fontsize=7)
+    ax.set_yticks(range(len(rows)), labels=rows, fontsize=8)
+    if len(models) <= 25:
+        for i in range(len(rows)):
+            for j in range(len(models)):
+                if np.isfinite(values[i, j]):
+                    ax.text(j, i, f"{values[i, j]:.3g}", ha="center", va="center", fontsize=6,
+                            color="white" if scaled[i, j] < 0.5 else "black")  # fmt: skip
+    fig.colorbar(im, ax=ax, label="position within the row's range (low → high)", shrink=0.8)
+    ax.set_title(f"diagnostics, {level} level, {len(models)} models", fontsize=10)
+    fig.savefig(path, format="png", metadata={"Software": None})
+    return path
+
+
+def _diagnostics_section(
+    models: dict[str, dict[str, Any]], metrics: dict[str, list[dict[str, Any]]], out: Path
+) -> str:
+    """The index's zoo-wide diagnostics: one heatmap per level (rows: diagnostic numbers, columns: models)."""
+    import numpy as np
+
+    parts = [
+        "<h2 id='diagnostics'>Diagnostics</h2>",
+        "<p>Every diagnostic kind's profile across the zoo (AG2016 per comparison type, embedding geometry and "
+        "hubness on raw vectors, HEROS-style subsets): each row is coloured by its own range, so a colour compares "
+        "models within a row only. Geometry numbers have no direction. <code>evalfarm correlations "
+        "--diagnostics</code> correlates them with the downstream tasks and with EvalRank.</p>",
+    ]
+    scorers = _profile_filter()
+    shown = False
+    for level in ("sentence", "word"):
+        per_model = {}
+        for m, rows in metrics.items():
+            if models.get(m, {}).get("level") != level:
+                continue
+            prof = [r for r in profile_rows(rows, scorers) if not r.get("degenerate") and not r.get("thin")]
+            if prof:
+                per_model[m] = {profile_label(r): r["value"] for r in prof}
+        if not per_model:
+            continue
+        labels = sorted({lab for v in per_model.values() for lab in v})
+        names = sorted(per_model)
+        values = np.array([[per_model[m].get(lab, np.nan) for m in names] for lab in labels], dtype=np.float64)
+        name = f"diagnostics-{level}.png"
+        diagnostics_heatmap(level, labels, names, values, out / "img" / name)
+        parts.append(
+            f"<h3>{esc(level)} level</h3><figure><img src='img/{esc(name)}' alt='heatmap of the {esc(level)}-level "
+            f"diagnostics'><figcaption class='muted'>{len(labels)} diagnostic numbers × {len(names)} models; grey: "
+            "no number (not run, or a degenerate or thin unit).</figcaption></figure>"
+        )
+        shown = True
+    if not shown:
+        parts.append("<p class='note'>No diagnostics yet: run the ag2016-* and geometry-* tasks.</p>")
+    return "\n".join(parts)
 
 
 def _model_hardest(hardest: list[dict[str, Any]], n_hardest: int) -> list[str]:
@@ -673,6 +808,7 @@ def build_report(
         provenance = _provenance_section(con, tables.models)
     finally:
         con.close()
+    diagnostics = _diagnostics_section(tables.models, tables.metrics, out)
     everyone = sorted(set(tables.models) | set(tables.metrics))
     for m in everyone:
         page = _model_page(
@@ -690,10 +826,11 @@ def build_report(
             f"<p class='muted'>Warehouse <code>{esc(wh.uri)}</code>, written "
             f"{esc(now().strftime('%Y-%m-%d %H:%M UTC'))}; {len(everyone)} models ({esc(summary)}).</p>",
             "<nav><a href='#leaderboards'>Leaderboards</a><a href='#correlations'>Correlations</a>"
-            "<a href='#figure4'>Figure 4</a><a href='#models'>Models</a><a href='#provenance'>Runs and provenance</a>"
-            "<a href='#failures'>Failures</a></nav>",
+            "<a href='#figure4'>Figure 4</a><a href='#diagnostics'>Diagnostics</a><a href='#models'>Models</a>"
+            "<a href='#provenance'>Runs and provenance</a><a href='#failures'>Failures</a></nav>",
             leaderboards,
             correlations,
+            diagnostics,
             f"<h2 id='models'>Models ({len(everyone)})</h2>",
             _model_list(everyone, tables),
             provenance,

@@ -112,6 +112,13 @@ ResamplesOpt = Annotated[
     int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
 ]
 SeedOpt = Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")]
+DiagnosticsOpt = Annotated[
+    bool,
+    typer.Option(
+        "--diagnostics",
+        help="also the diagnostics (geometry, AG2016, ...) against each downstream task, and against EvalRank",
+    ),
+]
 
 
 @app.command()
@@ -125,6 +132,7 @@ def correlations(
     refresh: RefreshOpt = True,
     resamples: ResamplesOpt = 1000,
     seed: SeedOpt = 0,
+    diagnostics: DiagnosticsOpt = False,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
     try:
@@ -136,6 +144,7 @@ def correlations(
             refresh=refresh,
             resamples=resamples,
             seed=seed,
+            diagnostics=diagnostics,
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))

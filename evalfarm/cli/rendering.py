@@ -159,7 +159,7 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
     if fmt is not Format.table:
         first = table.records[0] if table.records else {}
         columns = ["row", "column", "best", *[c for c in first if c not in ("row", "column", "best")]]
-        print_rows(columns, table.records, fmt)
+        print_rows(columns, table.records + [_link_record(r, table.level, columns) for r in table.evalrank_links], fmt)
         for s in table.model_stats:  # beside CSV / JSON on stderr, as the notes
             say("word model " + ", ".join(f"{k}={_stat(v)}" for k, v in s.items() if k != "model") + f": {s['model']}")
         for note in table.notes:
@@ -180,6 +180,15 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
         out.print(t)
     if table.model_stats:
         print_word_model_stats(table.model_stats)
+    if table.evalrank_links:
+        out.print(
+            f"Diagnostics against EvalRank ({table.level} level): Spearman's rho across models, bootstrap 95 % "
+            "interval; values as measured (a descriptive number has no direction)",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        out.print(_evalrank_links_table(table.evalrank_links))
     for note in table.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
@@ -201,3 +210,45 @@ def _stat(v: Any) -> str:
     if isinstance(v, float) and not v.is_integer():
         return f"{v:.3f}"
     return str(int(v)) if isinstance(v, float) else str(v)
+
+
+def _link_record(r: dict, level: str, columns: list[str]) -> dict:
+    """A diagnostic-vs-EvalRank result as a row of the machine-readable cells: EvalRank stands in the downstream
+    columns, ``ci_status`` says the interval was computed now."""
+    subset = "" if r["diagnostic_subset"] == "all" else f" {r['diagnostic_subset']}"
+    mapped = {
+        "row": f"{r['diagnostic_task']} {r['diagnostic_metric']}{subset} ({r['diagnostic_variant']})",
+        "column": f"{r['evalrank_task']} ({r['evalrank_variant']})",
+        "best": False,
+        "level": level,
+        "intrinsic_task": r["diagnostic_task"],
+        "intrinsic_scorer": r["diagnostic_scorer"],
+        "intrinsic_metric": r["diagnostic_metric"],
+        "intrinsic_subset": r["diagnostic_subset"],
+        "variant": r["diagnostic_variant"],
+        "ties": r["evalrank_ties"],
+        "downstream_task": r["evalrank_task"],
+        "downstream_subset": "all",
+        "downstream_variant": r["evalrank_variant"],
+        "spearman": r["spearman"],
+        "n_models": r["n_models"],
+        "ci_low": r["ci_low"],
+        "ci_high": r["ci_high"],
+        "ci_status": "computed now",
+    }
+    return {c: mapped.get(c) for c in columns} if columns != ["row", "column", "best"] else mapped
+
+
+def _evalrank_links_table(links: list[dict]) -> Table:
+    t = Table(show_lines=False)
+    for name in ("diagnostic", "EvalRank", "rho", "95 % interval", "n"):
+        t.add_column(name, justify="left" if name in ("diagnostic", "EvalRank") else "right")
+    for r in links:
+        subset = "" if r["diagnostic_subset"] == "all" else f" {r['diagnostic_subset']}"
+        rho = "-" if r["spearman"] is None else f"{r['spearman']:.2f}"
+        ci = "" if r["ci_low"] is None else f"[{r['ci_low']:.2f}, {r['ci_high']:.2f}]"
+        where = f"{r['evalrank_task']} ({r['evalrank_variant']}" + (
+            f", {r['evalrank_ties']})" if r["evalrank_ties"] else ")"
+        )
+        t.add_row(f"{r['diagnostic_task']} {r['diagnostic_metric']}{subset}", where, rho, ci, str(r["n_models"]))
+    return t

@@ -8,6 +8,10 @@ declarations, each read by the framework:
 - ``primary_metric`` (and :meth:`Scorer.is_primary` for a finer choice): which rows are the leaderboard's number; the
   executor marks them (:meth:`Scorer.evaluate`), a scorer never sets ``MetricRow.primary`` itself;
 - ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
+- ``descriptive_metrics``: numbers without a direction (a space's anisotropy, its hubness): stored with
+  ``higher_is_better`` NULL, never primary, so never on a leaderboard; the correlations take them as they are;
+- ``diagnostic``: the kind is a diagnostic (geometry, AG2016, HEROS): ``evalfarm correlations`` shows its rows only
+  when asked (``--diagnostics``), the report gives it its own section;
 - ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
 - ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
 - ``views``: the SQL of the views over those tables (created after the core views of ``sql/``);
@@ -126,6 +130,11 @@ class Scorer:
     task_spec: ClassVar[type[TaskSpec]]
     primary_metric: ClassVar[str]
     higher_is_better: ClassVar[bool] = True
+    descriptive_metrics: ClassVar[frozenset[str]] = frozenset()
+    """Metrics without a direction: stored with ``higher_is_better`` NULL and never primary (off every
+    leaderboard); the correlations view correlates them as measured (no sign flip)."""
+    diagnostic: ClassVar[bool] = False
+    """A diagnostic kind: its correlations are shown on request (``evalfarm correlations --diagnostics``)."""
     description: ClassVar[str] = ""
     detail_schemas: ClassVar[Mapping[str, pa.Schema]] = MappingProxyType({})
     """Per-unit detail tables the scorer writes (``ScoreResult.details``), by name: each schema has the columns
@@ -167,6 +176,12 @@ class Scorer:
         ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
         return row.metric == self.primary_metric
 
+    def in_profile(self, metric: str, subset: str) -> bool:
+        """Whether a stored number belongs to the kind's profile, what the report's diagnostics show (a model page's
+        diagnostics table, the index's zoo-wide heatmap): by default the primary metric and the descriptive ones,
+        in every subset. Override to leave out detail (AG2016: the per-file subsets)."""
+        return metric == self.primary_metric or metric in self.descriptive_metrics
+
     def thin(self, rows: Sequence[MetricRow], task: TaskSpec | None) -> str | None:
         """Why the unit whose rows are ``rows`` is too thin to rank (a 5-word model's rho from 3 pairs), else None:
         every :attr:`thin_rules` bound the rows break, joined. Override for a rule that needs the task."""
@@ -183,10 +198,15 @@ class Scorer:
         device: str | None = None,
     ) -> ScoreResult:
         """What the executor calls: :meth:`score`, then each row's ``primary`` flag, from the declaration: a row of
-        ``primary_metric`` that :meth:`is_primary` accepts."""
+        ``primary_metric`` that :meth:`is_primary` accepts (a descriptive metric is never primary)."""
         result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]
+        descriptive: frozenset[str] = getattr(self, "descriptive_metrics", frozenset())
         for row in result.rows:
-            row.primary = row.metric == self.primary_metric and self.is_primary(row, task, data)
+            row.primary = (
+                row.metric == self.primary_metric
+                and row.metric not in descriptive
+                and self.is_primary(row, task, data)
+            )
         return result
 
 
