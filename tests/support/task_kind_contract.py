@@ -40,6 +40,9 @@ CASES: dict[str, Case] = {
     "sts": Case("sts12"),  # five subsets: the primary number is the weighted mean's Spearman only
     "sts-bands": Case("sts-bands"),
     "downstream": Case("sick-e"),  # pair features, a dev split: its seeded 1,000-row training sample
+    # generated data (evalfarm data build): built into the cache on first use (HEROS ~1 min: spaCy parses)
+    "heros": Case("heros-goemotions", slow=True),
+    "defsent": Case("defsent-wordnet", slow=True),
 }
 
 
