@@ -86,6 +86,8 @@ class DefSentScorer(Scorer):
     (its rank is the tie policy's, not the model's; EvalRank's bound). The 5,000-word toy GloVe as a bag of words:
     OOV rate 0.39, tie rate 0.77."""
     views = """
+-- defsent: definition -> word retrieval per model, task and tie policy: MRR, Hits@1/3/10 and MR of each
+-- definition's word among all candidate words.
 CREATE OR REPLACE VIEW defsent AS
 SELECT model, task, ties,
        max(value) FILTER (WHERE metric = 'mrr') AS mrr,

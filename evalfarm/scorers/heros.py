@@ -151,6 +151,8 @@ class HerosScorer(Scorer):
     thin_rules = (ThinRule("n_pairs", at_least=5),)
     """Too thin under 5 pairs in a subset (the generated set: 1,000 in each)."""
     views = """
+-- heros: each model's HEROS profile, one row per task and subset: the mean normalised similarity
+-- (cos - cos_avg) / (1 - cos_avg), the mean raw cosine and the number of pairs (HEROS Appendix D).
 CREATE OR REPLACE VIEW heros AS
 SELECT model, task, subset,
        max(value) FILTER (WHERE metric = 'normalized_similarity') AS normalized_similarity,
