@@ -10,6 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from evalfarm.scorers.base import TextVectors
 from evalfarm.scorers.defsent import DefSentData, DefSentScorer
@@ -270,3 +272,112 @@ def test_data_build_command_prints_the_task_entry(tmp_path, monkeypatch):
     assert '"params": {"n": 20, "seed": 0}' in got.output
     bad = CliRunner().invoke(app, ["data", "build", "defsent", "-p", "n"])
     assert bad.exit_code == 2 and "give NAME=VALUE" in bad.output
+
+
+# -- task entries ---------------------------------------------------------------------------------------------------
+def test_a_task_entry_can_point_at_the_released_heros_file(tmp_path, monkeypatch):
+    from evalfarm.scorers.heros import HerosTask
+
+    (tmp_path / "heros").mkdir()
+    f = tmp_path / "heros" / "heros.tsv"
+    f.write_text("Original\tSynonym\tTypo\nI like it.\tI love it.\tI lkie it.\nGood day.\tFine day.\tGood dya.\n")
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    task = HerosTask(
+        id="heros-released",
+        version="1",
+        format="heros-released",
+        files={"pairs": "heros/heros.tsv"},
+        sha256={"pairs": hashlib.sha256(f.read_bytes()).hexdigest()},
+        licence="Apache-2.0",
+        source="fixture",
+    )
+    data = HerosScorer().load(task)
+    assert data.originals == ["I like it.", "Good day."] and sorted(data.subsets) == ["synonym", "typo"]
+    with pytest.raises(ValueError, match="needs 'build'"):
+        HerosScorer().load(task.model_copy(update={"format": "evalfarm-build"}))
+
+
+# -- a property: the kernel's counts are the definition's ---------------------------------------------------------
+_AXES = st.sampled_from([(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (2, 0), (0, -3)])
+
+
+@given(st.lists(_AXES, min_size=2, max_size=7), st.lists(_AXES, min_size=7, max_size=7))
+def test_defsent_ranks_are_one_plus_the_words_scoring_above_plus_the_tie_share(words, defs):
+    """Axis vectors (and zero vectors) of any length: every cosine is exactly -1, 0 or 1 in any float arithmetic, so
+    ties are common and exact; the realistic rank of each word is 1 + #{other words with a higher cosine} +
+    #{other words with the same cosine} / 2, computed here directly. (Cosines such as (1, 1) . (1, -1) = 0 are not
+    exact in a float32 GEMM: a tie there is the arithmetic's, not the definition's.)"""
+    n = len(words)
+    rows = {f"w{i}": v for i, v in enumerate(words)} | {f"d{i}": defs[i] for i in range(n)}
+    data = DefSentData([f"w{i}" for i in range(n)], [f"d{i}" for i in range(n)])
+    oov = tuple(t for t, v in rows.items() if v == (0, 0))
+    out = DefSentScorer().evaluate(None, data, _vectors(data.texts, rows, oov=oov), {})
+
+    def unit(v):
+        v = np.asarray(v, dtype=np.float64)
+        norm = np.linalg.norm(v)
+        return v / norm if norm else v
+
+    expected = []
+    for i in range(n):
+        cos = np.array([unit(defs[i]) @ unit(w) for w in words], dtype=np.float32)
+        others = np.delete(cos, i)
+        above, tied = (others > cos[i]).sum(), (others == cos[i]).sum()
+        expected.append(1 + above + tied / 2)
+    got = {r.metric: r.value for r in out.rows if r.ties == "realistic"}
+    assert got["mr"] == pytest.approx(np.mean(expected))
+    assert got["mrr"] == pytest.approx(np.mean(1 / np.array(expected)))
+
+
+# -- end to end on a small real model: reduced builds, the toy GloVe as a bag of words ------------------------------
+@pytest.mark.slow
+def test_both_diagnostics_run_end_to_end_on_the_toy_glove_bag_of_words(tmp_path, monkeypatch, toy_glove):
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.runner import run_catalog
+    from evalfarm.warehouse import Warehouse
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    shipped = load_catalog("tasks")
+    entries = []
+    for task_id, name, n in (("heros-goemotions", "heros", 6), ("defsent-wordnet", "defsent", 30)):
+        built = databuild.build(name, {"n": n})  # into the cache, where the run finds it
+        task = shipped.task(task_id).model_dump(mode="json", exclude_defaults=False)
+        task["build"] = {"name": name, "version": "1", "params": {"n": n}, "sha256": built.sha256}
+        entries.append(task)
+    import yaml
+
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(
+        yaml.safe_dump(
+            {
+                "name": "diag",
+                "tasks": entries,
+                "models": [
+                    {
+                        "id": "toy",
+                        "level": "word",
+                        "kind": "word-vectors",
+                        "format": "glove-text",
+                        "source": {"type": "path", "ref": str(toy_glove)},
+                    },
+                    {"id": "bow-toy", "level": "sentence", "kind": "bow", "base": "toy", "lowercase": True},
+                ],
+            }
+        )
+    )
+    wh = tmp_path / "wh"
+    assert run_catalog(cat, wh, models=["bow-toy"], executor="local").ok
+    w = Warehouse(wh)
+    heros = w.query("SELECT subset, n_pairs, normalized_similarity FROM heros ORDER BY subset").to_pylist()
+    assert [r["subset"] for r in heros] == sorted(
+        ["synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym"]
+    )
+    assert all(r["n_pairs"] == 6 and np.isfinite(r["normalized_similarity"]) for r in heros)
+    defsent = w.query("SELECT ties, mrr, hits_10 FROM defsent ORDER BY ties").to_pylist()
+    assert [r["ties"] for r in defsent] == ["optimistic", "pessimistic", "realistic"]
+    assert defsent[0]["mrr"] >= defsent[2]["mrr"] >= defsent[1]["mrr"] > 0
+    board = w.query("SELECT task, metric FROM leaderboard ORDER BY task").to_pylist()
+    assert board == [
+        {"task": "defsent-wordnet", "metric": "mrr"},
+        {"task": "heros-goemotions", "metric": "normalized_similarity"},
+    ]
