@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from evalfarm.scorers.base import TextVectors
@@ -272,6 +272,9 @@ def test_data_build_command_prints_the_task_entry(tmp_path, monkeypatch):
     assert '"params": {"n": 20, "seed": 0}' in got.output
     bad = CliRunner().invoke(app, ["data", "build", "defsent", "-p", "n"])
     assert bad.exit_code == 2 and "give NAME=VALUE" in bad.output
+    listed = CliRunner().invoke(app, ["data", "list"])
+    assert listed.exit_code == 0 and "defsent 1 {'n': 3000, 'seed': 0}" in listed.output
+    assert "heros 1 {'n': 1000, 'seed': 0}" in listed.output
 
 
 # -- task entries ---------------------------------------------------------------------------------------------------
@@ -301,6 +304,7 @@ def test_a_task_entry_can_point_at_the_released_heros_file(tmp_path, monkeypatch
 _AXES = st.sampled_from([(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (2, 0), (0, -3)])
 
 
+@settings(max_examples=30)  # ~75 ms an example on 2 shared cores: the fast tier stays under a minute
 @given(st.lists(_AXES, min_size=2, max_size=7), st.lists(_AXES, min_size=7, max_size=7))
 def test_defsent_ranks_are_one_plus_the_words_scoring_above_plus_the_tie_share(words, defs):
     """Axis vectors (and zero vectors) of any length: every cosine is exactly -1, 0 or 1 in any float arithmetic, so
