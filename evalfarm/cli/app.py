@@ -40,6 +40,8 @@ zoo_app = _group("Build the local model zoo (word vectors trained here + package
 app.add_typer(catalog_app, name="catalog")
 app.add_typer(config_app, name="config")
 app.add_typer(zoo_app, name="zoo")
+data_app = _group("Build generated task data (HEROS-style minimal pairs, WordNet definitions): seeded, checksummed.")
+app.add_typer(data_app, name="data")
 
 
 def fail(msg: str, code: int = 2) -> NoReturn:

@@ -10,7 +10,7 @@ from typing import Annotated
 import typer
 
 from evalfarm import api
-from evalfarm.cli.app import catalog_app, config_app, fail, zoo_app
+from evalfarm.cli.app import catalog_app, config_app, data_app, fail, zoo_app
 from evalfarm.cli.events import ZooPrinter
 from evalfarm.cli.rendering import Format, console, print_rows
 from evalfarm.config import KEYS, write_target
@@ -180,3 +180,44 @@ def zoo_coverage(
         Format.table,
     )
     console.print(f"catalog written to {out}: run it with --catalog {out}", highlight=False)
+
+
+# -- data --------------------------------------------------------------------------------------------------------
+ParamOpt = Annotated[
+    list[str] | None, typer.Option("--param", "-p", help="a recipe parameter, NAME=VALUE (repeatable): n, seed")
+]
+OutOpt = Annotated[Path | None, typer.Option(help="folder for the file (default: <EVALFARM_CACHE>/builds/...)")]
+ForceOpt = Annotated[bool, typer.Option(help="rebuild even when the file is there")]
+
+
+@data_app.command("build")
+def data_build(name: str, param: ParamOpt = None, out: OutOpt = None, force: ForceOpt = False) -> None:
+    """Build the generated data file NAME (heros, defsent) and print its path, sha256 and the task's build entry."""
+    import json
+
+    from evalfarm.taskdata.build import BuildError, build, builder
+
+    overrides = {}
+    for item in param or []:
+        key, sep, value = item.partition("=")
+        if not sep:
+            fail(f"--param {item!r}: give NAME=VALUE")
+        overrides[key.strip()] = value.strip()
+    try:
+        got = build(name, overrides, out_dir=out, force=force)
+        version = builder(name).version
+    except BuildError as exc:
+        fail(str(exc))
+    console.print(f"{'built' if got.rebuilt else 'already built'}: {got.path}", highlight=False)
+    console.print(f"sha256: {got.sha256}", highlight=False)
+    entry = {"name": name, "version": version, "params": got.params, "sha256": got.sha256}
+    console.print(f"task entry: build: {json.dumps(entry)}", highlight=False, soft_wrap=True)
+
+
+@data_app.command("list")
+def data_list() -> None:
+    """The recipes `evalfarm data build` knows, with their version and default parameters."""
+    from evalfarm.taskdata.build import builders
+
+    for b in builders().values():
+        console.print(f"{b.name} {b.version} {dict(b.defaults)}: {b.description}", highlight=False, soft_wrap=True)

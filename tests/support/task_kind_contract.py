@@ -43,6 +43,9 @@ CASES: dict[str, Case] = {
     "ag2016": Case("ag2016-word"),  # the 11 Hebrew triplet files, 5,723 comparisons
     # the real word pool's 22,207 items: a FAISS k-NN over all of them, an eigendecomposition, an SVD (~2 s)
     "geometry": Case("geometry-word", slow=True),
+    # generated data (evalfarm data build): built into the cache on first use (HEROS ~1 min: spaCy parses)
+    "heros": Case("heros-goemotions", slow=True),
+    "defsent": Case("defsent-wordnet", slow=True),
 }
 
 

@@ -1,0 +1,387 @@
+"""Generated task data (``evalfarm data build``) and the two scorers over it: HEROS minimal pairs and DefSent
+definition -> word retrieval. Hand-computed numbers, ties and empty cases; the real builds (spaCy, WordNet) twice,
+byte-identical, in the slow tier."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from evalfarm.scorers.base import TextVectors
+from evalfarm.scorers.defsent import DefSentData, DefSentScorer
+from evalfarm.scorers.heros import HerosData, HerosScorer, cos_avg, normalise, read_released
+from evalfarm.taskdata import build as databuild
+
+
+# -- the build mechanism -------------------------------------------------------------------------------------------
+@pytest.fixture
+def toy_recipe(tmp_path: Path, monkeypatch):
+    """A recipe over one input file: n seeded numbers per line of the input."""
+    src = tmp_path / "in.txt"
+    src.write_text("a\nb\n")
+    calls = []
+
+    def make(inputs, params):
+        calls.append(dict(params))
+        rng = np.random.default_rng(params["seed"])
+        lines = inputs["src"].read_text().split()
+        return "x\ty\n" + "".join(f"{w}\t{rng.integers(1000)}\n" for w in lines for _ in range(params["n"]))
+
+    b = databuild.Builder(
+        "toy",
+        "1",
+        "toy recipe",
+        make,
+        defaults={"n": 2, "seed": 0},
+        inputs={"src": databuild.BuildInput("in.txt", hashlib.sha256(src.read_bytes()).hexdigest())},
+        resources=lambda: {"lib": "1.0"},
+    )
+    monkeypatch.setitem(databuild._BUILDERS, "toy", b)
+    monkeypatch.setattr(databuild, "builders", lambda: dict(databuild._BUILDERS))
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    return b, calls
+
+
+def test_a_build_is_deterministic_named_by_its_parameters_and_reused(toy_recipe, tmp_path):
+    _, calls = toy_recipe
+    one = databuild.build("toy", out_dir=tmp_path / "a")
+    two = databuild.build("toy", out_dir=tmp_path / "b")
+    assert one.rebuilt and two.rebuilt and one.sha256 == two.sha256
+    assert one.path.read_bytes() == two.path.read_bytes()
+    assert one.sha256 == hashlib.sha256(one.path.read_bytes()).hexdigest()
+    head = one.path.read_text().splitlines()[0]
+    assert head == '# evalfarm data build toy 1 {"params":{"n":2,"seed":0},"resources":{"lib":"1.0"}}'
+    again = databuild.build("toy", out_dir=tmp_path / "a")
+    assert not again.rebuilt and again.sha256 == one.sha256 and len(calls) == 2
+    other = databuild.build("toy", {"seed": "1"}, out_dir=tmp_path / "a")  # a CLI string, cast to the default's type
+    assert other.params == {"n": 2, "seed": 1} and other.path != one.path and other.sha256 != one.sha256
+    assert databuild.read_rows(one.path)[0][0] == "a" and len(databuild.read_rows(one.path)) == 4
+
+
+def test_builds_go_to_the_cache_never_the_data_folder(toy_recipe, tmp_path):
+    got = databuild.build("toy")
+    assert got.path.is_relative_to(tmp_path / "cache" / "builds" / "toy" / "1")
+
+
+def test_a_task_names_a_build_by_checksum(toy_recipe, tmp_path):
+    sha = databuild.build("toy", out_dir=tmp_path / "a").sha256
+    path = databuild.built_file(databuild.BuildRef(name="toy", version="1", sha256=sha))
+    assert hashlib.sha256(path.read_bytes()).hexdigest() == sha
+    with pytest.raises(databuild.BuildError, match="the task expects 0000000000000000"):
+        databuild.built_file(databuild.BuildRef(name="toy", version="1", params={"n": 3}, sha256="0" * 64))
+    with pytest.raises(databuild.BuildError, match="names version 2, this evalfarm builds 1"):
+        databuild.built_file(databuild.BuildRef(name="toy", version="2", sha256=sha))
+
+
+def test_bad_parameters_and_inputs_are_refused(toy_recipe, tmp_path):
+    with pytest.raises(databuild.BuildError, match="unknown parameter 'size'"):
+        databuild.build("toy", {"size": 3})
+    with pytest.raises(databuild.BuildError, match="unknown data build 'nope'"):
+        databuild.build("nope")
+    (tmp_path / "in.txt").write_text("changed\n")
+    with pytest.raises(databuild.BuildError, match="input .*in.txt has sha256"):
+        databuild.build("toy", out_dir=tmp_path / "c")
+
+
+# -- HEROS ----------------------------------------------------------------------------------------------------------
+def _vectors(texts: list[str], rows: dict[str, tuple[float, ...]], oov: tuple[str, ...] = ()) -> TextVectors:
+    emb = np.array([rows.get(t, (0.0, 0.0)) for t in texts], dtype=np.float32)
+    return TextVectors("sentence", emb, np.array([t in oov for t in texts], dtype=bool))
+
+
+def _rows(result, metric):
+    return {(r.subset, r.ties): r.value for r in result.rows if r.metric == metric}
+
+
+def test_heros_normalises_by_the_mean_cosine_between_the_first_and_last_originals():
+    """Originals o1..o4 at 0, 90, 0 and 90 degrees; m = 2: first {o1, o2}, last {o3, o4}: cosines 1, 0, 0, 1, so
+    cos_avg = 0.5. Synonym pairs at 60 degrees from their original (cos 0.5 -> 0.0); antonym pairs identical
+    (cos 1 -> 1.0) except o4's, missing."""
+    c60, s60 = 0.5, math.sqrt(3) / 2
+    rows = {"o1": (1, 0), "o2": (0, 1), "o3": (2, 0), "o4": (0, 3), "s1": (c60, s60), "s2": (s60, c60)}
+    rows |= {"s3": (c60, -s60), "s4": (-s60, c60)}
+    data = HerosData(
+        ["o1", "o2", "o3", "o4"],
+        {"synonym": ["s1", "s2", "s3", "s4"], "antonym": ["o1", "o2", "o3", None]},
+    )
+    s = HerosScorer()
+    result = s.evaluate(None, data, _vectors(data.texts, rows), {"n_avg": 500})
+    assert _rows(result, "cos_avg")[("all", None)] == pytest.approx(0.5)
+    assert _rows(result, "cosine")[("synonym", None)] == pytest.approx(0.5)
+    assert _rows(result, "normalized_similarity")[("synonym", None)] == pytest.approx(0.0, abs=1e-6)
+    assert _rows(result, "normalized_similarity")[("antonym", None)] == pytest.approx(1.0)
+    assert _rows(result, "n_pairs") == {("synonym", None): 4.0, ("antonym", None): 3.0}
+    primary = [(r.metric, r.subset) for r in result.rows if r.primary]
+    assert primary == [("normalized_similarity", "synonym")]
+
+
+def test_heros_n_avg_caps_the_averaging_block_and_oov_texts_are_zero():
+    rows = {"o1": (1, 0), "o2": (0, 1), "o3": (1, 1), "o4": (1, 0)}
+    data = HerosData(["o1", "o2", "o3", "o4"], {"typo": ["o1", "x", "o3", "o4"]})
+    out = HerosScorer().evaluate(None, data, _vectors(data.texts, rows, oov=("x",)), {"n_avg": 1})
+    assert _rows(out, "cos_avg")[("all", None)] == pytest.approx(1.0 * 1.0)  # o1 . o4 only
+    assert math.isnan(_rows(out, "normalized_similarity")[("typo", None)])  # cos_avg 1: undefined
+    assert _rows(out, "cosine")[("typo", None)] == pytest.approx(0.75)  # 1, 0 (OOV), 1, 1
+    assert _rows(out, "oov_rate")[("all", None)] == pytest.approx(1 / 5)
+
+
+def test_heros_an_empty_subset_and_too_few_originals_are_nan_not_numbers():
+    data = HerosData(["o1"], {"synonym": [None]})
+    out = HerosScorer().evaluate(None, data, _vectors(data.texts, {"o1": (1, 0)}), {"n_avg": 500})
+    assert math.isnan(_rows(out, "cos_avg")[("all", None)])
+    assert math.isnan(_rows(out, "cosine")[("synonym", None)])
+    assert _rows(out, "n_pairs")[("synonym", None)] == 0.0
+    assert HerosScorer().thin(out.rows, None) == "n_pairs 0 < 5 (synonym)"
+
+
+def test_cos_avg_and_normalise_by_hand():
+    x = np.array([[1, 0], [0, 1], [1, 0]], dtype=np.float32)
+    assert cos_avg(x, np.array([0, 1, 2]), 1) == pytest.approx(1.0)  # x0 . x2
+    assert cos_avg(x, np.array([0, 1, 2]), 2) == pytest.approx((0 + 1 + 1 + 0) / 4)  # {x0, x1} x {x1, x2}
+    assert normalise(np.array([0.5, 1.0, 0.25]), 0.5) == pytest.approx([0.0, 1.0, -0.5])
+
+
+def test_the_released_heros_file_reads_by_column_name(tmp_path):
+    f = tmp_path / "heros.tsv"
+    f.write_text(
+        "Original\tSynonym\tAntonym\tNegation\tRandom (MLM)\tTypo\n"
+        "I like it.\tI love it.\tI hate it.\tI do not like it.\tI eat it.\tI lkie it.\n"
+        "Good day.\tFine day.\t\tNot a good day.\tGood dog.\tGood dya.\n"
+    )
+    data = read_released(f)
+    assert data.originals == ["I like it.", "Good day."]
+    assert sorted(data.subsets) == ["antonym", "negation-main", "random-mlm", "synonym", "typo"]
+    assert data.subsets["antonym"] == ["I hate it.", None]
+    assert data.texts[:2] == ["I like it.", "Good day."] and len(data.texts) == 11
+    f.write_text("Original\tParaphrase\nA\tB\n")
+    with pytest.raises(ValueError, match="unknown HEROS column"):
+        read_released(f)
+    f.write_text("Sentence\tSynonym\nA\tB\n")
+    with pytest.raises(ValueError, match="no 'Original' column"):
+        read_released(f)
+
+
+# -- DefSent --------------------------------------------------------------------------------------------------------
+def test_defsent_ranks_each_word_among_all_candidates_with_explicit_ties():
+    """Words w1..w3 at 0, 90 and 180 degrees. d1 = (1, 0.1): w1 first (rank 1). d2 = (1, 0) defines w2: w1 above,
+    w2 and w3... w2 (cos 0) is above w3 (cos -1): rank 2. d3 = (0, 0) (OOV, zero vector) defines w3: cosine 0 with
+    every word, so w3 ties with w1 and w2: optimistic 1, pessimistic 3, realistic 2."""
+    rows = {"w1": (1, 0), "w2": (0, 1), "w3": (-1, 0), "d1": (1, 0.1), "d2": (1, 0), "d3": (0, 0)}
+    data = DefSentData(["w1", "w2", "w3"], ["d1", "d2", "d3"])
+    s = DefSentScorer()
+    out = s.evaluate(None, data, _vectors(data.texts, rows, oov=("d3",)), {"hits": [1, 3, 10]})
+    mrr = {r.ties: r.value for r in out.rows if r.metric == "mrr"}
+    assert mrr["optimistic"] == pytest.approx((1 + 1 / 2 + 1) / 3)
+    assert mrr["pessimistic"] == pytest.approx((1 + 1 / 2 + 1 / 3) / 3)
+    assert mrr["realistic"] == pytest.approx((1 + 1 / 2 + 1 / 2) / 3)
+    hits1 = {r.ties: r.value for r in out.rows if r.metric == "hits@1"}
+    assert hits1 == {"optimistic": pytest.approx(2 / 3), "pessimistic": pytest.approx(1 / 3), "realistic": 1 / 3}
+    assert {r.ties: r.value for r in out.rows if r.metric == "hits@3"}["pessimistic"] == 1.0
+    assert {r.metric: r.value for r in out.rows if r.ties is None} == {
+        "n_pairs": 3.0,
+        "n_candidates": 3.0,
+        "tie_rate": pytest.approx(1 / 3),
+        "oov_rate": pytest.approx(1 / 6),
+    }
+    assert [(r.metric, r.ties) for r in out.rows if r.primary] == [("mrr", "realistic")]
+
+
+def test_defsent_with_no_pairs_reports_nan_and_is_thin():
+    data = DefSentData([], [])
+    out = DefSentScorer().evaluate(
+        None, data, TextVectors("sentence", np.zeros((0, 2), np.float32), np.zeros(0, bool)), {}
+    )
+    assert all(math.isnan(r.value) for r in out.rows if r.ties is not None)
+    assert DefSentScorer().thin(out.rows, None) == "n_pairs 0 < 5 (cos)"
+
+
+def test_defsent_a_definition_identical_to_another_word_is_one_item():
+    """A gloss that is literally another candidate's text shares its item: that word is the query itself and is
+    never counted against it (the kernel excludes x and y)."""
+    rows = {"w1": (1, 0), "w2": (0, 1)}
+    data = DefSentData(["w1", "w2"], ["w2", "w1"])
+    assert data.texts == ["w1", "w2"]
+    out = DefSentScorer().evaluate(None, data, _vectors(data.texts, rows), {})
+    assert {r.ties: r.value for r in out.rows if r.metric == "mr"}["optimistic"] == 1.0
+
+
+# -- the real recipes (spaCy, WordNet, LemmInflect): slow ------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "n"), [("heros", 8), ("defsent", 40)])
+def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatch):
+    """What CI checks on a fresh machine: the recipe runs from the project's own installs (WordNet from Debian's
+    wordnet-base, spaCy's en_core_web_sm wheel, LemmInflect) and gives the same bytes twice."""
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    one = databuild.build(name, {"n": n}, out_dir=tmp_path / "a")
+    two = databuild.build(name, {"n": n}, out_dir=tmp_path / "b", force=True)
+    assert one.sha256 == two.sha256 and one.path.read_bytes() == two.path.read_bytes()
+    rows = databuild.read_rows(one.path)
+    assert len(rows) == n and all(all(cell.strip() for cell in row) for row in rows)
+    if name == "heros":
+        from evalfarm.taskdata.build_heros import COLUMNS
+
+        at = {c: i for i, c in enumerate(COLUMNS)}
+        for row in rows:
+            original = row[at["original"]]
+            assert "?" not in original
+            assert all(row[at[s]] != original for s in COLUMNS[6:]), row
+    else:
+        words = [r[0] for r in rows]
+        assert words == sorted(set(words)) and len({r[3] for r in rows}) == n  # one word per gloss
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sentence", "negated"),
+    [
+        ("I did not like the movie.", "I did like the movie."),
+        ("I don't like it at all.", "I do like it at all."),
+        ("She is happy with it.", "She is not happy with it."),
+        ("He went home early today.", "He did not go home early today."),
+        ("They have eaten the cake.", "They have not eaten the cake."),
+        ("Can we forget that this happened", None),  # an inverted question without its "?"
+    ],
+)
+def test_the_main_verb_is_negated_or_its_negation_removed(sentence, negated):
+    from evalfarm.taskdata.build_heros import negate, nlp, render
+
+    doc = nlp()(sentence)
+    root = next(t for t in doc if t.dep_ == "ROOT")
+    edits = negate(doc, root)
+    assert (render(doc, edits) if edits is not None else None) == negated
+
+
+@pytest.mark.slow
+def test_data_build_command_prints_the_task_entry(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    got = CliRunner().invoke(app, ["data", "build", "defsent", "-p", "n=20", "--out", str(tmp_path / "o")])
+    assert got.exit_code == 0, got.output
+    built = next((tmp_path / "o").iterdir())
+    assert f"sha256: {hashlib.sha256(built.read_bytes()).hexdigest()}" in got.output
+    assert '"params": {"n": 20, "seed": 0}' in got.output
+    bad = CliRunner().invoke(app, ["data", "build", "defsent", "-p", "n"])
+    assert bad.exit_code == 2 and "give NAME=VALUE" in bad.output
+    listed = CliRunner().invoke(app, ["data", "list"])
+    assert listed.exit_code == 0 and "defsent 1 {'n': 3000, 'seed': 0}" in listed.output
+    assert "heros 1 {'n': 1000, 'seed': 0}" in listed.output
+
+
+# -- task entries ---------------------------------------------------------------------------------------------------
+def test_a_task_entry_can_point_at_the_released_heros_file(tmp_path, monkeypatch):
+    from evalfarm.scorers.heros import HerosTask
+
+    (tmp_path / "heros").mkdir()
+    f = tmp_path / "heros" / "heros.tsv"
+    f.write_text("Original\tSynonym\tTypo\nI like it.\tI love it.\tI lkie it.\nGood day.\tFine day.\tGood dya.\n")
+    monkeypatch.setenv("EVALFARM_DATA", str(tmp_path))
+    task = HerosTask(
+        id="heros-released",
+        version="1",
+        format="heros-released",
+        files={"pairs": "heros/heros.tsv"},
+        sha256={"pairs": hashlib.sha256(f.read_bytes()).hexdigest()},
+        licence="Apache-2.0",
+        source="fixture",
+    )
+    data = HerosScorer().load(task)
+    assert data.originals == ["I like it.", "Good day."] and sorted(data.subsets) == ["synonym", "typo"]
+    with pytest.raises(ValueError, match="needs 'build'"):
+        HerosScorer().load(task.model_copy(update={"format": "evalfarm-build"}))
+
+
+# -- a property: the kernel's counts are the definition's ---------------------------------------------------------
+_AXES = st.sampled_from([(0, 0), (1, 0), (-1, 0), (0, 1), (0, -1), (2, 0), (0, -3)])
+
+
+@settings(max_examples=30)  # ~75 ms an example on 2 shared cores: the fast tier stays under a minute
+@given(st.lists(_AXES, min_size=2, max_size=7), st.lists(_AXES, min_size=7, max_size=7))
+def test_defsent_ranks_are_one_plus_the_words_scoring_above_plus_the_tie_share(words, defs):
+    """Axis vectors (and zero vectors) of any length: every cosine is exactly -1, 0 or 1 in any float arithmetic, so
+    ties are common and exact; the realistic rank of each word is 1 + #{other words with a higher cosine} +
+    #{other words with the same cosine} / 2, computed here directly. (Cosines such as (1, 1) . (1, -1) = 0 are not
+    exact in a float32 GEMM: a tie there is the arithmetic's, not the definition's.)"""
+    n = len(words)
+    rows = {f"w{i}": v for i, v in enumerate(words)} | {f"d{i}": defs[i] for i in range(n)}
+    data = DefSentData([f"w{i}" for i in range(n)], [f"d{i}" for i in range(n)])
+    oov = tuple(t for t, v in rows.items() if v == (0, 0))
+    out = DefSentScorer().evaluate(None, data, _vectors(data.texts, rows, oov=oov), {})
+
+    def unit(v):
+        v = np.asarray(v, dtype=np.float64)
+        norm = np.linalg.norm(v)
+        return v / norm if norm else v
+
+    expected = []
+    for i in range(n):
+        cos = np.array([unit(defs[i]) @ unit(w) for w in words], dtype=np.float32)
+        others = np.delete(cos, i)
+        above, tied = (others > cos[i]).sum(), (others == cos[i]).sum()
+        expected.append(1 + above + tied / 2)
+    got = {r.metric: r.value for r in out.rows if r.ties == "realistic"}
+    assert got["mr"] == pytest.approx(np.mean(expected))
+    assert got["mrr"] == pytest.approx(np.mean(1 / np.array(expected)))
+
+
+# -- end to end on a small real model: reduced builds, the toy GloVe as a bag of words ------------------------------
+@pytest.mark.slow
+def test_both_diagnostics_run_end_to_end_on_the_toy_glove_bag_of_words(tmp_path, monkeypatch, toy_glove):
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.runner import run_catalog
+    from evalfarm.warehouse import Warehouse
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    shipped = load_catalog("tasks")
+    entries = []
+    for task_id, name, n in (("heros-goemotions", "heros", 6), ("defsent-wordnet", "defsent", 30)):
+        built = databuild.build(name, {"n": n})  # into the cache, where the run finds it
+        task = shipped.task(task_id).model_dump(mode="json", exclude_defaults=False)
+        task["build"] = {"name": name, "version": "1", "params": {"n": n}, "sha256": built.sha256}
+        entries.append(task)
+    import yaml
+
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(
+        yaml.safe_dump(
+            {
+                "name": "diag",
+                "tasks": entries,
+                "models": [
+                    {
+                        "id": "toy",
+                        "level": "word",
+                        "kind": "word-vectors",
+                        "format": "glove-text",
+                        "source": {"type": "path", "ref": str(toy_glove)},
+                    },
+                    {"id": "bow-toy", "level": "sentence", "kind": "bow", "base": "toy", "lowercase": True},
+                ],
+            }
+        )
+    )
+    wh = tmp_path / "wh"
+    assert run_catalog(cat, wh, models=["bow-toy"], executor="local").ok
+    w = Warehouse(wh)
+    heros = w.query("SELECT subset, n_pairs, normalized_similarity FROM heros ORDER BY subset").to_pylist()
+    assert [r["subset"] for r in heros] == sorted(
+        ["synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym"]
+    )
+    assert all(r["n_pairs"] == 6 and np.isfinite(r["normalized_similarity"]) for r in heros)
+    defsent = w.query("SELECT ties, mrr, hits_10 FROM defsent ORDER BY ties").to_pylist()
+    assert [r["ties"] for r in defsent] == ["optimistic", "pessimistic", "realistic"]
+    assert defsent[0]["mrr"] >= defsent[2]["mrr"] >= defsent[1]["mrr"] > 0
+    board = w.query("SELECT task, metric FROM leaderboard ORDER BY task").to_pylist()
+    assert board == [
+        {"task": "defsent-wordnet", "metric": "mrr"},
+        {"task": "heros-goemotions", "metric": "normalized_similarity"},
+    ]
