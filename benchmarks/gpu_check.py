@@ -39,6 +39,7 @@ TOL_ACCURACY = 0.005  # absolute, downstream accuracy: CUDA torch solver vs scik
 # The device the checks put against the CPU: "cuda" (``--device cpu`` runs the torch side on the CPU instead, to check
 # this script itself on a machine without a GPU; it proves nothing about CUDA).
 DEVICE = "cuda"
+CHECKS = ("encoders", "kernel", "faiss", "classifier")
 
 
 def _cuda() -> tuple[bool, str]:
@@ -348,7 +349,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "gpu-check.json", dest="out")
     ap.add_argument("--smoke", action="store_true", help="tiny sizes (checks the script itself)")
     ap.add_argument("--device", default="cuda", help="the device put against the CPU (cpu: a dry run of the script)")
+    ap.add_argument("--only", default=",".join(CHECKS), help=f"comma-separated checks to run (of {', '.join(CHECKS)})")
     args = ap.parse_args(argv)
+    only = {c.strip() for c in args.only.split(",") if c.strip()}
+    if not only <= set(CHECKS):
+        ap.error(f"--only: unknown checks {sorted(only - set(CHECKS))} (choose from {', '.join(CHECKS)})")
     global DEVICE
     DEVICE = args.device
     data = args.data or (Path(os.environ["EVALFARM_DATA"]) if os.environ.get("EVALFARM_DATA") else None)
@@ -356,24 +361,31 @@ def main(argv: list[str] | None = None) -> int:
     has_cuda, why = _cuda() if DEVICE.startswith("cuda") else (True, "dry run on the CPU")
     report: dict[str, Any] = {"environment": _environment(), "checks": {}}
     if not has_cuda:
-        for name in ("encoders", "kernel", "faiss", "classifier"):
+        for name in CHECKS:
             report["checks"][name] = {"status": "skip", "reason": why}
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    for name in set(CHECKS) - only:
+        report["checks"][name] = {"status": "skip", "reason": "not selected (--only)"}
     if has_cuda:  # the figures are written after each check: a run cut short keeps what it measured
-        res = _guarded("encoders", check_encoders, model, data, args.smoke, args.reference)
-        enc, pool = res if isinstance(res, tuple) else (res, None)
-        report["checks"]["encoders"] = enc
-        _write(args.out, report)
-        report["checks"]["kernel"] = _guarded("kernel", check_kernel, args.smoke, pool)
-        _write(args.out, report)
-        report["checks"]["faiss"] = _guarded("faiss", check_faiss, args.smoke)
-        _write(args.out, report)
+        pool = None
+        if "encoders" in only:
+            res = _guarded("encoders", check_encoders, model, data, args.smoke, args.reference)
+            enc, pool = res if isinstance(res, tuple) else (res, None)
+            report["checks"]["encoders"] = enc
+            _write(args.out, report)
+        if "kernel" in only:
+            report["checks"]["kernel"] = _guarded("kernel", check_kernel, args.smoke, pool)
+            _write(args.out, report)
+        if "faiss" in only:
+            report["checks"]["faiss"] = _guarded("faiss", check_faiss, args.smoke)
+            _write(args.out, report)
 
         def partial(result: dict) -> None:
             report["checks"]["classifier"] = result
             _write(args.out, report)
 
-        report["checks"]["classifier"] = _guarded("classifier", check_classifier, model, data, args.smoke, partial)
+        if "classifier" in only:
+            report["checks"]["classifier"] = _guarded("classifier", check_classifier, model, data, args.smoke, partial)
     _write(args.out, report)
     for name, res in report["checks"].items():
         print(f"{name:11s} {res['status']:5s} {res.get('reason', res.get('error', ''))}")
