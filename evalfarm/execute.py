@@ -173,10 +173,11 @@ def _embed_missing(
     _publish(ctx, plan, store, missing, out, provenance)
     for sib, sib_store, sib_texts, sib_out in shared:
         try:
-            pooling = ctx.catalog.model(sib.model).pooling
+            sib_spec = ctx.catalog.model(sib.model)
+            layer = {} if sib_spec.layer is None else {"layer": sib_spec.layer}
             _publish(
                 ctx, sib, sib_store, sib_texts, check_quality(sib_texts, sib_out),
-                {**provenance, "pooling": pooling, "forward_pass_of": plan.model},
+                {**provenance, "pooling": sib_spec.pooling, **layer, "forward_pass_of": plan.model},
             )  # fmt: skip
         except Exception as exc:  # the sibling's own embed task computes it
             log.warning(
@@ -288,7 +289,7 @@ def _encode_with_siblings(
     """One forward pass over the texts the model and its siblings lack, pooled each sibling's way. The model's own
     vectors are checked here (a failure is its own); each sibling's when it is stored."""
     union = list(dict.fromkeys([*missing, *(t for _, _, texts in siblings for t in texts)]))
-    own = encoder.pooling
+    own = getattr(encoder, "pooling_key", encoder.pooling)
     sibling_pooling = {s.model: _pooling(ctx, s.model) for s, _, _ in siblings}
     poolings = list(dict.fromkeys([own, *sibling_pooling.values()]))
     label = f"{plan.model} + {len(siblings)} pooling sibling(s) · {len(union)} texts"
@@ -306,11 +307,12 @@ def _encode_with_siblings(
 
 
 def _pooling(ctx: ExecContext, model: str) -> str:
-    """A pooling sibling's pooling: plan.share_forward_passes groups only models that name one."""
-    pooling = ctx.catalog.model(model).pooling
-    if pooling is None:
+    """A pooling sibling's pooling key (``mean``, ``cls@3``): plan.share_forward_passes groups only models that name
+    a pooling."""
+    spec = ctx.catalog.model(model)
+    if spec.pooling is None:
         raise ValueError(f"model {model!r} shares a forward pass but names no pooling")
-    return pooling
+    return spec.pooling if spec.layer is None else f"{spec.pooling}@{spec.layer}"
 
 
 def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
