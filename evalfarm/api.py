@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.correlations import CorrelationTable
     from evalfarm.options import RunOptions
     from evalfarm.outcomes import UnitOutcome
+    from evalfarm.paper import PaperTable
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
@@ -434,6 +435,29 @@ def list_models(catalog: PathOrStr | Catalog | None = None) -> list[dict[str, st
     return rows
 
 
+def paper_correlation_table(
+    *,
+    warehouse: PathOrStr | None = None,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    downstream_variant: str | None = None,
+) -> PaperTable:
+    """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
+    each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
+    behind it. Reads only (no bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
+    from evalfarm.paper import paper_table_from
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    return paper_table_from(
+        wh,
+        level=level,
+        exclude_postprocessed=exclude_postprocessed,
+        ties=ties,
+        downstream_variant=downstream_variant,
+    )
+
+
 # -- submit: a Ray job on a cluster ------------------------------------------------------------------------------
 def job_address(address: str | None = None) -> str:
     """The Ray job API address: ``address``, else ``$RAY_API_SERVER_ADDRESS``, ``$RAY_ADDRESS``, else local."""
@@ -577,6 +601,7 @@ __all__ = [
     "build_zoo",
     "check_submission",
     "correlation_table",
+    "paper_correlation_table",
     "evaluate",
     "follow_job",
     "job_address",

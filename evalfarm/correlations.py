@@ -34,6 +34,9 @@ BEST_TOLERANCE = 1e-9
 TIES = ("optimistic", "pessimistic", "realistic")
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
+PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
+"""EvalRank metrics the view carries beside its primary mrr for the paper's layout (``evalfarm.paper``); this
+module's table shows primary metrics only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
@@ -277,7 +280,8 @@ def shape_table(
     records = [
         dict(r)
         for r in rows
-        if r["level"] == level
+        if not (r["intrinsic_scorer"] == "evalrank" and r["intrinsic_metric"] in PAPER_EVALRANK_METRICS)
+        and r["level"] == level
         and r["excludes_postprocessed"] == exclude_postprocessed
         and (r["ties"] is None or ties == "all" or r["ties"] == ties)
     ]

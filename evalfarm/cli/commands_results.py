@@ -11,7 +11,7 @@ import typer
 
 from evalfarm import api
 from evalfarm.cli.app import app, fail
-from evalfarm.cli.rendering import Format, console, print_correlations, print_rows
+from evalfarm.cli.rendering import Format, console, out, print_correlations, print_rows, say
 
 WarehouseOpt = Annotated[
     str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
@@ -110,6 +110,25 @@ ResamplesOpt = Annotated[
 SeedOpt = Annotated[int, typer.Option(help="bootstrap seed (for intervals computed now)")]
 
 
+class Layout(StrEnum):
+    evalfarm = "evalfarm"
+    paper = "paper"
+
+
+LayoutOpt = Annotated[
+    Layout,
+    typer.Option(
+        help="paper: the EvalRank paper's rows and columns in its order, rho x 100, EvalRank MRR / Hits@1 / Hits@3"
+    ),
+]
+PublishedOpt = Annotated[
+    bool, typer.Option("--published", help="paper layout: the paper's published cell beside each measured one")
+]
+DownstreamVariantOpt = Annotated[
+    str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
+]
+
+
 @app.command()
 def correlations(
     level: LevelOpt = Level.sentence,
@@ -121,8 +140,16 @@ def correlations(
     refresh: RefreshOpt = True,
     resamples: ResamplesOpt = 1000,
     seed: SeedOpt = 0,
+    layout: LayoutOpt = Layout.evalfarm,
+    published: PublishedOpt = False,
+    downstream_variant: DownstreamVariantOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    if layout is Layout.paper:
+        _paper_correlations(level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant)
+        return
+    if published:
+        fail("--published compares cells in the paper's layout: add --layout paper")
     try:
         table = api.correlation_table(
             warehouse=warehouse,
@@ -136,6 +163,43 @@ def correlations(
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
     print_correlations(table, format, intervals=intervals)
+
+
+def _paper_correlations(
+    level: Level,
+    warehouse: str,
+    format: Format,
+    exclude_postprocessed: bool,
+    ties: TiesChoice,
+    published: bool,
+    downstream_variant: str | None,
+) -> None:
+    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json)."""
+    from evalfarm.paper import render_text
+
+    if ties is TiesChoice.all:
+        fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
+    try:
+        table = api.paper_correlation_table(
+            warehouse=warehouse,
+            level=level.value,
+            exclude_postprocessed=exclude_postprocessed,
+            ties=ties.value,
+            downstream_variant=downstream_variant,
+        )
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        fail(str(exc))
+    if format is Format.table:
+        out.print(render_text(table, published=published), markup=False, highlight=False, soft_wrap=True)
+        return
+    rows = [
+        {"row": r, "column": c, "rho_x100": rho, "n_models": n, **({"published": pub} if published else {})}
+        for (r, c), (rho, n, pub) in table.cells.items()
+    ]
+    print_rows(list(rows[0]), rows, format)
+    say(f"note: {table.caption()}")
+    for note in table.notes:
+        say(f"note: {note}")
 
 
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")]

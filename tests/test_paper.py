@@ -1,0 +1,117 @@
+"""`evalfarm correlations --layout paper`: the EvalRank paper's rows and columns, rho x 100, its published cells
+beside the measured ones, the tie policy, downstream variant and zoo composition with each table; on a small
+warehouse of hand-written Parquet files whose correlations are known."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from evalfarm.cli import app
+from evalfarm.correlations import correlation_table
+from evalfarm.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
+from evalfarm.warehouse import Warehouse, now
+from tests.test_correlations import add_accuracy, add_metric, add_model
+
+ACC = [0.60, 0.65, 0.70, 0.80, 0.90]  # downstream accuracies rank the five models 1..5
+
+
+def add_evalrank_metrics(wh: Warehouse, model: str, values: dict[str, dict[str, float]]) -> None:
+    """One EvalRank unit as the scorer writes it (``{ties: {metric: value}}``): mrr primary, hits@1 / hits@3
+    beside it."""
+    fp, created = f"er-{model}", now()  # one unit: one timestamp (the metrics view keeps a unit's newest)
+    rows = [
+        {"run_id": "hand", "model": model, "task": "evalrank-sentence", "scorer": "evalrank", "subset": "all",
+         "variant": "cos", "ties": ties, "metric": metric, "value": value, "is_primary": metric == "mrr",
+         "higher_is_better": True, "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": created}
+        for ties, metrics in values.items()
+        for metric, value in metrics.items()
+    ]  # fmt: skip
+    wh.write("metrics", rows, wh.unit_path("metrics", model, "evalrank-sentence", fp))
+
+
+@pytest.fixture
+def paper_wh(tmp_path: Path) -> Warehouse:
+    """Four neural models and a bag of words. EvalRank MRR ranks them as MR does (rho 100), Hits@1 the other way
+    round (-100), Hits@3 by 1, 3, 2, 4, 5 (90); STS12 (wmean) by 2, 1, 3, 4, 5 (90); the pessimistic MRR is
+    reversed (-100); no STS13. MR and SCICITE have a logreg variant; MR also a second one with three models."""
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(5):
+        m = f"m{i + 1}"
+        add_model(wh, m, "sentence", "bow" if i == 4 else "transformers")
+        optimistic = {"mrr": 0.1 * (i + 1), "hits@1": 0.5 - 0.1 * i, "hits@3": [1, 3, 2, 4, 5][i]}
+        add_evalrank_metrics(wh, m, {"optimistic": optimistic, "pessimistic": {"mrr": 1 - 0.1 * i}})
+        add_metric(wh, m, "sts12", "sts", [2, 1, 3, 4, 5][i], metric="spearman", subset="wmean")
+        add_metric(wh, m, "sts12", "sts", 5 - i, metric="spearman", subset="MSRpar")  # a subset, not the row
+        add_accuracy(wh, m, "mr", ACC[i])
+        add_accuracy(wh, m, "scicite", ACC[i])
+        if i < 3:
+            add_metric(wh, m, "mr", "downstream", ACC[2 - i], metric="accuracy", variant="full",
+                       fingerprint=f"full-{m}")  # fmt: skip
+    return wh
+
+
+def test_the_paper_layout_has_its_rows_columns_and_known_cells(paper_wh):
+    t = paper_table_from(paper_wh, level="sentence")
+    assert t.rows == [r.label for r in SENTENCE_ROWS] and t.columns == [c for c, _ in COLUMNS["sentence"]]
+    assert t.columns[:3] == ["SCICITE", "MR", "CR"] and "MRPC" not in t.columns
+    assert t.downstream_variant == "logreg" and t.ties == "optimistic"  # the variant most cells have
+    assert t.cells[("EvalRank MRR", "MR")] == (100.0, 5, 83.43)
+    assert t.cells[("EvalRank Hits@1", "MR")] == (-100.0, 5, 85.39)
+    assert t.cells[("EvalRank Hits@3", "SCICITE")] == (90.0, 5, 63.35)
+    assert t.cells[("STS12", "MR")] == (90.0, 5, 38.62)  # the wmean subset, not MSRpar's (-100)
+    assert t.cells[("STS13", "MR")] == (None, 0, 32.62)
+    assert t.cells[("EvalRank MRR", "CR")] == (None, 0, 87.08)
+    assert any("STS13" in n and "not measured" in n for n in t.notes)
+    assert t.composition == {"neural": 4, "bag-of-words": 1}
+    cap = t.caption()
+    assert "ties optimistic" in cap and "downstream variant logreg" in cap and "4 neural, 1 bag-of-words" in cap
+    pess = paper_table_from(paper_wh, level="sentence", ties="pessimistic")
+    assert pess.cells[("EvalRank MRR", "MR")][0] == -100.0 and pess.cells[("STS12", "MR")][0] == 90.0
+    full = paper_table_from(paper_wh, level="sentence", downstream_variant="full")
+    assert full.cells[("EvalRank MRR", "MR")] == (-100.0, 3, 83.43) and full.downstream_variant == "full"
+    assert full.cells[("EvalRank MRR", "SCICITE")][1] == 0
+
+
+def test_table_11_and_the_word_level_take_their_own_published_cells(paper_wh):
+    t11 = paper_table_from(paper_wh, level="sentence", exclude_postprocessed=True)
+    assert t11.published_name == "Table 11" and t11.cells[("EvalRank Hits@3", "TREC")][2] == 86.51
+    word = paper_table_from(paper_wh, level="word")
+    assert word.published_name == "Table 3"
+    assert word.rows[-3:] == ["EvalRank MRR", "EvalRank Hits@1", "EvalRank Hits@3"]
+    assert word.cells[("RW-STANFORD", "SST2")] == (None, 0, 81.5)
+    assert all(rho is None for rho, _, _ in word.cells.values()) and word.composition == {}
+    assert paper_table_from(paper_wh, level="word", exclude_postprocessed=True).published_name is None
+
+
+def test_published_cells_are_the_papers_tables_in_full():
+    for (level, _), (name, cells) in PUBLISHED.items():
+        rows = WORD_ROWS if level == "word" else SENTENCE_ROWS
+        assert len(cells) == len(rows) * len(COLUMNS[level]), name
+    assert PUBLISHED[("word", False)][1][("SIMVERB-3500", "SICK-E")] == 58.08
+    assert PUBLISHED[("sentence", False)][1][("STR", "MPQA")] == -29.57
+    assert PUBLISHED[("sentence", True)][1][("STS16", "SCICITE")] == 63.62
+
+
+def test_the_default_layout_keeps_primary_metrics_only(paper_wh):
+    table = correlation_table(paper_wh, level="sentence")
+    assert not any(r["intrinsic_metric"] in ("hits@1", "hits@3") for r in table.records)
+    assert [r for r in table.rows if r.startswith("evalrank-sentence")] == ["evalrank-sentence (cos)"]
+
+
+def test_cli_prints_the_paper_layout_with_the_published_cells(paper_wh):
+    res = CliRunner().invoke(
+        app, ["correlations", "--warehouse", paper_wh.uri, "--layout", "paper", "--published", "--no-refresh"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "EvalRank Hits@1" in res.output and "-100.00 (85.39)" in res.output and "90.00 (38.62)" in res.output
+    assert "ties optimistic" in res.output and "downstream variant logreg" in res.output
+    assert "Table 6" in res.output and "Just Rank" in res.output
+    csv = CliRunner().invoke(
+        app, ["correlations", "--warehouse", paper_wh.uri, "--layout", "paper", "--published", "-f", "csv"]
+    )
+    assert csv.exit_code == 0 and "EvalRank MRR,MR,100.0,5,83.43" in csv.stdout
+    bad = CliRunner().invoke(app, ["correlations", "--warehouse", paper_wh.uri, "--published"])
+    assert bad.exit_code != 0 and "--layout paper" in bad.output
