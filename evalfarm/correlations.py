@@ -205,6 +205,7 @@ class CorrelationTable:
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
     records: list[dict[str, Any]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    composition: dict[str, int] = field(default_factory=dict)  # the models behind it by family
 
     @property
     def n_models(self) -> tuple[int, int]:
@@ -249,6 +250,25 @@ def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.Du
         con.close()
 
 
+_COMPOSITION_SQL = """
+SELECT CASE WHEN mo.postprocessed THEN 'post-processed' WHEN mo.kind = 'bow' THEN 'bag-of-words'
+            WHEN mo.level = 'word' THEN 'word-vectors' ELSE 'neural' END AS family,
+       count(DISTINCT p.model) AS n
+FROM correlation_pairs p JOIN models mo USING (model)
+WHERE p.level = ? AND p.excludes_postprocessed = ?
+GROUP BY family
+"""
+
+
+def warehouse_composition(con: duckdb.DuckDBPyConnection, level: str, exclude_postprocessed: bool) -> dict[str, int]:
+    """How many of the models behind a level's cells are neural, word vectors, bag-of-words or post-processed (the
+    families of :meth:`evalfarm.catalog.registry.Catalog.family`), in that order: stated beside every table."""
+    from evalfarm.catalog.registry import FAMILIES
+
+    got = dict(con.execute(_COMPOSITION_SQL, [level, exclude_postprocessed]).fetchall())
+    return {f: int(got[f]) for f in FAMILIES if f in got}
+
+
 def correlation_table(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
@@ -260,9 +280,15 @@ def correlation_table(
     (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
     without ties are always shown. Reads only: call :func:`refresh_intervals` first for current intervals."""
     _check(level, ties)
-    return shape_table(
-        fetch_correlations(warehouse), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties
-    )
+    con = connect(warehouse)
+    try:
+        rows = fetch_correlations(con)
+        composition = warehouse_composition(con, level, exclude_postprocessed)
+    finally:
+        con.close()
+    table = shape_table(rows, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
+    table.composition = composition
+    return table
 
 
 def _check(level: str, ties: str) -> None:
@@ -364,7 +390,11 @@ def caption(table: CorrelationTable) -> str:
     n = f"{low}" if low == high else f"{low}-{high}"
     which = "excluding post-processed models" if table.exclude_postprocessed else "all models"
     ties = "" if table.ties == "all" else f", EvalRank ties {table.ties}"
+    variants = sorted({r["downstream_variant"] for r in table.records})
+    downstream = f"; downstream variant {', '.join(variants)}" if variants else ""
+    zoo = ", ".join(f"{k} {fam}" for fam, k in table.composition.items())
     return (
         f"Spearman's rho between intrinsic evaluators (rows) and downstream accuracy (columns), {table.level} "
-        f"level, {which}{ties}; n = {n} models per cell; * = best of its column"
+        f"level, {which}{ties}{downstream}; n = {n} models per cell" + (f" ({zoo})" if zoo else "") + "; * = best "
+        "of its column"
     )

@@ -291,25 +291,6 @@ def render_text(table: PaperTable, *, published: bool = False) -> str:
     return "\n".join(lines)
 
 
-_COMPOSITION_SQL = """
-SELECT CASE WHEN mo.postprocessed THEN 'post-processed' WHEN mo.kind = 'bow' THEN 'bag-of-words'
-            WHEN mo.level = 'word' THEN 'word-vectors' ELSE 'neural' END AS family,
-       count(DISTINCT p.model) AS n
-FROM correlation_pairs p JOIN models mo USING (model)
-WHERE p.level = ? AND p.excludes_postprocessed = ?
-GROUP BY family
-"""
-
-
-def warehouse_composition(con: Any, level: str, exclude_postprocessed: bool) -> dict[str, int]:
-    """How many of the models behind a level's cells are neural, bag-of-words, word vectors or post-processed (the
-    families of :meth:`evalfarm.catalog.registry.Catalog.family`), in that order."""
-    from evalfarm.catalog.registry import FAMILIES
-
-    got = dict(con.execute(_COMPOSITION_SQL, [level, exclude_postprocessed]).fetchall())
-    return {f: int(got[f]) for f in FAMILIES if f in got}
-
-
 def paper_table_from(
     warehouse: Any,
     *,
@@ -319,7 +300,7 @@ def paper_table_from(
     downstream_variant: str | None = None,
 ) -> PaperTable:
     """:func:`paper_table` over a warehouse's ``correlations`` view, with the composition of its models."""
-    from evalfarm.correlations import connect, fetch_correlations
+    from evalfarm.correlations import connect, fetch_correlations, warehouse_composition
 
     con = connect(warehouse)
     try:

@@ -33,6 +33,7 @@ from evalfarm.correlations import (
     format_cell,
     refresh_intervals,
     shape_table,
+    warehouse_composition,
 )
 from evalfarm.warehouse import Warehouse, now
 
@@ -222,6 +223,20 @@ def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
     return evalrank + others
 
 
+def _paper_comparison(records: list[dict[str, Any]], table: CorrelationTable) -> str:
+    """The same cells in the EvalRank paper's layout (rho x 100), each with the paper's published one in brackets
+    (`evalfarm correlations --layout paper --published`)."""
+    from evalfarm.paper import paper_table, render_text
+
+    paper = paper_table(
+        records, level=table.level, exclude_postprocessed=table.exclude_postprocessed, composition=table.composition
+    )
+    return (
+        "<details><summary>In the paper's layout, beside its published cells</summary>"
+        f"<pre class='paper'>{esc(render_text(paper, published=True))}</pre></details>"
+    )
+
+
 def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[str, list[CorrelationTable]]:
     parts = ["<h2 id='correlations'>Intrinsic evaluators against downstream accuracy</h2>"]
     parts.append(
@@ -236,6 +251,7 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
     for level in ("sentence", "word"):
         for excluded in (False, True):
             table = shape_table(everything, level=level, exclude_postprocessed=excluded)
+            table.composition = warehouse_composition(con, level, excluded)
             if not table.cells:
                 if not excluded:
                     parts.append(f"<h3>{esc(level)} level</h3><p class='note'>{esc(table.notes[0])}</p>")
@@ -252,6 +268,7 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
                 f"<figcaption class='muted'>{esc(caption(table))}</figcaption></figure>"
             )
             parts.append(_correlation_html(table))
+            parts.append(_paper_comparison(everything, table))
     task = _pick_figure_task(tables, figure_task)
     parts.append("<h2 id='figure4'>Models ordered by a downstream task (the paper's Figure 4)</h2>")
     if task is None:

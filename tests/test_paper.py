@@ -115,3 +115,14 @@ def test_cli_prints_the_paper_layout_with_the_published_cells(paper_wh):
     assert csv.exit_code == 0 and "EvalRank MRR,MR,100.0,5,83.43" in csv.stdout
     bad = CliRunner().invoke(app, ["correlations", "--warehouse", paper_wh.uri, "--published"])
     assert bad.exit_code != 0 and "--layout paper" in bad.output
+
+
+def test_the_report_shows_the_paper_comparison_and_the_zoo_composition(paper_wh, tmp_path):
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", "--warehouse", paper_wh.uri, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    html = (out / "index.html").read_text()
+    assert "In the paper&#x27;s layout" in html or "In the paper's layout" in html
+    assert "100.00 (83.43)" in html and "Table 6" in html and "Just Rank" in html
+    assert "(4 neural, 1 bag-of-words)" in html  # beside the table: its caption
+    assert "downstream variant full, logreg" in html
