@@ -126,3 +126,32 @@ def test_the_report_shows_the_paper_comparison_and_the_zoo_composition(paper_wh,
     assert "100.00 (83.43)" in html and "Table 6" in html and "Just Rank" in html
     assert "(4 neural, 1 bag-of-words)" in html  # beside the table: its caption
     assert "downstream variant full, logreg" in html
+
+
+def test_postprocessing_effect_is_the_share_of_originals_beating_their_twins(tmp_path):
+    """Table 10 as a view: a sentence twin pair, and a word pair whose downstream numbers are their bags of words'."""
+    wh = Warehouse(tmp_path / "wh").init()
+    add_model(wh, "b", "sentence", "transformers")
+    add_model(wh, "b-white", "sentence", "transformers", base="b", postprocess={"method": "whitening"})
+    add_model(wh, "c", "sentence", "transformers")
+    add_model(wh, "c-pcr1", "sentence", "transformers", base="c", postprocess={"method": "pcr", "d": 1})
+    add_model(wh, "w", "word", "word-vectors")
+    add_model(wh, "w-abtt3", "word", "word-vectors", base="w", postprocess={"method": "abtt", "d": 3})
+    add_model(wh, "bow-w", "sentence", "bow", base="w")
+    add_model(wh, "bow-w-abtt3", "sentence", "bow", base="w-abtt3")
+    for m, sts, mr in (("b", 0.5, 0.8), ("b-white", 0.7, 0.7), ("c", 0.4, 0.6), ("c-pcr1", 0.6, 0.6)):
+        add_metric(wh, m, "stsb", "sts", sts, metric="spearman", subset="test")
+        add_accuracy(wh, m, "mr", mr)
+    add_metric(wh, "w", "wordsim-rw", "word-similarity", 0.3, metric="spearman", variant="raw")
+    add_metric(wh, "w-abtt3", "wordsim-rw", "word-similarity", 0.4, metric="spearman", variant="raw")
+    add_accuracy(wh, "bow-w", "mr", 0.7)
+    add_accuracy(wh, "bow-w-abtt3", "mr", 0.6)
+    add_metric(wh, "bow-w", "stsb", "sts", 0.2, metric="spearman", subset="test")  # a bag's own STS: not word level
+    add_metric(wh, "bow-w-abtt3", "stsb", "sts", 0.1, metric="spearman", subset="test")
+    rows = {(r["level"], r["task"]): r for r in wh.query("SELECT * FROM postprocessing_effect").to_pylist()}
+    assert set(rows) == {("sentence", "stsb"), ("sentence", "mr"), ("word", "wordsim-rw"), ("word", "mr")}
+    sts, mr = rows[("sentence", "stsb")], rows[("sentence", "mr")]
+    assert (sts["n_pairs"], sts["original_wins"], sts["twin_wins"], sts["ties"]) == (2, 0.0, 1.0, 0.0)
+    assert (mr["n_pairs"], mr["original_wins"], mr["twin_wins"], mr["ties"]) == (2, 0.5, 0.0, 0.5)
+    assert rows[("word", "wordsim-rw")]["twin_wins"] == 1.0
+    assert rows[("word", "mr")]["original_wins"] == 1.0 and rows[("word", "mr")]["n_pairs"] == 1
