@@ -442,10 +442,12 @@ def paper_correlation_table(
     exclude_postprocessed: bool = False,
     ties: str = "optimistic",
     downstream_variant: str | None = None,
+    table: str | None = None,
 ) -> PaperTable:
     """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
     each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
-    behind it. Reads only (no bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
+    behind it; ``table``: one of the paper's tables by number (3, 4, 6, 11; its level wins). Reads only (no
+    bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
     from evalfarm.paper import paper_table_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
@@ -455,6 +457,7 @@ def paper_correlation_table(
         exclude_postprocessed=exclude_postprocessed,
         ties=ties,
         downstream_variant=downstream_variant,
+        table=table,
     )
 
 

@@ -139,20 +139,54 @@ _TABLE11 = (
 )
 
 
-def _cells(
-    rows: tuple[PaperRow, ...], level: str, values: tuple[tuple[float, ...], ...]
-) -> dict[tuple[str, str], float]:
-    cols = [label for label, _ in COLUMNS[level]]
-    assert len(values) == len(rows) and all(len(v) == len(cols) for v in values)
-    return {(r.label, c): v for r, vs in zip(rows, values, strict=True) for c, v in zip(cols, vs, strict=True)}
+_TABLE4 = ((89.96, 87.91, 91.54), (88.55, 83.99, 88.26), (90.56, 86.56, 91.12), (77.47, 78.34, 81.51))
+TABLE4_ROWS: tuple[PaperRow, ...] = (
+    PaperRow("EvalRank (cos)", "evalrank-word", "all", "cos", "mrr"),
+    PaperRow("w/o wiki vocabs", "evalrank-word-nowiki", "all", "cos", "mrr"),
+    PaperRow("w/ WN synonym pairs", "evalrank-word-wn", "all", "cos", "mrr"),
+    PaperRow("w/ l2 metric", "evalrank-word", "all", "l2", "mrr"),
+)
+"""Table 4, the word-level ablation: no 20k-word wiki background (task evalrank-word-nowiki of the paper-ablations
+catalog), WordNet synonym pairs (no such task here: the row stays empty), the l2 metric (EvalRank's l2 variant)."""
+_TABLE4_COLUMNS = (("SCICITE", "scicite"), ("MR", "mr"), ("SST2", "sst2"))
 
+
+@dataclass(frozen=True)
+class TableDef:
+    """One of the paper's correlation tables: its level, whether it leaves post-processed models out, its rows and
+    columns, and its published cells (rho x 100; rows x columns in that order)."""
+
+    name: str
+    level: str
+    exclude_postprocessed: bool
+    rows: tuple[PaperRow, ...]
+    columns: tuple[tuple[str, str], ...]
+    values: tuple[tuple[float, ...], ...]
+
+    def published(self) -> dict[tuple[str, str], float]:
+        cols = [label for label, _ in self.columns]
+        assert len(self.values) == len(self.rows) and all(len(v) == len(cols) for v in self.values)
+        return {
+            (r.label, c): v
+            for r, vs in zip(self.rows, self.values, strict=True)
+            for c, v in zip(cols, vs, strict=True)
+        }
+
+
+TABLES: dict[str, TableDef] = {
+    "3": TableDef("Table 3", "word", False, WORD_ROWS, COLUMNS["word"], _TABLE3),
+    "4": TableDef("Table 4", "word", False, TABLE4_ROWS, _TABLE4_COLUMNS, _TABLE4),
+    "6": TableDef("Table 6", "sentence", False, SENTENCE_ROWS, COLUMNS["sentence"], _TABLE6),
+    "11": TableDef("Table 11", "sentence", True, SENTENCE_ROWS, COLUMNS["sentence"], _TABLE11),
+}
+"""The paper's correlation tables this module lays out, by number (``correlations --layout paper --table N``)."""
+_DEFAULT = {("word", False): "3", ("sentence", False): "6", ("sentence", True): "11"}
 
 PUBLISHED: dict[tuple[str, bool], tuple[str, dict[tuple[str, str], float]]] = {
-    ("word", False): ("Table 3", _cells(WORD_ROWS, "word", _TABLE3)),
-    ("sentence", False): ("Table 6", _cells(SENTENCE_ROWS, "sentence", _TABLE6)),
-    ("sentence", True): ("Table 11", _cells(SENTENCE_ROWS, "sentence", _TABLE11)),
+    key: (TABLES[n].name, TABLES[n].published()) for key, n in _DEFAULT.items()
 }
-"""``(level, excludes post-processed) -> (table name, {(row label, column label): rho x 100})``."""
+"""``(level, excludes post-processed) -> (table name, {(row label, column label): rho x 100})``: the table each
+level shows by default."""
 
 
 @dataclass
@@ -200,14 +234,22 @@ def paper_table(
     ties: str = "optimistic",
     downstream_variant: str | None = None,
     composition: dict[str, int] | None = None,
+    table: str | None = None,
 ) -> PaperTable:
-    """The paper's layout of ``records`` (rows of the ``correlations`` view) for one level. A paper row without
-    measured cells stays in the table (empty), so the layout is always the paper's."""
+    """The paper's layout of ``records`` (rows of the ``correlations`` view) for one level, or of the paper's table
+    ``table`` (:data:`TABLES`: its level and post-processing choice win). A paper row without measured cells stays
+    in the table (empty), so the layout is always the paper's."""
+    if table is not None:
+        if table not in TABLES:
+            raise ValueError(f"the paper's layout has tables {', '.join(TABLES)}, not {table!r}")
+        level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
     if level not in COLUMNS:
         raise ValueError(f"level must be word or sentence, got {level!r}")
     if ties not in TIES:
         raise ValueError(f"ties must be one of {', '.join(TIES)}, got {ties!r}")
-    rows = WORD_ROWS if level == "word" else SENTENCE_ROWS
+    tdef = TABLES.get(table or _DEFAULT.get((level, exclude_postprocessed), ""))
+    rows = tdef.rows if tdef else WORD_ROWS if level == "word" else SENTENCE_ROWS
+    columns = tdef.columns if tdef else COLUMNS[level]
     mine = [
         r
         for r in records
@@ -217,14 +259,14 @@ def paper_table(
         and (r["ties"] is None or r["ties"] == ties)
     ]
     variant = _pick_variant(mine, downstream_variant)
-    name, published = PUBLISHED.get((level, exclude_postprocessed), (None, {}))
-    table = PaperTable(
+    name, published = (tdef.name, tdef.published()) if tdef else (None, {})
+    out = PaperTable(
         level=level,
         exclude_postprocessed=exclude_postprocessed,
         ties=ties,
         downstream_variant=variant,
         rows=[r.label for r in rows],
-        columns=[label for label, _ in COLUMNS[level]],
+        columns=[label for label, _ in columns],
         published_name=name,
         composition=dict(composition or {}),
     )
@@ -236,18 +278,18 @@ def paper_table(
     primary = {k[:4] for k in index if k[3] not in PAPER_METRICS}
     missing: list[str] = []
     for row in rows:
-        for col_label, task in COLUMNS[level]:
+        for col_label, task in columns:
             hit = _find(index, primary, row, task)
             rho = None if hit is None or hit["spearman"] is None else round(100 * hit["spearman"], 2)
             n = 0 if hit is None else int(hit["n_models"])
-            table.cells[(row.label, col_label)] = (rho, n, published.get((row.label, col_label)))
-        if all(table.cells[(row.label, c)][1] == 0 for c in table.columns):
+            out.cells[(row.label, col_label)] = (rho, n, published.get((row.label, col_label)))
+        if all(out.cells[(row.label, c)][1] == 0 for c in out.columns):
             missing.append(row.label)
     if missing:
-        table.notes.append(f"not measured in this warehouse: {', '.join(missing)}")
+        out.notes.append(f"not measured in this warehouse: {', '.join(missing)}")
     if name is None:
-        table.notes.append("the paper publishes no cells for this table (its Table 11 is sentence-level only)")
-    return table
+        out.notes.append("the paper publishes no cells for this table (its Table 11 is sentence-level only)")
+    return out
 
 
 def _find(index: dict, primary: set, row: PaperRow, task: str) -> dict[str, Any] | None:
@@ -285,7 +327,7 @@ def render_text(table: PaperTable, *, published: bool = False) -> str:
 
     lines = [table.caption(), line(head), *(line(b) for b in body)]
     if published and table.published_name:
-        zoo = PAPER_ZOO["sentence-no-pp" if table.exclude_postprocessed else table.level]
+        zoo = PAPER_ZOO["sentence-no-pp" if table.exclude_postprocessed else table.level]  # Table 4: word zoo
         lines.append(f"(in brackets: the paper's {table.published_name}, over its {zoo}; {CITATION})")
     lines += [f"note: {n}" for n in table.notes]
     return "\n".join(lines)
@@ -298,8 +340,11 @@ def paper_table_from(
     exclude_postprocessed: bool = False,
     ties: str = "optimistic",
     downstream_variant: str | None = None,
+    table: str | None = None,
 ) -> PaperTable:
     """:func:`paper_table` over a warehouse's ``correlations`` view, with the composition of its models."""
+    if table is not None and table in TABLES:
+        level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
     from evalfarm.correlations import connect, fetch_correlations, warehouse_composition
 
     con = connect(warehouse)
@@ -315,4 +360,5 @@ def paper_table_from(
         ties=ties,
         downstream_variant=downstream_variant,
         composition=composition,
+        table=table,
     )

@@ -155,3 +155,42 @@ def test_postprocessing_effect_is_the_share_of_originals_beating_their_twins(tmp
     assert (mr["n_pairs"], mr["original_wins"], mr["twin_wins"], mr["ties"]) == (2, 0.5, 0.0, 0.5)
     assert rows[("word", "wordsim-rw")]["twin_wins"] == 1.0
     assert rows[("word", "mr")]["original_wins"] == 1.0 and rows[("word", "mr")]["n_pairs"] == 1
+
+
+def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path):
+    """Five word models (downstream through their bags of words): EvalRank cos agrees with MR, its l2 variant
+    disagrees, the pool without the wiki background agrees on 1, 3, 2, 4, 5 (90)."""
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(5):
+        w = f"w{i + 1}"
+        add_model(wh, w, "word", "word-vectors")
+        add_model(wh, f"bow-{w}", "sentence", "bow", base=w)
+        add_metric(wh, w, "evalrank-word", "evalrank", 0.1 * (i + 1), ties="optimistic")
+        add_metric(wh, w, "evalrank-word", "evalrank", 1 - 0.1 * i, variant="l2", ties="optimistic")
+        add_metric(wh, w, "evalrank-word-nowiki", "evalrank", [1, 3, 2, 4, 5][i], ties="optimistic")
+        for task in ("mr", "sst2", "scicite"):
+            add_accuracy(wh, f"bow-{w}", task, ACC[i])
+    t4 = paper_table_from(wh, level="sentence", table="4")  # the table's level wins
+    assert (t4.level, t4.published_name, t4.columns) == ("word", "Table 4", ["SCICITE", "MR", "SST2"])
+    assert t4.rows == ["EvalRank (cos)", "w/o wiki vocabs", "w/ WN synonym pairs", "w/ l2 metric"]
+    assert t4.cells[("EvalRank (cos)", "MR")] == (100.0, 5, 87.91)
+    assert t4.cells[("w/o wiki vocabs", "SST2")] == (90.0, 5, 88.26)
+    assert t4.cells[("w/ l2 metric", "SCICITE")] == (-100.0, 5, 77.47)
+    assert t4.cells[("w/ WN synonym pairs", "MR")] == (None, 0, 86.56)
+    assert any("w/ WN synonym pairs" in n for n in t4.notes)
+    assert t4.composition == {"word-vectors": 5}
+    res = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "4"])
+    assert res.exit_code == 0 and "w/o wiki vocabs" in res.output and "90.00" in res.output
+    bad = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "5"])
+    assert bad.exit_code != 0 and "3, 4, 6, 11" in bad.output
+
+
+def test_the_ablation_catalog_runs_only_its_tasks_over_the_local_zoo():
+    from evalfarm.catalog.registry import load_catalog
+
+    cat = load_catalog("paper-ablations")
+    assert cat.default_tasks == ["evalrank-word-nowiki"]
+    nowiki, full = cat.task("evalrank-word-nowiki"), cat.task("evalrank-word")
+    assert set(full.files) - set(nowiki.files) == {"background_wiki"}
+    assert {k: full.files[k] for k in nowiki.files} == nowiki.files
+    assert cat.composition()["sentence"]["neural"] >= 40  # the local zoo's models

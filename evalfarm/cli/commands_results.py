@@ -124,6 +124,10 @@ LayoutOpt = Annotated[
 PublishedOpt = Annotated[
     bool, typer.Option("--published", help="paper layout: the paper's published cell beside each measured one")
 ]
+PaperTableOpt = Annotated[
+    str | None,
+    typer.Option("--table", help="paper layout: one of the paper's tables, 3, 4 (word ablation), 6 or 11"),
+]
 DownstreamVariantOpt = Annotated[
     str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
 ]
@@ -143,13 +147,16 @@ def correlations(
     layout: LayoutOpt = Layout.evalfarm,
     published: PublishedOpt = False,
     downstream_variant: DownstreamVariantOpt = None,
+    paper_table: PaperTableOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
     if layout is Layout.paper:
-        _paper_correlations(level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant)
+        _paper_correlations(
+            level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant, paper_table
+        )
         return
-    if published:
-        fail("--published compares cells in the paper's layout: add --layout paper")
+    if published or paper_table:
+        fail("--published and --table lay out the paper's cells: add --layout paper")
     try:
         table = api.correlation_table(
             warehouse=warehouse,
@@ -173,10 +180,13 @@ def _paper_correlations(
     ties: TiesChoice,
     published: bool,
     downstream_variant: str | None,
+    paper_table: str | None,
 ) -> None:
     """``correlations --layout paper``: plain text (table), or one row per cell (csv / json)."""
-    from evalfarm.paper import render_text
+    from evalfarm.paper import TABLES, render_text
 
+    if paper_table is not None and paper_table not in TABLES:
+        fail(f"--table: the paper's layout has tables {', '.join(TABLES)}, not {paper_table!r}")
     if ties is TiesChoice.all:
         fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
     try:
@@ -186,6 +196,7 @@ def _paper_correlations(
             exclude_postprocessed=exclude_postprocessed,
             ties=ties.value,
             downstream_variant=downstream_variant,
+            table=paper_table,
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
