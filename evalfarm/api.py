@@ -446,7 +446,7 @@ def paper_correlation_table(
 ) -> PaperTable:
     """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
     each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
-    behind it; ``table``: one of the paper's tables by number (3, 4, 6, 11; its level wins). Reads only (no
+    behind it; ``table``: one of the paper's tables by number (3, 4, 6, 7, 11; its level wins). Reads only (no
     bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
     from evalfarm.paper import paper_table_from
 

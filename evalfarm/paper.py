@@ -151,6 +151,30 @@ catalog), WordNet synonym pairs (no such task here: the row stays empty), the l2
 _TABLE4_COLUMNS = (("SCICITE", "scicite"), ("MR", "mr"), ("SST2", "sst2"))
 
 
+_TABLE7 = (
+    (65.95, 83.43, 80.97),
+    (69.01, 85.39, 82.65),
+    (63.35, 83.92, 80.36),
+    (63.05, 75.85, 72.87),
+    (66.22, 77.94, 75.20),
+    (61.23, 75.49, 72.92),
+    (63.51, 83.28, 80.20),
+    (66.59, 84.53, 82.14),
+    (60.68, 82.55, 79.42),
+)
+TABLE7_ROWS: tuple[PaperRow, ...] = tuple(
+    PaperRow(f"{source} {label.removeprefix('EvalRank ')}", task, "all", "cos", metric)
+    for source, task in (
+        ("STS-B + STR", "evalrank-sentence"),
+        ("STS-B only", "evalrank-sentence-stsb"),
+        ("STR only", "evalrank-sentence-str"),
+    )
+    for label, metric in _EVALRANK_METRICS
+)
+"""Table 7, sentence level: EvalRank's positive pairs from both sources (the default pool), from STS-B only and from
+STR only (tasks evalrank-sentence-stsb / -str of the paper-ablations catalog: ``pairs_from``)."""
+
+
 @dataclass(frozen=True)
 class TableDef:
     """One of the paper's correlation tables: its level, whether it leaves post-processed models out, its rows and
@@ -177,6 +201,7 @@ TABLES: dict[str, TableDef] = {
     "3": TableDef("Table 3", "word", False, WORD_ROWS, COLUMNS["word"], _TABLE3),
     "4": TableDef("Table 4", "word", False, TABLE4_ROWS, _TABLE4_COLUMNS, _TABLE4),
     "6": TableDef("Table 6", "sentence", False, SENTENCE_ROWS, COLUMNS["sentence"], _TABLE6),
+    "7": TableDef("Table 7", "sentence", False, TABLE7_ROWS, _TABLE4_COLUMNS, _TABLE7),
     "11": TableDef("Table 11", "sentence", True, SENTENCE_ROWS, COLUMNS["sentence"], _TABLE11),
 }
 """The paper's correlation tables this module lays out, by number (``correlations --layout paper --table N``)."""

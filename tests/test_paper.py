@@ -182,15 +182,71 @@ def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path
     res = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "4"])
     assert res.exit_code == 0 and "w/o wiki vocabs" in res.output and "90.00" in res.output
     bad = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "5"])
-    assert bad.exit_code != 0 and "3, 4, 6, 11" in bad.output
+    assert bad.exit_code != 0 and "3, 4, 6, 7, 11" in bad.output
 
 
 def test_the_ablation_catalog_runs_only_its_tasks_over_the_local_zoo():
     from evalfarm.catalog.registry import load_catalog
 
     cat = load_catalog("paper-ablations")
-    assert cat.default_tasks == ["evalrank-word-nowiki"]
+    assert cat.default_tasks == ["evalrank-word-nowiki", "evalrank-sentence-stsb", "evalrank-sentence-str"]
     nowiki, full = cat.task("evalrank-word-nowiki"), cat.task("evalrank-word")
     assert set(full.files) - set(nowiki.files) == {"background_wiki"}
     assert {k: full.files[k] for k in nowiki.files} == nowiki.files
     assert cat.composition()["sentence"]["neural"] >= 40  # the local zoo's models
+
+
+def test_table_7_sets_the_pair_sources_beside_the_default_pool(paper_wh):
+    for i in range(5):  # STS-B only agrees with MR as the default MRR does; STR only the other way round
+        m = f"m{i + 1}"
+        add_metric(paper_wh, m, "evalrank-sentence-stsb", "evalrank", 0.1 * (i + 1), ties="optimistic")
+        add_metric(paper_wh, m, "evalrank-sentence-str", "evalrank", 0.5 - 0.1 * i, ties="optimistic")
+    t7 = paper_table_from(paper_wh, level="word", table="7")
+    assert (t7.level, t7.published_name, t7.columns) == ("sentence", "Table 7", ["SCICITE", "MR", "SST2"])
+    assert t7.rows[:4] == ["STS-B + STR MRR", "STS-B + STR Hits@1", "STS-B + STR Hits@3", "STS-B only MRR"]
+    assert t7.cells[("STS-B + STR Hits@1", "MR")] == (-100.0, 5, 85.39)
+    assert t7.cells[("STS-B only MRR", "MR")] == (100.0, 5, 75.85)
+    assert t7.cells[("STR only MRR", "SCICITE")] == (-100.0, 5, 63.51)
+    assert t7.cells[("STR only Hits@3", "MR")] == (None, 0, 82.55)
+
+
+def test_pairs_from_keeps_the_pairs_of_one_source_and_the_whole_background(tmp_path, monkeypatch):
+    """A pool of three pairs: one from STS-B (tokenized differently), one from STR, one from neither."""
+    from evalfarm.scorers.evalrank import EvalRankTask
+    from evalfarm.taskdata.data import task_checksum
+    from evalfarm.taskdata.evalrank import load_evalrank_pool
+
+    d = tmp_path / "data"
+    d.mkdir()
+    (d / "pairs.txt").write_text("a plane is taking off .\tan air plane is taking off .\nit 's fine .\tall good .\n"
+                                 "x y .\tz w .\n")  # fmt: skip
+    (d / "bg.txt").write_text("a plane is taking off .\nan air plane is taking off .\nit 's fine .\nall good .\n"
+                              "x y .\nz w .\nother .\n")  # fmt: skip
+    (d / "stsb.csv").write_text("main-captions\tMSRvid\t2012test\t0001\t5.000\tA plane is taking off.\t"
+                                "An air plane is taking off.\n")  # fmt: skip
+    (d / "str.csv").write_text(
+        'Index,SourceID,SubsetID,PairID,Text,Score\n0,S,S_pp,S_1,"All good!\nIt\'s fine.",0.9\n'
+    )
+    monkeypatch.setenv("EVALFARM_DATA", str(d))
+    import hashlib
+
+    def sha(name: str) -> str:
+        return hashlib.sha256((d / name).read_bytes()).hexdigest()
+
+    def task(source: str | None, extra: dict[str, str]) -> EvalRankTask:
+        files = {"pairs": "pairs.txt", "background": "bg.txt", **extra}
+        return EvalRankTask(id=f"t-{source}", level="sentence", version="1", format="evalrank-sentence",
+                            pairs_from=source, files=files, sha256={r: sha(f) for r, f in files.items()},
+                            urls={}, licence="x", source="x")  # fmt: skip
+
+    full = load_evalrank_pool(task(None, {}))
+    stsb = load_evalrank_pool(task("stsb", {"from.train": "stsb.csv"}))
+    strp = load_evalrank_pool(task("str", {"from.data": "str.csv"}))
+    assert (full.n_pairs, stsb.n_pairs, strp.n_pairs) == (3, 1, 1)
+    assert stsb.items[stsb.queries[0]] == "a plane is taking off ." and strp.items[strp.queries[0]] == "it 's fine ."
+    assert len(stsb.items) == len(full.items) == 7  # the background is unchanged
+    assert task_checksum(task(None, {})) != task_checksum(task("stsb", {}))
+    from evalfarm.catalog.registry import load_catalog
+
+    # a field added later counts only when set: the default pool keeps the checksum it had before pairs_from
+    assert task_checksum(load_catalog("tasks").task("evalrank-sentence")) == "39beb2e8af5af714"

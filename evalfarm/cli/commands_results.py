@@ -126,7 +126,9 @@ PublishedOpt = Annotated[
 ]
 PaperTableOpt = Annotated[
     str | None,
-    typer.Option("--table", help="paper layout: one of the paper's tables, 3, 4 (word ablation), 6 or 11"),
+    typer.Option(
+        "--table", help="paper layout: one of the paper's tables, 3, 4 (word ablation), 6, 7 (pair sources) or 11"
+    ),
 ]
 DownstreamVariantOpt = Annotated[
     str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
