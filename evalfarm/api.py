@@ -384,8 +384,8 @@ def build_report(
 ) -> Path:
     """Write the static HTML report of the warehouse (leaderboards, correlations, per-model pages, provenance; no
     server, no network) into the folder ``out``; returns its ``index.html``. ``figure_task``: the downstream task
-    that orders the models in the Figure-4 plots (default: sst2); ``hardest``: EvalRank pairs listed per model,
-    task and variant. A missing warehouse raises FileNotFoundError."""
+    that orders the models in the Figure-4 plots (default: the paper's MR and SST2); ``hardest``: EvalRank pairs
+    listed per model, task and variant. A missing warehouse raises FileNotFoundError."""
     from evalfarm.report import build_report as write
 
     return write(

@@ -250,3 +250,24 @@ def test_pairs_from_keeps_the_pairs_of_one_source_and_the_whole_background(tmp_p
 
     # a field added later counts only when set: the default pool keeps the checksum it had before pairs_from
     assert task_checksum(load_catalog("tasks").task("evalrank-sentence")) == "39beb2e8af5af714"
+
+
+def test_figure_4_orders_by_mr_and_sst2_with_evalrank_stsb_and_str_first(paper_wh, tmp_path):
+    for i in range(5):
+        m = f"m{i + 1}"
+        add_accuracy(paper_wh, m, "sst2", ACC[i])
+        add_metric(paper_wh, m, "stsb", "sts", 0.1 * i, metric="spearman", subset="test")
+        add_metric(paper_wh, m, "str", "sts", 0.2 * i, metric="spearman", subset="test")
+    out = tmp_path / "report"
+    res = CliRunner().invoke(app, ["report", "--warehouse", paper_wh.uri, "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    figures = sorted(p.name for p in (out / "img").glob("figure4-*.png"))
+    assert figures == ["figure4-sentence-mr.png", "figure4-sentence-sst2.png"]
+
+    from evalfarm.correlations import correlation_table
+    from evalfarm.report import _figure_rows
+
+    table = correlation_table(paper_wh, level="sentence")
+    column = next(c for c in table.columns if c.startswith("mr"))  # "mr (logreg)": two variants here
+    rows = _figure_rows(table, column)
+    assert rows[:3] == ["evalrank-sentence (cos)", "str test (cos)", "stsb test (cos)"]

@@ -217,7 +217,8 @@ def _paper_correlations(
 
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")]
 FigureTaskOpt = Annotated[
-    str | None, typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: sst2)")
+    str | None,
+    typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: mr and sst2)"),
 ]
 HardestOpt = Annotated[int, typer.Option(min=0, help="hardest EvalRank pairs listed per model, task and variant")]
 
