@@ -70,7 +70,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.correlations import CorrelationTable
     from evalfarm.options import RunOptions
     from evalfarm.outcomes import UnitOutcome
-    from evalfarm.paper import PaperTable
+    from evalfarm.paper import PaperTable, Table10
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
@@ -461,6 +461,15 @@ def paper_correlation_table(
     )
 
 
+def paper_table10(*, warehouse: PathOrStr | None = None, downstream_variant: str | None = None) -> Table10:
+    """The paper's Table 10 from the warehouse's ``postprocessing_effect`` view: per task and level, the share of
+    models whose original beats its post-processed twin, beside the paper's share."""
+    from evalfarm.paper import table10_from
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    return table10_from(wh, downstream_variant=downstream_variant)
+
+
 # -- submit: a Ray job on a cluster ------------------------------------------------------------------------------
 def job_address(address: str | None = None) -> str:
     """The Ray job API address: ``address``, else ``$RAY_API_SERVER_ADDRESS``, ``$RAY_ADDRESS``, else local."""
@@ -605,6 +614,7 @@ __all__ = [
     "check_submission",
     "correlation_table",
     "paper_correlation_table",
+    "paper_table10",
     "evaluate",
     "follow_job",
     "job_address",

@@ -387,3 +387,97 @@ def paper_table_from(
         composition=composition,
         table=table,
     )
+
+
+# -- Table 10: originals against their post-processed twins -----------------------------------------------------------
+_DOWNSTREAM_LABELS = dict(COLUMNS["word"])
+TABLE10_PUBLISHED: dict[str, dict[str, float]] = {
+    "word": {
+        "SCICITE": 45.0, "MR": 42.1, "CR": 26.3, "MPQA": 94.7, "SUBJ": 78.9, "SST2": 80.0, "SST5": 80.0, "TREC": 89.5,
+        "MRPC": 50.0, "SICK-E": 15.0, "WS-353-All": 21.1, "WS-353-Rel": 26.3, "WS-353-Sim": 21.1, "RW-STANFORD": 47.4,
+        "MEN-TR-3K": 15.8, "MTURK-287": 26.3, "MTURK-771": 21.1, "SIMLEX-999": 21.1, "SIMVERB-3500": 36.8,
+    },
+    "sentence": {
+        "SCICITE": 67.6, "MR": 63.6, "CR": 54.5, "MPQA": 97.0, "SUBJ": 87.9, "SST2": 88.2, "SST5": 88.2, "TREC": 81.8,
+        "MRPC": 64.7, "SICK-E": 51.5, "STS12": 3.0, "STS13": 0.0, "STS14": 0.0, "STS15": 0.0, "STS16": 3.0,
+        "STS-Benchmark": 0.0, "SICK-Relatedness": 15.2, "STR": 6.0,
+    },
+}  # fmt: skip
+"""Table 10: the % of models whose original beats its post-processed version (ABTT at word level, PC removal /
+whitening at sentence level), per task; the rest of each pair is the post-processed share."""
+
+
+@dataclass
+class Table10:
+    """Per task (the paper's rows) and level: (measured % of originals that win or None, pairs, published %)."""
+
+    downstream_variant: str | None
+    rows: list[str]
+    cells: dict[tuple[str, str], tuple[float | None, int, float | None]] = field(default_factory=dict)
+
+    def render(self) -> str:
+        head = ["task", "word: original wins % (paper)", "sentence: original wins % (paper)"]
+        body = []
+        for row in self.rows:
+            texts = [row]
+            for level in ("word", "sentence"):
+                got, n, pub = self.cells.get((row, level), (None, 0, None))
+                text = "-" if got is None else f"{got:.1f} (n={n})"
+                texts.append(text + (f" ({pub:.1f})" if pub is not None else ""))
+            body.append(texts)
+        widths = [max(len(x[i]) for x in [head, *body]) for i in range(3)]
+        lines = [
+            "The paper's Table 10: the share of models whose original beats its post-processed twin (view "
+            f"postprocessing_effect; downstream variant {self.downstream_variant or '(none)'}; EvalRank ties "
+            "optimistic); in brackets the paper's, over its zoo"
+        ]
+        for cells in [head, *body]:
+            pairs = enumerate(zip(cells, widths, strict=True))
+            lines.append("  ".join(x.ljust(w) if i == 0 else x.rjust(w) for i, (x, w) in pairs))
+        lines.append(f"({CITATION})")
+        return "\n".join(lines)
+
+
+def table10(effects: list[dict[str, Any]], *, downstream_variant: str | None = None) -> Table10:
+    """The ``postprocessing_effect`` view's rows in the paper's Table 10 layout: downstream tasks, then the word
+    similarity sets (word level) and the STS sets (sentence level) of the paper's Tables 3 and 6."""
+    downstream = [r for r in effects if r["scorer"] == "downstream" and r["subset"] == "all"]
+    variant = _pick_variant([{"downstream_variant": r["variant"]} for r in downstream], downstream_variant)
+    out = Table10(
+        variant, [*(_DOWNSTREAM_LABELS), *(r.label for r in WORD_ROWS[:9]), *(r.label for r in SENTENCE_ROWS[:8])]
+    )
+    for level in ("word", "sentence"):
+        for label, task in COLUMNS["word"]:
+            hit = next(
+                (r for r in downstream if (r["level"], r["task"], r["variant"]) == (level, task, variant)), None
+            )
+            out.cells[(label, level)] = _effect(hit, TABLE10_PUBLISHED[level].get(label))
+        for row in WORD_ROWS[:9] if level == "word" else SENTENCE_ROWS[:8]:
+            hit = next(
+                (
+                    r
+                    for r in effects
+                    if (r["level"], r["task"], r["subset"], r["variant"]) == (level, row.task, row.subset, row.variant)
+                ),
+                None,
+            )
+            out.cells[(row.label, level)] = _effect(hit, TABLE10_PUBLISHED[level].get(row.label))
+    return out
+
+
+def _effect(hit: dict[str, Any] | None, published: float | None) -> tuple[float | None, int, float | None]:
+    if hit is None:
+        return None, 0, published
+    return round(100 * float(hit["original_wins"]), 1), int(hit["n_pairs"]), published
+
+
+def table10_from(warehouse: Any, *, downstream_variant: str | None = None) -> Table10:
+    """:func:`table10` over a warehouse's ``postprocessing_effect`` view."""
+    from evalfarm.correlations import connect
+
+    con = connect(warehouse)
+    try:
+        rows = con.sql("SELECT * FROM postprocessing_effect").to_arrow_table().to_pylist()
+    finally:
+        con.close()
+    return table10(rows, downstream_variant=downstream_variant)

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from evalfarm.cli import app
 from evalfarm.correlations import correlation_table
 from evalfarm.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
+from evalfarm.paper import table10_from as paper_table10_from
 from evalfarm.warehouse import Warehouse, now
 from tests.test_correlations import add_accuracy, add_metric, add_model
 
@@ -155,6 +156,14 @@ def test_postprocessing_effect_is_the_share_of_originals_beating_their_twins(tmp
     assert (mr["n_pairs"], mr["original_wins"], mr["twin_wins"], mr["ties"]) == (2, 0.5, 0.0, 0.5)
     assert rows[("word", "wordsim-rw")]["twin_wins"] == 1.0
     assert rows[("word", "mr")]["original_wins"] == 1.0 and rows[("word", "mr")]["n_pairs"] == 1
+    t10 = paper_table10_from(wh)
+    assert t10.downstream_variant == "logreg"
+    assert t10.cells[("MR", "sentence")] == (50.0, 2, 63.6) and t10.cells[("MR", "word")] == (100.0, 1, 42.1)
+    assert t10.cells[("RW-STANFORD", "word")] == (0.0, 1, 47.4)
+    assert t10.cells[("STS-Benchmark", "sentence")] == (0.0, 2, 0.0)
+    assert t10.cells[("SST2", "sentence")] == (None, 0, 88.2)
+    res = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "10"])
+    assert res.exit_code == 0 and "50.0 (n=2) (63.6)" in res.output and "Table 10" in res.output
 
 
 def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path):
@@ -182,7 +191,7 @@ def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path
     res = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "4"])
     assert res.exit_code == 0 and "w/o wiki vocabs" in res.output and "90.00" in res.output
     bad = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "5"])
-    assert bad.exit_code != 0 and "3, 4, 6, 7, 11" in bad.output
+    assert bad.exit_code != 0 and "3, 4, 6, 7, 11, 10" in bad.output
 
 
 def test_the_ablation_catalog_runs_only_its_tasks_over_the_local_zoo():

@@ -126,9 +126,7 @@ PublishedOpt = Annotated[
 ]
 PaperTableOpt = Annotated[
     str | None,
-    typer.Option(
-        "--table", help="paper layout: one of the paper's tables, 3, 4 (word ablation), 6, 7 (pair sources) or 11"
-    ),
+    typer.Option("--table", help="paper layout: one of the paper's tables, 3, 4, 6, 7, 10 (post-processing) or 11"),
 ]
 DownstreamVariantOpt = Annotated[
     str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
@@ -187,8 +185,15 @@ def _paper_correlations(
     """``correlations --layout paper``: plain text (table), or one row per cell (csv / json)."""
     from evalfarm.paper import TABLES, render_text
 
+    if paper_table == "10":
+        try:
+            t10 = api.paper_table10(warehouse=warehouse, downstream_variant=downstream_variant)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            fail(str(exc))
+        out.print(t10.render(), markup=False, highlight=False, soft_wrap=True)
+        return
     if paper_table is not None and paper_table not in TABLES:
-        fail(f"--table: the paper's layout has tables {', '.join(TABLES)}, not {paper_table!r}")
+        fail(f"--table: the paper's layout has tables {', '.join([*TABLES, '10'])}, not {paper_table!r}")
     if ties is TiesChoice.all:
         fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
     try:
