@@ -15,6 +15,7 @@ import json
 import logging
 import platform
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -298,8 +299,16 @@ def _encode_with_siblings(
     arrays = encode_poolings(encoder, union, poolings, progress=prog)
     row = {t: i for i, t in enumerate(union)}
 
+    # each pooling's full array is dropped once the last model using it has its rows: a family of 21 members over
+    # ~58k texts at 768 dims holds ~3.8 GB of arrays, and copying them all before freeing any would double that
+    users = Counter([own, *(sibling_pooling[s.model] for s, _, _ in siblings)])
+
     def take(pooling: str, texts: list[str]) -> Encoded:
-        return Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
+        got = Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
+        users[pooling] -= 1
+        if not users[pooling]:
+            del arrays[pooling]
+        return got
 
     out = check_quality(missing, take(own, missing))
     shared = [(s, st, texts, take(sibling_pooling[s.model], texts)) for s, st, texts in siblings]
