@@ -176,9 +176,10 @@ def _embed_missing(
         try:
             sib_spec = ctx.catalog.model(sib.model)
             layer = {} if sib_spec.layer is None else {"layer": sib_spec.layer}
+            leaders = {k: v for k, v in provenance.items() if k != "layer"}  # the leader's layer is not the sibling's
             _publish(
                 ctx, sib, sib_store, sib_texts, check_quality(sib_texts, sib_out),
-                {**provenance, "pooling": sib_spec.pooling, **layer, "forward_pass_of": plan.model},
+                {**leaders, "pooling": sib_spec.pooling, **layer, "forward_pass_of": plan.model},
             )  # fmt: skip
         except Exception as exc:  # the sibling's own embed task computes it
             log.warning(

@@ -441,6 +441,7 @@ def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, 
     assert prov["mini-mean"]["forward_pass_of"] == "mini-cls" and prov["mini-mean"]["pooling"] == "mean"
     assert prov["mini-fla"]["forward_pass_of"] == "mini-cls" and prov["mini-fla"]["pooling"] == "first-last-avg"
     assert prov["mini-mean-l3"]["forward_pass_of"] == "mini-cls" and prov["mini-mean-l3"]["layer"] == 3
+    assert "layer" not in prov["mini-mean"] and "layer" not in prov["mini-cls"]
     assert "forward_pass_of" not in prov["mini-cls"] and "forward_pass_of" not in prov["mini-short"]
 
     ctx = ExecContext(catalog=cat, warehouse=wh, run_id="check")
