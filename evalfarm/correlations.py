@@ -34,6 +34,9 @@ BEST_TOLERANCE = 1e-9
 TIES = ("optimistic", "pessimistic", "realistic")
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
+PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
+"""EvalRank metrics the view carries beside its primary mrr for the paper's layout (``evalfarm.paper``); this
+module's table shows primary metrics only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
@@ -207,6 +210,7 @@ class CorrelationTable:
     diagnostics: bool = False
     evalrank_links: list[dict[str, Any]] = field(default_factory=list)
     """With diagnostics: each diagnostic number's rho with EvalRank's primary MRR (:func:`diagnostics_vs_evalrank`)."""
+    composition: dict[str, int] = field(default_factory=dict)  # the models behind it by family
 
     @property
     def n_models(self) -> tuple[int, int]:
@@ -251,6 +255,25 @@ def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.Du
         con.close()
 
 
+_COMPOSITION_SQL = """
+SELECT CASE WHEN mo.postprocessed THEN 'post-processed' WHEN mo.kind = 'bow' THEN 'bag-of-words'
+            WHEN mo.level = 'word' THEN 'word-vectors' ELSE 'neural' END AS family,
+       count(DISTINCT p.model) AS n
+FROM correlation_pairs p JOIN models mo USING (model)
+WHERE p.level = ? AND p.excludes_postprocessed = ?
+GROUP BY family
+"""
+
+
+def warehouse_composition(con: duckdb.DuckDBPyConnection, level: str, exclude_postprocessed: bool) -> dict[str, int]:
+    """How many of the models behind a level's cells are neural, word vectors, bag-of-words or post-processed (the
+    families of :meth:`evalfarm.catalog.registry.Catalog.family`), in that order: stated beside every table."""
+    from evalfarm.catalog.registry import FAMILIES
+
+    got = dict(con.execute(_COMPOSITION_SQL, [level, exclude_postprocessed]).fetchall())
+    return {f: int(got[f]) for f in FAMILIES if f in got}
+
+
 def correlation_table(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
@@ -276,6 +299,7 @@ def correlation_table(
             ties=ties,
             diagnostics=diagnostics,
         )
+        table.composition = warehouse_composition(con, level, exclude_postprocessed)
         if level == "word":
             table.model_stats = word_model_stats(con)
         if diagnostics:
@@ -437,7 +461,8 @@ def shape_table(
     records = [
         dict(r)
         for r in rows
-        if r["level"] == level
+        if not (r["intrinsic_scorer"] == "evalrank" and r["intrinsic_metric"] in PAPER_EVALRANK_METRICS)
+        and r["level"] == level
         and r["excludes_postprocessed"] == exclude_postprocessed
         and (r["ties"] is None or ties == "all" or r["ties"] == ties)
         and r["intrinsic_scorer"] not in hidden
@@ -525,7 +550,11 @@ def caption(table: CorrelationTable) -> str:
     n = f"{low}" if low == high else f"{low}-{high}"
     which = "excluding post-processed models" if table.exclude_postprocessed else "all models"
     ties = "" if table.ties == "all" else f", EvalRank ties {table.ties}"
+    variants = sorted({r["downstream_variant"] for r in table.records})
+    downstream = f"; downstream variant {', '.join(variants)}" if variants else ""
+    zoo = ", ".join(f"{k} {fam}" for fam, k in table.composition.items())
     return (
         f"Spearman's rho between intrinsic evaluators (rows) and downstream accuracy (columns), {table.level} "
-        f"level, {which}{ties}; n = {n} models per cell; * = best of its column"
+        f"level, {which}{ties}{downstream}; n = {n} models per cell" + (f" ({zoo})" if zoo else "") + "; * = best "
+        "of its column"
     )

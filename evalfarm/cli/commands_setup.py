@@ -12,7 +12,7 @@ import typer
 from evalfarm import api
 from evalfarm.cli.app import catalog_app, config_app, data_app, fail, zoo_app
 from evalfarm.cli.events import ZooPrinter
-from evalfarm.cli.rendering import Format, console, print_rows
+from evalfarm.cli.rendering import Format, console, out, print_rows, say
 from evalfarm.config import KEYS, write_target
 
 CatalogOpt = Annotated[str, typer.Option(help="catalog name or path")]
@@ -29,8 +29,15 @@ def catalog_list(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format
         cat = api.validate_catalog(catalog)
     except CatalogError as exc:
         fail(str(exc))
+    from evalfarm.catalog.registry import describe_composition
+
     rows = api.list_models(cat)
     print_rows(list(rows[0]) if rows else ["id"], rows, format, title=f"{cat.name}: {len(rows)} models")
+    line = f"{cat.name} composition: {describe_composition(cat.composition())}"
+    if format is Format.table:
+        out.print(line, markup=False, highlight=False, soft_wrap=True)
+    else:  # stdout stays one CSV / JSON document
+        say(line)
 
 
 @catalog_app.command("validate")

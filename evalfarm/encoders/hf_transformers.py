@@ -8,10 +8,16 @@ Pooling over the token states (padding masked out):
 - ``first-last-avg``: mean over tokens of ``(hidden_states[1] + hidden_states[-1]) / 2``, i.e. the first
   transformer layer's output and the last layer's (``hidden_states[0]`` is the embedding layer). This is the
   convention of BERT-whitening (Su et al. 2021) and SimCSE's ``avg_first_last``.
+- ``last-2-avg``: mean over tokens of ``(hidden_states[-2] + hidden_states[-1]) / 2`` (BERT-whitening's and the
+  EvalRank paper's ``last2avg``).
+
+``layer`` picks the hidden state that ``cls`` / ``mean`` / ``max`` pool (``hidden_states[layer]``: 0 is the
+embedding layer, 1..L the layers' outputs, negative counts from the end; unset is the last layer). A pooling *key*
+names both: ``mean`` or ``mean@3`` (:func:`pooling_key`).
 
 Texts are sorted by token length so each batch pads little, and rows come back in input order. Models that differ
-only in pooling run one forward pass for all of them (:meth:`HFTransformersEncoder.encode_poolings`; the embed stage
-uses it for a catalog's pooling siblings, ``evalfarm.plan.share_forward_passes``).
+only in pooling and layer run one forward pass for all of them (:meth:`HFTransformersEncoder.encode_poolings`; the
+embed stage uses it for a catalog's pooling siblings, ``evalfarm.plan.share_forward_passes``).
 """
 
 from __future__ import annotations
@@ -25,7 +31,30 @@ from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
-Pooling = Literal["cls", "mean", "max", "first-last-avg"]
+Pooling = Literal["cls", "mean", "max", "first-last-avg", "last-2-avg"]
+POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "first-last-avg", "last-2-avg")
+_LAYERED = ("cls", "mean", "max")
+"""Poolings over one hidden state, which ``layer`` may choose; the two averages name their own layers."""
+
+
+def pooling_key(pooling: str, layer: int | None = None) -> str:
+    """``pooling`` or ``pooling@layer``: what :meth:`HFTransformersEncoder.encode_poolings` takes and returns."""
+    return pooling if layer is None else f"{pooling}@{layer}"
+
+
+def parse_pooling_key(key: str) -> tuple[str, int | None]:
+    """The inverse of :func:`pooling_key`, checked: an unknown pooling or a layer on an average is an error."""
+    pooling, _, layer = key.partition("@")
+    if pooling not in POOLINGS:
+        raise ValueError(f"unknown pooling {pooling!r} ({', '.join(POOLINGS)})")
+    if not layer:
+        return pooling, None
+    if pooling not in _LAYERED:
+        raise ValueError(f"pooling {pooling!r} names its own layers; 'layer' applies to {', '.join(_LAYERED)}")
+    try:
+        return pooling, int(layer)
+    except ValueError:
+        raise ValueError(f"pooling key {key!r}: the layer after '@' must be an integer") from None
 
 
 class HFTransformersEncoder:
@@ -38,6 +67,7 @@ class HFTransformersEncoder:
         ref: str,
         *,
         pooling: Pooling,
+        layer: int | None = None,
         revision: str | None = None,
         max_length: int = 128,
         batch_size: int = 64,
@@ -48,11 +78,12 @@ class HFTransformersEncoder:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        if pooling not in ("cls", "mean", "max", "first-last-avg"):
-            raise ValueError(f"unknown pooling {pooling!r} (cls, mean, max, first-last-avg)")
+        self.pooling_key = pooling_key(pooling, layer)
+        parse_pooling_key(self.pooling_key)
         self.device = device or pick_device()
         self.dtype = effective_dtype(dtype, self.device)
         self.pooling = pooling
+        self.layer = layer
         self.max_length = max_length
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
@@ -61,23 +92,26 @@ class HFTransformersEncoder:
         )
         self.model.eval().to(self.device)
         self.dim = int(self.model.config.hidden_size)
+        self.n_layers = int(self.model.config.num_hidden_layers)
+        if layer is not None and not -self.n_layers - 1 <= layer <= self.n_layers:
+            raise ValueError(f"layer {layer} is out of range: the model has hidden states 0..{self.n_layers}")
         self._torch = torch
         self.spec_id = ""
         self.provenance: dict = {}
 
     def __repr__(self) -> str:
-        return f"HFTransformersEncoder({self.model.name_or_path!r}, pooling={self.pooling!r}, device={self.device})"
+        name = self.model.name_or_path
+        return f"HFTransformersEncoder({name!r}, pooling={self.pooling_key!r}, device={self.device})"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
-        return self.encode_poolings(texts, (self.pooling,))[self.pooling]
+        return self.encode_poolings(texts, (self.pooling_key,))[self.pooling_key]
 
-    def encode_poolings(self, texts: Sequence[str], poolings: Sequence[Pooling]) -> dict[str, np.ndarray]:
-        """One forward pass over ``texts``, pooled every way in ``poolings``: ``{pooling: (n, dim) float32}``. Each
-        array equals what an encoder of that pooling returns for the same call (same batches, same token states)."""
+    def encode_poolings(self, texts: Sequence[str], poolings: Sequence[str]) -> dict[str, np.ndarray]:
+        """One forward pass over ``texts``, pooled every way in ``poolings`` (pooling keys: ``mean``, ``cls@3``):
+        ``{key: (n, dim) float32}``. Each array equals what an encoder of that pooling and layer returns for the same
+        call (same batches, same token states)."""
         torch = self._torch
-        for p in poolings:
-            if p not in ("cls", "mean", "max", "first-last-avg"):
-                raise ValueError(f"unknown pooling {p!r} (cls, mean, max, first-last-avg)")
+        parsed = {p: parse_pooling_key(p) for p in poolings}
         outs: dict[str, np.ndarray] = {p: np.zeros((len(texts), self.dim), dtype=np.float32) for p in poolings}
         if not len(texts):
             return outs
@@ -86,7 +120,7 @@ class HFTransformersEncoder:
         types = enc.get("token_type_ids")
         order = np.argsort([-len(x) for x in ids], kind="stable")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        want_hidden = "first-last-avg" in poolings
+        want_hidden = any(p in ("first-last-avg", "last-2-avg") or layer is not None for p, layer in parsed.values())
         with torch.inference_mode():
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
@@ -106,18 +140,23 @@ class HFTransformersEncoder:
                 tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
                 res = self.model(**tensors, output_hidden_states=want_hidden)
                 for name, out in outs.items():
-                    out[idx] = self._pool(res, tensors["attention_mask"], name).float().cpu().numpy()
+                    pooled = self._pool(res, tensors["attention_mask"], *parsed[name])
+                    out[idx] = pooled.float().cpu().numpy()
         return outs
 
-    def _pool(self, res, mask, pooling: str):  # -> torch.Tensor
+    def _pool(self, res, mask, pooling: str, layer: int | None):  # -> torch.Tensor
         torch = self._torch
-        if pooling == "cls":
-            return res.last_hidden_state[:, 0].float()
-        m = mask.unsqueeze(-1).to(torch.float32)
         if pooling == "first-last-avg":
             states = (res.hidden_states[1].float() + res.hidden_states[-1].float()) / 2.0
+        elif pooling == "last-2-avg":
+            states = (res.hidden_states[-2].float() + res.hidden_states[-1].float()) / 2.0
+        elif layer is not None:
+            states = res.hidden_states[layer].float()
         else:
             states = res.last_hidden_state.float()
+        if pooling == "cls":
+            return states[:, 0]
+        m = mask.unsqueeze(-1).to(torch.float32)
         if pooling == "max":
             return states.masked_fill(m == 0, torch.finfo(torch.float32).min).max(dim=1).values
         return (states * m).sum(dim=1) / m.sum(dim=1).clamp(min=1.0)
@@ -125,9 +164,15 @@ class HFTransformersEncoder:
 
 # -- the model kind -------------------------------------------------------------------------------------------------
 def check_spec(spec: ModelSpec) -> None:
-    """A transformers model chooses its pooling (a derived one may inherit its base's)."""
+    """A transformers model chooses its pooling (a derived one may inherit its base's); ``layer`` only with a
+    pooling over one hidden state."""
     if spec.pooling is None and spec.base is None:
-        raise ValueError(f"model {spec.id!r}: transformers needs 'pooling' (cls, mean, max, first-last-avg)")
+        raise ValueError(f"model {spec.id!r}: transformers needs 'pooling' ({', '.join(POOLINGS)})")
+    if spec.layer is not None and spec.pooling is not None and spec.pooling not in _LAYERED:
+        raise ValueError(
+            f"model {spec.id!r}: pooling {spec.pooling!r} names its own layers; 'layer' applies to "
+            f"{', '.join(_LAYERED)}"
+        )
 
 
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder, dict[str, Any]]:
@@ -136,25 +181,29 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder
     enc = HFTransformersEncoder(
         str(ctx.location),
         pooling=spec.pooling,
+        layer=spec.layer,
         revision=spec.revision if ctx.is_hub else None,
         max_length=spec.max_length,
         batch_size=spec.batch_size,
         dtype=spec.dtype,
         trust_remote_code=spec.trust_remote_code,
     )
-    return enc, {"pooling": spec.pooling, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
+    prov: dict[str, Any] = {"pooling": spec.pooling}
+    if spec.layer is not None:
+        prov["layer"] = spec.layer
+    return enc, {**prov, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
 
 
 KIND = ModelKind(
     name="transformers",
     description="A Hugging Face transformers checkpoint (AutoModel + AutoTokenizer) with an explicit pooling "
-    "(cls, mean, max, first-last-avg).",
+    "(cls, mean, max, first-last-avg, last-2-avg) and, for cls / mean / max, a layer choice.",
     levels=("sentence",),
     load=load_model,
     check=check_spec,
     libraries=("torch", "transformers", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "revision", "pooling", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    fields=("source", "revision", "pooling", "layer", "max_length", "batch_size", "dtype", "trust_remote_code"),
 )
 model_kinds.register(KIND)

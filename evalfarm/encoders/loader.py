@@ -37,6 +37,7 @@ __all__ = ["SentencePostProcessed", "library_versions", "load_encoder"]
 
 _OVERRIDABLE = (
     "pooling",
+    "layer",
     "batch_size",
     "max_length",
     "dtype",

