@@ -161,8 +161,15 @@ EnvOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--env",
-        help="KEY=VALUE for the job (repeatable); local EVALFARM_DATA / EVALFARM_CACHE are NOT forwarded, "
-        "pass them here to override the cluster's",
+        help="KEY=VALUE for the job (repeatable; EVALFARM_DATA=... sends another data folder than this machine's)",
+    ),
+]
+ForwardDataOpt = Annotated[
+    bool,
+    typer.Option(
+        "--forward-data/--no-forward-data",
+        help="send this machine's data folder (EVALFARM_DATA, --data, .evalfarm.toml) as the job's EVALFARM_DATA; "
+        "--no-forward-data: the job uses the cluster's own",
     ),
 ]
 PipOpt = Annotated[list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")]
@@ -210,8 +217,10 @@ def submit(
     wait: WaitOpt = True,
     dry_run: DryRunOpt = False,
     submission_id: SubmissionIdOpt = None,
+    forward_data: ForwardDataOpt = True,
 ) -> None:
-    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks)."""
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks). The plan
+    it prints says what the job gets (the data folder sent, every env var)."""
     from evalfarm.submit import SubmitError
 
     address = api.job_address(address)
@@ -228,6 +237,7 @@ def submit(
             entrypoint_num_cpus=entrypoint_num_cpus,
             entrypoint_num_gpus=entrypoint_num_gpus,
             out=out,
+            forward_data=forward_data,
         )
     except SubmitError as exc:
         fail(str(exc))
