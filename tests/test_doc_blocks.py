@@ -45,6 +45,8 @@ def test_directives_skip_only_the_lines_they_name(tmp_path) -> None:
     assert second.saved_file() == "my.yaml" and third.saved_file() is None
     assert third.commands() == [("ray job submit --address x \\\n  -- evalfarm run\n", None)]
     quoted = doc_runner.Block("x.md", 1, "bash", 'evalfarm sql "SELECT 1\n  FROM t"\nevalfarm sql x  # it\'s\n')
+    exact = doc_runner.Block("x.md", 1, "bash", "submit x\nsubmit x --dry-run\n", skip=["submit x$"], why="a head")
+    assert [why for _, why in exact.commands()] == ["a head", None]
     assert [c for c, _ in quoted.commands()] == ['evalfarm sql "SELECT 1\n  FROM t"\n', "evalfarm sql x  # it's\n"]
     bad = tmp_path / "bad.md"
     bad.write_text("<!-- docs-ci: {skip: [nothing here], why: x} -->\n```bash\nevalfarm sql x\n```\n")
@@ -64,7 +66,10 @@ def test_every_command_block_runs_as_written_in_order(tmp_path, data_dir) -> Non
     if shutil.which("make") is None:
         pytest.fail("make is needed: the Quick start starts with `make install`")
     repo, env = doc_runner.sandbox(tmp_path, data_dir)
-    outcome = doc_runner.run_all(repo, env)
+    try:
+        outcome = doc_runner.run_all(repo, env)
+    finally:
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
     print("seconds per block:", outcome.seconds)  # shown with -s, or on a failure below
     for where, line, why in outcome.not_run:
         warnings.warn(f"{where}: not run in CI ({why}): {line.strip()}", stacklevel=1)

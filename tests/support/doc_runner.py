@@ -6,11 +6,12 @@ What a document may say to the runner, in an HTML comment on the line right abov
     <!-- docs-ci: {skip: ["evalfarm run --address auto"], why: "needs a running Ray cluster"} -->
     <!-- docs-ci: {setup: design-kinds} -->
 
-``skip`` lists line prefixes (or ``all``) that CI does not run, ``why`` is required with it and is reported (a
-warning per line, never a silent skip); ``setup`` names a function of ``SETUPS`` that writes the files a reader
-supplies themselves (their own data file, their own vector table) before the block runs. A ```yaml or ```python block
-whose first line is ``# <path>`` is a file the reader saves: the runner writes it at that path before the next
-command block. The commands of ``SUITE`` (the test suite itself) are never run, and reported as such.
+``skip`` lists command prefixes (one ending in ``$``: the whole command; or ``all``) that CI does not run; ``why``
+is required with it and is reported (a warning per command, never a silent skip); ``setup`` names a function of
+``SETUPS`` that writes the files a reader supplies themselves (their own data file, their own vector table) before
+the block runs. A ```yaml or ```python block whose first line is ``# <path>`` is a file the reader saves: the runner
+writes it at that path before the next command block. The commands of ``SUITE`` (the test suite itself) are never
+run, and reported as such.
 
 What the runner changes, all of it through documented variables: ``EVALFARM_CATALOG_PATH`` puts a reduced
 ``tasks`` catalog first on the catalog search path (every task of catalog/tasks.yaml, its files cut to an even sample
@@ -27,6 +28,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -101,9 +103,16 @@ class Block:
         bare = command.split(" #")[0].strip()
         if bare in SUITE:
             return SUITE[bare]
-        if self.skip == ["all"] or any(command.strip().startswith(p) for p in self.skip):
+        if self.skip == ["all"] or any(_matches(p, command) for p in self.skip):
             return self.why
         return None
+
+
+def _matches(prefix: str, command: str) -> bool:
+    """A skip entry is a prefix of the command; one ending in ``$`` is the whole command (its comment aside)."""
+    if prefix.endswith("$"):
+        return command.split(" #")[0].strip() == prefix[:-1]
+    return command.strip().startswith(prefix)
 
 
 def _complete(text: str) -> bool:
@@ -127,7 +136,7 @@ def _apply_directive(block: Block, line_above: str) -> None:
     if block.skip and not block.why:
         raise ValueError(f"{block.where}: a docs-ci skip needs a 'why'")
     lines = [c.strip() for c in block.text.splitlines()]
-    unused = [p for p in block.skip if p != "all" and not any(c.startswith(p) for c in lines)]
+    unused = [p for p in block.skip if p != "all" and not any(_matches(p, c) for c in lines)]
     if unused:
         raise ValueError(f"{block.where}: docs-ci skips {unused}, which no line of the block starts with")
 
@@ -222,6 +231,9 @@ def sandbox(root: Path, data_src: Path) -> tuple[Path, dict[str, str]]:
         "PATH": "/usr/local/bin:/usr/bin:/bin",
         "EVALFARM_CATALOG_PATH": str(catalogs),  # the reduced zoo (see the module docstring)
         "RUN_ARGS": "--executor local",
+        # what the commands leave in the temp folder (submit --dry-run's job folder) goes with it: the caller removes
+        # it; short, since Ray's socket paths under it must fit in 107 bytes
+        "TMPDIR": tempfile.mkdtemp(prefix="efdoc-"),
         "COLUMNS": "120",
     }
     return repo, env
