@@ -61,7 +61,7 @@ def test_directives_skip_only_the_lines_they_name(tmp_path) -> None:
         doc_runner.REPO = saved
 
 
-@pytest.mark.slow  # every document's commands in fresh shells, on the reduced zoo (7.5 min wall on a busy 2-core box)
+@pytest.mark.slow  # every document's commands in fresh shells, on the reduced zoo (5.5-7.5 min wall, busy 2 cores)
 def test_every_command_block_runs_as_written_in_order(tmp_path, data_dir) -> None:
     if shutil.which("make") is None:
         pytest.fail("make is needed: the Quick start starts with `make install`")
