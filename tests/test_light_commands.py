@@ -74,3 +74,28 @@ def test_reading_commands_import_no_model_stack(warehouse, tmp_path, command) ->
     assert got["loaded"] == [], f"`evalfarm {command[0]}` imported {got['loaded']}"
     if command[0] == "report":
         assert (tmp_path / "report" / "index.html").is_file()
+
+
+@pytest.mark.slow  # an end-to-end run (in process, a toy model on two small tasks), then a no-op rerun
+def test_run_format_json_prints_the_summary_on_stdout(tmp_path, data_dir) -> None:
+    """`evalfarm run --format json` (issue 24): one JSON object on stdout, the human summary still on stderr."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    (tmp_path / "light.yaml").write_text(CATALOG, encoding="utf-8")
+    args = ["run", "--catalog", str(tmp_path / "light.yaml"), "--warehouse", str(tmp_path / "wh"), "--executor"]
+    args += ["local", "--format", "json"]
+    runner = CliRunner()
+    first = runner.invoke(app, args, env={"EVALFARM_DATA": str(data_dir)})
+    assert first.exit_code == 0, first.output
+    got = json.loads(first.stdout.strip().splitlines()[-1])
+    assert got["status"] == "ok" and got["counts"] == {"done": 2, "skipped": 0, "failed": 0}
+    assert {(u["model"], u["task"], u["status"]) for u in got["units"]} == {
+        ("toy", "wordsim-rg-65", "done"),
+        ("toy", "wordsim-mc-30", "done"),
+    }
+    assert all(u["summary"] and u["seconds"] >= 0 for u in got["units"]) and got["warehouse"] == str(tmp_path / "wh")
+    assert "2 done, 0 skipped, 0 failed" in first.stderr
+    again = json.loads(runner.invoke(app, args, env={"EVALFARM_DATA": str(data_dir)}).stdout.strip().splitlines()[-1])
+    assert again["counts"] == {"done": 0, "skipped": 2, "failed": 0} and again["run_id"] != got["run_id"]

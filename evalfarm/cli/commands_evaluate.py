@@ -3,6 +3,7 @@ as a Ray job): each a client of :mod:`evalfarm.api`."""
 
 from __future__ import annotations
 
+import json
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -63,6 +64,20 @@ AddressOpt = Annotated[
 WorkersOpt = Annotated[
     int | None, typer.Option(min=1, help="Ray worker actors (default: one per GPU, else one per CPU)")
 ]
+
+
+class RunFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+RunFormatOpt = Annotated[
+    RunFormat,
+    typer.Option(
+        "--format",
+        help="text: the summary on stderr only; json: also the summary as one JSON object on stdout (for scripts)",
+    ),
+]
 AttemptsOpt = Annotated[
     int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
 ]
@@ -92,6 +107,7 @@ def run(
     address: AddressOpt = None,
     workers: WorkersOpt = None,
     max_attempts: AttemptsOpt = 2,
+    output_format: RunFormatOpt = RunFormat.text,
 ) -> None:
     """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     if pools:
@@ -111,6 +127,8 @@ def run(
     run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
     summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local)
     print_summary(summary)
+    if output_format is RunFormat.json:
+        sys.stdout.write(json.dumps(summary.to_dict()) + "\n")
     if summary.failed:
         raise typer.Exit(1)
 
