@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evalfarm.cli.rendering import console
+from evalfarm.cli.rendering import Output, console
 
 if TYPE_CHECKING:
     from evalfarm.runner import RunEvent, RunSummary
@@ -78,7 +78,7 @@ class RunPrinter:
             console=console,
             transient=True,
             refresh_per_second=4,
-            disable=not console.is_terminal,
+            disable=not console.is_terminal or Output.quiet,
         )
         self.line = self.prog.add_task("planning")
         self.embed_bars: dict[str, Any] = {}
@@ -107,7 +107,7 @@ class RunPrinter:
             )
 
     def _beat_due(self) -> bool:
-        return not console.is_terminal and time.monotonic() - self.last_printed >= self.heartbeat
+        return not (console.is_terminal or Output.quiet) and time.monotonic() - self.last_printed >= self.heartbeat
 
     def _log(self, text: str) -> None:
         console.print(text, highlight=False, markup=False)
@@ -115,6 +115,8 @@ class RunPrinter:
 
     def on_event(self, e: RunEvent) -> None:
         text = event_line(e)
+        if Output.quiet and e.kind != "warning":
+            text = None  # --quiet: warnings only; the summary follows the run
         if text is not None:
             self.prog.console.print(text, highlight=False)
             self.last_printed = time.monotonic()
@@ -126,7 +128,7 @@ class RunPrinter:
         if e.kind == "worker-ready" and e.worker is not None:
             revived = e.worker.name in self.ready_once
             self.ready_once.add(e.worker.name)
-        if not console.is_terminal and (e.kind in ("unit", "worker-lost") or revived):
+        if not (console.is_terminal or Output.quiet) and (e.kind in ("unit", "worker-lost") or revived):
             self._log(self.last_progress)
         elif e.kind == "tick" and self._beat_due():  # the scheduler waits on its workers: say it is alive
             self._log(f"heartbeat · {self.last_progress}")
