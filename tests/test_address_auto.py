@@ -80,10 +80,8 @@ def test_one_answering_cluster_found_by_the_scan_is_used(state, listener):
 
 def test_none_or_several_fail_at_once_naming_what_was_found(state, listener):
     start = time.monotonic()
-    with pytest.raises(ConnectionError, match=r"no head recorded at .*ray/head .*found 0 GCS server\(s\)\. Pass"):
+    with pytest.raises(ConnectionError, match=r"no head recorded at .*ray/head .*finds 0 GCS server\(s\)\. Pass"):
         resolve_auto_address()
-    dead = _closed_port()
-    _record(dead)
     with socket.socket() as other:
         other.bind(("127.0.0.1", 0))
         other.listen()
@@ -92,7 +90,48 @@ def test_none_or_several_fail_at_once_naming_what_was_found(state, listener):
         with pytest.raises(ConnectionError) as err:
             resolve_auto_address()
     said = str(err.value)
-    assert f"records the head {dead}, which does not answer" in said
-    assert f"found 2 GCS server(s): {', '.join(sorted([listener, second]))}, 2 of them answering" in said
+    assert f"finds 2 GCS server(s): {', '.join(sorted([listener, second]))}, 2 of them answering" in said
     assert "--address HOST:PORT" in said and "start-head.sh" in said
     assert time.monotonic() - start < 15  # seconds, not Ray's minutes
+
+
+def test_a_recorded_head_that_does_not_answer_is_an_error_not_another_cluster(state, listener):
+    dead = _closed_port()
+    _record(dead)
+    state += [listener]  # one answering cluster elsewhere: evalfarm's head was meant, so it is not taken
+    with pytest.raises(ConnectionError) as err:
+        resolve_auto_address()
+    said = str(err.value)
+    assert f"records the head {dead}, which does not answer" in said and f"finds 1 GCS server(s): {listener}" in said
+
+
+@pytest.mark.slow  # a real head from cluster/local/start-head.sh, and `evalfarm run` on it (~1 min)
+def test_evalfarm_run_address_auto_finds_the_head_start_head_sh_recorded(tmp_path, data_dir) -> None:
+    import subprocess
+    import sys
+
+    from tests.support.ray_heads import start_head, stop_head
+    from tests.test_light_commands import CATALOG
+
+    (tmp_path / "light.yaml").write_text(CATALOG, encoding="utf-8")
+    head = start_head(tmp_path / "head")
+    try:
+        env = head.client_env(EVALFARM_RAY_DIR=str(head.ray_dir), EVALFARM_DATA=str(data_dir))
+        env.pop("RAY_ADDRESS", None)
+        args = [sys.executable, "-m", "evalfarm", "run", "--catalog", str(tmp_path / "light.yaml"), "--warehouse"]
+        args += [str(tmp_path / "wh"), "--address", "auto", "--workers", "1"]
+        proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr[-4000:]
+        assert "2 done, 0 skipped, 0 failed" in proc.stderr
+        record = (head.ray_dir / "head").read_text()
+    finally:
+        stop_head(head)
+    gone = tmp_path / "gone"  # the record of a head that died without stop.sh
+    gone.mkdir()
+    (gone / "head").write_text(record)
+    env["EVALFARM_RAY_DIR"] = str(gone)
+    start = time.monotonic()
+    args[args.index(str(tmp_path / "wh"))] = str(tmp_path / "wh2")  # units to run: it must connect
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert proc.returncode != 0 and f"records the head {head.gcs}, which does not answer" in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 60  # said in seconds, not after minutes of waiting

@@ -238,34 +238,36 @@ def _answers(address: str, timeout: float = 2.0) -> bool:
 
 def resolve_auto_address() -> str:
     """What ``--address auto`` connects to: ``RAY_ADDRESS`` when it names one (a submitted job's driver has it);
-    else the head evalfarm's own cluster/local/start-head.sh recorded, when its GCS answers; else the single Ray
-    cluster whose GCS Ray's process scan finds and that answers. None or several: a ``ConnectionError`` at once,
-    naming what was found -- Ray's own "auto" picks one of several, possibly another user's, and can wait minutes
-    on it."""
+    else the head evalfarm's own cluster/local/start-head.sh recorded, which must answer (a recorded head that does
+    not is an error, never a reason to take another cluster); else, with no record, the single Ray cluster whose GCS
+    Ray's process scan finds and that answers. Anything else is a ``ConnectionError`` at once, naming what was
+    found -- Ray's own "auto" picks one of several, possibly another user's, and can wait minutes on it."""
     env = os.environ.get("RAY_ADDRESS")
     if env and env != "auto":
         return env
+    from ray._private.services import find_gcs_addresses
+
     record = head_record_path()
+    scanned = sorted(find_gcs_addresses())
+    live = [a for a in scanned if _answers(a)]
+    found = f"Ray's process scan finds {len(scanned)} GCS server(s)" + (f": {', '.join(scanned)}" if scanned else "")
+    if scanned:
+        found += f", {len(live)} of them answering"
     if record.is_file():
         fields = dict(ln.split("=", 1) for ln in record.read_text(encoding="utf-8").splitlines() if "=" in ln)
         gcs = fields.get("gcs_address", "")
         if gcs and _answers(gcs):
             return gcs
-        seen = f"{record} records the head {gcs or '(no gcs_address)'}, which does not answer"
-    else:
-        seen = f"no head recorded at {record} (cluster/local/start-head.sh writes it)"
-    from ray._private.services import find_gcs_addresses
-
-    scanned = sorted(find_gcs_addresses())
-    live = [a for a in scanned if _answers(a)]
+        raise ConnectionError(
+            f"--address auto: {record} records the head {gcs or '(no gcs_address)'}, which does not answer "
+            f"(stopped? cluster/local/stop.sh clears the record); {found}. Start the head again, or pass "
+            "--address HOST:PORT"
+        )
     if len(live) == 1:
         return live[0]
-    found = f"Ray's process scan found {len(scanned)} GCS server(s)" + (f": {', '.join(scanned)}" if scanned else "")
-    if scanned:
-        found += f", {len(live)} of them answering"
     raise ConnectionError(
-        f"--address auto: {seen}; {found}. Pass --address HOST:PORT (or ray://HOST:10001), or start a head with "
-        "cluster/local/start-head.sh"
+        f"--address auto: no head recorded at {record} (cluster/local/start-head.sh writes it); {found}. Pass "
+        "--address HOST:PORT (or ray://HOST:10001), or start a head with cluster/local/start-head.sh"
     )
 
 
