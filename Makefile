@@ -15,7 +15,12 @@ CONSTRAINTS ?= constraints.txt
 
 .PHONY: install run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
-install: $(VENV)/.installed
+# `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
+# first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell.
+install: $(VENV)/.installed .evalfarm.toml
+
+.evalfarm.toml: | $(VENV)/.installed
+	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
 
 # torch comes through the constraints (torch==2.13.0: the local CPU wheel here). spaCy's md vectors declare a
 # Python they do not need, hence their own line (pinned in the constraints too).
@@ -28,7 +33,8 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	touch $@
 
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work
-# in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`).
+# in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`). CATALOG, WAREHOUSE and RUN_ARGS (more
+# `evalfarm run` options, e.g. RUN_ARGS=--executor local) are the README's documented variables.
 run: install
 	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
 	$(VENV)/bin/evalfarm run --catalog $(CATALOG) --warehouse $(WAREHOUSE) $(RUN_ARGS)

@@ -505,14 +505,18 @@ def plan_submission(
     entrypoint_num_cpus: float | None = None,
     entrypoint_num_gpus: float | None = None,
     out: PathOrStr | None = None,
+    forward_data: bool = True,
 ) -> SubmitPlan:
     """Validate a new model spec (a YAML of one model, a list, or a small catalog) against ``catalog`` locally and
     compute the Ray job that evaluates it into ``warehouse`` (a path every node sees): entrypoint, runtime_env,
     job folder (``out``, kept; else a temporary one). ``env``: variables for the job (a mapping or ``KEY=VALUE``
-    strings; local ``EVALFARM_DATA`` / ``EVALFARM_CACHE`` are not forwarded); ``runtime_env``: a mapping or a
+    strings); ``forward_data``: send this machine's data folder (the resolved ``data`` setting) as the job's
+    ``EVALFARM_DATA`` unless ``env`` sets one (the cache folder is never sent); ``runtime_env``: a mapping or a
     YAML/JSON file merged into the job's. Raises ``SubmitError``; nothing reaches the cluster."""
     from evalfarm.submit import load_runtime_env, parse_env
     from evalfarm.submit import plan_submission as plan
+
+    data = resolve_settings().data if forward_data else None
 
     extra: dict[str, Any] | None = None
     source = "runtime_env"
@@ -533,6 +537,7 @@ def plan_submission(
         entrypoint_num_cpus=entrypoint_num_cpus,
         entrypoint_num_gpus=entrypoint_num_gpus,
         out=out,
+        data=str(Path(data).resolve()) if data else None,
     )
 
 

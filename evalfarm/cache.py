@@ -81,9 +81,14 @@ def confined(base: Path, rel: str, *, what: str = "path") -> Path:
 
 
 def cache_dir() -> Path:
-    """The evalfarm cache folder: ``EVALFARM_CACHE`` or ``~/.cache/evalfarm``."""
+    """The evalfarm cache folder: ``EVALFARM_CACHE``, else the platform's user cache folder through platformdirs
+    (on Linux ``$XDG_CACHE_HOME/evalfarm``, default ``~/.cache/evalfarm``: the XDG rules, not a hand-written copy)."""
     env = os.environ.get("EVALFARM_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "evalfarm"
+    if env:
+        return Path(env).expanduser()
+    from platformdirs import user_cache_path
+
+    return user_cache_path("evalfarm", appauthor=False)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -3,9 +3,9 @@
 - :data:`WORKER_ENV`: what a worker actor on another node needs to do the driver's work: where the evaluation data
   and the cache live, and the modes (hub offline, plain-http opt-in). ``evalfarm run`` forwards the ones set in its
   environment to its workers (a job's own env vars already reach every task of the job: then nothing is sent again).
-- :data:`SUBMIT_ENV`: what ``evalfarm submit`` forwards from the submitting machine to the job: modes only. Local
-  paths (``EVALFARM_DATA``, ``EVALFARM_CACHE``) are paths on the submitter's machine and would override the
-  cluster's own settings; pass them on purpose with ``--env``.
+- :data:`SUBMIT_ENV`: the variables ``evalfarm submit`` forwards from the submitting machine's environment to the
+  job: modes only. The data folder is sent on its own terms (the resolved setting, by default, said in the plan:
+  evalfarm.submit); ``EVALFARM_CACHE`` is a path on the submitter's machine and is never sent.
 """
 
 from __future__ import annotations

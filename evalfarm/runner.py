@@ -87,6 +87,38 @@ class RunSummary:
     def ok(self) -> bool:
         return not self.failed and len(self.outcomes) == self.n_units
 
+    def to_dict(self) -> dict[str, Any]:
+        """The summary as plain JSON-able data (``evalfarm run --format json``): the run, its counts, each unit
+        (model, task, status, seconds, stage, error, primary numbers, degenerate / thin reasons), what needs a look."""
+        units = [
+            {
+                "model": o.model,
+                "task": o.task,
+                "status": str(o.status),
+                "seconds": round(o.seconds, 3),
+                "stage": None if o.stage is None else str(o.stage),
+                "error": o.error,
+                "summary": dict(getattr(o, "summary", {}) or {}),
+                "degenerate": getattr(o, "degenerate", None),
+                "thin": getattr(o, "thin", None),
+            }
+            for o in self.outcomes
+        ]
+        return {
+            "run_id": self.run_id,
+            "warehouse": str(self.warehouse),
+            "status": self.status,
+            "seconds": round(self.seconds, 3),
+            "executor": self.executor,
+            "workers": self.workers,
+            "counts": self.counts(),
+            "units": units,
+            "warnings": list(self.warnings),
+            "not_evaluated": list(self.not_evaluated),
+            "quarantined": len(self.quarantined),
+            "recorded": self.recorded,
+        }
+
     def counts(self) -> dict[str, int]:
         c = {"done": 0, "skipped": 0, "failed": 0}
         for o in self.outcomes:

@@ -6,8 +6,10 @@ so nothing depends on the head node's ``catalog/`` folder or on the evalfarm ver
 same zoo. The entrypoint is a plain ``evalfarm run`` command, so what the cluster runs is what a user could run
 by hand (``ray job submit --working-dir DIR -- evalfarm run --catalog ... --models ...``).
 
-What the job sees of the submitting machine is explicit: its own paths (``EVALFARM_DATA``, ``EVALFARM_CACHE``) are
-not forwarded, because they would override the cluster's; ``--env KEY=VALUE`` passes what the job should get, and
+What the job sees of the submitting machine is explicit and printed: the data folder this machine resolved (its
+``EVALFARM_DATA``, ``--data`` or ``.evalfarm.toml``) is sent as the job's ``EVALFARM_DATA`` by default, since a job
+without one cannot read its tasks (``--no-forward-data`` leaves the cluster's own; ``--env EVALFARM_DATA=...`` sends
+another); the cache folder is never sent; ``--env KEY=VALUE`` passes what else the job should get, and
 ``--runtime-env FILE`` adds any Ray runtime_env (pip, uv, conda, a container image). Models that run remote code
 (``trust_remote_code``) are submitted only with an explicit confirmation (``--trust-remote-code``).
 
@@ -46,6 +48,7 @@ from evalfarm.catalog.specs import ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.plugins import task_spec_adapter as _task_adapter
 
+DATA_ENV = "EVALFARM_DATA"
 FORWARDED_ENV = SUBMIT_ENV  # modes only, never a path (see evalfarm.environment)
 
 DEFAULT_ADDRESS = "http://127.0.0.1:8265"
@@ -90,6 +93,7 @@ class SubmitPlan:
     entrypoint_num_cpus: float | None = None
     entrypoint_num_gpus: float | None = None
     inline_catalog: bool = False  # the catalog is in the env (SUBMIT_CATALOG_ENV), there is no working_dir
+    forwarded_data: str | None = None  # this machine's data folder, sent as the job's EVALFARM_DATA (None: not sent)
     keep_workdir: bool = False  # the folder is the user's (--out): ``cleanup()`` leaves it
 
     def cleanup(self) -> None:
@@ -427,8 +431,12 @@ def plan_submission(
     entrypoint_num_gpus: float | None = None,
     out: str | os.PathLike[str] | None = None,
     inline_catalog: bool | None = None,
+    data: str | None = None,
 ) -> SubmitPlan:
     """Validate the spec against the base catalog and compute the job: entrypoint, runtime_env, metadata.
+
+    ``data``: this machine's data folder, sent as the job's ``EVALFARM_DATA`` unless ``env`` or the runtime_env
+    sets one (None or empty: nothing sent; the job uses the cluster's). The plan records what it sent.
 
     ``runtime_env``: a Ray runtime_env merged into the job's (see :func:`merge_runtime_env`); ``trust_remote_code``:
     the submitter's confirmation that remote code may run (:func:`submit_plan` refuses models that need it
@@ -455,7 +463,15 @@ def plan_submission(
         run_cmd = build_entrypoint(catalog_file.name, model_ids, wh, options)
         entrypoint = inline_entrypoint(catalog_file.name, run_cmd) if inline else run_cmd
         job_env = _job_runtime_env(
-            workdir if not inline else None, catalog_file.name, catalog_text, spec_path, catalog, user_env, pip, env
+            workdir if not inline else None,
+            catalog_file.name,
+            catalog_text,
+            spec_path,
+            catalog,
+            user_env,
+            pip,
+            env,
+            data or None,
         )
         validate_runtime_env(job_env, runtime_env_source)
         review.warnings += _data_source_warnings(merged, model_ids, job_env)
@@ -486,6 +502,7 @@ def plan_submission(
         entrypoint_num_cpus=entrypoint_num_cpus,
         entrypoint_num_gpus=entrypoint_num_gpus,
         inline_catalog=inline,
+        forwarded_data=data if data and job_env["env_vars"].get(DATA_ENV) == data else None,
         keep_workdir=out is not None,
     )
 
@@ -551,12 +568,14 @@ def _job_runtime_env(
     user_env: dict[str, Any],
     pip: list[str] | None,
     env: dict[str, str] | None,
+    data: str | None = None,
 ) -> dict[str, Any]:
     """The job's runtime_env: the working_dir (``None``: the catalog travels inline, in :data:`SUBMIT_CATALOG_ENV`),
-    the forwarded modes, the user's runtime_env / ``--pip`` / ``--env``, then evalfarm's own plumbing variables."""
+    the forwarded modes and data folder, the user's runtime_env / ``--pip`` / ``--env`` (which win), then evalfarm's
+    own plumbing variables."""
     from evalfarm.provenance import CATALOG_AS_GIVEN_ENV
 
-    built_env = forwarded(SUBMIT_ENV)
+    built_env = forwarded(SUBMIT_ENV) | ({DATA_ENV: data} if data else {})
     built: dict[str, Any] = {} if workdir is None else {"working_dir": str(workdir)}
     if built_env:
         built["env_vars"] = built_env
@@ -657,7 +676,9 @@ def render_plan(plan: SubmitPlan, address: str | None = None) -> str:
     else:
         lines.append(f"  working_dir  {plan.workdir} ({plan.catalog_file.name}, uploaded with the job)")
     for k, v in _shown_env(plan).items():
-        lines.append(f"  env          {k}={v}")
+        sent = k == DATA_ENV and plan.forwarded_data is not None
+        why = "  (this machine's data folder; --no-forward-data: the cluster's own)" if sent else ""
+        lines.append(f"  env          {k}={v}{why}")
     for k, v in plan.runtime_env.items():
         if k not in ("working_dir", "env_vars"):
             lines.append(f"  {k:<12} {json.dumps(v) if not isinstance(v, str) else v}")

@@ -285,6 +285,8 @@ def test_plan_runtime_env_and_entrypoint(spec, tmp_path, monkeypatch):
 
 
 def test_no_local_data_path_is_forwarded_but_the_data_source_is_explained(tmp_path, monkeypatch):
+    """Without a data folder to send (data=None: --no-forward-data, or none set), the environment's paths stay
+    home: the cache never travels, and the plan says the job uses the cluster's EVALFARM_DATA."""
     monkeypatch.setenv("EVALFARM_DATA", "/only/on/my/laptop")
     monkeypatch.setenv("EVALFARM_CACHE", "/only/on/my/laptop/cache")
     spec = tmp_path / "toy.yaml"
@@ -294,8 +296,38 @@ def test_no_local_data_path_is_forwarded_but_the_data_source_is_explained(tmp_pa
         assert not {"EVALFARM_DATA", "EVALFARM_CACHE"} & set(plan.runtime_env["env_vars"])
         assert "/only/on/my/laptop" not in str(plan.runtime_env) + raw_command(plan, "http://h:8265")
         assert any("the job uses the cluster's EVALFARM_DATA" in w for w in plan.warnings)
+        assert plan.forwarded_data is None
     finally:
         plan.cleanup()
+
+
+def test_the_data_folder_is_sent_by_default_and_the_plan_says_so(tmp_path, monkeypatch):
+    """Issue 24: a job without a data folder cannot read its tasks, so api.plan_submission sends the resolved data
+    setting (here from .evalfarm.toml) as the job's EVALFARM_DATA and the plan prints it as sent; --env wins over
+    it, --no-forward-data sends none; the cache is never sent."""
+    from evalfarm import api
+    from evalfarm.submit import render_plan
+
+    monkeypatch.delenv("EVALFARM_DATA", raising=False)
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("EVALFARM_CONFIG", str(tmp_path / "evalfarm.toml"))
+    (tmp_path / "evalfarm.toml").write_text(f'data = "{tmp_path / "data"}"\n')
+    spec = tmp_path / "toy.yaml"
+    spec.write_text(CLUSTER_MODELS)
+    plan = api.plan_submission(spec, warehouse="/w")
+    try:
+        assert plan.runtime_env["env_vars"]["EVALFARM_DATA"] == str(tmp_path / "data") == plan.forwarded_data
+        assert "EVALFARM_CACHE" not in plan.runtime_env["env_vars"]
+        assert f"env          EVALFARM_DATA={tmp_path / 'data'}  (this machine's data folder" in render_plan(plan)
+        assert not any("the job uses the cluster's EVALFARM_DATA" in w for w in plan.warnings)
+    finally:
+        plan.cleanup()
+    plan = api.plan_submission(spec, warehouse="/w", env={"EVALFARM_DATA": "/mnt/data"})
+    plan.cleanup()
+    assert plan.runtime_env["env_vars"]["EVALFARM_DATA"] == "/mnt/data" and plan.forwarded_data is None
+    plan = api.plan_submission(spec, warehouse="/w", forward_data=False)
+    plan.cleanup()
+    assert "EVALFARM_DATA" not in plan.runtime_env["env_vars"] and plan.forwarded_data is None
 
 
 def test_runtime_env_file_is_merged_and_checked_by_ray(spec, tmp_path):

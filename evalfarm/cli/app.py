@@ -14,7 +14,7 @@ from typing import Annotated, Any, NoReturn
 import typer
 
 from evalfarm import api
-from evalfarm.cli.rendering import console
+from evalfarm.cli.rendering import configure_output, console
 from evalfarm.config import DEFAULT, Settings
 
 HELP: dict[str, Any] = {
@@ -95,6 +95,12 @@ def _main(
             "--version", "-V", callback=_version_callback, is_eager=True, help="print evalfarm's version and exit"
         ),
     ] = False,
+    quiet: Annotated[
+        bool, typer.Option("--quiet", "-q", help="print only warnings, errors and a run's summary (no unit lines)")
+    ] = False,
+    verbose: Annotated[
+        int, typer.Option("--verbose", "-v", count=True, help="log evalfarm's steps (logging INFO; -vv: DEBUG)")
+    ] = 0,
 ) -> None:
     """Distributed batch evaluation of word and sentence embedding models (EvalRank and more).
 
@@ -102,6 +108,7 @@ def _main(
     EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG, supply the data folder and the default --warehouse and
     --catalog.
     """
+    configure_output(quiet=quiet, verbose=verbose)
     if ctx.invoked_subcommand == "config":  # `config set` must work even to repair a broken file
         return
     try:

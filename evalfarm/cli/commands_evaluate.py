@@ -3,6 +3,7 @@ as a Ray job): each a client of :mod:`evalfarm.api`."""
 
 from __future__ import annotations
 
+import json
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -63,6 +64,20 @@ AddressOpt = Annotated[
 WorkersOpt = Annotated[
     int | None, typer.Option(min=1, help="Ray worker actors (default: one per GPU, else one per CPU)")
 ]
+
+
+class RunFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+RunFormatOpt = Annotated[
+    RunFormat,
+    typer.Option(
+        "--format",
+        help="text: the summary on stderr only; json: also the summary as one JSON object on stdout (for scripts)",
+    ),
+]
 AttemptsOpt = Annotated[
     int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
 ]
@@ -92,6 +107,7 @@ def run(
     address: AddressOpt = None,
     workers: WorkersOpt = None,
     max_attempts: AttemptsOpt = 2,
+    output_format: RunFormatOpt = RunFormat.text,
 ) -> None:
     """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
     if pools:
@@ -111,6 +127,8 @@ def run(
     run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
     summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local)
     print_summary(summary)
+    if output_format is RunFormat.json:
+        sys.stdout.write(json.dumps(summary.to_dict()) + "\n")
     if summary.failed:
         raise typer.Exit(1)
 
@@ -161,8 +179,15 @@ EnvOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--env",
-        help="KEY=VALUE for the job (repeatable); local EVALFARM_DATA / EVALFARM_CACHE are NOT forwarded, "
-        "pass them here to override the cluster's",
+        help="KEY=VALUE for the job (repeatable; EVALFARM_DATA=... sends another data folder than this machine's)",
+    ),
+]
+ForwardDataOpt = Annotated[
+    bool,
+    typer.Option(
+        "--forward-data/--no-forward-data",
+        help="send this machine's data folder (EVALFARM_DATA, --data, .evalfarm.toml) as the job's EVALFARM_DATA; "
+        "--no-forward-data: the job uses the cluster's own",
     ),
 ]
 PipOpt = Annotated[list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")]
@@ -210,8 +235,10 @@ def submit(
     wait: WaitOpt = True,
     dry_run: DryRunOpt = False,
     submission_id: SubmissionIdOpt = None,
+    forward_data: ForwardDataOpt = True,
 ) -> None:
-    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks)."""
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks). The plan
+    it prints says what the job gets (the data folder sent, every env var)."""
     from evalfarm.submit import SubmitError
 
     address = api.job_address(address)
@@ -228,6 +255,7 @@ def submit(
             entrypoint_num_cpus=entrypoint_num_cpus,
             entrypoint_num_gpus=entrypoint_num_gpus,
             out=out,
+            forward_data=forward_data,
         )
     except SubmitError as exc:
         fail(str(exc))

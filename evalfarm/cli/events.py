@@ -2,18 +2,21 @@
 lost workers and warnings as they happen, a progress line in a terminal, then the run's summary.
 
 A terminal gets a transient progress line (and embedding bars for the in-process executor); a log gets the same
-progress line printed after each unit and whenever the workers change, so a log of a long run shows where it is.
+progress line printed after each unit and whenever the workers change, so a log of a long run shows where it is,
+and a heartbeat at a steady interval (:data:`HEARTBEAT_S`) while nothing else is printed: the model and task being
+embedded with its texts so far and texts/s (the in-process executor), or the progress line with the time elapsed.
 """
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from evalfarm.cli.rendering import console
+from evalfarm.cli.rendering import Output, console
 
 if TYPE_CHECKING:
     from evalfarm.runner import RunEvent, RunSummary
@@ -57,17 +60,25 @@ def event_line(e: RunEvent) -> str | None:
     return None
 
 
+HEARTBEAT_S = 30.0
+"""Seconds without a line in a log after which the run prints where it is (a terminal has its live line)."""
+
+
 class RunPrinter:
     """The ``on_event`` and ``progress`` callbacks of a run, printing as the run goes; a context manager around
     the run (the live progress line)."""
 
-    def __init__(self) -> None:
+    def __init__(self, heartbeat: float = HEARTBEAT_S) -> None:
+        self.heartbeat = heartbeat
+        self.last_printed = time.monotonic()  # when a log last got a line
+        self.last_progress = "planning"  # the progress line of the last event
+        self.embedding: dict[str, list[float]] = {}  # label -> [started, texts done, total]
         self.prog = Progress(
             TextColumn("{task.description}"),
             console=console,
             transient=True,
             refresh_per_second=4,
-            disable=not console.is_terminal,
+            disable=not console.is_terminal or Output.quiet,
         )
         self.line = self.prog.add_task("planning")
         self.embed_bars: dict[str, Any] = {}
@@ -81,24 +92,46 @@ class RunPrinter:
         self.prog.__exit__(kind, exc, tb)
 
     def on_progress(self, label: str, advance: int, total: int) -> None:
-        """The in-process executor's embedding progress: one bar per model and task."""
+        """The in-process executor's embedding progress: one bar per model and task; in a log, a heartbeat."""
         if label not in self.embed_bars:
             self.embed_bars[label] = self.prog.add_task(f"  embed {label}", total=total)
+            self.embedding[label] = [time.monotonic(), 0.0, float(total)]
         self.prog.advance(self.embed_bars[label], advance)
+        state = self.embedding[label]
+        state[1] += advance
+        if self._beat_due():
+            took = max(time.monotonic() - state[0], 1e-9)
+            self._log(
+                f"heartbeat · embedding {label}: {state[1]:.0f}/{state[2]:.0f} texts, {state[1] / took:.0f} texts/s"
+                f" · {self.last_progress}"
+            )
+
+    def _beat_due(self) -> bool:
+        return not (console.is_terminal or Output.quiet) and time.monotonic() - self.last_printed >= self.heartbeat
+
+    def _log(self, text: str) -> None:
+        console.print(text, highlight=False, markup=False)
+        self.last_printed = time.monotonic()
 
     def on_event(self, e: RunEvent) -> None:
         text = event_line(e)
+        if Output.quiet and e.kind != "warning":
+            text = None  # --quiet: warnings only; the summary follows the run
         if text is not None:
             self.prog.console.print(text, highlight=False)
-        self.prog.update(self.line, description=e.progress.line())
+            self.last_printed = time.monotonic()
+        self.last_progress = e.progress.line()
+        self.prog.update(self.line, description=self.last_progress)
         # without a live line (a log), the line is printed after each unit and whenever the workers change after a
         # loss: lost (alive / restarting), then back (restarted)
         revived = False
         if e.kind == "worker-ready" and e.worker is not None:
             revived = e.worker.name in self.ready_once
             self.ready_once.add(e.worker.name)
-        if not console.is_terminal and (e.kind in ("unit", "worker-lost") or revived):
-            console.print(e.progress.line(), highlight=False)
+        if not (console.is_terminal or Output.quiet) and (e.kind in ("unit", "worker-lost") or revived):
+            self._log(self.last_progress)
+        elif e.kind == "tick" and self._beat_due():  # the scheduler waits on its workers: say it is alive
+            self._log(f"heartbeat · {self.last_progress}")
 
 
 def print_warnings(warnings: list[str]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import os
 import shutil
 import sys
@@ -37,6 +38,40 @@ def _stdout_width() -> int:
 
 
 out = Console(width=_stdout_width())
+
+
+class Output:
+    """How much the commands say on stderr: ``quiet`` leaves out the per-unit lines, progress and heartbeats
+    (warnings, errors and a run's summary stay)."""
+
+    quiet = False
+
+
+class _StderrHandler(logging.StreamHandler):
+    """A handler writing to whatever ``sys.stderr`` is when a record is emitted (not the stream at creation)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+def configure_output(*, quiet: bool = False, verbose: int = 0) -> None:
+    """``--quiet`` / ``--verbose``: the live output's level and the standard ``logging`` of the ``evalfarm``
+    loggers, to stderr: ERROR with --quiet, INFO with -v, DEBUG with -vv; without either, logging is left as
+    Python sets it (warnings to stderr)."""
+    Output.quiet = quiet
+    if not quiet and not verbose:
+        return
+    logger = logging.getLogger("evalfarm")
+    logger.setLevel(logging.ERROR if quiet else logging.DEBUG if verbose >= 2 else logging.INFO)
+    if not any(isinstance(h, _StderrHandler) for h in logger.handlers):
+        handler = _StderrHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
 
 
 class Format(StrEnum):

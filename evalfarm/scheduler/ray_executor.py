@@ -23,8 +23,10 @@ import math
 import os
 import platform
 import re
+import socket
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypedDict
 
 from evalfarm.environment import WORKER_ENV, forwarded
@@ -213,8 +215,71 @@ def _alive(pid: int) -> bool:
     return True
 
 
+HEAD_DIR_ENV = "EVALFARM_RAY_DIR"
+"""The folder where cluster/local/start-head.sh records its head (``head``), token and client settings."""
+
+
+def head_record_path() -> Path:
+    """The record cluster/local/start-head.sh writes: ``$EVALFARM_RAY_DIR/head``, else under ``XDG_STATE_HOME``
+    (``~/.local/state``) ``/evalfarm/ray/head``, as the script computes it."""
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    return Path(os.environ.get(HEAD_DIR_ENV) or os.path.join(state, "evalfarm", "ray")) / "head"
+
+
+def _answers(address: str, timeout: float = 2.0) -> bool:
+    """Whether something accepts a TCP connection at ``host:port`` within ``timeout`` seconds."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host, int(port)), timeout=timeout):
+            return True
+    except (OSError, ValueError):
+        return False
+
+
+def resolve_auto_address() -> str:
+    """What ``--address auto`` connects to: ``RAY_ADDRESS`` when it names one (a submitted job's driver has it);
+    else the head evalfarm's own cluster/local/start-head.sh recorded, which must answer (a recorded head that does
+    not is an error, never a reason to take another cluster); else, with no record, the single Ray cluster whose GCS
+    Ray's process scan finds and that answers. Anything else is a ``ConnectionError`` at once, naming what was
+    found -- Ray's own "auto" picks one of several, possibly another user's, and can wait minutes on it."""
+    env = os.environ.get("RAY_ADDRESS")
+    if env and env != "auto":
+        return env
+    from ray._private.services import find_gcs_addresses
+
+    record = head_record_path()
+    scanned = sorted(find_gcs_addresses())
+    live = [a for a in scanned if _answers(a)]
+    found = f"Ray's process scan finds {len(scanned)} GCS server(s)" + (f": {', '.join(scanned)}" if scanned else "")
+    if scanned:
+        found += f", {len(live)} of them answering"
+    if record.is_file():
+        fields = dict(ln.split("=", 1) for ln in record.read_text(encoding="utf-8").splitlines() if "=" in ln)
+        gcs = fields.get("gcs_address", "")
+        if gcs and _answers(gcs):
+            return gcs
+        raise ConnectionError(
+            f"--address auto: {record} records the head {gcs or '(no gcs_address)'}, which does not answer "
+            f"(stopped? cluster/local/stop.sh clears the record); {found}. Start the head again, or pass "
+            "--address HOST:PORT"
+        )
+    if len(live) == 1:
+        return live[0]
+    raise ConnectionError(
+        f"--address auto: no head recorded at {record} (cluster/local/start-head.sh writes it); {found}. Pass "
+        "--address HOST:PORT (or ray://HOST:10001), or start a head with cluster/local/start-head.sh"
+    )
+
+
+def _target_address(address: str | None) -> str | None:
+    """``address``, else ``RAY_ADDRESS``; ``auto`` resolved here (None: start a local Ray)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    return resolve_auto_address() if address == "auto" else address
+
+
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
+    ``auto`` is :func:`resolve_auto_address`'s choice (evalfarm's recorded head first; fails fast when unsure).
 
     Returns True when this call started or connected Ray (and the caller should shut it down). An already
     initialised Ray (a notebook, a test fixture) is used as is.
@@ -238,7 +303,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
 
     if ray.is_initialized():
         return False
-    address = address or os.environ.get("RAY_ADDRESS") or None
+    address = _target_address(address)
     common: _InitOptions = {"include_dashboard": False, "log_to_driver": False, "logging_level": logging.WARNING}
     if address is None:
         import atexit
