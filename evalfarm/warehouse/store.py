@@ -9,7 +9,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import urllib.parse
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -47,13 +49,33 @@ def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, s
     if "://" not in text:
         return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
     try:
-        fs, path = pafs.FileSystem.from_uri(text)
+        fs, path = pafs.FileSystem.from_uri(with_endpoint(text))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise ValueError(
             f"cannot open warehouse {text!r}: {exc}. Use a local path or a pyarrow filesystem URI "
             "(file:///abs/path, s3://bucket/prefix, gs://bucket/prefix) with credentials in the environment"
         ) from exc
     return fs, path.rstrip("/")
+
+
+ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+"""Where an ``s3://`` warehouse or data folder lives when it is not AWS (MinIO, Ceph, a local test server): the
+standard AWS SDK variables, the S3-specific one first. A URI's own ``?endpoint_override=`` wins."""
+
+
+def with_endpoint(uri: str, environ: Mapping[str, str] | None = None) -> str:
+    """``uri`` with ``endpoint_override`` / ``scheme`` options from ``AWS_ENDPOINT_URL(_S3)`` for an ``s3://`` URI
+    that names no endpoint itself. pyarrow's S3 client reads the variable for object requests but not for bucket
+    requests (a bucket check then goes to amazonaws.com), so evalfarm passes it explicitly."""
+    env = os.environ if environ is None else environ
+    if not uri.startswith("s3://") or "endpoint_override=" in uri:
+        return uri
+    endpoint = next((env[v] for v in ENDPOINT_VARS if env.get(v)), None)
+    if endpoint is None:
+        return uri
+    scheme, _, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
+    options = urllib.parse.urlencode({"endpoint_override": host.rstrip("/"), "scheme": scheme})
+    return f"{uri}{'&' if '?' in uri else '?'}{options}"
 
 
 def _is_local(fs: pafs.FileSystem) -> bool:
@@ -321,9 +343,11 @@ class Warehouse:
         exists: only files under the warehouse root (a local directory, or the ``s3://`` / ``gs://`` prefix)
         can be opened, external access and extension installs are off, and the configuration is locked so a
         query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
-        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse needs
-        DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
-        environment variables. ``memory_limit``: DuckDB's memory cap (``"4GB"``; None: DuckDB's default).
+        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse is read
+        through this warehouse's own pyarrow filesystem, registered with DuckDB and confined to the prefix
+        (``prefix_filesystem``: no extension to install), with credentials and endpoint from the usual AWS_* / GCS
+        environment variables (``AWS_ENDPOINT_URL`` for a store that is not AWS). ``memory_limit``: DuckDB's
+        memory cap (``"4GB"``; None: DuckDB's default).
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
@@ -359,7 +383,7 @@ class Warehouse:
         return open_connection(
             self.duckdb_root,
             read_only=read_only,
-            remote=None if self.local else str(self.uri),
+            remote=None if self.local else self.fs,
             files=listed,
             duck_path=self._duck_path,
             memory_limit=memory_limit,
