@@ -300,3 +300,32 @@ def test_object_store_request_counts_per_unit(s3, filled):
     writes = req.get("PutObject", 0) + req.get("CompleteMultipartUpload", 0)
     assert 10 <= writes <= 80, req
     assert req.get("ListObjects", 0) <= 600 and req.get("HeadObject", 0) <= 1500, req
+
+
+@pytest.mark.slow
+def test_the_data_folder_may_be_an_object_store_uri(s3, s3_env, data_dir, tmp_path, filled):
+    """``EVALFARM_DATA=s3://…``: each task file is copied from the bucket into the node's cache, checksummed, so
+    nodes need no shared disk for the data either; the results equal those of the run over the local folder."""
+    from evalfarm.catalog.registry import load_catalog
+
+    cat = _catalog(tmp_path, data_dir)
+    catalog = load_catalog(cat)
+    tasks = [catalog.tasks[t] for t in catalog.default_tasks]
+    fs = pafs.FileSystem.from_uri(with_endpoint("s3://evalfarm/data", s3.env))[0]
+    for task in tasks:
+        for rel in task.files.values():
+            with fs.open_output_stream(f"evalfarm/data/{rel}") as out:
+                out.write((data_dir / rel).read_bytes())
+    env = {**s3_env, "EVALFARM_DATA": "s3://evalfarm/data", "EVALFARM_CACHE": str(tmp_path / "cache")}
+    proc = _cli(env, "run", "--catalog", str(cat), "--warehouse", "s3://evalfarm/from-store", "--executor", "local")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert any((tmp_path / "cache" / "data").rglob("*"))  # the copies, in the cache
+    sql = "SELECT model, task, variant, metric, value FROM metrics ORDER BY ALL"
+    assert Warehouse("s3://evalfarm/from-store").query(sql) == Warehouse(filled["uri"]).query(sql)
+    # a file whose bytes differ from the catalog's checksum is refused, not used
+    rel = next(iter(tasks[0].files.values()))
+    with fs.open_output_stream(f"evalfarm/data/{rel}") as out:
+        out.write(b"tampered\n")
+    env["EVALFARM_CACHE"] = str(tmp_path / "cache2")
+    proc = _cli(env, "run", "--catalog", str(cat), "--warehouse", "s3://evalfarm/tampered", "--executor", "local")
+    assert "sha256" in proc.stdout + proc.stderr

@@ -9,9 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import urllib.parse
 import uuid
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -24,6 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
+from evalfarm.cache import with_endpoint
 from evalfarm.warehouse.query import (
     QueryLimits,
     check_read_only,
@@ -56,26 +55,6 @@ def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, s
             "(file:///abs/path, s3://bucket/prefix, gs://bucket/prefix) with credentials in the environment"
         ) from exc
     return fs, path.rstrip("/")
-
-
-ENDPOINT_VARS = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-"""Where an ``s3://`` warehouse or data folder lives when it is not AWS (MinIO, Ceph, a local test server): the
-standard AWS SDK variables, the S3-specific one first. A URI's own ``?endpoint_override=`` wins."""
-
-
-def with_endpoint(uri: str, environ: Mapping[str, str] | None = None) -> str:
-    """``uri`` with ``endpoint_override`` / ``scheme`` options from ``AWS_ENDPOINT_URL(_S3)`` for an ``s3://`` URI
-    that names no endpoint itself. pyarrow's S3 client reads the variable for object requests but not for bucket
-    requests (a bucket check then goes to amazonaws.com), so evalfarm passes it explicitly."""
-    env = os.environ if environ is None else environ
-    if not uri.startswith("s3://") or "endpoint_override=" in uri:
-        return uri
-    endpoint = next((env[v] for v in ENDPOINT_VARS if env.get(v)), None)
-    if endpoint is None:
-        return uri
-    scheme, _, host = endpoint.partition("://") if "://" in endpoint else ("https", "", endpoint)
-    options = urllib.parse.urlencode({"endpoint_override": host.rstrip("/"), "scheme": scheme})
-    return f"{uri}{'&' if '?' in uri else '?'}{options}"
 
 
 def _is_local(fs: pafs.FileSystem) -> bool:
