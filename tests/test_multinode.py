@@ -4,9 +4,9 @@ The head is ``cluster/local/start-head.sh`` (token authentication, every server 
 node is ``ray start --address <head>`` with its own temp folder, ports and 1 CPU, joined with the head's token.
 The run asks for two workers: one fits the head, the other waits until the second node joins mid-run and then
 takes work. That node is then killed (``SIGKILL`` of its whole process session) while its worker runs a unit; the
-run retries the unit on the head and completes. The warehouse is ``s3://…`` on the local S3 server
-(tests/support/s3_server.py), so no worker reads or writes the driver's disk; the task data is the evaluation
-data folder every node of this machine sees.
+run retries the unit on the head and completes. The warehouse and the task data are ``s3://…`` on the local S3
+server (tests/support/s3_server.py), each node with a cache folder of its own: no worker reads or writes the
+driver's disk (the word-vector file of the models is still a local path, as a model in an image would be).
 """
 
 from __future__ import annotations
@@ -118,6 +118,22 @@ def _rows(uri: str, sql: str) -> list[dict]:
     return Warehouse(uri).query(sql).to_pylist()
 
 
+def _upload_task_data(cat: Path, data_dir: Path) -> str:
+    """Every task file of the catalog, from the local data folder to ``s3://cluster/data``; returns that URI."""
+    import pyarrow.fs as pafs
+
+    from evalfarm.cache import with_endpoint
+    from evalfarm.catalog.registry import load_catalog
+
+    catalog = load_catalog(cat)
+    fs = pafs.FileSystem.from_uri(with_endpoint("s3://cluster/data"))[0]
+    for task in (catalog.tasks[t] for t in catalog.default_tasks):
+        for rel in task.files.values():
+            with fs.open_output_stream(f"cluster/data/{rel}") as out:
+                out.write((data_dir / rel).read_bytes())
+    return "s3://cluster/data"
+
+
 def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
     """The whole cluster's life; runs inside a network namespace of its own (see the test), prints its findings."""
     cat = _catalog(tmp_path, data_dir)
@@ -128,14 +144,17 @@ def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
         # every node's processes (raylet, workers) inherit the store's endpoint and credentials, as a node's
         # environment on a real cluster would hold them; 127.0.0.2 (not .1): Ray's single-node mode, which
         # start-head.sh picks for 127.0.0.1, refuses a second node
-        node_env = {**s3.env, "EVALFARM_DATA": str(data_dir), "PYTHONPATH": str(REPO), "EVALFARM_NODE_IP": HEAD_IP}
-        head = ray_heads.start_head(tmp_path / "head", num_cpus=1, env=node_env, object_store_memory=150_000_000,
+        data = _upload_task_data(cat, data_dir)  # the task data on the bucket too: no shared disk for it
+        node_env = {**s3.env, "EVALFARM_DATA": data, "PYTHONPATH": str(REPO), "EVALFARM_NODE_IP": HEAD_IP}
+        os.environ.pop("EVALFARM_CACHE", None)  # each node's own (a driver's would be forwarded to every worker)
+        head_env = {**node_env, "EVALFARM_CACHE": str(tmp_path / "cache-head")}
+        head = ray_heads.start_head(tmp_path / "head", num_cpus=1, env=head_env, object_store_memory=150_000_000,
                                     own_network=True)  # fmt: skip
         stack.callback(ray_heads.stop_head, head)
         gcs = f"{HEAD_IP}:{head.ports['gcs']}"
         # EVALFARM_AUTOSCALE=1: nodes join by hand here (no autoscaler), so the run asks for the worker that does
         # not fit yet as a pending actor, which Ray places when a node with a free CPU joins
-        client = head.client_env(**node_env, EVALFARM_AUTOSCALE="1")
+        client = head.client_env(**node_env, EVALFARM_AUTOSCALE="1", HOME=str(tmp_path / "driver-home"))
         cli = faults.Cli(["--catalog", str(cat), "--warehouse", uri, "--address", gcs, "--workers", "2",
                           "--max-attempts", "3"], tmp_path / "run.log", env=client).start()  # fmt: skip
         assert cli.proc is not None
@@ -143,6 +162,7 @@ def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
         faults._wait_for(lambda: "\ndone " in "\n" + cli.output, "a first unit done on the head", 240, cli)
         # the node's shell: the head's client settings (its token), not a client's address
         node_shell = {k: v for k, v in client.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
+        node_shell["EVALFARM_CACHE"] = str(tmp_path / "cache-node")  # its own disk
         node = stack.enter_context(joined_node(gcs, tmp_path / "node", node_shell))  # joins mid-run
         seen: list[str] = []
         victim = faults._wait_for(lambda: _busy_worker(node, seen), "units on the joined node", 240, cli)
@@ -154,12 +174,15 @@ def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
         proc = subprocess.run(
             [str(ray_heads.BIN / "python"), "-m", "evalfarm.cli", "run", "--catalog", str(cat), "--warehouse",
              "s3://cluster/reference", "--executor", "local"],
-            env={**os.environ, **node_env}, capture_output=True, text=True, timeout=300, cwd=REPO,
+            env={**os.environ, **node_env, "EVALFARM_CACHE": str(tmp_path / "cache-reference")},
+            capture_output=True, text=True, timeout=300, cwd=REPO,
         )  # fmt: skip
         reference = _rows(
             "s3://cluster/reference", "SELECT model, task, variant, metric, value, fingerprint FROM metrics"
         )
+        copied = sorted(p.name for p in (tmp_path / "cache-node" / "data").rglob("*") if p.is_file())
         return {"rc": rc, "out": cli.output[-6000:], "victim_alive": victim in node.pids(), "units": units,
+                "node_copied": copied,
                 "metrics": metrics, "reference": reference, "reference_rc": proc.returncode,
                 "reference_err": proc.stderr[-2000:]}  # fmt: skip
 
@@ -183,6 +206,7 @@ def test_two_nodes_share_the_units_and_the_run_survives_losing_one(tmp_path, dat
     assert got["rc"] == 0, out[-4000:]
     assert got["reference_rc"] == 0, got["reference_err"]
     assert not got["victim_alive"]
+    assert got["node_copied"], "the joined node read no task file from the bucket"
     nodes = {u["node"] for u in units}
     assert len(nodes) == 2, units  # the head's and the node that joined mid-run: both took units
     assert any(u["attempts"] > 1 for u in units), units  # the unit the lost node was running, retried on the head

@@ -3,8 +3,9 @@
 The server is moto's S3 on 127.0.0.1 (:mod:`tests.support.s3_server`), reached as a user reaches any S3-compatible
 store: ``AWS_ENDPOINT_URL`` and the ``AWS_*`` credentials in the environment, the warehouse a plain ``s3://`` URI.
 DuckDB reads it through the warehouse's own pyarrow filesystem (``prefix_filesystem``), so no extension is needed
-offline. The fast tier keeps the pure parts (the endpoint option, the confined filesystem's path check); the rest
-starts the server once per module and is slow-tier.
+offline. The data folder may be on the bucket too (``EVALFARM_DATA=s3://…``). The fast tier keeps the pure parts
+(the endpoint option, the confined filesystem's path check); the rest starts the server once per module and is
+slow-tier.
 """
 
 from __future__ import annotations
