@@ -360,7 +360,8 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] 
     ``also``: more directories it may read (evalfarm's private stand-in schema files, nothing a user chose).
 
     External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
-    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
+    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one (the check is on the
+    path's text: ``s3://b/wh/../x`` passes it, and :func:`prefix_filesystem` refuses it). The trailing slash
     matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
     ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
     last so no statement can undo any of it. Spilling to disk is off: DuckDB's default temp directory,
