@@ -213,9 +213,10 @@ def test_object_store_warehouses_get_the_same_lock(scheme):
     """The prefix sandbox on an object-store root: only ``scheme://bucket/wh/…`` may be opened.
 
     The lock is the one ``Warehouse.connect`` applies, on the root it derives from the warehouse URI (pyarrow's
-    ``?options`` dropped). ``connect`` itself cannot run here: it needs DuckDB's httpfs extension (not installable
-    offline) and a reachable bucket. So the in-prefix read fails for want of httpfs (not of permission); every
-    other URL — another prefix, another bucket, another scheme, a local file — is refused by the lock.
+    ``?options`` dropped). No store is registered here (tests/test_object_store.py runs the same attacks through
+    ``connect`` against a local S3 server), so the in-prefix read fails for want of a filesystem (not of
+    permission); every other URL — another prefix, another bucket, another scheme, a local file — is refused by
+    the lock.
     """
     options = "?endpoint_override=127.0.0.1:9&scheme=http" + ("&region=us-east-1" if scheme == "s3" else "")
     wh = Warehouse(f"{scheme}://bucket/wh{options}")

@@ -10,7 +10,7 @@ import hashlib
 import os
 from pathlib import Path
 
-from evalfarm.cache import ChecksumMismatch, UnsafeLocation, cache_dir, confined, sha256_file
+from evalfarm.cache import ChecksumMismatch, UnsafeLocation, cache_dir, confined, sha256_file, store_copy
 from evalfarm.cache import download as fetch
 from evalfarm.catalog.specs import TaskSpec, canonical_json
 
@@ -19,10 +19,18 @@ class TaskDataError(RuntimeError):
     """A task data file that is missing, corrupt or unreadable; the message names the file."""
 
 
+def data_uri() -> str | None:
+    """``EVALFARM_DATA`` when it is an object-store URI (``s3://bucket/data``, ``gs://…``), else None: nodes with
+    no shared disk copy each task file from there into their own cache (checksummed) on first use."""
+    env = os.environ.get("EVALFARM_DATA", "")
+    return env.rstrip("/") if "://" in env else None
+
+
 def data_dir() -> Path | None:
-    """The evaluation data directory, or None when ``EVALFARM_DATA`` is unset (download mode)."""
+    """The evaluation data directory, or None when ``EVALFARM_DATA`` is unset (download mode) or an object-store
+    URI (:func:`data_uri`)."""
     env = os.environ.get("EVALFARM_DATA")
-    if not env:
+    if not env or data_uri() is not None:
         return None
     path = Path(env).expanduser()
     if not path.is_dir():
@@ -104,7 +112,10 @@ def task_file(task: TaskSpec, role: str) -> Path:
     resolved: a catalog cannot make evalfarm read or write anywhere else (checked again after a download)."""
     expected = task.sha256[role]
     base = data_dir()
-    if base is not None:
+    uri = data_uri()
+    if uri is not None:
+        path = _from_store(task, role, uri, expected)
+    elif base is not None:
         path = _confined(task, role, base)
         if not path.is_file():
             raise TaskDataError(f"task {task.id!r}: file {path} is missing (EVALFARM_DATA={base})")
@@ -132,6 +143,21 @@ def task_file(task: TaskSpec, role: str) -> Path:
 _OMIT_AT_DEFAULT: dict[str, object] = {"pairs_from": None}
 """Task fields added after tasks were first scored: left out of the checksum at their default, so every existing
 unit keeps its fingerprint."""
+
+
+def _from_store(task: TaskSpec, role: str, uri: str, expected: str) -> Path:
+    """The file of ``role`` copied from the object-store data folder ``uri`` into
+    ``<cache>/data/<hash of uri>/``, checked against ``expected`` before it lands; a copy already there is used."""
+    base = confined(cache_dir() / "data", hashlib.sha256(uri.encode()).hexdigest()[:16], what="data folder")
+    path = _confined(task, role, base)
+    if not path.is_file():
+        try:
+            store_copy(f"{uri}/{task.files[role]}", path, expected)
+        except ChecksumMismatch as exc:
+            raise TaskDataError(f"task {task.id!r}: {exc}; not used") from exc
+        except OSError as exc:
+            raise TaskDataError(f"task {task.id!r}: could not copy {task.files[role]} from {uri}: {exc}") from exc
+    return path
 
 
 def task_checksum(task: TaskSpec) -> str:

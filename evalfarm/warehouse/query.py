@@ -18,9 +18,11 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from evalfarm.config import DEFAULT_SQL_MEMORY_LIMIT, DEFAULT_SQL_TIMEOUT_S, ENV_VARS
 from evalfarm.plugins import RegistryError, task_kinds
@@ -119,20 +121,119 @@ def glob_escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
+def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_only: bool = True) -> Any:
+    """An fsspec filesystem for DuckDB (``register_filesystem``) that serves ``scheme://`` paths from ``fs`` (the
+    warehouse's own pyarrow filesystem: the same endpoint and credentials as the run that wrote it, and no DuckDB
+    extension to install) and only under ``prefix`` (``bucket/path``).
+
+    DuckDB's own sandbox (:func:`lock_down`) compares a path's text with the allowed prefix and leaves ``..`` to the
+    filesystem, which an object store resolves: ``s3://bucket/wh/../other/x`` passes the check and reads
+    ``bucket/other/x``. So this filesystem refuses any path with a ``.`` or ``..`` segment, or outside ``prefix``
+    (``PermissionError``): the confinement holds even for a path the lock lets through. ``read_only``: it opens
+    files for reading only and removes, moves or creates nothing (DuckDB's lock allows writes inside the allowed
+    prefix: a library user's ``COPY … TO`` on a read-only connection would otherwise land in the warehouse)."""
+    from fsspec.implementations.arrow import ArrowFSWrapper  # type: ignore[import-untyped]
+
+    root = prefix.strip("/")
+
+    def strip(cls: type, path: Any) -> Any:
+        if isinstance(path, list):
+            return [strip(cls, p) for p in path]
+        text = str(path)
+        if text.startswith(f"{scheme}://"):
+            text = text[len(scheme) + 3 :]
+        text = text.rstrip("/")
+        if any(part in (".", "..") for part in text.split("/")) or not (text == root or text.startswith(root + "/")):
+            raise PermissionError(f"{scheme}://{text} is outside the warehouse {scheme}://{root}")
+        return text
+
+    listing = _Listing(fs, root)
+
+    def ls(self: Any, path: Any, detail: bool = False, **kwargs: Any) -> list[Any]:
+        entries = listing.ls(self._strip_protocol(path))
+        return entries if detail else [e["name"] for e in entries]
+
+    def info(self: Any, path: Any, **kwargs: Any) -> dict[str, Any]:
+        return listing.info(self._strip_protocol(path))
+
+    def modified(self: Any, path: Any) -> Any:
+        return listing.info(self._strip_protocol(path))["mtime"]
+
+    def refuse(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+        raise PermissionError(f"{scheme}://{root} is open read-only")
+
+    def open_read(self: Any, path: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+        if read_only and any(c in mode for c in "wax+"):
+            refuse(self, path)
+        return ArrowFSWrapper._open(self, path, mode, *args, **kwargs)
+
+    members: dict[str, Any] = {"protocol": scheme, "root_marker": "", "cachable": False}
+    members.update(_strip_protocol=classmethod(strip), _open=open_read, ls=ls, info=info, modified=modified)
+    if read_only:
+        members.update({name: refuse for name in ("mkdir", "makedirs", "rm", "rm_file", "rmdir", "mv", "cp_file")})
+    return type("WarehouseFileSystem", (ArrowFSWrapper,), members)(fs)
+
+
+class _Listing:
+    """Every file and folder under a prefix, from one recursive listing made on first use: what DuckDB's globs
+    and stats see through :func:`prefix_filesystem`. Creating the views globs each table's folder (46 globs, each a
+    listing per folder and a stat per file: ~700 requests and 4 s against a local server); one listing serves
+    them all, and a connection sees the warehouse as it was when it first looked (runs only add whole files)."""
+
+    def __init__(self, fs: pafs.FileSystem, root: str) -> None:
+        self.fs, self.root = fs, root
+        self._entries: dict[str, dict[str, Any]] | None = None
+        self._children: dict[str, list[str]] = {}
+
+    def _load(self) -> dict[str, dict[str, Any]]:
+        if self._entries is None:
+            entries: dict[str, dict[str, Any]] = {self.root: _entry(self.root, "directory")}
+            children: dict[str, set[str]] = {}
+            selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
+            for i in self.fs.get_file_info(selector):
+                kind = "file" if i.type == pafs.FileType.File else "directory"
+                entries[i.path] = _entry(i.path, kind, i.size, i.mtime)
+                child = i.path
+                while child != self.root and "/" in child:  # every folder on the way (S3 has no folder objects)
+                    parent = child.rsplit("/", 1)[0]
+                    children.setdefault(parent, set()).add(child)
+                    entries.setdefault(parent, _entry(parent, "directory"))
+                    child = parent
+            self._children = {k: sorted(v) for k, v in children.items()}
+            self._entries = entries
+        return self._entries
+
+    def info(self, path: str) -> dict[str, Any]:
+        try:
+            return self._load()[path]
+        except KeyError:
+            raise FileNotFoundError(path) from None
+
+    def ls(self, path: str) -> list[dict[str, Any]]:
+        entry = self.info(path)
+        if entry["type"] == "file":
+            return [entry]
+        return [self._load()[c] for c in self._children.get(path, [])]
+
+
+def _entry(path: str, kind: str, size: int | None = 0, mtime: Any = None) -> dict[str, Any]:
+    return {"name": path, "size": size or 0, "type": kind, "mtime": mtime}
+
+
 def open_connection(
     root: str,
     *,
     read_only: bool = True,
-    remote: str | None = None,
+    remote: pafs.FileSystem | None = None,
     files: Mapping[str, list[str]] | None = None,
     duck_path: Callable[[str], str] = lambda p: p,
     memory_limit: str | None = None,
     schema_files: Mapping[str, str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
-    first when ``read_only``. ``remote``: an object-store warehouse's URI (DuckDB's httpfs extension is loaded
-    before the lock, since loading an extension is external access); ``files``, ``duck_path``: see
-    :func:`create_views` (the folders of ``schema_files`` are
+    first when ``read_only``. ``remote``: an object-store warehouse's pyarrow filesystem, which DuckDB reads
+    ``root`` (``scheme://bucket/prefix``) through (:func:`prefix_filesystem`; no extension needed); ``files``,
+    ``duck_path``: see :func:`create_views` (the folders of ``schema_files`` are
     opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
@@ -141,14 +242,9 @@ def open_connection(
                 con.execute(f"SET memory_limit={_sql_string(memory_limit)}")
             except duckdb.Error as exc:
                 raise ValueError(f"memory limit {memory_limit!r}: {exc}") from exc
-        if remote is not None:
-            try:
-                con.execute("LOAD httpfs")  # before the lock: loading an extension is external access
-            except duckdb.Error as exc:
-                raise RuntimeError(
-                    f"querying {remote} needs DuckDB's httpfs extension: run "
-                    "`python -c \"import duckdb; duckdb.sql('INSTALL httpfs')\"` once with network access"
-                ) from exc
+        if remote is not None:  # before the lock, which would refuse a new filesystem
+            scheme, _, prefix = root.partition("://")
+            con.register_filesystem(prefix_filesystem(remote, scheme, prefix, read_only=read_only))
         if read_only:
             lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
         create_views(con, root, files, duck_path=duck_path, schema_files=schema_files)
@@ -268,7 +364,8 @@ def lock_down(con: duckdb.DuckDBPyConnection, root: str, *, also: Sequence[str] 
     ``also``: more directories it may read (evalfarm's private stand-in schema files, nothing a user chose).
 
     External access off with one allowed prefix is DuckDB's own file sandbox; it applies to every file system
-    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one. The trailing slash
+    (local, httpfs, fsspec), so an object-store warehouse gets the same lock as a local one (the check is on the
+    path's text: ``s3://b/wh/../x`` passes it, and :func:`prefix_filesystem` refuses it). The trailing slash
     matters: DuckDB matches allowed directories as prefixes, and ``/data/wh`` would also admit
     ``/data/wh-other/…``. Extensions can be neither installed nor auto-loaded, and the configuration is locked
     last so no statement can undo any of it. Spilling to disk is off: DuckDB's default temp directory,
@@ -375,6 +472,7 @@ __all__ = [
     "glob_escape",
     "lock_down",
     "open_connection",
+    "prefix_filesystem",
     "private_schema_file",
     "run_limited",
     "sql_dir",

@@ -22,6 +22,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm import atomic
+from evalfarm.cache import with_endpoint
 from evalfarm.warehouse.query import (
     QueryLimits,
     check_read_only,
@@ -47,7 +48,7 @@ def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, s
     if "://" not in text:
         return pafs.LocalFileSystem(), str(Path(text).expanduser().resolve())
     try:
-        fs, path = pafs.FileSystem.from_uri(text)
+        fs, path = pafs.FileSystem.from_uri(with_endpoint(text))
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, OSError) as exc:
         raise ValueError(
             f"cannot open warehouse {text!r}: {exc}. Use a local path or a pyarrow filesystem URI "
@@ -321,9 +322,11 @@ class Warehouse:
         exists: only files under the warehouse root (a local directory, or the ``s3://`` / ``gs://`` prefix)
         can be opened, external access and extension installs are off, and the configuration is locked so a
         query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
-        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse needs
-        DuckDB's httpfs extension (``INSTALL httpfs`` once, online) and credentials in the usual AWS_* / GCS
-        environment variables. ``memory_limit``: DuckDB's memory cap (``"4GB"``; None: DuckDB's default).
+        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse is read
+        through this warehouse's own pyarrow filesystem, registered with DuckDB and confined to the prefix
+        (``prefix_filesystem``: no extension to install), with credentials and endpoint from the usual AWS_* / GCS
+        environment variables (``AWS_ENDPOINT_URL`` for a store that is not AWS). ``memory_limit``: DuckDB's
+        memory cap (``"4GB"``; None: DuckDB's default).
         """
         if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
             raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
@@ -359,7 +362,7 @@ class Warehouse:
         return open_connection(
             self.duckdb_root,
             read_only=read_only,
-            remote=None if self.local else str(self.uri),
+            remote=None if self.local else self.fs,
             files=listed,
             duck_path=self._duck_path,
             memory_limit=memory_limit,
