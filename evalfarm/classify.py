@@ -36,7 +36,8 @@ Backends, behind the one function:
   shared feature matrix and each model's standardisation is folded into its weights, so an iteration is one
   ``X @ W`` and one ``X.T @ R`` product over all models (gradients by hand, no autograd). Models that share a
   training set are solved along the C path (strongest penalty first, each warm-started from the previous C's
-  solution), a refit from the mean of its C's inner-fold solutions. Float64 by default: C is chosen on
+  solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
+  inner-fold solutions. Float64 by default: C is chosen on
   accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
   ``dtype="float32"`` runs the products in float32 (the objective still accumulates in float64); measured against
   float64 it stalls at gradients ~1e-5 and moved MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is
@@ -532,7 +533,7 @@ def decision_values(
     values on its ``evaluate`` rows: ``(m,)`` logits of class 1 for two classes, ``(m, K)`` class logits otherwise.
 
     The building block of :func:`evaluate`; the torch backend solves all fits in one batched solve (fits that share
-    a training-row array are solved along their C path, each warm-started from the next stronger penalty's).
+    a training-row array are solved along their C path where that batches enough models: ``PATH_MIN_SETS``).
     """
     solve = _Solver(X, y, n_classes, backend, tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
     return solve(list(fits), None)[0]
@@ -625,12 +626,21 @@ def _solve_torch(
     return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta
 
 
+PATH_MIN_SETS = 8
+"""Warm starts along the C path serialise the grid into rounds; they pay where each round still batches many
+models (the CV tasks' 50 inner folds), while a task with few training sets (a dev split, TREC's 5 inner folds)
+solves its whole grid in one batch instead: per-iteration overhead, not arithmetic, dominates those."""
+
+
 def _c_path_rounds(fits: list[Fit], of: np.ndarray) -> list[tuple[list[int], dict[int, int | None]]]:
     """The fits in rounds along the C path: round r holds the r-th strongest penalty of every training set, and
-    each fit starts from its set's previous fit on the path (``start[i]``; None: from its own given start)."""
+    each fit starts from its set's previous fit on the path (``start[i]``; None: from its own given start). With
+    fewer than ``PATH_MIN_SETS`` training sets, one round of every fit."""
     by_set: dict[int, list[int]] = {}
     for i in sorted(range(len(fits)), key=lambda i: fits[i].c):
         by_set.setdefault(int(of[i]), []).append(i)
+    if len(by_set) < PATH_MIN_SETS:
+        return [(list(range(len(fits))), dict.fromkeys(range(len(fits))))]
     rounds = []
     for r in range(max((len(v) for v in by_set.values()), default=0)):
         path = [v for v in by_set.values() if len(v) > r]
