@@ -11,11 +11,14 @@ embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
   fold; TREC, MRPC C chosen on 5 inner folds of train, refit, scored on test; SST2, SST5, SICK-E (trial = dev),
   SciCite C chosen on dev, scored on test. C from ``C_GRID`` (1e-4 … 10). Folds and samples from seed 1111
   (SentEval's): the same inputs give the same numbers.
-- sampling: a task entry may fix ``max_train``, a seeded stratified sample of the training part (``train``, or the
-  whole set of a CV task; dev and test are never sampled), drawn *before* embedding: the sentences left out are
-  never embedded. The starter catalog samples the big training sets so ``make run`` stays short; ``evalfarm run
-  --full-downstream`` (``RunOptions.full_downstream``) uses every row. The sample size enters the fingerprint and
-  the ``variant`` column (``max_train=N``, or ``full``), so sampled and full numbers never replace each other.
+- sampling: SentEval's protocol, every training row, is the default of every run. A task entry may fix
+  ``max_train``, a seeded stratified sample of the training part (``train``, or the whole set of a CV task; dev
+  and test are never sampled), drawn *before* embedding (the sentences left out are never embedded); it applies
+  only in the quick profile, ``evalfarm run --quick-downstream`` (``RunOptions.quick_downstream``). The sample
+  size enters the fingerprint and the ``variant`` column (``max_train=N``, or ``full``), so sampled and full
+  numbers never replace each other, never share a correlation (``correlations`` keys on the downstream
+  variant), and tables label the sampled ones as samples. A 1,000-row sample costs MiniLM 1.9–4.8 points
+  (issue 22), so the quick profile is for smoke runs, not for numbers to publish (``docs/results.md``).
 - backend: ``auto`` (the default) fits with the batched torch engine (:mod:`evalfarm.classify`), on the unit's
   CUDA device or the CPU; ``sklearn`` is scikit-learn's per-fit reference. The two agree within 0.1 accuracy point
   on every task (``tests/test_classify.py``, ``benchmarks/bench_classify.py``). The backend used is recorded as
@@ -56,8 +59,8 @@ THREADS = 1  # BLAS / OpenMP / torch threads while fitting: the per-fold problem
 
 class DownstreamTaskSpec(TaskSpec):
     """One SentEval-style classification task: ``dataset`` picks the reader, ``files`` its files (one folder, the
-    reader's file names), ``max_train`` an optional seeded training sample (the default a run uses unless
-    ``--full-downstream``), ``evalrank_text`` EvalRank's SciCite text reduction (lower-case, ``a-z`` and spaces)."""
+    reader's file names), ``max_train`` an optional seeded training sample (used only by the quick profile,
+    ``--quick-downstream``), ``evalrank_text`` EvalRank's SciCite text reduction (lower-case, ``a-z`` and spaces)."""
 
     kind: Literal["downstream"] = "downstream"
     level: Literal["sentence"] = "sentence"
@@ -141,7 +144,7 @@ class DownstreamScorer(Scorer):
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
-            "max_train": None if options.full_downstream else task.max_train,  # type: ignore[attr-defined]
+            "max_train": task.max_train if options.quick_downstream else None,  # type: ignore[attr-defined]
             "seed": DEFAULT_SEED,
             "c_grid": list(C_GRID),
             "k": K_FOLDS,
@@ -209,6 +212,6 @@ class DownstreamScorer(Scorer):
         if data.max_train is not None:
             out.notes.append(
                 f"{task.id}: trained on a seeded sample of {data.max_train} of {data.n_train_available} training rows "
-                "(evalfarm run --full-downstream uses them all)"
+                "(the quick profile, --quick-downstream: a sample, not SentEval's protocol; the default uses them all)"
             )
         return out
