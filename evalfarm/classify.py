@@ -12,10 +12,16 @@ Protocols (chosen by the parts given to :func:`evaluate`, as SentEval's three cl
   chosen by an inner stratified ``inner_k``-fold split, then refit on the training fold and scored on the held
   out fold. ``accuracy`` is the mean over the k folds, ``accuracy_std`` their standard deviation (ddof = 0).
 
-Every model standardises its features with the mean and standard deviation of its own training rows only
-(zero-variance columns are left unscaled, as ``StandardScaler`` does). Folds come from scikit-learn's
+Every model standardises its features with the mean and standard deviation (ddof 0) of its own training rows
+only (:func:`standardisation`, one definition for both backends, computed once per training set and shared by
+all its C values); a column whose deviation is at most ``CONSTANT_REL`` (1e-6) of the largest column's is constant
+for that model and dropped (weight 0) — all-MiniLM-L6-v2 has dimensions of magnitude ~1e-32 that
+``StandardScaler`` would blow up to unit variance. Folds come from scikit-learn's
 ``StratifiedKFold(shuffle=True, random_state=seed)``; nothing else is random, so the same inputs give the same
 numbers. ``inner_k`` defaults to 5 (SentEval uses 10 there; 5 halves the cost of choosing C).
+
+Two stages, as SentEval's protocol needs: every selection model (per C and inner fold, or per C on a dev split)
+in one solve; then one refit per outer fold, at its chosen C only (MR: 10 × (5 × 6 + 1) = 310 models).
 
 The model and its penalty, identical in both backends: multinomial logistic regression (binary logistic with
 one weight vector for two classes, as scikit-learn) with an unpenalised intercept, minimising
@@ -25,21 +31,24 @@ scikit-learn's ``C * sum_i CE_i + ||W||^2 / 2`` divided by ``C * n``, so one C m
 
 Backends, behind the one function:
 
-- ``sklearn``: ``StandardScaler`` + ``LogisticRegression(solver="lbfgs")`` per (fold, C), float64, on CPU.
-- ``torch``: every model of the protocol (all folds, inner folds and C values: 360 for a 10×5-fold CV over 6 C)
-  stacked in a batch dimension and solved at once by a batched L-BFGS (own history and Armijo step per model).
-  The training folds are row masks over one shared feature matrix, and each model's standardisation is folded
-  into its weights, so every iteration is a single ``X @ W`` product over all models. Meant for GPU workers;
-  it runs on CPU with the same code, and is faster than scikit-learn there too on the CV tasks (360 models;
-  ``benchmarks/bench_classify.py``). Float64 by default: C is chosen on accuracies that differ by a few
-  predictions, so both backends must reach the same optimum (``tol=1e-6``). ``dtype="float32"`` (for GPUs
-  without fast float64) stops earlier, when the float32 loss no longer resolves a decrease, so its accuracies can
-  differ from scikit-learn's by a fraction of a point (``benchmarks/README.md``).
+- ``torch`` (the engine; ``auto``): every model of a stage stacked in a batch dimension and solved by a batched
+  L-BFGS (own history and Armijo step per model), on CPU as on CUDA. The training folds are row masks over one
+  shared feature matrix and each model's standardisation is folded into its weights, so an iteration is one
+  ``X @ W`` and one ``X.T @ R`` product over all models (gradients by hand, no autograd). Models that share a
+  training set are solved along the C path (strongest penalty first, each warm-started from the previous C's
+  solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
+  inner-fold solutions. Float64 by default: C is chosen on
+  accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
+  ``dtype="float32"`` runs the products in float32 (the objective still accumulates in float64); measured against
+  float64 it stalls at gradients ~1e-5 and moved MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is
+  an option for GPUs without fast float64, not the default. The device is ``device`` (CUDA when available).
+- ``sklearn``: the reference, ``LogisticRegression(solver="lbfgs")`` per fit, float64, on the same standardised
+  features.
 
 Both backends stop a model when the largest gradient entry of the (mean-scaled) objective is at most ``tol``
-or an iteration no longer decreases it relatively by more than 64 machine epsilons (scipy's L-BFGS-B rules,
-which scikit-learn uses). With these settings the two agree on every one of the ten tasks on GloVe
-bag-of-words features (``tests/test_classify.py``).
+or an iteration no longer decreases it relatively by more than 64 float64 machine epsilons (scipy's L-BFGS-B
+rules, which scikit-learn uses). The two agree within 0.1 accuracy point on every one of the ten tasks
+(``tests/test_classify.py``, ``benchmarks/bench_classify.py``).
 
 ``max_train`` cuts the training part (``train``, or the whole set for CV) to a seeded, stratified sample
 (:func:`evalfarm.taskdata.downstream.stratified_subsample`); ``None`` (the default) uses every row.
@@ -59,6 +68,8 @@ import numpy as np
 from evalfarm.taskdata.downstream import DEFAULT_SUBSAMPLE_SEED, stratified_subsample
 
 if TYPE_CHECKING:
+    import torch
+
     from evalfarm.taskdata.downstream import DownstreamTask
 
 Backend = Literal["sklearn", "torch", "auto"]
@@ -159,7 +170,7 @@ def _best(scores: list[float]) -> int:
 def evaluate(
     data: Mapping[str, tuple[np.ndarray, np.ndarray]],
     *,
-    backend: Backend = "sklearn",
+    backend: Backend = "auto",
     c_grid: Sequence[float] = C_GRID,
     k: int = 10,
     inner_k: int = 5,
@@ -175,10 +186,15 @@ def evaluate(
 ) -> ClassifyResult:
     """Evaluate frozen features on one task: ``data`` is ``{"cv": (X, y)}`` or ``{"train", "dev"?, "test"}``.
 
-    ``X`` are float32 features (rows = samples), ``y`` integer labels 0..K-1. ``backend="auto"`` takes torch
-    when CUDA is available, scikit-learn otherwise; ``device`` and ``dtype`` only concern torch. ``threads``
-    caps the BLAS / OpenMP / torch threads during the call (None: unchanged): the per-fold problems are small,
-    and on a loaded machine spinning thread pools can cost far more than they bring.
+    ``X`` are float32 features (rows = samples), ``y`` integer labels 0..K-1. ``backend``: ``torch`` is the
+    batched engine (on ``device``: CUDA when available, else the CPU), ``sklearn`` the per-fit scikit-learn
+    reference, ``auto`` the engine. ``dtype`` only concerns torch. ``threads`` caps the BLAS / OpenMP / torch
+    threads during the call (None: unchanged): the per-fold problems are small, and on a loaded machine spinning
+    thread pools can cost far more than they bring.
+
+    Two stages: every selection model (per C and inner fold, or per C with a dev split) in one solve; then,
+    where C was chosen on inner folds, one refit per outer fold at its chosen C (warm-started from the mean of
+    that C's inner-fold solutions) — SentEval's protocol, with no model trained that it does not need.
     """
     protocol = _protocol(set(data))
     c_grid = tuple(float(c) for c in c_grid)
@@ -190,28 +206,24 @@ def evaluate(
     if K < 2 or top >= K:
         raise ValueError(f"labels run up to {top}: need 2 <= n_classes (got {K}) and every label < n_classes")
     if backend == "auto":
-        backend = "torch" if _cuda_available() else "sklearn"
+        backend = "torch"
     if backend not in ("sklearn", "torch"):
         raise ValueError(f"unknown backend {backend!r}: use 'sklearn', 'torch' or 'auto'")
     X, y, blocks, n_train, n_test = _layout(protocol, parts, c_grid, k, inner_k, seed)
-    fits = [f for block in blocks for f in block.fits]
-    scores = decision_values(
-        X,
-        y,
-        fits,
-        n_classes=K,
-        backend=backend,
-        tol=tol,
-        max_iter=max_iter,
-        device=device,
-        dtype=dtype,
-        threads=threads,
-    )
-    preds = [predict_from_scores(z) for z in scores]
+    solve = _Solver(X, y, K, backend, tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
+    selection = [f for block in blocks for f in block.fits]
+    scores, thetas = solve(selection, None)
     start = 0
     for block in blocks:  # each block reads its own slice of the one batched solve
         block.offset, start = start, start + len(block.fits)
-    return _result(protocol, backend, c_grid, blocks, preds, y, f1_label, n_train, n_test)
+        block.select([predict_from_scores(z) for z in scores[block.offset : start]], y)
+    refits = [b for b in blocks if b.inner is not None]
+    if refits:
+        fits = [b.refit() for b in refits]
+        init = None if thetas is None else np.stack([b.warm_start(thetas) for b in refits])
+        for block, z in zip(refits, solve(fits, init)[0], strict=True):
+            block.test_pred = predict_from_scores(z)
+    return _result(protocol, backend, c_grid, blocks, y, f1_label, n_train, n_test)
 
 
 def _result(
@@ -219,33 +231,29 @@ def _result(
     backend: str,
     c_grid: tuple[float, ...],
     blocks: list[_Block],
-    preds: list[np.ndarray],
     y: np.ndarray,
     f1_label: int | None,
     n_train: int,
     n_test: int,
 ) -> ClassifyResult:
     """Each block's chosen C and test score, averaged over the blocks (the outer folds of ``cv``)."""
-    accs, f1s, dev, chosen = [], [], [], []
+    accs, f1s = [], []
     for block in blocks:
-        best, score, pred = block.choose(preds, y)
         gold = y[block.test_rows]
-        accs.append(_accuracy(pred, gold))
+        accs.append(_accuracy(block.test_pred, gold))
         if f1_label is not None:
-            f1s.append(_f1(pred, gold, f1_label))
-        dev.append(score)
-        chosen.append(c_grid[best])
+            f1s.append(_f1(block.test_pred, gold, f1_label))
     return ClassifyResult(
         protocol=protocol,
         backend=backend,
         accuracy=float(np.mean(accs)),
         accuracy_std=float(np.std(accs)) if protocol == "cv" else math.nan,
-        dev_accuracy=float(np.mean(dev)),
-        chosen_c=tuple(chosen),
+        dev_accuracy=float(np.mean([b.score for b in blocks])),
+        chosen_c=tuple(c_grid[b.best] for b in blocks),
         fold_accuracies=tuple(accs),
         n_train=n_train,
         n_test=n_test,
-        n_models=sum(len(b.fits) for b in blocks),
+        n_models=sum(len(b.fits) + (b.inner is not None) for b in blocks),
         f1=float(np.mean(f1s)) if f1s else None,
         c_grid=c_grid,
     )
@@ -308,46 +316,60 @@ def _layout(
 class _Block:
     """The models behind one test score: C chosen on ``dev`` rows or by inner folds, then scored on test.
 
-    ``fits`` holds, in order, one selection model per (C, inner fold) — or per C with a dev split — and, for
-    inner folds, one refit per C on all the training rows (only the chosen one is scored)."""
+    ``fits`` holds the selection models, in order: one per (C, inner fold), or one per C with a dev split (that
+    model also predicts the test rows: SentEval refits the chosen C on the same rows, the same model). With inner
+    folds, :meth:`refit` is the one model on all the training rows at the chosen C."""
 
     fits: list[Fit]
     test_rows: np.ndarray
     n_c: int
     inner: list[tuple[np.ndarray, np.ndarray]] | None  # None: dev split
+    train_rows: np.ndarray
+    c_grid: tuple[float, ...]
     dev_rows: np.ndarray | None = None
     offset: int = 0
+    best: int = 0  # the chosen C's index in the grid
+    score: float = math.nan  # its selection accuracy
+    test_pred: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
 
     @classmethod
     def dev_split(cls, train: np.ndarray, dev: np.ndarray, test: np.ndarray, c_grid: tuple[float, ...]) -> _Block:
-        # one model per C predicts dev and test: SentEval refits the chosen C on the same rows, the same model
         evaluate_rows = np.concatenate([dev, test])
-        return cls([Fit(train, c, evaluate_rows) for c in c_grid], test, len(c_grid), None, dev)
+        return cls([Fit(train, c, evaluate_rows) for c in c_grid], test, len(c_grid), None, train, c_grid, dev)
 
     @classmethod
     def inner_cv(
         cls, y: np.ndarray, train: np.ndarray, test: np.ndarray, c_grid: tuple[float, ...], inner_k: int, seed: int
     ) -> _Block:
         inner = [(train[a], train[b]) for a, b in cv_folds(y[train], inner_k, seed)]
-        fits = [Fit(a, c, b) for c in c_grid for a, b in inner] + [Fit(train, c, test) for c in c_grid]
-        return cls(fits, test, len(c_grid), inner)
+        fits = [Fit(a, c, b) for c in c_grid for a, b in inner]
+        return cls(fits, test, len(c_grid), inner, train, c_grid)
 
-    def choose(self, preds: list[np.ndarray], y: np.ndarray) -> tuple[int, float, np.ndarray]:
-        """(index of the chosen C, its selection accuracy, the test predictions of its model)."""
-        mine = preds[self.offset : self.offset + len(self.fits)]
+    def select(self, preds: list[np.ndarray], y: np.ndarray) -> None:
+        """Choose C from the selection models' predictions (the first best: the strongest penalty on ties)."""
         if self.inner is None:
             assert self.dev_rows is not None  # a dev split (dev_split) holds its dev rows
             n_dev = len(self.dev_rows)
-            scores = [_accuracy(p[:n_dev], y[self.dev_rows]) for p in mine]
-            best = _best(scores)
-            return best, scores[best], mine[best][n_dev:]
+            scores = [_accuracy(p[:n_dev], y[self.dev_rows]) for p in preds]
+            self.best = _best(scores)
+            self.score, self.test_pred = scores[self.best], preds[self.best][n_dev:]
+            return
         k = len(self.inner)
         scores = [
-            float(np.mean([_accuracy(mine[ci * k + j], y[held]) for j, (_, held) in enumerate(self.inner)]))
+            float(np.mean([_accuracy(preds[ci * k + j], y[held]) for j, (_, held) in enumerate(self.inner)]))
             for ci in range(self.n_c)
         ]
-        best = _best(scores)
-        return best, scores[best], mine[self.n_c * k + best]
+        self.best = _best(scores)
+        self.score = scores[self.best]
+
+    def refit(self) -> Fit:
+        return Fit(self.train_rows, self.c_grid[self.best], self.test_rows)
+
+    def warm_start(self, thetas: np.ndarray) -> np.ndarray:
+        """The mean of the chosen C's inner-fold solutions: a start close to the refit's optimum."""
+        k = len(self.inner or ())
+        first = self.offset + self.best * k
+        return thetas[first : first + k].mean(axis=0)
 
 
 def task_features(
@@ -380,9 +402,6 @@ def classify_task(
     the skipped sentences are never encoded; the rows are those ``evaluate(..., max_train=)`` would draw."""
     task = task.subsample_train(max_train, seed)
     return evaluate(task_features(task, embed), seed=seed, f1_label=task.f1_label, n_classes=task.n_classes, **options)
-
-
-# --- backends --------------------------------------------------------------------------------------------
 
 
 @contextmanager
@@ -420,6 +439,83 @@ def predict_from_scores(z: np.ndarray) -> np.ndarray:
     return (z > 0).astype(np.int64) if z.ndim == 1 else z.argmax(axis=1).astype(np.int64)
 
 
+# --- standardisation: one definition for both backends ----------------------------------------------------
+
+CONSTANT_REL = 1e-6
+"""A column whose standard deviation over a model's training rows is at most this share of the largest column's
+is constant for that model and dropped (weight 0): all-MiniLM-L6-v2 has dimensions of magnitude ~1e-32 that a
+per-column scaler would otherwise blow up to unit variance, so that rounding noise decides the model."""
+
+
+def standardisation(X: np.ndarray, train_sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Each training set's column means and inverse scales, float64 ``(S, d)`` each: a model standardises its
+    features as ``(x - mean) * inv``, with ``inv = 1 / std`` (ddof 0) and ``inv = 0`` for a column that is
+    constant on its rows (``std <= CONSTANT_REL * max std``). Both backends use it, so they fit the same model."""
+    X64 = np.asarray(X, dtype=np.float64)
+    shift = X64.mean(axis=0)  # centring first keeps E[x^2] - E[x]^2 from cancelling
+    Xc = X64 - shift
+    mask = np.zeros((len(train_sets), len(X64)))
+    for s, rows in enumerate(train_sets):
+        mask[s, rows] = 1.0
+    n = mask.sum(axis=1, keepdims=True)
+    mean_c = (mask @ Xc) / n
+    var = np.maximum((mask @ (Xc * Xc)) / n - mean_c * mean_c, 0.0)
+    sd = np.sqrt(var)
+    constant = sd <= CONSTANT_REL * sd.max(axis=1, keepdims=True)
+    inv = np.where(constant, 0.0, 1.0 / np.where(constant, 1.0, sd))
+    return mean_c + shift, inv
+
+
+def _train_sets(fits: Sequence[Fit]) -> tuple[list[np.ndarray], np.ndarray]:
+    """The distinct training-row arrays of ``fits`` (by identity: the protocols share one array per fold) and
+    each fit's index into them: the features are standardised once per training set, not once per C."""
+    index: dict[int, int] = {}
+    sets: list[np.ndarray] = []
+    of = np.empty(len(fits), dtype=np.int64)
+    for i, f in enumerate(fits):
+        key = id(f.train)
+        if key not in index:
+            index[key] = len(sets)
+            sets.append(f.train)
+        of[i] = index[key]
+    return sets, of
+
+
+# --- backends --------------------------------------------------------------------------------------------
+
+
+class _Solver:
+    """Fits lists of models on one task's features with one backend: ``solver(fits, init) -> (decision values
+    per fit, solutions (B, P) or None)``; the torch engine keeps the features on its device between calls."""
+
+    def __init__(
+        self,
+        X: np.ndarray,
+        y: np.ndarray,
+        n_classes: int,
+        backend: str,
+        *,
+        tol: float,
+        max_iter: int,
+        device: str | None,
+        dtype: str,
+        threads: int | None,
+    ) -> None:
+        self.X, self.y, self.n_classes, self.backend = X, y, n_classes, backend
+        self.tol, self.max_iter, self.device, self.dtype, self.threads = tol, max_iter, device, dtype, threads
+
+    def __call__(self, fits: list[Fit], init: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray | None]:
+        with _limit_threads(self.threads, torch_too=self.backend == "torch"):
+            if self.backend == "sklearn":
+                return _solve_sklearn(self.X, self.y, self.n_classes, fits, tol=self.tol, max_iter=self.max_iter), None
+            if self.backend == "torch":
+                return _solve_torch(
+                    self.X, self.y, self.n_classes, fits, tol=self.tol, max_iter=self.max_iter,
+                    device=self.device, dtype=self.dtype, init=init,
+                )  # fmt: skip
+        raise ValueError(f"unknown backend {self.backend!r}: use 'sklearn' or 'torch'")
+
+
 def decision_values(
     X: np.ndarray,
     y: np.ndarray,
@@ -433,51 +529,43 @@ def decision_values(
     dtype: str = "float64",
     threads: int | None = None,
 ) -> list[np.ndarray]:
-    """Train every fit (standardised on its own training rows) and return its decision values on its
-    ``evaluate`` rows: ``(m,)`` logits of class 1 for two classes, ``(m, K)`` class logits otherwise.
+    """Train every fit (standardised on its own training rows: :func:`standardisation`) and return its decision
+    values on its ``evaluate`` rows: ``(m,)`` logits of class 1 for two classes, ``(m, K)`` class logits otherwise.
 
-    The building block of :func:`evaluate`; the torch backend solves all fits in one batch.
+    The building block of :func:`evaluate`; the torch backend solves all fits in one batched solve (fits that share
+    a training-row array are solved along their C path where that batches enough models: ``PATH_MIN_SETS``).
     """
-    fits = list(fits)
-    with _limit_threads(threads, torch_too=backend == "torch"):
-        if backend == "sklearn":
-            return _solve_sklearn(X, y, n_classes, fits, tol=tol, max_iter=max_iter)
-        if backend == "torch":
-            return _solve_torch(X, y, n_classes, fits, tol=tol, max_iter=max_iter, device=device, dtype=dtype)
-    raise ValueError(f"unknown backend {backend!r}: use 'sklearn' or 'torch'")
+    solve = _Solver(X, y, n_classes, backend, tol=tol, max_iter=max_iter, device=device, dtype=dtype, threads=threads)
+    return solve(list(fits), None)[0]
 
 
 def _solve_sklearn(
     X: np.ndarray, y: np.ndarray, n_classes: int, fits: list[Fit], *, tol: float, max_iter: int
 ) -> list[np.ndarray]:
-    """One ``StandardScaler`` + ``LogisticRegression`` per fit, in float64 (the reference). Returns each fit's
-    decision values on its ``evaluate`` rows: ``(m,)`` for two classes, ``(m, K)`` otherwise."""
+    """One scikit-learn ``LogisticRegression(lbfgs)`` per fit, in float64, on features standardised by
+    :func:`standardisation` (the reference). Returns each fit's decision values on its ``evaluate`` rows."""
     from sklearn.linear_model import LogisticRegression
-    from sklearn.preprocessing import StandardScaler
 
     X64 = X.astype(np.float64)
-    groups: dict[int, list[int]] = {}  # fits sharing one training-row array share one scaler
+    sets, of = _train_sets(fits)
+    mean, inv = standardisation(X, sets)
+    out: list[np.ndarray] = []
     for i, f in enumerate(fits):
-        groups.setdefault(id(f.train), []).append(i)
-    out: list[np.ndarray] = [np.empty(0)] * len(fits)
-    for members in groups.values():
-        train = fits[members[0]].train
-        scaler = StandardScaler().fit(X64[train])
-        Xtr = scaler.transform(X64[train])
-        for i in members:
-            f = fits[i]
-            clf = LogisticRegression(C=f.c, tol=tol, max_iter=max_iter).fit(Xtr, y[train])
-            Xe = scaler.transform(X64[f.evaluate])
-            if len(clf.classes_) == n_classes:
-                out[i] = clf.decision_function(Xe)
-            else:  # a class absent from this training set can never be predicted
-                out[i] = np.full((len(Xe), n_classes), -np.inf)
-                out[i][:, clf.classes_] = clf.predict_log_proba(Xe)
+        s = of[i]
+        clf = LogisticRegression(C=f.c, tol=tol, max_iter=max_iter)
+        clf.fit((X64[f.train] - mean[s]) * inv[s], y[f.train])
+        Xe = (X64[f.evaluate] - mean[s]) * inv[s]
+        if len(clf.classes_) == n_classes:
+            out.append(clf.decision_function(Xe))
+        else:  # a class absent from this training set can never be predicted
+            z = np.full((len(Xe), n_classes), -np.inf)
+            z[:, clf.classes_] = clf.predict_log_proba(Xe)
+            out.append(z)
     return out
 
 
-# The logits of one batch (rows x models x classes) stay under this many elements; larger protocols are
-# solved in several batches of models (same results: the models are independent).
+# The logits of one batch (rows x models x classes) stay under this many elements; larger rounds are solved in
+# several batches of models (same results: the models are independent).
 TORCH_BATCH_ELEMENTS = 1 << 24
 
 
@@ -491,113 +579,160 @@ def _solve_torch(
     max_iter: int,
     device: str | None,
     dtype: str,
-) -> list[np.ndarray]:
+    init: np.ndarray | None = None,
+) -> tuple[list[np.ndarray], np.ndarray]:
+    """The batched engine: decision values of every fit, and the solutions (B, P) in float64 (each model's
+    weights on its standardised features, then its intercepts), for warm starts."""
     import torch
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     tdtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
-    # Conditioning only: centre and scale by the rows that train some model. Each model re-standardises with
-    # its own training rows on top of this, and standardisation is invariant to a prior per-column affine map,
-    # so the models are exactly those fitted on the raw features; the products just lose less precision.
+    # Models are fitted on the rows that train some model only, and predict the rows some model evaluates:
+    # held-out test rows never enter the training products. Conditioning only: the shared matrix is centred and
+    # scaled by those rows (each model's own standardisation is folded into its weights on top of that).
     rows = np.unique(np.concatenate([f.train for f in fits]))
+    eval_rows = np.unique(np.concatenate([f.evaluate for f in fits]))
     m = X[rows].mean(axis=0, dtype=np.float64)
     s = X[rows].std(axis=0, dtype=np.float64)
-    s[s < 1e-12] = 1.0
+    s[s == 0] = 1.0
 
-    def to_device(idx: np.ndarray):
+    def to_device(idx: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((X[idx] - m) / s).to(dev, tdtype)
 
-    # Models are fitted on the rows that train some model only, and predict the rows some model evaluates:
-    # held-out test rows never enter the training products.
-    X_train, y_train = to_device(rows), torch.from_numpy(y[rows]).to(dev)
+    sets, of = _train_sets(fits)
+    mean, inv = standardisation(X, sets)
     local = np.full(len(y), -1, dtype=np.int64)
     local[rows] = np.arange(len(rows))
-    eval_rows = np.unique(np.concatenate([f.evaluate for f in fits]))
-    X_eval = to_device(eval_rows)
     eval_local = np.full(len(y), -1, dtype=np.int64)
     eval_local[eval_rows] = np.arange(len(eval_rows))
-    K = 1 if n_classes == 2 else n_classes
-    per_batch = max(1, TORCH_BATCH_ELEMENTS // (max(len(rows), len(eval_rows)) * K))
-    out: list[np.ndarray] = []
-    for start in range(0, len(fits), per_batch):
-        batch = [Fit(local[f.train], f.c, eval_local[f.evaluate]) for f in fits[start : start + per_batch]]
-        out += _torch_batch(X_train, y_train, X_eval, K, batch, tol=tol, max_iter=max_iter)
-    return out
+    problem = _Problem(
+        X=to_device(rows),
+        y=torch.from_numpy(y[rows]).to(dev),
+        K=1 if n_classes == 2 else n_classes,
+        mean=torch.from_numpy((mean - m) / s).to(dev, tdtype),  # the sets' statistics in conditioned units
+        inv=torch.from_numpy(inv * s).to(dev, tdtype),
+        masks=[local[t] for t in sets],
+    )
+    P = X.shape[1] * problem.K + problem.K
+    theta = np.zeros((len(fits), P)) if init is None else np.asarray(init, dtype=np.float64).copy()
+    per_batch = max(1, TORCH_BATCH_ELEMENTS // (len(rows) * problem.K))
+    for batch, start in _c_path_rounds(fits, of):
+        for lo in range(0, len(batch), per_batch):
+            part = batch[lo : lo + per_batch]
+            t0 = theta[[i if (j := start[i]) is None else j for i in part]]
+            theta[part] = problem.solve(of[part], [fits[i].c for i in part], t0, tol=tol, max_iter=max_iter)
+    X_eval = to_device(eval_rows)
+    scores = problem.decision_values(X_eval, theta, of)
+    return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta
 
 
-def _torch_batch(Xt, yt, X_eval, K: int, fits: list[Fit], *, tol: float, max_iter: int) -> list[np.ndarray]:
-    """Fit a batch of models on rows of ``Xt`` (``fit.train`` indexes them); decision values on rows of ``X_eval``."""
-    import torch
-    import torch.nn.functional as F
+PATH_MIN_SETS = 8
+"""Warm starts along the C path serialise the grid into rounds; they pay where each round still batches many
+models (the CV tasks' 50 inner folds), while a task with few training sets (a dev split, TREC's 5 inner folds)
+solves its whole grid in one batch instead: per-iteration overhead, not arithmetic, dominates those."""
 
-    n, d = Xt.shape
-    B = len(fits)
-    dev, dt = Xt.device, Xt.dtype
-    M64, nb64, mu, sd = _fold_standardisation(Xt, fits)
-    Mt = M64.T.to(dt).contiguous()  # (n, B)
-    nb = nb64.to(dt)
-    lam = torch.tensor([1.0 / f.c for f in fits], dtype=torch.float64, device=dev) / nb64
-    lam = lam.to(dt)
-    P = d * K + K
-    yf = yt.to(dt)[:, None]
-    every = torch.arange(B, device=dev)
 
-    def logits(theta: torch.Tensor, X: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits (rows of X, len(models), K) of the given models, and their weights W."""
-        m = len(models)
-        W = theta[:, : d * K].view(m, d, K)
-        b = theta[:, d * K :]
-        mu_m, sd_m = mu[models], sd[models]
-        V = W / sd_m[:, :, None]
-        c = b - torch.einsum("bd,bdk->bk", mu_m / sd_m, W)
-        Z = (X @ V.permute(1, 0, 2).reshape(d, m * K)).view(X.shape[0], m, K) + c[None]
-        return Z, W
+def _c_path_rounds(fits: list[Fit], of: np.ndarray) -> list[tuple[list[int], dict[int, int | None]]]:
+    """The fits in rounds along the C path: round r holds the r-th strongest penalty of every training set, and
+    each fit starts from its set's previous fit on the path (``start[i]``; None: from its own given start). With
+    fewer than ``PATH_MIN_SETS`` training sets, one round of every fit."""
+    by_set: dict[int, list[int]] = {}
+    for i in sorted(range(len(fits)), key=lambda i: fits[i].c):
+        by_set.setdefault(int(of[i]), []).append(i)
+    if len(by_set) < PATH_MIN_SETS:
+        return [(list(range(len(fits))), dict.fromkeys(range(len(fits))))]
+    rounds = []
+    for r in range(max((len(v) for v in by_set.values()), default=0)):
+        path = [v for v in by_set.values() if len(v) > r]
+        rounds.append(([v[r] for v in path], {v[r]: (v[r - 1] if r else None) for v in path}))
+    return rounds
 
-    def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.enable_grad():
-            theta = theta.detach().requires_grad_(True)
-            Z, W = logits(theta, Xt, models)
+
+@dataclass
+class _Problem:
+    """One task's training rows on the torch device, and the standardisation of each training set (conditioned
+    units; ``inv`` 0 drops a constant column). A model's weights ``W`` act on its standardised features, so its
+    logits are ``X @ (W * inv) + (b - (mean * inv) @ W)``: every model reads the one shared matrix."""
+
+    X: torch.Tensor  # (n, d)
+    y: torch.Tensor  # (n,) int64
+    K: int  # 1 for a binary model (one logit), else the number of classes
+    mean: torch.Tensor  # (S, d)
+    inv: torch.Tensor  # (S, d)
+    masks: list[np.ndarray]  # each set's rows of X
+
+    def solve(
+        self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
+    ) -> np.ndarray:
+        """Minimise ``mean CE + ||W||^2 / (2 C n)`` for each (set, C) from ``theta0``; returns the solutions."""
+        import torch
+
+        X, dt, dev = self.X, self.X.dtype, self.X.device
+        n, d = X.shape
+        K = self.K
+        mask = np.zeros((n, len(sets)))
+        for b, s in enumerate(sets):
+            mask[self.masks[s], b] = 1.0
+        nb = mask.sum(0)
+        Mn = torch.from_numpy(mask / nb).to(dev, dt)  # (n, B): each model's row weights 1 / n_b
+        lam = torch.from_numpy(1.0 / (np.asarray(cs) * nb)).to(dev, dt)
+        idx_sets = torch.from_numpy(np.asarray(sets)).to(dev)
+        inv, mi = self.inv[idx_sets], (self.mean * self.inv)[idx_sets]
+        target = self.y.to(dt)[:, None, None] if K == 1 else torch.nn.functional.one_hot(self.y, K).to(dt)[:, None, :]
+        B = len(sets)
+
+        def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            m = len(models)
+            every = m == B
+            W = theta[:, : d * K].view(m, d, K)
+            b = theta[:, d * K :]
+            inv_m, mi_m = (inv, mi) if every else (inv[models], mi[models])
+            c = b - torch.einsum("md,mdk->mk", mi_m, W)
+            Z = (X @ (W * inv_m[:, :, None]).permute(1, 0, 2).reshape(d, m * K)).view(n, m, K) + c[None]
+            w = (Mn if every else Mn[:, models])[:, :, None]  # (n, m, 1)
             if K == 1:
-                z = Z[..., 0]
-                loss = F.softplus(z) - yf * z
+                loss = torch.nn.functional.softplus(Z) - target * Z
+                R = torch.sigmoid(Z) - target
             else:
-                loss = torch.logsumexp(Z, dim=-1) - Z.gather(2, yt.view(n, 1, 1).expand(n, len(models), 1)).squeeze(2)
-            mask = Mt if len(models) == B else Mt[:, models]
-            f = (loss * mask).sum(0) / nb[models] + 0.5 * lam[models] * (W * W).sum(dim=(1, 2))
-            (g,) = torch.autograd.grad(f.sum(), theta)
-        return f.detach(), g
+                lse = torch.logsumexp(Z, dim=2, keepdim=True)
+                loss = lse - (Z * target).sum(2, keepdim=True)
+                R = torch.exp(Z - lse) - target
+            lam_m = lam if every else lam[models]
+            # the objective accumulates in float64 whatever the products' dtype: the line search and the
+            # relative-decrease rule compare values a float32 sum could not resolve
+            f = (loss * w).to(torch.float64).sum(dim=(0, 2)) + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
+            R = R * w
+            GV = (X.T @ R.reshape(n, m * K)).view(d, m, K).permute(1, 0, 2)  # (m, d, K)
+            gc = R.sum(0)  # (m, K)
+            GW = GV * inv_m[:, :, None] - mi_m[:, :, None] * gc[:, None, :] + lam_m[:, None, None] * W
+            return f, torch.cat([GW.reshape(m, d * K), gc], dim=1)
 
-    theta = torch.zeros(B, P, dtype=dt, device=dev)
-    ftol = 64 * torch.finfo(dt).eps  # scipy's L-BFGS-B stopping rule on the relative decrease, as scikit-learn's
-    theta, converged, gmax = batched_lbfgs(fg, theta, tol=tol, ftol=ftol, max_iter=max_iter)
-    if not bool(converged.all()):
-        warnings.warn(
-            f"torch logistic regression: {int((~converged).sum())} of {B} models stopped before the gradient "
-            f"fell below tol={tol} (largest gradient entry {float(gmax.max()):.2e}); raise max_iter or tol",
-            stacklevel=3,
-        )
-    with torch.no_grad():
-        Z, _ = logits(theta, X_eval, every)
-        scores = (Z[..., 0] if K == 1 else Z).to(torch.float64).cpu().numpy()  # (rows of X_eval, B[, K])
-    return [scores[f.evaluate, b] for b, f in enumerate(fits)]
+        theta = torch.from_numpy(theta0).to(dev, dt)
+        ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)
+        with torch.no_grad():
+            theta, converged, gmax = batched_lbfgs(fg, theta, tol=tol, ftol=ftol, max_iter=max_iter)
+        if not bool(converged.all()):
+            warnings.warn(
+                f"torch logistic regression: {int((~converged).sum())} of {B} models stopped before the gradient "
+                f"fell below tol={tol} (largest gradient entry {float(gmax.max()):.2e}); raise max_iter or tol",
+                stacklevel=4,
+            )
+        return theta.to(torch.float64).cpu().numpy()
 
+    def decision_values(self, X_eval: torch.Tensor, theta: np.ndarray, of: np.ndarray) -> np.ndarray:
+        """(rows of ``X_eval``, B) logits of class 1 for a binary model, else (rows, B, K)."""
+        import torch
 
-def _fold_standardisation(Xt, fits: list[Fit]):
-    """Each model's training-row mask (B, n) and row count in float64, and the mean and standard deviation of its
-    own training rows in ``Xt``'s dtype (computed in float64: E[x^2] - mu^2 must not cancel badly)."""
-    import torch
-
-    mask_np = np.zeros((len(fits), Xt.shape[0]), dtype=np.float64)
-    for b, f in enumerate(fits):
-        mask_np[b, f.train] = 1.0
-    M64 = torch.from_numpy(mask_np).to(Xt.device)
-    nb64 = M64.sum(1)
-    X64 = Xt.to(torch.float64)
-    mu64 = (M64 @ X64) / nb64[:, None]
-    var64 = (M64 @ (X64 * X64)) / nb64[:, None] - mu64 * mu64
-    sd64 = var64.clamp_min(0).sqrt()
-    sd64 = torch.where(sd64 < 1e-6, torch.ones_like(sd64), sd64)  # constant within the fold: left unscaled
-    return M64, nb64, mu64.to(Xt.dtype), sd64.to(Xt.dtype)
+        d, K, B = X_eval.shape[1], self.K, len(theta)
+        idx = torch.from_numpy(of).to(X_eval.device)
+        th = torch.from_numpy(theta).to(X_eval.device, torch.float64)
+        W = th[:, : d * K].view(B, d, K)
+        inv, mean = self.inv[idx].to(torch.float64), self.mean[idx].to(torch.float64)
+        c = th[:, d * K :] - torch.einsum("bd,bdk->bk", mean * inv, W)
+        V = (W * inv[:, :, None]).permute(1, 0, 2).reshape(d, B * K)
+        with torch.no_grad():
+            Z = (X_eval.to(torch.float64) @ V).view(len(X_eval), B, K) + c[None]
+        return (Z[..., 0] if K == 1 else Z).cpu().numpy()
 
 
 def batched_lbfgs(

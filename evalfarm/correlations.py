@@ -445,6 +445,12 @@ def _check(level: str, ties: str) -> None:
         raise ValueError(f"ties must be one of {', '.join(TIES)} or all, got {ties!r}")
 
 
+def _sampled(r: dict[str, Any]) -> bool:
+    """A downstream column trained on the quick profile's seeded sample (``max_train=N``), not SentEval's full
+    data: labelled as a sample in every table (issue 22)."""
+    return str(r["downstream_variant"]).startswith("max_train=")
+
+
 def shape_table(
     rows: list[dict[str, Any]],
     *,
@@ -488,7 +494,8 @@ def shape_table(
         column = (
             r["downstream_task"]
             + (f" {r['downstream_subset']}" if many_dsubsets else "")
-            + (f" ({r['downstream_variant']})" if many_dvariants else "")
+            + (f" ({r['downstream_variant']})" if many_dvariants or _sampled(r) else "")
+            + (" [sample]" if _sampled(r) else "")
         )
         r["row"], r["column"], r["best"] = label, column, False
         if label not in table.rows:

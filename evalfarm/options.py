@@ -28,7 +28,9 @@ class RunOptions:
     # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of
     # rehashing (evalfarm.taskdata.data.trust_verified). How to run, like device: no scorer reads it, no fingerprint.
     verified_files: tuple[tuple[str, int, int, str], ...] = ()
-    full_downstream: bool = False  # downstream tasks train on every row, not the catalog's seeded sample
+    # the quick profile: downstream tasks train on the catalog's seeded max_train sample (labelled a sample
+    # everywhere); by default they train on every row, SentEval's protocol
+    quick_downstream: bool = False
 
     def __post_init__(self) -> None:  # fail when the run is configured, not in every worker
         unknown = [s for s in self.similarities if s not in SIMILARITIES]
@@ -48,7 +50,7 @@ class RunOptionArgs(TypedDict, total=False):
     hits: Sequence[int]
     device: str | None
     keep_details: bool
-    full_downstream: bool
+    quick_downstream: bool
 
 
 __all__ = ["SIMILARITIES", "RunOptionArgs", "RunOptions", "Similarity"]

@@ -33,6 +33,12 @@ def _check_classify(out: dict[str, Any], tmp: Path) -> None:
     assert out["rows"][1]["torch"]["f1"] is not None  # MRPC reports F1
 
 
+def _check_sample_vs_full(out: dict[str, Any], tmp: Path) -> None:
+    (row,) = out["models"].values()
+    assert 0.5 < row["cr"]["full"] <= 1 and 0.5 < row["cr"]["sample"] <= 1, row
+    assert out["spearman"] == {"cr": None}  # one model: no rank correlation
+
+
 def _check_neighbours(out: dict[str, Any], tmp: Path) -> None:
     (row,) = out["rows"]
     assert (row["model"], row["task"], row["neighbours"]) == ("glove-6b-50d", "evalrank-word", 10)
@@ -132,6 +138,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_noop.py": ([], _check_noop),
     "bench_quality.py": ([], _check_quality),
     "bench_rank.py": ([], _check_rank),
+    "bench_sample_vs_full.py": ([], _check_sample_vs_full),
     "bench_scale.py": ([], _check_scale),
     "bench_scheduler.py": ([], _check_scheduler),
     "bench_toolkit.py": ([], _check_toolkit),

@@ -129,6 +129,32 @@ def test_standardisation_is_fitted_on_the_training_rows_only(backend):
     np.testing.assert_allclose(z_every, reference(every, every), atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_near_constant_columns_are_dropped_by_both_backends(backend):
+    """A column of ~1e-32 values (all-MiniLM-L6-v2 has such dimensions) is constant for the classifier: both
+    backends fit the model of the other columns alone. A per-column scaler (StandardScaler) would blow it up to
+    unit variance and let rounding noise into the model."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.preprocessing import StandardScaler
+
+    from evalfarm.classify import standardisation
+
+    rng = np.random.default_rng(8)
+    X = rng.normal(size=(200, 3))
+    y = (X[:, 0] - X[:, 2] + rng.normal(size=200) > 0).astype(np.int64)
+    tiny = rng.normal(size=(200, 1)) * 1e-32
+    Xt = np.hstack([X, tiny]).astype(np.float32)
+    mean, inv = standardisation(Xt, [np.arange(150)])
+    assert inv[0, 3] == 0.0 and np.all(inv[0, :3] > 0)
+    fits = [Fit(np.arange(150), 1.0, np.arange(150, 200))]
+    (z,) = decision_values(Xt, y, fits, n_classes=2, backend=backend, threads=1)
+    (z0,) = decision_values(Xt[:, :3], y, fits, n_classes=2, backend=backend, threads=1)
+    np.testing.assert_allclose(z, z0, atol=1e-6)
+    scaled = StandardScaler().fit(Xt[:150].astype(np.float64))
+    leaky = LogisticRegression(C=1.0).fit(scaled.transform(Xt[:150]), y[:150])
+    assert abs(leaky.coef_[0, 3]) > 1e-3  # the scaler's model does use the noise column
+
+
 def test_cv_folds_are_stratified_disjoint_and_seeded():
     y = np.array([0] * 103 + [1] * 57 + [2] * 40)
     folds = cv_folds(y, 10, seed=1111)
@@ -149,10 +175,11 @@ def test_protocols_train_the_expected_models():
     X, y = _blobs(30, 2, seed=3)
     grid = (0.1, 1.0, 10.0)
     cv = evaluate({"cv": (X, y)}, k=5, inner_k=3, c_grid=grid, threads=1)
-    assert cv.n_models == 5 * (3 + 1) * 3 and len(cv.chosen_c) == 5 and set(cv.chosen_c) <= set(grid)
+    # per outer fold: 3 C x 3 inner folds, then one refit at the chosen C
+    assert cv.n_models == 5 * (3 * 3 + 1) and len(cv.chosen_c) == 5 and set(cv.chosen_c) <= set(grid)
     assert (cv.n_train, cv.n_test) == (60, 60)
     tt = evaluate({"train": (X[:40], y[:40]), "test": (X[40:], y[40:])}, inner_k=4, c_grid=grid, threads=1)
-    assert tt.n_models == (4 + 1) * 3 and (tt.n_train, tt.n_test) == (40, 20)
+    assert tt.n_models == 4 * 3 + 1 and (tt.n_train, tt.n_test) == (40, 20)
     parts = {"train": (X[:40], y[:40]), "dev": (X[40:50], y[40:50]), "test": (X[50:], y[50:])}
     split = evaluate(parts, c_grid=grid, threads=1)
     assert split.n_models == 3 and (split.n_train, split.n_test) == (40, 10)
@@ -286,9 +313,9 @@ def test_torch_agrees_with_sklearn_on_every_task(name, data_dir, glove_bow):
     ref = evaluate(data, backend="sklearn", **opts)
     got = evaluate(data, backend="torch", **opts)
     assert got.protocol == ref.protocol == task.protocol and got.n_models == ref.n_models
-    assert abs(got.accuracy - ref.accuracy) <= 0.005, (name, ref, got)
+    assert abs(got.accuracy - ref.accuracy) <= 0.001, (name, ref, got)  # within 0.1 point
     if task.f1_label is not None:
-        assert abs(got.f1 - ref.f1) <= 0.005
+        assert abs(got.f1 - ref.f1) <= 0.001
     # the features carry signal: both beat always answering the majority class
     gold = np.concatenate([p.labels for role, p in task.parts().items() if role in ("cv", "test")])
     assert ref.accuracy > np.bincount(gold).max() / len(gold) + 0.02

@@ -446,6 +446,25 @@ def test_a_warehouse_from_before_the_interval_table_gets_it_on_refresh(sentence_
     assert schema.exists() and cells(sentence_wh, "ci_status <> 'current'") == []
 
 
+def test_sampled_downstream_columns_are_labelled_and_never_pooled_with_full_data(sentence_wh):
+    """The quick profile's accuracies (variant ``max_train=N``) are a column of their own, labelled a sample,
+    and their correlation is computed over sampled numbers only."""
+    sampled = [0.9, 0.8, 0.7, 0.6, 0.5]  # the reverse order of the full-data column's models
+    for i in range(5):
+        for variant, value in (("max_train=1000", sampled[i]), ("full", [0.60, 0.70, 0.65, 0.80, 0.90][i])):
+            m = f"s{i + 1}"  # one unit (fingerprint) per variant, as the scorer's params differ
+            add_metric(sentence_wh, m, "cr", "downstream", value, metric="accuracy", variant=variant,
+                       fingerprint=f"ds-{m}-cr-{variant}")  # fmt: skip
+    got = {
+        (c["downstream_task"], c["downstream_variant"]): (c["n_models"], c["spearman"])
+        for c in cells(sentence_wh, "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed")
+    }
+    assert got[("cr", "max_train=1000")] == (5, pytest.approx(-1.0))
+    assert got[("cr", "full")] == (5, pytest.approx(0.9))
+    table = correlation_table(sentence_wh, level="sentence")
+    assert "cr (max_train=1000) [sample]" in table.columns and "cr (full)" in table.columns
+
+
 def test_each_downstream_subset_and_variant_is_a_column_of_its_own(sentence_wh):
     """A downstream scorer that marks several subsets (or variants) primary never puts a model twice in a cell."""
     dev, test = [0.1, 0.2, 0.3, 0.4, 0.5], [0.5, 0.4, 0.3, 0.2, 0.1]

@@ -18,6 +18,7 @@ from evalfarm.scorers.similarity import (
     WordSimilarityScorer,
     band_samples,
     pearson,
+    rank_cosines,
     spearman,
 )
 
@@ -94,6 +95,30 @@ def test_sts_subsets_pooled_and_weighted_means_by_hand():
     assert m[("wmean", "spearman")] == pytest.approx((3 * 1.0 + 5 * -1.0) / 8)  # SentEval's weighted mean
     assert m[("all", "n_pairs")] == 8
     assert [r.subset for r in res.rows if r.primary] == ["wmean"]
+
+
+def test_near_tied_cosines_rank_as_ties_whatever_the_rounding():
+    """Pairs whose two texts embed identically (identical token bags) have cos = 1 up to rounding; differences of
+    ~1e-8 (another summation order, float32 vs float64) must not reorder them: they tie (COS_DECIMALS)."""
+    rng = np.random.default_rng(4)
+    same = rng.normal(size=(4, 8))
+    texts = {f"a{i}": same[i] for i in range(4)} | {f"b{i}": same[i] for i in range(4)}
+    texts |= {f"c{i}": rng.normal(size=8) for i in range(6)}
+    s1 = [f"a{i}" for i in range(4)] + [f"c{i}" for i in range(0, 6, 2)]
+    s2 = [f"b{i}" for i in range(4)] + [f"c{i}" for i in range(1, 6, 2)]
+    data = PairData({"A": (s1, s2, np.array([5.0, 4.8, 4.6, 4.4, 1.0, 2.0, 0.5]))})
+    scorer = STSScorer()
+    params = scorer.params(None, RunOptions())  # type: ignore[arg-type]
+    got = set()
+    for k in range(4):
+        emb = np.array([texts[t] for t in data.texts], dtype=np.float64)
+        # b_i = a_i nudged along one axis: cos(a_i, b_i) = 1 - O(1e-8), in an order that changes with k
+        emb[[data.texts.index(f"b{i}") for i in range(4)], 0] += 1e-4 * np.roll(np.arange(1, 5), k)
+        rows = scorer.evaluate(None, data, TextVectors("sentence", emb.astype(np.float32), np.zeros(len(emb), bool)),
+                               params).rows  # type: ignore[arg-type]  # fmt: skip
+        got.add(next(r.value for r in rows if (r.subset, r.metric) == ("A", "spearman")))
+    assert len(got) == 1
+    assert rank_cosines(np.array([1.0, 1 - 4e-8, 0.9999996])).tolist() == [1.0, 1.0, 1.0]
 
 
 def test_similarity_bands_are_equal_size_seeded_samples():

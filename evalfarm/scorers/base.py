@@ -160,7 +160,7 @@ class Scorer:
 
     def load_for(self, task: TaskSpec, options: RunOptions) -> Any:
         """The task's data for a run with ``options`` (what the executor calls): ``load(task)``, unless a run
-        option changes which texts the task needs (downstream's ``full_downstream``)."""
+        option changes which texts the task needs (downstream's ``quick_downstream``)."""
         return self.load(task)
 
     def texts(self, data: Any) -> Sequence[str]:

@@ -11,14 +11,20 @@ embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
   fold; TREC, MRPC C chosen on 5 inner folds of train, refit, scored on test; SST2, SST5, SICK-E (trial = dev),
   SciCite C chosen on dev, scored on test. C from ``C_GRID`` (1e-4 … 10). Folds and samples from seed 1111
   (SentEval's): the same inputs give the same numbers.
-- sampling: a task entry may fix ``max_train``, a seeded stratified sample of the training part (``train``, or the
-  whole set of a CV task; dev and test are never sampled), drawn *before* embedding: the sentences left out are
-  never embedded. The starter catalog samples the big training sets so ``make run`` stays short; ``evalfarm run
-  --full-downstream`` (``RunOptions.full_downstream``) uses every row. The sample size enters the fingerprint and
-  the ``variant`` column (``max_train=N``, or ``full``), so sampled and full numbers never replace each other.
-- backend: ``auto`` (the default) fits with scikit-learn on CPU and with the batched torch solver when the unit
-  runs on a CUDA device; the two agree within 0.5 accuracy points on every task (``tests/test_classify.py``). The
-  backend used is recorded as the metric ``backend_torch`` (1 torch, 0 scikit-learn).
+- sampling: SentEval's protocol, every training row, is the default of every run. A task entry may fix
+  ``max_train``, a seeded stratified sample of the training part (``train``, or the whole set of a CV task; dev
+  and test are never sampled), drawn *before* embedding (the sentences left out are never embedded); it applies
+  only in the quick profile, ``evalfarm run --quick-downstream`` (``RunOptions.quick_downstream``). The sample
+  size enters the fingerprint and the ``variant`` column (``max_train=N``, or ``full``), so sampled and full
+  numbers never replace each other, never share a correlation (``correlations`` keys on the downstream
+  variant), and tables label the sampled ones as samples. A 1,000-row sample costs MiniLM 1.9–4.8 points
+  (issue 22), so the quick profile is for smoke runs, not for numbers to publish (``docs/results.md``).
+- backend: ``auto`` (the default) fits with the batched torch engine (:mod:`evalfarm.classify`), on the unit's
+  CUDA device or the CPU; ``sklearn`` is scikit-learn's per-fit reference. The two agree within 0.1 accuracy point
+  on every task (``tests/test_classify.py``, ``benchmarks/bench_classify.py``). The backend used is recorded as
+  the metric ``backend_torch`` (1 torch, 0 scikit-learn). Version 2 of the scorer: the engine replaced
+  scikit-learn on CPU, constant columns are dropped (one standardisation for both backends), and only the
+  chosen C is refit per outer fold; version-1 results are not reused.
 
 Metrics (subset ``all``): ``accuracy`` (primary; a fraction in [0, 1]), ``accuracy_std`` (std over the 10 folds,
 CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection score at the chosen C),
@@ -53,8 +59,8 @@ THREADS = 1  # BLAS / OpenMP / torch threads while fitting: the per-fold problem
 
 class DownstreamTaskSpec(TaskSpec):
     """One SentEval-style classification task: ``dataset`` picks the reader, ``files`` its files (one folder, the
-    reader's file names), ``max_train`` an optional seeded training sample (the default a run uses unless
-    ``--full-downstream``), ``evalrank_text`` EvalRank's SciCite text reduction (lower-case, ``a-z`` and spaces)."""
+    reader's file names), ``max_train`` an optional seeded training sample (used only by the quick profile,
+    ``--quick-downstream``), ``evalrank_text`` EvalRank's SciCite text reduction (lower-case, ``a-z`` and spaces)."""
 
     kind: Literal["downstream"] = "downstream"
     level: Literal["sentence"] = "sentence"
@@ -104,17 +110,17 @@ def effective_max_train(max_train: int | None, n_train: int) -> int | None:
 
 
 def resolve_backend(backend: str, device: str | None) -> tuple[str, str | None]:
-    """(backend, torch device): ``auto`` is torch on a CUDA device (the one given, else CUDA when available) and
-    scikit-learn otherwise; an explicit backend keeps the given device (torch on ``cpu`` is the same code path)."""
+    """(backend, torch device): ``auto`` is the batched torch engine on the device given, else on CUDA when it is
+    available, else on the CPU; an explicit backend keeps the given device (``sklearn`` is the per-fit reference)."""
     if backend not in ("auto", "sklearn", "torch"):
         raise ValueError(f"unknown classifier backend {backend!r}: use auto, sklearn or torch")
     if backend != "auto":
         return backend, device
     if device:
-        return ("torch", device) if device.startswith("cuda") else ("sklearn", None)
+        return "torch", device
     from evalfarm.classify import _cuda_available
 
-    return ("torch", "cuda") if _cuda_available() else ("sklearn", None)
+    return "torch", "cuda" if _cuda_available() else "cpu"
 
 
 def variant_name(max_train: int | None) -> str:
@@ -124,7 +130,7 @@ def variant_name(max_train: int | None) -> str:
 @register
 class DownstreamScorer(Scorer):
     name = "downstream"
-    version = "1"
+    version = "2"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits
     task_spec = DownstreamTaskSpec
     primary_metric = "accuracy"
     higher_is_better = True
@@ -138,7 +144,7 @@ class DownstreamScorer(Scorer):
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
-            "max_train": None if options.full_downstream else task.max_train,  # type: ignore[attr-defined]
+            "max_train": task.max_train if options.quick_downstream else None,  # type: ignore[attr-defined]
             "seed": DEFAULT_SEED,
             "c_grid": list(C_GRID),
             "k": K_FOLDS,
@@ -206,6 +212,6 @@ class DownstreamScorer(Scorer):
         if data.max_train is not None:
             out.notes.append(
                 f"{task.id}: trained on a seeded sample of {data.max_train} of {data.n_train_available} training rows "
-                "(evalfarm run --full-downstream uses them all)"
+                "(the quick profile, --quick-downstream: a sample, not SentEval's protocol; the default uses them all)"
             )
         return out

@@ -19,6 +19,8 @@ score. Three task kinds, one scorer each:
 Correlations are NaN when fewer than 3 pairs are scored or either side is constant. Every Spearman and Pearson row
 carries its 95 % confidence interval (``MetricRow.ci``: :func:`correlation_interval`, Fisher's z; for STS's ``mean``
 and ``wmean``, :func:`mean_interval`), in closed form: no resampling, no seed, the same bytes under every executor.
+Sentence cosines (STS, bands) are rounded to 6 decimals before ranking, so near-ties (identical token bags) are ties:
+``COS_DECIMALS``.
 """
 
 from __future__ import annotations
@@ -49,6 +51,18 @@ def spearman(x: np.ndarray, y: np.ndarray) -> float:
     if len(x) < MIN_PAIRS:
         return float("nan")
     return pearson(rankdata(x), rankdata(y))
+
+
+COS_DECIMALS = 6
+"""Sentence cosines are rounded to 6 decimals before they are ranked (Spearman only; Pearson takes them as they
+are): two texts with identical token bags have cos = 1 up to rounding (~1e-7 for float32 vectors), so without a
+rule float summation order decides their ranks (STS12 SMTeuroparl moved by 4e-4 between float32 and float64).
+Rounded, such near-ties are exact ties and share their mean rank, whatever the arithmetic."""
+
+
+def rank_cosines(cos: np.ndarray) -> np.ndarray:
+    """Cosines as Spearman ranks them: rounded to ``COS_DECIMALS`` decimals (near-ties become ties)."""
+    return np.round(np.asarray(cos, dtype=np.float64), COS_DECIMALS)
 
 
 def pearson(x: np.ndarray, y: np.ndarray) -> float:
@@ -266,7 +280,7 @@ def load_sts(task: Any) -> PairData:
 @register
 class STSScorer(Scorer):
     name = "sts"
-    version = "1"
+    version = "2"  # 2: cosines rounded to COS_DECIMALS before ranking (issue 22)
     task_spec = STSTaskSpec
     primary_metric = "spearman"
     description = "Spearman / Pearson of the cosine of raw sentence embeddings vs gold (SentEval's STS protocol)"
@@ -296,13 +310,13 @@ class STSScorer(Scorer):
         per: dict[str, tuple[float, float, int]] = {}
         all_cos, all_gold = [], []
         for name, (cos, gold) in raw_cosines(data, vectors).items():
-            per[name] = (spearman(cos, gold), pearson(cos, gold), len(gold))
+            per[name] = (spearman(rank_cosines(cos), gold), pearson(cos, gold), len(gold))
             all_cos.append(cos)
             all_gold.append(gold)
         rows = {name: (sp, _ci(sp, n, True), pe, _ci(pe, n, False), n) for name, (sp, pe, n) in per.items()}
         if len(per) > 1:  # the summaries of SUMMARY_SUBSETS
             cos, gold = np.concatenate(all_cos), np.concatenate(all_gold)
-            sp, pe, n = spearman(cos, gold), pearson(cos, gold), len(gold)
+            sp, pe, n = spearman(rank_cosines(cos), gold), pearson(cos, gold), len(gold)
             rows["all"] = (sp, _ci(sp, n, True), pe, _ci(pe, n, False), n)
             total = sum(v[2] for v in per.values())
             for summary, weighted in (("mean", False), ("wmean", True)):
@@ -353,7 +367,7 @@ def band_samples(gold: np.ndarray, bands: Sequence[tuple[float, float]], sample:
 @register
 class STSBandsScorer(Scorer):
     name = "similarity-bands"
-    version = "1"
+    version = "2"  # 2: cosines rounded to COS_DECIMALS before ranking (issue 22)
     task_spec = STSBandsTask
     primary_metric = "spearman"
     thin_rules = (ThinRule("n_pairs", at_least=MIN_RANKED_PAIRS),)
@@ -385,7 +399,7 @@ class STSBandsScorer(Scorer):
     ) -> ScoreResult:
         out = ScoreResult()
         for name, (cos, gold) in raw_cosines(data, vectors).items():
-            rho = spearman(cos, gold)
+            rho = spearman(rank_cosines(cos), gold)
             out.rows += [
                 MetricRow(
                     "spearman", rho, subset=name, variant="cos", ci=correlation_interval(rho, len(gold), rank=True)
