@@ -300,7 +300,9 @@ def check_classifier(model: Path | None, data: Path | None, smoke: bool, progres
         }
         ok = abs(gpu.accuracy - cpu.accuracy) <= TOL_ACCURACY
         if with_sklearn:
-            sk, t_sk = _timed(classify_task, task, embed, backend="sklearn")
+            # one BLAS thread: on the 16-core H200 machine scikit-learn with all threads took > 200 s on TREC, 22 s
+            # with one (its lbfgs fits are small; the threads only contend)
+            sk, t_sk = _timed(classify_task, task, embed, backend="sklearn", threads=1)
             row |= {
                 "accuracy_sklearn_cpu": round(sk.accuracy, 5),
                 "chosen_c_sklearn": list(sk.chosen_c),
