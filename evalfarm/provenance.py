@@ -148,7 +148,8 @@ def thread_counts() -> dict[str, int]:
     """The thread pools this process scores with, by library API (``blas``, ``openmp``; ``torch`` once torch is
     loaded): a threaded reduction's float rounding can depend on them (issue 23.5), so each unit's ``units`` row
     records them. A kernel that pins its own count says so (EvalRank's rank kernel: one BLAS thread for its GEMM;
-    downstream's classifier: ``evalfarm.classify``'s per-worker limit)."""
+    post-processing's fit and apply: one BLAS thread; downstream's classifier: ``evalfarm.classify``'s per-worker
+    limit)."""
     from threadpoolctl import threadpool_info
 
     out: dict[str, int] = {}

@@ -628,3 +628,27 @@ def test_loader_errors() -> None:
                 )
             ]
         )
+
+
+@pytest.mark.faults  # issue 23.5: the numbers do not depend on the executor's thread count (`make faults`)
+@pytest.mark.parametrize("method,d", [("abtt", 2), ("pcr", 3), ("whitening", None)])
+def test_postprocessing_gives_the_same_bits_whatever_the_blas_thread_count(method, d):
+    """A Ray worker has one BLAS thread, the in-process executor every core: LAPACK's eigensolver and SVD rounded
+    the removed directions of a 300-d model differently on one and on two threads, so the same unit stored different
+    numbers under the two executors. Fit and apply pin one thread: the same bytes under any outer limit."""
+    from threadpoolctl import threadpool_info, threadpool_limits
+
+    threads = min(os.cpu_count() or 1, 4)
+    if threads < 2 or not any(p.get("user_api") == "blas" for p in threadpool_info()):
+        pytest.skip("one CPU (or no BLAS pool): nothing to compare")
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((2000, 300)).astype(np.float32)
+    X[:, :3] += 2  # a few dominant directions, as word vectors have
+    out = []
+    for limit in (1, threads):
+        with threadpool_limits(limits=limit, user_api="blas"):
+            t = fit_postprocess(X, PostProcess(method=method, d=d))
+            fitted = t.components if t.W is None else t.W
+            out.append((fitted.tobytes(), t.apply(X).tobytes()))
+    assert out[0][0] == out[1][0], f"{method}: the fitted transform depends on the BLAS thread count"
+    assert out[0][1] == out[1][1]

@@ -181,10 +181,11 @@ def test_sql_cannot_read_files_outside_the_warehouse(warehouse, tmp_path):
     ]:
         with pytest.raises(duckdb.Error, match="(?i)permission|disabled|not allowed"):
             warehouse.query(sql)
-    # what is inside stays readable
-    assert warehouse.query(f"SELECT count(*) AS n FROM read_parquet('{warehouse.root}/tables/metrics/*/*/*.parquet')")[
-        "n"
-    ].to_pylist() == [1]
+    # what is inside stays readable: through the views, and a file by its read-only path (the local disk itself is
+    # closed to DuckDB: a local warehouse is read through `local-ro://`, see the next tests)
+    assert warehouse.query("SELECT count(*) AS n FROM metrics")["n"].to_pylist() == [1]
+    inside = f"local-ro://{str(warehouse.root).lstrip('/')}/tables/metrics/*/*/*.parquet"
+    assert warehouse.query(f"SELECT count(*) AS n FROM read_parquet('{inside}')")["n"].to_pylist() == [1]
 
 
 def test_a_read_only_connection_cannot_unlock_itself(warehouse, tmp_path):
@@ -206,6 +207,50 @@ def test_a_read_only_connection_cannot_unlock_itself(warehouse, tmp_path):
     finally:
         con.close()
     assert not (tmp_path / "outside.csv").exists() and not (tmp_path / "outside.duckdb").exists()
+
+
+def test_a_read_only_connection_cannot_write_into_a_local_warehouse(warehouse):
+    """A library user's ``connect()`` runs any statement (no statement check): DuckDB's lock allows writes inside
+    its allowed directory, so on a local warehouse ``COPY … TO`` planted a forged metrics file that the views then
+    showed, and ``EXPORT DATABASE`` / ``write_parquet`` / ``ATTACH`` wrote beside it. A read-only connection now
+    reads a local warehouse through a read-only filesystem, as it reads an object store."""
+    root = Path(warehouse.root)
+    honest = next((root / "tables" / "metrics").rglob("f*.parquet"))
+    before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
+    forged = honest.parent / "forged.parquet"
+    ro = f"local-ro://{str(root).lstrip('/')}"
+    con = warehouse.connect()
+    try:
+        assert con.sql("SELECT value FROM metrics").fetchall() == [(0.5,)]
+        for sql in [
+            f"COPY (SELECT * REPLACE (0.99 AS value) FROM metrics) TO '{forged}' (FORMAT parquet)",
+            f"COPY (SELECT * REPLACE (0.99 AS value) FROM metrics) TO '{ro}{str(forged)[len(str(root)) :]}'"
+            " (FORMAT parquet)",
+            f"COPY (SELECT * FROM metrics) TO '{honest}' (FORMAT parquet)",  # overwrite an honest file
+            f"COPY (SELECT * FROM metrics) TO '{ro}{str(honest)[len(str(root)) :]}' (FORMAT parquet)",
+            f"COPY (SELECT 1 AS x) TO '{root}/x.csv'",
+            f"EXPORT DATABASE '{root}/export'",
+            f"EXPORT DATABASE '{ro}/export'",
+            f"ATTACH '{root}/planted.duckdb' AS x",
+            f"ATTACH '{ro}/planted.duckdb' AS x",
+        ]:
+            with pytest.raises(duckdb.Error, match="(?i)permission|disabled|read-only"):
+                con.execute(sql)
+        for path in (forged, f"{ro}/y.parquet"):
+            with pytest.raises(duckdb.Error, match="(?i)permission|disabled|read-only"):
+                con.sql("SELECT 1 AS x").write_parquet(str(path))
+        assert con.sql("SELECT value FROM metrics").fetchall() == [(0.5,)]  # and still readable
+    finally:
+        con.close()
+    assert {p: p.read_bytes() for p in root.rglob("*") if p.is_file()} == before  # nothing written, nothing changed
+    assert warehouse.query("SELECT value FROM metrics")["value"].to_pylist() == [0.5]
+    # a read-write connection (what runs use internally) still writes: only read_only=True is confined
+    con = warehouse.connect(read_only=False)
+    try:
+        con.execute(f"COPY (SELECT 1 AS x) TO '{root}/rw.csv'")
+    finally:
+        con.close()
+    assert (root / "rw.csv").exists()
 
 
 @pytest.mark.parametrize("scheme", ["s3", "gs"])
@@ -1017,3 +1062,44 @@ def test_connect_names_its_token_folder_after_its_pid_and_sweeps_first(tmp_path,
     assert not stale.exists()
     folder = Path(seen["token"]).parent
     assert folder.parent == tmp_path and folder.name.startswith(f"{ray_executor.TOKEN_FOLDER_PREFIX}{os.getpid()}-")
+
+
+def test_a_read_only_warehouse_file_reads_at_each_threads_own_position(tmp_path):
+    """DuckDB reads one file from several threads through one handle, each read a seek and then a read: on a
+    shared position one thread read where another had sought (a 150-model warehouse read through the read-only
+    filesystem failed with "Failed to read 24054 bytes … only 2640 bytes returned", or a corrupt page)."""
+    import threading
+
+    import pyarrow.fs as pafs
+
+    from evalfarm.warehouse.query import prefix_filesystem
+
+    (tmp_path / "wh").mkdir()
+    (tmp_path / "wh" / "f.bin").write_bytes(bytes(range(256)) * 4)
+    fs = prefix_filesystem(pafs.SubTreeFileSystem(str(tmp_path), pafs.LocalFileSystem()), "local-ro", "wh")
+    handle = fs.open("local-ro://wh/f.bin", "rb")
+    sought, read_b = threading.Event(), threading.Event()
+    got: dict[str, bytes] = {}
+
+    def a() -> None:
+        handle.seek(10)
+        sought.set()
+        read_b.wait(10)  # b seeks and reads between a's seek and a's read
+        got["a"] = handle.read(4)
+
+    def b() -> None:
+        sought.wait(10)
+        handle.seek(700)
+        got["b"] = handle.read(4)
+        read_b.set()
+
+    threads = [threading.Thread(target=f) for f in (a, b)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert got == {"a": bytes([10, 11, 12, 13]), "b": bytes([700 % 256 + i for i in range(4)])}
+    assert handle.tell() == 0  # this thread's own position, untouched by the others
+    handle.seek(0, 2)
+    assert handle.tell() == 1024 and handle.read(5) == b""
+    handle.close()

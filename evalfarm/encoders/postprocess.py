@@ -3,10 +3,17 @@
 Everything is fitted from the ``dim x dim`` second-moment matrix, accumulated in float64 over row chunks, so a
 400k x 300 vocabulary costs one pass and ~1 GB less memory than an SVD of the full matrix. The eigenvectors of
 the (centred) second-moment matrix are the right singular vectors of the (centred) data matrix.
+
+Fitting and applying run on one BLAS thread (:func:`_one_blas_thread`): LAPACK's eigensolver and SVD round
+differently with the number of threads (the removed directions of a 300-d model differed in their last bits
+between one and two threads), so a Ray worker (one thread per CPU share) and the in-process executor (every core)
+would store different numbers for one post-processed model (issue 23.5).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Literal
 
@@ -54,17 +61,28 @@ class FittedTransform:
         if Y.ndim != 2 or Y.shape[1] != self.in_dim:
             raise ValueError(f"{self.method}: expected an (n, {self.in_dim}) matrix, got shape {Y.shape}")
         out = np.empty((Y.shape[0], self.out_dim), dtype=np.float32)
-        for start in range(0, Y.shape[0], _CHUNK):
-            block = Y[start : start + _CHUNK].astype(np.float64)
-            if self.mean is not None:
-                block -= self.mean
-            if self.W is not None:
-                block = block @ self.W
-            else:
-                C = self._removed()
-                block -= (block @ C.T) @ C
-            out[start : start + _CHUNK] = block
+        with _one_blas_thread():
+            for start in range(0, Y.shape[0], _CHUNK):
+                block = Y[start : start + _CHUNK].astype(np.float64)
+                if self.mean is not None:
+                    block -= self.mean
+                if self.W is not None:
+                    block = block @ self.W
+                else:
+                    C = self._removed()
+                    block -= (block @ C.T) @ C
+                out[start : start + _CHUNK] = block
         return out
+
+
+@contextmanager
+def _one_blas_thread() -> Iterator[None]:
+    """BLAS and LAPACK on one thread while fitting or applying: the same bits whatever the process's thread pool
+    (the rank kernel pins its GEMM the same way); parallelism comes from the workers."""
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1, user_api="blas"):
+        yield
 
 
 def _moments(X: np.ndarray, center: bool) -> tuple[np.ndarray | None, np.ndarray]:
@@ -93,12 +111,17 @@ def _top_eigvecs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit_postprocess(X: np.ndarray, pp: PostProcess, *, eps: float = 1e-9) -> FittedTransform:
-    """Fit ``pp`` on the rows of ``X`` (``n x dim``).
+    """Fit ``pp`` on the rows of ``X`` (``n x dim``), on one BLAS thread (see the module's docstring).
 
     Whitening follows Su et al. (2021): ``cov = np.cov(X - mean)``, ``U, S = svd(cov)``,
     ``W = U / sqrt(S + eps * S[0])`` keeping the first ``pp.d`` columns; ``eps`` is relative to the largest
     eigenvalue so rank-deficient inputs (fewer rows than dims) stay finite.
     """
+    with _one_blas_thread():
+        return _fit(X, pp, eps)
+
+
+def _fit(X: np.ndarray, pp: PostProcess, eps: float) -> FittedTransform:
     X = np.asarray(X)
     if X.ndim != 2:
         raise ValueError(f"post-processing needs a 2-D matrix, got shape {X.shape}")

@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -55,6 +56,10 @@ def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, s
             "(file:///abs/path, s3://bucket/prefix, gs://bucket/prefix) with credentials in the environment"
         ) from exc
     return fs, path.rstrip("/")
+
+
+LOCAL_READ_ONLY_SCHEME = "local-ro"
+"""The scheme a read-only connection reads a local warehouse through (:meth:`Warehouse._reader`)."""
 
 
 def _is_local(fs: pafs.FileSystem) -> bool:
@@ -321,8 +326,10 @@ class Warehouse:
         Read-only (the default, and what ``evalfarm sql`` uses) locks the connection down before any view
         exists: only files under the warehouse root (a local directory, or the ``s3://`` / ``gs://`` prefix)
         can be opened, external access and extension installs are off, and the configuration is locked so a
-        query cannot lift those limits. Statements are checked separately (``check_read_only``): the lock keeps
-        a query inside the warehouse, the check keeps it from writing there. An object-store warehouse is read
+        query cannot lift those limits. A local warehouse is then read through a read-only filesystem
+        (``local-ro://``, :meth:`_reader`), so even a statement run on the connection directly cannot write into
+        it. Statements are checked separately (``check_read_only``): the lock keeps a query inside the warehouse,
+        the check keeps it from writing there. An object-store warehouse is read
         through this warehouse's own pyarrow filesystem, registered with DuckDB and confined to the prefix
         (``prefix_filesystem``: no extension to install), with credentials and endpoint from the usual AWS_* / GCS
         environment variables (``AWS_ENDPOINT_URL`` for a store that is not AWS). ``memory_limit``: DuckDB's
@@ -359,15 +366,34 @@ class Warehouse:
         for table in stand_ins or {}:
             if table not in listed:
                 listed[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)))
+        root, remote, duck_path = self._reader(read_only)
         return open_connection(
-            self.duckdb_root,
+            root,
             read_only=read_only,
-            remote=None if self.local else self.fs,
+            remote=remote,
             files=listed,
-            duck_path=self._duck_path,
+            duck_path=duck_path,
             memory_limit=memory_limit,
             schema_files=stand_ins,
         )
+
+    def _reader(self, read_only: bool) -> tuple[str, pafs.FileSystem | None, Callable[[str], str]]:
+        """(root, filesystem, path mapper) DuckDB reads this warehouse through (see :func:`open_connection`).
+
+        A read-only connection to a local warehouse reads it as an object-store warehouse is read: through a
+        read-only filesystem of its own (``local-ro://…``, :func:`prefix_filesystem` over the local disk), with
+        DuckDB's own local filesystem closed by the lock. DuckDB's lock allows writes inside the allowed directory,
+        so a library user's ``COPY … TO`` / ``EXPORT DATABASE`` / ``write_parquet`` on ``connect()`` would
+        otherwise have landed in the warehouse (``query`` and ``evalfarm sql`` check statements as well)."""
+        if not self.local:
+            return self.duckdb_root, self.fs, self._duck_path
+        if not read_only:
+            return self.base, None, lambda path: path
+
+        def read_only_path(path: str) -> str:
+            return f"{LOCAL_READ_ONLY_SCHEME}://{path.lstrip('/')}"
+
+        return read_only_path(self.base), pafs.SubTreeFileSystem("/", pafs.LocalFileSystem()), read_only_path
 
     def _stand_in_schemas(self) -> dict[str, str]:
         """Table -> a typed empty Parquet file in this process's private temp folder, for each table whose
