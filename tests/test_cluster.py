@@ -804,7 +804,8 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
-    assert re.search(r"\b14 done, 0 skipped, 0 failed", out), out[-4000:]  # EvalRank pool + 13 wordsim sets
+    # EvalRank pool + 13 wordsim sets + the AG2016 and geometry diagnostics
+    assert re.search(r"\b16 done, 0 skipped, 0 failed", out), out[-4000:]
     assert ("my-model", "evalrank-word") in _metrics(tmp_path / "warehouse")
 
 
