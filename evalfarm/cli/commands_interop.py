@@ -20,7 +20,11 @@ app.add_typer(export_app, name="export")
 app.add_typer(import_app, name="import")
 
 WarehouseOpt = Annotated[
-    str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
+    str | None,
+    typer.Option(
+        help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it [default: the settings' "
+        "warehouse: $EVALFARM_WAREHOUSE, else .evalfarm.toml's, else ./warehouse]"
+    ),
 ]
 
 
@@ -29,7 +33,7 @@ def export_mteb(
     out_dir: Annotated[
         Path, typer.Option("--out", help="the results folder to write: <model>/<revision>/<Task>.json")
     ],
-    warehouse: WarehouseOpt = "warehouse",
+    warehouse: WarehouseOpt = None,
     models: Annotated[
         list[str] | None, typer.Option("--models", help="only these models (repeat or comma-separate)")
     ] = None,
@@ -50,7 +54,7 @@ def export_mteb(
 @import_app.command("mteb")
 def import_mteb(
     folder: Annotated[Path, typer.Argument(help="an MTEB results folder: <model>/<revision>/<Task>.json")],
-    warehouse: WarehouseOpt = "warehouse",
+    warehouse: WarehouseOpt = None,
     rename: Annotated[
         list[str] | None,
         typer.Option("--as", help="MTEB_MODEL=EVALFARM_ID: store an MTEB model under this id (repeatable)"),
