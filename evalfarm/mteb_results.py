@@ -53,19 +53,22 @@ class Twin:
     name: str
     dataset_revision: str
     subset: str
+    n_pairs: int
     split: str = "test"
 
 
 TWINS: tuple[Twin, ...] = (
-    Twin("sts12", "STS12", "a0d554a64d88156834ff5ae9920b964011b16384", "all"),
-    Twin("sts13", "STS13", "7e90230a92c190f1bf69ae9002b8cea547a64cca", "all"),
-    Twin("sts14", "STS14", "6031580fec1f6af667f0bd2da0a551cf4f0b2375", "all"),
-    Twin("sts15", "STS15", "ae752c7c21bf194d8b67fd573edf7ae58183cbe3", "all"),
-    Twin("sts16", "STS16", "4d8694f8f0e0100860b497b999b3dbed754a0513", "all"),
-    Twin("stsb", "STSBenchmark", "b0fddb56ed78048fa8b90373c8a3cfc37b684831", "test"),
-    Twin("sick-r", "SICK-R", "20a6d6f312dd54037fe07a32d58e5e168867909d", "all"),
+    Twin("sts12", "STS12", "a0d554a64d88156834ff5ae9920b964011b16384", "all", 3108),
+    Twin("sts13", "STS13", "7e90230a92c190f1bf69ae9002b8cea547a64cca", "all", 1500),
+    Twin("sts14", "STS14", "6031580fec1f6af667f0bd2da0a551cf4f0b2375", "all", 3750),
+    Twin("sts15", "STS15", "ae752c7c21bf194d8b67fd573edf7ae58183cbe3", "all", 3000),
+    Twin("sts16", "STS16", "4d8694f8f0e0100860b497b999b3dbed754a0513", "all", 1186),
+    Twin("stsb", "STSBenchmark", "b0fddb56ed78048fa8b90373c8a3cfc37b684831", "test", 1379),
+    Twin("sick-r", "SICK-R", "20a6d6f312dd54037fe07a32d58e5e168867909d", "all", 9927),
 )
-"""The shared STS tasks; the dataset revisions are those of MTEB's task definitions (``mteb/tasks/STS/eng``)."""
+"""The shared STS tasks; the dataset revisions are those of MTEB's task definitions (``mteb/tasks/STS/eng``), the pair
+counts those of its descriptive statistics (``mteb/descriptive_stats/STS``): a unit that scored another number of
+pairs is not exported (not the same data)."""
 
 NO_TWIN: dict[str, str] = {
     "mr": "MR",
@@ -127,7 +130,8 @@ def export_rows(wh: Warehouse, models: list[str] | None = None) -> list[dict[str
         "SELECT m.model, m.task, any_value(mo.spec) AS spec, any_value(u.seconds) AS seconds, "
         "any_value(m.fingerprint) AS fingerprint, any_value(m.degenerate) AS degenerate, "
         "max(CASE WHEN m.metric = 'spearman' THEN m.value END) AS spearman, "
-        "max(CASE WHEN m.metric = 'pearson' THEN m.value END) AS pearson "
+        "max(CASE WHEN m.metric = 'pearson' THEN m.value END) AS pearson, "
+        "max(CASE WHEN m.metric = 'n_pairs' THEN m.value END) AS n_pairs "
         "FROM metrics m LEFT JOIN models mo USING (model) LEFT JOIN u USING (fingerprint) "
         f"WHERE m.scorer = 'sts' AND m.variant = 'cos' AND ({pairs}){only} "
         "GROUP BY m.model, m.task ORDER BY m.model, m.task"
@@ -168,7 +172,8 @@ def export_mteb(wh: Warehouse, out: str | os.PathLike[str], *, models: list[str]
 
     A model's folder is its evalfarm id (MTEB's own folders replace ``/`` by ``__``; evalfarm ids have no ``/``), its
     revision folder the model's revision when its spec has one, else ``no_revision_available``. Units whose vectors
-    failed the degenerate-model check, and numbers that are not finite, are left out (``skipped`` says which)."""
+    failed the degenerate-model check, that scored another number of pairs than MTEB's split holds, or whose
+    Spearman is not finite are left out (``skipped`` says which)."""
     result = ExportResult()
     out = Path(out)
     rows = export_rows(wh, models)
@@ -178,6 +183,12 @@ def export_mteb(wh: Warehouse, out: str | os.PathLike[str], *, models: list[str]
         twin = _BY_TASK[row["task"]]
         if row["degenerate"]:
             result.skipped.append(f"{row['model']} / {row['task']}: degenerate vectors")
+            continue
+        if row["n_pairs"] != twin.n_pairs:
+            result.skipped.append(
+                f"{row['model']} / {row['task']}: {row['n_pairs'] or 0:.0f} pairs scored, MTEB's {twin.name} has "
+                f"{twin.n_pairs} (not the same data)"
+            )
             continue
         if row["spearman"] is None or not math.isfinite(row["spearman"]):
             result.skipped.append(f"{row['model']} / {row['task']}: no finite Spearman")

@@ -7,6 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -155,11 +158,28 @@ def test_reader_rejects_what_is_not_a_task_result(tmp_path):
     )
 
 
-def test_twins_are_catalog_tasks_and_senteval_classification_has_none():
+def test_twins_hold_mtebs_pairs_and_senteval_classification_has_none():
     from evalfarm.catalog.registry import load_catalog
+    from evalfarm.taskdata import load_task
 
-    ids = set(load_catalog(REPO / "catalog" / "tasks.yaml").tasks)
-    assert {t.task for t in TWINS} <= ids and set(NO_TWIN) <= ids
+    cat = load_catalog(REPO / "catalog" / "tasks.yaml")
+    assert set(NO_TWIN) <= set(cat.tasks)
+    for twin in TWINS:  # the subset exported as MTEB's split scores exactly as many pairs as MTEB's split has
+        subsets = load_task(cat.task(twin.task)).subsets  # name -> (sentences 1, sentences 2, gold)
+        n = sum(len(s[2]) for s in subsets.values()) if twin.subset == "all" else len(subsets[twin.subset][2])
+        assert n == twin.n_pairs, twin
+
+
+def test_export_leaves_out_units_of_other_data(toy_warehouse, tmp_path):
+    wh = tmp_path / "wh"
+    shutil.copytree(toy_warehouse, wh)
+    for f in (wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").glob("*.parquet"):
+        t = pq.read_table(f)
+        cut = pc.if_else(pc.equal(t["metric"], "n_pairs"), pa.scalar(1000.0), t["value"])
+        pq.write_table(t.set_column(t.schema.get_field_index("value"), "value", cut), f)
+    res = api.export_mteb(tmp_path / "out", warehouse=wh)
+    assert [p.name for p in res.files] == ["SICK-R.json", "STS12.json"]
+    assert res.skipped == ["bow-toy / stsb: 1000 pairs scored, MTEB's STSBenchmark has 1379 (not the same data)"]
 
 
 def test_cli_export_and_import(toy_warehouse, tmp_path):
