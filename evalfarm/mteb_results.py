@@ -224,6 +224,10 @@ class Entry:
     scores: dict[str, Any]
 
 
+_LEGACY_GROUPS = {"cos_sim", "euclidean", "manhattan", "dot", "max"}
+"""Groups of metrics (not HF subsets) in files written before mteb 1.11."""
+
+
 def _legacy_entries(data: dict[str, Any]) -> list[Entry]:
     """The entries of a file written before mteb 1.11: ``{split: {metric: v}}`` or ``{split: {hf_subset: {...}}}``,
     STS numbers under ``cos_sim`` (renamed ``cosine_*`` as mteb's own loader does)."""
@@ -231,12 +235,14 @@ def _legacy_entries(data: dict[str, Any]) -> list[Entry]:
     for split, block in data.items():
         if split in {"mteb_dataset_name", "mteb_version", "dataset_revision"} or not isinstance(block, dict):
             continue
-        nested = {k: v for k, v in block.items() if isinstance(v, dict) and k not in {"cos_sim", "euclidean", "dot"}}
+        nested = {k: v for k, v in block.items() if isinstance(v, dict) and k not in _LEGACY_GROUPS}
         subsets = nested or {"default": block}
         for hf_subset, scores in subsets.items():
             flat = {k: v for k, v in scores.items() if not isinstance(v, dict)}
             for k, v in (scores.get("cos_sim") or {}).items():
                 flat[f"cosine_{k}"] = v
+            if "main_score" not in flat:  # mteb's own loader fills it from the task's main metric
+                flat["main_score"] = flat.get("cosine_spearman", flat.get("accuracy"))
             out.append(Entry(split, hf_subset, [], flat))
     return out
 
