@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.catalog.registry import Catalog, CatalogTarget
     from evalfarm.catalog.specs import Level
     from evalfarm.correlations import CorrelationTable
+    from evalfarm.mteb_results import ExportResult, ImportResult
     from evalfarm.options import RunOptions
     from evalfarm.outcomes import UnitOutcome
     from evalfarm.paper import PaperTable, Table10
@@ -407,6 +408,38 @@ def build_report(
     )
 
 
+def export_mteb(
+    out: PathOrStr, *, warehouse: PathOrStr | Warehouse | None = None, models: Sequence[str] | None = None
+) -> ExportResult:
+    """Write the warehouse's numbers on the tasks MTEB shares (STS12-16, STSBenchmark, SICK-R) in MTEB's results
+    layout, ``out/<model>/<revision>/<Task>.json`` (:mod:`evalfarm.mteb_results` says which subset maps to which
+    split). ``models``: only these. The result lists the files written and what was left out, with why."""
+    from evalfarm.mteb_results import export_mteb as write
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to export nothing from
+        raise FileNotFoundError(f"no warehouse at {wh.uri}")
+    return write(wh, out, models=list(models) if models else None)
+
+
+def import_mteb(
+    folder: PathOrStr,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    rename: Mapping[str, str] | None = None,
+    argv: str | None = None,
+) -> ImportResult:
+    """Store an MTEB results folder's numbers in the warehouse as ``metrics`` rows of variant ``mteb`` (never mixed
+    with evalfarm's own protocol): STS twins under evalfarm's task ids, classification tasks as downstream tasks
+    ``mteb-<TaskName>``. ``rename``: MTEB model (``org__name`` or ``org/name``) -> evalfarm model id."""
+    from evalfarm.mteb_results import import_mteb as read
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    return read(wh, folder, rename=dict(rename or {}), argv=argv)
+
+
 # -- catalogs ----------------------------------------------------------------------------------------------------
 def validate_catalog(catalog: PathOrStr | None = None) -> Catalog:
     """Load ``catalog`` (default: the settings') and check it offline: schema, references, tasks, and that it has
@@ -635,7 +668,9 @@ __all__ = [
     "paper_correlation_table",
     "paper_table10",
     "evaluate",
+    "export_mteb",
     "follow_job",
+    "import_mteb",
     "job_address",
     "list_models",
     "open_warehouse",

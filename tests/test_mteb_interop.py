@@ -1,0 +1,201 @@
+"""MTEB interop: a warehouse's STS numbers in MTEB's results layout and back, and hand-written MTEB results files
+(tests/fixtures/mteb, MTEB's ``TaskResult`` schema, one pre-1.11 file) imported beside evalfarm's own numbers."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+import pytest
+from typer.testing import CliRunner
+
+from evalfarm import api
+from evalfarm.cli import app
+from evalfarm.mteb_results import NO_TWIN, TWINS, read_task_result
+from evalfarm.runner import run_catalog
+from evalfarm.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "mteb" / "results"
+TASKS = ["sts12", "stsb", "sick-r"]
+
+
+@pytest.fixture(scope="module")
+def toy_warehouse(tmp_path_factory, toy_glove) -> Path:
+    """A real warehouse: a bag of words over the toy GloVe vectors on three STS tasks (in process, a few seconds)."""
+    d = tmp_path_factory.mktemp("mteb")
+    cat = d / "cat.yaml"
+    cat.write_text(f"""
+include: [{REPO / "catalog" / "tasks.yaml"}]
+tasks: [{", ".join(TASKS)}]
+models:
+  - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}
+  - {{id: bow-toy, level: sentence, kind: bow, base: toy, lowercase: true}}
+""")
+    assert run_catalog(cat, d / "wh", executor="local").ok
+    return d / "wh"
+
+
+def _own(wh: Path) -> list[dict]:
+    return (
+        Warehouse(wh)
+        .query(
+            "SELECT model, task, scorer, subset, variant, metric, value, fingerprint, spec_hash FROM metrics "
+            "WHERE variant <> 'mteb' ORDER BY ALL"
+        )
+        .to_pylist()
+    )
+
+
+def test_export_writes_mtebs_schema_and_import_gives_the_same_numbers_back(toy_warehouse, tmp_path):
+    out = tmp_path / "results"
+    res = api.export_mteb(out, warehouse=toy_warehouse, models=["bow-toy", "nobody"])
+    names = sorted(p.relative_to(out).as_posix() for p in res.files)
+    assert names == [f"bow-toy/no_revision_available/{n}.json" for n in ("SICK-R", "STS12", "STSBenchmark")]
+    assert any(s.startswith("nobody:") for s in res.skipped)
+    data = json.loads((out / "bow-toy" / "no_revision_available" / "STS12.json").read_text())
+    assert {"dataset_revision", "task_name", "mteb_version", "scores", "evaluation_time"} <= set(data)
+    assert data["task_name"] == "STS12" and data["dataset_revision"] == TWINS[0].dataset_revision
+    (entry,) = data["scores"]["test"]
+    assert entry["hf_subset"] == "default" and entry["languages"] == ["eng-Latn"]
+    assert entry["main_score"] == entry["cosine_spearman"]
+    own = {(r["task"], r["subset"], r["metric"]): r["value"] for r in _own(toy_warehouse)}
+    # MTEB's STS12 test split is every pair of the year: evalfarm's pooled `all`, 0-1 scale (not x100)
+    assert entry["cosine_spearman"] == round(own[("sts12", "all", "spearman")], 6)
+    assert entry["cosine_pearson"] == round(own[("sts12", "all", "pearson")], 6)
+    sick = json.loads((out / "bow-toy" / "no_revision_available" / "SICK-R.json").read_text())
+    assert sick["scores"]["test"][0]["main_score"] == round(own[("sick-r", "all", "spearman")], 6)
+    stsb = json.loads((out / "bow-toy" / "no_revision_available" / "STSBenchmark.json").read_text())
+    assert stsb["scores"]["test"][0]["main_score"] == round(own[("stsb", "test", "spearman")], 6)
+
+    fresh = tmp_path / "wh2"
+    imp = api.import_mteb(out, warehouse=fresh)
+    assert imp.imported == {"bow-toy": ["sick-r", "sts12", "stsb"]} and not imp.skipped
+    back = (
+        Warehouse(fresh)
+        .query("SELECT task, subset, scorer, metric, value, is_primary, params FROM metrics WHERE variant = 'mteb'")
+        .to_pylist()
+    )
+    got = {(r["task"], r["subset"], r["metric"]): r["value"] for r in back}
+    assert got[("sts12", "all", "spearman")] == pytest.approx(own[("sts12", "all", "spearman")], abs=1e-6)
+    assert got[("stsb", "test", "pearson")] == pytest.approx(own[("stsb", "test", "pearson")], abs=1e-6)
+    assert {r["scorer"] for r in back} == {"sts"}
+    assert all(r["is_primary"] == (r["metric"] == "spearman") for r in back)
+    assert all(json.loads(r["params"])["source"] == "mteb" for r in back)
+    assert api.verify(warehouse=fresh, strict=True).ok
+    model = Warehouse(fresh).query("SELECT level, kind FROM models WHERE model = 'bow-toy'").to_pylist()
+    assert model == [{"level": "sentence", "kind": "mteb"}]
+
+
+def test_import_beside_evalfarms_own_numbers_changes_none_of_them(toy_warehouse, tmp_path):
+    wh = tmp_path / "wh"
+    shutil.copytree(toy_warehouse, wh)
+    before = _own(wh)
+    spec = Warehouse(wh).query("SELECT model, spec_hash, kind FROM models ORDER BY model").to_pylist()
+    out = tmp_path / "results"
+    api.export_mteb(out, warehouse=wh)
+    for _ in range(2):  # importing the same files again replaces their rows
+        api.import_mteb(out, warehouse=wh)
+    assert _own(wh) == before
+    assert Warehouse(wh).query("SELECT model, spec_hash, kind FROM models ORDER BY model").to_pylist() == spec
+    n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics_history WHERE variant = 'mteb'").to_pylist()
+    assert n == [{"n": 6}]  # three tasks, spearman and pearson, once
+    assert Warehouse(wh).query("SELECT count(*) AS n FROM conflicts").to_pylist() == [{"n": 0}]
+
+
+def test_hand_written_mteb_files_join_the_correlations_as_their_own_variant(tmp_path):
+    wh = tmp_path / "wh"
+    res = api.import_mteb(FIXTURES, warehouse=wh, rename={"org-b/model-large": "large"})
+    assert sorted(res.imported) == ["large", "legacy-model", "org-a__model-base", "org-a__model-small"]
+    assert sorted(res.imported["org-a__model-base"]) == [
+        "mteb-Banking77Classification",
+        "mteb-MassiveIntentClassification",
+        "sts12",
+        "stsb",
+    ]
+    skipped = "\n".join(res.skipped)
+    assert "SciFact" in skipped and "not English" in skipped and "STS13.json" in skipped  # retrieval, de, no langs
+    q = Warehouse(wh).query
+    rows = q("SELECT model, task, scorer, subset, variant, metric, value FROM metrics ORDER BY ALL").to_pylist()
+    assert {r["variant"] for r in rows} == {"mteb"}
+    legacy = {(r["task"], r["metric"]): r["value"] for r in rows if r["model"] == "legacy-model"}
+    assert legacy == {  # pre-1.11 files: STS under cos_sim (test split: STS15's pooled all), flat classification
+        ("sts15", "spearman"): 0.8619,
+        ("sts15", "pearson"): 0.8512,
+        ("mteb-Banking77Classification", "accuracy"): 0.7321,
+        ("mteb-Banking77Classification", "f1"): 0.7275,
+    }
+    massive = {(r["subset"], r["metric"]): r["value"] for r in rows if r["task"] == "mteb-MassiveIntentClassification"}
+    assert massive[("en/test", "accuracy")] == 0.68 and massive[("en/validation", "accuracy")] == 0.69
+    assert not any(k[0].startswith("de/") for k in massive)
+    bank = [r for r in rows if r["task"] == "mteb-Banking77Classification"]
+    assert {r["scorer"] for r in bank} == {"downstream"} and {r["subset"] for r in bank} == {"test"}
+    meta = q("SELECT params FROM metrics WHERE model = 'large' AND task = 'sts12' LIMIT 1").to_pylist()[0]
+    assert json.loads(meta["params"])["revision"] == "3" * 40  # from model_meta.json
+    cell = q(
+        "SELECT n_models, spearman FROM correlations WHERE intrinsic_task = 'sts12' AND variant = 'mteb' "
+        "AND downstream_task = 'mteb-Banking77Classification' AND downstream_subset = 'test' "
+        "AND NOT excludes_postprocessed"
+    ).to_pylist()
+    # STS12 0.61 < 0.70 < 0.75, Banking77 0.70 < 0.80 > 0.76: ranks (1, 2, 3) against (1, 3, 2), rho = 0.5
+    assert cell == [{"n_models": 3, "spearman": pytest.approx(0.5)}]
+
+
+def test_reader_rejects_what_is_not_a_task_result(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text(json.dumps({"task_name": "STS12", "scores": {"test": [{"main_score": 0.5}]}}))
+    with pytest.raises(ValueError, match="hf_subset"):
+        read_task_result(bad)
+    bad.write_text("[1, 2]")
+    with pytest.raises(ValueError, match="not an MTEB TaskResult"):
+        read_task_result(bad)
+    name, version, _, entries = read_task_result(next(FIXTURES.rglob("STSBenchmark.json")))
+    assert (name, version, entries[0].split, entries[0].scores["main_score"]) == (
+        "STSBenchmark",
+        "1.14.12",
+        "test",
+        0.81,
+    )
+
+
+def test_twins_hold_mtebs_pairs_and_senteval_classification_has_none():
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.taskdata import load_task
+
+    cat = load_catalog(REPO / "catalog" / "tasks.yaml")
+    assert set(NO_TWIN) <= set(cat.tasks)
+    for twin in TWINS:  # the subset exported as MTEB's split scores exactly as many pairs as MTEB's split has
+        subsets = load_task(cat.task(twin.task)).subsets  # name -> (sentences 1, sentences 2, gold)
+        n = sum(len(s[2]) for s in subsets.values()) if twin.subset == "all" else len(subsets[twin.subset][2])
+        assert n == twin.n_pairs, twin
+
+
+def test_export_leaves_out_units_of_other_data(toy_warehouse, tmp_path):
+    wh = tmp_path / "wh"
+    shutil.copytree(toy_warehouse, wh)
+    for f in (wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").glob("*.parquet"):
+        t = pq.read_table(f)
+        cut = pc.if_else(pc.equal(t["metric"], "n_pairs"), pa.scalar(1000.0), t["value"])
+        pq.write_table(t.set_column(t.schema.get_field_index("value"), "value", cut), f)
+    res = api.export_mteb(tmp_path / "out", warehouse=wh)
+    assert [p.name for p in res.files] == ["SICK-R.json", "STS12.json"]
+    assert res.skipped == ["bow-toy / stsb: 1000 pairs scored, MTEB's STSBenchmark has 1379 (not the same data)"]
+
+
+def test_cli_export_and_import(toy_warehouse, tmp_path):
+    runner = CliRunner()
+    out = tmp_path / "results"
+    r = runner.invoke(app, ["export", "mteb", "--warehouse", str(toy_warehouse), "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    assert "STS12.json" in r.stdout
+    r = runner.invoke(app, ["import", "mteb", str(out), "--warehouse", str(tmp_path / "wh"), "--as", "bow-toy=b"])
+    assert r.exit_code == 0, r.output
+    assert Warehouse(tmp_path / "wh").query("SELECT DISTINCT model FROM metrics").to_pylist() == [{"model": "b"}]
+    r = runner.invoke(app, ["import", "mteb", str(out), "--warehouse", str(tmp_path / "wh"), "--as", "nothing"])
+    assert r.exit_code == 2 and "MTEB_MODEL=EVALFARM_ID" in r.output
+    r = runner.invoke(app, ["export", "mteb", "--warehouse", str(tmp_path / "none"), "--out", str(out)])
+    assert r.exit_code == 2 and not (tmp_path / "none").exists()
