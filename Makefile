@@ -47,7 +47,7 @@ s3-venv: .venv-s3/.installed
 run: install
 	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
 	$(VENV)/bin/evalfarm run --catalog $(CATALOG) --warehouse $(WAREHOUSE) $(RUN_ARGS)
-	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM leaderboard"
+	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM board"
 
 zoo: install
 	$(VENV)/bin/evalfarm zoo build
@@ -60,8 +60,9 @@ zoo-run: zoo
 	$(VENV)/bin/evalfarm run --catalog zoo-local --warehouse $(WAREHOUSE) $(if $(ZOO_TASKS),--tasks $(ZOO_TASKS),)
 	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM evalrank WHERE ties = 'realistic' AND position <= 5"
 
+# One board per task (the `board` view: its declared variant, realistic ties); every variant: SELECT * FROM leaderboard
 leaderboard:
-	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM leaderboard"
+	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM board"
 
 test: install
 	$(PY) -m pytest -q

@@ -279,13 +279,35 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
             )
             parts.append(_correlation_html(table))
             parts.append(_paper_comparison(everything, table))
+    parts.append(_figure4_section(con, out, tables, everything, figure_task))
+    return "\n".join(parts), tables
+
+
+def _figure4_section(
+    con: Any, out: Path, tables: list[CorrelationTable], everything: list[dict[str, Any]], figure_task: str | None
+) -> str:
+    """The Figure-4 plots, under the boards' choice: the task's board variant (``board_variants``: full data, the
+    sample only where there is no full-data number) and EvalRank under the boards' tie policy."""
     tasks = _pick_figure_tasks(tables, figure_task)
-    parts.append("<h2 id='figure4'>Models ordered by a downstream task (the paper's Figure 4)</h2>")
+    parts = ["<h2 id='figure4'>Models ordered by a downstream task (the paper's Figure 4)</h2>"]
     if not tasks:
         parts.append("<p class='note'>No downstream accuracies yet: nothing to order the models by.</p>")
-        return "\n".join(parts), tables
-    for task, table in [(k, t) for k in tasks for t in tables if not t.exclude_postprocessed]:
-        column = next((c for c in table.columns if c.split(" ", 1)[0] == task), None)
+        return "\n".join(parts)
+    chosen = {
+        r["task"]: r["variant"]
+        for r in _query(con, "SELECT task, variant FROM board_variants WHERE on_board AND scorer = 'downstream'")
+    }
+    parts.append(
+        f"<p class='muted'>Each task's board variant (full data unless the task has only the sample), EvalRank under "
+        f"{esc(BOARD_TIES)} ties, as on the leaderboards.</p>"
+    )
+    for task, level in [(k, t.level) for k in tasks for t in tables if not t.exclude_postprocessed]:
+        table = shape_table(everything, level=level, ties=BOARD_TIES)
+        column = next(
+            (r["column"] for r in table.records
+             if r["downstream_task"] == task and r["downstream_variant"] == chosen.get(task)),
+            None,
+        )  # fmt: skip
         if column is None:
             continue
         rows = _figure_rows(table, column)
@@ -304,13 +326,13 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
         name = f"figure4-{table.level}-{re.sub(r'[^A-Za-z0-9_-]+', '_', task)}.png"
         figure4(pairs, task, {r: table.cells[(r, column)].spearman for r in rows}, out / "img" / name)
         parts.append(
-            f"<h3>{esc(table.level)} level, ordered by {esc(task)}</h3><figure><img src='img/{esc(name)}' "
+            f"<h3>{esc(table.level)} level, ordered by {esc(column)}</h3><figure><img src='img/{esc(name)}' "
             f"alt='{esc(table.level)} models ordered by {esc(task)} accuracy, with their positions under each "
             f"evaluator'><figcaption class='muted'>x: the models ordered by {esc(task)} accuracy; y: each model's "
             "position under an evaluator (EvalRank, STS-B and STR, then the best and worst correlated others). Dots "
             "on the diagonal: the evaluator orders the models as the task does.</figcaption></figure>"
         )
-    return "\n".join(parts), tables
+    return "\n".join(parts)
 
 
 def _same_n(a: CorrelationTable, b: CorrelationTable) -> bool:
@@ -337,22 +359,19 @@ def _correlation_html(table: CorrelationTable) -> str:
     return _table(headers, rows, cls="correlations", numeric=[False] + [True] * (len(table.columns) + 1)) + notes
 
 
-def _leaderboard_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
-    rows = _query(
-        con,
-        "SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, mo.level "
-        "FROM leaderboard l LEFT JOIN models mo USING (model)",
-    )
-    parts = ["<h2 id='leaderboards'>Leaderboards</h2>"]
-    if not rows:
-        return parts[0] + "<p class='note'>The warehouse has no results yet.</p>"
-    parts.append(
-        "<p>Each task's primary metric per model; one column per subset, variant and tie policy, sorted by the first "
-        "column. Click a model for all its numbers.</p>"
-    )
-    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in rows:
-        by_task[r["task"]].append(r)
+BOARD_TIES = "realistic"
+"""The tie policy every board ranks rank metrics under (the ``board`` view's): the expected rank when ties are broken
+at random; optimistic ties would put a model whose vectors collide first (docs/results.md)."""
+
+
+def _combo_label(combo: tuple[str, str, Any], sample: bool) -> str:
+    """A column's name: its subset, variant and tie policy; a --quick-downstream sample says so."""
+    text = " · ".join(x for x in combo if x and x != "all")
+    return text + (" [sample]" if sample else "")
+
+
+def _task_order(by_task: dict[str, list[dict[str, Any]]]) -> tuple[list[str], dict[str, str]]:
+    """The tasks by level, intrinsic before downstream, by scorer then name; and each task's level."""
     level_of = {t: next((r["level"] for r in rs if r["level"]), "") for t, rs in by_task.items()}
     scorer_of = {t: rs[0]["scorer"] for t, rs in by_task.items()}
     order = sorted(
@@ -364,29 +383,97 @@ def _leaderboard_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
             column_order(t) if scorer_of[t] == "downstream" else (0, t),
         ),
     )
+    return order, level_of
+
+
+def _board_table(rs: list[dict[str, Any]], models: dict[str, dict[str, Any]]) -> tuple[str, int]:
+    """One task's board (rows of the ``board`` view): a column per subset, ranked by the ``all`` subset (else the
+    first); returns the table and the number of models on it."""
+    subsets = sorted({r["subset"] for r in rs}, key=lambda x: (x != "all", x))
+    values: dict[str, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in rs:
+        values[r["model"]][r["subset"]] = r
+    first = subsets[0]
+    ranked = sorted(values, key=lambda m: (values[m].get(first, {}).get("position") or 10**9, m))
+    headers = ["#", "model"] + [esc(s if s != "all" else rs[0]["metric"]) for s in subsets]
+    body = []
+    for m in ranked:
+        link = f"<a href='{_href(m)}'>{esc(m)}</a>" if m in models else esc(m)
+        body.append([_num(values[m].get(first, {}).get("position")), link,
+                     *[_num(values[m].get(s, {}).get("value")) for s in subsets]])  # fmt: skip
+    return _table(headers, body, cls="leaderboard", numeric=[True, False] + [True] * len(subsets)), len(ranked)
+
+
+def _other_variants_table(rs: list[dict[str, Any]], on_board: set[tuple], models: dict[str, dict[str, Any]]) -> str:
+    """The task's numbers under the variants and tie policies its board leaves out, folded: a column each, with
+    the model's position within that column only (never ranked together with the board)."""
+    others = [r for r in rs if (r["subset"], r["variant"], r["ties"]) not in on_board]
+    if not others:
+        return ""
+    combos = sorted(
+        {(r["subset"], r["variant"], r["ties"]) for r in others},
+        key=lambda c: (c[1], TIES_ORDER.index(c[2]) if c[2] in TIES_ORDER else -1, c[0]),
+    )
+    sample = {c: str(c[1]).startswith("max_train=") and others[0]["scorer"] == "downstream" for c in combos}
+    values: dict[str, dict[tuple, dict[str, Any]]] = defaultdict(dict)
+    for r in others:
+        values[r["model"]][(r["subset"], r["variant"], r["ties"])] = r
+    body = []
+    for m in sorted(values):
+        link = f"<a href='{_href(m)}'>{esc(m)}</a>" if m in models else esc(m)
+        cells = []
+        for c in combos:
+            v = values[m].get(c)
+            cells.append("" if v is None else f"{_num(v['value'])} <small>#{_num(v['position'])}</small>")
+        body.append([link, *cells])
+    headers = ["model", *[esc(_combo_label(c, sample[c])) for c in combos]]
+    return (
+        f"<details class='other-variants'><summary>Other variants and tie policies ({len(combos)}), each ranked on "
+        "its own</summary>"
+        + _table(headers, body, cls="other-variants", numeric=[False] + [True] * len(combos))
+        + "</details>"
+    )
+
+
+def _leaderboard_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
+    """A board per task (the ``board`` view: its declared variant, realistic ties), then, folded, the task's
+    numbers under its other variants and tie policies, never ranked together with the board."""
+    rows = _query(
+        con,
+        "SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, mo.level "
+        "FROM leaderboard l LEFT JOIN models mo USING (model)",
+    )
+    parts = ["<h2 id='leaderboards'>Leaderboards</h2>"]
+    if not rows:
+        return parts[0] + "<p class='note'>The warehouse has no results yet.</p>"
+    board = _query(con, "SELECT task, subset, variant, ties, position, model, metric, value, sample FROM board")
+    parts.append(
+        "<p>Each task's primary metric per model, ranked under one declared choice (the <code>board</code> view): "
+        "downstream tasks on the full training data (<code>full</code>, SentEval's protocol; a "
+        "<code>--quick-downstream</code> sample only where a task has no full-data number, and then labelled "
+        f"<b>[sample]</b>), EvalRank under <code>cos</code>, rank metrics under <b>{esc(BOARD_TIES)}</b> ties. "
+        "The other variants and tie policies are folded below each board, each ranked on its own. Click a model "
+        "for all its numbers.</p>"
+    )
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task"]].append(r)
+    board_of: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in board:
+        board_of[r["task"]].append(r)
+    order, level_of = _task_order(by_task)
     for task in order:
-        rs = by_task[task]
-        combos = sorted(
-            {(r["subset"], r["variant"], r["ties"]) for r in rs},
-            key=lambda c: (c[1], TIES_ORDER.index(c[2]) if c[2] in TIES_ORDER else -1, c[0]),
-        )
-        values: dict[str, dict[tuple, dict[str, Any]]] = defaultdict(dict)
-        for r in rs:
-            values[r["model"]][(r["subset"], r["variant"], r["ties"])] = r
-        first = combos[0]
-        ranked = sorted(values, key=lambda m: (values[m].get(first, {}).get("position") or 10**9, m))
-        metric = rs[0]["metric"]
-        headers = ["#", "model"] + [esc(" · ".join(x for x in c if x and x != "all") or metric) for c in combos]
-        body = []
-        for m in ranked:
-            pos = values[m].get(first, {}).get("position")
-            link = f"<a href='{_href(m)}'>{esc(m)}</a>" if m in models else esc(m)
-            body.append([_num(pos), link, *[_num(values[m].get(c, {}).get("value")) for c in combos]])
-        scorer = rs[0]["scorer"]
+        rs, brs = by_task[task], board_of.get(task, [])
+        on_board = {(r["subset"], r["variant"], r["ties"]) for r in brs}
+        table, n = _board_table(brs, models) if brs else ("", 0)
+        first = brs[0] if brs else rs[0]
+        choice = " · ".join(esc(x) for x in (first["variant"], first["ties"] and f"{first['ties']} ties") if x)
+        sample = " · <b class='note'>[sample]</b>" if brs and brs[0]["sample"] else ""
         parts.append(
-            f"<details open><summary><b>{esc(task)}</b> <span class='muted'>{esc(scorer)} · {esc(metric)} · "
-            f"{esc(level_of[task])} · {len(ranked)} models</span></summary>"
-            + _table(headers, body, cls="leaderboard", numeric=[True, False] + [True] * len(combos))
+            f"<details open><summary><b>{esc(task)}</b> <span class='muted'>{esc(rs[0]['scorer'])} · "
+            f"{esc(rs[0]['metric'])} · {esc(level_of[task])} · {choice}{sample} · {n} models</span></summary>"
+            + table
+            + _other_variants_table(rs, on_board, models)
             + "</details>"
         )
     return "\n".join(parts)
@@ -493,12 +580,15 @@ def _model_page(
     links: dict[str, Any],
     known: set[str],
     n_hardest: int,
+    board: dict[str, list[dict[str, Any]]] | None = None,
 ) -> str:
-    """One model's page: its facts, metrics, hardest EvalRank pairs, failures, provenance and spec."""
+    """One model's page: its facts, its boards against the zoo (``board``: the ``board`` view's rows by task),
+    metrics, hardest EvalRank pairs, failures, provenance and spec."""
     parts = [
         "<nav><a href='../index.html'>← report</a></nav>",
         f"<h1>{esc(model)}</h1>",
         _model_facts(info, links, known),
+        *_model_strips(model, board or {}),
         *_model_diagnostics(metrics),
         *_model_metrics(metrics),
         *_model_hardest(hardest, n_hardest),
@@ -506,6 +596,75 @@ def _model_page(
         *_model_provenance(info),
     ]
     return _page(f"{model} · evalfarm", "\n".join(parts))
+
+
+STRIP_WIDTH = 360
+"""Pixels of a model page's strip plot between the zoo's lowest and highest number on a board."""
+
+
+def _finite(value: Any) -> bool:
+    import math
+
+    return isinstance(value, int | float) and math.isfinite(value)
+
+
+def _strip_x(value: float, low: float, high: float, left: int) -> float:
+    """A number's x on a strip from ``low`` (at ``left``) to ``high``; the middle when every model has the same."""
+    return left + (value - low) / (high - low) * STRIP_WIDTH if high > low else left + STRIP_WIDTH / 2
+
+
+def _strip_svg(model: str, tasks: list[tuple[str, list[dict[str, Any]]]]) -> str:
+    """Inline SVG (no script, no file): a row per board, every model's number a grey dot on a line from the zoo's
+    lowest to its highest, this model's a larger red one, then its value and position."""
+    left, row_h = 190, 24
+    width, height = left + STRIP_WIDTH + 150, row_h * len(tasks) + 8
+    out = [
+        f"<svg xmlns='http://www.w3.org/2000/svg' class='strips' width='{width}' height='{height}' "
+        f"viewBox='0 0 {width} {height}' role='img' aria-label='{esc(model)} against the zoo, per board' "
+        "font-family='system-ui, sans-serif' font-size='11'>"
+    ]
+    for i, (label, rows) in enumerate(tasks):
+        y = 4 + row_h * i + row_h / 2
+        scored = [r for r in rows if _finite(r["value"])]
+        low, high = min(r["value"] for r in scored), max(r["value"] for r in scored)
+        out.append(f"<text x='{left - 8}' y='{y + 4:.1f}' text-anchor='end'>{esc(label)}</text>")
+        out.append(f"<line x1='{left}' x2='{left + STRIP_WIDTH}' y1='{y:.1f}' y2='{y:.1f}' stroke='#ccc'/>")
+        for r in sorted(scored, key=lambda r: r["model"] == model):  # this model's dot last, on top
+            mine = r["model"] == model
+            cx = _strip_x(float(r["value"]), low, high, left)
+            attrs = "class='this-model' r='5.5' fill='#c0392b'" if mine else "r='3.5' fill='#999' fill-opacity='0.6'"
+            out.append(
+                f"<circle cx='{cx:.1f}' cy='{y:.1f}' {attrs}><title>{esc(r['model'])}: {_num(r['value'])}</title>"
+                "</circle>"
+            )
+            if mine:
+                text = f"{_num(r['value'])}  #{r['position']} of {len(rows)}"
+                out.append(f"<text x='{left + STRIP_WIDTH + 10}' y='{y + 4:.1f}'>{esc(text)}</text>")
+    out.append("</svg>")
+    return "".join(out)
+
+
+def _model_strips(model: str, board: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """The model's number on each board it is on, against the zoo's (the board's first subset, as it ranks)."""
+    tasks = []
+    for task, rows in sorted(board.items()):
+        first = min((r["subset"] for r in rows), key=lambda x: (x != "all", x))
+        rows = [r for r in rows if r["subset"] == first]
+        if any(r["model"] == model and _finite(r["value"]) for r in rows):
+            r0 = rows[0]
+            label = " · ".join(str(x) for x in (task, r0["variant"], r0["ties"]) if x) + (
+                " [sample]" if r0["sample"] else ""
+            )
+            tasks.append((label, rows))
+    if not tasks:
+        return []
+    return [
+        "<h2>Against the zoo</h2>",
+        f"<p class='muted'>Each board's primary metric (the leaderboards' choice: {esc(BOARD_TIES)} ties, the "
+        "full-data downstream variant): grey, every model on the board; red, this one; each line runs from the "
+        "board's lowest number to its highest.</p>",
+        f"<figure>{_strip_svg(model, tasks)}</figure>",
+    ]
 
 
 def _model_facts(info: dict[str, Any], links: dict[str, Any], known: set[str]) -> str:
@@ -830,6 +989,9 @@ def build_report(
     con = connect(wh)
     try:
         tables = _read_tables(con, hardest)
+        board: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        for r in _query(con, "SELECT task, subset, variant, ties, position, model, value, sample FROM board"):
+            board[r["task"]].append(r)
         leaderboards = _leaderboard_section(con, tables.models)
         correlations, _ = _correlation_section(con, out, figure_task)
         provenance = _provenance_section(con, tables.models)
@@ -840,7 +1002,7 @@ def build_report(
     for m in everyone:
         page = _model_page(
             m, tables.models.get(m, {}), tables.metrics.get(m, []), tables.worst.get(m, []),
-            tables.failures.get(m, []), tables.links.get(m, {}), set(everyone), hardest,
+            tables.failures.get(m, []), tables.links.get(m, {}), set(everyone), hardest, board,
         )  # fmt: skip
         (out / "models" / f"{model_slug(m)}.html").write_text(page, encoding="utf-8")
     levels: dict[str, int] = defaultdict(int)

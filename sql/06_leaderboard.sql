@@ -57,3 +57,40 @@ SELECT task, variant, ties, rank() OVER (PARTITION BY task, variant, ties ORDER 
        model, mrr, mr, "hits@1", "hits@3", "hits@10", n_pairs, oov_rate, tie_rate
 FROM ranked LEFT JOIN coverage USING (task, variant, model)
 ORDER BY task, variant, ties, position, model;
+
+-- board_variants: the variant each task's board ranks by (on_board), declared once here and used by the `board` view,
+-- the report's boards and its Figure 4. Downstream: `full` (SentEval's protocol on the full training data, the
+-- default); a `--quick-downstream` sample (`max_train=N`, sample = true) only where the task has no full-data number,
+-- and then labelled a sample. EvalRank: `cos` (the paper's; `l2` and the no-center / filter-other-positives variants
+-- are other boards). Any other scorer: its variants in name order, the first one (e.g. evalrank-word before raw).
+-- n_models: models with a number under that variant; the variants not on the board stay in `leaderboard`.
+CREATE OR REPLACE VIEW board_variants AS
+WITH present AS (
+    SELECT task, scorer, variant, count(DISTINCT model) AS n_models
+    FROM leaderboard
+    GROUP BY task, scorer, variant
+),
+ordered AS (
+    SELECT *, scorer = 'downstream' AND variant LIKE 'max_train=%' AS sample,
+           row_number() OVER (
+               PARTITION BY task, scorer
+               ORDER BY CASE WHEN variant IN ('full', 'cos') THEN 0 WHEN variant LIKE 'max_train=%' THEN 2 ELSE 1 END,
+                        variant
+           ) AS choice
+    FROM present
+)
+SELECT task, scorer, variant, sample, n_models, choice = 1 AS on_board
+FROM ordered
+ORDER BY task, scorer, choice;
+
+-- board: one board per task, never two variants or tie policies mixed: the leaderboard under the task's board variant
+-- (board_variants.on_board) and, for rank metrics, realistic ties (the expected rank when ties are broken at random:
+-- optimistic ties reward models whose vectors collide, e.g. a pruned word table or OOV words under l2; results.md).
+-- sample: the board is the --quick-downstream sample (the task has no full-data number). What the report shows.
+CREATE OR REPLACE VIEW board AS
+SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, l.ci_low, l.ci_high,
+       v.sample
+FROM leaderboard l
+JOIN board_variants v USING (task, scorer, variant)
+WHERE v.on_board AND (l.ties IS NULL OR l.ties = 'realistic')
+ORDER BY l.task, l.subset, l.position, l.model;
