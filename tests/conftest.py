@@ -20,6 +20,10 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# No settings file: `make install` writes the checkout's .evalfarm.toml (data folder, warehouse, catalog) for users,
+# and a test that means "no data folder" or "the default warehouse" must not read it. A test that wants a settings
+# file sets EVALFARM_CONFIG itself (tests/test_cli.py, tests/test_settings.py).
+os.environ["EVALFARM_CONFIG"] = ""
 
 
 @pytest.fixture(scope="session")

@@ -836,4 +836,4 @@ def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     got = _metrics(tmp_path / "warehouse")  # every word task of the base catalog: the EvalRank pool, 13 wordsim sets
-    assert ("my-model", "evalrank-word") in got and len(got) == 14
+    assert ("my-model", "evalrank-word") in got and len(got) == 16  # the pool, 13 wordsim sets, AG2016 and geometry
