@@ -71,7 +71,12 @@ def test_every_subpackage_and_the_data_folders_are_packaged():
     assert declared - on_disk == set(DATA_PACKAGES)
     assert setuptools_cfg["package-dir"] == DATA_PACKAGES  # the folders stay at the top of the repository
     data = setuptools_cfg["package-data"]
-    assert data == {"evalfarm._catalogs": ["*.yaml"], "evalfarm._sql": ["*.sql"], "evalfarm.scorers": ["*.sql"]}
+    assert data == {
+        "evalfarm._catalogs": ["*.yaml"],
+        "evalfarm._sql": ["*.sql"],
+        "evalfarm.scorers": ["*.sql"],
+        "evalfarm.templates": ["*.html.j2"],
+    }
     shipped = {  # every non-Python file inside evalfarm/ (a scorer's views) is package data of its package
         p.relative_to(REPO).as_posix()
         for p in (REPO / "evalfarm").rglob("*")
