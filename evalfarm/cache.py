@@ -1,7 +1,8 @@
 """The local cache (downloaded pools and models, the trained zoo) and the one way a download gets into it.
 
-A download streams into a temp file beside its destination, is hashed on the way, and is renamed into place only
-when complete and (when a checksum is known) verified: a cut or corrupt download never looks like a cached file.
+A download (pooch over requests, retried) streams into a temp file beside its destination, is hashed on the way,
+and is renamed into place only when complete and (when a checksum is known) verified: a cut or corrupt download
+never looks like a cached file.
 """
 
 from __future__ import annotations
@@ -9,11 +10,9 @@ from __future__ import annotations
 import hashlib
 import os
 import urllib.parse
-import urllib.request
 from collections.abc import Mapping
-from http.client import HTTPMessage
 from pathlib import Path, PurePosixPath, PureWindowsPath
-from typing import IO
+from typing import IO, Any
 
 from evalfarm import atomic
 
@@ -138,39 +137,109 @@ def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-class _CheckedRedirects(urllib.request.HTTPRedirectHandler):
-    """Follows a redirect only to a URL :func:`check_url` accepts (no https -> http downgrade without the opt-in)."""
-
-    def redirect_request(
-        self,
-        req: urllib.request.Request,
-        fp: IO[bytes],
-        code: int,
-        msg: str,
-        headers: HTTPMessage,
-        newurl: str,
-    ) -> urllib.request.Request | None:
-        check_url(newurl)
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
+DOWNLOAD_RETRIES = 2
+"""Further attempts after a failed download (a cut connection, an HTTP error, bytes that do not hash as expected):
+pooch's ``retry_if_failed``, which waits 1 s, then 2 s, ... between attempts."""
 
 
-_OPENER = urllib.request.build_opener(_CheckedRedirects)
+class _RefusedRedirect(Exception):
+    """A redirect :func:`check_url` refuses, raised from inside requests. Deliberately neither a ValueError nor an
+    OSError: pooch retries those, and a refusal must stop the download at once (re-raised as the UnsafeLocation)."""
+
+    def __init__(self, error: UnsafeLocation) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
+def check_redirect(response: Any, *args: Any, **kwargs: Any) -> Any:
+    """A requests response hook: a redirect is followed only to a URL :func:`check_url` accepts (no https -> http
+    downgrade without the opt-in, never ``file://`` or another scheme). requests calls the hook on every response,
+    the 3xx ones included, before it follows them, so a refused target is never requested."""
+    if response.is_redirect:
+        target = urllib.parse.urljoin(response.url, response.headers["location"])
+        try:
+            check_url(target)
+        except UnsafeLocation as exc:
+            raise _RefusedRedirect(UnsafeLocation(f"{response.url} redirects to {target!r}, refused: {exc}")) from None
+    return response
+
+
+class _Hashing:
+    """The file pooch's HTTPDownloader writes into: hashes the bytes on the way (the sha256 :func:`download`
+    returns, and the one a mismatch error names, without reading the file again) and fsyncs it when closed."""
+
+    def __init__(self, f: IO[bytes]) -> None:
+        self._f = f
+        self.sha256 = hashlib.sha256()
+
+    def write(self, block: bytes) -> int:
+        self.sha256.update(block)
+        return self._f.write(block)
+
+    def flush(self) -> None:
+        self._f.flush()
+
+
+class _Downloader:
+    """pooch's HTTPDownloader (requests: streaming, a timeout, no progress bar) with the redirect check and the
+    hashing file; ``sha256`` is the hash of the last attempt's bytes."""
+
+    def __init__(self, timeout: float) -> None:
+        import pooch
+
+        self._http = pooch.HTTPDownloader(progressbar=False, timeout=timeout, hooks={"response": check_redirect})
+        self.sha256: str | None = None
+
+    def __call__(self, url: str, output_file: str, pup: Any, check_only: bool = False) -> None:
+        self.sha256 = None
+        with open(output_file, "w+b") as f:
+            out = _Hashing(f)
+            self._http(url, out, pup)
+            f.flush()
+            os.fsync(f.fileno())  # durable before pooch renames it into place, as atomic.replacing does
+        self.sha256 = out.sha256.hexdigest()
 
 
 def download(url: str, dest: Path, sha256: str | None = None, *, timeout: float = 60) -> str:
-    """Fetch ``url`` into ``dest`` atomically; returns the sha256 of the bytes.
+    """Fetch ``url`` into ``dest`` atomically through pooch; returns the sha256 of the bytes.
 
-    With ``sha256`` given, a mismatch raises :class:`ChecksumMismatch` and leaves nothing at ``dest``. Network and
-    file errors propagate as :class:`OSError` (``URLError`` is one) for the caller to name its own context. A URL
-    :func:`check_url` refuses raises :class:`UnsafeLocation` before anything is opened.
+    pooch streams into a temp file beside ``dest``, checks it against ``sha256`` (its ``known_hash``) and renames
+    it into place only then; a failed attempt is retried :data:`DOWNLOAD_RETRIES` times. With ``sha256`` given, a
+    mismatch raises :class:`ChecksumMismatch` naming the URL and both hashes, and leaves nothing at ``dest`` (an
+    existing ``dest`` with that hash is kept, not fetched again). Network and HTTP errors propagate as
+    :class:`OSError` (requests' exceptions are) for the caller to name its own context. A URL :func:`check_url`
+    refuses raises :class:`UnsafeLocation` before any request, and so does a redirect to one.
+
+    Not resumed: a cut transfer starts again from byte 0 on the next attempt. pooch has no resume, and keeping a
+    partial file between attempts or runs (HTTP Range) would mean a half file that outlives its writer in the cache;
+    the files are small enough (tasks: kB to MB; vectors: at most a few GB, once) that retries from the start do.
     """
     check_url(url)
-    h = hashlib.sha256()
-    with atomic.replacing(dest) as out, _OPENER.open(url, timeout=timeout) as resp:
-        while block := resp.read(1 << 20):
-            h.update(block)
-            out.write(block)
-        got = h.hexdigest()
-        if sha256 is not None and got != sha256.lower():  # raised inside: nothing lands at dest
-            raise ChecksumMismatch(f"download of {url} has sha256 {got}, expected {sha256.lower()}")
-    return got
+    import logging
+
+    import pooch
+
+    exp = None if sha256 is None else sha256.lower()
+    pup = pooch.create(
+        path=dest.parent,
+        base_url="",
+        registry={dest.name: None if exp is None else f"sha256:{exp}"},
+        urls={dest.name: url},
+        retry_if_failed=DOWNLOAD_RETRIES,
+    )
+    fetcher = _Downloader(timeout)
+    logger = pooch.get_logger()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # pooch's "Downloading ..." lines bypass evalfarm's --quiet / logging
+    try:
+        pup.fetch(dest.name, downloader=fetcher, progressbar=False)
+    except _RefusedRedirect as exc:
+        raise exc.error from None
+    except ValueError:
+        got = fetcher.sha256
+        if exp is not None and got is not None and got != exp:  # raised by pooch before the rename
+            raise ChecksumMismatch(f"download of {url} has sha256 {got}, expected {exp}") from None
+        raise
+    finally:
+        logger.setLevel(level)
+    return fetcher.sha256 or sha256_file(dest)

@@ -6,12 +6,18 @@ page per model: every metric, its hardest EvalRank pairs with their texts, its p
 under ``out/img/`` (matplotlib, Agg: no display needed). Every string that comes from the warehouse (model ids,
 texts, errors, paths) is HTML-escaped, and each page carries a Content-Security-Policy that forbids scripts and any
 load but its own files, so a hostile text in a pool can neither run nor fetch anything.
+
+The pages are Jinja2 templates (``evalfarm/templates/*.html.j2``: the skeleton with its CSP and style, the index, a
+model page, the table macro) with autoescape on, so a value passed to a template is text unless it is ``Markup``;
+the sections built here pass their HTML as ``Markup`` after escaping every warehouse string with :func:`esc`.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import html
+import importlib.resources
 import json
 import os
 import re
@@ -21,6 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
+
+from markupsafe import Markup
 
 from evalfarm.correlations import (
     PAPER_DOWNSTREAM,
@@ -41,20 +49,6 @@ TIES_ORDER = ("optimistic", "pessimistic", "realistic")
 FIGURE_EVALUATORS = 6
 """Figure 4 shows every EvalRank row and, of the other evaluators, the best and worst correlated up to this many."""
 
-_CSP = "default-src 'none'; img-src 'self' data:; style-src 'unsafe-inline'"
-_STYLE = """
-body { font-family: system-ui, sans-serif; margin: 1.5rem auto; max-width: 72rem; color: #222; line-height: 1.4 }
-h1, h2, h3 { font-weight: 600 } h2 { border-bottom: 1px solid #ccc; padding-bottom: .2rem; margin-top: 2rem }
-table { border-collapse: collapse; margin: .5rem 0 1rem; font-size: .88rem }
-th, td { border: 1px solid #ddd; padding: .2rem .45rem; text-align: left; vertical-align: top }
-th { background: #f3f3f3 } td.num { text-align: right; font-variant-numeric: tabular-nums; white-space: nowrap }
-td.best { font-weight: 700; background: #eef6ee } .note { color: #8a4b00 } small, .muted { color: #666 }
-pre { background: #f7f7f7; padding: .6rem; overflow-x: auto; font-size: .8rem; max-height: 30rem }
-img { max-width: 100%; height: auto; border: 1px solid #eee } nav a { margin-right: .8rem }
-details { margin: .3rem 0 } summary { cursor: pointer }
-td.degenerate, p.degenerate { color: #8a0000; background: #fdecec }
-"""
-
 
 def esc(value: Any) -> str:
     """HTML-escaped text of any value (quotes too: safe in attributes); None is empty."""
@@ -70,8 +64,18 @@ def model_slug(model: str) -> str:
     return f"{clean}-{hashlib.sha256(model.encode()).hexdigest()[:12]}"
 
 
+def _url(model: str, prefix: str = "models/") -> str:
+    """The relative URL of a model's page (not escaped: for a template, which escapes it)."""
+    return prefix + quote(model_slug(model)) + ".html"
+
+
 def _href(model: str, prefix: str = "models/") -> str:
-    return esc(prefix + quote(model_slug(model)) + ".html")
+    return esc(_url(model, prefix))
+
+
+def _text(value: Any) -> str:
+    """A value as text for a template (which escapes it); None is empty."""
+    return "" if value is None else str(value)
 
 
 def _num(value: Any, digits: int = 4) -> str:
@@ -84,29 +88,36 @@ def _num(value: Any, digits: int = 4) -> str:
     return esc(value)
 
 
-def _page(title: str, body: str) -> str:
-    return (
-        "<!doctype html>\n<html lang='en'><head><meta charset='utf-8'>"
-        f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">"
-        "<meta name='viewport' content='width=device-width, initial-scale=1'>"
-        "<link rel='icon' href='data:,'>"
-        f"<title>{esc(title)}</title><style>{_STYLE}</style></head>\n<body>\n{body}\n</body></html>\n"
+@functools.cache
+def templates() -> Any:
+    """The Jinja2 environment of the report's pages: templates read from the ``evalfarm.templates`` package (a wheel
+    and a zipped wheel have them), autoescape on for ``*.html.j2`` and by default, a missing variable an error."""
+    import jinja2
+
+    def load(name: str) -> str | None:
+        res = importlib.resources.files("evalfarm.templates") / name
+        return res.read_text(encoding="utf-8") if res.is_file() else None
+
+    return jinja2.Environment(
+        loader=jinja2.FunctionLoader(load),
+        autoescape=jinja2.select_autoescape(enabled_extensions=("html.j2",), default_for_string=True, default=True),
+        keep_trailing_newline=True,
+        undefined=jinja2.StrictUndefined,
     )
+
+
+def _render(name: str, **values: Any) -> str:
+    return str(templates().get_template(name).render(**values))
 
 
 def _table(
     headers: Sequence[str], rows: Iterable[Sequence[str]], *, cls: str = "", numeric: Sequence[bool] | None = None
 ) -> str:
-    """An HTML table of already-escaped cell HTML (callers escape data with :func:`esc` / :func:`_num`)."""
-    numeric = numeric or [False] * len(headers)
-    head = "".join(f"<th>{h}</th>" for h in headers)
-    body = []
-    for row in rows:
-        cells = []
-        for i, cell in enumerate(row):
-            cells.append(cell if cell.startswith("<td") else f"<td{' class=num' if numeric[i] else ''}>{cell}</td>")
-        body.append("<tr>" + "".join(cells) + "</tr>")
-    return f"<table class='{cls}'><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+    """An HTML table (the ``table`` macro of ``macros.html.j2``) of already-escaped cell HTML (callers escape data
+    with :func:`esc` / :func:`_num`); a cell that starts with ``<td`` is a whole cell."""
+    macro = templates().get_template("macros.html.j2").module.table
+    cells = [[Markup(c) for c in row] for row in rows]
+    return str(macro([Markup(h) for h in headers], cells, cls=cls, numeric=list(numeric or [])))
 
 
 def _query(con: Any, sql: str, params: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -584,10 +595,7 @@ def _model_page(
 ) -> str:
     """One model's page: its facts, its boards against the zoo (``board``: the ``board`` view's rows by task),
     metrics, hardest EvalRank pairs, failures, provenance and spec."""
-    parts = [
-        "<nav><a href='../index.html'>← report</a></nav>",
-        f"<h1>{esc(model)}</h1>",
-        _model_facts(info, links, known),
+    sections = [
         *_model_strips(model, board or {}),
         *_model_diagnostics(metrics),
         *_model_metrics(metrics),
@@ -595,7 +603,13 @@ def _model_page(
         *_model_failures(failures),
         *_model_provenance(info),
     ]
-    return _page(f"{model} · evalfarm", "\n".join(parts))
+    return _render(
+        "model.html.j2",
+        title=f"{model} · evalfarm",
+        model=model,
+        facts=_model_facts(info, links, known),
+        sections=[Markup(s) for s in sections],
+    )
 
 
 STRIP_WIDTH = 360
@@ -667,32 +681,29 @@ def _model_strips(model: str, board: dict[str, list[dict[str, Any]]]) -> list[st
     ]
 
 
-def _model_facts(info: dict[str, Any], links: dict[str, Any], known: set[str]) -> str:
-    """The table of what the model is (level, kind, lineage, spec hash, ...) and how it links to bags of words."""
+def _model_facts(info: dict[str, Any], links: dict[str, Any], known: set[str]) -> list[tuple[str, str]]:
+    """What the model is (level, kind, lineage, spec hash, ...) and how it links to bags of words: (label, value)
+    rows of the page's facts table, empty ones left out; a value is text, or ``Markup`` for a link."""
 
     def link(m: Any) -> str:
-        return f"<a href='{_href(str(m), '')}'>{esc(m)}</a>" if m in known else esc(m)
+        return Markup("<a href='{}'>{}</a>").format(_url(str(m), ""), m) if m in known else _text(m)
 
     facts = [
-        ("level", esc(info.get("level"))),
-        ("kind", esc(info.get("kind"))),
-        ("dimension", _num(info.get("dim"))),
+        ("level", _text(info.get("level"))),
+        ("kind", _text(info.get("kind"))),
+        ("dimension", Markup(_num(info.get("dim")))),
         ("base", link(info["base"]) if info.get("base") else ""),
-        ("pooling", esc(info.get("pooling"))),
-        ("post-processing", esc(info.get("postprocess"))),
-        ("post-processed (lineage)", esc(info.get("postprocessed"))),
-        ("spec hash", esc(info.get("spec_hash"))),
-        ("last evaluated in run", esc(info.get("run_id"))),
+        ("pooling", _text(info.get("pooling"))),
+        ("post-processing", _text(info.get("postprocess"))),
+        ("post-processed (lineage)", _text(info.get("postprocessed"))),
+        ("spec hash", _text(info.get("spec_hash"))),
+        ("last evaluated in run", _text(info.get("run_id"))),
     ]
     if links.get("bow"):
         facts.append(("downstream numbers through", link(links["bow"])))
     if links.get("words"):
-        facts.append(("bag of words over it for", ", ".join(link(w) for w in links["words"])))
-    return (
-        "<table class='facts'><tbody>"
-        + "".join(f"<tr><th>{esc(k)}</th><td>{v}</td></tr>" for k, v in facts if v)
-        + "</tbody></table>"
-    )
+        facts.append(("bag of words over it for", Markup(", ").join(link(w) for w in links["words"])))
+    return [(k, v) for k, v in facts if v]
 
 
 def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
@@ -1008,25 +1019,20 @@ def build_report(
     levels: dict[str, int] = defaultdict(int)
     for info in tables.models.values():
         levels[info["level"]] += 1
-    summary = ", ".join(f"{n} {level}" for level, n in sorted(levels.items()))
-    body = "\n".join(
-        [
-            "<h1>evalfarm report</h1>",
-            f"<p class='muted'>Warehouse <code>{esc(wh.uri)}</code>, written "
-            f"{esc(now().strftime('%Y-%m-%d %H:%M UTC'))}; {len(everyone)} models ({esc(summary)}).</p>",
-            "<nav><a href='#leaderboards'>Leaderboards</a><a href='#correlations'>Correlations</a>"
-            "<a href='#figure4'>Figure 4</a><a href='#diagnostics'>Diagnostics</a><a href='#models'>Models</a>"
-            "<a href='#provenance'>Runs and provenance</a><a href='#failures'>Failures</a></nav>",
-            leaderboards,
-            correlations,
-            diagnostics,
-            f"<h2 id='models'>Models ({len(everyone)})</h2>",
-            _model_list(everyone, tables),
-            provenance,
-        ]
+    page = _render(
+        "index.html.j2",
+        title="evalfarm report",
+        warehouse=wh.uri,
+        written=now().strftime("%Y-%m-%d %H:%M UTC"),
+        summary=", ".join(f"{n} {level}" for level, n in sorted(levels.items())),
+        leaderboards=Markup(leaderboards),
+        correlations=Markup(correlations),
+        diagnostics=Markup(diagnostics),
+        models=_model_list(everyone, tables),
+        provenance=Markup(provenance),
     )
     index = out / "index.html"
-    index.write_text(_page("evalfarm report", body), encoding="utf-8")
+    index.write_text(page, encoding="utf-8")
     return index
 
 
@@ -1063,22 +1069,18 @@ def _read_tables(con: Any, hardest: int) -> _Tables:
     return _Tables(models, metrics, worst, failures, links)
 
 
-def _model_list(everyone: list[str], tables: _Tables) -> str:
-    """The index's table of models, each linking to its page."""
+def _model_list(everyone: list[str], tables: _Tables) -> list[dict[str, Any]]:
+    """The rows of the index's table of models (``index.html.j2``), each linking to its page."""
     models, metrics = tables.models, tables.metrics
-    return _table(
-        ["model", "level", "kind", "base", "post-processed", "metrics"],
-        [
-            [
-                f"<a href='{_href(m)}'>{esc(m)}</a>",
-                esc(models.get(m, {}).get("level")),
-                esc(models.get(m, {}).get("kind")),
-                esc(models.get(m, {}).get("base")),
-                "yes" if models.get(m, {}).get("postprocessed") else "",
-                _num(len(metrics.get(m, []))),
-            ]
-            for m in everyone
-        ],  # fmt: skip
-        cls="models",
-        numeric=[False, False, False, False, False, True],
-    )
+    return [
+        {
+            "id": m,
+            "href": _url(m),
+            "level": _text(models.get(m, {}).get("level")),
+            "kind": _text(models.get(m, {}).get("kind")),
+            "base": _text(models.get(m, {}).get("base")),
+            "postprocessed": bool(models.get(m, {}).get("postprocessed")),
+            "n_metrics": len(metrics.get(m, [])),
+        }
+        for m in everyone
+    ]

@@ -98,6 +98,7 @@ def test_hf_source_is_the_hub_id() -> None:
 def test_url_source_downloads_verifies_and_unpacks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("EVALFARM_ALLOW_HTTP", "1")  # the loopback server speaks plain http
+    monkeypatch.setattr("evalfarm.cache.DOWNLOAD_RETRIES", 0)  # the mismatch below would be retried (1 s, 2 s)
     served = tmp_path / "served"
     served.mkdir()
     payload = served / "vecs.txt"

@@ -93,6 +93,7 @@ def test_download_into_cache_verifies_checksum(tmp_path, monkeypatch):
     monkeypatch.delenv("EVALFARM_DATA", raising=False)
     monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
     monkeypatch.setenv("EVALFARM_ALLOW_HTTP", "1")
+    monkeypatch.setattr("evalfarm.cache.DOWNLOAD_RETRIES", 0)  # the mismatch below would be retried (1 s, 2 s)
     with serve(src) as base:
         spec = spec.model_copy(update={"urls": {role: f"{base}/{rel}" for role, rel in spec.files.items()}})
         pool = load_task(spec)

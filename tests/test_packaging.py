@@ -71,7 +71,12 @@ def test_every_subpackage_and_the_data_folders_are_packaged():
     assert declared - on_disk == set(DATA_PACKAGES)
     assert setuptools_cfg["package-dir"] == DATA_PACKAGES  # the folders stay at the top of the repository
     data = setuptools_cfg["package-data"]
-    assert data == {"evalfarm._catalogs": ["*.yaml"], "evalfarm._sql": ["*.sql"], "evalfarm.scorers": ["*.sql"]}
+    assert data == {
+        "evalfarm._catalogs": ["*.yaml"],
+        "evalfarm._sql": ["*.sql"],
+        "evalfarm.scorers": ["*.sql"],
+        "evalfarm.templates": ["*.html.j2"],
+    }
     shipped = {  # every non-Python file inside evalfarm/ (a scorer's views) is package data of its package
         p.relative_to(REPO).as_posix()
         for p in (REPO / "evalfarm").rglob("*")
@@ -392,6 +397,8 @@ def test_the_wheel_ships_catalogs_and_views_and_runs_outside_the_checkout(wheel,
         shipped = {p.name for p in (REPO / folder).iterdir() if p.suffix in (".yaml", ".sql")}
         assert shipped and {f"evalfarm/{pkg}/{n}" for n in shipped} <= names
     assert "evalfarm/scorers/evalrank.sql" in names  # a task kind's views, beside its module
+    templates = {p.name for p in (REPO / "evalfarm" / "templates").glob("*.html.j2")}
+    assert templates and {f"evalfarm/templates/{n}" for n in templates} <= names  # the report's pages
     modules = {
         p.relative_to(REPO).as_posix() for p in (REPO / "evalfarm").rglob("*.py") if "__pycache__" not in p.parts
     }
@@ -494,7 +501,10 @@ def test_the_wheel_works_imported_from_the_zip_file(wheel, tmp_path):
         "assert '.whl' in evalfarm.__file__, evalfarm.__file__; "
         "cat = load_catalog('zoo-starter'); assert 'glove-6b-50d' in cat.models and cat.tasks; "
         "assert sorted(p.name for p in sql_dir().glob('*.sql'))[0] == '01_metrics.sql'; "
-        "wh = Warehouse(sys.argv[1]).init(); print(wh.query('SELECT count(*) AS n FROM leaderboard').to_pylist())"
+        "wh = Warehouse(sys.argv[1]).init(); print(wh.query('SELECT count(*) AS n FROM leaderboard').to_pylist()); "
+        "from evalfarm.report import build_report; "  # the report's templates, read from inside the zip
+        "page = build_report(wh, sys.argv[1] + '-report', refresh=False).read_text(encoding='utf-8'); "
+        "assert 'Content-Security-Policy' in page and 'no results yet' in page, page[:300]"
     )
     env = {**os.environ, "PYTHONPATH": str(wheel)}
     out = _run([sys.executable, "-c", code, str(tmp_path / "wh")], cwd=tmp_path, env=env)

@@ -6,7 +6,8 @@
 - ``conformance_harness``: the pipeline side of the conformance check (tests/test_protocol.py,
   benchmarks/conformance.py).
 - ``faults_harness``: benchmarks/faults.py loaded as a module (tests/test_faults.py, test_autoscale.py).
-- ``http_files``: a folder served over http on 127.0.0.1 (download tests; with ``EVALFARM_ALLOW_HTTP=1``).
+- ``http_files``: a folder served over http on 127.0.0.1 (download tests; with ``EVALFARM_ALLOW_HTTP=1``); a flaky
+  first answer and redirects on request.
 - ``wheel_venv``: the evalfarm wheel built from a clean copy of the sources and installed into a fresh venv.
 
 Tests import ``tests.support.<module>`` (pytest puts the repository root on ``sys.path``: ``tests`` is a package);
