@@ -108,8 +108,10 @@ def _numpy_search(
     for r0 in range(0, n_q, rows):
         q = query[r0 : r0 + rows]
         key = q @ base.T  # larger is nearer
-        if base_sq is not None:  # squared distance, negated so that larger is still nearer
-            key = 2.0 * key - (q * q).sum(axis=1)[:, None] - base_sq[None, :]
+        if base_sq is not None:  # squared distance, negated so that larger is still nearer (in place)
+            key *= 2.0
+            key -= (q * q).sum(axis=1)[:, None]
+            key -= base_sq[None, :]
         top = _top_columns(key, width)
         val = np.take_along_axis(key, top, axis=1)
         values[r0 : r0 + rows] = np.maximum(-val, 0.0) if base_sq is not None else val
@@ -119,9 +121,10 @@ def _numpy_search(
 
 def _top_columns(key: np.ndarray, width: int) -> np.ndarray:
     """Column indices of the ``width`` largest values of each row (in no particular order)."""
-    if width >= key.shape[1]:
-        return np.broadcast_to(np.arange(key.shape[1]), key.shape).copy()
-    return np.argpartition(-key, width - 1, axis=1)[:, :width]
+    n = key.shape[1]
+    if width >= n:
+        return np.broadcast_to(np.arange(n), key.shape).copy()
+    return np.argpartition(key, n - width, axis=1)[:, n - width :]  # no negated copy of the block
 
 
 def _finish_rows(
@@ -235,7 +238,7 @@ class BlockTopK:
 
     def add_numpy(self, u0: int, s: np.ndarray) -> None:
         """FAISS's selection heap over each row's counted columns (one C call per block, no copy); without FAISS,
-        ``np.argpartition`` over the block merged with what the rows hold already."""
+        ``np.argpartition`` over the block."""
         if self.width == 0:
             return
         if self._faiss is None:
@@ -258,14 +261,13 @@ class BlockTopK:
         heap.reorder()
 
     def _add_argpartition(self, u0: int, s: np.ndarray) -> None:
-        """The numpy selection: each row's ``width`` largest counted columns, kept with the ones already held."""
+        """The numpy selection: each row's ``width`` largest counted columns. Like FAISS's ``heapify`` above, it
+        replaces what the rows held: the kernel visits each row block once, with all its columns."""
         m, n = s.shape[0], self.plan.n_counted
-        val, col = self.val[u0 : u0 + m], self.col[u0 : u0 + m]
-        both_val = np.concatenate([val, s[:, :n]], axis=1)
-        both_col = np.concatenate([col, np.broadcast_to(np.arange(n, dtype=np.int64), (m, n))], axis=1)
-        top = _top_columns(both_val, self.width)
-        val[:] = np.take_along_axis(both_val, top, axis=1)
-        col[:] = np.take_along_axis(both_col, top, axis=1)
+        block = s[:, :n]
+        top = _top_columns(block, self.width)
+        self.val[u0 : u0 + m] = np.take_along_axis(block, top, axis=1)
+        self.col[u0 : u0 + m] = top
 
     def add_torch(self, u0: int, s: Any) -> None:
         if self.width == 0:
