@@ -160,3 +160,30 @@ def test_hubness_without_faiss_equals_faiss(monkeypatch):
     monkeypatch.setitem(sys.modules, "faiss", None)
     assert hubness(u, 5) == pytest.approx(want, rel=1e-12)
     assert hubness(u, 5, device="cuda") == pytest.approx(want, rel=1e-12)  # no FAISS GPU: searched on the CPU
+
+
+def test_a_gpu_build_gets_the_search_on_gpu_0_unless_told_otherwise(monkeypatch):
+    """Routing only (a fake GPU build around faiss-cpu's flat indexes): not said -> GPU 0, cuda:1 -> 1, cpu -> none."""
+    import types
+
+    import faiss
+
+    moved: list[int] = []
+
+    def to_gpu(resources, gpu, index):
+        moved.append(gpu)
+        return index
+
+    fake = types.SimpleNamespace(
+        IndexFlatIP=faiss.IndexFlatIP,
+        IndexFlatL2=faiss.IndexFlatL2,
+        StandardGpuResources=lambda: object(),
+        get_num_gpus=lambda: 2,
+        index_cpu_to_gpu=to_gpu,
+    )
+    monkeypatch.setitem(sys.modules, "faiss", fake)
+    emb = np.eye(4, dtype=np.float32)
+    for device in (None, "cuda:1", "cpu"):
+        ids, _ = top_neighbours(emb, np.array([0]), np.arange(4), k=1, similarity="cos", device=device)
+        assert ids.shape == (1, 1)
+    assert moved == [0, 1]

@@ -181,11 +181,11 @@ def top_neighbours(
         return np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), np.nan, np.float32)
     emb = np.ascontiguousarray(emb, dtype=np.float32)
     width = min(k + 1, len(background))  # one more: the query itself may be among them
-    on_gpu = _faiss_gpu(faiss, device)
+    gpu_device = (device or "cuda") if _faiss_gpu(faiss, device) else None  # not said: the GPU build's first GPU
     if faiss is None:
         dist, label = _numpy_search(np.take(emb, background, axis=0), np.take(emb, queries, axis=0), width, similarity)
     else:
-        dist, label = _faiss_search(faiss, emb, queries, background, width, similarity, device if on_gpu else None)
+        dist, label = _faiss_search(faiss, emb, queries, background, width, similarity, gpu_device)
     cand_ids = np.where(label >= 0, background[np.maximum(label, 0)], -1)
     if similarity == "cos":
         scores = dist
