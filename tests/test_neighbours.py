@@ -187,3 +187,27 @@ def test_a_gpu_build_gets_the_search_on_gpu_0_unless_told_otherwise(monkeypatch)
         ids, _ = top_neighbours(emb, np.array([0]), np.arange(4), k=1, similarity="cos", device=device)
         assert ids.shape == (1, 1)
     assert moved == [0, 1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kind", ["evalrank", "geometry"])
+def test_a_real_task_scores_the_same_numbers_without_faiss(kind, tmp_path, monkeypatch):
+    """A base install (no FAISS) computes every metric of the kinds that search neighbours: the real task of the
+    task-kind contract, scored with FAISS and then with `import faiss` blocked, gives the same metric rows and the
+    same neighbours table."""
+    from tests.support import task_kind_contract as contract
+
+    def numbers(result):
+        return {(r.metric, r.subset, r.variant, r.ties): r.value for r in result.rows}
+
+    with_faiss = contract.run_case(kind, tmp_path / "faiss")
+    monkeypatch.setitem(sys.modules, "faiss", None)
+    without = contract.run_case(kind, tmp_path / "numpy")
+    want, got = numbers(with_faiss), numbers(without)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        assert got[key] == pytest.approx(value, rel=1e-6, abs=1e-9, nan_ok=True), key
+    if "neighbours" in with_faiss.details:
+        a, b = with_faiss.details["neighbours"], without.details["neighbours"]
+        ids = [c for c in a.column_names if "score" not in c and "text" not in c]
+        assert a.select(ids).equals(b.select(ids)), f"neighbour ids differ in columns {ids}"
