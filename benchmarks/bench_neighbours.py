@@ -1,6 +1,7 @@
 """The top-10 neighbours' share of a real EvalRank unit: the score stage with and without them.
 
-    python benchmarks/bench_neighbours.py [--repeats 5] [--models M,...] [--json benchmarks/results/neighbours.json]
+    python benchmarks/bench_neighbours.py [--repeats 5] [--models M,...] [--no-faiss]
+        [--json benchmarks/results/neighbours.json]
 
 Issue #14 asks that the ``neighbours`` table (each query's top-10 background items, taken from the cos pass's own
 score blocks) cost under 10 % of the unit. ``bench_rank.py`` measures the extra per kernel call; this measures it
@@ -10,7 +11,8 @@ all-MiniLM-L6-v2 on the sentence pool. Then each unit's score stage (``evalfarm.
 vectors, the degenerate check, preprocessing, both similarities' kernels, the detail tables and metrics written) runs
 with the scorer's parameters as planned (neighbours = 10) and with neighbours = 0, interleaved, ``--repeats`` times,
 one thread; the unit's embed stage (loading the model, embedding the pool, from the first run's ``units`` view) is
-reported beside it, since a unit as the scheduler sees it is embed + score.
+reported beside it, since a unit as the scheduler sees it is embed + score. ``--no-faiss`` blocks ``import faiss``
+(as in a base install without the ``cpu`` extra): the neighbours then come from the numpy fallback (issue 24).
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ UNITS = [
 ]
 
 
-def main() -> None:
+def _args() -> tuple[argparse.Namespace, list[tuple[str, str]]]:
+    """The options and the chosen (model, task) units; ``--no-faiss`` takes effect here, before evalfarm loads."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", type=Path)
@@ -48,13 +51,20 @@ def main() -> None:
         action="store_true",
         help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
     )
+    ap.add_argument("--no-faiss", action="store_true", help="block `import faiss`: measure the numpy fallback")
     if ap.parse_known_args()[0].smoke:  # the GloVe unit only: no transformer to embed a pool with
         ap.set_defaults(repeats=1, models="glove-6b-50d")
     args = ap.parse_args()
+    if args.no_faiss:
+        sys.modules["faiss"] = None  # `import faiss` raises ImportError
     chosen = [(m, t) for m, t in UNITS if m in args.models.split(",")]
     if not chosen:
         ap.error(f"--models: none of {', '.join(m for m, _ in UNITS)}")
+    return args, chosen
 
+
+def main() -> None:
+    args, chosen = _args()
     from evalfarm.catalog.registry import load_catalog
     from evalfarm.execute import ExecContext, score_unit
     from evalfarm.plan import plan_run
@@ -107,7 +117,7 @@ def main() -> None:
             rows.append(row)
             print(json.dumps({k: v for k, v in row.items() if k != "runs_s"}), flush=True)
     report = {"threads": os.environ.get("OMP_NUM_THREADS"), "repeats": args.repeats, "rows": rows,
-              "load_average": os.getloadavg()}  # fmt: skip
+              "faiss": not args.no_faiss, "load_average": os.getloadavg()}  # fmt: skip
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=1) + "\n")

@@ -104,6 +104,13 @@ def bootstrap_interval(
     its own ranks. Resamples where one side is constant have no rho and are dropped; ``n_valid`` counts the rest.
     With fewer than :data:`MIN_MODELS_FOR_INTERVAL` models, or fewer than half the resamples valid, there is no
     interval (None, None). Seeded: the same numbers give the same interval.
+
+    Why not ``scipy.stats.bootstrap(method='percentile')`` (issue 24): it keeps the degenerate resamples, so a cell
+    with ties among few models gets a NaN interval (and a warning) where this one drops them and stores ``n_valid``.
+    Where no resample degenerates, scipy with ``rng=seed``, ``paired=True`` and this vectorised statistic draws the
+    same resamples and returns the same interval to 1e-16 (tests/test_correlations.py checks it; bitwise in 136 of
+    199 random cells), so stored intervals would move in the last bits for nothing. Time: 4.9 ms (8 models, 1,000
+    resamples) here against 6.5 ms for scipy's vectorised call and 695 ms for scipy with ``spearmanr`` per resample.
     """
     x, y = np.asarray(x, np.float64), np.asarray(y, np.float64)
     n = len(x)

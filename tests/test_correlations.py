@@ -490,3 +490,39 @@ def test_each_downstream_subset_and_variant_is_a_column_of_its_own(sentence_wh):
     }
     table = correlation_table(sentence_wh, level="sentence")
     assert table.columns == ["mr all (logreg)", "cr dev (logreg)", "cr test (logreg)", "cr test (mlp)"]
+
+
+def _row_spearman(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+    """scipy.stats.bootstrap's vectorised statistic: Spearman's rho of each resample (last axis)."""
+    from scipy.stats import rankdata
+
+    a = rankdata(x, axis=-1).reshape(-1, x.shape[-1])
+    b = rankdata(y, axis=-1).reshape(-1, y.shape[-1])
+    a, b = a - a.mean(axis=1, keepdims=True), b - b.mean(axis=1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rho = (a * b).sum(axis=1) / np.sqrt((a * a).sum(axis=1) * (b * b).sum(axis=1))
+    return rho.reshape(x.shape[:-1])
+
+
+def test_bootstrap_interval_is_scipys_percentile_bootstrap_and_drops_degenerate_resamples():
+    """The kept hand-written bootstrap (correlations.bootstrap_interval says why): scipy.stats.bootstrap with the
+    same seed draws the same resamples, so without a degenerate resample both give the same interval; with one,
+    scipy's is NaN and ours drops it (n_valid counts what is left)."""
+    import warnings
+
+    from scipy.stats import bootstrap
+
+    rng = np.random.default_rng(11)
+    x = rng.normal(size=12)
+    y = x + rng.normal(size=12)
+    low, high, n_valid = bootstrap_interval(x, y, n_resamples=500, seed=3)
+    ref = bootstrap((x, y), _row_spearman, paired=True, vectorized=True, method="percentile", n_resamples=500, rng=3)
+    assert n_valid == 500
+    assert (low, high) == pytest.approx((ref.confidence_interval.low, ref.confidence_interval.high), abs=1e-12)
+    x_ties = np.array([1.0, 1.0, 1.0, 2.0, 3.0])
+    low, high, n_valid = bootstrap_interval(x_ties, np.arange(5.0), n_resamples=500, seed=0)
+    assert 250 <= n_valid < 500 and low is not None and np.isfinite(low)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ref = bootstrap((x_ties, np.arange(5.0)), _row_spearman, paired=True, vectorized=True, method="percentile")
+    assert np.isnan(ref.confidence_interval.low)

@@ -145,10 +145,9 @@ def _faiss_device(device: str | None) -> str | None:
     :func:`~evalfarm.scorers.neighbours.top_neighbours` pick (the GPU index where there is one)."""
     if device is None or device.startswith("cpu"):
         return device
-    from evalfarm.scorers.neighbours import _import_faiss
+    from evalfarm.scorers.neighbours import _import_faiss, faiss_has_gpu
 
-    faiss = _import_faiss()
-    return device if hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0 else "cpu"
+    return device if faiss_has_gpu(_import_faiss()) else "cpu"
 
 
 def random_pairs(n: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:

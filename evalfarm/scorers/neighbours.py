@@ -10,6 +10,12 @@ Two ways, same semantics:
   GPU: no second GEMM. A separate search costs about as much as ranking one similarity; the fused selection
   costs a small fraction of it (``benchmarks/bench_rank.py`` measures both).
 
+Without FAISS (a base ``pip install evalfarm``, neither the ``cpu`` nor the ``gpu`` extra) both ways fall back to
+an exact numpy k-NN: the same float32 GEMM blocks (``IndexFlatIP`` / ``IndexFlatL2`` arithmetic) and
+``np.argpartition`` instead of FAISS's heaps, so every metric is computed on CPU; FAISS stays the fast path.
+The neighbours are the same items (tests/test_neighbours.py compares both on the same vectors); scores agree to
+float32 rounding, and which items tied at the k-th place make the list is unspecified either way (below).
+
 Policy:
 - The query item itself is never its own neighbour (removed by id when it is in the background).
 - Exact duplicates of the query (other items with the identical vector: OOV items filled with one mean vector,
@@ -56,29 +62,69 @@ class Neighbours(NamedTuple):
     scores: np.ndarray  # float32 [n_q, k] s(query, neighbour): cos, or 1 / (1 + distance) for l2; NaN padding
 
 
+NUMPY_BLOCK_BYTES = 64 << 20
+"""The numpy fallback scores this many bytes of (queries x background) float32 at a time."""
+
+
 def _import_faiss() -> Any:
+    """The faiss module, or None where it is not installed (the numpy fallback then does the search)."""
     try:
         import faiss
-    except ImportError as exc:
-        raise ImportError(
-            "neighbours need FAISS: install evalfarm's `cpu` extra (faiss-cpu) or `gpu` extra (faiss-gpu-cu12)"
-        ) from exc
+    except ImportError:
+        return None
     return faiss
+
+
+def faiss_has_gpu(faiss: Any) -> bool:
+    """Whether ``faiss`` (the module, or None) is a GPU build that sees a GPU."""
+    return faiss is not None and hasattr(faiss, "StandardGpuResources") and faiss.get_num_gpus() > 0
 
 
 def _faiss_gpu(faiss: Any, device: str | None) -> bool:
     """Whether to search on a GPU: asked for (device names cuda), or not said and the GPU build sees one."""
-    has_gpu_build = hasattr(faiss, "StandardGpuResources")
     if device is not None and (device == "cpu" or device.startswith("cpu:")):
         return False
     if device is not None:
-        if not has_gpu_build or faiss.get_num_gpus() == 0:
+        if not faiss_has_gpu(faiss):
             raise RuntimeError(
-                f"neighbours: device {device!r} asked for, but this FAISS build has no GPU support or sees no GPU "
-                "(install the `gpu` extra, faiss-gpu-cu12, on GPU workers; or pass device='cpu')"
+                f"neighbours: device {device!r} asked for, but FAISS is not installed, has no GPU support or sees no "
+                "GPU (install the `gpu` extra, faiss-gpu-cu12, on GPU workers; or pass device='cpu')"
             )
         return True
-    return has_gpu_build and faiss.get_num_gpus() > 0
+    return faiss_has_gpu(faiss)
+
+
+def _numpy_search(
+    base: np.ndarray, query: np.ndarray, width: int, similarity: Similarity
+) -> tuple[np.ndarray, np.ndarray]:
+    """Exact top-``width`` of each query row over the ``base`` rows, as FAISS's flat indexes answer: (values,
+    labels); values are inner products (cos) or squared distances (l2, ``|q|^2 + |b|^2 - 2 q.b`` in float32 like
+    IndexFlatL2's GEMM path). Not sorted: the caller orders the candidates."""
+    n_q, n_b = len(query), len(base)
+    base_sq = (base * base).sum(axis=1) if similarity == "l2" else None
+    rows = max(1, NUMPY_BLOCK_BYTES // (4 * max(n_b, 1)))
+    values = np.empty((n_q, width), np.float32)
+    labels = np.empty((n_q, width), np.int64)
+    for r0 in range(0, n_q, rows):
+        q = query[r0 : r0 + rows]
+        key = q @ base.T  # larger is nearer
+        if base_sq is not None:  # squared distance, negated so that larger is still nearer (in place)
+            key *= 2.0
+            key -= (q * q).sum(axis=1)[:, None]
+            key -= base_sq[None, :]
+        top = _top_columns(key, width)
+        val = np.take_along_axis(key, top, axis=1)
+        values[r0 : r0 + rows] = np.maximum(-val, 0.0) if base_sq is not None else val
+        labels[r0 : r0 + rows] = top
+    return values, labels
+
+
+def _top_columns(key: np.ndarray, width: int) -> np.ndarray:
+    """Column indices of the ``width`` largest values of each row (in no particular order)."""
+    n = key.shape[1]
+    if width >= n:
+        return np.broadcast_to(np.arange(n), key.shape).copy()
+    return np.argpartition(key, n - width, axis=1)[:, n - width :]  # no negated copy of the block
 
 
 def _finish_rows(
@@ -116,7 +162,8 @@ def top_neighbours(
     exclude: Exclude = "self",
     device: str | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Top-``k`` background items of each query item by a FAISS exact search: (ids int64 [n_q, k], scores float32).
+    """Top-``k`` background items of each query item by a FAISS exact search (numpy's where FAISS is not
+    installed): (ids int64 [n_q, k], scores float32).
 
     ``emb``: (n_items, d) vectors, preprocessed as for ranking (cos expects L2-normalised rows); ``queries``,
     ``background``: item ids. See the module docstring for the policy on the query itself and its duplicates.
@@ -133,23 +180,41 @@ def top_neighbours(
     if len(queries) == 0 or len(background) == 0:
         return np.full((len(queries), k), -1, np.int64), np.full((len(queries), k), np.nan, np.float32)
     emb = np.ascontiguousarray(emb, dtype=np.float32)
-    d = emb.shape[1]
-    index = faiss.IndexFlatIP(d) if similarity == "cos" else faiss.IndexFlatL2(d)
-    resources = None  # must outlive the GPU index
-    if _faiss_gpu(faiss, device):
-        gpu = int(device.split(":")[1]) if device and ":" in device else 0
-        resources = faiss.StandardGpuResources()
-        index = faiss.index_cpu_to_gpu(resources, gpu, index)
-    index.add(np.take(emb, background, axis=0))
     width = min(k + 1, len(background))  # one more: the query itself may be among them
-    dist, label = index.search(np.take(emb, queries, axis=0), width)
-    del index, resources
+    gpu_device = (device or "cuda") if _faiss_gpu(faiss, device) else None  # not said: the GPU build's first GPU
+    if faiss is None:
+        dist, label = _numpy_search(np.take(emb, background, axis=0), np.take(emb, queries, axis=0), width, similarity)
+    else:
+        dist, label = _faiss_search(faiss, emb, queries, background, width, similarity, gpu_device)
     cand_ids = np.where(label >= 0, background[np.maximum(label, 0)], -1)
     if similarity == "cos":
         scores = dist
     else:  # IndexFlatL2 returns squared distances
         scores = 1.0 / (1.0 + np.sqrt(np.maximum(dist, 0.0)))
     return _finish_rows(queries, cand_ids, scores, k, exclude_self=True)
+
+
+def _faiss_search(
+    faiss: Any,
+    emb: np.ndarray,
+    queries: np.ndarray,
+    background: np.ndarray,
+    width: int,
+    similarity: Similarity,
+    gpu_device: str | None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """FAISS's flat index over the background, on the GPU named by ``gpu_device`` (None: CPU)."""
+    d = emb.shape[1]
+    index = faiss.IndexFlatIP(d) if similarity == "cos" else faiss.IndexFlatL2(d)
+    resources = None  # must outlive the GPU index
+    if gpu_device is not None:
+        gpu = int(gpu_device.split(":")[1]) if ":" in gpu_device else 0
+        resources = faiss.StandardGpuResources()
+        index = faiss.index_cpu_to_gpu(resources, gpu, index)
+    index.add(np.take(emb, background, axis=0))
+    dist, label = index.search(np.take(emb, queries, axis=0), width)
+    del index, resources
+    return dist, label
 
 
 class BlockTopK:
@@ -169,14 +234,18 @@ class BlockTopK:
         n_uq = len(plan.uq)
         self.val = np.full((n_uq, self.width), -np.inf, dtype=np.float32)
         self.col = np.full((n_uq, self.width), -1, dtype=np.int64)
-        self._faiss: Any = None  # the faiss module, imported at the first numpy block (it ships no types)
+        self._faiss: Any = None  # the faiss module (or False: not installed), looked up at the first numpy block
 
     def add_numpy(self, u0: int, s: np.ndarray) -> None:
-        """FAISS's selection heap over each row's counted columns (one C call per block, no copy)."""
+        """FAISS's selection heap over each row's counted columns (one C call per block, no copy); without FAISS,
+        ``np.argpartition`` over the block."""
         if self.width == 0:
             return
         if self._faiss is None:
-            self._faiss = _import_faiss()
+            self._faiss = _import_faiss() or False
+        if self._faiss is False:
+            self._add_argpartition(u0, s)
+            return
         faiss = self._faiss
         m, n = s.shape[0], self.plan.n_counted
         val, col = self.val[u0 : u0 + m], self.col[u0 : u0 + m]
@@ -190,6 +259,15 @@ class BlockTopK:
             for r in range(m):
                 heap.addn(n, faiss.swig_ptr(s[r, :n]), 0, r, 1)
         heap.reorder()
+
+    def _add_argpartition(self, u0: int, s: np.ndarray) -> None:
+        """The numpy selection: each row's ``width`` largest counted columns. Like FAISS's ``heapify`` above, it
+        replaces what the rows held: the kernel visits each row block once, with all its columns."""
+        m, n = s.shape[0], self.plan.n_counted
+        block = s[:, :n]
+        top = _top_columns(block, self.width)
+        self.val[u0 : u0 + m] = np.take_along_axis(block, top, axis=1)
+        self.col[u0 : u0 + m] = top
 
     def add_torch(self, u0: int, s: Any) -> None:
         if self.width == 0:

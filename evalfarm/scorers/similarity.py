@@ -44,6 +44,11 @@ MIN_RANKED_PAIRS = 5
 1.0, is significant at 5 % two-sided (n = 4: p = 2/24), and n = 3 allows only the values 0, +-0.5 and +-1."""
 
 
+# Why not scipy.stats.pearsonr / spearmanr (issue 24): they compute the same statistic by another float64 order of
+# operations, so the stored metric values would move in the last bits: on 3,000 random cases (scipy 1.17.1) 26 % of
+# Pearson's r and 48 % of Spearman's rho were bitwise equal, the rest off by up to 5.6e-16. scipy also warns
+# (ConstantInputWarning) where these return NaN quietly, and raises below 2 pairs. tests/test_scorers.py checks both
+# against scipy.stats to 1e-12; rankdata, the one piece that must follow a convention exactly, is scipy's.
 def spearman(x: np.ndarray, y: np.ndarray) -> float:
     """Spearman's rho: Pearson's r of the average ranks (ties share their mean rank), NaN when undefined."""
     from scipy.stats import rankdata
