@@ -142,8 +142,9 @@ class Skipped:
 class RunEvent:
     """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, a ``warning`` per
     selected model left out for want of a task of its level and per unpinned revision, ``skipped`` (units already
-    done), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``,
-    ``waiting``, ``tick``), then a ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
+    done), ``eta`` (the first ETA, from the warehouse's history; when there is work), then the scheduler's events
+    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``waiting``, ``tick``), then a
+    ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -362,6 +363,37 @@ class Run:
         summary.outcomes.extend(skipped)
         if skipped:
             self._record_skipped(skipped)
+        if self.pending:
+            self._forecast()
+
+    def _forecast(self) -> None:
+        """The first ETA, from the warehouse's history of unit times (``evalfarm.eta``): an ``eta`` event, and the
+        progress line's ETA from then on."""
+        from evalfarm import eta
+        from evalfarm.scheduler.progress import fmt_seconds
+
+        units = [
+            eta.PlannedUnit(u.model, self._eta_key(p.model), u.task, p.cost / len(p.units))
+            for p in self.pending
+            for u in p.units
+        ]
+        workers = _planned_workers(self.executor, self.address, self.workers)
+        fc = eta.forecast(units, eta.History(eta.load_history(self.wh)), workers=workers)
+        self.tracker.forecast, self.tracker.planned_workers = fc, workers
+        used = ", ".join(f"{s} {n}" for s, n in eta.sources(fc.estimates.values()).items())
+        self.emit(
+            RunEvent(
+                "eta",
+                self.tracker,
+                message=f"first ETA {fmt_seconds(fc.total)} for {len(units)} units on {workers} worker"
+                f"{'s' if workers != 1 else ''} (estimates from {used})",
+            )
+        )
+
+    def _eta_key(self, model: str) -> str:
+        from evalfarm.eta import kind_key
+
+        return kind_key(self.cat.kind(model), self.cat.model(model).postprocess is not None)
 
     def _announce_plan(self) -> None:
         from evalfarm.provenance import unpinned_revisions
@@ -439,7 +471,8 @@ class Run:
         """Progress from a scheduler event, then the same event as a :class:`RunEvent`."""
         tracker = self.tracker
         if e.kind == "unit":
-            tracker.finish(e.outcome.status, self.unit_cost.get(e.outcome.model, 1.0))
+            o = e.outcome
+            tracker.finish(o.status, self.unit_cost.get(o.model, 1.0), unit=(o.model, o.task), seconds=o.seconds)
         elif e.kind == "retry":
             tracker.retries += 1
         elif e.kind == "worker-ready" and e.worker is not None:  # a restarted worker counts again (maybe elsewhere)
@@ -545,6 +578,21 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
                 "whichever spec it came from — see the `conflicts` view, or give the new spec its own id"
             )
     return out
+
+
+def _planned_workers(executor: str, address: str | None, workers: int | None) -> int:
+    """The workers the first ETA divides the work over: the in-process loop's one; ``--workers``; a local Ray's
+    one per CPU (``ray_executor.worker_resources``); on a cluster one until its workers report (the progress line
+    then uses the live count)."""
+    import os
+
+    if executor == "local":
+        return 1
+    if workers:
+        return workers
+    if address or os.environ.get("RAY_ADDRESS"):
+        return 1
+    return os.cpu_count() or 1
 
 
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:

@@ -1,0 +1,296 @@
+"""A run's ETA from the warehouse's own history of unit times.
+
+The static cost model (:func:`evalfarm.plan.estimate_cost`) only orders the work: its costs are relative, so the
+old progress line could give an ETA only after the first unit, extrapolating from it — and the first unit of a
+model carries the whole model's load and embed time (48 min predicted for a 3.5-min run). The warehouse already
+records every unit's embed and score seconds (the ``units`` view), so a run can say how long it will take before
+it starts:
+
+- each planned unit gets seconds from the history, by the first of these sources that knows it:
+  ``history`` (the mean over past units of the same model kind and task), ``history-kind`` (the same kind's
+  seconds per text on other tasks times this task's text count), ``history-task`` (the mean of the same task over
+  every kind), ``model`` (the static cost, in seconds per cost unit calibrated on the units the history did
+  estimate), ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
+- a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
+  seconds are its share of the embedding plus its scoring;
+- the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
+  model (one worker embeds a model); once a model has finished, its actual / predicted ratio corrects what is left.
+
+This module is pure (no warehouse, no Ray) except :func:`load_history`, which reads the views.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evalfarm.warehouse import Warehouse
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("history", "history-kind", "history-task", "model", "fallback")
+"""Where a unit's estimate came from, most specific first."""
+
+DEFAULT_SECONDS_PER_COST = 3.0
+"""Seconds per static cost unit when the history estimates nothing: one cost unit is one EvalRank sentence-pool
+rank pass (cos + l2), 2.7 CPU seconds on the project's machine (benchmarks/README.md, rank kernel)."""
+
+POSTPROCESSED = "+postprocess"
+"""Suffix of the history key of a post-processed model: it reuses its base's vectors, so it is far cheaper than
+its kind (the ``models`` view's ``postprocess`` column; a planned model's own ``postprocess``)."""
+
+
+def kind_key(kind: str | None, postprocessed: bool = False) -> str:
+    """The key estimates are grouped by: the model kind, marked when the model is post-processed."""
+    return (kind or "?") + (POSTPROCESSED if postprocessed else "")
+
+
+@dataclass(frozen=True)
+class PastUnit:
+    """One computed unit of the history: its seconds (embed share + score) and what it was."""
+
+    model: str
+    key: str  # kind_key of the model
+    task: str
+    seconds: float
+    texts: int | None = None  # the task's text count (the ``quality`` view), None when unknown
+    run_id: str = ""
+    scorer: str = ""
+    level: str = ""
+
+
+@dataclass(frozen=True)
+class PlannedUnit:
+    """A unit about to run: what the history is looked up by, and the static model's relative cost."""
+
+    model: str
+    key: str
+    task: str
+    cost: float
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    source: str  # one of SOURCES
+
+
+class History:
+    """Unit times grouped the ways :func:`estimate` looks them up. One unit counts once per (model, task): its
+    newest run's time (``rows`` are taken in order, later rows replacing earlier ones)."""
+
+    def __init__(self, rows: Iterable[PastUnit]) -> None:
+        latest: dict[tuple[str, str], PastUnit] = {}
+        for r in rows:
+            latest[(r.model, r.task)] = r
+        self.units = list(latest.values())
+        by_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
+        by_t: dict[str, list[float]] = defaultdict(list)
+        per_text: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.texts: dict[str, int] = {}
+        for u in self.units:
+            by_kt[(u.key, u.task)].append(u.seconds)
+            by_t[u.task].append(u.seconds)
+            if u.texts:
+                acc = per_text[u.key]
+                acc[0] += u.seconds
+                acc[1] += u.texts
+                self.texts[u.task] = max(self.texts.get(u.task, 0), u.texts)
+        self.kind_task = {k: sum(v) / len(v) for k, v in by_kt.items()}
+        self.task = {k: sum(v) / len(v) for k, v in by_t.items()}
+        self.kind_rate = {k: s / n for k, (s, n) in per_text.items() if n > 0}
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+
+def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) -> Estimate | None:
+    if (u.key, u.task) in history.kind_task:
+        return Estimate(history.kind_task[(u.key, u.task)], "history")
+    n = texts.get(u.task)
+    if n and u.key in history.kind_rate:
+        return Estimate(history.kind_rate[u.key] * n, "history-kind")
+    if u.task in history.task:
+        return Estimate(history.task[u.task], "history-task")
+    return None
+
+
+def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str, int] | None = None) -> list[Estimate]:
+    """Seconds of each planned unit (see the module docstring for the sources). ``texts``: text counts of tasks
+    the history has not seen (the history's own counts win)."""
+    counts = {**(texts or {}), **history.texts}
+    found = [_from_history(u, history, counts) for u in units]
+    known = [(u, e) for u, e in zip(units, found, strict=True) if e is not None]
+    cost_known = sum(u.cost for u, _ in known)
+    per_cost = sum(e.seconds for _, e in known) / cost_known if cost_known > 0 else None
+    out = []
+    for u, e in zip(units, found, strict=True):
+        if e is None:
+            e = (
+                Estimate(u.cost * per_cost, "model")
+                if per_cost is not None
+                else Estimate(u.cost * DEFAULT_SECONDS_PER_COST, "fallback")
+            )
+        out.append(e)
+    return out
+
+
+def sources(estimates: Iterable[Estimate]) -> dict[str, int]:
+    """How many estimates came from each source (in :data:`SOURCES` order, those used only)."""
+    n = {s: 0 for s in SOURCES}
+    for e in estimates:
+        n[e.source] += 1
+    return {s: c for s, c in n.items() if c}
+
+
+def makespan(seconds_by_model: Mapping[str, float], workers: int) -> float:
+    """The time ``workers`` need for models of these total seconds: their sum over the workers, but at least the
+    largest model (a model's embedding runs on one worker)."""
+    if not seconds_by_model:
+        return 0.0
+    return max(sum(seconds_by_model.values()) / max(1, workers), max(seconds_by_model.values()))
+
+
+@dataclass
+class Forecast:
+    """A run's ETA: the planned units' estimates, corrected as models finish.
+
+    ``finish`` each unit as it ends; ``eta`` is the remaining time, counting down from the last finished unit."""
+
+    estimates: dict[tuple[str, str], Estimate]
+    workers: int = 1  # planned; ``eta(workers=…)`` takes the live count
+    clock: Callable[[], float] = time.monotonic
+    actual: dict[tuple[str, str], float] = field(default_factory=dict)  # finished units: their seconds
+    dropped: set[tuple[str, str]] = field(default_factory=set)  # failed / skipped: out of the calibration
+    last: float = 0.0  # clock() at the last finish (or at the start)
+
+    def __post_init__(self) -> None:
+        self.last = self.clock()
+
+    @property
+    def total(self) -> float:
+        """The first estimate of the whole run (nothing finished yet)."""
+        return makespan(self._by_model(self.estimates.keys(), 1.0), self.workers)
+
+    def finish(self, model: str, task: str, seconds: float | None) -> None:
+        """A unit ended: ``seconds`` it took when computed, None when it failed or was skipped (not calibrated)."""
+        key = (model, task)
+        if key not in self.estimates:
+            return
+        if seconds is None:
+            self.dropped.add(key)
+        self.actual[key] = seconds or 0.0
+        self.last = self.clock()
+
+    def ratio(self) -> float:
+        """Actual / predicted seconds of the models whose units have all finished (1 before any has)."""
+        open_models = {m for (m, t) in self.estimates if (m, t) not in self.actual}
+        a = p = 0.0
+        for k, e in self.estimates.items():
+            if k[0] not in open_models and k not in self.dropped:
+                a += self.actual[k]
+                p += e.seconds
+        return a / p if a > 0 and p > 0 else 1.0
+
+    def _by_model(self, keys: Iterable[tuple[str, str]], ratio: float) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for k in keys:
+            out[k[0]] += self.estimates[k].seconds * ratio
+        return out
+
+    def remaining(self, workers: int | None = None) -> float:
+        """Seconds of the units not finished, over the workers, as of the last finished unit."""
+        left = [k for k in self.estimates if k not in self.actual]
+        return makespan(self._by_model(left, self.ratio()), workers or self.workers)
+
+    def eta(self, workers: int | None = None) -> float:
+        """The remaining time, counting down since the last finished unit (at least 1 s while units remain)."""
+        if len(self.actual) == len(self.estimates):
+            return 0.0
+        return max(1.0, self.remaining(workers) - (self.clock() - self.last))
+
+
+def forecast(
+    units: Sequence[PlannedUnit],
+    history: History,
+    *,
+    workers: int = 1,
+    texts: Mapping[str, int] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Forecast:
+    """The :class:`Forecast` of ``units`` over ``workers``; logs (INFO: ``-v``) each model's estimate and sources."""
+    ests = estimate(units, history, texts)
+    by_model: dict[str, list[tuple[PlannedUnit, Estimate]]] = defaultdict(list)
+    for u, e in zip(units, ests, strict=True):
+        by_model[u.model].append((u, e))
+    for model, pairs in by_model.items():
+        used = ", ".join(f"{u.task} {e.seconds:.1f}s ({e.source})" for u, e in pairs)
+        log.info("ETA estimate · %s [%s]: %.0f s: %s", model, pairs[0][0].key, sum(e.seconds for _, e in pairs), used)
+    return Forecast({(u.model, u.task): e for u, e in zip(units, ests, strict=True)}, workers=workers, clock=clock)
+
+
+_HISTORY_SQL = """
+WITH t AS (
+    SELECT run_id, model, task,
+           sum(seconds) FILTER (WHERE stage = 'embed') AS embed_s,
+           sum(seconds) FILTER (WHERE stage = 'score') AS score_s,
+           max(started_at) AS at
+    FROM units
+    WHERE status = 'done' AND stage IN ('embed', 'score')
+    GROUP BY run_id, model, task
+), n AS (SELECT task, max(n_texts) AS texts FROM quality GROUP BY task),
+s AS (SELECT DISTINCT model, task, scorer FROM metrics)
+SELECT t.run_id, t.model, t.task, coalesce(t.embed_s, 0) AS embed_s, t.score_s, t.at, n.texts,
+       m.kind, m.level, m.postprocess IS NOT NULL AS post, s.scorer
+FROM t LEFT JOIN n USING (task) LEFT JOIN models m USING (model) LEFT JOIN s USING (model, task)
+WHERE t.score_s IS NOT NULL
+ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
+"""
+
+
+def history_rows(records: Iterable[Mapping[str, Any]]) -> list[PastUnit]:
+    """:class:`PastUnit` rows from per-(run, model, task) records (``embed_s``, ``score_s``, ``texts``, ``kind``,
+    ``post``, …): each model's embed seconds of a run spread over that run's tasks of it by text count (equally
+    when a count is unknown)."""
+    recs = list(records)
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in recs:
+        groups[(r["run_id"], r["model"])].append(r)
+    out = []
+    for r in recs:
+        group = groups[(r["run_id"], r["model"])]
+        embed = sum(float(g["embed_s"] or 0.0) for g in group)
+        counts = [g.get("texts") for g in group]
+        if all(counts):
+            share = embed * float(r["texts"]) / float(sum(c for c in counts if c))
+        else:
+            share = embed / len(group)
+        out.append(
+            PastUnit(
+                model=r["model"],
+                key=kind_key(r.get("kind"), bool(r.get("post"))),
+                task=r["task"],
+                seconds=share + float(r["score_s"] or 0.0),
+                texts=int(r["texts"]) if r.get("texts") else None,
+                run_id=r["run_id"],
+                scorer=r.get("scorer") or "",
+                level=r.get("level") or "",
+            )
+        )
+    return out
+
+
+def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastUnit]:
+    """The warehouse's computed units, oldest first (the ``units``, ``models``, ``quality`` and ``metrics``
+    views). An empty list when the warehouse has none or cannot be read: the ETA then falls back, the run goes on."""
+    try:
+        rows = wh.query(_HISTORY_SQL).to_pylist()
+    except Exception as exc:  # a new or damaged warehouse: no history, never a failed run
+        log.info("ETA: no history read from the warehouse (%s: %s)", type(exc).__name__, exc)
+        return []
+    return history_rows(r for r in rows if r["run_id"] != exclude_run)
