@@ -296,6 +296,7 @@ class Run:
         self.leases: Any = None
         self.executor_obj: Any = None
         self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
+        self.connected: tuple[bool, bool] | None = None  # (shared, owns Ray) when plan() connected to a cluster
 
     def execute(self) -> RunSummary:
         self.plan()
@@ -330,7 +331,25 @@ class Run:
         left_out = without_tasks(self.cat, models=self.models, tasks=self.tasks)  # said when planned, and counted
         self.summary.not_evaluated, self.summary.warnings = list(left_out), list(left_out.values())
         self.planned_warnings = len(self.summary.warnings)  # the later ones are said after the run
+        self._connect_first()
         self.unwritable = self._record_start()
+
+    def _connect_first(self) -> None:
+        """A run on a remote Ray cluster (``--address``, ``RAY_ADDRESS``) into a warehouse that does not exist yet
+        connects before the start event creates it: a wrong address then fails in seconds and leaves no folder.
+        (Into an existing warehouse the connection waits for work: a no-op rerun needs no cluster.)"""
+        import os
+
+        if self.executor != "ray" or not (self.address or os.environ.get("RAY_ADDRESS")):
+            return
+        if self.wh.exists(self.wh.base):
+            return
+        import ray
+
+        from evalfarm.scheduler.ray_executor import connect
+
+        shared = not ray.is_initialized()
+        self.connected = (shared, connect(self.address))
 
     def _record_start(self) -> OSError | None:
         """The ``start`` event; the error of a read-only warehouse, kept for when there turns out to be work."""
@@ -445,7 +464,7 @@ class Run:
         self.leases = Leases(self.wh, self.run_id).start()
         self.executor_obj = _executor(
             self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
-            self.address, self.workers, self.encoders,
+            self.address, self.workers, self.encoders, self.connected,
         )  # fmt: skip
         sched = Scheduler(
             self.pending,
@@ -525,6 +544,10 @@ class Run:
             )  # fmt: skip
         if self.executor_obj is not None:
             attempt(self.executor_obj.close, "closing the executor")
+        elif self.connected is not None and self.connected[1]:  # connected first, then failed before the executor
+            import ray
+
+            attempt(ray.shutdown, "disconnecting from Ray")
 
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
@@ -619,6 +642,7 @@ def _executor(
     address: str | None,
     workers: int | None,
     encoders: dict[str, Any],
+    connected: tuple[bool, bool] | None = None,
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
@@ -644,4 +668,5 @@ def _executor(
         small_models=small,
         plans=pending,
         kinds=kinds,
+        connected=connected,
     )
