@@ -234,7 +234,7 @@ def forecast(
     return Forecast({(u.model, u.task): e for u, e in zip(units, ests, strict=True)}, workers=workers, clock=clock)
 
 
-_HISTORY_SQL = """
+HISTORY_SQL = """
 WITH t AS (
     SELECT run_id, model, task,
            sum(seconds) FILTER (WHERE stage = 'embed') AS embed_s,
@@ -289,7 +289,7 @@ def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastU
     """The warehouse's computed units, oldest first (the ``units``, ``models``, ``quality`` and ``metrics``
     views). An empty list when the warehouse has none or cannot be read: the ETA then falls back, the run goes on."""
     try:
-        rows = wh.query(_HISTORY_SQL).to_pylist()
+        rows = wh.query(HISTORY_SQL).to_pylist()
     except Exception as exc:  # a new or damaged warehouse: no history, never a failed run
         log.info("ETA: no history read from the warehouse (%s: %s)", type(exc).__name__, exc)
         return []
