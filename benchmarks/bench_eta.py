@@ -42,7 +42,6 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from evalfarm import eta  # noqa: E402
-from evalfarm.plan import POSTPROCESS_COST, SCORE_COST, kind_cost  # noqa: E402
 
 Rec = dict[str, Any]  # one (run, model, task) of eta.HISTORY_SQL, with its PastUnit and static cost
 
@@ -93,20 +92,12 @@ def smoke_warehouse(d: Path) -> str:
 
 
 def records(path: str) -> list[Rec]:
-    """Every timed unit of the warehouse, read-only, with its :class:`~evalfarm.eta.PastUnit` and static cost."""
+    """Every timed unit of the warehouse, read-only, with its :class:`~evalfarm.eta.PastUnit` (static cost in it)."""
     from evalfarm.warehouse import Warehouse
 
     raw = Warehouse(path).query(eta.HISTORY_SQL).to_pylist()
-    past = eta.history_rows(raw)
-    n_units: dict[tuple[str, str], int] = defaultdict(int)
-    for r in raw:
-        n_units[(r["run_id"], r["model"])] += 1
-    out = []
-    for r, p in zip(raw, past, strict=True):
-        embed = POSTPROCESS_COST if r["post"] and r["level"] == "sentence" else kind_cost(r["kind"])
-        cost = embed / n_units[(r["run_id"], r["model"])] + SCORE_COST.get((r["scorer"], r["level"]), 0.05)
-        out.append({**r, "past": p, "cost": cost})
-    return out
+    past = eta.history_rows(raw, eta.record_cost)
+    return [{**r, "past": p, "cost": p.cost} for r, p in zip(raw, past, strict=True)]
 
 
 def newest(recs: Iterable[Rec]) -> list[Rec]:
@@ -138,8 +129,7 @@ def replay(history: list[Rec], held: list[Rec]) -> dict[str, Any]:
     hist = eta.History(r["past"] for r in history)
     units = [eta.PlannedUnit(r["model"], r["past"].key, r["task"], r["cost"]) for r in held]
     ests = eta.estimate(units, hist)
-    kept = newest(history)
-    per_cost = sum(r["past"].seconds for r in kept) / sum(r["cost"] for r in kept) if kept else 0.0
+    per_cost = hist.per_cost or 0.0  # the static costs in seconds, fitted on the history that is left
     pred = {
         "history": sum(e.seconds for e in ests),
         "static (old first ETA)": old_first_eta(held),

@@ -6,11 +6,13 @@ model carries the whole model's load and embed time (48 min predicted for a 3.5-
 records every unit's embed and score seconds (the ``units`` view), so a run can say how long it will take before
 it starts:
 
-- each planned unit gets seconds from the history, by the first of these sources that knows it:
-  ``history`` (the mean over past units of the same model kind and task), ``history-kind`` (the same kind's
-  seconds per text on other tasks times this task's text count), ``history-task`` (the mean of the same task over
-  every kind), ``model`` (the static cost, in seconds per cost unit calibrated on the units the history did
-  estimate), ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
+- each planned unit's seconds are its share of its model's embedding (which depends on the model kind and the
+  texts) plus its scoring (which depends on the task), each looked up in the history; the estimate is named after
+  the weaker of the two lookups: ``history`` (both from past units of the same model kind and task),
+  ``history-kind`` (the embedding from the kind's seconds per text on other tasks times this task's text count),
+  ``history-task`` (the scoring from the task's mean over every kind); when either is unknown (a kind or a task
+  the history never saw), ``model`` (the static cost, in seconds per cost unit calibrated on the whole history),
+  or ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
   seconds are its share of the embedding plus its scoring;
 - the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
@@ -36,9 +38,9 @@ log = logging.getLogger(__name__)
 SOURCES = ("history", "history-kind", "history-task", "model", "fallback")
 """Where a unit's estimate came from, most specific first."""
 
-DEFAULT_SECONDS_PER_COST = 3.0
+DEFAULT_SECONDS_PER_COST = 9.0
 """Seconds per static cost unit when the history estimates nothing: one cost unit is one EvalRank sentence-pool
-rank pass (cos + l2), 2.7 CPU seconds on the project's machine (benchmarks/README.md, rank kernel)."""
+rank pass (cos + l2), ~9 s on one of 2 CPU cores (benchmarks/README.md, "Figures moved from the code")."""
 
 POSTPROCESSED = "+postprocess"
 """Suffix of the history key of a post-processed model: it reuses its base's vectors, so it is far cheaper than
@@ -52,16 +54,20 @@ def kind_key(kind: str | None, postprocessed: bool = False) -> str:
 
 @dataclass(frozen=True)
 class PastUnit:
-    """One computed unit of the history: its seconds (embed share + score) and what it was."""
+    """One computed unit of the history: its share of its model's embed seconds, its score seconds, what it was."""
 
     model: str
     key: str  # kind_key of the model
     task: str
-    seconds: float
+    embed: float
+    score: float
     texts: int | None = None  # the task's text count (the ``quality`` view), None when unknown
     run_id: str = ""
-    scorer: str = ""
-    level: str = ""
+    cost: float | None = None  # the static model's relative cost of the unit (as the planner computes it)
+
+    @property
+    def seconds(self) -> float:
+        return self.embed + self.score
 
 
 @dataclass(frozen=True)
@@ -80,44 +86,67 @@ class Estimate:
     source: str  # one of SOURCES
 
 
+def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
+    return {k: sum(v) / len(v) for k, v in values.items()}
+
+
 class History:
     """Unit times grouped the ways :func:`estimate` looks them up. One unit counts once per (model, task): its
-    newest run's time (``rows`` are taken in order, later rows replacing earlier ones)."""
+    newest run's time (``rows`` are taken in order, later rows replacing earlier ones).
+
+    A unit's time has two parts that depend on different things: embedding depends on the model kind and the
+    texts, scoring on the task (and a little on the vectors' size). They are looked up apart."""
 
     def __init__(self, rows: Iterable[PastUnit]) -> None:
         latest: dict[tuple[str, str], PastUnit] = {}
         for r in rows:
             latest[(r.model, r.task)] = r
         self.units = list(latest.values())
-        by_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
-        by_t: dict[str, list[float]] = defaultdict(list)
+        embed_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
+        score_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
+        score_t: dict[str, list[float]] = defaultdict(list)
         per_text: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.texts: dict[str, int] = {}
         for u in self.units:
-            by_kt[(u.key, u.task)].append(u.seconds)
-            by_t[u.task].append(u.seconds)
+            embed_kt[(u.key, u.task)].append(u.embed)
+            score_kt[(u.key, u.task)].append(u.score)
+            score_t[u.task].append(u.score)
             if u.texts:
                 acc = per_text[u.key]
-                acc[0] += u.seconds
+                acc[0] += u.embed
                 acc[1] += u.texts
                 self.texts[u.task] = max(self.texts.get(u.task, 0), u.texts)
-        self.kind_task = {k: sum(v) / len(v) for k, v in by_kt.items()}
-        self.task = {k: sum(v) / len(v) for k, v in by_t.items()}
-        self.kind_rate = {k: s / n for k, (s, n) in per_text.items() if n > 0}
+        self.embed_kt, self.score_kt, self.score_t = _mean(embed_kt), _mean(score_kt), _mean(score_t)
+        self.kind_rate = {k: s / n for k, (s, n) in per_text.items() if n > 0}  # embed seconds per text
+        costed = [u for u in self.units if u.cost]
+        cost = sum(u.cost or 0.0 for u in costed)
+        self.per_cost = sum(u.seconds for u in costed) / cost if cost > 0 else None  # the static model, calibrated
 
     def __len__(self) -> int:
         return len(self.units)
 
 
+def _worse(a: str, b: str) -> str:
+    return max(a, b, key=SOURCES.index)
+
+
 def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) -> Estimate | None:
-    if (u.key, u.task) in history.kind_task:
-        return Estimate(history.kind_task[(u.key, u.task)], "history")
-    n = texts.get(u.task)
-    if n and u.key in history.kind_rate:
-        return Estimate(history.kind_rate[u.key] * n, "history-kind")
-    if u.task in history.task:
-        return Estimate(history.task[u.task], "history-task")
-    return None
+    """Embed part: the same kind on the same task, else the kind's seconds per text times the task's texts. Score
+    part: the same kind on the same task, else the task's mean over every kind. None when either is unknown."""
+    kt, n = (u.key, u.task), texts.get(u.task)
+    if kt in history.embed_kt:
+        embed, e_src = history.embed_kt[kt], "history"
+    elif n and u.key in history.kind_rate:
+        embed, e_src = history.kind_rate[u.key] * n, "history-kind"
+    else:
+        return None
+    if kt in history.score_kt:
+        score, s_src = history.score_kt[kt], "history"
+    elif u.task in history.score_t:
+        score, s_src = history.score_t[u.task], "history-task"
+    else:
+        return None
+    return Estimate(embed + score, _worse(e_src, s_src))
 
 
 def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str, int] | None = None) -> list[Estimate]:
@@ -125,9 +154,11 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
     the history has not seen (the history's own counts win)."""
     counts = {**(texts or {}), **history.texts}
     found = [_from_history(u, history, counts) for u in units]
-    known = [(u, e) for u, e in zip(units, found, strict=True) if e is not None]
-    cost_known = sum(u.cost for u, _ in known)
-    per_cost = sum(e.seconds for _, e in known) / cost_known if cost_known > 0 else None
+    per_cost = history.per_cost
+    if per_cost is None:  # a history without static costs: calibrate on the units it estimated
+        known = [(u, e) for u, e in zip(units, found, strict=True) if e is not None]
+        cost_known = sum(u.cost for u, _ in known)
+        per_cost = sum(e.seconds for _, e in known) / cost_known if cost_known > 0 else None
     out = []
     for u, e in zip(units, found, strict=True):
         if e is None:
@@ -253,10 +284,21 @@ ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
 """
 
 
-def history_rows(records: Iterable[Mapping[str, Any]]) -> list[PastUnit]:
+def static_cost(kind: str | None, level: str, scorer: str, postprocessed: bool, n_units: int) -> float:
+    """The static model's relative cost of one of a model's ``n_units`` units, as the planner computes it
+    (:func:`evalfarm.plan.estimate_cost` spread evenly over the units)."""
+    from evalfarm.plan import POSTPROCESS_COST, SCORE_COST, kind_cost
+
+    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
+    return embed / max(1, n_units) + SCORE_COST.get((scorer, level), 0.05)
+
+
+def history_rows(
+    records: Iterable[Mapping[str, Any]], cost: Callable[[Mapping[str, Any], int], float] | None = None
+) -> list[PastUnit]:
     """:class:`PastUnit` rows from per-(run, model, task) records (``embed_s``, ``score_s``, ``texts``, ``kind``,
     ``post``, …): each model's embed seconds of a run spread over that run's tasks of it by text count (equally
-    when a count is unknown)."""
+    when a count is unknown). ``cost(record, units of its model in its run)``: the unit's static cost."""
     recs = list(records)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in recs:
@@ -266,23 +308,25 @@ def history_rows(records: Iterable[Mapping[str, Any]]) -> list[PastUnit]:
         group = groups[(r["run_id"], r["model"])]
         embed = sum(float(g["embed_s"] or 0.0) for g in group)
         counts = [g.get("texts") for g in group]
-        if all(counts):
-            share = embed * float(r["texts"]) / float(sum(c for c in counts if c))
-        else:
-            share = embed / len(group)
+        share = embed * float(r["texts"]) / float(sum(c for c in counts if c)) if all(counts) else embed / len(group)
         out.append(
             PastUnit(
                 model=r["model"],
                 key=kind_key(r.get("kind"), bool(r.get("post"))),
                 task=r["task"],
-                seconds=share + float(r["score_s"] or 0.0),
+                embed=share,
+                score=float(r["score_s"] or 0.0),
                 texts=int(r["texts"]) if r.get("texts") else None,
                 run_id=r["run_id"],
-                scorer=r.get("scorer") or "",
-                level=r.get("level") or "",
+                cost=cost(r, len(group)) if cost is not None else None,
             )
         )
     return out
+
+
+def record_cost(r: Mapping[str, Any], n_units: int) -> float:
+    """:func:`static_cost` of a :data:`HISTORY_SQL` record."""
+    return static_cost(r.get("kind"), r.get("level") or "", r.get("scorer") or "", bool(r.get("post")), n_units)
 
 
 def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastUnit]:
@@ -293,4 +337,4 @@ def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastU
     except Exception as exc:  # a new or damaged warehouse: no history, never a failed run
         log.info("ETA: no history read from the warehouse (%s: %s)", type(exc).__name__, exc)
         return []
-    return history_rows(r for r in rows if r["run_id"] != exclude_run)
+    return history_rows((r for r in rows if r["run_id"] != exclude_run), record_cost)

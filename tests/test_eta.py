@@ -16,16 +16,17 @@ from evalfarm.warehouse import Warehouse
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _past(model: str, key: str, task: str, seconds: float, texts: int | None = None, run: str = "r1") -> PastUnit:
-    return PastUnit(model, key, task, seconds, texts, run)
+def _past(model: str, key: str, task: str, embed: float, score: float, texts: int | None = None, run: str = "r1",
+          cost: float | None = None) -> PastUnit:  # fmt: skip
+    return PastUnit(model, key, task, embed, score, texts, run, cost)
 
 
 HISTORY = History(
     [
-        _past("glove", "word-vectors", "evalrank-word", 10.0, 1000),
-        _past("fasttext", "word-vectors", "evalrank-word", 20.0, 1000),
-        _past("glove", "word-vectors", "wordsim", 1.0, 100),
-        _past("minilm", "transformers", "stsb", 60.0, 3000),
+        _past("glove", "word-vectors", "evalrank-word", 8.0, 2.0, 1000),
+        _past("fasttext", "word-vectors", "evalrank-word", 16.0, 4.0, 1000),
+        _past("glove", "word-vectors", "wordsim", 0.5, 0.5, 100),
+        _past("minilm", "transformers", "stsb", 50.0, 10.0, 3000),
     ]
 )
 
@@ -33,25 +34,44 @@ HISTORY = History(
 def test_each_unit_takes_the_most_specific_source_that_knows_it() -> None:
     units = [
         PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0),  # same kind and task: their mean
-        PlannedUnit("glove-2", "word-vectors", "stsb", 1.0),  # same kind, other task: its s/text x stsb's texts
-        PlannedUnit("onnx", "onnx", "stsb", 1.0),  # unknown kind, known task: the task's mean
-        PlannedUnit("onnx", "onnx", "sick", 2.0),  # nothing known: the static cost in calibrated seconds
+        PlannedUnit("glove-2", "word-vectors", "stsb", 1.0),  # the kind's embed rate x stsb's texts; stsb's scoring
+        PlannedUnit("onnx", "onnx", "stsb", 1.0),  # a kind never seen: the static model
+        PlannedUnit("onnx", "onnx", "sick", 2.0),  # nothing known
     ]
     got = eta.estimate(units, HISTORY)
-    assert [e.source for e in got] == ["history", "history-kind", "history-task", "model"]
+    assert [e.source for e in got] == ["history", "history-task", "model", "model"]
     assert got[0].seconds == pytest.approx(15.0)
-    assert got[1].seconds == pytest.approx(31.0 / 2100 * 3000)  # word-vectors: 31 s over 2,100 texts
-    assert got[2].seconds == pytest.approx(60.0)
-    per_cost = (15.0 + 31.0 / 2100 * 3000 + 60.0) / 3.0  # calibrated on the three units the history estimated
-    assert got[3].seconds == pytest.approx(2.0 * per_cost)
-    assert eta.sources(got) == {"history": 1, "history-kind": 1, "history-task": 1, "model": 1}
+    rate = 24.5 / 2100  # word-vectors: 24.5 s of embedding over 2,100 texts
+    assert got[1].seconds == pytest.approx(rate * 3000 + 10.0)
+    per_cost = (15.0 + rate * 3000 + 10.0) / 2.0  # no costs in the history: calibrated on the two estimated
+    assert got[2].seconds == pytest.approx(per_cost) and got[3].seconds == pytest.approx(2.0 * per_cost)
+    assert eta.sources(got) == {"history": 1, "history-task": 1, "model": 2}
+
+
+def test_the_kinds_embed_rate_and_the_same_kinds_scoring_make_history_kind() -> None:
+    h = History([*HISTORY.units, _past("glove", "word-vectors", "stsb", 30.0, 3.0, 3000)])
+    got = eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h, texts={"sick": 100})
+    assert got[0].source == "fallback"  # the task's scoring is unknown (and no history cost to calibrate on)
+    h = History([*h.units, _past("minilm", "transformers", "sick", 5.0, 1.0, 100)])
+    got = eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h)
+    rate = (24.5 + 30.0) / 5100
+    assert got == [Estimate(pytest.approx(rate * 100 + 1.0), "history-task")]
+    h = History([*h.units, _past("glove", "word-vectors", "sick", 9.0, 2.0, 100)])
+    assert eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h)[0] == Estimate(11.0, "history")
+
+
+def test_the_static_model_is_calibrated_on_the_whole_history_when_it_has_costs() -> None:
+    h = History([_past("a", "bow", "t", 3.0, 1.0, cost=2.0), _past("b", "bow", "u", 1.0, 1.0, cost=1.0)])
+    assert h.per_cost == pytest.approx(2.0)
+    assert eta.estimate([PlannedUnit("c", "onnx", "t", 5.0)], h) == [Estimate(10.0, "model")]
 
 
 def test_a_task_the_history_never_saw_scales_by_the_given_text_count() -> None:
+    h = History([*HISTORY.units, _past("glove", "word-vectors", "new-task", 1.0, 2.0)])  # scoring known, no count
     unit = PlannedUnit("glove-2", "word-vectors", "new-task", 1.0)
-    assert eta.estimate([unit], HISTORY)[0].source == "fallback"  # no text count, nothing to calibrate on
-    got = eta.estimate([unit], HISTORY, texts={"new-task": 550})[0]
-    assert got == Estimate(pytest.approx(31.0 / 2100 * 550), "history-kind")
+    assert eta.estimate([unit], h)[0].source == "history"
+    other = PlannedUnit("fasttext-2", "word-vectors+postprocess", "new-task", 1.0)  # a kind without a rate
+    assert eta.estimate([other], h)[0].source == "fallback"
 
 
 def test_no_history_falls_back_to_the_static_cost() -> None:
@@ -60,8 +80,8 @@ def test_no_history_falls_back_to_the_static_cost() -> None:
 
 
 def test_a_unit_counts_once_with_its_newest_time() -> None:
-    h = History([_past("glove", "wv", "t", 100.0, run="old"), _past("glove", "wv", "t", 10.0, run="new")])
-    assert len(h) == 1 and h.kind_task[("wv", "t")] == 10.0
+    h = History([_past("glove", "wv", "t", 90.0, 10.0, run="old"), _past("glove", "wv", "t", 8.0, 2.0, run="new")])
+    assert len(h) == 1 and (h.embed_kt[("wv", "t")], h.score_kt[("wv", "t")]) == (8.0, 2.0)
 
 
 def test_a_models_embed_seconds_are_spread_over_its_tasks_by_text_count() -> None:
@@ -73,8 +93,9 @@ def test_a_models_embed_seconds_are_spread_over_its_tasks_by_text_count() -> Non
         {"run_id": "r", "model": "p", "task": "b", "embed_s": 0.0, "score_s": 1.0, "texts": 200, "kind": "onnx",
          "post": True},
     ]  # fmt: skip
-    got = {(u.model, u.task): u for u in eta.history_rows(rows)}
-    assert got[("m", "a")].seconds == pytest.approx(10.0 + 1.0) and got[("m", "b")].seconds == pytest.approx(22.0)
+    got = {(u.model, u.task): u for u in eta.history_rows(rows, lambda r, n: 1.0 / n)}
+    assert (got[("m", "a")].embed, got[("m", "a")].score) == (pytest.approx(10.0), 1.0)
+    assert got[("m", "b")].seconds == pytest.approx(22.0) and got[("m", "b")].cost == 0.5
     assert got[("p", "a")].seconds == pytest.approx(3.0)  # a count unknown: equal shares
     assert got[("p", "a")].key == "onnx+postprocess" and got[("m", "a")].key == "onnx"
 
@@ -162,7 +183,8 @@ def test_load_history_reads_the_units_view_with_kinds_and_text_counts(tmp_path) 
     assert set(got) == {"evalrank-word", "wordsim"}  # a skipped unit has no time
     assert got["evalrank-word"].seconds == pytest.approx(12.0 * 0.9 + 3.0)
     assert got["wordsim"].seconds == pytest.approx(12.0 * 0.1 + 0.5)
-    assert got["wordsim"].key == "word-vectors" and got["wordsim"].texts == 100 and got["wordsim"].scorer == "s"
+    assert got["wordsim"].key == "word-vectors" and got["wordsim"].texts == 100
+    assert got["wordsim"].cost == pytest.approx(eta.static_cost("word-vectors", "word", "s", False, 2))
     assert eta.load_history(wh, exclude_run="r1") == []
     assert eta.load_history(Warehouse(tmp_path / "none")) == []  # nothing there: no history, no error
 
