@@ -1,7 +1,7 @@
 """The ETA's error on recorded runs: the first estimate of the history model (``evalfarm.eta``) against the old
 static cost model, replayed on a warehouse whose units were timed.
 
-    python benchmarks/bench_eta.py --warehouse /tmp/wh-starter [--warehouse /work/nightly-wh] [--json out.json]
+    python benchmarks/bench_eta.py --warehouse /tmp/wh-starter [--warehouse WH2 ...] [--history WH0] [--json out.json]
     python benchmarks/bench_eta.py --smoke   # its own tiny warehouse (toy GloVe): does it still run?
 
 Each warehouse is opened read-only (its ``units``, ``models``, ``quality`` and ``metrics`` views). Held-out
@@ -10,7 +10,9 @@ in-process loop that recorded them):
 
 - ``half``: a seeded random half of the models held out (``--splits`` times);
 - ``kind``: every model of one kind held out (the history then knows the kind's tasks only through other kinds);
-- ``run``: leave one run out, when the warehouse holds several runs that computed units.
+- ``run``: leave one run out, when the warehouse holds several runs that computed units;
+- ``other``: every unit predicted from another warehouse's history (``--history``: an earlier run of the same zoo,
+  on other code or another machine).
 
 Predictions of the same held-out units, side by side:
 
@@ -49,6 +51,12 @@ Rec = dict[str, Any]  # one (run, model, task) of eta.HISTORY_SQL, with its Past
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--warehouse", action="append", default=[], help="a warehouse with timed runs (repeatable)")
+    ap.add_argument(
+        "--history",
+        action="append",
+        default=[],
+        help="another warehouse whose units are the history for predicting each --warehouse's (scheme `other`)",
+    )
     ap.add_argument("--splits", type=int, default=20, help="random halves of the models (scheme `half`)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -63,7 +71,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         if not args.warehouse:
             args.warehouse, args.splits = [smoke_warehouse(Path(tmp))], 2
-        out = {"warehouses": [measure(w, args.splits, args.seed) for w in args.warehouse]}
+        others = {h: records(h) for h in args.history}
+        out = {"warehouses": [measure(w, args.splits, args.seed, others) for w in args.warehouse]}
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
@@ -179,9 +188,10 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def measure(path: str, splits: int, seed: int) -> dict[str, Any]:
+def measure(path: str, splits: int, seed: int, others: dict[str, list[Rec]] | None = None) -> dict[str, Any]:
     recs = records(path)
     by_scheme = schemes(recs, splits, seed)
+    by_scheme["other"] = [{"history": h, **replay(hist, recs)} for h, hist in (others or {}).items() if h != path]
     return {
         "warehouse": path,
         "runs": len({r["run_id"] for r in recs}),
