@@ -69,6 +69,7 @@ class RunSummary:
     quarantined: list[Quarantined] = field(default_factory=list)  # corrupt files moved aside
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
     worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
+    first_eta: dict[str, Any] | None = None  # the first ETA: seconds, workers, sources (None: nothing to compute)
 
     @property
     def degenerate(self) -> list[UnitOutcome]:
@@ -89,7 +90,9 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-able data (``evalfarm run --format json``): the run, its counts, each unit
-        (model, task, status, seconds, stage, error, primary numbers, degenerate / thin reasons), what needs a look."""
+        (model, task, status, seconds, stage, error, primary numbers, degenerate / thin reasons), what needs a look,
+        and the first ETA (``seconds`` over ``workers``, how many estimates came from each source; against
+        ``seconds``, the run's own: the ETA's error on this run)."""
         units = [
             {
                 "model": o.model,
@@ -117,6 +120,7 @@ class RunSummary:
             "not_evaluated": list(self.not_evaluated),
             "quarantined": len(self.quarantined),
             "recorded": self.recorded,
+            "first_eta": self.first_eta,
         }
 
     def counts(self) -> dict[str, int]:
@@ -399,7 +403,9 @@ class Run:
         workers = _planned_workers(self.executor, self.address, self.workers)
         fc = eta.forecast(units, eta.History(eta.load_history(self.wh)), workers=workers)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
-        used = ", ".join(f"{s} {n}" for s, n in eta.sources(fc.estimates.values()).items())
+        counts = eta.sources(fc.estimates.values())
+        self.summary.first_eta = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts}
+        used = ", ".join(f"{s} {n}" for s, n in counts.items())
         self.emit(
             RunEvent(
                 "eta",
