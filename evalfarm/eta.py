@@ -14,7 +14,8 @@ it starts:
   the history never saw), ``model`` (the static cost, in seconds per cost unit calibrated on the whole history),
   or ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
-  seconds are its share of the embedding plus its scoring;
+  seconds are its share of the embedding plus its scoring; a model whose text store has vectors already (a rerun,
+  ``--force``, a new task) is estimated without embedding;
 - the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
   model (one worker embeds a model); once a model has finished, its actual / predicted ratio corrects what is left.
 
@@ -27,7 +28,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class PlannedUnit:
     key: str
     task: str
     cost: float
+    stored: bool = False  # the model's text store has vectors already: it embeds little or nothing
 
 
 @dataclass(frozen=True)
@@ -92,7 +94,8 @@ def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
 
 class History:
     """Unit times grouped the ways :func:`estimate` looks them up. One unit counts once per (model, task): its
-    newest run's time (``rows`` are taken in order, later rows replacing earlier ones).
+    newest run's scoring (``rows`` are taken in order, later rows replacing earlier ones) and its largest embedding
+    (a rerun over a complete text store embeds nothing, which says nothing of a fresh embedding).
 
     A unit's time has two parts that depend on different things: embedding depends on the model kind and the
     texts, scoring on the task (and a little on the vectors' size). They are looked up apart."""
@@ -100,7 +103,8 @@ class History:
     def __init__(self, rows: Iterable[PastUnit]) -> None:
         latest: dict[tuple[str, str], PastUnit] = {}
         for r in rows:
-            latest[(r.model, r.task)] = r
+            k = (r.model, r.task)
+            latest[k] = replace(r, embed=max(r.embed, latest[k].embed)) if k in latest else r
         self.units = list(latest.values())
         embed_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
         score_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -134,7 +138,9 @@ def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) ->
     """Embed part: the same kind on the same task, else the kind's seconds per text times the task's texts. Score
     part: the same kind on the same task, else the task's mean over every kind. None when either is unknown."""
     kt, n = (u.key, u.task), texts.get(u.task)
-    if kt in history.embed_kt:
+    if u.stored:
+        embed, e_src = 0.0, "history"  # its vectors are stored: nothing (or only a new task's texts) to embed
+    elif kt in history.embed_kt:
         embed, e_src = history.embed_kt[kt], "history"
     elif n and u.key in history.kind_rate:
         embed, e_src = history.kind_rate[u.key] * n, "history-kind"

@@ -79,9 +79,15 @@ def test_no_history_falls_back_to_the_static_cost() -> None:
     assert got == [Estimate(2.0 * eta.DEFAULT_SECONDS_PER_COST, "fallback")]
 
 
-def test_a_unit_counts_once_with_its_newest_time() -> None:
-    h = History([_past("glove", "wv", "t", 90.0, 10.0, run="old"), _past("glove", "wv", "t", 8.0, 2.0, run="new")])
-    assert len(h) == 1 and (h.embed_kt[("wv", "t")], h.score_kt[("wv", "t")]) == (8.0, 2.0)
+def test_a_unit_counts_once_with_its_newest_scoring_and_its_largest_embedding() -> None:
+    h = History([_past("glove", "wv", "t", 90.0, 10.0, run="old"), _past("glove", "wv", "t", 0.0, 2.0, run="new")])
+    assert len(h) == 1 and (h.embed_kt[("wv", "t")], h.score_kt[("wv", "t")]) == (90.0, 2.0)  # "new": a rerun
+
+
+def test_a_model_with_stored_vectors_is_estimated_without_embedding() -> None:
+    fresh, stored = (PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0, s) for s in (False, True))
+    assert [e.seconds for e in eta.estimate([fresh, stored], HISTORY)] == [pytest.approx(15.0), pytest.approx(3.0)]
+    assert eta.estimate([stored], HISTORY)[0].source == "history"
 
 
 def test_a_models_embed_seconds_are_spread_over_its_tasks_by_text_count() -> None:
@@ -211,3 +217,16 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
     assert summary.ok
     assert len(first) == 1 and "for 2 units on 1 worker (estimates from fallback 2)" in first[0]
     assert len(second) == 1 and "(estimates from history 2)" in second[0]
+
+
+def test_the_runner_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
+    from evalfarm.runner import _stored
+
+    wh = Warehouse(tmp_path / "wh")
+    for model, store, name in (("a", "k1", "s.parquet"), ("b", "k2", ".s.parquet"), ("c", "k3", None)):
+        d = tmp_path / "wh" / "embeddings" / f"model={model}" / f"store={store}"
+        d.mkdir(parents=True)
+        if name:
+            (d / name).write_bytes(b"")
+    assert _stored(wh) == {("a", "k1")}  # a temp file is no vector; an empty folder neither
+    assert _stored(Warehouse(tmp_path / "none")) == set()
