@@ -2,6 +2,7 @@
 static cost model, replayed on a warehouse whose units were timed.
 
     python benchmarks/bench_eta.py --warehouse /tmp/wh-starter [--warehouse WH2 ...] [--history WH0] [--json out.json]
+    python benchmarks/bench_eta.py --run-summary run.json   # `evalfarm run --format json > run.json`: a live run
     python benchmarks/bench_eta.py --smoke   # its own tiny warehouse (toy GloVe): does it still run?
 
 Each warehouse is opened read-only (its ``units``, ``models``, ``quality`` and ``metrics`` views). Held-out
@@ -57,6 +58,13 @@ def main() -> None:
         default=[],
         help="another warehouse whose units are the history for predicting each --warehouse's (scheme `other`)",
     )
+    ap.add_argument(
+        "--run-summary",
+        action="append",
+        default=[],
+        type=Path,
+        help="the stdout of `evalfarm run --format json`: its first ETA against its seconds (a live run)",
+    )
     ap.add_argument("--splits", type=int, default=20, help="random halves of the models (scheme `half`)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -66,13 +74,15 @@ def main() -> None:
         help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
     )
     args = ap.parse_args()
-    if not args.warehouse and not args.smoke:
-        ap.error("--warehouse is required")
+    if not (args.warehouse or args.run_summary) and not args.smoke:
+        ap.error("--warehouse (or --run-summary) is required")
     with tempfile.TemporaryDirectory() as tmp:
-        if not args.warehouse:
-            args.warehouse, args.splits = [smoke_warehouse(Path(tmp))], 2
+        if args.smoke and not args.warehouse:
+            wh = smoke_warehouse(Path(tmp))
+            args.warehouse, args.splits, args.run_summary = [wh], 2, [Path(tmp) / "summary.json"]
         others = {h: records(h) for h in args.history}
-        out = {"warehouses": [measure(w, args.splits, args.seed, others) for w in args.warehouse]}
+        out: dict[str, Any] = {"warehouses": [measure(w, args.splits, args.seed, others) for w in args.warehouse]}
+        out["live"] = [live(p) for p in args.run_summary]
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
@@ -81,7 +91,7 @@ def main() -> None:
 
 def smoke_warehouse(d: Path) -> str:
     """``--smoke``'s warehouse: the EvalRank toolkit's toy GloVe under two ids and a post-processed variant, on two
-    word-similarity sets (local executor, a few seconds)."""
+    word-similarity sets (local executor, a few seconds); its summary in ``summary.json``."""
     from evalfarm.runner import run_catalog
 
     toy = (
@@ -97,6 +107,7 @@ def smoke_warehouse(d: Path) -> str:
     summary = run_catalog(catalog, d / "wh", executor="local")
     if not summary.ok:
         raise SystemExit(f"the smoke run failed: {[o.error for o in summary.failed]}")
+    (d / "summary.json").write_text(json.dumps(summary.to_dict()) + "\n")  # as `run --format json` prints it
     return str(d / "wh")
 
 
@@ -186,6 +197,21 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                 "median_error": round(statistics.median(errs), 4),
             }
     return out
+
+
+def live(path: Path) -> dict[str, Any]:
+    """A live run's first ETA (``evalfarm run --format json``, its last line) against the run's own seconds."""
+    summary = json.loads(path.read_text().strip().splitlines()[-1])
+    first = summary.get("first_eta") or {}
+    seconds = float(summary["seconds"])
+    return {
+        "summary": str(path),
+        "run_id": summary["run_id"],
+        "units": sum(summary["counts"].values()),
+        "seconds": seconds,
+        "first_eta": first,
+        "error": round(first["seconds"] / seconds - 1, 4) if first and seconds > 0 else None,
+    }
 
 
 def measure(path: str, splits: int, seed: int, others: dict[str, list[Rec]] | None = None) -> dict[str, Any]:

@@ -138,6 +138,8 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
         for r in rows:
             assert all(v > 0 for v in r["predicted_s"].values()) and sum(r["sources"].values()) == r["held_units"]
     assert {r["kind"] for r in wh["replays"]["kind"]} == {"word-vectors", "word-vectors+postprocess"}
+    (run,) = out["live"]  # the smoke run itself, into an empty warehouse
+    assert run["units"] == 6 and run["first_eta"]["sources"] == {"fallback": 6} and run["error"] is not None
 
 
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
