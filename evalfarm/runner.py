@@ -69,6 +69,7 @@ class RunSummary:
     quarantined: list[Quarantined] = field(default_factory=list)  # corrupt files moved aside
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
     worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
+    first_eta: dict[str, Any] | None = None  # the first ETA: seconds, workers, sources (None: nothing to compute)
 
     @property
     def degenerate(self) -> list[UnitOutcome]:
@@ -89,7 +90,9 @@ class RunSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """The summary as plain JSON-able data (``evalfarm run --format json``): the run, its counts, each unit
-        (model, task, status, seconds, stage, error, primary numbers, degenerate / thin reasons), what needs a look."""
+        (model, task, status, seconds, stage, error, primary numbers, degenerate / thin reasons), what needs a look,
+        and the first ETA (``seconds`` over ``workers``, how many estimates came from each source; against
+        ``seconds``, the run's own: the ETA's error on this run)."""
         units = [
             {
                 "model": o.model,
@@ -117,6 +120,7 @@ class RunSummary:
             "not_evaluated": list(self.not_evaluated),
             "quarantined": len(self.quarantined),
             "recorded": self.recorded,
+            "first_eta": self.first_eta,
         }
 
     def counts(self) -> dict[str, int]:
@@ -142,8 +146,9 @@ class Skipped:
 class RunEvent:
     """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, a ``warning`` per
     selected model left out for want of a task of its level and per unpinned revision, ``skipped`` (units already
-    done), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``,
-    ``waiting``, ``tick``), then a ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
+    done), ``eta`` (the first ETA, from the warehouse's history; when there is work), then the scheduler's events
+    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``waiting``, ``tick``), then a
+    ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -295,6 +300,7 @@ class Run:
         self.leases: Any = None
         self.executor_obj: Any = None
         self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
+        self.connected: tuple[bool, bool] | None = None  # (shared, owns Ray) when plan() connected to a cluster
 
     def execute(self) -> RunSummary:
         self.plan()
@@ -329,7 +335,25 @@ class Run:
         left_out = without_tasks(self.cat, models=self.models, tasks=self.tasks)  # said when planned, and counted
         self.summary.not_evaluated, self.summary.warnings = list(left_out), list(left_out.values())
         self.planned_warnings = len(self.summary.warnings)  # the later ones are said after the run
+        self._connect_first()
         self.unwritable = self._record_start()
+
+    def _connect_first(self) -> None:
+        """A run on a remote Ray cluster (``--address``, ``RAY_ADDRESS``) into a warehouse that does not exist yet
+        connects before the start event creates it: a wrong address then fails in seconds and leaves no folder.
+        (Into an existing warehouse the connection waits for work: a no-op rerun needs no cluster.)"""
+        import os
+
+        if self.executor != "ray" or not (self.address or os.environ.get("RAY_ADDRESS")):
+            return
+        if self.wh.exists(self.wh.base):
+            return
+        import ray
+
+        from evalfarm.scheduler.ray_executor import connect
+
+        shared = not ray.is_initialized()
+        self.connected = (shared, connect(self.address))
 
     def _record_start(self) -> OSError | None:
         """The ``start`` event; the error of a read-only warehouse, kept for when there turns out to be work."""
@@ -362,6 +386,42 @@ class Run:
         summary.outcomes.extend(skipped)
         if skipped:
             self._record_skipped(skipped)
+        if self.pending:
+            self._forecast()
+
+    def _forecast(self) -> None:
+        """The first ETA, from the warehouse's history of unit times (``evalfarm.eta``): an ``eta`` event, and the
+        progress line's ETA from then on."""
+        from evalfarm import eta
+        from evalfarm.scheduler.progress import fmt_seconds
+
+        stored = _stored(self.wh)
+        units = [
+            eta.PlannedUnit(
+                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored
+            )
+            for p in self.pending
+            for u in p.units
+        ]
+        workers = _planned_workers(self.executor, self.address, self.workers)
+        fc = eta.forecast(units, eta.History(eta.load_history(self.wh)), workers=workers)
+        self.tracker.forecast, self.tracker.planned_workers = fc, workers
+        counts = eta.sources(fc.estimates.values())
+        self.summary.first_eta = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts}
+        used = ", ".join(f"{s} {n}" for s, n in counts.items())
+        self.emit(
+            RunEvent(
+                "eta",
+                self.tracker,
+                message=f"first ETA {fmt_seconds(fc.total)} for {len(units)} units on {workers} worker"
+                f"{'s' if workers != 1 else ''} (estimates from {used})",
+            )
+        )
+
+    def _eta_key(self, model: str) -> str:
+        from evalfarm.eta import kind_key
+
+        return kind_key(self.cat.kind(model), self.cat.model(model).postprocess is not None)
 
     def _announce_plan(self) -> None:
         from evalfarm.provenance import unpinned_revisions
@@ -413,7 +473,7 @@ class Run:
         self.leases = Leases(self.wh, self.run_id).start()
         self.executor_obj = _executor(
             self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
-            self.address, self.workers, self.encoders,
+            self.address, self.workers, self.encoders, self.connected,
         )  # fmt: skip
         sched = Scheduler(
             self.pending,
@@ -439,7 +499,8 @@ class Run:
         """Progress from a scheduler event, then the same event as a :class:`RunEvent`."""
         tracker = self.tracker
         if e.kind == "unit":
-            tracker.finish(e.outcome.status, self.unit_cost.get(e.outcome.model, 1.0))
+            o = e.outcome
+            tracker.finish(o.status, self.unit_cost.get(o.model, 1.0), unit=(o.model, o.task), seconds=o.seconds)
         elif e.kind == "retry":
             tracker.retries += 1
         elif e.kind == "worker-ready" and e.worker is not None:  # a restarted worker counts again (maybe elsewhere)
@@ -492,6 +553,10 @@ class Run:
             )  # fmt: skip
         if self.executor_obj is not None:
             attempt(self.executor_obj.close, "closing the executor")
+        elif self.connected is not None and self.connected[1]:  # connected first, then failed before the executor
+            import ray
+
+            attempt(ray.shutdown, "disconnecting from Ray")
 
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
@@ -547,6 +612,36 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
     return out
 
 
+def _stored(wh: Warehouse) -> set[tuple[str, str]]:
+    """(model, store key) of every text store with vectors (one listing of ``embeddings/``): those models embed
+    nothing, or only new texts."""
+    import pyarrow.fs as pafs
+
+    sel = pafs.FileSelector(wh._p("embeddings"), recursive=True, allow_not_found=True)
+    out = set()
+    for info in wh.fs.get_file_info(sel):
+        parts = info.path.split("/")
+        hidden = info.base_name.startswith((".", "_"))  # a temp file of a writer, never vectors
+        if info.path.endswith(".parquet") and not hidden and len(parts) >= 3 and parts[-3].startswith("model="):
+            out.add((parts[-3].removeprefix("model="), parts[-2].removeprefix("store=")))
+    return out
+
+
+def _planned_workers(executor: str, address: str | None, workers: int | None) -> int:
+    """The workers the first ETA divides the work over: the in-process loop's one; ``--workers``; a local Ray's
+    one per CPU (``ray_executor.worker_resources``); on a cluster one until its workers report (the progress line
+    then uses the live count)."""
+    import os
+
+    if executor == "local":
+        return 1
+    if workers:
+        return workers
+    if address or os.environ.get("RAY_ADDRESS"):
+        return 1
+    return os.cpu_count() or 1
+
+
 def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
     """Who waits for whom: derived sentence models for their base (they reuse its embeddings), pooling siblings for
     the transformer whose forward pass embeds them too (``plan.share_forward_passes``, which sets the siblings)."""
@@ -571,6 +666,7 @@ def _executor(
     address: str | None,
     workers: int | None,
     encoders: dict[str, Any],
+    connected: tuple[bool, bool] | None = None,
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
@@ -596,4 +692,5 @@ def _executor(
         small_models=small,
         plans=pending,
         kinds=kinds,
+        connected=connected,
     )

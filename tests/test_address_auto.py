@@ -135,3 +135,54 @@ def test_evalfarm_run_address_auto_finds_the_head_start_head_sh_recorded(tmp_pat
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode != 0 and f"records the head {head.gcs}, which does not answer" in proc.stderr, proc.stderr
     assert time.monotonic() - start < 60  # said in seconds, not after minutes of waiting
+
+
+# -- a remote address that does not answer (issue 24): no warehouse folder, an error in seconds -------------------
+
+
+def test_tcp_target_of_remote_addresses() -> None:
+    from evalfarm.scheduler.ray_executor import tcp_target
+
+    assert tcp_target("ray://head") == "head:10001" and tcp_target("ray://10.0.0.7:2000") == "10.0.0.7:2000"
+    assert tcp_target("10.0.0.7:6379") == "10.0.0.7:6379"
+    assert tcp_target("local") is None and tcp_target("http://head:8265") is None and tcp_target("ray://") is None
+
+
+def test_a_bad_ray_address_fails_in_seconds_and_creates_no_warehouse(tmp_path, monkeypatch, toy_glove):
+    from evalfarm.runner import run_catalog
+
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(
+        f"include: [{Path(__file__).parents[1] / 'catalog' / 'tasks.yaml'}]\ntasks: [wordsim-rg-65]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,\n"
+        f"     source: {{type: path, ref: {toy_glove}}}}}\n"
+    )
+    start = time.monotonic()
+    with pytest.raises(ConnectionError, match=r"cannot reach the Ray cluster at 'ray://127\.0\.0\.1:\d+': nothing"):
+        run_catalog(cat, tmp_path / "wh", executor="ray", address=f"ray://{_closed_port()}")
+    # "nothing accepted": the 3 s port check answered, not Ray's client (~30 s); loose for a loaded machine
+    assert time.monotonic() - start < 60
+    assert not (tmp_path / "wh").exists()
+
+
+@pytest.mark.slow  # the CLI in a subprocess (imports Ray): the message a user sees
+def test_evalfarm_run_with_a_bad_ray_address_leaves_no_folder(tmp_path, data_dir) -> None:
+    import os
+    import subprocess
+    import sys
+
+    from tests.test_light_commands import CATALOG
+
+    (tmp_path / "light.yaml").write_text(CATALOG, encoding="utf-8")
+    env = {**os.environ, "EVALFARM_DATA": str(data_dir), "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ADDRESS", None)
+    start = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "evalfarm.cli", "run", "--catalog", str(tmp_path / "light.yaml"),
+         "--address", f"ray://{_closed_port()}", "--warehouse", str(tmp_path / "wh")],
+        capture_output=True, text=True, env=env, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode != 0 and "cannot reach the Ray cluster at 'ray://127.0.0.1:" in proc.stderr
+    assert time.monotonic() - start < 60  # seconds (Ray's client alone waited ~30 s), start-up included
+    assert not (tmp_path / "wh").exists()

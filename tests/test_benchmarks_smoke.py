@@ -130,8 +130,21 @@ def _check_gpu(out: dict[str, Any], tmp: Path) -> None:
         assert all(c["status"] in ("pass", "skip") for c in checks.values()), checks
 
 
+def _check_eta(out: dict[str, Any], tmp: Path) -> None:
+    (wh,) = out["warehouses"]
+    assert (wh["runs"], wh["models"], wh["units"]) == (1, 3, 6) and wh["recorded_s"] > 0
+    assert set(wh["summary"]) == {"half", "kind"}  # one run: no leave-one-run-out
+    for rows in wh["replays"].values():
+        for r in rows:
+            assert all(v > 0 for v in r["predicted_s"].values()) and sum(r["sources"].values()) == r["held_units"]
+    assert {r["kind"] for r in wh["replays"]["kind"]} == {"word-vectors", "word-vectors+postprocess"}
+    (run,) = out["live"]  # the smoke run itself, into an empty warehouse
+    assert run["units"] == 6 and run["first_eta"]["sources"] == {"fallback": 6} and run["error"] is not None
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_classify.py": ([], _check_classify),
+    "bench_eta.py": ([], _check_eta),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
     "bench_neighbours.py": ([], _check_neighbours),
     "bench_nightly.py": (["--warehouse", "{tmp}/wh"], _check_nightly),

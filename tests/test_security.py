@@ -985,6 +985,7 @@ def test_a_missing_or_wrong_ray_token_is_reported_as_the_token(monkeypatch):
         raise ConnectionError("Failed to connect to Ray cluster at 127.0.0.1:6379")
 
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray_executor, "_answers", lambda *a, **k: True)  # a head listens there (connect checks)
     monkeypatch.setattr(ray, "init", refused)
     with pytest.raises(ConnectionError, match="token") as info:
         ray_executor.connect("127.0.0.1:6379")

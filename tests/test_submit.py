@@ -124,13 +124,22 @@ def test_dry_run_prints_the_plan_and_submits_nothing(spec, tmp_path):
     assert {"evalrank-word", "evalrank-sentence"} <= {t["id"] for t in doc["tasks"]} and doc["tasks"][0]["sha256"]
     assert [m["id"] for m in doc["models"]][0] == "glove-6b-50d"
     assert not (tmp_path / "wh").exists()
-    # the equivalent command's --working-dir still exists after the dry run, with that catalog in it
+    # the equivalent command's --working-dir was a temporary folder (TMPDIR is tmp_path): removed, and said so
     equivalent = next(line for line in err.splitlines() if line.startswith("equivalent: "))
     args = equivalent.removeprefix("equivalent: ").split(" -- ")[0].split()
     folder = Path(args[args.index("--working-dir") + 1])
-    assert folder.is_dir() and folder.is_relative_to(tmp_path)
-    assert yaml.safe_load((folder / "submit-glove-6b-50d-pcr2.yaml").read_text()) == doc
-    assert f"job folder: {folder}" in err
+    assert folder.is_relative_to(tmp_path) and not folder.exists()
+    assert f"job folder: {folder} (temporary folder, removed after this dry run: --out DIR keeps it)" in _flat(err)
+
+
+@pytest.mark.slow
+def test_dry_runs_leave_no_temporary_folder(spec, tmp_path):
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    for _ in range(2):
+        proc = _cli("submit", str(spec), "--warehouse", "/shared/wh", "--dry-run", "--address", "http://x:1", tmp=tmp)
+        assert proc.returncode == 0, proc.stderr
+        assert list(tmp.iterdir()) == []  # the job folder went with the dry run, and nothing else stayed
 
 
 @pytest.mark.slow

@@ -271,6 +271,7 @@ def submit(
     try:
         _show_plan(plan, address, dry_run=dry_run)
         if dry_run:
+            plan.cleanup()  # a temporary job folder goes; an --out folder stays
             return
         job_id = api.submit_plan(plan, address=address)
     except SubmitError as exc:
@@ -292,8 +293,8 @@ def _show_plan(plan: Any, address: str, *, dry_run: bool) -> None:
     if not dry_run:
         return
     say(f"equivalent: {raw_command(plan, address)}")
-    where = "--out folder" if plan.keep_workdir else "temporary folder, kept for the command above"
-    say(f"job folder: {plan.workdir} ({where}; remove it when done)")
+    where = "--out folder" if plan.keep_workdir else "temporary folder, removed after this dry run: --out DIR keeps it"
+    say(f"job folder: {plan.workdir} ({where})")
     say(f"--- {plan.catalog_file.name}: the job's catalog")
     sys.stdout.write(plan.catalog_file.read_text(encoding="utf-8"))
     try:

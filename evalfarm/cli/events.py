@@ -53,7 +53,7 @@ def event_line(e: RunEvent) -> str | None:
     if e.kind == "worker-lost":
         assert e.worker is not None  # and a lost worker, the worker
         return f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}"
-    if e.kind == "skipped":
+    if e.kind in ("skipped", "eta"):
         return f"[dim]{e.message}[/]"
     if e.kind == "warning":  # RunSummary.warnings among them: each is printed here, once
         return f"[yellow]warning:[/] {escape(str(e.message))}"

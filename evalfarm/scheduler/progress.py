@@ -1,7 +1,8 @@
 """A live progress line for the driver: units done / failed / remaining, and an ETA.
 
-The ETA extrapolates from units finished *in this run* (skipped ones cost nothing and would make it
-optimistic), weighted by the planner's relative cost, so one slow transformer left at the end shows up.
+With a :class:`~evalfarm.eta.Forecast` (the runner makes one from the warehouse's history of unit times), the ETA
+is known before the first unit and counts down between units. Without one it extrapolates from units finished
+*in this run* (skipped ones cost nothing and would make it optimistic), weighted by the planner's relative cost.
 """
 
 from __future__ import annotations
@@ -9,10 +10,11 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
+from evalfarm.eta import Forecast
 from evalfarm.outcomes import Status
 
 
-def _fmt_seconds(s: float) -> str:
+def fmt_seconds(s: float) -> str:
     s = max(0, int(round(s)))
     h, rem = divmod(s, 3600)
     m, sec = divmod(rem, 60)
@@ -33,13 +35,20 @@ class ProgressTracker:
     cost_total: float = 0.0
     cost_finished: float = 0.0
     started: float = field(default_factory=time.perf_counter)
+    forecast: Forecast | None = None  # the history's estimates of the pending units (evalfarm.eta)
+    planned_workers: int = 1  # the ETA's workers until the scheduler reports live ones
 
     @property
     def remaining(self) -> int:
         return self.total - self.skipped - self.done - self.failed
 
-    def finish(self, status: Status, cost: float = 1.0) -> None:
-        """Count a unit's final status; a skipped unit's cost leaves the total (it costs nothing)."""
+    def finish(
+        self, status: Status, cost: float = 1.0, unit: tuple[str, str] | None = None, seconds: float | None = None
+    ) -> None:
+        """Count a unit's final status; a skipped unit's cost leaves the total (it costs nothing). ``unit`` (model,
+        task) and the ``seconds`` it took move the forecast on."""
+        if self.forecast is not None and unit is not None:
+            self.forecast.finish(*unit, seconds if status == Status.DONE else None)
         if status == Status.DONE:
             self.done += 1
         elif status == Status.FAILED:
@@ -53,6 +62,8 @@ class ProgressTracker:
     def eta(self) -> float | None:
         if self.remaining == 0:
             return 0.0
+        if self.forecast is not None:
+            return self.forecast.eta(self.workers or self.planned_workers)
         if self.cost_finished <= 0 or self.cost_total <= 0:
             return None
         elapsed = time.perf_counter() - self.started
@@ -73,6 +84,6 @@ class ProgressTracker:
             parts.append(f"{self.workers} worker{'s' if self.workers != 1 else ''} alive")
         if self.reviving:
             parts.append(f"{self.reviving} restarting")
-        parts.append(f"elapsed {_fmt_seconds(time.perf_counter() - self.started)}")
-        parts.append("ETA " + ("?" if eta is None else _fmt_seconds(eta)))
+        parts.append(f"elapsed {fmt_seconds(time.perf_counter() - self.started)}")
+        parts.append("ETA " + ("?" if eta is None else fmt_seconds(eta)))
         return " · ".join(parts)

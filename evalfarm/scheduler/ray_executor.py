@@ -236,6 +236,49 @@ def _answers(address: str, timeout: float = 2.0) -> bool:
         return False
 
 
+REACH_TIMEOUT_S = 3.0
+"""How long a remote address may take to accept a TCP connection before ``connect`` gives up (Ray's own client
+retries for about 30 s, and a GCS address for longer, before saying anything)."""
+RAY_CLIENT_PORT = 10001
+
+
+def tcp_target(address: str) -> str | None:
+    """The ``host:port`` a remote Ray address connects to: ``ray://host[:port]`` (Ray Client, port 10001 by
+    default) or ``host:port`` (a GCS); None for anything else (``local``, other schemes), which is not checked."""
+    rest = address.removeprefix("ray://")
+    if not rest or "://" in rest or "/" in rest:
+        return None
+    host, sep, port = rest.rpartition(":")
+    if not sep:
+        return f"{rest}:{RAY_CLIENT_PORT}" if address.startswith("ray://") else None
+    return rest if host and port.isdigit() else None
+
+
+def _driver_env() -> dict[str, str]:
+    """The worker variables a driver forwards to a cluster (see :func:`connect`): all of ``WORKER_ENV`` that is set,
+    less those the enclosing Ray job's runtime_env sets already."""
+    import json
+
+    env = forwarded(WORKER_ENV)
+    job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray for the driver of a submitted job
+    if job:
+        in_job = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}
+        env = {k: v for k, v in env.items() if k not in in_job}
+    return env
+
+
+def check_reachable(address: str) -> None:
+    """Raise ConnectionError, within :data:`REACH_TIMEOUT_S`, when nothing answers at a remote address's host and
+    port (:func:`tcp_target`); an address that is not host:port is left to ``ray.init``."""
+    target = tcp_target(address)
+    if target is not None and not _answers(target, REACH_TIMEOUT_S):
+        raise ConnectionError(
+            f"cannot reach the Ray cluster at {address!r}: nothing accepted a connection at {target} within "
+            f"{REACH_TIMEOUT_S:.0f} s. Start one (`ray start --head`), check the host and port, pass --address "
+            "auto, or leave --address out to run on a local Ray"
+        )
+
+
 def resolve_auto_address() -> str:
     """What ``--address auto`` connects to: ``RAY_ADDRESS`` when it names one (a submitted job's driver has it);
     else the head evalfarm's own cluster/local/start-head.sh recorded, which must answer (a recorded head that does
@@ -297,7 +340,6 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     the job's runtime_env, every job of the job gets it, and Ray refuses a ``ray.init`` runtime_env that sets
     the same keys again ("Failed to merge the Job's runtime env").
     """
-    import json
 
     import ray
 
@@ -345,11 +387,8 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             else:
                 os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = was
     else:
-        env = forwarded(WORKER_ENV)
-        job = os.environ.get("RAY_JOB_CONFIG_JSON_ENV_VAR")  # set by Ray for the driver of a submitted job
-        if job:
-            in_job = (json.loads(job).get("runtime_env") or {}).get("env_vars") or {}
-            env = {k: v for k, v in env.items() if k not in in_job}
+        env = _driver_env()
+        check_reachable(address)
         try:
             ray.init(address=address, runtime_env={"env_vars": env} if env else None, **common)
         except (ConnectionError, RuntimeError) as exc:
@@ -582,8 +621,10 @@ class RayExecutor:
         kinds: dict[str, str] | None = None,
         autoscale: bool | None = None,
         head_timeout: float | None = None,
+        connected: tuple[bool, bool] | None = None,
     ) -> None:
         self.args = (catalog, warehouse, run_id, options, force)
+        self.connected = connected  # (shared, owns_ray) of a connect() the caller made already (see start)
         self.address = address
         self.n_workers = workers
         self.small_models = small_models
@@ -618,8 +659,11 @@ class RayExecutor:
     def start(self) -> list[tuple[str, Any]]:
         import ray
 
-        shared = bool(self.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized()
-        self.owns_ray = connect(self.address)
+        if self.connected is not None:  # the runner connected first (before creating a new warehouse)
+            shared, self.owns_ray = self.connected
+        else:
+            shared = bool(self.address or os.environ.get("RAY_ADDRESS")) and not ray.is_initialized()
+            self.owns_ray = connect(self.address)
         try:
             self.gcs_address = ray.get_runtime_context().gcs_address
         except Exception:  # Ray Client

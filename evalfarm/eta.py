@@ -1,0 +1,346 @@
+"""A run's ETA from the warehouse's own history of unit times.
+
+The static cost model (:func:`evalfarm.plan.estimate_cost`) only orders the work: its costs are relative, so the
+old progress line could give an ETA only after the first unit, extrapolating from it — and the first unit of a
+model carries the whole model's load and embed time (48 min predicted for a 3.5-min run). The warehouse already
+records every unit's embed and score seconds (the ``units`` view), so a run can say how long it will take before
+it starts:
+
+- each planned unit's seconds are its share of its model's embedding (which depends on the model kind and the
+  texts) plus its scoring (which depends on the task), each looked up in the history; the estimate is named after
+  the weaker of the two lookups: ``history`` (both from past units of the same model kind and task),
+  ``history-kind`` (the embedding from the kind's seconds per text on other tasks times this task's text count),
+  ``history-task`` (the scoring from the task's mean over every kind); when either is unknown (a kind or a task
+  the history never saw), ``model`` (the static cost, in seconds per cost unit calibrated on the whole history),
+  or ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
+- a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
+  seconds are its share of the embedding plus its scoring; a model whose text store has vectors already (a rerun,
+  ``--force``, a new task) is estimated without embedding;
+- the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
+  model (one worker embeds a model); once a model has finished, its actual / predicted ratio corrects what is left.
+
+This module is pure (no warehouse, no Ray) except :func:`load_history`, which reads the views.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from evalfarm.warehouse import Warehouse
+
+log = logging.getLogger(__name__)
+
+SOURCES = ("history", "history-kind", "history-task", "model", "fallback")
+"""Where a unit's estimate came from, most specific first."""
+
+DEFAULT_SECONDS_PER_COST = 9.0
+"""Seconds per static cost unit when the history estimates nothing: one cost unit is one EvalRank sentence-pool
+rank pass (cos + l2), ~9 s on one of 2 CPU cores (benchmarks/README.md, "Figures moved from the code")."""
+
+POSTPROCESSED = "+postprocess"
+"""Suffix of the history key of a post-processed model: it reuses its base's vectors, so it is far cheaper than
+its kind (the ``models`` view's ``postprocess`` column; a planned model's own ``postprocess``)."""
+
+
+def kind_key(kind: str | None, postprocessed: bool = False) -> str:
+    """The key estimates are grouped by: the model kind, marked when the model is post-processed."""
+    return (kind or "?") + (POSTPROCESSED if postprocessed else "")
+
+
+@dataclass(frozen=True)
+class PastUnit:
+    """One computed unit of the history: its share of its model's embed seconds, its score seconds, what it was."""
+
+    model: str
+    key: str  # kind_key of the model
+    task: str
+    embed: float
+    score: float
+    texts: int | None = None  # the task's text count (the ``quality`` view), None when unknown
+    run_id: str = ""
+    cost: float | None = None  # the static model's relative cost of the unit (as the planner computes it)
+
+    @property
+    def seconds(self) -> float:
+        return self.embed + self.score
+
+
+@dataclass(frozen=True)
+class PlannedUnit:
+    """A unit about to run: what the history is looked up by, and the static model's relative cost."""
+
+    model: str
+    key: str
+    task: str
+    cost: float
+    stored: bool = False  # the model's text store has vectors already: it embeds little or nothing
+
+
+@dataclass(frozen=True)
+class Estimate:
+    seconds: float
+    source: str  # one of SOURCES
+
+
+def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
+    return {k: sum(v) / len(v) for k, v in values.items()}
+
+
+class History:
+    """Unit times grouped the ways :func:`estimate` looks them up. One unit counts once per (model, task): its
+    newest run's scoring (``rows`` are taken in order, later rows replacing earlier ones) and its largest embedding
+    (a rerun over a complete text store embeds nothing, which says nothing of a fresh embedding).
+
+    A unit's time has two parts that depend on different things: embedding depends on the model kind and the
+    texts, scoring on the task (and a little on the vectors' size). They are looked up apart."""
+
+    def __init__(self, rows: Iterable[PastUnit]) -> None:
+        latest: dict[tuple[str, str], PastUnit] = {}
+        for r in rows:
+            k = (r.model, r.task)
+            latest[k] = replace(r, embed=max(r.embed, latest[k].embed)) if k in latest else r
+        self.units = list(latest.values())
+        embed_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
+        score_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
+        score_t: dict[str, list[float]] = defaultdict(list)
+        per_text: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        self.texts: dict[str, int] = {}
+        for u in self.units:
+            embed_kt[(u.key, u.task)].append(u.embed)
+            score_kt[(u.key, u.task)].append(u.score)
+            score_t[u.task].append(u.score)
+            if u.texts:
+                acc = per_text[u.key]
+                acc[0] += u.embed
+                acc[1] += u.texts
+                self.texts[u.task] = max(self.texts.get(u.task, 0), u.texts)
+        self.embed_kt, self.score_kt, self.score_t = _mean(embed_kt), _mean(score_kt), _mean(score_t)
+        self.kind_rate = {k: s / n for k, (s, n) in per_text.items() if n > 0}  # embed seconds per text
+        costed = [u for u in self.units if u.cost]
+        cost = sum(u.cost or 0.0 for u in costed)
+        self.per_cost = sum(u.seconds for u in costed) / cost if cost > 0 else None  # the static model, calibrated
+
+    def __len__(self) -> int:
+        return len(self.units)
+
+
+def _worse(a: str, b: str) -> str:
+    return max(a, b, key=SOURCES.index)
+
+
+def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) -> Estimate | None:
+    """Embed part: the same kind on the same task, else the kind's seconds per text times the task's texts. Score
+    part: the same kind on the same task, else the task's mean over every kind. None when either is unknown."""
+    kt, n = (u.key, u.task), texts.get(u.task)
+    if u.stored:
+        embed, e_src = 0.0, "history"  # its vectors are stored: nothing (or only a new task's texts) to embed
+    elif kt in history.embed_kt:
+        embed, e_src = history.embed_kt[kt], "history"
+    elif n and u.key in history.kind_rate:
+        embed, e_src = history.kind_rate[u.key] * n, "history-kind"
+    else:
+        return None
+    if kt in history.score_kt:
+        score, s_src = history.score_kt[kt], "history"
+    elif u.task in history.score_t:
+        score, s_src = history.score_t[u.task], "history-task"
+    else:
+        return None
+    return Estimate(embed + score, _worse(e_src, s_src))
+
+
+def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str, int] | None = None) -> list[Estimate]:
+    """Seconds of each planned unit (see the module docstring for the sources). ``texts``: text counts of tasks
+    the history has not seen (the history's own counts win)."""
+    counts = {**(texts or {}), **history.texts}
+    found = [_from_history(u, history, counts) for u in units]
+    per_cost = history.per_cost
+    if per_cost is None:  # a history without static costs: calibrate on the units it estimated
+        known = [(u, e) for u, e in zip(units, found, strict=True) if e is not None]
+        cost_known = sum(u.cost for u, _ in known)
+        per_cost = sum(e.seconds for _, e in known) / cost_known if cost_known > 0 else None
+    out = []
+    for u, e in zip(units, found, strict=True):
+        if e is None:
+            e = (
+                Estimate(u.cost * per_cost, "model")
+                if per_cost is not None
+                else Estimate(u.cost * DEFAULT_SECONDS_PER_COST, "fallback")
+            )
+        out.append(e)
+    return out
+
+
+def sources(estimates: Iterable[Estimate]) -> dict[str, int]:
+    """How many estimates came from each source (in :data:`SOURCES` order, those used only)."""
+    n = {s: 0 for s in SOURCES}
+    for e in estimates:
+        n[e.source] += 1
+    return {s: c for s, c in n.items() if c}
+
+
+def makespan(seconds_by_model: Mapping[str, float], workers: int) -> float:
+    """The time ``workers`` need for models of these total seconds: their sum over the workers, but at least the
+    largest model (a model's embedding runs on one worker)."""
+    if not seconds_by_model:
+        return 0.0
+    return max(sum(seconds_by_model.values()) / max(1, workers), max(seconds_by_model.values()))
+
+
+@dataclass
+class Forecast:
+    """A run's ETA: the planned units' estimates, corrected as models finish.
+
+    ``finish`` each unit as it ends; ``eta`` is the remaining time, counting down from the last finished unit."""
+
+    estimates: dict[tuple[str, str], Estimate]
+    workers: int = 1  # planned; ``eta(workers=…)`` takes the live count
+    clock: Callable[[], float] = time.monotonic
+    actual: dict[tuple[str, str], float] = field(default_factory=dict)  # finished units: their seconds
+    dropped: set[tuple[str, str]] = field(default_factory=set)  # failed / skipped: out of the calibration
+    last: float = 0.0  # clock() at the last finish (or at the start)
+
+    def __post_init__(self) -> None:
+        self.last = self.clock()
+
+    @property
+    def total(self) -> float:
+        """The first estimate of the whole run (nothing finished yet)."""
+        return makespan(self._by_model(self.estimates.keys(), 1.0), self.workers)
+
+    def finish(self, model: str, task: str, seconds: float | None) -> None:
+        """A unit ended: ``seconds`` it took when computed, None when it failed or was skipped (not calibrated)."""
+        key = (model, task)
+        if key not in self.estimates:
+            return
+        if seconds is None:
+            self.dropped.add(key)
+        self.actual[key] = seconds or 0.0
+        self.last = self.clock()
+
+    def ratio(self) -> float:
+        """Actual / predicted seconds of the models whose units have all finished (1 before any has)."""
+        open_models = {m for (m, t) in self.estimates if (m, t) not in self.actual}
+        a = p = 0.0
+        for k, e in self.estimates.items():
+            if k[0] not in open_models and k not in self.dropped:
+                a += self.actual[k]
+                p += e.seconds
+        return a / p if a > 0 and p > 0 else 1.0
+
+    def _by_model(self, keys: Iterable[tuple[str, str]], ratio: float) -> dict[str, float]:
+        out: dict[str, float] = defaultdict(float)
+        for k in keys:
+            out[k[0]] += self.estimates[k].seconds * ratio
+        return out
+
+    def remaining(self, workers: int | None = None) -> float:
+        """Seconds of the units not finished, over the workers, as of the last finished unit."""
+        left = [k for k in self.estimates if k not in self.actual]
+        return makespan(self._by_model(left, self.ratio()), workers or self.workers)
+
+    def eta(self, workers: int | None = None) -> float:
+        """The remaining time, counting down since the last finished unit (at least 1 s while units remain)."""
+        if len(self.actual) == len(self.estimates):
+            return 0.0
+        return max(1.0, self.remaining(workers) - (self.clock() - self.last))
+
+
+def forecast(
+    units: Sequence[PlannedUnit],
+    history: History,
+    *,
+    workers: int = 1,
+    texts: Mapping[str, int] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> Forecast:
+    """The :class:`Forecast` of ``units`` over ``workers``; logs (INFO: ``-v``) each model's estimate and sources."""
+    ests = estimate(units, history, texts)
+    by_model: dict[str, list[tuple[PlannedUnit, Estimate]]] = defaultdict(list)
+    for u, e in zip(units, ests, strict=True):
+        by_model[u.model].append((u, e))
+    for model, pairs in by_model.items():
+        used = ", ".join(f"{u.task} {e.seconds:.1f}s ({e.source})" for u, e in pairs)
+        log.info("ETA estimate · %s [%s]: %.0f s: %s", model, pairs[0][0].key, sum(e.seconds for _, e in pairs), used)
+    return Forecast({(u.model, u.task): e for u, e in zip(units, ests, strict=True)}, workers=workers, clock=clock)
+
+
+HISTORY_SQL = """
+WITH t AS (
+    SELECT run_id, model, task,
+           sum(seconds) FILTER (WHERE stage = 'embed') AS embed_s,
+           sum(seconds) FILTER (WHERE stage = 'score') AS score_s,
+           max(started_at) AS at
+    FROM units
+    WHERE status = 'done' AND stage IN ('embed', 'score')
+    GROUP BY run_id, model, task
+), n AS (SELECT task, max(n_texts) AS texts FROM quality GROUP BY task),
+s AS (SELECT DISTINCT model, task, scorer FROM metrics)
+SELECT t.run_id, t.model, t.task, coalesce(t.embed_s, 0) AS embed_s, t.score_s, t.at, n.texts,
+       m.kind, m.level, m.postprocess IS NOT NULL AS post, s.scorer
+FROM t LEFT JOIN n USING (task) LEFT JOIN models m USING (model) LEFT JOIN s USING (model, task)
+WHERE t.score_s IS NOT NULL
+ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
+"""
+
+
+def static_cost(kind: str | None, level: str, scorer: str, postprocessed: bool, n_units: int) -> float:
+    """The static model's relative cost of one of a model's ``n_units`` units, as the planner computes it
+    (:func:`evalfarm.plan.estimate_cost` spread evenly over the units)."""
+    from evalfarm.plan import POSTPROCESS_COST, SCORE_COST, kind_cost
+
+    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
+    return embed / max(1, n_units) + SCORE_COST.get((scorer, level), 0.05)
+
+
+def history_rows(
+    records: Iterable[Mapping[str, Any]], cost: Callable[[Mapping[str, Any], int], float] | None = None
+) -> list[PastUnit]:
+    """:class:`PastUnit` rows from per-(run, model, task) records (``embed_s``, ``score_s``, ``texts``, ``kind``,
+    ``post``, …): each model's embed seconds of a run spread over that run's tasks of it by text count (equally
+    when a count is unknown). ``cost(record, units of its model in its run)``: the unit's static cost."""
+    recs = list(records)
+    groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
+    for r in recs:
+        groups[(r["run_id"], r["model"])].append(r)
+    out = []
+    for r in recs:
+        group = groups[(r["run_id"], r["model"])]
+        embed = sum(float(g["embed_s"] or 0.0) for g in group)
+        counts = [g.get("texts") for g in group]
+        share = embed * float(r["texts"]) / float(sum(c for c in counts if c)) if all(counts) else embed / len(group)
+        out.append(
+            PastUnit(
+                model=r["model"],
+                key=kind_key(r.get("kind"), bool(r.get("post"))),
+                task=r["task"],
+                embed=share,
+                score=float(r["score_s"] or 0.0),
+                texts=int(r["texts"]) if r.get("texts") else None,
+                run_id=r["run_id"],
+                cost=cost(r, len(group)) if cost is not None else None,
+            )
+        )
+    return out
+
+
+def record_cost(r: Mapping[str, Any], n_units: int) -> float:
+    """:func:`static_cost` of a :data:`HISTORY_SQL` record."""
+    return static_cost(r.get("kind"), r.get("level") or "", r.get("scorer") or "", bool(r.get("post")), n_units)
+
+
+def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastUnit]:
+    """The warehouse's computed units, oldest first (the ``units``, ``models``, ``quality`` and ``metrics``
+    views). An empty list when the warehouse has none or cannot be read: the ETA then falls back, the run goes on."""
+    try:
+        rows = wh.query(HISTORY_SQL).to_pylist()
+    except Exception as exc:  # a new or damaged warehouse: no history, never a failed run
+        log.info("ETA: no history read from the warehouse (%s: %s)", type(exc).__name__, exc)
+        return []
+    return history_rows((r for r in rows if r["run_id"] != exclude_run), record_cost)

@@ -1,0 +1,232 @@
+"""The ETA from the warehouse's history of unit times (issue 24): sources, embed shares, the countdown, the loader."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from evalfarm import eta
+from evalfarm.eta import Estimate, Forecast, History, PastUnit, PlannedUnit
+from evalfarm.outcomes import Status
+from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _past(model: str, key: str, task: str, embed: float, score: float, texts: int | None = None, run: str = "r1",
+          cost: float | None = None) -> PastUnit:  # fmt: skip
+    return PastUnit(model, key, task, embed, score, texts, run, cost)
+
+
+HISTORY = History(
+    [
+        _past("glove", "word-vectors", "evalrank-word", 8.0, 2.0, 1000),
+        _past("fasttext", "word-vectors", "evalrank-word", 16.0, 4.0, 1000),
+        _past("glove", "word-vectors", "wordsim", 0.5, 0.5, 100),
+        _past("minilm", "transformers", "stsb", 50.0, 10.0, 3000),
+    ]
+)
+
+
+def test_each_unit_takes_the_most_specific_source_that_knows_it() -> None:
+    units = [
+        PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0),  # same kind and task: their mean
+        PlannedUnit("glove-2", "word-vectors", "stsb", 1.0),  # the kind's embed rate x stsb's texts; stsb's scoring
+        PlannedUnit("onnx", "onnx", "stsb", 1.0),  # a kind never seen: the static model
+        PlannedUnit("onnx", "onnx", "sick", 2.0),  # nothing known
+    ]
+    got = eta.estimate(units, HISTORY)
+    assert [e.source for e in got] == ["history", "history-task", "model", "model"]
+    assert got[0].seconds == pytest.approx(15.0)
+    rate = 24.5 / 2100  # word-vectors: 24.5 s of embedding over 2,100 texts
+    assert got[1].seconds == pytest.approx(rate * 3000 + 10.0)
+    per_cost = (15.0 + rate * 3000 + 10.0) / 2.0  # no costs in the history: calibrated on the two estimated
+    assert got[2].seconds == pytest.approx(per_cost) and got[3].seconds == pytest.approx(2.0 * per_cost)
+    assert eta.sources(got) == {"history": 1, "history-task": 1, "model": 2}
+
+
+def test_the_kinds_embed_rate_and_the_same_kinds_scoring_make_history_kind() -> None:
+    h = History([*HISTORY.units, _past("glove", "word-vectors", "stsb", 30.0, 3.0, 3000)])
+    got = eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h, texts={"sick": 100})
+    assert got[0].source == "fallback"  # the task's scoring is unknown (and no history cost to calibrate on)
+    h = History([*h.units, _past("minilm", "transformers", "sick", 5.0, 1.0, 100)])
+    got = eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h)
+    rate = (24.5 + 30.0) / 5100
+    assert got == [Estimate(pytest.approx(rate * 100 + 1.0), "history-task")]
+    h = History([*h.units, _past("glove", "word-vectors", "sick", 9.0, 2.0, 100)])
+    assert eta.estimate([PlannedUnit("w", "word-vectors", "sick", 1.0)], h)[0] == Estimate(11.0, "history")
+
+
+def test_the_static_model_is_calibrated_on_the_whole_history_when_it_has_costs() -> None:
+    h = History([_past("a", "bow", "t", 3.0, 1.0, cost=2.0), _past("b", "bow", "u", 1.0, 1.0, cost=1.0)])
+    assert h.per_cost == pytest.approx(2.0)
+    assert eta.estimate([PlannedUnit("c", "onnx", "t", 5.0)], h) == [Estimate(10.0, "model")]
+
+
+def test_a_task_the_history_never_saw_scales_by_the_given_text_count() -> None:
+    h = History([*HISTORY.units, _past("glove", "word-vectors", "new-task", 1.0, 2.0)])  # scoring known, no count
+    unit = PlannedUnit("glove-2", "word-vectors", "new-task", 1.0)
+    assert eta.estimate([unit], h)[0].source == "history"
+    other = PlannedUnit("fasttext-2", "word-vectors+postprocess", "new-task", 1.0)  # a kind without a rate
+    assert eta.estimate([other], h)[0].source == "fallback"
+
+
+def test_no_history_falls_back_to_the_static_cost() -> None:
+    got = eta.estimate([PlannedUnit("m", "bow", "stsb", 2.0)], History([]))
+    assert got == [Estimate(2.0 * eta.DEFAULT_SECONDS_PER_COST, "fallback")]
+
+
+def test_a_unit_counts_once_with_its_newest_scoring_and_its_largest_embedding() -> None:
+    h = History([_past("glove", "wv", "t", 90.0, 10.0, run="old"), _past("glove", "wv", "t", 0.0, 2.0, run="new")])
+    assert len(h) == 1 and (h.embed_kt[("wv", "t")], h.score_kt[("wv", "t")]) == (90.0, 2.0)  # "new": a rerun
+
+
+def test_a_model_with_stored_vectors_is_estimated_without_embedding() -> None:
+    fresh, stored = (PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0, s) for s in (False, True))
+    assert [e.seconds for e in eta.estimate([fresh, stored], HISTORY)] == [pytest.approx(15.0), pytest.approx(3.0)]
+    assert eta.estimate([stored], HISTORY)[0].source == "history"
+
+
+def test_a_models_embed_seconds_are_spread_over_its_tasks_by_text_count() -> None:
+    rows = [
+        {"run_id": "r", "model": "m", "task": "a", "embed_s": 30.0, "score_s": 1.0, "texts": 100, "kind": "onnx"},
+        {"run_id": "r", "model": "m", "task": "b", "embed_s": 0.0, "score_s": 2.0, "texts": 200, "kind": "onnx"},
+        {"run_id": "r", "model": "p", "task": "a", "embed_s": 4.0, "score_s": 1.0, "texts": None, "kind": "onnx",
+         "post": True},
+        {"run_id": "r", "model": "p", "task": "b", "embed_s": 0.0, "score_s": 1.0, "texts": 200, "kind": "onnx",
+         "post": True},
+    ]  # fmt: skip
+    got = {(u.model, u.task): u for u in eta.history_rows(rows, lambda r, n: 1.0 / n)}
+    assert (got[("m", "a")].embed, got[("m", "a")].score) == (pytest.approx(10.0), 1.0)
+    assert got[("m", "b")].seconds == pytest.approx(22.0) and got[("m", "b")].cost == 0.5
+    assert got[("p", "a")].seconds == pytest.approx(3.0)  # a count unknown: equal shares
+    assert got[("p", "a")].key == "onnx+postprocess" and got[("m", "a")].key == "onnx"
+
+
+def test_the_first_estimate_divides_over_workers_but_never_below_the_largest_model() -> None:
+    est = {("a", "t1"): Estimate(30.0, "history"), ("a", "t2"): Estimate(30.0, "history"),
+           ("b", "t1"): Estimate(20.0, "history"), ("c", "t1"): Estimate(10.0, "history")}  # fmt: skip
+    assert Forecast(dict(est), workers=1).total == pytest.approx(90.0)
+    assert Forecast(dict(est), workers=2).total == pytest.approx(60.0)  # model a alone takes 60 s
+    assert Forecast(dict(est), workers=3).total == pytest.approx(60.0)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_the_eta_counts_down_and_a_finished_model_corrects_the_rest() -> None:
+    clock = Clock()
+    est = {("a", "t1"): Estimate(10.0, "history"), ("a", "t2"): Estimate(10.0, "history"),
+           ("b", "t1"): Estimate(40.0, "history")}  # fmt: skip
+    fc = Forecast(est, workers=1, clock=clock)
+    assert fc.eta() == pytest.approx(60.0)
+    clock.t = 15.0
+    assert fc.eta() == pytest.approx(45.0)  # counting down while the first unit runs
+    fc.finish("a", "t1", 30.0)  # model a not finished: no correction yet
+    assert fc.eta() == pytest.approx(50.0)
+    fc.finish("a", "t2", 10.0)  # a took 40 s for a predicted 20 s: what is left is twice as long
+    assert fc.ratio() == pytest.approx(2.0) and fc.eta() == pytest.approx(80.0)
+    clock.t = 200.0
+    assert fc.eta() == 1.0  # late: never 0 while a unit is left
+    fc.finish("b", "t1", None)
+    assert fc.eta() == 0.0
+
+
+def test_failed_units_leave_the_calibration() -> None:
+    fc = Forecast({("a", "t1"): Estimate(10.0, "history"), ("a", "t2"): Estimate(10.0, "history"),
+                   ("b", "t1"): Estimate(10.0, "history")}, workers=1)  # fmt: skip
+    fc.finish("a", "t1", None)
+    fc.finish("a", "t2", 20.0)
+    assert fc.ratio() == pytest.approx(2.0)
+
+
+def test_the_progress_line_shows_the_forecasts_eta_before_any_unit() -> None:
+    clock = Clock()
+    tracker = ProgressTracker(total=2, cost_total=2.0)
+    assert tracker.line().endswith("ETA ?")
+    tracker.forecast = Forecast(
+        {("a", "t"): Estimate(90.0, "history"), ("b", "t"): Estimate(30.0, "history")}, clock=clock
+    )
+    assert tracker.line().endswith("ETA 2m00s")
+    tracker.workers = 2  # live workers: model a alone takes 90 s
+    assert tracker.line().endswith("ETA 1m30s")
+    tracker.finish(Status.DONE, 1.0, unit=("b", "t"), seconds=15.0)
+    assert tracker.line().endswith("ETA 45s")  # model b took half its estimate: so will a
+
+
+def _write_history(wh: Warehouse) -> None:
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh.init()
+    wh.write_model({"model": "glove", "level": "word", "kind": "word-vectors", "spec_hash": "h1", "created_at": at})
+    rows = []
+    for task, texts, embed, score in (("evalrank-word", 900, 12.0, 3.0), ("wordsim", 100, 0.0, 0.5)):
+        rows += [
+            {"model": "glove", "task": task, "stage": "embed", "seconds": embed, "status": "done", "started_at": at},
+            {"model": "glove", "task": task, "stage": "score", "seconds": score, "status": "done", "started_at": at,
+             "fingerprint": f"fp-{task}"},
+        ]  # fmt: skip
+        wh.write("quality", [{"model": "glove", "task": task, "n_texts": texts, "fingerprint": f"fp-{task}"}],
+                 wh.unit_path("quality", "glove", task, f"fp-{task}"))  # fmt: skip
+        wh.write("metrics", [{"model": "glove", "task": task, "scorer": "s", "metric": "m", "value": 1.0,
+                              "fingerprint": f"fp-{task}", "created_at": at}],
+                 wh.unit_path("metrics", "glove", task, f"fp-{task}"))  # fmt: skip
+    rows.append({"model": "glove", "task": "x", "stage": "plan", "seconds": 0.0, "status": "skipped"})
+    wh.write_units("r1", [{"run_id": "r1", **r} for r in rows])
+
+
+def test_load_history_reads_the_units_view_with_kinds_and_text_counts(tmp_path) -> None:
+    wh = Warehouse(tmp_path / "wh")
+    _write_history(wh)
+    got = {u.task: u for u in eta.load_history(wh)}
+    assert set(got) == {"evalrank-word", "wordsim"}  # a skipped unit has no time
+    assert got["evalrank-word"].seconds == pytest.approx(12.0 * 0.9 + 3.0)
+    assert got["wordsim"].seconds == pytest.approx(12.0 * 0.1 + 0.5)
+    assert got["wordsim"].key == "word-vectors" and got["wordsim"].texts == 100
+    assert got["wordsim"].cost == pytest.approx(eta.static_cost("word-vectors", "word", "s", False, 2))
+    assert eta.load_history(wh, exclude_run="r1") == []
+    assert eta.load_history(Warehouse(tmp_path / "none")) == []  # nothing there: no history, no error
+
+
+@pytest.mark.slow
+def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
+    from evalfarm.runner import run_catalog
+
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(
+        f"include: [{REPO / 'catalog' / 'tasks.yaml'}]\ntasks: [wordsim-rg-65, wordsim-ws353-all]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,\n"
+        f"     source: {{type: path, ref: {toy_glove}}}}}\n"
+    )
+    first: list[str] = []
+    run_catalog(
+        cat, tmp_path / "wh", executor="local", on_event=lambda e: first.append(e.message) if e.kind == "eta" else None
+    )
+    second: list[str] = []
+    summary = run_catalog(
+        cat, tmp_path / "wh", executor="local", force=True,
+        on_event=lambda e: second.append(e.message) if e.kind == "eta" else None,
+    )  # fmt: skip
+    assert summary.ok
+    assert len(first) == 1 and "for 2 units on 1 worker (estimates from fallback 2)" in first[0]
+    assert len(second) == 1 and "(estimates from history 2)" in second[0]
+
+
+def test_the_runner_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
+    from evalfarm.runner import _stored
+
+    wh = Warehouse(tmp_path / "wh")
+    for model, store, name in (("a", "k1", "s.parquet"), ("b", "k2", ".s.parquet"), ("c", "k3", None)):
+        d = tmp_path / "wh" / "embeddings" / f"model={model}" / f"store={store}"
+        d.mkdir(parents=True)
+        if name:
+            (d / name).write_bytes(b"")
+    assert _stored(wh) == {("a", "k1")}  # a temp file is no vector; an empty folder neither
+    assert _stored(Warehouse(tmp_path / "none")) == set()
