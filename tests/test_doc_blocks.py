@@ -7,6 +7,7 @@ does not run is reported as a warning with its reason, never dropped silently.
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import warnings
 
@@ -81,3 +82,28 @@ def test_every_command_block_runs_as_written_in_order(tmp_path, data_dir) -> Non
     # the commands after `make install` used the warehouse the Makefile named, not a new one elsewhere
     assert not (repo / "warehouse" / "quarantine").exists()
     assert list((repo / "warehouse" / "tables" / "metrics").glob("model=all-minilm-l6-v2/task=*"))
+
+
+def test_block_files_are_sampled_by_whole_blocks(tmp_path) -> None:
+    """An ag2016 file (a target line, its comparisons, section markers; blank lines between blocks or none) is cut to
+    whole blocks, evenly spread, within the line budget: what it keeps still reads as the same blocks."""
+    from evalfarm.taskdata.ag2016 import read_ag_file
+
+    def block(i: int) -> str:
+        return (
+            f"t{i}\r\na{i},0.25,b{i},0.75\r\ndistractors\r\nc{i},1.00,d{i},0.00\r\nrandoms\r\ne{i},0.50,f{i},0.50\r\n"
+        )
+
+    src = tmp_path / "src.txt"
+    for sep in ("\r\n", ""):  # blank lines between blocks, and none (inflected/vb_inf.txt)
+        src.write_bytes(sep.join(block(i) for i in range(10)).encode())
+        dst = tmp_path / "dst.txt"
+        digest = doc_runner._sample_blocks(src, dst, n=21)  # three blocks of 6 or 7 lines
+        kept = dst.read_bytes().decode()
+        got = read_ag_file(dst, "s")
+        assert sorted(set(got.target)) == ["t0", "t4", "t8"] and len(kept.splitlines()) <= 21
+        assert got.kind == ["positive", "distractor", "random"] * 3 and kept.startswith(block(0))
+        assert digest == hashlib.sha256(dst.read_bytes()).hexdigest()
+    src.write_bytes(block(0).encode())
+    doc_runner._sample_blocks(src, dst, n=2)  # a block longer than the budget: that one block, whole
+    assert dst.read_bytes() == src.read_bytes()

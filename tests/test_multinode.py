@@ -18,6 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -141,6 +142,8 @@ def _upload_task_data(cat: Path, data_dir: Path) -> str:
 
 def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
     """The whole cluster's life; runs inside a network namespace of its own (see the test), prints its findings."""
+    start = time.monotonic()
+    seconds: dict[str, float] = {}  # when each phase ended, from the start: printed by the test
     cat = _catalog(tmp_path, data_dir)
     with s3_server() as s3, contextlib.ExitStack() as stack:
         s3.make_bucket("cluster")
@@ -165,32 +168,46 @@ def scenario(tmp_path: Path, data_dir: Path) -> dict[str, Any]:
         assert cli.proc is not None
         stack.callback(faults.kill_session, cli.proc.pid)
         faults._wait_for(lambda: "\ndone " in "\n" + cli.output, "a first unit done on the head", 240, cli)
+        seconds["first unit done"] = time.monotonic() - start
         # the node's shell: the head's client settings (its token), not a client's address
         node_shell = {k: v for k, v in client.items() if k not in ("RAY_ADDRESS", "RAY_API_SERVER_ADDRESS")}
         node_shell["EVALFARM_CACHE"] = str(tmp_path / "cache-node")  # its own disk
         node = stack.enter_context(joined_node(gcs, tmp_path / "node", node_shell))  # joins mid-run
         seen: list[str] = []
         victim = faults._wait_for(lambda: _busy_worker(node, seen), "units on the joined node", 240, cli)
+        seconds["node busy"] = time.monotonic() - start
         node.kill()  # mid-unit: the node and every process of it, gone at once
-        rc = cli.wait(timeout=400)
-        units = _rows(uri, "SELECT model, task, stage, status, node, attempts FROM units WHERE status = 'done'")
-        metrics = _rows(uri, f"SELECT {COLUMNS} FROM metrics")
-        # the same catalog in-process (local executor, one node) is the reference
-        proc = subprocess.run(
+        seconds["killed"] = time.monotonic() - start
+        # the same catalog in-process (local executor, one node) is the reference. It runs while the head finishes
+        # the run alone (the head's one CPU busy, this machine's other one idle), not after it: run after it, it was
+        # a third of the test's time. Its numbers cannot depend on when it runs (its own warehouse, its own cache),
+        # and it starts once the node is gone, so it cannot change how the node joined or what it was running
+        ref_err = stack.enter_context(open(tmp_path / "reference.err", "w+"))
+        proc = subprocess.Popen(
             [str(ray_heads.BIN / "python"), "-m", "evalfarm.cli", "run", "--catalog", str(cat), "--warehouse",
              "s3://cluster/reference", "--executor", "local"],
             env={**os.environ, **node_env, "EVALFARM_CACHE": str(tmp_path / "cache-reference")},
-            capture_output=True, text=True, timeout=300, cwd=REPO,
+            stdout=subprocess.DEVNULL, stderr=ref_err, text=True, cwd=REPO, start_new_session=True,
         )  # fmt: skip
+        stack.callback(faults.kill_session, proc.pid)
+        rc = cli.wait(timeout=400)
+        seconds["run done"] = time.monotonic() - start
+        units = _rows(uri, "SELECT model, task, stage, status, node, attempts FROM units WHERE status = 'done'")
+        metrics = _rows(uri, f"SELECT {COLUMNS} FROM metrics")
+        proc.wait(timeout=300)
+        seconds["reference done"] = time.monotonic() - start
+        ref_err.seek(0)
         reference = _rows("s3://cluster/reference", f"SELECT {COLUMNS} FROM metrics")
         # every number of the two runs, bit for bit, and every per-pair EvalRank rank
         same = compare_warehouses.compare_metrics(uri, "s3://cluster/reference")
         same["ranks"] = compare_warehouses.compare_ranks(uri, "s3://cluster/reference")
+        seconds["compared"] = time.monotonic() - start
         copied = sorted(p.name for p in (tmp_path / "cache-node" / "data").rglob("*") if p.is_file())
         return {"rc": rc, "out": cli.output[-6000:], "victim_alive": victim in node.pids(), "units": units,
                 "node_copied": copied,
                 "metrics": metrics, "reference": reference, "same": same, "reference_rc": proc.returncode,
-                "reference_err": proc.stderr[-2000:]}  # fmt: skip
+                "reference_err": ref_err.read()[-2000:],
+                "seconds": {k: round(v, 1) for k, v in seconds.items()}}  # fmt: skip
 
 
 @pytest.mark.slow
@@ -208,6 +225,7 @@ def test_two_nodes_share_the_units_and_the_run_survives_losing_one(tmp_path, dat
         pytest.skip(f"no network namespace here: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr[-4000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("seconds from the start:", got["seconds"])  # shown with -s
     out, units, metrics, reference = got["out"], got["units"], got["metrics"], got["reference"]
     assert got["rc"] == 0, out[-4000:]
     assert got["reference_rc"] == 0, got["reference_err"]

@@ -14,8 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner, Result
 
 from evalfarm.catalog.registry import load_catalog
+from evalfarm.cli import app
 from evalfarm.device import DeviceUnavailable, check_device
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.outcomes import is_retryable
@@ -204,22 +206,21 @@ def test_a_selected_model_without_a_task_of_its_level_is_said_not_dropped(catalo
     assert len(said) == 1 and said == s.warnings and "'bow-clean' is sentence-level" in said[0]
     assert [e.kind for e in events].index("warning") < [e.kind for e in events].index("unit")  # before the work
 
-    def cli(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "evalfarm.cli", "run", "--catalog", str(mixed), "--warehouse", str(tmp_path / "w2"),
-             "--executor", "local", *args],
-            capture_output=True, text=True, cwd=REPO, env={**os.environ, "EVALFARM_CONFIG": ""}, timeout=300,
-        )  # fmt: skip
+    def cli(*args: str) -> Result:
+        """`evalfarm run` as typed, in this process (CliRunner: the same command and its stderr, without the ~2 s
+        of a new interpreter importing evalfarm, twice, in the fast tier)."""
+        cmd = ["run", "--catalog", str(mixed), "--warehouse", str(tmp_path / "w2"), "--executor", "local", *args]
+        return CliRunner().invoke(app, cmd, env={"EVALFARM_CONFIG": ""})
 
     proc = cli("--models", "clean,bow-clean", "--tasks", "t-sim")
-    assert proc.returncode == 0, proc.stderr
+    assert proc.exit_code == 0, proc.stderr
     warned = [ln for ln in proc.stderr.splitlines() if "bow-clean" in ln]
     assert len(warned) == 2, proc.stderr  # said once when planned, and again after the run's summary line
     assert warned[0].startswith("warning: model 'bow-clean' is sentence-level, but the selected tasks are word-level")
     assert warned[1] == "not evaluated (no selected task of their level): bow-clean"
     assert re.search(r"^run \S+: 1 done, 0 skipped, 0 failed, 1 selected models not evaluated in", proc.stderr, re.M)
     proc = cli("--models", "bow-clean", "--tasks", "t-sim")  # no model has a task: an error, nothing runs
-    assert proc.returncode == 2 and "nothing to run: the selected models are sentence-level" in proc.stderr
+    assert proc.exit_code == 2 and "nothing to run: the selected models are sentence-level" in proc.stderr
 
 
 @pytest.mark.docs

@@ -344,10 +344,21 @@ print(ray.get(mark.remote(sys.argv[2]), timeout=60), flush=True)
 """
 
 
-def _attacker_env(home: Path, **extra: str) -> dict[str, str]:
+ATTACKER_TRIES = 3
+"""How often the attacker's ``ray.init`` asks the GCS before it gives up (Ray's default: 20, about a second apart).
+A refused token is refused on every try alike, so more tries prove nothing more; they only cost the suite ~20 s
+of waiting per attack."""
+
+
+def _no_token_env(home: Path, **extra: str) -> dict[str, str]:
     """No token anywhere: no RAY_AUTH_* and a HOME without ~/.ray/auth_token (root's default token file)."""
     home.mkdir(exist_ok=True)
     return head_env(HOME=str(home), **extra)
+
+
+def _attacker_env(home: Path, **extra: str) -> dict[str, str]:
+    """No token anywhere (``_no_token_env``), and an attacker that gives up after ``ATTACKER_TRIES`` refusals."""
+    return _no_token_env(home, RAY_NUM_REDIS_GET_RETRIES=str(ATTACKER_TRIES), **extra)
 
 
 def _ray_init(address: str, mark: Path, env: dict[str, str]) -> subprocess.Popen:
@@ -473,7 +484,7 @@ def test_ray_init_refuses_callers_without_the_token(head, tmp_path):
     for name, (addr, env) in tries.items():
         mark = tmp_path / name.replace(" ", "-").replace(",", "")
         procs[name] = (_ray_init(addr, mark, env), mark)
-    # Ray retries a refused token ~20 times (about 20 s): each gets 90 s to run to its end
+    # Ray retries a refused token (ATTACKER_TRIES times, a second apart): each gets 90 s to run to its end
     results = {name: (*_finish(proc, 90), mark) for name, (proc, mark) in procs.items()}
 
     code, out, mark = results["with the token"]
@@ -509,7 +520,7 @@ class OwnRay:
         self.stderr = ""
         self.proc = subprocess.Popen(
             [sys.executable, "-c", OWN_RAY],
-            env=_attacker_env(home),  # no token of its own: connect makes one
+            env=_no_token_env(home),  # no token of its own: connect makes one (and waits for its GCS as usual)
             cwd=REPO,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
