@@ -31,10 +31,16 @@ scikit-learn's ``C * sum_i CE_i + ||W||^2 / 2`` divided by ``C * n``, so one C m
 
 Backends, behind the one function:
 
-- ``torch`` (the engine; ``auto``): every model of a stage stacked in a batch dimension and solved by a batched
-  L-BFGS (own history and Armijo step per model), on CPU as on CUDA. The training folds are row masks over one
-  shared feature matrix and each model's standardisation is folded into its weights, so an iteration is one
-  ``X @ W`` and one ``X.T @ R`` product over all models (gradients by hand, no autograd). Models that share a
+- ``torch`` (the engine; ``auto``): every model of a stage stacked in a batch dimension and solved by a batched,
+  preconditioned L-BFGS (own history and Armijo step per model), on CPU as on CUDA. The training folds are row
+  masks over one shared feature matrix and each model's standardisation is folded into its weights, so an
+  iteration is one ``[X, 1] @ W`` and one ``[X, 1].T @ R`` product over all models (gradients by hand, no
+  autograd; a binary model's rows carry the sign of their label, so its logits are the loss's margins). The
+  L-BFGS initial inverse Hessian is each model's exact Hessian at ``W = 0`` with intercepts at the class priors
+  (``A ⊗ Σ + lam I``: ``Σ`` the covariance of the model's standardised training rows, computed once per training
+  set, ``A`` the priors' softmax curvature), Cholesky-factored per model (binary) or through ``Σ``'s and ``A``'s
+  eigenvectors (multinomial): the features' correlations and the penalty no longer set the iteration count, and
+  an iteration costs the same two products. Models that share a
   training set are solved along the C path (strongest penalty first, each warm-started from the previous C's
   solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
   inner-fold solutions. Float64 by default: C is chosen on
@@ -660,6 +666,102 @@ class _Problem:
     mean: torch.Tensor  # (S, d)
     inv: torch.Tensor  # (S, d)
     masks: list[np.ndarray]  # each set's rows of X
+    grams: torch.Tensor | None = None  # (S, d, d): each set's covariance of its standardised features
+    eigs: tuple[torch.Tensor, torch.Tensor] | None = None
+    xa: torch.Tensor | None = None
+
+    def augmented(self) -> torch.Tensor:
+        """``[X, 1]`` (n, d + 1), so that one product gives logits with intercepts; for a binary model each row
+        times ``1 - 2 y`` (the logit's sign flipped for class 1), so that the product is the loss's margin."""
+        import torch
+
+        if self.xa is None:
+            xa = torch.cat([self.X, torch.ones_like(self.X[:, :1])], dim=1)
+            self.xa = xa * (1 - 2 * self.y.to(xa.dtype))[:, None] if self.K == 1 else xa
+        return self.xa
+
+    def covariances(self) -> torch.Tensor:
+        """Each training set's covariance matrix of its standardised features, ``(S, d, d)``: the curvature of the
+        loss at ``W = 0`` up to a factor (Böhning's bound), computed once per task. A set's Gram is the whole
+        matrix's minus its complement's where the complement is smaller (an inner fold's complement is its held-out
+        rows plus the outer test fold: a third of the products of summing its own rows)."""
+        import torch
+
+        if self.grams is None:
+            X = self.X
+            n = X.shape[0]
+            total = X.T @ X
+            grams = []
+            for s, rows in enumerate(self.masks):
+                if 2 * len(rows) <= n:
+                    G = X[torch.from_numpy(rows).to(X.device)]
+                    G = G.T @ G
+                else:
+                    keep = np.ones(n, dtype=bool)
+                    keep[rows] = False
+                    Xc = X[torch.from_numpy(np.flatnonzero(keep)).to(X.device)]
+                    G = total - Xc.T @ Xc
+                m = self.mean[s]
+                cov = G / len(rows) - m[:, None] * m[None, :]
+                grams.append(cov * self.inv[s][:, None] * self.inv[s][None, :])
+            self.grams = torch.stack(grams)
+        return self.grams
+
+    def preconditioner(self, sets: np.ndarray, lam: torch.Tensor) -> Callable:
+        """The inverse of each model's Hessian at ``W = 0`` with its intercepts at the class priors ``p``:
+        ``A ⊗ Σ + lam I`` with ``A = p (1 - p)`` (binary) or ``diag(p) - p pᵀ`` (multinomial), ``Σ`` its set's
+        :meth:`covariances` (the standardised features are centred, so the intercepts decouple: ``A⁻¹``, a
+        pseudo-inverse along the classes' common direction, whose gradient is zero). Returned as ``q -> M q`` on
+        stacked parameter rows: the L-BFGS initial inverse Hessian (scaled by the usual ``sᵀy / yᵀMy``)."""
+        import torch
+
+        d, K, dev, dt = self.X.shape[1], self.K, self.X.device, self.X.dtype
+        idx = torch.from_numpy(np.asarray(sets)).to(dev)
+        cov = self.covariances()
+        yc = self.y.cpu().numpy()
+        prior = np.stack([np.bincount(yc[self.masks[s]], minlength=max(K, 2)) / len(self.masks[s]) for s in sets])
+        if K == 1:
+            a = torch.from_numpy(np.maximum(prior[:, 1] * prior[:, 0], 1e-3)).to(dev, dt)
+            L = torch.linalg.cholesky(a[:, None, None] * cov[idx] + torch.diag_embed(lam[:, None].expand(-1, d)))
+
+            def apply_binary(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+                every = len(rows) == len(sets)
+                Lm, am = (L, a) if every else (L[rows], a[rows])
+                R = torch.cholesky_solve(q[:, :d, None], Lm)[:, :, 0]
+                return torch.cat([R, q[:, d:] / am[:, None]], dim=1)
+
+            return apply_binary
+        E, U = self.eigen()
+        E, U = E[idx], U[idx]
+        Ut = U.transpose(1, 2).contiguous()
+        P = torch.from_numpy(prior).to(dev, dt)
+        alpha, V = torch.linalg.eigh(torch.diag_embed(P) - P[:, :, None] * P[:, None, :])  # (B, K), (B, K, K)
+        alpha = alpha.clamp(min=0)
+        Vt = V.transpose(1, 2).contiguous()
+        denom = E[:, :, None] * alpha[:, None, :] + lam[:, None, None]  # (B, d, K)
+        inv_alpha = torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), torch.zeros_like(alpha))
+
+        def apply_multinomial(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            m = q.shape[0]
+            Q = q[:, : d * K].view(m, d, K)
+            if m == len(sets):
+                Um, Utm, Vm, Vtm, dm, ia = U, Ut, V, Vt, denom, inv_alpha
+            else:
+                Um, Utm, Vm, Vtm, dm, ia = U[rows], Ut[rows], V[rows], Vt[rows], denom[rows], inv_alpha[rows]
+            R = Um @ (((Utm @ Q) @ Vm) / dm) @ Vtm
+            c = ((q[:, d * K :, None] * Vm).sum(1) * ia)[:, None, :] * Vm  # (m, K, K) -> V diag(1/a) Vᵀ q
+            return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
+
+        return apply_multinomial
+
+    def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Eigenvalues (clamped at 0) and vectors of every set's :meth:`covariances`, for the multinomial models."""
+        import torch
+
+        if self.eigs is None:
+            E, U = torch.linalg.eigh(self.covariances())
+            self.eigs = (E.clamp(min=0), U)
+        return self.eigs
 
     def solve(
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
@@ -678,39 +780,47 @@ class _Problem:
         lam = torch.from_numpy(1.0 / (np.asarray(cs) * nb)).to(dev, dt)
         idx_sets = torch.from_numpy(np.asarray(sets)).to(dev)
         inv, mi = self.inv[idx_sets], (self.mean * self.inv)[idx_sets]
-        target = self.y.to(dt)[:, None, None] if K == 1 else torch.nn.functional.one_hot(self.y, K).to(dt)[:, None, :]
         B = len(sets)
+        Xa = self.augmented()
+        f64 = torch.float64
 
         def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             m = len(models)
             every = m == B
             W = theta[:, : d * K].view(m, d, K)
-            b = theta[:, d * K :]
             inv_m, mi_m = (inv, mi) if every else (inv[models], mi[models])
-            c = b - torch.einsum("md,mdk->mk", mi_m, W)
-            Z = (X @ (W * inv_m[:, :, None]).permute(1, 0, 2).reshape(d, m * K)).view(n, m, K) + c[None]
-            w = (Mn if every else Mn[:, models])[:, :, None]  # (n, m, 1)
-            if K == 1:
-                loss = torch.nn.functional.softplus(Z) - target * Z
-                R = torch.sigmoid(Z) - target
-            else:
-                lse = torch.logsumexp(Z, dim=2, keepdim=True)
-                loss = lse - (Z * target).sum(2, keepdim=True)
-                R = torch.exp(Z - lse) - target
+            c = theta[:, d * K :] - torch.einsum("md,mdk->mk", mi_m, W)
+            # columns class-major (K, m): the softmax runs over a middle dimension, which torch vectorises over
+            # the models (over a last dimension of a few classes it is several times slower)
+            V = torch.cat([(W * inv_m[:, :, None]).permute(1, 2, 0).reshape(d, K * m), c.T.reshape(1, K * m)])
+            Z = Xa @ V  # (n, K * m): one product for every model's logits
+            w = Mn if every else Mn[:, models]  # (n, m)
             lam_m = lam if every else lam[models]
             # the objective accumulates in float64 whatever the products' dtype: the line search and the
             # relative-decrease rule compare values a float32 sum could not resolve
-            f = (loss * w).to(torch.float64).sum(dim=(0, 2)) + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
-            R = R * w
-            GV = (X.T @ R.reshape(n, m * K)).view(d, m, K).permute(1, 0, 2)  # (m, d, K)
-            gc = R.sum(0)  # (m, K)
+            if K == 1:  # Xa's rows carry the sign 1 - 2 y: Z is the margin, softplus(Z) the loss, d/dZ sigmoid(Z)
+                f = (torch.nn.functional.softplus(Z) * w).sum(0, dtype=f64)
+                Rw = torch.sigmoid(Z) * w
+            else:
+                R = torch.softmax(Z.view(n, K, m), dim=1)
+                yi = self.y[:, None, None].expand(n, 1, m)
+                f = (-torch.log(R.gather(1, yi)[:, 0]) * w).sum(0, dtype=f64)
+                R.scatter_add_(1, yi, torch.full_like(R[:, :1], -1.0))
+                Rw = (R * w[:, None, :]).view(n, K * m)
+            f = f + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
+            G = Xa.T @ Rw  # (d + 1, K * m)
+            GV = G[:d].view(d, K, m).permute(2, 0, 1)  # (m, d, K)
+            gc = G[d].view(K, m).T
             GW = GV * inv_m[:, :, None] - mi_m[:, :, None] * gc[:, None, :] + lam_m[:, None, None] * W
             return f, torch.cat([GW.reshape(m, d * K), gc], dim=1)
 
         theta = torch.from_numpy(theta0).to(dev, dt)
         ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)
         with torch.no_grad():
-            theta, converged, gmax = batched_lbfgs(fg, theta, tol=tol, ftol=ftol, max_iter=max_iter)
+            precondition = self.preconditioner(sets, lam)
+            theta, converged, gmax = batched_lbfgs(
+                fg, theta, tol=tol, ftol=ftol, max_iter=max_iter, precondition=precondition
+            )
         if not bool(converged.all()):
             warnings.warn(
                 f"torch logistic regression: {int((~converged).sum())} of {B} models stopped before the gradient "
@@ -744,6 +854,7 @@ def batched_lbfgs(
     ftol: float = 0.0,
     history: int = 10,
     max_halvings: int = 40,
+    precondition: Callable | None = None,
 ):
     """Minimise B independent smooth objectives at once; ``fg(theta_rows, rows) -> (f, grad)`` evaluates the
     objectives ``rows`` (an index tensor) at ``theta_rows`` (len(rows), P).
@@ -770,10 +881,10 @@ def batched_lbfgs(
     for _ in range(max_iter):
         if not bool(active.any()):
             break
-        direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored)
+        direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored, precondition, active)
         new_theta, new_f, new_g, stalled = _armijo(fg, theta, f, g, direction, gd, active, max_halvings)
         done = active & ~stalled
-        gamma = _remember(S, Y, rho, gamma, stored % history, new_theta - theta, new_g - g, done)
+        gamma = _remember(S, Y, rho, gamma, stored % history, new_theta - theta, new_g - g, done, precondition)
         stored += 1
         decrease = f - new_f
         scale = torch.maximum(torch.maximum(f.abs(), new_f.abs()), torch.ones_like(f))
@@ -785,7 +896,7 @@ def batched_lbfgs(
     return theta, converged, gmax
 
 
-def _lbfgs_direction(g, S, Y, rho, gamma, stored: int):
+def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, precondition: Callable | None = None, active=None):
     """Each row's L-BFGS direction from its stored pairs (the two-loop recursion, newest pair first; an empty slot
     has rho = 0 and changes nothing), steepest descent where that points uphill. Returns (direction, g·direction)."""
     import torch
@@ -798,17 +909,31 @@ def _lbfgs_direction(g, S, Y, rho, gamma, stored: int):
         a = rho[j] * (S[j] * q).sum(1)
         q -= a[:, None] * Y[j]
         alphas.append(a)
-    r = gamma[:, None] * q
+    r = gamma[:, None] * _precondition(precondition, q, active)
     for j, a in zip(reversed(order), reversed(alphas), strict=True):
         beta = rho[j] * (Y[j] * r).sum(1)
         r += (a - beta)[:, None] * S[j]
     direction = -r
     gd = (g * direction).sum(1)
-    uphill = gd >= 0  # lost curvature information: fall back to steepest descent
+    uphill = gd >= 0  # lost curvature information: fall back to (preconditioned) steepest descent
+    if active is not None:
+        uphill &= active
     if bool(uphill.any()):
-        direction = torch.where(uphill[:, None], -g, direction)
+        direction = torch.where(uphill[:, None], -_precondition(precondition, g, active), direction)
         gd = (g * direction).sum(1)
     return direction, gd
+
+
+def _precondition(precondition: Callable | None, q, rows):
+    """``M q`` on the rows where ``rows`` (a bool mask) holds, 0 elsewhere (those rows are not moving);
+    ``q`` itself without a preconditioner."""
+    if precondition is None:
+        return q
+    out = q.new_zeros(q.shape)
+    idx = rows.nonzero().squeeze(1)
+    if len(idx):
+        out[idx] = precondition(q[idx], idx)
+    return out
 
 
 def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int):
@@ -833,13 +958,13 @@ def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int)
     return new_theta, new_f, new_g, pending
 
 
-def _remember(S, Y, rho, gamma, slot: int, s, yv, done):
+def _remember(S, Y, rho, gamma, slot: int, s, yv, done, precondition: Callable | None = None):
     """Store each row's step ``s`` and gradient change ``yv`` in ``slot`` where the curvature condition holds (an
     empty pair elsewhere); returns the new initial scaling ``gamma``."""
     import torch
 
     sy = (s * yv).sum(1)
-    yy = (yv * yv).sum(1)
+    yy = (yv * _precondition(precondition, yv, done)).sum(1)
     valid = done & (sy > 1e-10 * yy) & (yy > 0)
     S[slot] = s * valid[:, None]
     Y[slot] = yv * valid[:, None]
