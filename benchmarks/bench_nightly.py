@@ -195,6 +195,11 @@ def main() -> None:
     ap.add_argument("--tasks", default=None, help="comma-separated task ids (default: the catalog's)")
     ap.add_argument("--top", type=int, default=5, help="leaderboard rows per (pool, similarity)")
     ap.add_argument("--executor", choices=["ray", "local"], help="evalfarm run's executor (default: the CLI's)")
+    ap.add_argument(
+        "--quick-downstream",
+        action="store_true",
+        help="evalfarm run's quick profile: downstream on a 1,000-row training sample (labelled a sample everywhere)",
+    )
     ap.add_argument("--levels", default="word,sentence", help="levels of the correlation tables")
     ap.add_argument("--json", type=Path, help="also write the results here")
     ap.add_argument(
@@ -226,6 +231,9 @@ def main() -> None:
         run += ["--tasks", args.tasks]
     if args.executor:
         run += ["--executor", args.executor]
+    if args.quick_downstream:
+        run += ["--quick-downstream"]
+        result["downstream"] = "quick profile (max_train=1000 sample)"
     result["run"] = timed(run, logs / "run.log", sample=True)
     print(json.dumps({"run": result["run"]}), flush=True)
     result["noop_rerun"] = timed(run, logs / "rerun.log")
