@@ -395,7 +395,7 @@ class Run:
         from evalfarm import eta
         from evalfarm.scheduler.progress import fmt_seconds
 
-        stored = _stored(self.wh)
+        stored = self.wh.stored_text_stores()
         units = [
             eta.PlannedUnit(
                 u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored
@@ -609,21 +609,6 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
                 f"evaluated under the same id ({', '.join(others)}); `metrics` shows each task's newest result, "
                 "whichever spec it came from — see the `conflicts` view, or give the new spec its own id"
             )
-    return out
-
-
-def _stored(wh: Warehouse) -> set[tuple[str, str]]:
-    """(model, store key) of every text store with vectors (one listing of ``embeddings/``): those models embed
-    nothing, or only new texts."""
-    import pyarrow.fs as pafs
-
-    sel = pafs.FileSelector(wh._p("embeddings"), recursive=True, allow_not_found=True)
-    out = set()
-    for info in wh.fs.get_file_info(sel):
-        parts = info.path.split("/")
-        hidden = info.base_name.startswith((".", "_"))  # a temp file of a writer, never vectors
-        if info.path.endswith(".parquet") and not hidden and len(parts) >= 3 and parts[-3].startswith("model="):
-            out.add((parts[-3].removeprefix("model="), parts[-2].removeprefix("store=")))
     return out
 
 

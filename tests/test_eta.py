@@ -219,14 +219,12 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
     assert len(second) == 1 and "(estimates from history 2)" in second[0]
 
 
-def test_the_runner_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
-    from evalfarm.runner import _stored
-
+def test_the_warehouse_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
     wh = Warehouse(tmp_path / "wh")
     for model, store, name in (("a", "k1", "s.parquet"), ("b", "k2", ".s.parquet"), ("c", "k3", None)):
         d = tmp_path / "wh" / "embeddings" / f"model={model}" / f"store={store}"
         d.mkdir(parents=True)
         if name:
             (d / name).write_bytes(b"")
-    assert _stored(wh) == {("a", "k1")}  # a temp file is no vector; an empty folder neither
-    assert _stored(Warehouse(tmp_path / "none")) == set()
+    assert wh.stored_text_stores() == {("a", "k1")}  # a temp file is no vector; an empty folder neither
+    assert Warehouse(tmp_path / "none").stored_text_stores() == set()

@@ -179,6 +179,18 @@ class Warehouse:
         """A model's text store: one Parquet shard per batch of newly embedded texts."""
         return self._p("embeddings", f"model={model}", f"store={store_key}")
 
+    def stored_text_stores(self) -> set[tuple[str, str]]:
+        """(model, store key) of every text store with vectors (one listing of ``embeddings/``): those models embed
+        nothing, or only new texts (the first ETA's question)."""
+        sel = pafs.FileSelector(self._p("embeddings"), recursive=True, allow_not_found=True)
+        out = set()
+        for info in self.fs.get_file_info(sel):
+            parts = info.path.split("/")
+            hidden = info.base_name.startswith((".", "_"))  # a temp file of a writer, never vectors
+            if info.path.endswith(".parquet") and not hidden and len(parts) >= 3 and parts[-3].startswith("model="):
+                out.add((parts[-3].removeprefix("model="), parts[-2].removeprefix("store=")))
+        return out
+
     def unit_path(self, table: str, model: str, task: str, fingerprint: str) -> str:
         return self._p("tables", table, f"model={model}", f"task={task}", f"{fingerprint}.parquet")
 
