@@ -40,7 +40,10 @@ Backends, behind the one function:
   (``A ⊗ Σ + lam I``: ``Σ`` the covariance of the model's standardised training rows, computed once per training
   set, ``A`` the priors' softmax curvature), Cholesky-factored per model (binary) or through ``Σ``'s and ``A``'s
   eigenvectors (multinomial): the features' correlations and the penalty no longer set the iteration count, and
-  an iteration costs the same two products. Models that share a
+  an iteration costs the same two products. Wide features (``d >= LOWRANK_MIN_DIM``: the 1,536-d pair features
+  of a 384-d encoder) replace ``Σ`` by its top ``LOWRANK_RANK`` eigenpairs plus one value for the rest (a seeded
+  randomised Nyström sketch per training set): forming and factoring the ``d × d`` Grams cost more there than
+  the whole solve. Models that share a
   training set are solved along the C path (strongest penalty first, each warm-started from the previous C's
   solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
   inner-fold solutions. Float64 by default: C is chosen on
@@ -632,6 +635,13 @@ def _solve_torch(
     return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta
 
 
+LOWRANK_MIN_DIM = 1024
+"""From this feature dimension on (the 1,536-d pair features of a 384-d encoder), the preconditioner approximates
+each training set's covariance by its top ``LOWRANK_RANK`` eigenpairs (:meth:`_Problem.lowrank`) instead of
+forming and factoring the ``d × d`` Gram per model: measured on all-MiniLM-L6-v2's MRPC and SICK-E, the Grams and
+factorisations cost more than every iteration of the solve (``benchmarks/README.md``)."""
+LOWRANK_RANK = 128
+
 PATH_MIN_SETS = 8
 """Warm starts along the C path serialise the grid into rounds; they pay where each round still batches many
 models (the CV tasks' 50 inner folds), while a task with few training sets (a dev split, TREC's 5 inner folds)
@@ -668,6 +678,7 @@ class _Problem:
     masks: list[np.ndarray]  # each set's rows of X
     grams: torch.Tensor | None = None  # (S, d, d): each set's covariance of its standardised features
     eigs: tuple[torch.Tensor, torch.Tensor] | None = None
+    sketch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
     xa: torch.Tensor | None = None
 
     def augmented(self) -> torch.Tensor:
@@ -717,9 +728,11 @@ class _Problem:
 
         d, K, dev, dt = self.X.shape[1], self.K, self.X.device, self.X.dtype
         idx = torch.from_numpy(np.asarray(sets)).to(dev)
-        cov = self.covariances()
         yc = self.y.cpu().numpy()
         prior = np.stack([np.bincount(yc[self.masks[s]], minlength=max(K, 2)) / len(self.masks[s]) for s in sets])
+        if d >= LOWRANK_MIN_DIM:
+            return self._lowrank_preconditioner(idx, prior, lam)
+        cov = self.covariances()
         if K == 1:
             a = torch.from_numpy(np.maximum(prior[:, 1] * prior[:, 0], 1e-3)).to(dev, dt)
             L = torch.linalg.cholesky(a[:, None, None] * cov[idx] + torch.diag_embed(lam[:, None].expand(-1, d)))
@@ -753,6 +766,79 @@ class _Problem:
             return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
 
         return apply_multinomial
+
+    def lowrank(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Each set's covariance (:meth:`covariances`) as its top ``LOWRANK_RANK`` eigenpairs plus one scalar for
+        the rest: a randomised Nyström approximation (Tropp et al. 2017, the stable form with a small shift) from one
+        product ``Σ Ω`` through the set's rows, ``2 n d r`` operations instead of the ``n d²`` of the Gram and the
+        ``d³`` of its factorisation. Returns eigenvalues ``(S, r)`` (descending), vectors ``(S, d, r)`` and the
+        rest's value ``(S,)`` (the smallest kept eigenvalue, as Frangella, Tropp & Udell's Nyström preconditioner).
+        Seeded: the same features give the same preconditioner, hence the same iterates."""
+        import torch
+
+        if self.sketch is None:
+            X, dt = self.X, self.X.dtype
+            d = X.shape[1]
+            r = min(LOWRANK_RANK, d)
+            gen = torch.Generator().manual_seed(0)
+            omega = torch.linalg.qr(torch.randn(d, r, generator=gen, dtype=torch.float64))[0].to(X.device, dt)
+            E, U, rest = [], [], []
+            for s, rows in enumerate(self.masks):
+                Xs = X[torch.from_numpy(rows).to(X.device)]
+                inv, m = self.inv[s], self.mean[s]
+                Om = omega * inv[:, None]  # Σ Ω = D (Xsᵀ Xs / n - m mᵀ) D Ω
+                Y = inv[:, None] * ((Xs.T @ (Xs @ Om)) / len(rows) - m[:, None] * (m @ Om)[None, :])
+                nu = torch.finfo(dt).eps * float(torch.linalg.matrix_norm(Y)) * d
+                Y = Y + nu * omega
+                core = omega.T @ Y
+                L = torch.linalg.cholesky(0.5 * (core + core.T))
+                Bt = torch.linalg.solve_triangular(L, Y.T, upper=False)  # (r, d): (Y L⁻ᵀ)ᵀ
+                Ur, sv, _ = torch.linalg.svd(Bt.T, full_matrices=False)
+                lam = (sv * sv - nu).clamp(min=0)
+                E.append(lam)
+                U.append(Ur)
+                rest.append(lam[-1])
+            self.sketch = (torch.stack(E), torch.stack(U), torch.stack(rest))
+        return self.sketch
+
+    def _lowrank_preconditioner(self, idx: torch.Tensor, prior: np.ndarray, lam: torch.Tensor) -> Callable:
+        """:meth:`preconditioner` for wide features (``d >= LOWRANK_MIN_DIM``: pair features): the same Hessian
+        bound with ``Σ`` replaced by :meth:`lowrank`'s top eigenpairs, the rest of the spectrum by one value (the
+        smallest kept eigenvalue), so ``M q = U diag(1 / (a e + lam)) Uᵀ q + (q - U Uᵀ q) / (a e_r + lam)`` —
+        per iteration ``4 d r`` operations a model instead of a ``d × d`` triangular solve."""
+        import torch
+
+        d, K, dev, dt = self.X.shape[1], self.K, self.X.device, self.X.dtype
+        E, U, rest = (t[idx] for t in self.lowrank())
+        Ut = U.transpose(1, 2).contiguous()
+        P = torch.from_numpy(prior).to(dev, dt)
+        if K == 1:
+            a = torch.from_numpy(np.maximum(prior[:, 1] * prior[:, 0], 1e-3)).to(dev, dt)
+            alpha, V = a[:, None], torch.ones(len(idx), 1, 1, dtype=dt, device=dev)
+            inv_alpha = 1 / alpha
+        else:
+            alpha, V = torch.linalg.eigh(torch.diag_embed(P) - P[:, :, None] * P[:, None, :])  # (B, K), (B, K, K)
+            alpha = alpha.clamp(min=0)
+            inv_alpha = torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), torch.zeros_like(alpha))
+        Vt = V.transpose(1, 2).contiguous()
+        top = 1 / (E[:, :, None] * alpha[:, None, :] + lam[:, None, None])  # (B, r, K)
+        low = 1 / (rest[:, None] * alpha + lam[:, None])  # (B, K)
+
+        def apply(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+            m = q.shape[0]
+            Q = q[:, : d * K].view(m, d, K)
+            if m == len(idx):
+                Um, Utm, Vm, Vtm, tm, lm, ia = U, Ut, V, Vt, top, low, inv_alpha
+            else:
+                Um, Utm, Vm, Vtm = U[rows], Ut[rows], V[rows], Vt[rows]
+                tm, lm, ia = top[rows], low[rows], inv_alpha[rows]
+            C = Utm @ Q  # (m, r, K)
+            rest_part = Q - Um @ C
+            R = Um @ (((C @ Vm) * tm) @ Vtm) + ((rest_part @ Vm) * lm[:, None, :]) @ Vtm
+            c = ((q[:, d * K :, None] * Vm).sum(1) * ia)[:, None, :] * Vm
+            return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
+
+        return apply
 
     def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Eigenvalues (clamped at 0) and vectors of every set's :meth:`covariances`, for the multinomial models."""

@@ -195,6 +195,51 @@ def test_preconditioner_inverts_each_models_hessian_at_the_start(n_classes):
     np.testing.assert_allclose(got.numpy(), np.stack(want), atol=1e-8)
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
+    """Wide features (pair features, ``d >= LOWRANK_MIN_DIM``) get a randomised Nyström sketch of each set's
+    covariance instead of its Gram; at full rank the sketch is the covariance, so it must invert ``A ⊗ Σ + lam I``
+    as exactly as the Cholesky / eigh path."""
+    import torch
+
+    import evalfarm.classify as classify
+    from evalfarm.classify import _Problem, standardisation
+
+    d = 6
+    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", 2)
+    monkeypatch.setattr(classify, "LOWRANK_RANK", d)
+    rng = np.random.default_rng(4)
+    n = 80
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
+    y = np.arange(n) % n_classes
+    sets = [np.arange(0, 30), np.arange(10, 75)]
+    mean, inv = standardisation(X, sets)
+    K = 1 if n_classes == 2 else n_classes
+    T = torch.float64
+    problem = _Problem(
+        X=torch.from_numpy(X), y=torch.from_numpy(y), K=K, mean=torch.from_numpy(mean).to(T),
+        inv=torch.from_numpy(inv).to(T), masks=sets,
+    )  # fmt: skip
+    E, U, _ = problem.lowrank()
+    cov = problem.covariances()
+    np.testing.assert_allclose((U * E[:, None, :]) @ U.transpose(1, 2), cov, atol=1e-8)
+    lam = torch.tensor([0.2, 0.003], dtype=T)
+    apply = problem.preconditioner(np.array([0, 1]), lam)
+    qs, want = [], []
+    for s, rows in enumerate(sets):
+        p = np.bincount(y[rows], minlength=n_classes) / len(rows)
+        A = p[1] * p[0] if K == 1 else np.diag(p) - np.outer(p, p)
+        W = rng.normal(size=(d, K))
+        b = rng.normal(size=K)
+        b = b if K == 1 else b - b.mean()
+        S = cov[s].numpy()
+        HW = S @ W * A + lam[s].item() * W if K == 1 else S @ W @ A + lam[s].item() * W
+        qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
+        want.append(np.concatenate([W.ravel(), b]))
+    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(2))
+    np.testing.assert_allclose(got.numpy(), np.stack(want), atol=1e-7)
+
+
 def test_cv_folds_are_stratified_disjoint_and_seeded():
     y = np.array([0] * 103 + [1] * 57 + [2] * 40)
     folds = cv_folds(y, 10, seed=1111)
@@ -359,3 +404,24 @@ def test_torch_agrees_with_sklearn_on_every_task(name, data_dir, glove_bow):
     # the features carry signal: both beat always answering the majority class
     gold = np.concatenate([p.labels for role, p in task.parts().items() if role in ("cv", "test")])
     assert ref.accuracy > np.bincount(gold).max() / len(gold) + 0.02
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["MRPC", "SICK-E"])
+def test_lowrank_path_agrees_with_sklearn_on_the_pair_tasks(name, data_dir, glove_bow, monkeypatch):
+    """The low-rank preconditioner that wide pair features take (1,536-d for a 384-d encoder), forced here onto
+    GloVe's 200-d pair features at a rank well below d: the same optimum as scikit-learn, so the same accuracy."""
+    import evalfarm.classify as classify
+
+    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", 128)
+    monkeypatch.setattr(classify, "LOWRANK_RANK", 32)
+    task = load_downstream_task(name, data_dir / "downstream" / name).subsample_train(AGREEMENT_MAX_TRAIN)
+    data = task_features(task, glove_bow)
+    assert data["train"][0].shape[1] == 200
+    opts = dict(f1_label=task.f1_label, n_classes=task.n_classes, inner_k=3, threads=1)
+    ref = evaluate(data, backend="sklearn", **opts)
+    got = evaluate(data, backend="torch", **opts)
+    assert abs(got.accuracy - ref.accuracy) <= 0.001, (name, ref, got)
+    assert got.chosen_c == ref.chosen_c
+    if task.f1_label is not None:
+        assert abs(got.f1 - ref.f1) <= 0.001
