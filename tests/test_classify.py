@@ -425,3 +425,35 @@ def test_lowrank_path_agrees_with_sklearn_on_the_pair_tasks(name, data_dir, glov
     assert got.chosen_c == ref.chosen_c
     if task.f1_label is not None:
         assert abs(got.f1 - ref.f1) <= 0.001
+
+
+@pytest.mark.parametrize(
+    ("d", "lowrank_from", "preconditioned"), [(6, 1024, True), (12, 1024, False), (6, 2, True), (20, 2, False)]
+)
+def test_preconditioner_only_where_rows_per_dimension_pay(d, lowrank_from, preconditioned, monkeypatch):
+    """Few rows per dimension (a wide encoder's 1,000-row quick-profile sample): the preconditioner's set-up costs
+    more than it saves, so the solve runs plain L-BFGS (``None``); the smallest training set decides. Dense path:
+    at least ``DENSE_MIN_ROWS_PER_DIM`` rows per dimension; low-rank path: ``LOWRANK_MIN_ROWS_PER_DIM``."""
+    import torch
+
+    import evalfarm.classify as classify
+    from evalfarm.classify import _Problem, standardisation
+
+    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", lowrank_from)
+    monkeypatch.setattr(classify, "LOWRANK_RANK", 4)
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(60, d))
+    y = np.arange(60) % 2
+    sets = [np.arange(0, 30), np.arange(0, 60)]  # the smaller set: 30 rows
+    mean, inv = standardisation(X, sets)
+    T = torch.float64
+    problem = _Problem(
+        X=torch.from_numpy(X), y=torch.from_numpy(y), K=1, mean=torch.from_numpy(mean).to(T),
+        inv=torch.from_numpy(inv).to(T), masks=sets,
+    )  # fmt: skip
+    ratio = classify.LOWRANK_MIN_ROWS_PER_DIM if d >= lowrank_from else classify.DENSE_MIN_ROWS_PER_DIM
+    assert (30 >= ratio * d) == preconditioned  # the cases straddle the thresholds as documented
+    got = problem.preconditioner(np.array([0, 1]), torch.tensor([0.1, 0.1], dtype=T))
+    assert (got is not None) == preconditioned
+    only_big = problem.preconditioner(np.array([1]), torch.tensor([0.1], dtype=T))  # 60 rows
+    assert (only_big is not None) == (60 >= ratio * d)

@@ -27,7 +27,9 @@ embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
   chosen C is refit per outer fold; version-1 results are not reused. Version 3: the engine's L-BFGS is
   preconditioned (it stops at other points within the same tolerance, so an accuracy can move by a prediction).
   Version 4: features of 1,024 dimensions or more (MRPC and SICK-E pair features of a 256-d or wider encoder) get
-  a low-rank preconditioner (the same tolerance; such a task's accuracy can move by a prediction).
+  a low-rank preconditioner (the same tolerance; such a task's accuracy can move by a prediction), and training
+  sets with few rows per feature dimension (under 3, or 2 on the low-rank path: e.g. a 384-d encoder's 1,000-row
+  quick-profile samples) are solved without a preconditioner, which costs more there than it saves.
 
 Metrics (subset ``all``): ``accuracy`` (primary; a fraction in [0, 1]), ``accuracy_std`` (std over the 10 folds,
 CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection score at the chosen C),
@@ -136,7 +138,8 @@ class DownstreamScorer(Scorer):
     version = "4"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits;
     # 3: the engine's L-BFGS preconditioned (stops at other points within tol: accuracies can move by a prediction)
     # 4: a low-rank preconditioner for features of >= 1,024 dims (pair features of 256+-d encoders): other stops
-    # within tol, so a pair task's accuracy can move by a prediction
+    # within tol, so a pair task's accuracy can move by a prediction; no preconditioner where the training sets
+    # have few rows per dimension (a wide encoder's 1,000-row samples): the version-2 solve there
     task_spec = DownstreamTaskSpec
     primary_metric = "accuracy"
     higher_is_better = True
