@@ -71,7 +71,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.mteb_results import ExportResult, ImportResult
     from evalfarm.options import RunOptions
     from evalfarm.outcomes import UnitOutcome
-    from evalfarm.paper import PaperTable, Table10
+    from evalfarm.paper import CoverageTable, PaperTable, Table10
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
@@ -506,6 +506,23 @@ def paper_correlation_table(
         downstream_variant=downstream_variant,
         table=table,
     )
+
+
+def paper_coverage_table(
+    *,
+    warehouse: PathOrStr | None = None,
+    name: str,
+    ties: str = "optimistic",
+    downstream_variant: str | None = None,
+) -> CoverageTable:
+    """The paper's Table 3 rows over the word models compared by the coverage variant ``name`` (``evalfarm zoo
+    coverage --name``), each cell on the protocol's task and on its coverage-controlled variant side by side, with
+    the pairs each variant kept; ``downstream_variant``: default the word level's most common one. A missing
+    warehouse raises FileNotFoundError; no such variant, ValueError."""
+    from evalfarm.paper import coverage_table_from
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    return coverage_table_from(wh, name=name, ties=ties, downstream_variant=downstream_variant)
 
 
 def paper_table10(*, warehouse: PathOrStr | None = None, downstream_variant: str | None = None) -> Table10:

@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from evalfarm.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
 from evalfarm.correlations import TIES
 
@@ -470,3 +472,129 @@ def table10_from(warehouse: Any, *, downstream_variant: str | None = None) -> Ta
     finally:
         con.close()
     return table10(rows, downstream_variant=downstream_variant)
+
+
+# -- Table 3 both ways: the protocol's word tasks and their coverage-controlled variant (issue 26) ----------------
+COVERAGE_SQL = """
+SELECT intrinsic_task AS task, intrinsic_metric AS metric, ties, downstream_task, model,
+       intrinsic_value AS x, downstream_value AS y
+FROM correlation_pairs
+WHERE level = 'word' AND NOT excludes_postprocessed AND intrinsic_subset = 'all' AND downstream_variant = ?
+  AND intrinsic_task IN (SELECT unnest(?::VARCHAR[]))
+  AND ((intrinsic_scorer = 'evalrank' AND variant = 'cos') OR (intrinsic_scorer <> 'evalrank' AND variant = 'raw'))
+"""
+
+
+@dataclass
+class CoverageTable:
+    """Table 3's rows over one compared set of word models, each cell twice: on the protocol's task and on its
+    coverage-controlled variant ``<task>-<name>`` (``evalfarm zoo coverage``), so that the two differ only in the
+    words kept, not in the models; ``cells[(row, column)] = (protocol rho x 100, coverage rho x 100, published)``."""
+
+    name: str
+    ties: str
+    downstream_variant: str
+    models: list[str]
+    cells: dict[tuple[str, str], tuple[float | None, float | None, float | None]]
+    pairs: dict[str, tuple[int | None, int | None]]
+    """task -> (pairs in the protocol's task, pairs its variant kept)."""
+
+    def render(self) -> str:
+        cols = [label for label, _ in COLUMNS["word"]]
+        fmt = lambda v: "-" if v is None else f"{v:.2f}"  # noqa: E731
+        lines = [
+            f"Spearman's rho x 100, word level, Table 3's rows over the {len(self.models)} word models compared by "
+            f"the coverage variant {self.name!r}; each cell: protocol / coverage-controlled (published cell); "
+            f"EvalRank ties {self.ties}; downstream variant {self.downstream_variant}",
+            f"{'evaluator':<18}" + "".join(f"{c:>24}" for c in cols),
+        ]
+        for row in WORD_ROWS:
+            cells = (self.cells.get((row.label, c), (None, None, None)) for c in cols)
+            lines.append(
+                f"{row.label:<18}"
+                + "".join(f"{fmt(a) + ' / ' + fmt(b) + ('' if p is None else f' ({p:.2f})'):>24}" for a, b, p in cells)
+            )
+        lines.append("pairs kept: " + "; ".join(f"{t} {k}/{n}" for t, (n, k) in sorted(self.pairs.items())))
+        return "\n".join(lines)
+
+
+def coverage_table(
+    rows: list[dict[str, Any]],
+    pairs: dict[str, int],
+    *,
+    name: str,
+    ties: str = "optimistic",
+    downstream_variant: str = "",
+) -> CoverageTable:
+    """:class:`CoverageTable` from ``correlation_pairs`` rows (:data:`COVERAGE_SQL`): the compared set is the models
+    that have the variant's EvalRank task; every cell's rho is over those of them that have both numbers."""
+    from evalfarm.correlations import spearman
+
+    if ties not in TIES:
+        raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
+    models = sorted({r["model"] for r in rows if r["task"] == f"evalrank-word-{name}"})
+    if not models:
+        raise ValueError(f"no model has the task evalrank-word-{name}: run the coverage variant's catalog first")
+    keep = set(models)
+    values: dict[tuple[str, str | None, str], dict[str, tuple[float, float]]] = {}
+    for r in rows:
+        if r["model"] in keep and r["ties"] in (ties, None, ""):
+            values.setdefault((r["task"], r["metric"], r["downstream_task"]), {})[r["model"]] = (r["x"], r["y"])
+
+    def rho(task: str, metric: str | None, column: str) -> float | None:
+        got = next((v for (t, m, c), v in values.items() if t == task and c == column and metric in (None, m)), {})
+        if len(got) < 3:
+            return None
+        xy = [got[m] for m in sorted(got)]
+        value = spearman(np.array([a for a, _ in xy]), np.array([b for _, b in xy]))
+        return None if not np.isfinite(value) else round(100 * value, 2)
+
+    published = TABLES["3"].published()
+    cells = {
+        (row.label, label): (
+            rho(row.task, row.metric, column),
+            rho(f"{row.task}-{name}", row.metric, column),
+            published.get((row.label, label)),
+        )
+        for row in WORD_ROWS
+        for label, column in COLUMNS["word"]
+    }
+    tasks = sorted({row.task for row in WORD_ROWS})
+    kept = {t: (pairs.get(t), pairs.get(f"{t}-{name}")) for t in tasks}
+    return CoverageTable(name, ties, downstream_variant, models, cells, kept)
+
+
+def coverage_table_from(
+    warehouse: Any, *, name: str, ties: str = "optimistic", downstream_variant: str | None = None
+) -> CoverageTable:
+    """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics;
+    ``downstream_variant`` default: the one most of the word level's pairs have (as the paper layout picks)."""
+    from evalfarm.correlations import connect
+
+    tasks = sorted({row.task for row in WORD_ROWS})
+    wanted = tasks + [f"{t}-{name}" for t in tasks]
+    con = connect(warehouse)
+    try:
+        if downstream_variant is None:
+            top = con.execute(
+                "SELECT downstream_variant FROM correlation_pairs WHERE level = 'word' GROUP BY 1"
+                " ORDER BY count(*) DESC, 1 LIMIT 1"
+            ).fetchone()
+            downstream_variant = top[0] if top else ""
+        cur = con.execute(COVERAGE_SQL, [downstream_variant, wanted])
+        names = [c[0] for c in cur.description]
+        rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
+        counts = con.execute(
+            "SELECT task, max(value) FROM metrics WHERE metric = 'n_pairs' AND task IN (SELECT unnest(?::VARCHAR[]))"
+            " GROUP BY task",
+            [wanted],
+        ).fetchall()
+    finally:
+        con.close()
+    return coverage_table(
+        rows,
+        {t: int(v) for t, v in counts},
+        name=name,
+        ties=ties,
+        downstream_variant=downstream_variant,
+    )

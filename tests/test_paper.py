@@ -280,3 +280,56 @@ def test_figure_4_orders_by_mr_and_sst2_with_evalrank_stsb_and_str_first(paper_w
     column = next(c for c in table.columns if c.startswith("mr"))  # "mr (logreg)": two variants here
     rows = _figure_rows(table, column)
     assert rows[:3] == ["evalrank-sentence (cos)", "str test (cos)", "stsb test (cos)"]
+
+
+def _evalrank_unit(wh: Warehouse, model: str, task: str, mrr: dict[str, float], *, n_pairs: int) -> None:
+    """One EvalRank unit as the scorer writes it: the MRR per tie policy (primary) and the pool's pair count."""
+    fp, created = f"er-{model}-{task}", now()
+    rows = [
+        {"run_id": "hand", "model": model, "task": task, "scorer": "evalrank", "subset": "all", "variant": "cos",
+         "ties": ties, "metric": metric, "value": value, "is_primary": metric == "mrr", "higher_is_better": True,
+         "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": created}
+        for ties, metric, value in [*((t, "mrr", v) for t, v in mrr.items()), (None, "n_pairs", n_pairs)]
+    ]  # fmt: skip
+    wh.write("metrics", rows, wh.unit_path("metrics", model, task, fp))
+
+
+def test_table_3_both_ways_over_the_coverage_variants_compared_models(tmp_path):
+    """Six word models, five of them in the coverage variant 'common': the protocol's EvalRank disagrees with MR
+    (its OOV ties put w5 first: 5, 1, 2, 3, 4 -> rho 0 over the five), the coverage-controlled one agrees (100);
+    SimLex (raw) is the same both ways on 1, 3, 2, 4, 5 (90). w6 has no variant: it is left out of both columns,
+    and its protocol number would otherwise change the protocol cell."""
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(6):
+        w = f"w{i + 1}"
+        add_model(wh, w, "word", "word-vectors")
+        add_model(wh, f"bow-{w}", "sentence", "bow", base=w)
+        mrr = {"optimistic": [2, 3, 4, 5, 1, 0][i], "realistic": [2, 3, 4, 5, 6, 0][i]}
+        _evalrank_unit(wh, w, "evalrank-word", mrr, n_pairs=5514)
+        add_metric(wh, w, "wordsim-simlex-999", "word-similarity", [1, 3, 2, 4, 5, 9][i], variant="raw",
+                   metric="spearman")  # fmt: skip
+        if i < 5:
+            _evalrank_unit(wh, w, "evalrank-word-common", {"optimistic": 0.1 * (i + 1)}, n_pairs=1874)
+            add_metric(wh, w, "wordsim-simlex-999-common", "word-similarity", [1, 3, 2, 4, 5][i], variant="raw",
+                       metric="spearman")  # fmt: skip
+        add_accuracy(wh, f"bow-{w}", "mr", ACC[i] if i < 5 else 0.1)
+    from evalfarm.paper import coverage_table_from
+
+    t = coverage_table_from(wh, name="common", ties="optimistic", downstream_variant="logreg")
+    assert t.models == ["w1", "w2", "w3", "w4", "w5"]
+    assert t.cells[("EvalRank MRR", "MR")] == (0.0, 100.0, 87.91)
+    assert t.cells[("SIMLEX-999", "MR")] == (90.0, 90.0, 48.02)
+    assert t.cells[("WS-353-All", "MR")] == (None, None, 43.68)
+    assert t.pairs["evalrank-word"] == (5514, 1874)
+    realistic = coverage_table_from(wh, name="common", ties="realistic", downstream_variant="logreg")
+    assert realistic.cells[("EvalRank MRR", "MR")][0] == 100.0  # the realistic protocol row: 2..6, in MR's order
+    res = CliRunner().invoke(
+        app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--coverage", "common", "--ties", "all"]
+    )
+    assert res.exit_code == 0, res.output
+    assert "0.00 / 100.00 (87.91)" in res.output and "evalrank-word 1874/5514" in res.output
+    assert res.output.count("EvalRank ties") == 3
+    bad = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--coverage", "x"])
+    assert bad.exit_code != 0 and "evalrank-word-x" in bad.output
+    plain = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--coverage", "common"])
+    assert plain.exit_code != 0 and "--layout paper" in plain.output

@@ -139,6 +139,14 @@ PaperTableOpt = Annotated[
     str | None,
     typer.Option("--table", help="paper layout: one of the paper's tables, 3, 4, 6, 7, 10 (post-processing) or 11"),
 ]
+CoverageOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--coverage",
+        help="paper layout: Table 3 over the models of this coverage variant (evalfarm zoo coverage --name), "
+        "protocol / coverage-controlled side by side",
+    ),
+]
 DownstreamVariantOpt = Annotated[
     str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
 ]
@@ -160,8 +168,12 @@ def correlations(
     published: PublishedOpt = False,
     downstream_variant: DownstreamVariantOpt = None,
     paper_table: PaperTableOpt = None,
+    coverage: CoverageOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    if coverage is not None:
+        _coverage_correlations(layout, warehouse, ties, coverage, downstream_variant)
+        return
     if layout is Layout.paper:
         _paper_correlations(
             level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant, paper_table
@@ -183,6 +195,25 @@ def correlations(
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
     print_correlations(table, format, intervals=intervals)
+
+
+def _coverage_correlations(
+    layout: Layout, warehouse: str, ties: TiesChoice, name: str, downstream_variant: str | None
+) -> None:
+    """``correlations --layout paper --coverage NAME``: Table 3 both ways over the variant's compared models."""
+    if layout is not Layout.paper:
+        fail("--coverage lays out the paper's Table 3 both ways: add --layout paper")
+    from evalfarm.correlations import TIES
+
+    policies = list(TIES) if ties is TiesChoice.all else [ties.value]
+    try:
+        for policy in policies:
+            table = api.paper_coverage_table(
+                warehouse=warehouse, name=name, ties=policy, downstream_variant=downstream_variant
+            )
+            out.print(table.render(), markup=False, highlight=False, soft_wrap=True)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        fail(str(exc))
 
 
 def _paper_correlations(
