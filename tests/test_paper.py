@@ -192,6 +192,12 @@ def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path
     assert res.exit_code == 0 and "w/o wiki vocabs" in res.output and "90.00" in res.output
     bad = CliRunner().invoke(app, ["correlations", "--warehouse", wh.uri, "--layout", "paper", "--table", "5"])
     assert bad.exit_code != 0 and "3, 4, 6, 7, 11, 10" in bad.output
+    # the table fixes its models and level: options asking otherwise fail instead of being ignored
+    args = ["correlations", "--warehouse", wh.uri, "--layout", "paper"]
+    clash = CliRunner().invoke(app, [*args, "--table", "4", "--exclude-postprocessed"])
+    assert clash.exit_code != 0 and "over all models" in clash.output
+    clash = CliRunner().invoke(app, [*args, "--table", "11", "--level", "word"])
+    assert clash.exit_code != 0 and "sentence-level table" in clash.output
 
 
 def test_the_ablation_catalog_runs_only_its_tasks_over_the_local_zoo():

@@ -238,6 +238,15 @@ def _paper_correlations(
         return
     if paper_table is not None and paper_table not in TABLES:
         fail(f"--table: the paper's layout has tables {', '.join([*TABLES, '10'])}, not {paper_table!r}")
+    if paper_table is not None:  # the table fixes its level and models: an option that asks otherwise is an error
+        tdef = TABLES[paper_table]
+        if exclude_postprocessed and not tdef.exclude_postprocessed:
+            fail(
+                f"--exclude-postprocessed with --table {paper_table}: the paper's {tdef.name} is over all models "
+                "(its table without post-processed models is 11, sentence level); drop --table for either level"
+            )
+        if level is Level.word and tdef.level != "word":
+            fail(f"--level word with --table {paper_table}: the paper's {tdef.name} is a sentence-level table")
     if ties is TiesChoice.all:
         fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
     try:
