@@ -161,38 +161,17 @@ def test_preconditioner_inverts_each_models_hessian_at_the_start(n_classes):
     """The engine's L-BFGS starts from the inverse of ``A ⊗ Σ + lam I`` per model: ``Σ`` each training set's
     covariance of its standardised rows (a small set summed directly, a large one as the whole minus its
     complement), ``A`` the class priors' curvature. Applied to ``H v`` it must give ``v`` back."""
-    import torch
-
-    from evalfarm.classify import _Problem, standardisation
 
     rng = np.random.default_rng(3)
     n, d = 60, 4
     X = rng.normal(size=(n, d)) * [1.0, 3.0, 0.5, 2.0] + [0.0, 1.0, -2.0, 5.0]
     y = np.arange(n) % n_classes
     sets = [np.arange(0, 20), np.arange(5, 55)]  # under and over half of the rows
-    mean, inv = standardisation(X, sets)
-    K = 1 if n_classes == 2 else n_classes
-    T = torch.float64
-    problem = _Problem(
-        X=torch.from_numpy(X), y=torch.from_numpy(y), K=K, mean=torch.from_numpy(mean).to(T),
-        inv=torch.from_numpy(inv).to(T), masks=sets,
-    )  # fmt: skip
+    problem = _problem(X, y, 1 if n_classes == 2 else n_classes, sets)
+    mean, inv = problem.mean.numpy(), problem.inv.numpy()
     cov = [np.cov((X[r] - mean[s]) * inv[s], rowvar=False, ddof=0) for s, r in enumerate(sets)]
     np.testing.assert_allclose(problem.covariances().numpy(), np.stack(cov), atol=1e-10)
-    lam = torch.tensor([0.3, 0.01], dtype=T)
-    apply = problem.preconditioner(np.array([0, 1]), lam)
-    qs, want = [], []
-    for s, rows in enumerate(sets):
-        p = np.bincount(y[rows], minlength=n_classes) / len(rows)
-        A = p[1] * p[0] if K == 1 else np.diag(p) - np.outer(p, p)
-        W = rng.normal(size=(d, K))
-        b = rng.normal(size=K)
-        b = b if K == 1 else b - b.mean()  # the intercepts' common direction is free (its gradient is zero)
-        HW = cov[s] @ W * A + lam[s].item() * W if K == 1 else cov[s] @ W @ A + lam[s].item() * W
-        qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
-        want.append(np.concatenate([W.ravel(), b]))
-    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(2))
-    np.testing.assert_allclose(got.numpy(), np.stack(want), atol=1e-8)
+    _assert_inverts_the_start_hessian(problem, np.stack(cov), [0.3, 0.01], rng, atol=1e-8)
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
@@ -200,10 +179,8 @@ def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
     """Wide features (pair features, ``d >= LOWRANK_MIN_DIM``) get a randomised Nyström sketch of each set's
     covariance instead of its Gram; at full rank the sketch is the covariance, so it must invert ``A ⊗ Σ + lam I``
     as exactly as the Cholesky / eigh path."""
-    import torch
 
     import evalfarm.classify as classify
-    from evalfarm.classify import _Problem, standardisation
 
     d = 6
     monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", 2)
@@ -213,31 +190,11 @@ def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
     X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
     y = np.arange(n) % n_classes
     sets = [np.arange(0, 30), np.arange(10, 75)]
-    mean, inv = standardisation(X, sets)
-    K = 1 if n_classes == 2 else n_classes
-    T = torch.float64
-    problem = _Problem(
-        X=torch.from_numpy(X), y=torch.from_numpy(y), K=K, mean=torch.from_numpy(mean).to(T),
-        inv=torch.from_numpy(inv).to(T), masks=sets,
-    )  # fmt: skip
+    problem = _problem(X, y, 1 if n_classes == 2 else n_classes, sets)
     E, U, _ = problem.lowrank()
     cov = problem.covariances()
     np.testing.assert_allclose((U * E[:, None, :]) @ U.transpose(1, 2), cov, atol=1e-8)
-    lam = torch.tensor([0.2, 0.003], dtype=T)
-    apply = problem.preconditioner(np.array([0, 1]), lam)
-    qs, want = [], []
-    for s, rows in enumerate(sets):
-        p = np.bincount(y[rows], minlength=n_classes) / len(rows)
-        A = p[1] * p[0] if K == 1 else np.diag(p) - np.outer(p, p)
-        W = rng.normal(size=(d, K))
-        b = rng.normal(size=K)
-        b = b if K == 1 else b - b.mean()
-        S = cov[s].numpy()
-        HW = S @ W * A + lam[s].item() * W if K == 1 else S @ W @ A + lam[s].item() * W
-        qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
-        want.append(np.concatenate([W.ravel(), b]))
-    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(2))
-    np.testing.assert_allclose(got.numpy(), np.stack(want), atol=1e-7)
+    _assert_inverts_the_start_hessian(problem, cov.numpy(), [0.2, 0.003], rng, atol=1e-7)
 
 
 def test_cv_folds_are_stratified_disjoint_and_seeded():
@@ -437,7 +394,6 @@ def test_preconditioner_only_where_rows_per_dimension_pay(d, lowrank_from, preco
     import torch
 
     import evalfarm.classify as classify
-    from evalfarm.classify import _Problem, standardisation
 
     monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", lowrank_from)
     monkeypatch.setattr(classify, "LOWRANK_RANK", 4)
@@ -445,15 +401,47 @@ def test_preconditioner_only_where_rows_per_dimension_pay(d, lowrank_from, preco
     X = rng.normal(size=(60, d))
     y = np.arange(60) % 2
     sets = [np.arange(0, 30), np.arange(0, 60)]  # the smaller set: 30 rows
-    mean, inv = standardisation(X, sets)
+    problem = _problem(X, y, 1, sets)
     T = torch.float64
-    problem = _Problem(
-        X=torch.from_numpy(X), y=torch.from_numpy(y), K=1, mean=torch.from_numpy(mean).to(T),
-        inv=torch.from_numpy(inv).to(T), masks=sets,
-    )  # fmt: skip
     ratio = classify.LOWRANK_MIN_ROWS_PER_DIM if d >= lowrank_from else classify.DENSE_MIN_ROWS_PER_DIM
     assert (30 >= ratio * d) == preconditioned  # the cases straddle the thresholds as documented
     got = problem.preconditioner(np.array([0, 1]), torch.tensor([0.1, 0.1], dtype=T))
     assert (got is not None) == preconditioned
     only_big = problem.preconditioner(np.array([1]), torch.tensor([0.1], dtype=T))  # 60 rows
     assert (only_big is not None) == (60 >= ratio * d)
+
+
+def _problem(X: np.ndarray, y: np.ndarray, K: int, sets: list[np.ndarray]):
+    """The engine's float64 problem over ``X`` with the training ``sets``, standardised as the engine does."""
+    import torch
+
+    from evalfarm.classify import _Problem, standardisation
+
+    mean, inv = standardisation(X, sets)
+    T = torch.float64
+    return _Problem(
+        X=torch.from_numpy(X), y=torch.from_numpy(y), K=K, mean=torch.from_numpy(mean).to(T),
+        inv=torch.from_numpy(inv).to(T), masks=sets,
+    )  # fmt: skip
+
+
+def _assert_inverts_the_start_hessian(problem, cov: np.ndarray, lams: list[float], rng, *, atol: float) -> None:
+    """The preconditioner of every set of ``problem`` (penalty ``lams[s]``) applied to ``H v`` gives ``v`` back,
+    ``H = A ⊗ cov[s] + lam I`` on the weights and ``A`` on the intercepts (``A`` the class priors' curvature)."""
+    import torch
+
+    y, K, sets = problem.y.numpy(), problem.K, problem.masks
+    n_classes, d = max(K, 2), cov.shape[1]
+    apply = problem.preconditioner(np.arange(len(sets)), torch.tensor(lams, dtype=torch.float64))
+    qs, want = [], []
+    for s, rows in enumerate(sets):
+        p = np.bincount(y[rows], minlength=n_classes) / len(rows)
+        A = p[1] * p[0] if K == 1 else np.diag(p) - np.outer(p, p)
+        W = rng.normal(size=(d, K))
+        b = rng.normal(size=K)
+        b = b if K == 1 else b - b.mean()  # the intercepts' common direction is free (its gradient is zero)
+        HW = cov[s] @ W * A + lams[s] * W if K == 1 else cov[s] @ W @ A + lams[s] * W
+        qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
+        want.append(np.concatenate([W.ravel(), b]))
+    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(len(sets)))
+    np.testing.assert_allclose(got.numpy(), np.stack(want), atol=atol)
