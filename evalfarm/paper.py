@@ -476,10 +476,10 @@ def table10_from(warehouse: Any, *, downstream_variant: str | None = None) -> Ta
 
 # -- Table 3 both ways: the protocol's word tasks and their coverage-controlled variant (issue 26) ----------------
 COVERAGE_SQL = """
-SELECT intrinsic_task AS task, intrinsic_metric AS metric, ties, downstream_task, model,
+SELECT intrinsic_task AS task, intrinsic_metric AS metric, ties, downstream_task, downstream_variant, model,
        intrinsic_value AS x, downstream_value AS y
 FROM correlation_pairs
-WHERE level = 'word' AND NOT excludes_postprocessed AND intrinsic_subset = 'all' AND downstream_variant = ?
+WHERE level = 'word' AND NOT excludes_postprocessed AND intrinsic_subset = 'all'
   AND intrinsic_task IN (SELECT unnest(?::VARCHAR[]))
   AND ((intrinsic_scorer = 'evalrank' AND variant = 'cos') OR (intrinsic_scorer <> 'evalrank' AND variant = 'raw'))
 """
@@ -524,14 +524,17 @@ def coverage_table(
     *,
     name: str,
     ties: str = "optimistic",
-    downstream_variant: str = "",
+    downstream_variant: str | None = None,
 ) -> CoverageTable:
     """:class:`CoverageTable` from ``correlation_pairs`` rows (:data:`COVERAGE_SQL`): the compared set is the models
-    that have the variant's EvalRank task; every cell's rho is over those of them that have both numbers."""
+    that have the variant's EvalRank task; every cell's rho is over those of them that have both numbers, under
+    ``downstream_variant`` (default: the one most rows have, as the paper layout picks)."""
     from evalfarm.correlations import spearman
 
     if ties not in TIES:
         raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
+    variant = _pick_variant(rows, downstream_variant) or ""
+    rows = [r for r in rows if r["downstream_variant"] == variant]
     models = sorted({r["model"] for r in rows if r["task"] == f"evalrank-word-{name}"})
     if not models:
         raise ValueError(f"no model has the task evalrank-word-{name}: run the coverage variant's catalog first")
@@ -561,27 +564,20 @@ def coverage_table(
     }
     tasks = sorted({row.task for row in WORD_ROWS})
     kept = {t: (pairs.get(t), pairs.get(f"{t}-{name}")) for t in tasks}
-    return CoverageTable(name, ties, downstream_variant, models, cells, kept)
+    return CoverageTable(name, ties, variant, models, cells, kept)
 
 
 def coverage_table_from(
     warehouse: Any, *, name: str, ties: str = "optimistic", downstream_variant: str | None = None
 ) -> CoverageTable:
-    """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics;
-    ``downstream_variant`` default: the one most of the word level's pairs have (as the paper layout picks)."""
+    """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics."""
     from evalfarm.correlations import connect
 
     tasks = sorted({row.task for row in WORD_ROWS})
     wanted = tasks + [f"{t}-{name}" for t in tasks]
     con = connect(warehouse)
     try:
-        if downstream_variant is None:
-            top = con.execute(
-                "SELECT downstream_variant FROM correlation_pairs WHERE level = 'word' GROUP BY 1"
-                " ORDER BY count(*) DESC, 1 LIMIT 1"
-            ).fetchone()
-            downstream_variant = top[0] if top else ""
-        cur = con.execute(COVERAGE_SQL, [downstream_variant, wanted])
+        cur = con.execute(COVERAGE_SQL, [wanted])
         names = [c[0] for c in cur.description]
         rows = [dict(zip(names, r, strict=True)) for r in cur.fetchall()]
         counts = con.execute(
