@@ -105,6 +105,18 @@ def minilm_folder(folder: Path, tasks: list[str], device: str | None):
     return lambda batch: E[[row[t] for t in batch]]
 
 
+def _compare(row: dict) -> None:
+    """Each engine run against scikit-learn's in the same row: accuracy difference, wall and CPU time ratios."""
+    if "sklearn" not in row:
+        return
+    for key in [k for k in row if k == "torch" or k.startswith("torch_")]:
+        suffix = key[len("torch") :]
+        ref, got = row["sklearn"], row[key]
+        row[f"accuracy_diff_points{suffix}"] = round(100 * (got["accuracy"] - ref["accuracy"]), 2)
+        row[f"torch_over_sklearn_time{suffix}"] = round(got["seconds"] / max(ref["seconds"], 0.01), 2)
+        row[f"sklearn_over_torch_cpu{suffix}"] = round(ref["cpu_seconds"] / max(got["cpu_seconds"], 0.01), 1)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tasks", nargs="*", default=list(DOWNSTREAM_TASKS))
@@ -113,7 +125,13 @@ def main() -> None:
     ap.add_argument("--inner-k", type=int, default=5)
     ap.add_argument("--threads", type=int, default=None, help="cap BLAS/OpenMP/torch threads (default: as is)")
     ap.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
-    ap.add_argument("--dtype", default="float64", choices=["float32", "float64"])
+    ap.add_argument(
+        "--dtype",
+        nargs="+",
+        default=["float64"],
+        choices=["float64", "mixed", "float32"],
+        help="the engine's arithmetic; several: one engine run each, the first as `torch`, the others `torch_<dtype>`",
+    )
     ap.add_argument("--backends", nargs="*", default=["sklearn", "torch"])
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--model", default="glove", choices=["glove", "minilm"], help="glove: 50-d bag of words")
@@ -149,7 +167,8 @@ def main() -> None:
         "k": args.k,
         "inner_k": args.inner_k,
         "max_train": args.max_train,
-        "dtype": args.dtype,
+        "dtype": args.dtype[0],
+        "dtypes": args.dtype,
         "load_avg_start": os.getloadavg()[0],
     }
     print(json.dumps(header), flush=True)
@@ -162,13 +181,15 @@ def main() -> None:
         t0 = time.perf_counter()
         data = task_features(task, embed)
         row = {"task": name, "protocol": task.protocol, "embed_s": round(time.perf_counter() - t0, 2)}
-        for backend in args.backends:
+        runs = [(b, d) for b in args.backends for d in (args.dtype if b == "torch" else args.dtype[:1])]
+        for backend, dtype in runs:
             t0, c0 = time.perf_counter(), time.process_time()
             res = evaluate(
                 data, backend=backend, k=args.k, inner_k=args.inner_k, f1_label=task.f1_label,
-                n_classes=task.n_classes, threads=args.threads, device=args.device, dtype=args.dtype,
+                n_classes=task.n_classes, threads=args.threads, device=args.device, dtype=dtype,
             )  # fmt: skip
-            row[backend] = {
+            key = backend if backend != "torch" or dtype == args.dtype[0] else f"torch_{dtype}"
+            row[key] = {
                 "seconds": round(time.perf_counter() - t0, 2),
                 "cpu_seconds": round(time.process_time() - c0, 2),
                 "accuracy": round(res.accuracy, 4),
@@ -178,12 +199,7 @@ def main() -> None:
                 "n_models": res.n_models,
                 "n_train": res.n_train,
             }
-        if {"sklearn", "torch"} <= set(row):
-            row["accuracy_diff_points"] = round(100 * (row["torch"]["accuracy"] - row["sklearn"]["accuracy"]), 2)
-            row["torch_over_sklearn_time"] = round(row["torch"]["seconds"] / max(row["sklearn"]["seconds"], 0.01), 2)
-            row["sklearn_over_torch_cpu"] = round(
-                row["sklearn"]["cpu_seconds"] / max(row["torch"]["cpu_seconds"], 0.01), 1
-            )
+        _compare(row)
         print(json.dumps(row), flush=True)
         rows.append(row)
     header["load_avg_end"] = os.getloadavg()[0]

@@ -50,9 +50,12 @@ Backends, behind the one function:
   solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
   inner-fold solutions. Float64 by default: C is chosen on
   accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
-  ``dtype="float32"`` runs the products in float32 (the objective still accumulates in float64); measured against
-  float64 it stalls at gradients ~1e-5 and moved MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is
-  an option for GPUs without fast float64, not the default. The device is ``device`` (CUDA when available).
+  ``dtype="mixed"`` runs each solve's products in float32 until every model's gradient is below
+  ``MIXED_HANDOVER_TOL`` (2e-5) and finishes in float64 to ``tol`` from there: the float64 optimum at about
+  half the cost of the early iterations (``DTYPES``). ``dtype="float32"`` runs the products in float32 to the end
+  (the objective still accumulates in float64); measured against float64 it stalls at gradients ~1e-5 and moved
+  MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast float64, not
+  the default. The device is ``device`` (CUDA when available).
 - ``sklearn``: the reference, ``LogisticRegression(solver="lbfgs")`` per fit, float64, on the same standardised
   features.
 
@@ -597,7 +600,9 @@ def _solve_torch(
     import torch
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    tdtype = {"float32": torch.float32, "float64": torch.float64}[dtype]
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    tdtype = torch.float32 if dtype == "float32" else torch.float64
     # Models are fitted on the rows that train some model only, and predict the rows some model evaluates:
     # held-out test rows never enter the training products. Conditioning only: the shared matrix is centred and
     # scaled by those rows (each model's own standardisation is folded into its weights on top of that).
@@ -623,6 +628,7 @@ def _solve_torch(
         mean=torch.from_numpy((mean - m) / s).to(dev, tdtype),  # the sets' statistics in conditioned units
         inv=torch.from_numpy(inv * s).to(dev, tdtype),
         masks=[local[t] for t in sets],
+        fast=torch.float32 if dtype == "mixed" else None,
     )
     P = X.shape[1] * problem.K + problem.K
     theta = np.zeros((len(fits), P)) if init is None else np.asarray(init, dtype=np.float64).copy()
@@ -636,6 +642,19 @@ def _solve_torch(
     scores = problem.decision_values(X_eval, theta, of)
     return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta
 
+
+DTYPES = ("float64", "mixed", "float32")
+"""The engine's arithmetic: ``float64`` everywhere; ``mixed``: each solve runs its products in float32 until
+every model's gradient is below ``MIXED_HANDOVER_TOL`` (or float32 can no longer decrease it), then finishes in
+float64 to ``tol`` from there; ``float32``: float32 products to the end (the objective still accumulates in
+float64), for GPUs without fast float64."""
+
+MIXED_HANDOVER_TOL = 2e-5
+"""Where a ``mixed`` solve leaves float32: measured, float32 products stall at gradients of ~1e-5 (their rounding
+then outweighs the step), so the float64 phase starts a decade or two above ``tol`` (1e-6) instead of at ``W = 0``."""
+MIXED_FTOL = 1e-9
+"""The float32 phase's relative-decrease stop (as scipy's ``ftol``): a step that gains less is inside float32's
+rounding of the objective, and the float64 phase takes over."""
 
 LOWRANK_MIN_DIM = 1024
 """From this feature dimension on (the 1,536-d pair features of a 384-d encoder), the preconditioner approximates
@@ -695,17 +714,21 @@ class _Problem:
     grams: torch.Tensor | None = None  # (S, d, d): each set's covariance of its standardised features
     eigs: tuple[torch.Tensor, torch.Tensor] | None = None
     sketch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
-    xa: torch.Tensor | None = None
+    fast: torch.dtype | None = None  # mixed precision: the first phase's dtype (DTYPES)
+    xa: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
-    def augmented(self) -> torch.Tensor:
-        """``[X, 1]`` (n, d + 1), so that one product gives logits with intercepts; for a binary model each row
-        times ``1 - 2 y`` (the logit's sign flipped for class 1), so that the product is the loss's margin."""
+    def augmented(self, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``[X, 1]`` (n, d + 1) in ``dtype`` (default X's), so that one product gives logits with intercepts; for
+        a binary model each row times ``1 - 2 y`` (the logit's sign flipped for class 1), so that the product is
+        the loss's margin."""
         import torch
 
-        if self.xa is None:
-            xa = torch.cat([self.X, torch.ones_like(self.X[:, :1])], dim=1)
-            self.xa = xa * (1 - 2 * self.y.to(xa.dtype))[:, None] if self.K == 1 else xa
-        return self.xa
+        dtype = dtype or self.X.dtype
+        if dtype not in self.xa:
+            X = self.X.to(dtype)
+            xa = torch.cat([X, torch.ones_like(X[:, :1])], dim=1)
+            self.xa[dtype] = xa * (1 - 2 * self.y.to(dtype))[:, None] if self.K == 1 else xa
+        return self.xa[dtype]
 
     def covariances(self) -> torch.Tensor:
         """Each training set's covariance matrix of its standardised features, ``(S, d, d)``: the curvature of the
@@ -871,22 +894,65 @@ class _Problem:
     def solve(
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
     ) -> np.ndarray:
-        """Minimise ``mean CE + ||W||^2 / (2 C n)`` for each (set, C) from ``theta0``; returns the solutions."""
+        """Minimise ``mean CE + ||W||^2 / (2 C n)`` for each (set, C) from ``theta0``; returns the solutions.
+        With ``fast`` (mixed precision) a first phase in that dtype brings every model to ``MIXED_HANDOVER_TOL``
+        and the float64 phase finishes from there, with the same stopping rules as a float64 solve."""
         import torch
 
         X, dt, dev = self.X, self.X.dtype, self.X.device
-        n, d = X.shape
-        K = self.K
+        n = X.shape[0]
         mask = np.zeros((n, len(sets)))
         for b, s in enumerate(sets):
             mask[self.masks[s], b] = 1.0
         nb = mask.sum(0)
         Mn = torch.from_numpy(mask / nb).to(dev, dt)  # (n, B): each model's row weights 1 / n_b
         lam = torch.from_numpy(1.0 / (np.asarray(cs) * nb)).to(dev, dt)
-        idx_sets = torch.from_numpy(np.asarray(sets)).to(dev)
-        inv, mi = self.inv[idx_sets], (self.mean * self.inv)[idx_sets]
         B = len(sets)
-        Xa = self.augmented()
+        theta = torch.from_numpy(theta0).to(dev, dt)
+        ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)
+        with torch.no_grad():
+            precondition = self.preconditioner(sets, lam)
+            if self.fast is not None and self.fast != dt:
+                fast = self.fast
+
+                def fast_precondition(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+                    assert precondition is not None
+                    return precondition(q.to(dt), rows).to(fast)
+
+                theta_fast, _, _ = batched_lbfgs(
+                    self._objective(sets, Mn, lam, fast),
+                    theta.to(fast),
+                    tol=max(tol, MIXED_HANDOVER_TOL),
+                    ftol=MIXED_FTOL,
+                    max_iter=max_iter,
+                    precondition=None if precondition is None else fast_precondition,
+                )
+                theta = theta_fast.to(dt)
+            theta, converged, gmax = batched_lbfgs(
+                self._objective(sets, Mn, lam, dt), theta, tol=tol, ftol=ftol, max_iter=max_iter,
+                precondition=precondition,
+            )  # fmt: skip
+        if not bool(converged.all()):
+            warnings.warn(
+                f"torch logistic regression: {int((~converged).sum())} of {B} models stopped before the gradient "
+                f"fell below tol={tol} (largest gradient entry {float(gmax.max()):.2e}); raise max_iter or tol",
+                stacklevel=4,
+            )
+        return theta.to(torch.float64).cpu().numpy()
+
+    def _objective(self, sets: np.ndarray, Mn: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype) -> Callable:
+        """``fg(theta_rows, rows) -> (f, grad)`` of the models ``sets`` (row weights ``Mn``, penalties ``lam``),
+        its products in ``dtype``; the objective accumulates in float64 whatever the products' dtype: the line
+        search and the relative-decrease rule compare values a float32 sum could not resolve."""
+        import torch
+
+        n, d = self.X.shape
+        K, B = self.K, len(sets)
+        idx_sets = torch.from_numpy(np.asarray(sets)).to(self.X.device)
+        inv = self.inv[idx_sets].to(dtype)
+        mi = (self.mean * self.inv)[idx_sets].to(dtype)
+        Xa = self.augmented(dtype)
+        Mn, lam = Mn.to(dtype), lam.to(dtype)
         f64 = torch.float64
 
         def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -901,8 +967,6 @@ class _Problem:
             Z = Xa @ V  # (n, K * m): one product for every model's logits
             w = Mn if every else Mn[:, models]  # (n, m)
             lam_m = lam if every else lam[models]
-            # the objective accumulates in float64 whatever the products' dtype: the line search and the
-            # relative-decrease rule compare values a float32 sum could not resolve
             if K == 1:  # Xa's rows carry the sign 1 - 2 y: Z is the margin, softplus(Z) the loss, d/dZ sigmoid(Z)
                 f = (torch.nn.functional.softplus(Z) * w).sum(0, dtype=f64)
                 Rw = torch.sigmoid(Z) * w
@@ -919,20 +983,7 @@ class _Problem:
             GW = GV * inv_m[:, :, None] - mi_m[:, :, None] * gc[:, None, :] + lam_m[:, None, None] * W
             return f, torch.cat([GW.reshape(m, d * K), gc], dim=1)
 
-        theta = torch.from_numpy(theta0).to(dev, dt)
-        ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)
-        with torch.no_grad():
-            precondition = self.preconditioner(sets, lam)
-            theta, converged, gmax = batched_lbfgs(
-                fg, theta, tol=tol, ftol=ftol, max_iter=max_iter, precondition=precondition
-            )
-        if not bool(converged.all()):
-            warnings.warn(
-                f"torch logistic regression: {int((~converged).sum())} of {B} models stopped before the gradient "
-                f"fell below tol={tol} (largest gradient entry {float(gmax.max()):.2e}); raise max_iter or tol",
-                stacklevel=4,
-            )
-        return theta.to(torch.float64).cpu().numpy()
+        return fg
 
     def decision_values(self, X_eval: torch.Tensor, theta: np.ndarray, of: np.ndarray) -> np.ndarray:
         """(rows of ``X_eval``, B) logits of class 1 for a binary model, else (rows, B, K)."""

@@ -27,9 +27,10 @@ BENCH = REPO / "benchmarks"
 def _check_classify(out: dict[str, Any], tmp: Path) -> None:
     assert [r["task"] for r in out["rows"]] == ["CR", "MRPC"]
     for row in out["rows"]:
-        for backend in ("sklearn", "torch"):
+        for backend in ("sklearn", "torch", "torch_mixed"):
             assert 0.5 < row[backend]["accuracy"] <= 1 and row[backend]["n_train"] == 200, row
         assert abs(row["accuracy_diff_points"]) <= 5, row  # the two solvers fit the same model
+        assert abs(row["accuracy_diff_points_mixed"]) <= 5, row
     assert out["rows"][1]["torch"]["f1"] is not None  # MRPC reports F1
 
 
@@ -143,7 +144,7 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
 
 
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
-    "bench_classify.py": ([], _check_classify),
+    "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
     "bench_neighbours.py": ([], _check_neighbours),

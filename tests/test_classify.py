@@ -102,6 +102,39 @@ def test_torch_and_sklearn_reach_the_same_optimum(n_classes):
     assert np.abs(twice_penalty[0] - a[2]).max() > 1e-2
 
 
+@pytest.mark.parametrize("n_classes", [2, 4])
+def test_mixed_precision_reaches_the_float64_optimum(n_classes, monkeypatch):
+    """``dtype="mixed"``: a float32 phase to ``MIXED_HANDOVER_TOL``, then float64 to ``tol`` from there — the
+    optimum of the float64 solve and of scikit-learn (decision values to 1e-3, the bound between the backends:
+    at ``tol`` 1e-6 a weak penalty's flat optimum leaves ~1e-4 between any two solvers)."""
+    import evalfarm.classify as classify
+
+    rng = np.random.default_rng(5)
+    X = rng.normal(size=(300, 8)).astype(np.float32) * rng.uniform(0.1, 20, size=8).astype(np.float32) + 3
+    y = (X @ rng.normal(size=(8, n_classes)) + rng.normal(scale=8, size=(300, n_classes))).argmax(1)
+    rows = np.arange(300)
+    fits = [Fit(rows[:200], c, rows[200:]) for c in (1e-3, 0.1, 10.0)] + [Fit(rows[100:], 1.0, rows[:100])]
+    phases: list[str] = []
+    solve = classify.batched_lbfgs
+
+    def recording(fg, theta, **kw):
+        phases.append(str(theta.dtype))
+        return solve(fg, theta, **kw)
+
+    monkeypatch.setattr(classify, "batched_lbfgs", recording)
+    ref = decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="float64", threads=1)
+    assert phases == ["torch.float64"]
+    phases.clear()
+    got = decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="mixed", threads=1)
+    assert phases == ["torch.float32", "torch.float64"]
+    sk = decision_values(X, y, fits, n_classes=n_classes, backend="sklearn", threads=1)
+    for za, zb, zs in zip(ref, got, sk, strict=True):
+        np.testing.assert_allclose(zb, za, atol=1e-3)
+        np.testing.assert_allclose(zb, zs, atol=1e-3)
+    with pytest.raises(ValueError, match="unknown dtype 'float16'"):
+        decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="float16", threads=1)
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_standardisation_is_fitted_on_the_training_rows_only(backend):
     """Held-out rows with a column blown up 50x: a scaler fitted on all rows would shrink that column in
