@@ -81,13 +81,19 @@ zoo-run: zoo
 leaderboard:
 	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM board"
 
+# The suite runs on every CPU (at most 8): pytest-xdist, one worker process per CPU, a module's tests on one worker,
+# the modules that start `ray start` heads on one worker one after another (tests/conftest.py). TEST_WORKERS=0: one
+# process, as before (pytest's own output, pdb).
+TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 8 ] && n=8; echo $$n)
+XDIST = -n $(TEST_WORKERS) --dist loadgroup
+
 test: install
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q $(XDIST)
 
 # The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Executor), small real files; every
 # test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. Under a minute.
 test-fast: install
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
 # The checks of what the README and docs/ say (marked `docs`; `make test` runs them too): run them after a docs edit.
 test-docs: install

@@ -76,3 +76,28 @@ def leases_stop_after_each_test(monkeypatch):
     yield
     for leases in started:
         leases.stop()
+
+
+# `make test` runs the suite on every CPU (pytest-xdist, `--dist loadgroup`). Each module is one group, so a
+# module's fixtures are built once and its tests keep their order. The modules that start `ray start` heads, join
+# them by address or read Ray's "current cluster" file (`--address auto`) are one group, on one worker, one after
+# the other: two of them side by side could find each other's head. Local clusters (`ray.init(address="local")`,
+# what `evalfarm run` starts) are private to their process and run beside anything.
+CLUSTER_MODULES = frozenset(
+    {
+        "test_address_auto.py",
+        "test_autoscale.py",
+        "test_cluster.py",
+        "test_multinode.py",
+        "test_security.py",
+        "test_submit.py",
+    }
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.pluginmanager.hasplugin("xdist"):
+        return
+    for item in items:
+        name = item.path.name
+        item.add_marker(pytest.mark.xdist_group("cluster" if name in CLUSTER_MODULES else name))
