@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
-from evalfarm.classify import evaluate, task_features  # noqa: E402
+from evalfarm.classify import DTYPES, evaluate, task_features  # noqa: E402
 from evalfarm.taskdata.downstream import DOWNSTREAM_TASKS, load_downstream_task  # noqa: E402
 
 TOKEN = re.compile(r"\w+")
@@ -129,7 +129,7 @@ def main() -> None:
         "--dtype",
         nargs="+",
         default=["float64"],
-        choices=["float64", "mixed", "float32"],
+        choices=DTYPES,
         help="the engine's arithmetic; several: one engine run each, the first as `torch`, the others `torch_<dtype>`",
     )
     ap.add_argument("--backends", nargs="*", default=["sklearn", "torch"])

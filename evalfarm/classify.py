@@ -51,8 +51,9 @@ Backends, behind the one function:
   inner-fold solutions. Float64 by default: C is chosen on
   accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
   ``dtype="mixed"`` runs each solve's products in float32 until every model's gradient is below
-  ``MIXED_HANDOVER_TOL`` (2e-5) and finishes in float64 to ``tol`` from there: the float64 optimum at about
-  half the cost of the early iterations (``DTYPES``). ``dtype="float32"`` runs the products in float32 to the end
+  ``MIXED_HANDOVER_TOL`` (2e-5) and finishes in float64 to ``tol`` from there: the float64 optimum, but on one
+  CPU thread only 0.92–1.06× of float64's time (``benchmarks/README.md``), so it is an option for GPUs whose
+  float64 is slow, not the default (``DTYPES``). ``dtype="float32"`` runs the products in float32 to the end
   (the objective still accumulates in float64); measured against float64 it stalls at gradients ~1e-5 and moved
   MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast float64, not
   the default. The device is ``device`` (CUDA when available).
