@@ -36,21 +36,22 @@ Backends, behind the one function:
   masks over one shared feature matrix and each model's standardisation is folded into its weights, so an
   iteration is one ``[X, 1] @ W`` and one ``[X, 1].T @ R`` product over all models (gradients by hand, no
   autograd; a binary model's rows carry the sign of their label, so its logits are the loss's margins). The
-  L-BFGS initial inverse Hessian is each model's exact Hessian at ``W = 0`` with intercepts at the class priors
-  (``A ⊗ Σ + lam I``: ``Σ`` the covariance of the model's standardised training rows, computed once per training
-  set, ``A`` the priors' softmax curvature), Cholesky-factored per model (binary) or through ``Σ``'s and ``A``'s
-  eigenvectors (multinomial): the features' correlations and the penalty no longer set the iteration count, and
-  an iteration costs the same two products. Wide features (``d >= LOWRANK_MIN_DIM``: the 1,536-d pair features
-  of a 384-d encoder) replace ``Σ`` by its top ``LOWRANK_RANK`` eigenpairs plus one value for the rest (a seeded
-  randomised Nyström sketch per training set): forming and factoring the ``d × d`` Grams cost more there than
-  the whole solve. Where the training sets have few rows per dimension (``DENSE_MIN_ROWS_PER_DIM``,
-  ``LOWRANK_MIN_ROWS_PER_DIM``: a 384-d encoder's 1,000-row quick-profile samples) the set-up costs more than it
-  saves and the solve runs unpreconditioned. Models that share a
-  training set are solved along the C path (strongest penalty first, each warm-started from the previous C's
-  solution) where a round still batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's
-  inner-fold solutions. Float64 by default: C is chosen on
-  accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
-  ``dtype="mixed"`` runs each solve's products in float32 until every model's gradient is below
+  L-BFGS initial inverse Hessian is each model's Hessian at ``W = 0`` with intercepts at the class priors
+  (``A ⊗ Σ + lam I``: ``Σ`` the covariance of the model's standardised training rows, ``A`` the priors' softmax
+  curvature), applied through ``Σ``'s and ``A``'s eigenvectors: the features' correlations and the penalty no
+  longer set the iteration count, and an iteration costs the same two products plus two ``d × d`` ones. A solve
+  with few training sets gives each set its own ``Σ``; one with many (``SHARED_BASIS_MIN_SETS``: the CV tasks' 50
+  inner folds) takes every set's ``Σ`` as the union's, one eigendecomposition per task and one product for all
+  models (version 4's per-model factors cost 3× the CPU time on all-MiniLM-L6-v2's CR). Wide features (``d >=
+  LOWRANK_MIN_DIM``: the 1,536-d pair features of a 384-d encoder) replace ``Σ`` by its top ``LOWRANK_RANK``
+  eigenpairs plus one value for the rest (a seeded randomised Nyström sketch): forming and factoring the ``d × d``
+  Grams cost more there than the whole solve. Where the training sets have few rows per dimension
+  (``DENSE_MIN_ROWS_PER_DIM``, ``LOWRANK_MIN_ROWS_PER_DIM``: a 384-d encoder's 1,000-row quick-profile samples) the
+  set-up costs more than it saves and the solve runs unpreconditioned. Models that share a training set are solved
+  along the C path (strongest penalty first, each warm-started from the previous C's solution) where a round still
+  batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's inner-fold solutions. Float64 by
+  default: C is chosen on accuracies that differ by a few predictions, so the engine must reach scikit-learn's
+  optimum (``tol=1e-6``). ``dtype="mixed"`` runs each solve's products in float32 until every model's gradient is below
   ``MIXED_HANDOVER_TOL`` (2e-5) and finishes in float64 to ``tol`` from there: the float64 optimum, but on one
   CPU thread only 0.92–1.06× of float64's time (``benchmarks/README.md``), so it is an option for GPUs whose
   float64 is slow, not the default (``DTYPES``). ``dtype="float32"`` runs the products in float32 to the end
@@ -678,6 +679,14 @@ preconditioning wins (MR 6.5 s against 16.4 s, TREC 11.1 s against 15.3 s), as d
 MRPC (~2.1 rows per dimension, 1.5× fewer CPU seconds than plain); GloVe samples run faster preconditioned:
 50-d (18 rows per dimension) 3–10×, its 200-d MRPC pair features (~3.6 rows per dimension) 0.11 s against 0.51 s."""
 
+SHARED_BASIS_MIN_SETS = 8
+"""From this many training sets in one solve (the CV tasks' 50 inner folds) the preconditioner uses one basis for
+all of them, the union's (:meth:`_Problem.preconditioner`); below it each dense set its own. Measured on
+all-MiniLM-L6-v2, one thread, CPU seconds: CR 2.4 s with the shared basis against 4.1 s with a basis per set
+(its 50 Grams and eigendecompositions) and 7.7 s with version 4's per-model factors; TREC (5 inner folds and the
+refit) 812 batched calls with the union's basis against 474 with each set's, so few dense sets keep their own.
+The low-rank path (pair features) always shares one sketch: MRPC 11.2 s against 13.5 s, the same 343 calls."""
+
 PATH_MIN_SETS = 8
 """Warm starts along the C path serialise the grid into rounds; they pay where each round still batches many
 models (the CV tasks' 50 inner folds), while a task with few training sets (a dev split, TREC's 5 inner folds)
@@ -712,9 +721,7 @@ class _Problem:
     mean: torch.Tensor  # (S, d)
     inv: torch.Tensor  # (S, d)
     masks: list[np.ndarray]  # each set's rows of X
-    grams: torch.Tensor | None = None  # (S, d, d): each set's covariance of its standardised features
-    eigs: tuple[torch.Tensor, torch.Tensor] | None = None
-    sketch: tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None = None
+    bases: dict[int | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = field(default_factory=dict)
     fast: torch.dtype | None = None  # mixed precision: the first phase's dtype (DTYPES)
     xa: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
 
@@ -731,39 +738,63 @@ class _Problem:
             self.xa[dtype] = xa * (1 - 2 * self.y.to(dtype))[:, None] if self.K == 1 else xa
         return self.xa[dtype]
 
-    def covariances(self) -> torch.Tensor:
-        """Each training set's covariance matrix of its standardised features, ``(S, d, d)``: the curvature of the
-        loss at ``W = 0`` up to a factor (Böhning's bound), computed once per task. A set's Gram is the whole
-        matrix's minus its complement's where the complement is smaller (an inner fold's complement is its held-out
-        rows plus the outer test fold: a third of the products of summing its own rows)."""
+    def basis(self, s: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The eigenpairs of training set ``s``'s covariance ``Σ_s`` of its standardised rows (None: the covariance
+        of the union of every set's rows in the conditioned units, which every set's standardisation is close to),
+        computed once per set: ``(E (r,), U (d, r), rest)``. Below ``LOWRANK_MIN_DIM`` dimensions all of them (``r =
+        d``, ``rest`` None) from the ``d × d`` Gram; from there the top ``LOWRANK_RANK`` of a seeded randomised
+        Nyström sketch (Tropp et al. 2017, the stable form with a small shift: one ``2 n d r`` product instead of
+        the ``n d²`` Gram), ``rest`` the smallest kept eigenvalue standing for the rest of the spectrum (Frangella,
+        Tropp & Udell's Nyström preconditioner). Seeded: the same features give the same preconditioner, hence
+        the same iterates."""
         import torch
 
-        if self.grams is None:
-            X = self.X
+        if s not in self.bases:
+            X, dt = self.X, self.X.dtype
+            d = X.shape[1]
+            scale = torch.ones(d, dtype=dt, device=X.device)
+            if s is not None:
+                X, scale = X[torch.from_numpy(self.masks[s]).to(X.device)], self.inv[s]
             n = X.shape[0]
-            total = X.T @ X
-            grams = []
-            for s, rows in enumerate(self.masks):
-                if 2 * len(rows) <= n:
-                    G = X[torch.from_numpy(rows).to(X.device)]
-                    G = G.T @ G
-                else:
-                    keep = np.ones(n, dtype=bool)
-                    keep[rows] = False
-                    Xc = X[torch.from_numpy(np.flatnonzero(keep)).to(X.device)]
-                    G = total - Xc.T @ Xc
-                m = self.mean[s]
-                cov = G / len(rows) - m[:, None] * m[None, :]
-                grams.append(cov * self.inv[s][:, None] * self.inv[s][None, :])
-            self.grams = torch.stack(grams)
-        return self.grams
+            mu = X.mean(dim=0)
+            if d < LOWRANK_MIN_DIM:
+                cov = (X.T @ X / n - mu[:, None] * mu[None, :]) * scale[:, None] * scale[None, :]
+                E, U = torch.linalg.eigh(cov)
+                self.bases[s] = (E.clamp(min=0), U, None)
+            else:
+                r = min(LOWRANK_RANK, d)
+                gen = torch.Generator().manual_seed(0)
+                omega = torch.linalg.qr(torch.randn(d, r, generator=gen, dtype=torch.float64))[0].to(X.device, dt)
+                Om = omega * scale[:, None]  # Σ Ω = D (Xᵀ X / n - μ μᵀ) D Ω
+                Y = scale[:, None] * (X.T @ (X @ Om) / n - mu[:, None] * (mu @ Om)[None, :])
+                nu = torch.finfo(dt).eps * float(torch.linalg.matrix_norm(Y)) * d
+                Y = Y + nu * omega
+                core = omega.T @ Y
+                L = torch.linalg.cholesky(0.5 * (core + core.T))
+                Bt = torch.linalg.solve_triangular(L, Y.T, upper=False)  # (r, d): (Y L⁻ᵀ)ᵀ
+                U, sv, _ = torch.linalg.svd(Bt.T, full_matrices=False)
+                E = (sv * sv - nu).clamp(min=0)
+                self.bases[s] = (E, U, E[-1])
+        return self.bases[s]
 
     def preconditioner(self, sets: np.ndarray, lam: torch.Tensor) -> Callable | None:
-        """The inverse of each model's Hessian at ``W = 0`` with its intercepts at the class priors ``p``:
-        ``A ⊗ Σ + lam I`` with ``A = p (1 - p)`` (binary) or ``diag(p) - p pᵀ`` (multinomial), ``Σ`` its set's
-        :meth:`covariances` (the standardised features are centred, so the intercepts decouple: ``A⁻¹``, a
-        pseudo-inverse along the classes' common direction, whose gradient is zero). Returned as ``q -> M q`` on
-        stacked parameter rows: the L-BFGS initial inverse Hessian (scaled by the usual ``sᵀy / yᵀMy``)."""
+        """An approximate inverse of each model's Hessian at ``W = 0`` with its intercepts at the class priors
+        ``p``, ``A ⊗ Σ_s + lam I`` with ``A = p (1 - p)`` (binary) or ``diag(p) - p pᵀ`` (multinomial) and
+        ``Σ_s`` the covariance of the model's standardised training rows, returned as ``q -> M q`` on stacked
+        parameter rows: the L-BFGS initial inverse Hessian (scaled by the usual ``sᵀy / yᵀMy``). Through ``Σ_s = U
+        diag(E) Uᵀ`` (:meth:`basis`) and ``A = V diag(α) Vᵀ``: ``M = (V ⊗ U) diag(1 / (α E + lam)) (V ⊗ U)ᵀ``, two
+        ``d × r`` products over all the models of one basis at once (with a low-rank basis, the rest of the
+        spectrum at ``rest``).
+
+        Few training sets (fewer than ``SHARED_BASIS_MIN_SETS``: a dev split, TREC's five inner folds and refit):
+        each set its own basis, exact. Many (the CV tasks' 50 inner folds), or a low-rank basis (already an
+        approximation): one basis for all, the union's covariance, from which an inner fold's differs by its
+        sampling noise and its scales (the L-BFGS updates absorb it). Version 4 factored ``A ⊗ Σ_s + lam I`` per
+        model and solved with the factor per iteration: on all-MiniLM-L6-v2's CR those triangular solves were 54 %
+        of the engine's time, the per-set Grams and factorisations 20 % (``benchmarks/README.md``). A column a set
+        drops (``inv`` 0) has only the penalty's curvature: ``M q = q / lam`` there. The intercepts decouple (the
+        standardised features are centred): ``A⁻¹``, a pseudo-inverse along the classes' common direction, whose
+        gradient is zero."""
         import torch
 
         d, K, dev, dt = self.X.shape[1], self.K, self.X.device, self.X.dtype
@@ -773,124 +804,57 @@ class _Problem:
         rows = min(len(self.masks[s]) for s in sets)
         if rows < (LOWRANK_MIN_ROWS_PER_DIM if d >= LOWRANK_MIN_DIM else DENSE_MIN_ROWS_PER_DIM) * d:
             return None  # too few rows per dimension for the set-up to pay (DENSE_MIN_ROWS_PER_DIM)
-        if d >= LOWRANK_MIN_DIM:
-            return self._lowrank_preconditioner(idx, prior, lam)
-        cov = self.covariances()
-        if K == 1:
-            a = torch.from_numpy(np.maximum(prior[:, 1] * prior[:, 0], 1e-3)).to(dev, dt)
-            L = torch.linalg.cholesky(a[:, None, None] * cov[idx] + torch.diag_embed(lam[:, None].expand(-1, d)))
-
-            def apply_binary(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-                every = len(rows) == len(sets)
-                Lm, am = (L, a) if every else (L[rows], a[rows])
-                R = torch.cholesky_solve(q[:, :d, None], Lm)[:, :, 0]
-                return torch.cat([R, q[:, d:] / am[:, None]], dim=1)
-
-            return apply_binary
-        E, U = self.eigen()
-        E, U = E[idx], U[idx]
-        Ut = U.transpose(1, 2).contiguous()
-        P = torch.from_numpy(prior).to(dev, dt)
-        alpha, V = torch.linalg.eigh(torch.diag_embed(P) - P[:, :, None] * P[:, None, :])  # (B, K), (B, K, K)
-        alpha = alpha.clamp(min=0)
-        Vt = V.transpose(1, 2).contiguous()
-        denom = E[:, :, None] * alpha[:, None, :] + lam[:, None, None]  # (B, d, K)
-        inv_alpha = torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), torch.zeros_like(alpha))
-
-        def apply_multinomial(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-            m = q.shape[0]
-            Q = q[:, : d * K].view(m, d, K)
-            if m == len(sets):
-                Um, Utm, Vm, Vtm, dm, ia = U, Ut, V, Vt, denom, inv_alpha
-            else:
-                Um, Utm, Vm, Vtm, dm, ia = U[rows], Ut[rows], V[rows], Vt[rows], denom[rows], inv_alpha[rows]
-            R = Um @ (((Utm @ Q) @ Vm) / dm) @ Vtm
-            c = ((q[:, d * K :, None] * Vm).sum(1) * ia)[:, None, :] * Vm  # (m, K, K) -> V diag(1/a) Vᵀ q
-            return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
-
-        return apply_multinomial
-
-    def lowrank(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Each set's covariance (:meth:`covariances`) as its top ``LOWRANK_RANK`` eigenpairs plus one scalar for
-        the rest: a randomised Nyström approximation (Tropp et al. 2017, the stable form with a small shift) from one
-        product ``Σ Ω`` through the set's rows, ``2 n d r`` operations instead of the ``n d²`` of the Gram and the
-        ``d³`` of its factorisation. Returns eigenvalues ``(S, r)`` (descending), vectors ``(S, d, r)`` and the
-        rest's value ``(S,)`` (the smallest kept eigenvalue, as Frangella, Tropp & Udell's Nyström preconditioner).
-        Seeded: the same features give the same preconditioner, hence the same iterates."""
-        import torch
-
-        if self.sketch is None:
-            X, dt = self.X, self.X.dtype
-            d = X.shape[1]
-            r = min(LOWRANK_RANK, d)
-            gen = torch.Generator().manual_seed(0)
-            omega = torch.linalg.qr(torch.randn(d, r, generator=gen, dtype=torch.float64))[0].to(X.device, dt)
-            E, U, rest = [], [], []
-            for s, rows in enumerate(self.masks):
-                Xs = X[torch.from_numpy(rows).to(X.device)]
-                inv, m = self.inv[s], self.mean[s]
-                Om = omega * inv[:, None]  # Σ Ω = D (Xsᵀ Xs / n - m mᵀ) D Ω
-                Y = inv[:, None] * ((Xs.T @ (Xs @ Om)) / len(rows) - m[:, None] * (m @ Om)[None, :])
-                nu = torch.finfo(dt).eps * float(torch.linalg.matrix_norm(Y)) * d
-                Y = Y + nu * omega
-                core = omega.T @ Y
-                L = torch.linalg.cholesky(0.5 * (core + core.T))
-                Bt = torch.linalg.solve_triangular(L, Y.T, upper=False)  # (r, d): (Y L⁻ᵀ)ᵀ
-                Ur, sv, _ = torch.linalg.svd(Bt.T, full_matrices=False)
-                lam = (sv * sv - nu).clamp(min=0)
-                E.append(lam)
-                U.append(Ur)
-                rest.append(lam[-1])
-            self.sketch = (torch.stack(E), torch.stack(U), torch.stack(rest))
-        return self.sketch
-
-    def _lowrank_preconditioner(self, idx: torch.Tensor, prior: np.ndarray, lam: torch.Tensor) -> Callable:
-        """:meth:`preconditioner` for wide features (``d >= LOWRANK_MIN_DIM``: pair features): the same Hessian
-        bound with ``Σ`` replaced by :meth:`lowrank`'s top eigenpairs, the rest of the spectrum by one value (the
-        smallest kept eigenvalue), so ``M q = U diag(1 / (a e + lam)) Uᵀ q + (q - U Uᵀ q) / (a e_r + lam)`` —
-        per iteration ``4 d r`` operations a model instead of a ``d × d`` triangular solve."""
-        import torch
-
-        d, K, dev, dt = self.X.shape[1], self.K, self.X.device, self.X.dtype
-        E, U, rest = (t[idx] for t in self.lowrank())
-        Ut = U.transpose(1, 2).contiguous()
-        P = torch.from_numpy(prior).to(dev, dt)
-        if K == 1:
-            a = torch.from_numpy(np.maximum(prior[:, 1] * prior[:, 0], 1e-3)).to(dev, dt)
-            alpha, V = a[:, None], torch.ones(len(idx), 1, 1, dtype=dt, device=dev)
-            inv_alpha = 1 / alpha
-        else:
-            alpha, V = torch.linalg.eigh(torch.diag_embed(P) - P[:, :, None] * P[:, None, :])  # (B, K), (B, K, K)
-            alpha = alpha.clamp(min=0)
-            inv_alpha = torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), torch.zeros_like(alpha))
+        distinct = sorted({int(s) for s in sets})
+        share = len(distinct) >= SHARED_BASIS_MIN_SETS or d >= LOWRANK_MIN_DIM
+        keys: list[int | None] = [None] if share else list(distinct)
+        bases = [self.basis(k) for k in keys]
+        group = torch.from_numpy(np.array([0 if keys[0] is None else keys.index(int(s)) for s in sets])).to(dev)
+        E = torch.stack([b[0] for b in bases])[group]  # (B, r): each model's eigenvalues
+        rest = None if bases[0][2] is None else torch.stack([b[2] for b in bases])[group]  # type: ignore[misc]
+        keep = (self.inv[idx] > 0).to(dt)  # (B, d)
+        drop = (1 - keep) / lam[:, None]
+        alpha, V, inv_alpha = _class_curvature(torch.from_numpy(prior).to(dev, dt), K)
         Vt = V.transpose(1, 2).contiguous()
         top = 1 / (E[:, :, None] * alpha[:, None, :] + lam[:, None, None])  # (B, r, K)
-        low = 1 / (rest[:, None] * alpha + lam[:, None])  # (B, K)
+        low = None if rest is None else 1 / (rest[:, None] * alpha + lam[:, None])  # (B, K)
+        Us = [(b[1], b[1].T.contiguous()) for b in bases]
 
-        def apply(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        def across(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+            """``M @ Q[b]`` for every model ``b`` of ``Q`` (m, k, K) as one product: (m, rows of M, K)."""
+            m = Q.shape[0]
+            out = M @ Q.permute(1, 0, 2).reshape(Q.shape[1], m * K)
+            return out.view(M.shape[0], m, K).permute(1, 0, 2)
+
+        def one_basis(g: int, Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            """``M Qs`` (the kept columns) for the models ``b`` (batch indices) of basis ``g``."""
+            U, Ut = Us[g]
+            Vm, Vtm = V[b], Vt[b]
+            C = across(Ut, Qs)  # (m, r, K): the scaled gradient in the basis
+            R = across(U, ((C @ Vm) * top[b]) @ Vtm)
+            if low is not None:  # the spectrum outside the basis, at `rest`
+                R = R + (((Qs - across(U, C)) @ Vm) * low[b][:, None, :]) @ Vtm
+            return R
+
+        def apply(q: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
             m = q.shape[0]
+            b = torch.arange(m, device=dev) if m == len(sets) else models
             Q = q[:, : d * K].view(m, d, K)
-            if m == len(idx):
-                Um, Utm, Vm, Vtm, tm, lm, ia = U, Ut, V, Vt, top, low, inv_alpha
+            Qs = Q * keep[b][:, :, None]
+            if len(bases) == 1:
+                R = one_basis(0, Qs, b)
             else:
-                Um, Utm, Vm, Vtm = U[rows], Ut[rows], V[rows], Vt[rows]
-                tm, lm, ia = top[rows], low[rows], inv_alpha[rows]
-            C = Utm @ Q  # (m, r, K)
-            rest_part = Q - Um @ C
-            R = Um @ (((C @ Vm) * tm) @ Vtm) + ((rest_part @ Vm) * lm[:, None, :]) @ Vtm
-            c = ((q[:, d * K :, None] * Vm).sum(1) * ia)[:, None, :] * Vm
+                R = torch.empty_like(Qs)
+                g_of = group[b]
+                for g in range(len(bases)):
+                    pick = (g_of == g).nonzero().squeeze(1)
+                    if len(pick):
+                        R[pick] = one_basis(g, Qs[pick], b[pick])
+            R = R * keep[b][:, :, None] + Q * drop[b][:, :, None]
+            Vm = V[b]
+            c = ((q[:, d * K :, None] * Vm).sum(1) * inv_alpha[b])[:, None, :] * Vm
             return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
 
         return apply
-
-    def eigen(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Eigenvalues (clamped at 0) and vectors of every set's :meth:`covariances`, for the multinomial models."""
-        import torch
-
-        if self.eigs is None:
-            E, U = torch.linalg.eigh(self.covariances())
-            self.eigs = (E.clamp(min=0), U)
-        return self.eigs
 
     def solve(
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
@@ -1000,6 +964,22 @@ class _Problem:
         with torch.no_grad():
             Z = (X_eval.to(torch.float64) @ V).view(len(X_eval), B, K) + c[None]
         return (Z[..., 0] if K == 1 else Z).cpu().numpy()
+
+
+def _class_curvature(prior: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The loss's curvature in the logits at the class priors ``p`` (B, classes), ``A = V diag(α) Vᵀ`` per model:
+    ``p (1 - p)`` for a binary model (one logit; at least 1e-3), ``diag(p) - p pᵀ`` for a multinomial one. Returns
+    ``α`` (B, K), ``V`` (B, K, K) and ``A``'s pseudo-inverse eigenvalues (0 along the classes' common direction)."""
+    import torch
+
+    if K == 1:
+        alpha = (prior[:, 1] * prior[:, 0]).clamp(min=1e-3)[:, None]
+        V = torch.ones(len(prior), 1, 1, dtype=prior.dtype, device=prior.device)
+    else:
+        alpha, V = torch.linalg.eigh(torch.diag_embed(prior) - prior[:, :, None] * prior[:, None, :])
+        alpha = alpha.clamp(min=0)
+    inv_alpha = torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), torch.zeros_like(alpha))
+    return alpha, V, inv_alpha
 
 
 def batched_lbfgs(

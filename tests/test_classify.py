@@ -191,27 +191,62 @@ def test_near_constant_columns_are_dropped_by_both_backends(backend):
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_preconditioner_inverts_each_models_hessian_at_the_start(n_classes):
-    """The engine's L-BFGS starts from the inverse of ``A ⊗ Σ + lam I`` per model: ``Σ`` each training set's
-    covariance of its standardised rows (a small set summed directly, a large one as the whole minus its
-    complement), ``A`` the class priors' curvature. Applied to ``H v`` it must give ``v`` back."""
+    """With few training sets the engine's L-BFGS starts from the exact inverse of ``A ⊗ Σ + lam I`` per model:
+    ``Σ`` its training set's covariance of its standardised rows (one eigendecomposition per set), ``A`` the
+    class priors' curvature. Applied to ``H v`` it must give ``v`` back."""
 
     rng = np.random.default_rng(3)
     n, d = 60, 4
     X = rng.normal(size=(n, d)) * [1.0, 3.0, 0.5, 2.0] + [0.0, 1.0, -2.0, 5.0]
     y = np.arange(n) % n_classes
-    sets = [np.arange(0, 20), np.arange(5, 55)]  # under and over half of the rows
+    sets = [np.arange(0, 20), np.arange(5, 55)]
     problem = _problem(X, y, 1 if n_classes == 2 else n_classes, sets)
     mean, inv = problem.mean.numpy(), problem.inv.numpy()
-    cov = [np.cov((X[r] - mean[s]) * inv[s], rowvar=False, ddof=0) for s, r in enumerate(sets)]
-    np.testing.assert_allclose(problem.covariances().numpy(), np.stack(cov), atol=1e-10)
-    _assert_inverts_the_start_hessian(problem, np.stack(cov), [0.3, 0.01], rng, atol=1e-8)
+    cov = np.stack([np.cov((X[r] - mean[s]) * inv[s], rowvar=False, ddof=0) for s, r in enumerate(sets)])
+    for s in range(len(sets)):
+        E, U, rest = problem.basis(s)
+        assert rest is None
+        np.testing.assert_allclose((U.numpy() * E.numpy()) @ U.numpy().T, cov[s], atol=1e-10)
+    _assert_inverts_the_start_hessian(problem, cov, [0.3, 0.01], rng, atol=1e-8)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_many_training_sets_share_the_unions_basis(n_classes, monkeypatch):
+    """From ``SHARED_BASIS_MIN_SETS`` training sets on (the CV tasks' 50 inner folds) every model's preconditioner
+    uses the covariance of the union of the sets' rows: exactly the inverse of ``A ⊗ Σ_union + lam I``, with a
+    column that a set drops (constant on its rows) left to the penalty alone (``q / lam``)."""
+    import evalfarm.classify as classify
+
+    monkeypatch.setattr(classify, "SHARED_BASIS_MIN_SETS", 2)
+    rng = np.random.default_rng(6)
+    n, d = 90, 5
+    X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
+    X[:30, 4] = 2.5  # constant on the first set's rows: that set drops it
+    y = np.arange(n) % n_classes
+    sets = [np.arange(0, 30), np.arange(20, 90)]
+    problem = _problem(X, y, 1 if n_classes == 2 else n_classes, sets)
+    assert problem.inv.numpy()[0, 4] == 0.0 and problem.inv.numpy()[1, 4] > 0
+    union = np.unique(np.concatenate(sets))
+    cov = np.cov(X[union], rowvar=False, ddof=0)
+    E, U, _ = problem.basis(None)
+    np.testing.assert_allclose((U.numpy() * E.numpy()) @ U.numpy().T, cov, atol=1e-10)
+    lams = [0.2, 0.05]
+    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), lams, rng, atol=1e-8, only=[1])
+    import torch
+
+    K = problem.K
+    apply = problem.preconditioner(np.arange(2), torch.tensor(lams, dtype=torch.float64))
+    q = np.zeros((2, d * K + K))
+    q[0, 4 * K : 5 * K] = 1.0  # set 0's dropped column: only the penalty's curvature
+    got = apply(torch.from_numpy(q), torch.arange(2)).numpy()
+    np.testing.assert_allclose(got[0], q[0] / lams[0], atol=1e-12)
 
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
-    """Wide features (pair features, ``d >= LOWRANK_MIN_DIM``) get a randomised Nyström sketch of each set's
-    covariance instead of its Gram; at full rank the sketch is the covariance, so it must invert ``A ⊗ Σ + lam I``
-    as exactly as the Cholesky / eigh path."""
+    """Wide features (pair features, ``d >= LOWRANK_MIN_DIM``) get a randomised Nyström sketch of the union's
+    covariance, shared by every set, instead of Grams; at full rank the sketch is the covariance, so it must invert
+    ``A ⊗ Σ + lam I`` exactly."""
 
     import evalfarm.classify as classify
 
@@ -222,12 +257,17 @@ def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
     n = 80
     X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
     y = np.arange(n) % n_classes
-    sets = [np.arange(0, 30), np.arange(10, 75)]
+    sets = [np.arange(0, 30), np.arange(10, 80)]  # the engine's matrix holds the training rows only
     problem = _problem(X, y, 1 if n_classes == 2 else n_classes, sets)
-    E, U, _ = problem.lowrank()
-    cov = problem.covariances()
-    np.testing.assert_allclose((U * E[:, None, :]) @ U.transpose(1, 2), cov, atol=1e-8)
-    _assert_inverts_the_start_hessian(problem, cov.numpy(), [0.2, 0.003], rng, atol=1e-7)
+    cov = np.cov(X, rowvar=False, ddof=0)  # the union of the two sets' rows
+    E, U, rest = problem.basis(None)
+    assert rest is not None and U.shape == (d, d)
+    np.testing.assert_allclose((U.numpy() * E.numpy()) @ U.numpy().T, cov, atol=1e-8)
+    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), [0.2, 0.003], rng, atol=1e-7)
+    sketch = problem.basis(0)  # a set's own sketch (not used by the solve) is its standardised covariance
+    mean, inv = problem.mean.numpy()[0], problem.inv.numpy()[0]
+    own = np.cov((X[:30] - mean) * inv, rowvar=False, ddof=0)
+    np.testing.assert_allclose((sketch[1].numpy() * sketch[0].numpy()) @ sketch[1].numpy().T, own, atol=1e-8)
 
 
 def test_cv_folds_are_stratified_disjoint_and_seeded():
@@ -458,9 +498,12 @@ def _problem(X: np.ndarray, y: np.ndarray, K: int, sets: list[np.ndarray]):
     )  # fmt: skip
 
 
-def _assert_inverts_the_start_hessian(problem, cov: np.ndarray, lams: list[float], rng, *, atol: float) -> None:
+def _assert_inverts_the_start_hessian(
+    problem, cov: np.ndarray, lams: list[float], rng, *, atol: float, only: list[int] | None = None
+) -> None:
     """The preconditioner of every set of ``problem`` (penalty ``lams[s]``) applied to ``H v`` gives ``v`` back,
-    ``H = A ⊗ cov[s] + lam I`` on the weights and ``A`` on the intercepts (``A`` the class priors' curvature)."""
+    ``H = A ⊗ cov[s] + lam I`` on the weights and ``A`` on the intercepts (``A`` the class priors' curvature);
+    ``only``: check those sets only."""
     import torch
 
     y, K, sets = problem.y.numpy(), problem.K, problem.masks
@@ -476,5 +519,6 @@ def _assert_inverts_the_start_hessian(problem, cov: np.ndarray, lams: list[float
         HW = cov[s] @ W * A + lams[s] * W if K == 1 else cov[s] @ W @ A + lams[s] * W
         qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
         want.append(np.concatenate([W.ravel(), b]))
-    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(len(sets)))
-    np.testing.assert_allclose(got.numpy(), np.stack(want), atol=atol)
+    got = apply(torch.from_numpy(np.stack(qs)), torch.arange(len(sets))).numpy()
+    check = list(range(len(sets))) if only is None else only
+    np.testing.assert_allclose(got[check], np.stack(want)[check], atol=atol)
