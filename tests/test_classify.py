@@ -102,6 +102,39 @@ def test_torch_and_sklearn_reach_the_same_optimum(n_classes):
     assert np.abs(twice_penalty[0] - a[2]).max() > 1e-2
 
 
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_row_blocked_objective_equals_the_whole_matrix_one(n_classes, monkeypatch):
+    """On the CPU the objective runs over row blocks of ``[X, 1]`` (``ROW_BLOCK_BYTES``) so that both products of
+    a block read it from cache; the loss and gradient must be the one-product ones up to rounding, with uneven
+    blocks, every model or a subset of them."""
+    import torch
+
+    import evalfarm.classify as classify
+
+    rng = np.random.default_rng(8)
+    n, d = 203, 7
+    X = rng.normal(size=(n, d)) * rng.uniform(0.5, 3, size=d) + rng.normal(size=d)
+    y = rng.integers(0, n_classes, size=n)
+    sets = [np.arange(0, 150), np.arange(40, 203), np.arange(203)]
+    K = 1 if n_classes == 2 else n_classes
+    problem = _problem(X, y, K, sets)
+    B, P = len(sets), d * K + K
+    mask = np.zeros((n, B))
+    for b, rows in enumerate(sets):
+        mask[rows, b] = 1.0
+    Mn = torch.from_numpy(mask / mask.sum(0))
+    lam = torch.tensor([0.1, 0.01, 0.001], dtype=torch.float64)
+    theta = torch.from_numpy(rng.normal(size=(B, P)))
+    whole = problem._objective(np.arange(B), Mn, lam, torch.float64)
+    monkeypatch.setattr(classify, "ROW_BLOCK_BYTES", 8)  # the floor of 64 rows a block: 64, 64, 64 and 11 rows
+    blocked = problem._objective(np.arange(B), Mn, lam, torch.float64)
+    for models in (torch.arange(B), torch.tensor([2, 0])):
+        f0, g0 = whole(theta[models], models)
+        f1, g1 = blocked(theta[models], models)
+        np.testing.assert_allclose(f1.numpy(), f0.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(g1.numpy(), g0.numpy(), rtol=1e-10, atol=1e-13)
+
+
 @pytest.mark.parametrize("n_classes", [2, 4])
 def test_mixed_precision_reaches_the_float64_optimum(n_classes, monkeypatch):
     """``dtype="mixed"``: a float32 phase to ``MIXED_HANDOVER_TOL``, then float64 to ``tol`` from there — the
