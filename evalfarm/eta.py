@@ -12,7 +12,9 @@ it starts:
   ``history-kind`` (the embedding from the kind's seconds per text on other tasks times this task's text count),
   ``history-task`` (the scoring from the task's mean over every kind); when either is unknown (a kind or a task
   the history never saw), ``model`` (the static cost, in seconds per cost unit calibrated on the whole history),
-  or ``fallback`` (the static cost at :data:`DEFAULT_SECONDS_PER_COST`: a warehouse with no history);
+  or ``fallback`` (a warehouse with no history: the static cost at :data:`DEFAULT_SECONDS_PER_COST`, plus the
+  unit's texts at :data:`FALLBACK_EMBED_SECONDS_PER_TEXT` per unit of its kind's embedding cost, since the run's
+  first ETA then counts each task's texts: the full-data default embeds ~126k sentences per sentence model);
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
   seconds are its share of the embedding plus its scoring; a model whose text store has vectors already (a rerun,
   ``--force``, a new task) is estimated without embedding;
@@ -42,6 +44,13 @@ SOURCES = ("history", "history-kind", "history-task", "model", "fallback")
 DEFAULT_SECONDS_PER_COST = 9.0
 """Seconds per static cost unit when the history estimates nothing: one cost unit is one EvalRank sentence-pool
 rank pass (cos + l2), ~9 s on one of 2 CPU cores (benchmarks/README.md, "Figures moved from the code")."""
+
+FALLBACK_EMBED_SECONDS_PER_TEXT = 6.7e-4
+"""Embedding seconds per text per unit of a kind's static embedding cost, for a warehouse with no history: the
+static costs are per model, but a model's embedding grows with its texts (the full-data downstream default embeds
+~126k sentences per sentence model, the quick profile ~15k). Calibrated on all-MiniLM-L6-v2 (kind cost 10): 495 s for
+73,665 texts on one 2-core machine's worker in the nightly zoo run (``benchmarks/results/nightly-w7.json``'s
+warehouse): 6.7 ms a text."""
 
 POSTPROCESSED = "+postprocess"
 """Suffix of the history key of a post-processed model: it reuses its base's vectors, so it is far cheaper than
@@ -80,6 +89,7 @@ class PlannedUnit:
     task: str
     cost: float
     stored: bool = False  # the model's text store has vectors already: it embeds little or nothing
+    embed_cost: float = 0.0  # the model's static embedding cost (ModelPlan.embed_cost), for the text-scaled fallback
 
 
 @dataclass(frozen=True)
@@ -168,11 +178,13 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
     out = []
     for u, e in zip(units, found, strict=True):
         if e is None:
-            e = (
-                Estimate(u.cost * per_cost, "model")
-                if per_cost is not None
-                else Estimate(u.cost * DEFAULT_SECONDS_PER_COST, "fallback")
-            )
+            if per_cost is not None:
+                e = Estimate(u.cost * per_cost, "model")
+            else:  # no history at all: the static cost, plus the embedding its texts take (when they are counted)
+                n = 0 if u.stored else counts.get(u.task, 0)
+                e = Estimate(
+                    u.cost * DEFAULT_SECONDS_PER_COST + u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT, "fallback"
+                )
         out.append(e)
     return out
 
@@ -293,10 +305,9 @@ ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
 def static_cost(kind: str | None, level: str, scorer: str, postprocessed: bool, n_units: int) -> float:
     """The static model's relative cost of one of a model's ``n_units`` units, as the planner computes it
     (:func:`evalfarm.plan.estimate_cost` spread evenly over the units)."""
-    from evalfarm.plan import POSTPROCESS_COST, SCORE_COST, kind_cost
+    from evalfarm.plan import SCORE_COST, embed_cost
 
-    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
-    return embed / max(1, n_units) + SCORE_COST.get((scorer, level), 0.05)
+    return embed_cost(kind, level, postprocessed) / max(1, n_units) + SCORE_COST.get((scorer, level), 0.05)
 
 
 def history_rows(

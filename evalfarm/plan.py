@@ -53,6 +53,7 @@ class ModelPlan:
     store: str
     units: list[Unit] = field(default_factory=list)
     cost: float = 1.0  # relative size, for largest-first assignment
+    embed_cost: float = 0.0  # the embedding's share of ``cost`` (0 for a pooling sibling: the leader embeds)
     siblings: list[ModelPlan] = field(default_factory=list)  # pooling siblings this model's forward pass embeds too
 
 
@@ -80,11 +81,15 @@ def kind_cost(kind: str | None) -> float:
         return UNKNOWN_KIND_COST
 
 
+def embed_cost(kind: str | None, level: str, postprocessed: bool = False) -> float:
+    """The relative cost of embedding a model's texts: its kind's, or fitting a post-processing on its base's."""
+    return POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
+
+
 def estimate_cost(kind: str, level: str, units: list[Unit], postprocessed: bool = False) -> float:
     """Relative cost of a model's units: embedding its texts (by kind) + scoring. A post-processed sentence model
     reuses its base's stored embeddings (the scheduler runs the base first), so it costs the fit, not the encoder."""
-    embed = POSTPROCESS_COST if postprocessed and level == "sentence" else kind_cost(kind)
-    return embed + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
+    return embed_cost(kind, level, postprocessed) + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
 
 
 def plan_run(
@@ -132,7 +137,9 @@ def plan_run(
                 )
             )
         if mp.units:
-            mp.cost = estimate_cost(catalog.kind(m), spec.level, mp.units, postprocessed=spec.postprocess is not None)
+            post = spec.postprocess is not None
+            mp.cost = estimate_cost(catalog.kind(m), spec.level, mp.units, postprocessed=post)
+            mp.embed_cost = embed_cost(catalog.kind(m), spec.level, postprocessed=post)
             plans.append(mp)
     if not plans:
         levels = sorted({catalog.model(m).level for m in model_ids})
@@ -181,23 +188,29 @@ def forward_key(catalog: Catalog, model: str) -> str | None:
     )
 
 
-def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, str]:
-    """Group pending transformers that differ only in pooling (the paper's zoo has each checkpoint with cls, mean and
-    first-last-avg pooling): the group's first plan (its leader) gets the others as ``siblings`` and embeds their
-    texts in the same forward pass; each sibling waits for its leader (returned ``{sibling: leader}``), then finds its
-    store complete and loads nothing. When the leader fails, the siblings embed on their own."""
+def forward_pass_groups(catalog: Catalog, plans: list[ModelPlan]) -> list[list[ModelPlan]]:
+    """The pending transformers that differ only in pooling, grouped (each group's first plan is its leader);
+    reads only."""
     groups: dict[str, list[ModelPlan]] = {}
     for p in plans:
         key = forward_key(catalog, p.model)
         if key is not None:
             groups.setdefault(key, []).append(p)
+    return list(groups.values())
+
+
+def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, str]:
+    """Group pending transformers that differ only in pooling (the paper's zoo has each checkpoint with cls, mean and
+    first-last-avg pooling): the group's first plan (its leader) gets the others as ``siblings`` and embeds their
+    texts in the same forward pass; each sibling waits for its leader (returned ``{sibling: leader}``), then finds its
+    store complete and loads nothing. When the leader fails, the siblings embed on their own."""
     waits: dict[str, str] = {}
-    for group in groups.values():
-        leader, *rest = group
+    for leader, *rest in forward_pass_groups(catalog, plans):
         leader.siblings = list(rest)
         for sib in rest:
             waits[sib.model] = leader.model
             sib.cost = max(0.05, sib.cost - kind_cost("transformers"))  # its encoder pass is the leader's
+            sib.embed_cost = 0.0
     return waits
 
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, plan_run, share_forward_passes, without_tasks
+from evalfarm.plan import CODE_VERSIONS, ModelPlan, forward_pass_groups, plan_run, share_forward_passes, without_tasks
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker
 from evalfarm.scorers.base import RunOptions
@@ -169,7 +169,10 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
         todo = [u for u in p.units if id(u) not in done]
         skipped += [Skipped(u.model, u.task) for u in p.units if id(u) in done]
         if todo:
-            pending.append(ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * len(todo) / len(p.units)))
+            share = len(todo) / len(p.units)
+            pending.append(
+                ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * share, embed_cost=p.embed_cost)
+            )
     return pending, skipped
 
 
@@ -396,15 +399,19 @@ class Run:
         from evalfarm.scheduler.progress import fmt_seconds
 
         stored = self.wh.stored_text_stores()
+        siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
         units = [
             eta.PlannedUnit(
-                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored
+                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored,
+                embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
             )
             for p in self.pending
             for u in p.units
-        ]
+        ]  # fmt: skip
         workers = _planned_workers(self.executor, self.address, self.workers)
-        fc = eta.forecast(units, eta.History(eta.load_history(self.wh)), workers=workers)
+        history = eta.History(eta.load_history(self.wh))
+        texts = None if len(history) else self._text_counts()
+        fc = eta.forecast(units, history, workers=workers, texts=texts)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
         self.summary.first_eta = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts}
@@ -417,6 +424,32 @@ class Run:
                 f"{'s' if workers != 1 else ''} (estimates from {used})",
             )
         )
+
+    def _text_counts(self) -> dict[str, int]:
+        """The pending tasks' text counts, for the first ETA of a warehouse without history (its embedding estimate
+        scales with them): each task loaded on the driver as a worker loads it, then each level's counts scaled by
+        its share of distinct texts (a pool that holds another task's sentences embeds them once). A task that does
+        not load is left out: its unit fails on the worker, with the reason."""
+        from evalfarm.scorers import scorer_for
+
+        counts: dict[str, int] = {}
+        distinct: dict[str, set[str]] = {}
+        for task in sorted({u.task for p in self.pending for u in p.units}):
+            spec = self.cat.task(task)
+            try:
+                scorer = scorer_for(spec.kind)
+                texts = list(scorer.texts(scorer.load_for(spec, self.options)))
+            except Exception as exc:  # reported by the unit itself
+                logging.getLogger(__name__).debug("ETA: could not count %s texts (%s)", task, exc)
+                continue
+            counts[task] = len(texts)
+            distinct.setdefault(spec.level, set()).update(texts)
+        for level, seen in distinct.items():
+            of_level = [t for t in counts if self.cat.task(t).level == level]
+            total = sum(counts[t] for t in of_level)
+            for t in of_level:
+                counts[t] = round(counts[t] * len(seen) / total) if total else 0
+        return counts
 
     def _eta_key(self, model: str) -> str:
         from evalfarm.eta import kind_key

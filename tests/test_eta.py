@@ -79,6 +79,20 @@ def test_no_history_falls_back_to_the_static_cost() -> None:
     assert got == [Estimate(2.0 * eta.DEFAULT_SECONDS_PER_COST, "fallback")]
 
 
+def test_no_history_scales_the_embedding_by_the_counted_texts() -> None:
+    """A fresh warehouse: the static costs are per model, but the full-data default embeds ~126k sentences per
+    sentence model, so the fallback adds the unit's texts at FALLBACK_EMBED_SECONDS_PER_TEXT per unit of its
+    kind's embedding cost — nothing for a model whose vectors are stored, nor for a task with no count."""
+    fresh = PlannedUnit("minilm", "sentence-transformers", "mr", 2.0, embed_cost=10.0)
+    stored = PlannedUnit("minilm", "sentence-transformers", "mr", 2.0, stored=True, embed_cost=10.0)
+    uncounted = PlannedUnit("minilm", "sentence-transformers", "trec", 2.0, embed_cost=10.0)
+    got = eta.estimate([fresh, stored, uncounted], History([]), texts={"mr": 10_662})
+    static = 2.0 * eta.DEFAULT_SECONDS_PER_COST
+    assert got[0] == Estimate(pytest.approx(static + 10.0 * 10_662 * eta.FALLBACK_EMBED_SECONDS_PER_TEXT), "fallback")
+    assert got[1] == got[2] == Estimate(static, "fallback")
+    assert got[0].seconds > 70.0  # ~71 s of embedding for MR's 10,662 sentences: not the static 18 s
+
+
 def test_a_unit_counts_once_with_its_newest_scoring_and_its_largest_embedding() -> None:
     h = History([_past("glove", "wv", "t", 90.0, 10.0, run="old"), _past("glove", "wv", "t", 0.0, 2.0, run="new")])
     assert len(h) == 1 and (h.embed_kt[("wv", "t")], h.score_kt[("wv", "t")]) == (90.0, 2.0)  # "new": a rerun
@@ -217,6 +231,36 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
     assert summary.ok
     assert len(first) == 1 and "for 2 units on 1 worker (estimates from fallback 2)" in first[0]
     assert len(second) == 1 and "(estimates from history 2)" in second[0]
+
+
+@pytest.mark.slow
+def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) -> None:
+    """Without history the run counts its tasks' texts on the driver for the first ETA, each level's counts scaled
+    by its share of distinct texts (words two word-similarity sets share are embedded once)."""
+    from types import SimpleNamespace
+
+    from evalfarm.runner import Run
+    from evalfarm.scorers import scorer_for
+    from evalfarm.scorers.base import RunOptions
+
+    cat = tmp_path / "cat.yaml"
+    tasks = ["wordsim-ws353-all", "wordsim-ws353-rel"]  # the relatedness subset repeats the full set's words
+    cat.write_text(
+        f"include: [{REPO / 'catalog' / 'tasks.yaml'}]\ntasks: [{', '.join(tasks)}]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,\n"
+        f"     source: {{type: path, ref: {toy_glove}}}}}\n"
+    )
+    run = Run(cat, tmp_path / "wh", executor="local")
+    run.pending = [SimpleNamespace(units=[SimpleNamespace(task=t) for t in tasks])]  # type: ignore[list-item]
+    loaded = run.cat
+    words = {}
+    for t in tasks:
+        spec = loaded.task(t)
+        words[t] = list(scorer_for(spec.kind).texts(scorer_for(spec.kind).load_for(spec, RunOptions())))
+    union = len(set(words[tasks[0]]) | set(words[tasks[1]]))
+    total = len(words[tasks[0]]) + len(words[tasks[1]])
+    assert union < total  # the sets share words
+    assert run._text_counts() == {t: round(len(words[t]) * union / total) for t in tasks}
 
 
 def test_the_warehouse_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
