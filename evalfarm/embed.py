@@ -3,8 +3,9 @@
 A model's store is a folder of Parquet shards (``text_id``, ``text``, ``embedding``, ``oov``) keyed by its spec hash
 and the embed code version: every task of the model's level indexes into it by text, so adding STS to a model that
 already embedded the EvalRank sentence pool embeds only the STS sentences that are new. A shard holds the texts one
-embed call added; its name is a hash of its texts, its metadata holds no run id or time, so its bytes depend on its
-content only (two runs that embed the same texts write the same file).
+part of an embed call added (``evalfarm.execute.EMBED_SHARD_TEXTS`` texts at most, stored as each part finishes); its
+name is a hash of its texts, its metadata holds no run id or time, so its bytes depend on its content only (two runs
+that embed the same texts write the same file).
 
 - Sentence texts go to the encoder sorted by length (batches of similar length pad less), then back in order.
 - Word models follow EvalRank's word protocol (:mod:`evalfarm.preprocess`): keys lower-cased with the first

@@ -99,3 +99,58 @@ def test_evaluate_flags_the_numbers_of_a_degenerate_encoder():
     assert all(r["degenerate_reason"].startswith("duplicate_rate") for r in rows), rows[0]["degenerate_reason"]
     spearman = [r for r in rows if r["metric"] == "spearman"]  # every pair ties: NaN, and so no interval
     assert spearman and all(r["ci_low"] is None and r["ci_high"] is None for r in spearman)
+
+
+def test_shard_parts_split_the_missing_texts_and_give_each_part_its_siblings_texts(monkeypatch):
+    """A model embeds its missing texts in parts of EMBED_SHARD_TEXTS, each stored as it finishes; a pooling
+    sibling's texts go with the part that holds them, and those the model itself does not lack come last."""
+    import evalfarm.execute as execute
+
+    monkeypatch.setattr(execute, "EMBED_SHARD_TEXTS", 3)
+    missing = ["a", "b", "c", "d", "e", "f", "g"]
+    sib = ("sib-plan", "sib-store", ["g", "x", "b", "y"])  # x, y: stored for the leader, missing for the sibling
+    parts = list(execute.shard_parts(missing, [sib]))  # type: ignore[list-item]
+    assert [p for p, _ in parts] == [["a", "b", "c"], ["d", "e", "f"], ["g"], []]
+    assert [[texts for _, _, texts in s] for _, s in parts] == [[["b"]], [], [["g"]], [["x", "y"]]]
+    assert list(execute.shard_parts(["a"], [])) == [(["a"], [])]
+
+
+class _Hashed:
+    """A deterministic encoder: each text's vector from a seed of its hash; it raises once it has encoded
+    ``fail_after`` texts (an interrupted embedding), and counts what it encoded."""
+
+    def __init__(self, fail_after: int | None = None) -> None:
+        self.fail_after, self.encoded = fail_after, 0
+
+    def encode(self, texts):
+        import hashlib
+
+        if self.fail_after is not None and self.encoded >= self.fail_after:
+            raise RuntimeError("worker lost")
+        self.encoded += len(texts)
+        seeds = [int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) for t in texts]
+        return np.stack([np.random.default_rng(s).normal(size=8) for s in seeds]).astype(np.float32)
+
+
+@pytest.mark.slow
+def test_an_interrupted_embedding_keeps_its_finished_parts(tmp_path, monkeypatch):
+    """The embedding fails after two parts of 500 texts: the model's units fail, but both parts are stored, and the
+    rerun embeds only the rest; its numbers are an uninterrupted run's."""
+    import evalfarm.execute as execute
+
+    monkeypatch.setattr(execute, "EMBED_SHARD_TEXTS", 500)
+    broken = _Hashed(fail_after=1000)
+    with pytest.raises(evalfarm.EvaluationFailed):
+        evalfarm.evaluate(broken, name="hashed", tasks=["sts16"], warehouse=tmp_path / "wh")
+    shards = list((tmp_path / "wh" / "embeddings").rglob("*.parquet"))
+    assert broken.encoded == 1000 and len(shards) == 2  # two parts stored, then the failure (on every attempt)
+    again = _Hashed()
+    rows = evalfarm.evaluate(again, name="hashed", tasks=["sts16"], warehouse=tmp_path / "wh").to_pylist()
+    whole = _Hashed()
+    alone = evalfarm.evaluate(whole, name="hashed", tasks=["sts16"], warehouse=tmp_path / "wh2").to_pylist()
+    assert whole.encoded > 1000 and again.encoded == whole.encoded - 1000  # the rerun embedded only the rest
+
+    def values(out):
+        return {tuple(r.get(k) for k in ("task", "subset", "variant", "metric")): r["value"] for r in out}
+
+    assert values(rows) == pytest.approx(values(alone))

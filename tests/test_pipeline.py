@@ -212,22 +212,26 @@ def test_neighbours_come_from_the_rank_pass_and_name_what_a_model_confuses(cli_r
 @pytest.mark.slow
 def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cli_run, word_catalog, tmp_path):
     wh, _ = cli_run
-    (shard,) = list((wh / "embeddings" / "model=static").rglob("*.parquet"))
-    t = pq.read_table(shard)
-    assert t.column_names == ["text_id", "text", "embedding", "oov"]
-    etype = t.schema.field("embedding").type
-    assert etype.list_size == 64 and str(etype.value_type) == "float"
-    texts = t.column("text").to_pylist()
+    shards = sorted((wh / "embeddings" / "model=static").rglob("*.parquet"))
+    assert len(shards) == 2  # the ~25k texts in parts of EMBED_SHARD_TEXTS (20,000), each stored as it finished
+    texts = []
+    for shard in shards:
+        t = pq.read_table(shard)
+        assert t.column_names == ["text_id", "text", "embedding", "oov"]
+        etype = t.schema.field("embedding").type
+        assert etype.list_size == 64 and str(etype.value_type) == "float"
+        texts += t.column("text").to_pylist()
+        meta = {k.decode(): v.decode() for k, v in t.schema.metadata.items()}
+        assert meta["model"] == "static" and "run_id" not in meta and "created_at" not in meta
+        assert "tokenlearn-static-model" in meta["provenance"]
     assert len(texts) == len(set(texts))  # every task's texts, each embedded once
-    meta = {k.decode(): v.decode() for k, v in t.schema.metadata.items()}
-    assert meta["model"] == "static" and "run_id" not in meta and "created_at" not in meta
-    assert "tokenlearn-static-model" in meta["provenance"]
     assert not list(wh.rglob("*.tmp"))  # atomic writes leave no temp files
-    # a second run elsewhere writes the same bytes under the same name
+    # a second run elsewhere writes the same bytes under the same names
     summary = run_catalog(word_catalog, tmp_path / "again", models=["static"], executor="local")
     assert summary.ok
-    (again,) = list((tmp_path / "again" / "embeddings" / "model=static").rglob("*.parquet"))
-    assert again.name == shard.name and again.read_bytes() == shard.read_bytes()
+    again = sorted((tmp_path / "again" / "embeddings" / "model=static").rglob("*.parquet"))
+    assert [p.name for p in again] == [p.name for p in shards]
+    assert [p.read_bytes() for p in again] == [p.read_bytes() for p in shards]
     # result tables: the same names, and the same rows but for run_id and created_at
     _assert_same_result_rows(wh, tmp_path / "again", "static", ("metrics", "ranks"))
 
@@ -263,11 +267,19 @@ def test_tied_word_vectors_store_the_same_rows_under_ray_and_in_process(cli_run,
 @pytest.mark.slow
 def test_adding_a_task_embeds_only_the_new_texts(word_catalog, tmp_path):
     wh = tmp_path / "wh"
+
+    def shards() -> set[Path]:
+        return set((wh / "embeddings" / "model=static").rglob("*.parquet"))
+
+    def texts(paths: set[Path]) -> set[str]:
+        return {t for p in paths for t in pq.read_table(p, columns=["text"]).column("text").to_pylist()}
+
     assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence"], executor="local").ok
+    before = shards()
     assert run_catalog(word_catalog, wh, models=["static"], tasks=["evalrank-sentence", "sts12"], executor="local").ok
-    shards = sorted((wh / "embeddings" / "model=static").rglob("*.parquet"), key=lambda p: p.stat().st_mtime_ns)
-    assert len(shards) == 2
-    first, second = (set(pq.read_table(p, columns=["text"]).column("text").to_pylist()) for p in shards)
+    added = shards() - before
+    assert len(before) == 2 and len(added) == 1  # the pool's 24,957 texts in two parts; then one for the new ones
+    first, second = texts(before), texts(added)
     cat = load_catalog(word_catalog)
     from evalfarm.taskdata import load_task
 

@@ -268,9 +268,10 @@ def test_vocabulary_statistics_travel_with_the_stored_embeddings(conformance_run
     import pyarrow.parquet as pq
 
     wh, models = conformance_run
-    (path,) = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))  # one shard
-    meta = {k.decode(): v.decode() for k, v in pq.read_schema(path).metadata.items()}
-    stats = VocabStats.from_json(json.loads(meta["vocab_stats"]))
+    paths = list((Path(wh.base) / "embeddings" / "model=toy-mean").rglob("*.parquet"))  # a shard per 20,000 texts
+    metas = [{k.decode(): v.decode() for k, v in pq.read_schema(p).metadata.items()} for p in paths]
+    assert len({m["vocab_stats"] for m in metas}) == 1  # every shard carries the same statistics
+    stats = VocabStats.from_json(json.loads(metas[0]["vocab_stats"]))
     index, matrix = models["toy"]
     assert stats.n == len(index) == 5000
     np.testing.assert_allclose(stats.mean, matrix.astype(np.float64).mean(axis=0), atol=1e-9)
