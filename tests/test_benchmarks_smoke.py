@@ -34,6 +34,15 @@ def _check_classify(out: dict[str, Any], tmp: Path) -> None:
     assert out["rows"][1]["torch"]["f1"] is not None  # MRPC reports F1
 
 
+def _check_curvature_refresh(out: dict[str, Any], tmp: Path) -> None:
+    assert out["task"] == "MRPC" and out["models"] == 2 * 5 and out["c"] == [1.0] * 5 + [10.0] * 5, out
+    assert out["from_start"]["converged"] and out["from_start"]["calls"] > 0, out
+    (refreshed,) = out["refreshed"]
+    assert refreshed["after"] == 5 and refreshed["converged"], out
+    # restarting from the exact curvature reaches the same optimum (each model strongly convex)
+    assert refreshed["objective"] == pytest.approx(out["from_start"]["objective"], rel=1e-5), out
+
+
 def _check_sample_vs_full(out: dict[str, Any], tmp: Path) -> None:
     (row,) = out["models"].values()
     assert 0.5 < row["cr"]["full"] <= 1 and 0.5 < row["cr"]["sample"] <= 1, row
@@ -147,6 +156,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
+    "diag_curvature_refresh.py": ([], _check_curvature_refresh),
     "bench_neighbours.py": ([], _check_neighbours),
     "bench_nightly.py": (["--warehouse", "{tmp}/wh"], _check_nightly),
     "bench_noop.py": ([], _check_noop),
