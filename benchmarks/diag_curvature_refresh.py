@@ -61,15 +61,9 @@ def selection_problem(data: dict, task) -> tuple[classify._Problem, np.ndarray, 
 
 def weak_models(problem, sets: np.ndarray, cs: list[float], min_c: float):
     """The selection models with ``C >= min_c``: their sets, Cs, row weights ``1 / n_b`` and penalties."""
-    import torch
-
     pick = [i for i, c in enumerate(cs) if c >= min_c]
     sets, cs = sets[pick], [cs[i] for i in pick]
-    mask = np.zeros((problem.X.shape[0], len(sets)))
-    for b, s in enumerate(sets):
-        mask[problem.masks[s], b] = 1.0
-    nb = mask.sum(0)
-    return sets, cs, torch.from_numpy(mask / nb), torch.from_numpy(1.0 / (np.asarray(cs) * nb))
+    return (sets, cs, *problem.row_weights(sets, cs))
 
 
 def exact_preconditioner(problem, sets: np.ndarray, Mn, lam, theta):

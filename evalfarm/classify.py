@@ -660,8 +660,8 @@ rounding of the objective, and the float64 phase takes over."""
 
 LOWRANK_MIN_DIM = 1024
 """From this feature dimension on (the 1,536-d pair features of a 384-d encoder), the preconditioner approximates
-each training set's covariance by its top ``LOWRANK_RANK`` eigenpairs (:meth:`_Problem.lowrank`) instead of
-forming and factoring the ``d × d`` Gram per model: measured on all-MiniLM-L6-v2's MRPC and SICK-E, the Grams and
+the covariance by its top ``LOWRANK_RANK`` eigenpairs (:meth:`_Problem.basis`, one sketch shared by every set)
+instead of forming and factoring the ``d × d`` Gram: measured on all-MiniLM-L6-v2's MRPC and SICK-E, the Grams and
 factorisations cost more than every iteration of the solve (``benchmarks/README.md``)."""
 LOWRANK_RANK = 128
 
@@ -861,6 +861,19 @@ class _Problem:
 
         return apply
 
+    def row_weights(self, sets: np.ndarray, cs: Sequence[float]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The models ``(sets[b], cs[b])``'s row weights ``Mn`` (n, B), ``1 / n_b`` on set ``b``'s rows and 0
+        elsewhere, and penalties ``lam = 1 / (C n_b)`` (B,), on X's device in X's dtype."""
+        import torch
+
+        X = self.X
+        mask = np.zeros((X.shape[0], len(sets)))
+        for b, s in enumerate(sets):
+            mask[self.masks[s], b] = 1.0
+        nb = mask.sum(0)
+        Mn = torch.from_numpy(mask / nb).to(X.device, X.dtype)
+        return Mn, torch.from_numpy(1.0 / (np.asarray(cs) * nb)).to(X.device, X.dtype)
+
     def solve(
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
     ) -> np.ndarray:
@@ -869,14 +882,8 @@ class _Problem:
         and the float64 phase finishes from there, with the same stopping rules as a float64 solve."""
         import torch
 
-        X, dt, dev = self.X, self.X.dtype, self.X.device
-        n = X.shape[0]
-        mask = np.zeros((n, len(sets)))
-        for b, s in enumerate(sets):
-            mask[self.masks[s], b] = 1.0
-        nb = mask.sum(0)
-        Mn = torch.from_numpy(mask / nb).to(dev, dt)  # (n, B): each model's row weights 1 / n_b
-        lam = torch.from_numpy(1.0 / (np.asarray(cs) * nb)).to(dev, dt)
+        dt, dev = self.X.dtype, self.X.device
+        Mn, lam = self.row_weights(sets, cs)
         B = len(sets)
         theta = torch.from_numpy(theta0).to(dev, dt)
         ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)

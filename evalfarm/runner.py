@@ -428,17 +428,18 @@ class Run:
     def _text_counts(self) -> dict[str, int]:
         """The pending tasks' text counts, for the first ETA of a warehouse without history (its embedding estimate
         scales with them): each task loaded on the driver as a worker loads it, then each level's counts scaled by
-        its share of distinct texts (a pool that holds another task's sentences embeds them once). A task that does
-        not load is left out: its unit fails on the worker, with the reason."""
-        from evalfarm.scorers import scorer_for
+        its share of distinct texts (a pool that holds another task's sentences embeds them once). Loaded through
+        the workers' own :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver verified this
+        run. A task that does not load is left out: its unit fails on the worker, with the reason."""
+        from evalfarm.execute import ExecContext
 
+        ctx = ExecContext(catalog=self.cat, warehouse=self.wh, run_id=self.run_id, options=self.options)
         counts: dict[str, int] = {}
         distinct: dict[str, set[str]] = {}
         for task in sorted({u.task for p in self.pending for u in p.units}):
             spec = self.cat.task(task)
             try:
-                scorer = scorer_for(spec.kind)
-                texts = list(scorer.texts(scorer.load_for(spec, self.options)))
+                texts = ctx.texts(task)
             except Exception as exc:  # reported by the unit itself
                 logging.getLogger(__name__).debug("ETA: could not count %s texts (%s)", task, exc)
                 continue

@@ -251,6 +251,7 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
         f"     source: {{type: path, ref: {toy_glove}}}}}\n"
     )
     run = Run(cat, tmp_path / "wh", executor="local")
+    run.plan()  # the warehouse and run id the counting's ExecContext reads with
     run.pending = [SimpleNamespace(units=[SimpleNamespace(task=t) for t in tasks])]  # type: ignore[list-item]
     loaded = run.cat
     words = {}
