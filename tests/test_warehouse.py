@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from evalfarm.warehouse import Warehouse, atomic_write_table, embeddings_table, new_run_id, read_embeddings
+from evalfarm.warehouse import Warehouse, atomic_write_table, embeddings_table, new_run_id, read_embeddings, store
 
 
 @pytest.mark.slow
@@ -161,3 +161,37 @@ def test_a_quarantined_file_is_one_failures_row_naming_its_unit(tmp_path):
         {"model": "m", "task": "t", "stage": "quarantine", "error": "unreadable Parquet (x); moved to /q/fp.parquet",
          "detail": metrics.path},
     ]  # fmt: skip
+
+
+def test_a_query_reads_again_when_a_run_replaces_a_file_under_it(tmp_path, monkeypatch):
+    """A connection lists the warehouse once; a run that replaces a file whole meanwhile (a model's row each run)
+    left the read at the old size: "No magic bytes found at end of file", seen by the first ETA of a resumed
+    nightly while its workers wrote. ``query`` reads again on a fresh connection."""
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh")
+    wh.init()
+    row = {"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at}
+    wh.write_model(row)
+    con = wh.connect()  # listed now
+    wh.write_model({**row, "kind": "transformers-" + "x" * 5000})  # replaced whole: other bytes, other size
+    with pytest.raises(duckdb.Error) as seen:
+        con.execute("SELECT kind FROM models").fetchall()
+    assert store.replaced_under_read(seen.value)
+    con.close()
+
+    connect, calls = Warehouse.connect, []
+
+    def a_writer_between_listing_and_read(self, **kw):  # the first connection's listing goes stale at once
+        con = connect(self, **kw)
+        calls.append(1)
+        if len(calls) == 1:
+            wh.write_model({**row, "kind": "onnx"})
+        return con
+
+    monkeypatch.setattr(Warehouse, "connect", a_writer_between_listing_and_read)
+    assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"]
+    assert len(calls) == 2
+    calls.clear()
+    with pytest.raises(duckdb.Error, match="Catalog Error|does not exist"):  # any other error: raised at once
+        wh.query("SELECT * FROM no_such_view")
+    assert len(calls) == 1

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import uuid
 from collections.abc import Callable
@@ -32,6 +33,8 @@ from evalfarm.warehouse.query import (
     run_limited,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
+
+log = logging.getLogger(__name__)
 
 
 def now() -> datetime:
@@ -136,6 +139,21 @@ def atomic_write_table(
     except OSError as exc:
         raise WarehouseWriteError(key, exc) from exc
     return key
+
+
+QUERY_ATTEMPTS = 3
+"""How often :meth:`Warehouse.query` runs a statement whose read met a file replaced under it."""
+
+_REPLACED_MARKS = ("No magic bytes found at end of file", "Failed to read")
+
+
+def replaced_under_read(exc: BaseException) -> bool:
+    """Whether DuckDB's error is what a file replaced between a connection's listing and its read gives. A
+    connection lists the warehouse once (:class:`~evalfarm.warehouse.query._Listing`) and a run replaces some files
+    whole (a model's row each run, a recomputed unit's metrics): the new file's bytes are then read at the old
+    file's size, so its footer is not where the listing said. A fresh connection lists again and reads it whole."""
+    text = str(exc)
+    return isinstance(exc, duckdb.Error) and any(m in text for m in _REPLACED_MARKS)
 
 
 class Warehouse:
@@ -423,15 +441,23 @@ class Warehouse:
         The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
         connection (:meth:`connect`); exactly the statement that was checked is executed. It stops after
         ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), and past ``memory_limit`` (``MemoryError``);
-        each left None takes its environment variable, else the default (:class:`QueryLimits`).
+        each left None takes its environment variable, else the default (:class:`QueryLimits`). A read that met a
+        file a run replaced meanwhile runs again on a fresh connection (:func:`replaced_under_read`), up to
+        :data:`QUERY_ATTEMPTS` times: a query during a run sees a consistent warehouse instead of failing.
         """
         statement = check_read_only(sql)
         limits = QueryLimits.resolve(timeout_s, memory_limit)
-        con = self.connect(memory_limit=limits.memory_limit)
-        try:
-            return run_limited(con, statement, limits.timeout_s)
-        finally:
-            con.close()
+        for attempt in range(1, QUERY_ATTEMPTS + 1):
+            con = self.connect(memory_limit=limits.memory_limit)
+            try:
+                return run_limited(con, statement, limits.timeout_s)
+            except duckdb.Error as exc:
+                if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
+                    raise
+                log.info("warehouse query: a file was replaced while it was read (%s); reading again", exc)
+            finally:
+                con.close()
+        raise AssertionError("unreachable")  # the loop returns or raises
 
     # -- verification and quarantine (issue #13.6) ----------------------------------------------------------
     # A truncated Parquet file (a full disk, a copy cut short, a crash outside the atomic write) has no footer:
