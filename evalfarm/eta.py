@@ -15,6 +15,9 @@ it starts:
   or ``fallback`` (a warehouse with no history: the static cost at :data:`DEFAULT_SECONDS_PER_COST`, plus the
   unit's texts at :data:`FALLBACK_EMBED_SECONDS_PER_TEXT` per unit of its kind's embedding cost, since the run's
   first ETA then counts each task's texts: the full-data default embeds ~126k sentences per sentence model);
+- a unit is looked up by its task *and* its scorer's cost variant (:meth:`Scorer.cost_variant`: downstream's
+  training sample, ``max_train=N``, against the full data), so a history of quick-profile runs never prices a
+  full-data run's classifiers (or its embedding of every training sentence) at the sample's seconds;
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
   seconds are its share of the embedding plus its scoring; a model whose text store has vectors already (a rerun,
   ``--force``, a new task) is estimated without embedding;
@@ -26,6 +29,7 @@ This module is pure (no warehouse, no Ray) except :func:`load_history`, which re
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections import defaultdict
@@ -71,13 +75,18 @@ class PastUnit:
     task: str
     embed: float
     score: float
-    texts: int | None = None  # the task's text count (the ``quality`` view), None when unknown
+    texts: int | None = None  # the unit's text count (the ``quality`` view), None when unknown
     run_id: str = ""
     cost: float | None = None  # the static model's relative cost of the unit (as the planner computes it)
+    variant: str = ""  # its scorer's cost variant (:func:`cost_variant`)
 
     @property
     def seconds(self) -> float:
         return self.embed + self.score
+
+    @property
+    def label(self) -> str:
+        return task_label(self.task, self.variant)
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,31 @@ class PlannedUnit:
     cost: float
     stored: bool = False  # the model's text store has vectors already: it embeds little or nothing
     embed_cost: float = 0.0  # the model's static embedding cost (ModelPlan.embed_cost), for the text-scaled fallback
+    variant: str = ""  # its scorer's cost variant (:func:`cost_variant`)
+
+    @property
+    def label(self) -> str:
+        return task_label(self.task, self.variant)
+
+
+def task_label(task: str, variant: str = "") -> str:
+    """What the history groups a unit's times by: the task, and its scorer's cost variant when there is one."""
+    return f"{task}@{variant}" if variant else task
+
+
+def cost_variant(scorer: str | None, params: str | Mapping[str, Any] | None) -> str:
+    """The cost variant of a unit scored by ``scorer`` with ``params`` (canonical JSON or a dict):
+    :meth:`evalfarm.scorers.base.Scorer.cost_variant`; ``""`` for a scorer this install does not know or params
+    that do not parse (an old row: grouped with its task)."""
+    if not scorer:
+        return ""
+    from evalfarm.scorers import scorers
+
+    try:
+        p = json.loads(params) if isinstance(params, str) else dict(params or {})
+        return scorers()[scorer].cost_variant(p)
+    except Exception:  # an unknown scorer, damaged params: no variant
+        return ""
 
 
 @dataclass(frozen=True)
@@ -103,7 +137,9 @@ def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
 
 
 class History:
-    """Unit times grouped the ways :func:`estimate` looks them up. One unit counts once per (model, task): its
+    """Unit times grouped the ways :func:`estimate` looks them up, by task label (:func:`task_label`: the task and
+    its cost variant; ``texts``, ``score_t`` and the pairs' second member are labels). One unit counts once per
+    (model, label): its
     newest run's scoring (``rows`` are taken in order, later rows replacing earlier ones) and its largest embedding
     (a rerun over a complete text store embeds nothing, which says nothing of a fresh embedding).
 
@@ -113,7 +149,7 @@ class History:
     def __init__(self, rows: Iterable[PastUnit]) -> None:
         latest: dict[tuple[str, str], PastUnit] = {}
         for r in rows:
-            k = (r.model, r.task)
+            k = (r.model, r.label)
             latest[k] = replace(r, embed=max(r.embed, latest[k].embed)) if k in latest else r
         self.units = list(latest.values())
         embed_kt: dict[tuple[str, str], list[float]] = defaultdict(list)
@@ -122,14 +158,14 @@ class History:
         per_text: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         self.texts: dict[str, int] = {}
         for u in self.units:
-            embed_kt[(u.key, u.task)].append(u.embed)
-            score_kt[(u.key, u.task)].append(u.score)
-            score_t[u.task].append(u.score)
+            embed_kt[(u.key, u.label)].append(u.embed)
+            score_kt[(u.key, u.label)].append(u.score)
+            score_t[u.label].append(u.score)
             if u.texts:
                 acc = per_text[u.key]
                 acc[0] += u.embed
                 acc[1] += u.texts
-                self.texts[u.task] = max(self.texts.get(u.task, 0), u.texts)
+                self.texts[u.label] = max(self.texts.get(u.label, 0), u.texts)
         self.embed_kt, self.score_kt, self.score_t = _mean(embed_kt), _mean(score_kt), _mean(score_t)
         self.kind_rate = {k: s / n for k, (s, n) in per_text.items() if n > 0}  # embed seconds per text
         costed = [u for u in self.units if u.cost]
@@ -146,8 +182,10 @@ def _worse(a: str, b: str) -> str:
 
 def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) -> Estimate | None:
     """Embed part: the same kind on the same task, else the kind's seconds per text times the task's texts. Score
-    part: the same kind on the same task, else the task's mean over every kind. None when either is unknown."""
-    kt, n = (u.key, u.task), texts.get(u.task)
+    part: the same kind on the same task, else the task's mean over every kind. None when either is unknown.
+    ``texts``: counts by task label, else by task id (a run's own counts, taken under its options)."""
+    kt = (u.key, u.label)
+    n = texts.get(u.label) or texts.get(u.task)
     if u.stored:
         embed, e_src = 0.0, "history"  # its vectors are stored: nothing (or only a new task's texts) to embed
     elif kt in history.embed_kt:
@@ -158,16 +196,16 @@ def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) ->
         return None
     if kt in history.score_kt:
         score, s_src = history.score_kt[kt], "history"
-    elif u.task in history.score_t:
-        score, s_src = history.score_t[u.task], "history-task"
+    elif u.label in history.score_t:
+        score, s_src = history.score_t[u.label], "history-task"
     else:
         return None
     return Estimate(embed + score, _worse(e_src, s_src))
 
 
 def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str, int] | None = None) -> list[Estimate]:
-    """Seconds of each planned unit (see the module docstring for the sources). ``texts``: text counts of tasks
-    the history has not seen (the history's own counts win)."""
+    """Seconds of each planned unit (see the module docstring for the sources). ``texts``: text counts by task id
+    (the run's, for labels the history has not seen: the history's own counts win)."""
     counts = {**(texts or {}), **history.texts}
     found = [_from_history(u, history, counts) for u in units]
     per_cost = history.per_cost
@@ -181,7 +219,7 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
             if per_cost is not None:
                 e = Estimate(u.cost * per_cost, "model")
             else:  # no history at all: the static cost, plus the embedding its texts take (when they are counted)
-                n = 0 if u.stored else counts.get(u.task, 0)
+                n = 0 if u.stored else counts.get(u.label) or counts.get(u.task, 0)
                 e = Estimate(
                     u.cost * DEFAULT_SECONDS_PER_COST + u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT, "fallback"
                 )
@@ -292,11 +330,14 @@ WITH t AS (
     FROM units
     WHERE status = 'done' AND stage IN ('embed', 'score')
     GROUP BY run_id, model, task
-), n AS (SELECT task, max(n_texts) AS texts FROM quality GROUP BY task),
-s AS (SELECT DISTINCT model, task, scorer FROM metrics)
-SELECT t.run_id, t.model, t.task, coalesce(t.embed_s, 0) AS embed_s, t.score_s, t.at, n.texts,
-       m.kind, m.level, m.postprocess IS NOT NULL AS post, s.scorer
-FROM t LEFT JOIN n USING (task) LEFT JOIN models m USING (model) LEFT JOIN s USING (model, task)
+), nu AS (SELECT run_id, model, task, max(n_texts) AS texts FROM quality GROUP BY ALL),
+n AS (SELECT task, max(n_texts) AS texts FROM quality GROUP BY task),
+s AS (SELECT DISTINCT model, task, scorer FROM metrics),
+p AS (SELECT run_id, model, task, any_value(params) AS params FROM metrics_history GROUP BY ALL)
+SELECT t.run_id, t.model, t.task, coalesce(t.embed_s, 0) AS embed_s, t.score_s, t.at,
+       coalesce(nu.texts, n.texts) AS texts, m.kind, m.level, m.postprocess IS NOT NULL AS post, s.scorer, p.params
+FROM t LEFT JOIN nu USING (run_id, model, task) LEFT JOIN n USING (task) LEFT JOIN models m USING (model)
+LEFT JOIN s USING (model, task) LEFT JOIN p USING (run_id, model, task)
 WHERE t.score_s IS NOT NULL
 ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
 """
@@ -314,8 +355,9 @@ def history_rows(
     records: Iterable[Mapping[str, Any]], cost: Callable[[Mapping[str, Any], int], float] | None = None
 ) -> list[PastUnit]:
     """:class:`PastUnit` rows from per-(run, model, task) records (``embed_s``, ``score_s``, ``texts``, ``kind``,
-    ``post``, …): each model's embed seconds of a run spread over that run's tasks of it by text count (equally
-    when a count is unknown). ``cost(record, units of its model in its run)``: the unit's static cost."""
+    ``post``, ``scorer`` and ``params`` for the cost variant, …): each model's embed seconds of a run spread over
+    that run's tasks of it by text count (equally when a count is unknown). ``cost(record, units of its model in its
+    run)``: the unit's static cost."""
     recs = list(records)
     groups: dict[tuple[str, str], list[Mapping[str, Any]]] = defaultdict(list)
     for r in recs:
@@ -336,6 +378,7 @@ def history_rows(
                 texts=int(r["texts"]) if r.get("texts") else None,
                 run_id=r["run_id"],
                 cost=cost(r, len(group)) if cost is not None else None,
+                variant=cost_variant(r.get("scorer"), r.get("params")),
             )
         )
     return out

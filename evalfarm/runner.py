@@ -404,13 +404,14 @@ class Run:
             eta.PlannedUnit(
                 u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored,
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
+                variant=eta.cost_variant(u.scorer, u.params),
             )
             for p in self.pending
             for u in p.units
         ]  # fmt: skip
         workers = _planned_workers(self.executor, self.address, self.workers)
         history = eta.History(eta.load_history(self.wh))
-        texts = None if len(history) else self._text_counts()
+        texts = self._text_counts() if any(u.label not in history.texts for u in units) else None
         fc = eta.forecast(units, history, workers=workers, texts=texts)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
@@ -426,11 +427,12 @@ class Run:
         )
 
     def _text_counts(self) -> dict[str, int]:
-        """The pending tasks' text counts, for the first ETA of a warehouse without history (its embedding estimate
-        scales with them): each task loaded on the driver as a worker loads it, then each level's counts scaled by
-        its share of distinct texts (a pool that holds another task's sentences embeds them once). Loaded through
-        the workers' own :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver verified this
-        run. A task that does not load is left out: its unit fails on the worker, with the reason."""
+        """The pending tasks' text counts under this run's options, for a first ETA whose history has not seen some
+        of its task labels (a new warehouse, a new task, the first full-data run after quick ones: the embedding
+        estimate scales with them): each task loaded on the driver as a worker loads it, then each level's counts
+        scaled by its share of distinct texts (a pool that holds another task's sentences embeds them once). Loaded
+        through the workers' own :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver
+        verified this run. A task that does not load is left out: its unit fails on the worker, with the reason."""
         from evalfarm.execute import ExecContext
 
         ctx = ExecContext(catalog=self.cat, warehouse=self.wh, run_id=self.run_id, options=self.options)

@@ -74,6 +74,40 @@ def test_a_task_the_history_never_saw_scales_by_the_given_text_count() -> None:
     assert eta.estimate([other], h)[0].source == "fallback"
 
 
+def test_a_quick_profiles_history_never_prices_a_full_data_unit() -> None:
+    """Downstream units trained on the 1,000-row sample are kept apart from full-data ones by their cost variant:
+    a warehouse whose history holds only quick runs gave the first full-data nightly an ETA of 18 min (issue 22)."""
+    quick = [
+        PastUnit("minilm", "transformers", "mr", 5.0, 2.0, 1100, variant="max_train=1000"),
+        PastUnit("mpnet", "transformers", "mr", 15.0, 4.0, 1100, variant="max_train=1000"),
+        PastUnit("minilm", "transformers", "stsb", 30.0, 1.0, 3000),
+    ]
+    h = History(quick)
+    assert h.texts == {"mr@max_train=1000": 1100, "stsb": 3000}
+    sample = PlannedUnit("e5", "transformers", "mr", 1.0, variant="max_train=1000")
+    full = PlannedUnit("e5", "transformers", "mr", 1.0)
+    got = eta.estimate([sample, full], h, texts={"mr": 10662})
+    assert got[0] == Estimate(pytest.approx(10.0 + 3.0), "history")
+    assert got[1].source == "model"  # the full data's scoring is unknown: not the sample's 3 s
+    with_full = History([*quick, PastUnit("minilm", "transformers", "mr", 40.0, 30.0, 10662)])
+    got = eta.estimate([sample, full], with_full)
+    assert got[0].seconds == pytest.approx(13.0) and got[1] == Estimate(70.0, "history")
+    onnx = History([*with_full.units, PastUnit("u", "onnx", "stsb", 6.0, 1.0, 3000)])  # 2 ms a text
+    got = eta.estimate([PlannedUnit("e5", "onnx", "mr", 1.0)], onnx)  # the full data's texts and scoring only
+    assert got == [Estimate(pytest.approx(0.002 * 10662 + 30.0), "history-task")]
+
+
+def test_the_cost_variant_is_the_downstream_sample_and_nothing_else() -> None:
+    params = {"max_train": 1000, "seed": 1111, "k": 10}
+    assert eta.cost_variant("downstream", params) == "max_train=1000"
+    assert eta.cost_variant("downstream", '{"max_train": 1000, "k": 10}') == "max_train=1000"
+    assert eta.cost_variant("downstream", {**params, "max_train": None}) == ""  # the full data: plain task
+    assert eta.cost_variant("evalrank", {"similarities": ["cos"]}) == ""
+    assert eta.cost_variant("no-such-scorer", params) == "" and eta.cost_variant(None, params) == ""
+    assert eta.cost_variant("downstream", "{not json") == ""  # a damaged row: grouped with its task
+    assert eta.task_label("mr", "max_train=1000") == "mr@max_train=1000" and eta.task_label("mr") == "mr"
+
+
 def test_no_history_falls_back_to_the_static_cost() -> None:
     got = eta.estimate([PlannedUnit("m", "bow", "stsb", 2.0)], History([]))
     assert got == [Estimate(2.0 * eta.DEFAULT_SECONDS_PER_COST, "fallback")]
@@ -207,6 +241,34 @@ def test_load_history_reads_the_units_view_with_kinds_and_text_counts(tmp_path) 
     assert got["wordsim"].cost == pytest.approx(eta.static_cost("word-vectors", "word", "s", False, 2))
     assert eta.load_history(wh, exclude_run="r1") == []
     assert eta.load_history(Warehouse(tmp_path / "none")) == []  # nothing there: no history, no error
+
+
+def test_load_history_keys_downstream_units_on_their_training_sample(tmp_path) -> None:
+    """A quick-profile run and a full-data run of one (model, task) are two history units, each with its own text
+    count (the unit's ``quality`` row) and scoring time."""
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh")
+    wh.init()
+    wh.write_model({"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at})
+    for run, max_train, texts, embed, score in (("quick", 1000, 1100, 4.0, 2.0), ("full", None, 10662, 40.0, 30.0)):
+        fp = f"fp-{run}"
+        params = '{"k":10,"max_train":%s}' % ("null" if max_train is None else max_train)
+        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": texts, "fingerprint": fp}],
+                 wh.unit_path("quality", "m", "mr", fp))  # fmt: skip
+        wh.write("metrics", [{"run_id": run, "model": "m", "task": "mr", "scorer": "downstream", "metric": "accuracy",
+                              "variant": run, "value": 0.7, "params": params, "fingerprint": fp, "created_at": at}],
+                 wh.unit_path("metrics", "m", "mr", fp))  # fmt: skip
+        wh.write_units(run, [
+            {"run_id": run, "model": "m", "task": "mr", "stage": "embed", "seconds": embed, "status": "done",
+             "started_at": at},
+            {"run_id": run, "model": "m", "task": "mr", "stage": "score", "seconds": score, "status": "done",
+             "started_at": at, "fingerprint": fp},
+        ])  # fmt: skip
+    got = {u.run_id: u for u in eta.load_history(wh)}
+    assert got["quick"].variant == "max_train=1000" and got["quick"].texts == 1100
+    assert got["full"].variant == "" and got["full"].texts == 10662
+    h = History(list(got.values()))
+    assert len(h) == 2 and h.score_t == {"mr@max_train=1000": 2.0, "mr": 30.0}
 
 
 @pytest.mark.slow

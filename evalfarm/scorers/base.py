@@ -154,6 +154,11 @@ class Scorer:
         """The parameters that change this scorer's numbers on ``task`` (they enter the unit's fingerprint)."""
         return {}
 
+    def cost_variant(self, params: Mapping[str, Any]) -> str:
+        """A label for what in ``params`` (:meth:`params`, as stored) changes a unit's time by a factor, so the ETA
+        keeps such units' history apart (:mod:`evalfarm.eta`); ``""``: nothing does (the default)."""
+        return ""
+
     def load(self, task: TaskSpec) -> Any:
         """Read and verify the task's files; returns a :class:`TaskData`."""
         raise NotImplementedError

@@ -39,6 +39,7 @@ CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -150,6 +151,11 @@ class DownstreamScorer(Scorer):
         "SentEval-style logistic regression on frozen sentence embeddings (pair features for MRPC / SICK-E): "
         "test accuracy, C chosen on dev or inner folds, 10-fold CV where there is no split"
     )
+
+    def cost_variant(self, params: Mapping[str, Any]) -> str:
+        """The training sample (``max_train=N``) costs a fraction of the full data's embedding and fits; the full
+        data, the default, has no label."""
+        return "" if params.get("max_train") is None else variant_name(params["max_train"])
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
