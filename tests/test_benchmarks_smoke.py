@@ -49,6 +49,17 @@ def _check_sample_vs_full(out: dict[str, Any], tmp: Path) -> None:
     assert out["spearman"] == {"cr": None}  # one model: no rank correlation
 
 
+def _check_sample_vs_full_warehouse(out: dict[str, Any], tmp: Path) -> None:
+    per_task = out["per_task"]
+    assert per_task["agree"]["spearman_full_vs_sample"] == 1.0
+    assert per_task["reverse"]["spearman_full_vs_sample"] == -1.0
+    assert per_task["agree"]["mean_shift_points"] == pytest.approx(-12.5) and per_task["agree"]["n_models"] == 6
+    table = out["tables"]["sentence"]
+    assert table["cells"] == 2 and table["sign_changes_among_strong"] == 1 and table["max_abs_delta_rho"] == 2.0
+    (worst, *_) = table["largest_deltas"]
+    assert (worst["downstream"], worst["full"], worst["sample"]) == ("reverse", 1.0, -1.0)
+
+
 def _check_neighbours(out: dict[str, Any], tmp: Path) -> None:
     (row,) = out["rows"]
     assert (row["model"], row["task"], row["neighbours"]) == ("glove-6b-50d", "evalrank-word", 10)
@@ -163,6 +174,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_quality.py": ([], _check_quality),
     "bench_rank.py": ([], _check_rank),
     "bench_sample_vs_full.py": ([], _check_sample_vs_full),
+    "sample_vs_full_warehouse.py": ([], _check_sample_vs_full_warehouse),
     "bench_scale.py": ([], _check_scale),
     "bench_scheduler.py": ([], _check_scheduler),
     "bench_toolkit.py": ([], _check_toolkit),
