@@ -19,8 +19,8 @@ it starts:
   training sample, ``max_train=N``, against the full data), so a history of quick-profile runs never prices a
   full-data run's classifiers (or its embedding of every training sentence) at the sample's seconds;
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
-  seconds are its share of the embedding plus its scoring; a model whose text store has vectors already (a rerun,
-  ``--force``, a new task) is estimated without embedding;
+  seconds are its share of the embedding plus its scoring; a model whose text store holds vectors already (a rerun,
+  ``--force``, a new task, a run stopped mid-model) is estimated with the share of its texts still to embed;
 - the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
   model (one worker embeds a model); once a model has finished, its actual / predicted ratio corrects what is left.
 
@@ -97,7 +97,7 @@ class PlannedUnit:
     key: str
     task: str
     cost: float
-    stored: bool = False  # the model's text store has vectors already: it embeds little or nothing
+    stored: float = 0.0  # the share of the model's texts its store holds already (1 or True: it embeds nothing)
     embed_cost: float = 0.0  # the model's static embedding cost (ModelPlan.embed_cost), for the text-scaled fallback
     variant: str = ""  # its scorer's cost variant (:func:`cost_variant`)
 
@@ -180,18 +180,24 @@ def _worse(a: str, b: str) -> str:
     return max(a, b, key=SOURCES.index)
 
 
+def _left_to_embed(u: PlannedUnit) -> float:
+    """The share of the unit's embedding still to do: 1 for a fresh model, 0 for a complete store."""
+    return 1.0 - min(1.0, max(0.0, float(u.stored)))
+
+
 def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) -> Estimate | None:
     """Embed part: the same kind on the same task, else the kind's seconds per text times the task's texts. Score
     part: the same kind on the same task, else the task's mean over every kind. None when either is unknown.
     ``texts``: counts by task label, else by task id (a run's own counts, taken under its options)."""
     kt = (u.key, u.label)
     n = texts.get(u.label) or texts.get(u.task)
-    if u.stored:
+    left = _left_to_embed(u)
+    if left == 0.0:
         embed, e_src = 0.0, "history"  # its vectors are stored: nothing (or only a new task's texts) to embed
     elif kt in history.embed_kt:
-        embed, e_src = history.embed_kt[kt], "history"
+        embed, e_src = history.embed_kt[kt] * left, "history"
     elif n and u.key in history.kind_rate:
-        embed, e_src = history.kind_rate[u.key] * n, "history-kind"
+        embed, e_src = history.kind_rate[u.key] * n * left, "history-kind"
     else:
         return None
     if kt in history.score_kt:
@@ -219,7 +225,7 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
             if per_cost is not None:
                 e = Estimate(u.cost * per_cost, "model")
             else:  # no history at all: the static cost, plus the embedding its texts take (when they are counted)
-                n = 0 if u.stored else counts.get(u.label) or counts.get(u.task, 0)
+                n = (counts.get(u.label) or counts.get(u.task, 0)) * _left_to_embed(u)
                 e = Estimate(
                     u.cost * DEFAULT_SECONDS_PER_COST + u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT, "fallback"
                 )

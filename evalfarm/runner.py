@@ -22,7 +22,7 @@ import logging
 import platform
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -398,20 +398,25 @@ class Run:
         from evalfarm import eta
         from evalfarm.scheduler.progress import fmt_seconds
 
-        stored = self.wh.stored_text_stores()
+        stored = self.wh.stored_texts({p.model for p in self.pending})
         siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
+        variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
+        history = eta.History(eta.load_history(self.wh))
+        unseen = any(eta.task_label(u.task, variants[(u.scorer, u.params)]) not in history.texts
+                     for p in self.pending for u in p.units)  # fmt: skip
+        texts = self._text_counts() if stored or unseen else None
+        every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
         units = [
             eta.PlannedUnit(
-                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units), (p.model, p.store) in stored,
+                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
+                _stored_share(p, every_task.get(p.model, []), stored, texts),
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
-                variant=eta.cost_variant(u.scorer, u.params),
+                variant=variants[(u.scorer, u.params)],
             )
             for p in self.pending
             for u in p.units
         ]  # fmt: skip
         workers = _planned_workers(self.executor, self.address, self.workers)
-        history = eta.History(eta.load_history(self.wh))
-        texts = self._text_counts() if any(u.label not in history.texts for u in units) else None
         fc = eta.forecast(units, history, workers=workers, texts=texts)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
@@ -427,18 +432,19 @@ class Run:
         )
 
     def _text_counts(self) -> dict[str, int]:
-        """The pending tasks' text counts under this run's options, for a first ETA whose history has not seen some
+        """The planned tasks' text counts under this run's options, for a first ETA whose history has not seen some
         of its task labels (a new warehouse, a new task, the first full-data run after quick ones: the embedding
-        estimate scales with them): each task loaded on the driver as a worker loads it, then each level's counts
-        scaled by its share of distinct texts (a pool that holds another task's sentences embeds them once). Loaded
-        through the workers' own :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver
-        verified this run. A task that does not load is left out: its unit fails on the worker, with the reason."""
+        estimate scales with them) or whose models have stored texts (:func:`_stored_share`): each task loaded on
+        the driver as a worker loads it, then each level's counts scaled by its share of distinct texts (a pool that
+        holds another task's sentences embeds them once). Loaded through the workers' own
+        :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver verified this run. A task that
+        does not load is left out: its unit fails on the worker, with the reason."""
         from evalfarm.execute import ExecContext
 
         ctx = ExecContext(catalog=self.cat, warehouse=self.wh, run_id=self.run_id, options=self.options)
         counts: dict[str, int] = {}
         distinct: dict[str, set[str]] = {}
-        for task in sorted({u.task for p in self.pending for u in p.units}):
+        for task in sorted({u.task for p in self.plans for u in p.units}):
             spec = self.cat.task(task)
             try:
                 texts = ctx.texts(task)
@@ -646,6 +652,25 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
                 "whichever spec it came from — see the `conflicts` view, or give the new spec its own id"
             )
     return out
+
+
+def _stored_share(
+    p: ModelPlan, every_task: Sequence[str], stored: Mapping[tuple[str, str], int], texts: Mapping[str, int] | None
+) -> float:
+    """The share of ``p``'s pending texts its text store holds already, for the first ETA. The store holds texts of
+    its model's done units too (and a quick run's samples of the pending ones), so what is left to embed is the texts
+    of all its planned tasks (``every_task``) less the stored rows, taken as a share of its pending tasks' texts
+    (counts as this run takes them, :meth:`Run._text_counts`): 0 when nothing is stored, 1 when the store has as many
+    texts as the plan needs. An estimate: a store with texts of tasks outside this run counts them as needed."""
+    rows = stored.get((p.model, p.store), 0)
+    if rows == 0:
+        return 0.0
+    counts = texts or {}
+    pending = sum(counts.get(u.task, 0) for u in p.units)
+    if not pending:
+        return 1.0
+    left = max(0, sum(counts.get(t, 0) for t in dict.fromkeys([*every_task, *(u.task for u in p.units)])) - rows)
+    return 1.0 - min(1.0, left / pending)
 
 
 def _planned_workers(executor: str, address: str | None, workers: int | None) -> int:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from evalfarm import eta
@@ -136,6 +138,18 @@ def test_a_model_with_stored_vectors_is_estimated_without_embedding() -> None:
     fresh, stored = (PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0, s) for s in (False, True))
     assert [e.seconds for e in eta.estimate([fresh, stored], HISTORY)] == [pytest.approx(15.0), pytest.approx(3.0)]
     assert eta.estimate([stored], HISTORY)[0].source == "history"
+
+
+def test_a_partly_stored_model_is_estimated_with_the_share_left_to_embed() -> None:
+    """A run stopped mid-model keeps the parts it embedded (execute.EMBED_SHARD_TEXTS): the resumed nightly's
+    all-mpnet-base-v2 family was estimated as if nothing were left to embed."""
+    quarter = PlannedUnit("glove-2", "word-vectors", "evalrank-word", 1.0, 0.25)
+    assert eta.estimate([quarter], HISTORY)[0] == Estimate(pytest.approx(12.0 * 0.75 + 3.0), "history")
+    kind_rate = PlannedUnit("glove-2", "word-vectors", "stsb", 1.0, 0.5)  # the kind's rate x the texts left
+    assert eta.estimate([kind_rate], HISTORY)[0].seconds == pytest.approx(24.5 / 2100 * 3000 * 0.5 + 10.0)
+    unseen = PlannedUnit("m", "bow", "t", 2.0, 0.5, embed_cost=10.0)
+    fallback = 2.0 * eta.DEFAULT_SECONDS_PER_COST + 10.0 * 1000 * 0.5 * eta.FALLBACK_EMBED_SECONDS_PER_TEXT
+    assert eta.estimate([unseen], History([]), texts={"t": 1000}) == [Estimate(pytest.approx(fallback), "fallback")]
 
 
 def test_a_models_embed_seconds_are_spread_over_its_tasks_by_text_count() -> None:
@@ -299,8 +313,6 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
 def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) -> None:
     """Without history the run counts its tasks' texts on the driver for the first ETA, each level's counts scaled
     by its share of distinct texts (words two word-similarity sets share are embedded once)."""
-    from types import SimpleNamespace
-
     from evalfarm.runner import Run
     from evalfarm.scorers import scorer_for
     from evalfarm.scorers.base import RunOptions
@@ -313,8 +325,7 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
         f"     source: {{type: path, ref: {toy_glove}}}}}\n"
     )
     run = Run(cat, tmp_path / "wh", executor="local")
-    run.plan()  # the warehouse and run id the counting's ExecContext reads with
-    run.pending = [SimpleNamespace(units=[SimpleNamespace(task=t) for t in tasks])]  # type: ignore[list-item]
+    run.plan()  # the planned tasks (all of them: done units' texts are in the stores), the warehouse and run id
     loaded = run.cat
     words = {}
     for t in tasks:
@@ -326,12 +337,36 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
     assert run._text_counts() == {t: round(len(words[t]) * union / total) for t in tasks}
 
 
-def test_the_warehouse_finds_the_text_stores_that_have_vectors(tmp_path) -> None:
+def test_the_warehouse_counts_the_texts_each_store_holds(tmp_path) -> None:
     wh = Warehouse(tmp_path / "wh")
-    for model, store, name in (("a", "k1", "s.parquet"), ("b", "k2", ".s.parquet"), ("c", "k3", None)):
+    for model, store, name, rows in (
+        ("a", "k1", "p1.parquet", 3), ("a", "k1", "p2.parquet", 2), ("b", "k2", ".s.parquet", 5), ("c", "k3", None, 0),
+        ("d", "k4", "bad.parquet", -1),
+    ):  # fmt: skip
         d = tmp_path / "wh" / "embeddings" / f"model={model}" / f"store={store}"
-        d.mkdir(parents=True)
-        if name:
-            (d / name).write_bytes(b"")
-    assert wh.stored_text_stores() == {("a", "k1")}  # a temp file is no vector; an empty folder neither
-    assert Warehouse(tmp_path / "none").stored_text_stores() == set()
+        d.mkdir(parents=True, exist_ok=True)
+        if rows >= 0 and name:
+            pq.write_table(pa.table({"text": [f"t{i}" for i in range(rows)]}), d / name)
+        elif name:
+            (d / name).write_bytes(b"not parquet")
+    assert wh.stored_texts() == {("a", "k1"): 5, ("d", "k4"): 0}  # a temp file is no vector; nor an empty folder
+    assert wh.stored_texts({"a"}) == {("a", "k1"): 5}
+    assert Warehouse(tmp_path / "none").stored_texts() == {}
+
+
+def test_a_plans_stored_share_is_what_its_store_leaves_of_its_pending_texts() -> None:
+    from evalfarm.plan import ModelPlan, Unit
+    from evalfarm.runner import _stored_share
+
+    def plan(*tasks: str) -> ModelPlan:
+        return ModelPlan("m", "h", "sentence", "k", [Unit("m", t, "s", "sentence", "h", "c", "{}", t) for t in tasks])
+
+    counts = {"x": 10, "y": 30, "done": 60}
+    fresh = plan("x", "y")
+    assert _stored_share(fresh, ["x", "y"], {}, counts) == 0.0
+    assert _stored_share(fresh, ["x", "y"], {("m", "k"): 10}, counts) == pytest.approx(0.25)  # 30 of 40 left
+    assert _stored_share(fresh, ["x", "y"], {("m", "k"): 90}, counts) == 1.0
+    # a model whose "done" task is computed: its 60 texts are in the store, and 10 of the pending 40 besides
+    assert _stored_share(fresh, ["x", "y", "done"], {("m", "k"): 70}, counts) == pytest.approx(0.25)
+    assert _stored_share(fresh, ["x", "y", "done"], {("m", "k"): 40}, counts) == 0.0  # not even the done task's
+    assert _stored_share(fresh, ["x", "y"], {("m", "k"): 5}, None) == 1.0  # nothing counted: stored means done

@@ -191,6 +191,17 @@ def test_a_query_reads_again_when_a_run_replaces_a_file_under_it(tmp_path, monke
     monkeypatch.setattr(Warehouse, "connect", a_writer_between_listing_and_read)
     assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"]
     assert len(calls) == 2
+
+    def replaced_while_the_views_are_made(self, **kw):  # creating the views reads the files' schemas
+        calls.append(1)
+        if len(calls) == 1:
+            raise duckdb.InvalidInputException("Invalid Input Error: No magic bytes found at end of file 'x'")
+        return connect(self, **kw)
+
+    calls.clear()
+    monkeypatch.setattr(Warehouse, "connect", replaced_while_the_views_are_made)
+    assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"] and len(calls) == 2
+    monkeypatch.setattr(Warehouse, "connect", a_writer_between_listing_and_read)
     calls.clear()
     with pytest.raises(duckdb.Error, match="Catalog Error|does not exist"):  # any other error: raised at once
         wh.query("SELECT * FROM no_such_view")

@@ -11,7 +11,7 @@ import json
 import logging
 import os
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -197,16 +197,26 @@ class Warehouse:
         """A model's text store: one Parquet shard per batch of newly embedded texts."""
         return self._p("embeddings", f"model={model}", f"store={store_key}")
 
-    def stored_text_stores(self) -> set[tuple[str, str]]:
-        """(model, store key) of every text store with vectors (one listing of ``embeddings/``): those models embed
-        nothing, or only new texts (the first ETA's question)."""
+    def stored_texts(self, models: Collection[str] | None = None) -> dict[tuple[str, str], int]:
+        """(model, store key) -> texts stored, of every text store with vectors (one listing of ``embeddings/``,
+        then each part's Parquet footer; ``models``: only theirs). A complete store embeds nothing on a rerun, a
+        partial one (a run stopped mid-model: the parts of ``execute.EMBED_SHARD_TEXTS``) only the rest: the first
+        ETA's question."""
         sel = pafs.FileSelector(self._p("embeddings"), recursive=True, allow_not_found=True)
-        out = set()
+        out: dict[tuple[str, str], int] = {}
         for info in self.fs.get_file_info(sel):
             parts = info.path.split("/")
             hidden = info.base_name.startswith((".", "_"))  # a temp file of a writer, never vectors
-            if info.path.endswith(".parquet") and not hidden and len(parts) >= 3 and parts[-3].startswith("model="):
-                out.add((parts[-3].removeprefix("model="), parts[-2].removeprefix("store=")))
+            if not info.path.endswith(".parquet") or hidden or len(parts) < 3 or not parts[-3].startswith("model="):
+                continue
+            key = (parts[-3].removeprefix("model="), parts[-2].removeprefix("store="))
+            if models is not None and key[0] not in models:
+                continue
+            try:
+                rows = pq.read_metadata(info.path, filesystem=self.fs).num_rows
+            except (OSError, pa.ArrowException):  # unreadable: `verify` quarantines it; here it counts nothing
+                rows = 0
+            out[key] = out.get(key, 0) + rows
         return out
 
     def unit_path(self, table: str, model: str, task: str, fingerprint: str) -> str:
@@ -448,15 +458,17 @@ class Warehouse:
         statement = check_read_only(sql)
         limits = QueryLimits.resolve(timeout_s, memory_limit)
         for attempt in range(1, QUERY_ATTEMPTS + 1):
-            con = self.connect(memory_limit=limits.memory_limit)
-            try:
+            con = None
+            try:  # the views read each table's schema when they are created: connecting reads files too
+                con = self.connect(memory_limit=limits.memory_limit)
                 return run_limited(con, statement, limits.timeout_s)
             except duckdb.Error as exc:
                 if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
                     raise
                 log.info("warehouse query: a file was replaced while it was read (%s); reading again", exc)
             finally:
-                con.close()
+                if con is not None:
+                    con.close()
         raise AssertionError("unreachable")  # the loop returns or raises
 
     # -- verification and quarantine (issue #13.6) ----------------------------------------------------------
