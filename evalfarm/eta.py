@@ -139,9 +139,8 @@ def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
 class History:
     """Unit times grouped the ways :func:`estimate` looks them up, by task label (:func:`task_label`: the task and
     its cost variant; ``texts``, ``score_t`` and the pairs' second member are labels). One unit counts once per
-    (model, label): its
-    newest run's scoring (``rows`` are taken in order, later rows replacing earlier ones) and its largest embedding
-    (a rerun over a complete text store embeds nothing, which says nothing of a fresh embedding).
+    (model, label): its newest run's scoring (``rows`` are taken in order, later rows replacing earlier ones) and its
+    largest embedding (a rerun over a complete text store embeds nothing, which says nothing of a fresh embedding).
 
     A unit's time has two parts that depend on different things: embedding depends on the model kind and the
     texts, scoring on the task (and a little on the vectors' size). They are looked up apart."""
