@@ -331,21 +331,25 @@ WITH t AS (
     SELECT run_id, model, task,
            sum(seconds) FILTER (WHERE stage = 'embed') AS embed_s,
            sum(seconds) FILTER (WHERE stage = 'score') AS score_s,
+           any_value(fingerprint) FILTER (WHERE stage = 'score') AS fingerprint,
            max(started_at) AS at
     FROM units
     WHERE status = 'done' AND stage IN ('embed', 'score')
     GROUP BY run_id, model, task
-), nu AS (SELECT run_id, model, task, max(n_texts) AS texts FROM quality GROUP BY ALL),
+), nu AS (SELECT fingerprint, max(n_texts) AS texts FROM quality GROUP BY fingerprint),
 n AS (SELECT task, max(n_texts) AS texts FROM quality GROUP BY task),
 s AS (SELECT DISTINCT model, task, scorer FROM metrics),
-p AS (SELECT run_id, model, task, any_value(params) AS params FROM metrics_history GROUP BY ALL)
+p AS (SELECT fingerprint, any_value(params) AS params FROM metrics_history GROUP BY fingerprint)
 SELECT t.run_id, t.model, t.task, coalesce(t.embed_s, 0) AS embed_s, t.score_s, t.at,
        coalesce(nu.texts, n.texts) AS texts, m.kind, m.level, m.postprocess IS NOT NULL AS post, s.scorer, p.params
-FROM t LEFT JOIN nu USING (run_id, model, task) LEFT JOIN n USING (task) LEFT JOIN models m USING (model)
-LEFT JOIN s USING (model, task) LEFT JOIN p USING (run_id, model, task)
+FROM t LEFT JOIN nu USING (fingerprint) LEFT JOIN n USING (task) LEFT JOIN models m USING (model)
+LEFT JOIN s USING (model, task) LEFT JOIN p USING (fingerprint)
 WHERE t.score_s IS NOT NULL
 ORDER BY t.at NULLS FIRST, t.run_id, t.model, t.task
 """
+"""Per (run, model, task): its seconds, and through the score unit's fingerprint (which the params and the task's
+checksum enter) its params and text count. By fingerprint, not by run: ``run --force`` rewrites a unit's metrics and
+quality files under the same fingerprint with the new run's id, and the earlier run's timing still describes them."""
 
 
 def static_cost(kind: str | None, level: str, scorer: str, postprocessed: bool, n_units: int) -> float:

@@ -409,7 +409,7 @@ class Run:
         units = [
             eta.PlannedUnit(
                 u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
-                _stored_share(p, every_task.get(p.model, []), stored, texts),
+                _stored_share(p, every_task[p.model], stored, texts),
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
             )
@@ -659,9 +659,10 @@ def _stored_share(
 ) -> float:
     """The share of ``p``'s pending texts its text store holds already, for the first ETA. The store holds texts of
     its model's done units too (and a quick run's samples of the pending ones), so what is left to embed is the texts
-    of all its planned tasks (``every_task``) less the stored rows, taken as a share of its pending tasks' texts
-    (counts as this run takes them, :meth:`Run._text_counts`): 0 when nothing is stored, 1 when the store has as many
-    texts as the plan needs. An estimate: a store with texts of tasks outside this run counts them as needed."""
+    of all its planned tasks (``every_task``, the pending ones among them) less the stored rows, taken as a share of
+    its pending tasks' texts (counts as this run takes them, :meth:`Run._text_counts`): 0 when nothing is stored, 1
+    when the store has as many texts as the plan needs. An estimate: a store with texts of tasks outside this run
+    counts them as needed."""
     rows = stored.get((p.model, p.store), 0)
     if rows == 0:
         return 0.0
@@ -669,7 +670,7 @@ def _stored_share(
     pending = sum(counts.get(u.task, 0) for u in p.units)
     if not pending:
         return 1.0
-    left = max(0, sum(counts.get(t, 0) for t in dict.fromkeys([*every_task, *(u.task for u in p.units)])) - rows)
+    left = max(0, sum(counts.get(t, 0) for t in every_task) - rows)
     return 1.0 - min(1.0, left / pending)
 
 

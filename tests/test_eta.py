@@ -285,6 +285,30 @@ def test_load_history_keys_downstream_units_on_their_training_sample(tmp_path) -
     assert len(h) == 2 and h.score_t == {"mr@max_train=1000": 2.0, "mr": 30.0}
 
 
+def test_a_recomputed_units_earlier_runs_keep_its_variant_and_text_count(tmp_path) -> None:
+    """``run --force`` rewrites a unit's metrics and quality files under the same fingerprint with the new run's id:
+    the earlier run's timing must still read the unit's params and text count, through the fingerprint."""
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh")
+    wh.init()
+    wh.write_model({"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at})
+    fp = "fp-quick"
+    for run in ("r1", "r2"):  # the second run's files replace the first's
+        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": 1100, "fingerprint": fp}],
+                 wh.unit_path("quality", "m", "mr", fp))  # fmt: skip
+        wh.write("metrics", [{"run_id": run, "model": "m", "task": "mr", "scorer": "downstream", "metric": "accuracy",
+                              "variant": "max_train=1000", "value": 0.7, "params": '{"max_train":1000}',
+                              "fingerprint": fp, "created_at": at}],
+                 wh.unit_path("metrics", "m", "mr", fp))  # fmt: skip
+        wh.write_units(run, [
+            {"run_id": run, "model": "m", "task": "mr", "stage": "score", "seconds": 2.0, "status": "done",
+             "started_at": at, "fingerprint": fp},
+        ])  # fmt: skip
+    got = eta.load_history(wh)
+    expected = [("r1", "max_train=1000", 1100), ("r2", "max_train=1000", 1100)]
+    assert [(u.run_id, u.variant, u.texts) for u in got] == expected
+
+
 @pytest.mark.slow
 def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
     from evalfarm.runner import run_catalog
