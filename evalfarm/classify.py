@@ -682,7 +682,12 @@ MRPC (~2.1 rows per dimension, 1.5× fewer CPU seconds than plain); GloVe sample
 ROW_BLOCK_BYTES = 4 << 20
 """On the CPU an objective evaluation runs over row blocks of ``[X, 1]`` of about this size, each block's logits
 and its gradient products back to back, so that the second product reads the block from cache instead of memory
-(a task's matrix, 13–55 MB for a 384-d encoder, is read once per evaluation instead of twice)."""
+(a task's matrix, 13–55 MB for a 384-d encoder, is read once per evaluation instead of twice). Each block is stored
+transposed, ``(d + 1, rows)`` contiguous (:meth:`_Problem.augmented_blocks`), and the logits come out transposed,
+``(K m, rows)``: MKL's products with few columns (the tail of a solve, where one or two weak-penalty models are still
+moving) run 1.1–2× faster with the block as that operand (measured on one thread: SICK-E's pair features at one
+model, 8.5 ms a product pair against 15 ms). The layout changes the order of sums inside the products, not what
+they compute: results agree to rounding (``tests/test_classify.py``)."""
 
 SHARED_BASIS_MIN_SETS = 8
 """From this many training sets in one solve (the CV tasks' 50 inner folds) the preconditioner uses one basis for
@@ -729,6 +734,7 @@ class _Problem:
     bases: dict[int | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = field(default_factory=dict)
     fast: torch.dtype | None = None  # mixed precision: the first phase's dtype (DTYPES)
     xa: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
+    xa_blocks: dict[tuple[torch.dtype, int], list[torch.Tensor]] = field(default_factory=dict)
 
     def augmented(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """``[X, 1]`` (n, d + 1) in ``dtype`` (default X's), so that one product gives logits with intercepts; for
@@ -742,6 +748,17 @@ class _Problem:
             xa = torch.cat([X, torch.ones_like(X[:, :1])], dim=1)
             self.xa[dtype] = xa * (1 - 2 * self.y.to(dtype))[:, None] if self.K == 1 else xa
         return self.xa[dtype]
+
+    def augmented_blocks(self, dtype: torch.dtype, step: int) -> list[torch.Tensor]:
+        """:meth:`augmented` in row blocks of ``step`` rows, each stored transposed and contiguous, ``(d + 1,
+        rows)``: the CPU path's layout (``ROW_BLOCK_BYTES``). Built once per (dtype, step); the untransposed matrix
+        is not kept beside them."""
+        key = (dtype, step)
+        if key not in self.xa_blocks:
+            xa = self.augmented(dtype)
+            self.xa_blocks[key] = [xa[lo : lo + step].T.contiguous() for lo in range(0, len(xa), step)]
+            del self.xa[dtype]
+        return self.xa_blocks[key]
 
     def basis(self, s: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
         """The eigenpairs of training set ``s``'s covariance ``Σ_s`` of its standardised rows (None: the covariance
@@ -793,8 +810,14 @@ class _Problem:
 
         Few training sets (fewer than ``SHARED_BASIS_MIN_SETS``: a dev split, TREC's five inner folds and refit):
         each set its own basis, exact. Many (the CV tasks' 50 inner folds), or a low-rank basis (already an
-        approximation): one basis for all, the union's covariance, from which an inner fold's differs by its
-        sampling noise and its scales (the L-BFGS updates absorb it). Version 4 factored ``A ⊗ Σ_s + lam I`` per
+        approximation): one basis for all, the union's covariance ``Σ`` in the conditioned units, and each model's
+        own standardisation ``D_s`` (``inv``) folded in around it: ``A ⊗ D_s Σ D_s + lam I ≈ D_s (A ⊗ Σ + lam I)
+        D_s`` (``D_s ≈ I`` there), so ``M_s = D_s⁻¹ M D_s⁻¹``; what is left is an inner fold's sampling noise, which
+        the L-BFGS updates absorb. Version 5 added the ``D_s`` (version 4 applied the union's ``M`` as it stands): an
+        inner fold's column scales differ from the union's by ~1 %, which turns the union's near-null directions
+        (the raw hidden states of a transformer layer lie close to a hyperplane) into directions the fold has real
+        variance along, where ``M`` stepped ``1 / lam``: all-mpnet-base-v2's layer-8 CLS on MPQA ran its 50 C = 1
+        inner folds past ``max_iter`` (``benchmarks/README.md``). Version 4 factored ``A ⊗ Σ_s + lam I`` per
         model and solved with the factor per iteration: on all-MiniLM-L6-v2's CR those triangular solves were 54 %
         of the engine's time, the per-set Grams and factorisations 20 % (``benchmarks/README.md``). A column a set
         drops (``inv`` 0) has only the penalty's curvature: ``M q = q / lam`` there. The intercepts decouple (the
@@ -816,7 +839,7 @@ class _Problem:
         group = torch.from_numpy(np.array([0 if keys[0] is None else keys.index(int(s)) for s in sets])).to(dev)
         E = torch.stack([b[0] for b in bases])[group]  # (B, r): each model's eigenvalues
         rest = None if bases[0][2] is None else torch.stack([b[2] for b in bases])[group]  # type: ignore[misc]
-        keep = (self.inv[idx] > 0).to(dt)  # (B, d)
+        keep, scale = _kept_columns(self.inv[idx], shared=share)
         drop = (1 - keep) / lam[:, None]
         alpha, V, inv_alpha = _class_curvature(torch.from_numpy(prior).to(dev, dt), K)
         Vt = V.transpose(1, 2).contiguous()
@@ -844,7 +867,7 @@ class _Problem:
             m = q.shape[0]
             b = torch.arange(m, device=dev) if m == len(sets) else models
             Q = q[:, : d * K].view(m, d, K)
-            Qs = Q * keep[b][:, :, None]
+            Qs = Q * scale[b][:, :, None]
             if len(bases) == 1:
                 R = one_basis(0, Qs, b)
             else:
@@ -854,7 +877,7 @@ class _Problem:
                     pick = (g_of == g).nonzero().squeeze(1)
                     if len(pick):
                         R[pick] = one_basis(g, Qs[pick], b[pick])
-            R = R * keep[b][:, :, None] + Q * drop[b][:, :, None]
+            R = R * scale[b][:, :, None] + Q * drop[b][:, :, None]
             Vm = V[b]
             c = ((q[:, d * K :, None] * Vm).sum(1) * inv_alpha[b])[:, None, :] * Vm
             return torch.cat([R.reshape(m, d * K), c.sum(2)], dim=1)
@@ -928,23 +951,17 @@ class _Problem:
         idx_sets = torch.from_numpy(np.asarray(sets)).to(self.X.device)
         inv = self.inv[idx_sets].to(dtype)
         mi = (self.mean * self.inv)[idx_sets].to(dtype)
-        Xa = self.augmented(dtype)
         Mn, lam = Mn.to(dtype), lam.to(dtype)
         f64 = torch.float64
         y = self.y
-        step = n if Xa.device.type != "cpu" else max(64, ROW_BLOCK_BYTES // (Xa.shape[1] * Xa.element_size()))
+        on_cpu = self.X.device.type == "cpu"
+        step = max(64, ROW_BLOCK_BYTES // ((d + 1) * torch.finfo(dtype).bits // 8)) if on_cpu else n
         blocks = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
-
-        def loss(Z: torch.Tensor, w: torch.Tensor, yb: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-            """The rows' weighted loss per model (m,) and its gradient in the logits, weighted (rows, K * m)."""
-            if K == 1:  # Xa's rows carry the sign 1 - 2 y: Z is the margin, softplus(Z) the loss, d/dZ sigmoid(Z)
-                return (torch.nn.functional.softplus(Z) * w).sum(0, dtype=f64), torch.sigmoid(Z) * w
-            rows, m = Z.shape[0], w.shape[1]
-            R = torch.softmax(Z.view(rows, K, m), dim=1)
-            yi = yb[:, None, None].expand(rows, 1, m)
-            f = (-torch.log(R.gather(1, yi)[:, 0]) * w).sum(0, dtype=f64)
-            R.scatter_add_(1, yi, torch.full_like(R[:, :1], -1.0))
-            return f, (R * w[:, None, :]).view(rows, K * m)
+        if on_cpu:  # row blocks that stay in cache between the logits' product and the gradient's
+            XaT = self.augmented_blocks(dtype, step)
+            MnT = Mn.T.contiguous()  # (B, n): a block's weights are a slice of each model's row
+        else:
+            Xa = self.augmented(dtype)
 
         def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             m = len(models)
@@ -955,19 +972,21 @@ class _Problem:
             # columns class-major (K, m): the softmax runs over a middle dimension, which torch vectorises over
             # the models (over a last dimension of a few classes it is several times slower)
             V = torch.cat([(W * inv_m[:, :, None]).permute(1, 2, 0).reshape(d, K * m), c.T.reshape(1, K * m)])
-            w = Mn if every else Mn[:, models]  # (n, m)
             lam_m = lam if every else lam[models]
-            if len(blocks) == 1:
-                f, Rw = loss(Xa @ V, w, y)  # one product for every model's logits
+            if not on_cpu:
+                w = Mn if every else Mn[:, models]  # (n, m)
+                f, Rw = _loss(Xa @ V, w, y, K)  # one product for every model's logits
                 G = Xa.T @ Rw  # (d + 1, K * m)
-            else:  # row blocks that stay in cache between the logits' product and the gradient's (ROW_BLOCK_BYTES)
-                f = torch.zeros(m, dtype=f64, device=Xa.device)
-                G = Xa.new_zeros(d + 1, K * m)
-                for lo, hi in blocks:
-                    Xb = Xa[lo:hi]
-                    fb, Rwb = loss(Xb @ V, w[lo:hi], y[lo:hi])
+            else:  # blocks stored transposed: measured, MKL's products with a few columns (a tail of one or two
+                # models) run up to 2x faster with the block as the contiguous (d + 1, rows) operand
+                wT = MnT if every else MnT[models]  # (m, n)
+                Vt = V.T.contiguous()
+                f = torch.zeros(m, dtype=f64)
+                G = V.new_zeros(d + 1, K * m)
+                for (lo, hi), XbT in zip(blocks, XaT, strict=True):
+                    fb, Rt = _loss_transposed(Vt @ XbT, wT[:, lo:hi], y[lo:hi], K)
                     f += fb
-                    G.addmm_(Xb.T, Rwb)
+                    G.addmm_(XbT, Rt.T)
             f = f + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
             GV = G[:d].view(d, K, m).permute(2, 0, 1)  # (m, d, K)
             gc = G[d].view(K, m).T
@@ -990,6 +1009,50 @@ class _Problem:
         with torch.no_grad():
             Z = (X_eval.to(torch.float64) @ V).view(len(X_eval), B, K) + c[None]
         return (Z[..., 0] if K == 1 else Z).cpu().numpy()
+
+
+def _loss(Z: torch.Tensor, w: torch.Tensor, yb: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows' weighted loss per model (m,) from their logits ``Z`` (rows, K * m; columns class-major) and weights
+    ``w`` (rows, m), and its gradient in the logits, weighted (rows, K * m). ``K == 1``: the rows carry the sign
+    ``1 - 2 y`` (:meth:`_Problem.augmented`), so ``Z`` is the margin, softplus its loss, sigmoid its derivative."""
+    import torch
+
+    f64 = torch.float64
+    if K == 1:
+        return (torch.nn.functional.softplus(Z) * w).sum(0, dtype=f64), torch.sigmoid(Z) * w
+    rows, m = Z.shape[0], w.shape[1]
+    R = torch.softmax(Z.view(rows, K, m), dim=1)
+    yi = yb[:, None, None].expand(rows, 1, m)
+    f = (-torch.log(R.gather(1, yi)[:, 0]) * w).sum(0, dtype=f64)
+    R.scatter_add_(1, yi, torch.full_like(R[:, :1], -1.0))
+    return f, (R * w[:, None, :]).view(rows, K * m)
+
+
+def _loss_transposed(Zt: torch.Tensor, wt: torch.Tensor, yb: torch.Tensor, K: int) -> tuple[torch.Tensor, ...]:
+    """:func:`_loss` on transposed logits ``Zt`` (K * m, rows) and weights ``wt`` (m, rows): the loss per model
+    (m,) and the weighted gradient in the logits, (K * m, rows) (the CPU path's layout, ``ROW_BLOCK_BYTES``)."""
+    import torch
+
+    f64 = torch.float64
+    if K == 1:
+        return (torch.nn.functional.softplus(Zt) * wt).sum(1, dtype=f64), torch.sigmoid(Zt) * wt
+    m, rows = wt.shape
+    R = torch.softmax(Zt.view(K, m, rows), dim=0)
+    yi = yb[None, None, :].expand(1, m, rows)
+    f = (-torch.log(R.gather(0, yi)[0]) * wt).sum(1, dtype=f64)
+    R.scatter_add_(0, yi, torch.full_like(R[:1], -1.0))
+    return f, (R * wt[None]).view(K * m, rows)
+
+
+def _kept_columns(inv: torch.Tensor, *, shared: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per model (B, d): 1 where its standardisation keeps a column (``inv > 0``), and what the preconditioner
+    multiplies a vector by on both sides of its basis: a shared basis is the union's covariance in the conditioned
+    units, so a model's own standardisation ``D_s`` (``inv``) folds in around it, ``M_s = D_s⁻¹ M D_s⁻¹``; a basis
+    of its own has ``D_s`` inside already (the kept columns' 1). Dropped columns: 0 either way."""
+    import torch
+
+    keep = (inv > 0).to(inv.dtype)
+    return keep, torch.where(inv > 0, 1 / inv.clamp(min=1e-300), 0.0) if shared else keep
 
 
 def _class_curvature(prior: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

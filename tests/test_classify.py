@@ -104,9 +104,10 @@ def test_torch_and_sklearn_reach_the_same_optimum(n_classes):
 
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_row_blocked_objective_equals_the_whole_matrix_one(n_classes, monkeypatch):
-    """On the CPU the objective runs over row blocks of ``[X, 1]`` (``ROW_BLOCK_BYTES``) so that both products of
-    a block read it from cache; the loss and gradient must be the one-product ones up to rounding, with uneven
-    blocks, every model or a subset of them."""
+    """On the CPU the objective runs over row blocks of ``[X, 1]`` stored transposed (``ROW_BLOCK_BYTES``) so that
+    both products of a block read it from cache; with uneven blocks or one block, every model or a subset of them,
+    the loss and gradient must be a plain float64 computation's up to rounding: each model's weighted mean
+    cross-entropy on its standardised rows plus ``lam ||W||^2 / 2``, the gradient by hand."""
     import torch
 
     import evalfarm.classify as classify
@@ -117,22 +118,40 @@ def test_row_blocked_objective_equals_the_whole_matrix_one(n_classes, monkeypatc
     y = rng.integers(0, n_classes, size=n)
     sets = [np.arange(0, 150), np.arange(40, 203), np.arange(203)]
     K = 1 if n_classes == 2 else n_classes
-    problem = _problem(X, y, K, sets)
     B, P = len(sets), d * K + K
     mask = np.zeros((n, B))
     for b, rows in enumerate(sets):
         mask[rows, b] = 1.0
+    lams = np.array([0.1, 0.01, 0.001])
+    theta = rng.normal(size=(B, P))
+    mean, inv = classify.standardisation(X, sets)
+    want_f, want_g = [], []
+    for b, rows in enumerate(sets):  # the reference, model by model
+        W, c = theta[b, : d * K].reshape(d, K), theta[b, d * K :]
+        Xs = (X[rows] - mean[b]) * inv[b]
+        Z = Xs @ W + c
+        if K == 1:  # one logit of class 1
+            p1 = 1 / (1 + np.exp(-Z[:, 0]))
+            f = np.mean(np.logaddexp(0, Z[:, 0]) - y[rows] * Z[:, 0])
+            R = (p1 - y[rows])[:, None]
+        else:
+            Zs = Z - Z.max(axis=1, keepdims=True)
+            prob = np.exp(Zs) / np.exp(Zs).sum(axis=1, keepdims=True)
+            f = np.mean(-np.log(prob[np.arange(len(rows)), y[rows]]))
+            R = prob - np.eye(K)[y[rows]]
+        R = R / len(rows)
+        GW = (Xs.T @ R) + lams[b] * W
+        want_f.append(f + 0.5 * lams[b] * (W**2).sum())
+        want_g.append(np.concatenate([GW.ravel(), R.sum(axis=0)]))
     Mn = torch.from_numpy(mask / mask.sum(0))
-    lam = torch.tensor([0.1, 0.01, 0.001], dtype=torch.float64)
-    theta = torch.from_numpy(rng.normal(size=(B, P)))
-    whole = problem._objective(np.arange(B), Mn, lam, torch.float64)
-    monkeypatch.setattr(classify, "ROW_BLOCK_BYTES", 8)  # the floor of 64 rows a block: 64, 64, 64 and 11 rows
-    blocked = problem._objective(np.arange(B), Mn, lam, torch.float64)
-    for models in (torch.arange(B), torch.tensor([2, 0])):
-        f0, g0 = whole(theta[models], models)
-        f1, g1 = blocked(theta[models], models)
-        np.testing.assert_allclose(f1.numpy(), f0.numpy(), rtol=1e-12)
-        np.testing.assert_allclose(g1.numpy(), g0.numpy(), rtol=1e-10, atol=1e-13)
+    lam = torch.from_numpy(lams)
+    for block_bytes in (8, 1 << 30):  # the floor of 64 rows a block: 64, 64, 64 and 11 rows; one block of 203
+        monkeypatch.setattr(classify, "ROW_BLOCK_BYTES", block_bytes)
+        fg = _problem(X, y, K, sets)._objective(np.arange(B), Mn, lam, torch.float64)
+        for models in (torch.arange(B), torch.tensor([2, 0])):
+            f1, g1 = fg(torch.from_numpy(theta[models.numpy()]), models)
+            np.testing.assert_allclose(f1.numpy(), np.array(want_f)[models.numpy()], rtol=1e-12)
+            np.testing.assert_allclose(g1.numpy(), np.array(want_g)[models.numpy()], rtol=1e-10, atol=1e-13)
 
 
 @pytest.mark.parametrize("n_classes", [2, 4])
@@ -246,8 +265,10 @@ def test_preconditioner_inverts_each_models_hessian_at_the_start(n_classes):
 @pytest.mark.parametrize("n_classes", [2, 3])
 def test_many_training_sets_share_the_unions_basis(n_classes, monkeypatch):
     """From ``SHARED_BASIS_MIN_SETS`` training sets on (the CV tasks' 50 inner folds) every model's preconditioner
-    uses the covariance of the union of the sets' rows: exactly the inverse of ``A ⊗ Σ_union + lam I``, with a
-    column that a set drops (constant on its rows) left to the penalty alone (``q / lam``)."""
+    uses the covariance of the union of the sets' rows, with the model's own standardisation ``D`` around it:
+    exactly the inverse of ``D (A ⊗ Σ_union + lam I) D`` (version 5; version 4 left ``D`` out, which is wrong
+    wherever a set's scales differ from the union's), with a column that a set drops (constant on its rows) left
+    to the penalty alone (``q / lam``)."""
     import evalfarm.classify as classify
 
     monkeypatch.setattr(classify, "SHARED_BASIS_MIN_SETS", 2)
@@ -264,7 +285,10 @@ def test_many_training_sets_share_the_unions_basis(n_classes, monkeypatch):
     E, U, _ = problem.basis(None)
     np.testing.assert_allclose((U.numpy() * E.numpy()) @ U.numpy().T, cov, atol=1e-10)
     lams = [0.2, 0.05]
-    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), lams, rng, atol=1e-8, only=[1])
+    inv = problem.inv.numpy()
+    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), lams, rng, atol=1e-8, only=[1], scales=inv)
+    with pytest.raises(AssertionError):  # not the union's inverse alone: the set's scales are far from 1 here
+        _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), lams, rng, atol=1e-8, only=[1])
     import torch
 
     K = problem.K
@@ -296,7 +320,8 @@ def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
     E, U, rest = problem.basis(None)
     assert rest is not None and U.shape == (d, d)
     np.testing.assert_allclose((U.numpy() * E.numpy()) @ U.numpy().T, cov, atol=1e-8)
-    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), [0.2, 0.003], rng, atol=1e-7)
+    scales = problem.inv.numpy()
+    _assert_inverts_the_start_hessian(problem, np.stack([cov, cov]), [0.2, 0.003], rng, atol=1e-7, scales=scales)
     sketch = problem.basis(0)  # a set's own sketch (not used by the solve) is its standardised covariance
     mean, inv = problem.mean.numpy()[0], problem.inv.numpy()[0]
     own = np.cov((X[:30] - mean) * inv, rowvar=False, ddof=0)
@@ -532,11 +557,19 @@ def _problem(X: np.ndarray, y: np.ndarray, K: int, sets: list[np.ndarray]):
 
 
 def _assert_inverts_the_start_hessian(
-    problem, cov: np.ndarray, lams: list[float], rng, *, atol: float, only: list[int] | None = None
+    problem,
+    cov: np.ndarray,
+    lams: list[float],
+    rng,
+    *,
+    atol: float,
+    only: list[int] | None = None,
+    scales: np.ndarray | None = None,
 ) -> None:
     """The preconditioner of every set of ``problem`` (penalty ``lams[s]``) applied to ``H v`` gives ``v`` back,
     ``H = A ⊗ cov[s] + lam I`` on the weights and ``A`` on the intercepts (``A`` the class priors' curvature);
-    ``only``: check those sets only."""
+    ``only``: check those sets only. ``scales`` (S, d): a shared basis's ``H = D (A ⊗ cov + lam I) D`` with ``D``
+    the set's standardisation ``diag(scales[s])``."""
     import torch
 
     y, K, sets = problem.y.numpy(), problem.K, problem.masks
@@ -549,7 +582,9 @@ def _assert_inverts_the_start_hessian(
         W = rng.normal(size=(d, K))
         b = rng.normal(size=K)
         b = b if K == 1 else b - b.mean()  # the intercepts' common direction is free (its gradient is zero)
-        HW = cov[s] @ W * A + lams[s] * W if K == 1 else cov[s] @ W @ A + lams[s] * W
+        D = np.ones(d) if scales is None else scales[s]
+        DW = D[:, None] * W
+        HW = D[:, None] * (cov[s] @ DW * A + lams[s] * DW if K == 1 else cov[s] @ DW @ A + lams[s] * DW)
         qs.append(np.concatenate([HW.ravel(), np.atleast_1d(A * b if K == 1 else A @ b)]))
         want.append(np.concatenate([W.ravel(), b]))
     got = apply(torch.from_numpy(np.stack(qs)), torch.arange(len(sets))).numpy()
