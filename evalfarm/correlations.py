@@ -13,13 +13,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
 
 from evalfarm.warehouse import SCHEMAS, Warehouse, empty_table, now
+from evalfarm.warehouse.store import read_again_if_replaced
 
 DEFAULT_RESAMPLES = 1000
 DEFAULT_SEED = 0
@@ -53,6 +55,9 @@ KEY_COLUMNS = (
 )
 
 
+T = TypeVar("T")
+
+
 def _warehouse(warehouse: Warehouse | str | os.PathLike[str]) -> Warehouse:
     return warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
 
@@ -63,6 +68,13 @@ def connect(warehouse: Warehouse | str | os.PathLike[str]) -> duckdb.DuckDBPyCon
     con = _warehouse(warehouse).connect(read_only=False)
     con.execute("SET enable_progress_bar = false")
     return con
+
+
+def _read(warehouse: Warehouse | str | os.PathLike[str], work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+    """``work`` on a :func:`connect` connection, read again on a fresh one when a run replaced a file under it
+    (:func:`~evalfarm.warehouse.store.read_again_if_replaced`): a refresh or a table during a run does not fail."""
+    wh = _warehouse(warehouse)
+    return read_again_if_replaced(lambda: connect(wh), work, "correlations")
 
 
 # ---- the bootstrap ------------------------------------------------------------------------------------------------
@@ -145,18 +157,19 @@ def refresh_intervals(
     if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet") and not wh.exists(schema):
         # a warehouse from before the correlation_ci table: its empty, typed file, so the views open
         wh.write_table(empty_table(SCHEMAS["correlation_ci"]), schema)
-    con = connect(wh)  # no warehouse there: FileNotFoundError, and nothing is created
-    try:  # one pass over the metrics: the cells without a current interval, with the numbers behind them
-        cells = (
+    # one pass over the metrics: the cells without a current interval, with the numbers behind them (no warehouse
+    # there: FileNotFoundError, and nothing is created)
+    cells = _read(
+        wh,
+        lambda con: (
             con.sql(
                 "SELECT c.* FROM correlation_cells c ANTI JOIN correlation_intervals s "
                 "ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash"
             )
             .to_arrow_table()
             .to_pylist()
-        )
-    finally:
-        con.close()
+        ),
+    )
     if not cells:
         return 0
     created = now()
@@ -255,11 +268,7 @@ def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.Du
     """Every row of the ``correlations`` view (one pass over the metrics), for :func:`shape_table`."""
     if isinstance(warehouse, duckdb.DuckDBPyConnection):
         return warehouse.sql("SELECT * FROM correlations").to_arrow_table().to_pylist()
-    con = connect(warehouse)
-    try:
-        return fetch_correlations(con)
-    finally:
-        con.close()
+    return _read(warehouse, fetch_correlations)
 
 
 _COMPOSITION_SQL = """
@@ -297,8 +306,8 @@ def correlation_table(
     and their rho with EvalRank itself (``evalrank_links``, bootstrapped now with ``n_resamples`` and ``seed``).
     Reads only: call :func:`refresh_intervals` first for current intervals."""
     _check(level, ties)
-    con = connect(warehouse)
-    try:
+
+    def read(con: duckdb.DuckDBPyConnection) -> CorrelationTable:
         table = shape_table(
             fetch_correlations(con),
             level=level,
@@ -318,9 +327,9 @@ def correlation_table(
                 n_resamples=n_resamples,
                 seed=seed,
             )
-    finally:
-        con.close()
-    return table
+        return table
+
+    return _read(warehouse, read)
 
 
 WORD_STATS_SQL = """
@@ -398,18 +407,17 @@ def diagnostics_vs_evalrank(
     zoo. Values as measured (a descriptive number has no direction); computed at query time, nothing stored."""
     _check(level, ties)
     if not isinstance(warehouse, duckdb.DuckDBPyConnection):
-        con = connect(warehouse)
-        try:
-            return diagnostics_vs_evalrank(
+        return _read(
+            warehouse,
+            lambda con: diagnostics_vs_evalrank(
                 con,
                 level=level,
                 exclude_postprocessed=exclude_postprocessed,
                 ties=ties,
                 n_resamples=n_resamples,
                 seed=seed,
-            )
-        finally:
-            con.close()
+            ),
+        )
     params = {"level": level, "exclude": exclude_postprocessed, "scorers": sorted(diagnostic_scorers())}
     cursor = warehouse.execute(_EVALRANK_LINKS, params)
     names = [d[0] for d in cursor.description]

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
+import duckdb
 from markupsafe import Markup
 
 from evalfarm.correlations import (
@@ -44,6 +45,7 @@ from evalfarm.correlations import (
     warehouse_composition,
 )
 from evalfarm.warehouse import Warehouse, now
+from evalfarm.warehouse.store import read_again_if_replaced
 
 TIES_ORDER = ("optimistic", "pessimistic", "realistic")
 FIGURE_EVALUATORS = 6
@@ -997,17 +999,18 @@ def build_report(
     out = Path(out)
     (out / "img").mkdir(parents=True, exist_ok=True)
     (out / "models").mkdir(exist_ok=True)
-    con = connect(wh)
-    try:
+
+    def read(con: duckdb.DuckDBPyConnection) -> tuple:
         tables = _read_tables(con, hardest)
         board: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for r in _query(con, "SELECT task, subset, variant, ties, position, model, value, sample FROM board"):
             board[r["task"]].append(r)
         leaderboards = _leaderboard_section(con, tables.models)
-        correlations, _ = _correlation_section(con, out, figure_task)
-        provenance = _provenance_section(con, tables.models)
-    finally:
-        con.close()
+        correlations, _ = _correlation_section(con, out, figure_task)  # its figure files: rewritten on a retry
+        return tables, board, leaderboards, correlations, _provenance_section(con, tables.models)
+
+    # a run writing meanwhile may replace a file under the read: read again (read_again_if_replaced)
+    tables, board, leaderboards, correlations, provenance = read_again_if_replaced(lambda: connect(wh), read, "report")
     diagnostics = _diagnostics_section(tables.models, tables.metrics, out)
     everyone = sorted(set(tables.models) | set(tables.metrics))
     for m in everyone:

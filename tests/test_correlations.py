@@ -526,3 +526,43 @@ def test_bootstrap_interval_is_scipys_percentile_bootstrap_and_drops_degenerate_
         warnings.simplefilter("ignore")
         ref = bootstrap((x_ties, np.arange(5.0)), _row_spearman, paired=True, vectorized=True, method="percentile")
     assert np.isnan(ref.confidence_interval.low)
+
+
+def test_refresh_and_tables_read_again_when_a_run_replaces_a_file_under_them(sentence_wh, monkeypatch):
+    """The end-of-run refresh and the tables read the views over one connection. Where that connection reads
+    through a listing taken once (an object-store warehouse: :func:`~evalfarm.warehouse.query.prefix_filesystem`),
+    a run replacing a file whole meanwhile fails the read with "No magic bytes found" (the race itself is
+    reproduced on a read-only connection in ``test_warehouse.py``). They read again on a fresh connection; any
+    other error is raised at once."""
+    import duckdb
+
+    from evalfarm.warehouse import store
+
+    connect, calls = Warehouse.connect, []
+
+    def replaced_on_the_first_read(self, **kw):
+        calls.append(1)
+        if len(calls) == 1:
+            raise duckdb.InvalidInputException("Invalid Input Error: No magic bytes found at end of file 'm.parquet'")
+        return connect(self, **kw)
+
+    monkeypatch.setattr(Warehouse, "connect", replaced_on_the_first_read)
+    assert refresh_intervals(sentence_wh, n_resamples=200, seed=1) > 0 and len(calls) == 2
+    calls.clear()
+    table = correlation_table(sentence_wh, level="sentence")
+    assert len(calls) == 2 and table.rows
+    calls.clear()
+    monkeypatch.setattr(store, "QUERY_ATTEMPTS", 1)  # no second try: the error reaches the caller
+    with pytest.raises(duckdb.Error, match="magic bytes"):
+        correlation_table(sentence_wh, level="sentence")
+
+    def broken(self, **kw):
+        calls.append(1)
+        raise duckdb.IOException("IO Error: disk on fire")
+
+    calls.clear()
+    monkeypatch.setattr(store, "QUERY_ATTEMPTS", 3)
+    monkeypatch.setattr(Warehouse, "connect", broken)
+    with pytest.raises(duckdb.IOException, match="disk on fire"):
+        refresh_intervals(sentence_wh, n_resamples=200, seed=1)
+    assert len(calls) == 1

@@ -15,7 +15,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import numpy as np
@@ -141,6 +141,8 @@ def atomic_write_table(
     return key
 
 
+T = TypeVar("T")
+
 QUERY_ATTEMPTS = 3
 """How often :meth:`Warehouse.query` runs a statement whose read met a file replaced under it."""
 
@@ -154,6 +156,29 @@ def replaced_under_read(exc: BaseException) -> bool:
     file's size, so its footer is not where the listing said. A fresh connection lists again and reads it whole."""
     text = str(exc)
     return isinstance(exc, duckdb.Error) and any(m in text for m in _REPLACED_MARKS)
+
+
+def read_again_if_replaced(
+    open_connection: Callable[[], duckdb.DuckDBPyConnection],
+    work: Callable[[duckdb.DuckDBPyConnection], T],
+    what: str = "warehouse read",
+) -> T:
+    """``work(con)`` on a fresh connection, again on a new one when its read met a file a run replaced meanwhile
+    (:func:`replaced_under_read`), up to :data:`QUERY_ATTEMPTS` times; any other error is raised at once. The
+    connection is closed after each try. ``work`` must only read: it may run more than once."""
+    for attempt in range(1, QUERY_ATTEMPTS + 1):
+        con = None
+        try:  # the views read each table's schema when they are created: connecting reads files too
+            con = open_connection()
+            return work(con)
+        except duckdb.Error as exc:
+            if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
+                raise
+            log.info("%s: a file was replaced while it was read (%s); reading again", what, exc)
+        finally:
+            if con is not None:
+                con.close()
+    raise AssertionError("unreachable")  # the loop returns or raises
 
 
 class Warehouse:
@@ -457,19 +482,11 @@ class Warehouse:
         """
         statement = check_read_only(sql)
         limits = QueryLimits.resolve(timeout_s, memory_limit)
-        for attempt in range(1, QUERY_ATTEMPTS + 1):
-            con = None
-            try:  # the views read each table's schema when they are created: connecting reads files too
-                con = self.connect(memory_limit=limits.memory_limit)
-                return run_limited(con, statement, limits.timeout_s)
-            except duckdb.Error as exc:
-                if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
-                    raise
-                log.info("warehouse query: a file was replaced while it was read (%s); reading again", exc)
-            finally:
-                if con is not None:
-                    con.close()
-        raise AssertionError("unreachable")  # the loop returns or raises
+        return read_again_if_replaced(
+            lambda: self.connect(memory_limit=limits.memory_limit),
+            lambda con: run_limited(con, statement, limits.timeout_s),
+            "warehouse query",
+        )
 
     # -- verification and quarantine (issue #13.6) ----------------------------------------------------------
     # A truncated Parquet file (a full disk, a copy cut short, a crash outside the atomic write) has no footer:
