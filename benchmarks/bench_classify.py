@@ -107,18 +107,22 @@ def minilm_folder(folder: Path, tasks: list[str], device: str | None):
     return lambda batch: E[[row[t] for t in batch]]
 
 
-def stored_model(warehouse: Path, model: str):
+def stored_model(warehouse: Path | None, model: str):
     """A model's vectors as a warehouse's text store holds them (``evalfarm run`` wrote them): the engine on a zoo
-    model's own features, e.g. the nightly's slowest units, without embedding anything. A text the store lacks is
-    an error naming it (the catalog's task may preprocess its texts: SciCite)."""
+    model's own features, e.g. the nightly's slowest units, without embedding anything. The model's fullest store
+    (:meth:`~evalfarm.warehouse.Warehouse.stored_texts`) is read; a text it lacks is an error naming it (the
+    catalog's task may preprocess its texts: SciCite)."""
     from evalfarm.embed import TextStore
     from evalfarm.warehouse import Warehouse
 
+    if warehouse is None:
+        raise SystemExit("--stored-model needs --warehouse")
     wh = Warehouse(warehouse)
-    stores = sorted((Path(warehouse) / "embeddings" / f"model={model}").glob("store=*"))
+    stores = wh.stored_texts([model])
     if not stores:
         raise SystemExit(f"{warehouse}: no text store of model {model!r} under embeddings/")
-    stored = TextStore(wh, model, stores[0].name.split("=", 1)[1]).load()
+    (_, key), _ = max(stores.items(), key=lambda kv: kv[1])
+    stored = TextStore(wh, model, key).load()
 
     def embed(texts: list[str]) -> np.ndarray:
         rows = stored.rows(texts)
@@ -145,8 +149,6 @@ def _compare(row: dict) -> None:
 def _features(args: argparse.Namespace):
     """The embedding function ``--stored-model`` / ``--model`` name."""
     if args.stored_model is not None:
-        if args.warehouse is None:
-            raise SystemExit("--stored-model needs --warehouse")
         return stored_model(args.warehouse, args.stored_model)
     if args.model == "glove":
         return glove_bow(args.glove_npz)

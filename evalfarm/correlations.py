@@ -70,11 +70,16 @@ def connect(warehouse: Warehouse | str | os.PathLike[str]) -> duckdb.DuckDBPyCon
     return con
 
 
-def _read(warehouse: Warehouse | str | os.PathLike[str], work: Callable[[duckdb.DuckDBPyConnection], T]) -> T:
+def read_views(
+    warehouse: Warehouse | str | os.PathLike[str],
+    work: Callable[[duckdb.DuckDBPyConnection], T],
+    what: str = "correlations",
+) -> T:
     """``work`` on a :func:`connect` connection, read again on a fresh one when a run replaced a file under it
-    (:func:`~evalfarm.warehouse.store.read_again_if_replaced`): a refresh or a table during a run does not fail."""
+    (:func:`~evalfarm.warehouse.store.read_again_if_replaced`): a refresh, a table or the report during a run does
+    not fail. ``work`` must only read (it may run more than once)."""
     wh = _warehouse(warehouse)
-    return read_again_if_replaced(lambda: connect(wh), work, "correlations")
+    return read_again_if_replaced(lambda: connect(wh), work, what)
 
 
 # ---- the bootstrap ------------------------------------------------------------------------------------------------
@@ -159,7 +164,7 @@ def refresh_intervals(
         wh.write_table(empty_table(SCHEMAS["correlation_ci"]), schema)
     # one pass over the metrics: the cells without a current interval, with the numbers behind them (no warehouse
     # there: FileNotFoundError, and nothing is created)
-    cells = _read(
+    cells = read_views(
         wh,
         lambda con: (
             con.sql(
@@ -268,7 +273,7 @@ def fetch_correlations(warehouse: Warehouse | str | os.PathLike[str] | duckdb.Du
     """Every row of the ``correlations`` view (one pass over the metrics), for :func:`shape_table`."""
     if isinstance(warehouse, duckdb.DuckDBPyConnection):
         return warehouse.sql("SELECT * FROM correlations").to_arrow_table().to_pylist()
-    return _read(warehouse, fetch_correlations)
+    return read_views(warehouse, fetch_correlations)
 
 
 _COMPOSITION_SQL = """
@@ -329,7 +334,7 @@ def correlation_table(
             )
         return table
 
-    return _read(warehouse, read)
+    return read_views(warehouse, read)
 
 
 WORD_STATS_SQL = """
@@ -407,7 +412,7 @@ def diagnostics_vs_evalrank(
     zoo. Values as measured (a descriptive number has no direction); computed at query time, nothing stored."""
     _check(level, ties)
     if not isinstance(warehouse, duckdb.DuckDBPyConnection):
-        return _read(
+        return read_views(
             warehouse,
             lambda con: diagnostics_vs_evalrank(
                 con,

@@ -37,15 +37,14 @@ from evalfarm.correlations import (
     CorrelationTable,
     caption,
     column_order,
-    connect,
     fetch_correlations,
     format_cell,
+    read_views,
     refresh_intervals,
     shape_table,
     warehouse_composition,
 )
 from evalfarm.warehouse import Warehouse, now
-from evalfarm.warehouse.store import read_again_if_replaced
 
 TIES_ORDER = ("optimistic", "pessimistic", "realistic")
 FIGURE_EVALUATORS = 6
@@ -1009,8 +1008,8 @@ def build_report(
         correlations, _ = _correlation_section(con, out, figure_task)  # its figure files: rewritten on a retry
         return tables, board, leaderboards, correlations, _provenance_section(con, tables.models)
 
-    # a run writing meanwhile may replace a file under the read: read again (read_again_if_replaced)
-    tables, board, leaderboards, correlations, provenance = read_again_if_replaced(lambda: connect(wh), read, "report")
+    # a run writing meanwhile may replace a file under the read: read again (read_views)
+    tables, board, leaderboards, correlations, provenance = read_views(wh, read, "report")
     diagnostics = _diagnostics_section(tables.models, tables.metrics, out)
     everyone = sorted(set(tables.models) | set(tables.metrics))
     for m in everyone:

@@ -241,7 +241,8 @@ class _Listing:
     listing per folder and a stat per file: ~700 requests and 4 s against a local server); one listing serves
     them all, and a connection sees the warehouse as it was when it first looked. Runs add whole files, but also
     replace some whole (a model's row each run, a recomputed unit's files): such a file's new bytes are then read at
-    its listed size, which :meth:`evalfarm.warehouse.Warehouse.query` meets by reading again on a fresh connection."""
+    its listed size, which :func:`evalfarm.warehouse.store.read_again_if_replaced` meets by reading again on a fresh
+    connection."""
 
     def __init__(self, fs: pafs.FileSystem, root: str) -> None:
         self.fs, self.root = fs, root

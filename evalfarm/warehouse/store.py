@@ -144,7 +144,8 @@ def atomic_write_table(
 T = TypeVar("T")
 
 QUERY_ATTEMPTS = 3
-"""How often :meth:`Warehouse.query` runs a statement whose read met a file replaced under it."""
+"""How often :func:`read_again_if_replaced` (:meth:`Warehouse.query`, the correlations' and the report's reads) runs
+a read that met a file replaced under it."""
 
 _REPLACED_MARKS = ("No magic bytes found at end of file", "Failed to read")
 
