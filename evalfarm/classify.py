@@ -49,15 +49,20 @@ Backends, behind the one function:
   (``DENSE_MIN_ROWS_PER_DIM``, ``LOWRANK_MIN_ROWS_PER_DIM``: a 384-d encoder's 1,000-row quick-profile samples) the
   set-up costs more than it saves and the solve runs unpreconditioned. Models that share a training set are solved
   along the C path (strongest penalty first, each warm-started from the previous C's solution) where a round still
-  batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's inner-fold solutions. Float64 by
-  default: C is chosen on accuracies that differ by a few predictions, so the engine must reach scikit-learn's
-  optimum (``tol=1e-6``). ``dtype="mixed"`` runs each solve's products in float32 until every model's gradient is below
-  ``MIXED_HANDOVER_TOL`` (2e-5) and finishes in float64 to ``tol`` from there: the float64 optimum, but on one
-  CPU thread only 0.92–1.06× of float64's time (``benchmarks/README.md``), so it is an option for GPUs whose
-  float64 is slow, not the default (``DTYPES``). ``dtype="float32"`` runs the products in float32 to the end
-  (the objective still accumulates in float64); measured against float64 it stalls at gradients ~1e-5 and moved
-  MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast float64, not
-  the default. The device is ``device`` (CUDA when available).
+  batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's inner-fold solutions. C is chosen on
+  accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
+  ``dtype="mixed"`` (the default since downstream scorer version 6): the two products over the rows (and the
+  preconditioner's basis products) run in float32, on ``[X, 1]`` stored in float32, while the weights, the loss,
+  the gradient's assembly and the L-BFGS state stay in float64. The products read the matrix at half the bytes
+  (measured on one thread: 1.5–1.8× less CPU time on TREC, MRPC and SICK-E, ``benchmarks/README.md``); their
+  rounding leaves the gradient within ~5e-9 of float64's, 200 times below ``tol``, but the objective's value only
+  within ~1e-9, so near the optimum the line search also accepts a step by Hager & Zhang's approximate Wolfe
+  condition (:func:`batched_lbfgs`), and every model is then checked (and if need be finished) in float64 with
+  the float64 stopping rules: the float64 optimum, to ``tol``. ``dtype="float64"``: every product in float64
+  (versions 2–5). ``dtype="float32"`` runs everything in float32, the optimiser's state included; measured
+  against float64 it stalls at gradients ~1e-5 (a float32 weight cannot take the last steps) and moved MR's
+  accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast float64, not the
+  default. The device is ``device`` (CUDA when available).
 - ``sklearn``: the reference, ``LogisticRegression(solver="lbfgs")`` per fit, float64, on the same standardised
   features.
 
@@ -90,6 +95,7 @@ if TYPE_CHECKING:
 
 Backend = Literal["sklearn", "torch", "auto"]
 C_GRID: tuple[float, ...] = (1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0)
+DEFAULT_DTYPE = "mixed"  # the engine's arithmetic (DTYPES)
 DEFAULT_SEED = DEFAULT_SUBSAMPLE_SEED  # 1111, SentEval's
 
 
@@ -197,7 +203,7 @@ def evaluate(
     tol: float = 1e-6,
     max_iter: int = 2000,
     device: str | None = None,
-    dtype: str = "float64",
+    dtype: str = DEFAULT_DTYPE,
     threads: int | None = None,
 ) -> ClassifyResult:
     """Evaluate frozen features on one task: ``data`` is ``{"cv": (X, y)}`` or ``{"train", "dev"?, "test"}``.
@@ -467,19 +473,35 @@ def standardisation(X: np.ndarray, train_sets: Sequence[np.ndarray]) -> tuple[np
     """Each training set's column means and inverse scales, float64 ``(S, d)`` each: a model standardises its
     features as ``(x - mean) * inv``, with ``inv = 1 / std`` (ddof 0) and ``inv = 0`` for a column that is
     constant on its rows (``std <= CONSTANT_REL * max std``). Both backends use it, so they fit the same model."""
-    X64 = np.asarray(X, dtype=np.float64)
-    shift = X64.mean(axis=0)  # centring first keeps E[x^2] - E[x]^2 from cancelling
-    Xc = X64 - shift
-    mask = np.zeros((len(train_sets), len(X64)))
-    for s, rows in enumerate(train_sets):
-        mask[s, rows] = 1.0
-    n = mask.sum(axis=1, keepdims=True)
-    mean_c = (mask @ Xc) / n
-    var = np.maximum((mask @ (Xc * Xc)) / n - mean_c * mean_c, 0.0)
-    sd = np.sqrt(var)
+    mean, sd = _moments(X, train_sets)
+    return mean[:-1], _inverse_scales(sd[:-1])
+
+
+def _inverse_scales(sd: np.ndarray) -> np.ndarray:
     constant = sd <= CONSTANT_REL * sd.max(axis=1, keepdims=True)
-    inv = np.where(constant, 0.0, 1.0 / np.where(constant, 1.0, sd))
-    return mean_c + shift, inv
+    return np.where(constant, 0.0, 1.0 / np.where(constant, 1.0, sd))
+
+
+def _moments(X: np.ndarray, train_sets: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """Column means and standard deviations (ddof 0), float64 ``(S + 1, d)``: one row per training set, the last
+    over the union of their rows (the torch engine's conditioning). One float64 copy of the rows some set trains on
+    (dev and test rows are never read), centred and squared in place: these passes over a big task's matrix (SST2:
+    67k rows) cost more than its solve."""
+    used = np.unique(np.concatenate([np.asarray(r, dtype=np.int64) for r in train_sets]))
+    local = np.full(len(X), -1, dtype=np.int64)
+    local[used] = np.arange(len(used))
+    mask = np.zeros((len(train_sets) + 1, len(used)))
+    for s, rows in enumerate(train_sets):
+        mask[s, local[rows]] = 1.0
+    mask[-1] = 1.0
+    n = mask.sum(axis=1, keepdims=True)
+    Xc = np.asarray(X[used], dtype=np.float64)
+    shift = Xc.mean(axis=0)  # centring first keeps E[x^2] - E[x]^2 from cancelling
+    Xc -= shift
+    mean_c = (mask @ Xc) / n
+    np.square(Xc, out=Xc)
+    var = np.maximum((mask @ Xc) / n - mean_c * mean_c, 0.0)
+    return mean_c + shift, np.sqrt(var)
 
 
 def _train_sets(fits: Sequence[Fit]) -> tuple[list[np.ndarray], np.ndarray]:
@@ -542,7 +564,7 @@ def decision_values(
     tol: float = 1e-6,
     max_iter: int = 2000,
     device: str | None = None,
-    dtype: str = "float64",
+    dtype: str = DEFAULT_DTYPE,
     threads: int | None = None,
 ) -> list[np.ndarray]:
     """Train every fit (standardised on its own training rows: :func:`standardisation`) and return its decision
@@ -610,15 +632,15 @@ def _solve_torch(
     # scaled by those rows (each model's own standardisation is folded into its weights on top of that).
     rows = np.unique(np.concatenate([f.train for f in fits]))
     eval_rows = np.unique(np.concatenate([f.evaluate for f in fits]))
-    m = X[rows].mean(axis=0, dtype=np.float64)
-    s = X[rows].std(axis=0, dtype=np.float64)
+    sets, of = _train_sets(fits)
+    moments = _moments(X, sets)
+    mean, inv = moments[0][:-1], _inverse_scales(moments[1][:-1])  # standardisation(X, sets)
+    m, s = moments[0][-1], moments[1][-1].copy()  # the union's: the shared matrix's conditioning
     s[s == 0] = 1.0
 
     def to_device(idx: np.ndarray) -> torch.Tensor:
         return torch.from_numpy((X[idx] - m) / s).to(dev, tdtype)
 
-    sets, of = _train_sets(fits)
-    mean, inv = standardisation(X, sets)
     local = np.full(len(y), -1, dtype=np.int64)
     local[rows] = np.arange(len(rows))
     eval_local = np.full(len(y), -1, dtype=np.int64)
@@ -646,17 +668,15 @@ def _solve_torch(
 
 
 DTYPES = ("float64", "mixed", "float32")
-"""The engine's arithmetic: ``float64`` everywhere; ``mixed``: each solve runs its products in float32 until
-every model's gradient is below ``MIXED_HANDOVER_TOL`` (or float32 can no longer decrease it), then finishes in
-float64 to ``tol`` from there; ``float32``: float32 products to the end (the objective still accumulates in
-float64), for GPUs without fast float64."""
+"""The engine's arithmetic: ``float64`` everywhere; ``mixed`` (the default): the products over the rows in float32,
+everything else in float64, each model checked and finished in float64 (the module's docstring); ``float32``:
+everything in float32 (the objective still accumulates in float64), for GPUs without fast float64."""
 
-MIXED_HANDOVER_TOL = 2e-5
-"""Where a ``mixed`` solve leaves float32: measured, float32 products stall at gradients of ~1e-5 (their rounding
-then outweighs the step), so the float64 phase starts a decade or two above ``tol`` (1e-6) instead of at ``W = 0``."""
-MIXED_FTOL = 1e-9
-"""The float32 phase's relative-decrease stop (as scipy's ``ftol``): a step that gains less is inside float32's
-rounding of the objective, and the float64 phase takes over."""
+MIXED_NOISE = 1e-6
+"""The ``mixed`` phase's allowance for the objective's rounding, relative (Hager & Zhang's ``epsilon``): float32
+products round the logits, so ``f`` is off by ~1e-9 (measured: all-MiniLM-L6-v2's SICK-E at the float64 optimum,
+1e-10 to 1e-8 per model) while the gradient is off by ~5e-9, 200 times below ``tol``."""
+APPROX_WOLFE_DELTA = 0.1
 
 LOWRANK_MIN_DIM = 1024
 """From this feature dimension on (the 1,536-d pair features of a 384-d encoder), the preconditioner approximates
@@ -751,13 +771,21 @@ class _Problem:
 
     def augmented_blocks(self, dtype: torch.dtype, step: int) -> list[torch.Tensor]:
         """:meth:`augmented` in row blocks of ``step`` rows, each stored transposed and contiguous, ``(d + 1,
-        rows)``: the CPU path's layout (``ROW_BLOCK_BYTES``). Built once per (dtype, step); the untransposed matrix
-        is not kept beside them."""
+        rows)``: the CPU path's layout (``ROW_BLOCK_BYTES``). Built once per (dtype, step), straight from ``X``."""
+        import torch
+
         key = (dtype, step)
-        if key not in self.xa_blocks:
-            xa = self.augmented(dtype)
-            self.xa_blocks[key] = [xa[lo : lo + step].T.contiguous() for lo in range(0, len(xa), step)]
-            del self.xa[dtype]
+        if key not in self.xa_blocks:  # block by block: no full-size intermediate copies of a big task's matrix
+            blocks = []
+            for lo in range(0, len(self.X), step):
+                xb = self.X[lo : lo + step]
+                b = torch.empty(xb.shape[1] + 1, len(xb), dtype=dtype, device=xb.device)
+                b[:-1] = xb.T
+                b[-1] = 1
+                if self.K == 1:
+                    b *= (1 - 2 * self.y[lo : lo + step].to(dtype))[None, :]
+                blocks.append(b)
+            self.xa_blocks[key] = blocks
         return self.xa_blocks[key]
 
     def basis(self, s: int | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
@@ -799,7 +827,9 @@ class _Problem:
                 self.bases[s] = (E, U, E[-1])
         return self.bases[s]
 
-    def preconditioner(self, sets: np.ndarray, lam: torch.Tensor) -> Callable | None:
+    def preconditioner(
+        self, sets: np.ndarray, lam: torch.Tensor, products: torch.dtype | None = None
+    ) -> Callable | None:
         """An approximate inverse of each model's Hessian at ``W = 0`` with its intercepts at the class priors
         ``p``, ``A ⊗ Σ_s + lam I`` with ``A = p (1 - p)`` (binary) or ``diag(p) - p pᵀ`` (multinomial) and
         ``Σ_s`` the covariance of the model's standardised training rows, returned as ``q -> M q`` on stacked
@@ -845,12 +875,13 @@ class _Problem:
         Vt = V.transpose(1, 2).contiguous()
         top = 1 / (E[:, :, None] * alpha[:, None, :] + lam[:, None, None])  # (B, r, K)
         low = None if rest is None else 1 / (rest[:, None] * alpha + lam[:, None])  # (B, K)
-        Us = [(b[1], b[1].T.contiguous()) for b in bases]
+        pd = products or dt  # the basis products' dtype (``mixed``: float32, as the objective's)
+        Us = [(b[1].to(pd), b[1].T.contiguous().to(pd)) for b in bases]
 
         def across(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
             """``M @ Q[b]`` for every model ``b`` of ``Q`` (m, k, K) as one product: (m, rows of M, K)."""
             m = Q.shape[0]
-            out = M @ Q.permute(1, 0, 2).reshape(Q.shape[1], m * K)
+            out = (M @ Q.permute(1, 0, 2).reshape(Q.shape[1], m * K).to(pd)).to(dt)
             return out.view(M.shape[0], m, K).permute(1, 0, 2)
 
         def one_basis(g: int, Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -858,10 +889,11 @@ class _Problem:
             U, Ut = Us[g]
             Vm, Vtm = V[b], Vt[b]
             C = across(Ut, Qs)  # (m, r, K): the scaled gradient in the basis
-            R = across(U, ((C @ Vm) * top[b]) @ Vtm)
-            if low is not None:  # the spectrum outside the basis, at `rest`
-                R = R + (((Qs - across(U, C)) @ Vm) * low[b][:, None, :]) @ Vtm
-            return R
+            if low is None:
+                return across(U, ((C @ Vm) * top[b]) @ Vtm)
+            # the spectrum outside the basis at `rest`: U (top - low) Uᵀ + low I, so two products, not three
+            lb = low[b][:, None, :]
+            return across(U, ((C @ Vm) * (top[b] - lb)) @ Vtm) + ((Qs @ Vm) * lb) @ Vtm
 
         def apply(q: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
             m = q.shape[0]
@@ -901,8 +933,10 @@ class _Problem:
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
     ) -> np.ndarray:
         """Minimise ``mean CE + ||W||^2 / (2 C n)`` for each (set, C) from ``theta0``; returns the solutions.
-        With ``fast`` (mixed precision) a first phase in that dtype brings every model to ``MIXED_HANDOVER_TOL``
-        and the float64 phase finishes from there, with the same stopping rules as a float64 solve."""
+        With ``fast`` (``mixed``) a first phase runs the products in that dtype (everything else in X's) to ``tol``
+        by the gradient, accepting steps under the objective's rounding (``MIXED_NOISE``); a float64 phase then
+        checks every model with the float64 stopping rules and finishes any that is not done, within what is left
+        of ``max_iter``."""
         import torch
 
         dt, dev = self.X.dtype, self.X.device
@@ -911,25 +945,17 @@ class _Problem:
         theta = torch.from_numpy(theta0).to(dev, dt)
         ftol = 64 * float(np.finfo(np.float64).eps)  # scipy's L-BFGS-B rule on the relative decrease (scikit-learn's)
         with torch.no_grad():
-            precondition = self.preconditioner(sets, lam)
-            if self.fast is not None and self.fast != dt:
-                fast = self.fast
-
-                def fast_precondition(q: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-                    assert precondition is not None
-                    return precondition(q.to(dt), rows).to(fast)
-
-                theta_fast, _, _ = batched_lbfgs(
-                    self._objective(sets, Mn, lam, fast),
-                    theta.to(fast),
-                    tol=max(tol, MIXED_HANDOVER_TOL),
-                    ftol=MIXED_FTOL,
-                    max_iter=max_iter,
-                    precondition=None if precondition is None else fast_precondition,
-                )
-                theta = theta_fast.to(dt)
+            precondition = self.preconditioner(sets, lam, self.fast)
+            left = max_iter
+            if self.fast is not None and self.fast != dt:  # products in float32, everything else in float64
+                info: dict[str, int] = {}
+                theta, _, _ = batched_lbfgs(
+                    self._objective(sets, Mn, lam, dt, products=self.fast), theta, tol=tol, ftol=-math.inf,
+                    max_iter=max_iter, precondition=precondition, noise=MIXED_NOISE, info=info,
+                )  # fmt: skip
+                left = max_iter - info["iterations"]
             theta, converged, gmax = batched_lbfgs(
-                self._objective(sets, Mn, lam, dt), theta, tol=tol, ftol=ftol, max_iter=max_iter,
+                self._objective(sets, Mn, lam, dt), theta, tol=tol, ftol=ftol, max_iter=left,
                 precondition=precondition,
             )  # fmt: skip
         if not bool(converged.all()):
@@ -940,10 +966,16 @@ class _Problem:
             )
         return theta.to(torch.float64).cpu().numpy()
 
-    def _objective(self, sets: np.ndarray, Mn: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype) -> Callable:
+    def _objective(
+        self, sets: np.ndarray, Mn: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype,
+        products: torch.dtype | None = None,
+    ) -> Callable:  # fmt: skip
         """``fg(theta_rows, rows) -> (f, grad)`` of the models ``sets`` (row weights ``Mn``, penalties ``lam``),
-        its products in ``dtype``; the objective accumulates in float64 whatever the products' dtype: the line
-        search and the relative-decrease rule compare values a float32 sum could not resolve."""
+        in ``dtype``; the objective accumulates in float64 whatever the products' dtype: the line search and the
+        relative-decrease rule compare values a float32 sum could not resolve. ``products``: the dtype of the two
+        products over the rows only (``[X, 1]`` stored in it; the weights rounded to it on the way in, logits and
+        gradient products back to ``dtype`` on the way out), the ``mixed`` engine's float32 phase: the loss, the
+        gradient's assembly and the optimiser's state stay in ``dtype``."""
         import torch
 
         n, d = self.X.shape
@@ -954,14 +986,16 @@ class _Problem:
         Mn, lam = Mn.to(dtype), lam.to(dtype)
         f64 = torch.float64
         y = self.y
+        pd = products or dtype
+        cast = pd != dtype
         on_cpu = self.X.device.type == "cpu"
-        step = max(64, ROW_BLOCK_BYTES // ((d + 1) * torch.finfo(dtype).bits // 8)) if on_cpu else n
+        step = max(64, ROW_BLOCK_BYTES // ((d + 1) * torch.finfo(pd).bits // 8)) if on_cpu else n
         blocks = [(lo, min(n, lo + step)) for lo in range(0, n, step)]
         if on_cpu:  # row blocks that stay in cache between the logits' product and the gradient's
-            XaT = self.augmented_blocks(dtype, step)
+            XaT = self.augmented_blocks(pd, step)
             MnT = Mn.T.contiguous()  # (B, n): a block's weights are a slice of each model's row
         else:
-            Xa = self.augmented(dtype)
+            Xa = self.augmented(pd)
 
         def fg(theta: torch.Tensor, models: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
             m = len(models)
@@ -975,18 +1009,22 @@ class _Problem:
             lam_m = lam if every else lam[models]
             if not on_cpu:
                 w = Mn if every else Mn[:, models]  # (n, m)
-                f, Rw = _loss(Xa @ V, w, y, K)  # one product for every model's logits
-                G = Xa.T @ Rw  # (d + 1, K * m)
+                f, Rw = _loss((Xa @ V.to(pd)).to(dtype), w, y, K)  # one product for every model's logits
+                G = (Xa.T @ Rw.to(pd)).to(dtype)  # (d + 1, K * m)
             else:  # blocks stored transposed: measured, MKL's products with a few columns (a tail of one or two
                 # models) run up to 2x faster with the block as the contiguous (d + 1, rows) operand
                 wT = MnT if every else MnT[models]  # (m, n)
-                Vt = V.T.contiguous()
+                Vt = V.T.contiguous().to(pd)
                 f = torch.zeros(m, dtype=f64)
                 G = V.new_zeros(d + 1, K * m)
                 for (lo, hi), XbT in zip(blocks, XaT, strict=True):
-                    fb, Rt = _loss_transposed(Vt @ XbT, wT[:, lo:hi], y[lo:hi], K)
+                    Zt = Vt @ XbT
+                    fb, Rt = _loss_transposed(Zt.to(dtype) if cast else Zt, wT[:, lo:hi], y[lo:hi], K)
                     f += fb
-                    G.addmm_(XbT, Rt.T)
+                    if cast:  # the block's product accumulates in float32, the sum over blocks in dtype
+                        G.add_(XbT @ Rt.to(pd).T)
+                    else:
+                        G.addmm_(XbT, Rt.T)
             f = f + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
             GV = G[:d].view(d, K, m).permute(2, 0, 1)  # (m, d, K)
             gc = G[d].view(K, m).T
@@ -1081,6 +1119,8 @@ def batched_lbfgs(
     history: int = 10,
     max_halvings: int = 40,
     precondition: Callable | None = None,
+    noise: float = 0.0,
+    info: dict[str, int] | None = None,
 ):
     """Minimise B independent smooth objectives at once; ``fg(theta_rows, rows) -> (f, grad)`` evaluates the
     objectives ``rows`` (an index tensor) at ``theta_rows`` (len(rows), P).
@@ -1089,7 +1129,16 @@ def batched_lbfgs(
     its largest gradient entry is at most ``tol``, or when a step decreases it by no more than
     ``ftol * max(|f|, |f_new|, 1)`` (scipy's L-BFGS-B rules); it stops unconverged when no step decreases it.
     Each ``fg`` call evaluates only the rows still moving, so converged models cost nothing while the slow
-    ones (weak penalties) finish. Returns ``(theta, converged (B,) bool, max |grad| (B,))``.
+    ones (weak penalties) finish. Returns ``(theta, converged (B,) bool, max |grad| (B,))``; ``info``, when given,
+    gets ``iterations``, the iterations run.
+
+    ``noise`` > 0: the objective's values carry rounding of about ``noise * |f|`` (float32 products) while the
+    gradient is exact to far below ``tol``, so near the optimum a true decrease can be smaller than the values'
+    error and the Armijo test fails on rounding. A step is then also accepted under Hager & Zhang's (2005)
+    approximate Wolfe condition, which reads the gradient instead: ``f_new <= f + noise |f|`` and a directional
+    derivative at most ``(2 delta - 1)`` times the initial one (``delta`` 0.1; on a quadratic, Armijo's own
+    condition). A step that then does not decrease ``f`` stops the model as ``ftol`` would: the values can no
+    longer tell progress from rounding.
     """
     import torch
 
@@ -1104,11 +1153,13 @@ def batched_lbfgs(
     active = gmax > tol
     flat = torch.zeros_like(active)  # rows stopped by the relative-decrease rule
     stored = 0
+    iterations = 0
     for _ in range(max_iter):
         if not bool(active.any()):
             break
+        iterations += 1
         direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored, precondition, active)
-        new_theta, new_f, new_g, stalled = _armijo(fg, theta, f, g, direction, gd, active, max_halvings)
+        new_theta, new_f, new_g, stalled = _armijo(fg, theta, f, g, direction, gd, active, max_halvings, noise)
         done = active & ~stalled
         gamma = _remember(S, Y, rho, gamma, stored % history, new_theta - theta, new_g - g, done, precondition)
         stored += 1
@@ -1119,6 +1170,8 @@ def batched_lbfgs(
         gmax = g.abs().amax(dim=1)
         active = done & ~flat & (gmax > tol)
     converged = (gmax <= tol) | flat
+    if info is not None:
+        info["iterations"] = iterations
     return theta, converged, gmax
 
 
@@ -1128,17 +1181,28 @@ def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, precondition: Callable | 
     import torch
 
     history = S.shape[0]
-    q = g.clone()
     order = [(stored - 1 - j) % history for j in range(min(stored, history))]
+    rows = None if active is None or bool(active.all()) else active.nonzero().squeeze(1)
+    if rows is not None:  # the tail of a solve: a few models still moving, the recursion on their rows only
+        S, Y, rho, gamma, g_in = S[:, rows], Y[:, rows], rho[:, rows], gamma[rows], g
+        g = g[rows]
+    q = g.clone()
     alphas = []
     for j in order:
         a = rho[j] * (S[j] * q).sum(1)
         q -= a[:, None] * Y[j]
         alphas.append(a)
-    r = gamma[:, None] * _precondition(precondition, q, active)
+    if precondition is None:
+        r = gamma[:, None] * q
+    else:
+        r = gamma[:, None] * (precondition(q, rows) if rows is not None else _precondition(precondition, q, active))
     for j, a in zip(reversed(order), reversed(alphas), strict=True):
         beta = rho[j] * (Y[j] * r).sum(1)
         r += (a - beta)[:, None] * S[j]
+    if rows is not None:
+        g, r_rows = g_in, r
+        r = g.new_zeros(g.shape)
+        r[rows] = r_rows
     direction = -r
     gd = (g * direction).sum(1)
     uphill = gd >= 0  # lost curvature information: fall back to (preconditioned) steepest descent
@@ -1162,9 +1226,10 @@ def _precondition(precondition: Callable | None, q, rows):
     return out
 
 
-def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int):
-    """Backtracking (Armijo) line search over the moving rows only, each row halving its own step. Returns the new
-    (theta, f, grad) (unchanged for rows that found no decrease) and those stalled rows."""
+def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int, noise: float = 0.0):
+    """Backtracking (Armijo) line search over the moving rows only, each row halving its own step; with ``noise``
+    also Hager & Zhang's approximate Wolfe condition (:func:`batched_lbfgs`). Returns the new (theta, f, grad)
+    (unchanged for rows that found no acceptable step) and those stalled rows."""
     import torch
 
     step = theta.new_ones(theta.shape[0])
@@ -1175,6 +1240,9 @@ def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int)
         cand = theta[idx] + step[idx, None] * direction[idx]
         fc, gc = fg(cand, idx)
         ok = fc <= f[idx] + 1e-4 * step[idx] * gd[idx]
+        if noise > 0:  # approximate Wolfe: the gradient's slope along the direction, f only to its rounding
+            slope = (gc * direction[idx]).sum(1)
+            ok |= (fc <= f[idx] + noise * f[idx].abs()) & (slope <= (2 * APPROX_WOLFE_DELTA - 1) * gd[idx])
         won = idx[ok]
         new_theta[won], new_f[won], new_g[won] = cand[ok], fc[ok], gc[ok]
         pending[won] = False

@@ -152,13 +152,81 @@ def test_row_blocked_objective_equals_the_whole_matrix_one(n_classes, monkeypatc
             f1, g1 = fg(torch.from_numpy(theta[models.numpy()]), models)
             np.testing.assert_allclose(f1.numpy(), np.array(want_f)[models.numpy()], rtol=1e-12)
             np.testing.assert_allclose(g1.numpy(), np.array(want_g)[models.numpy()], rtol=1e-10, atol=1e-13)
+        # the mixed engine's phase: float32 products, the rest in float64. At this random point (gradients ~0.1,
+        # far from an optimum) the gradient is within tol (1e-6), the objective within float32's rounding; a block
+        # or layout slip would be off by ~1e-2
+        fg32 = _problem(X, y, K, sets)._objective(np.arange(B), Mn, lam, torch.float64, products=torch.float32)
+        f2, g2 = fg32(torch.from_numpy(theta), torch.arange(B))
+        assert f2.dtype == g2.dtype == torch.float64
+        np.testing.assert_allclose(f2.numpy(), want_f, rtol=1e-6)
+        np.testing.assert_allclose(g2.numpy(), want_g, rtol=0, atol=1e-6)
+
+
+def _noisy_quadratic(seed: int):
+    """``f = 1 + sum(a theta^2) / 2`` per row, its value carrying a deterministic rounding-like error of 1e-7 (a
+    hash of theta) and its gradient exact: the float32 products' situation near an optimum, where a true decrease
+    is smaller than the values' error."""
+    import torch
+
+    a = torch.from_numpy(np.random.default_rng(seed).uniform(1, 1000, size=(3, 6)))
+
+    def fg(theta, rows):
+        f = 1 + 0.5 * (a[rows] * theta**2).sum(1)
+        wobble = torch.sin(1e9 * theta[:, 0] + 3e8 * theta[:, 1])  # changes sign at every step of 1e-9
+        return f + 1e-7 * wobble, a[rows] * theta
+
+    return fg, torch.ones(3, 6, dtype=torch.float64)
+
+
+def test_approximate_wolfe_takes_the_steps_that_rounding_hides():
+    """Armijo alone stalls where the decrease falls under the values' error, short of ``tol``; with ``noise`` the
+    approximate Wolfe condition (the gradient's slope) accepts those steps and every row reaches ``tol``."""
+    from evalfarm.classify import batched_lbfgs
+
+    fg, theta0 = _noisy_quadratic(3)
+    flat = -math.inf  # as the mixed phase: no relative-decrease stop, which the values' error would trip
+    _, converged, gmax = batched_lbfgs(fg, theta0.clone(), tol=1e-9, ftol=flat, max_iter=500)
+    assert not bool(converged.any()) and float(gmax.min()) > 1e-7  # stalled, far from tol
+    info: dict[str, int] = {}
+    theta, converged, gmax = batched_lbfgs(
+        fg, theta0.clone(), tol=1e-9, ftol=flat, max_iter=500, noise=1e-6, info=info
+    )
+    assert bool(converged.all()) and float(gmax.max()) <= 1e-9
+    assert float(theta.abs().max()) < 1e-9 and 0 < info["iterations"] < 500
+
+
+def test_lbfgs_direction_on_the_moving_rows_equals_the_full_recursion():
+    """The tail's shortcut (the two-loop recursion on the active rows only) gives those rows exactly what the
+    recursion over every row gives them, and zero elsewhere."""
+    import torch
+
+    from evalfarm.classify import _lbfgs_direction
+
+    rng = np.random.default_rng(4)
+    B, P, h = 5, 9, 4
+    S = torch.from_numpy(rng.normal(size=(h, B, P)))
+    Y = S * 2 + 0.1 * torch.from_numpy(rng.normal(size=(h, B, P)))  # positive curvature: sᵀy > 0
+    rho = 1 / (S * Y).sum(2)
+    g, gamma = torch.from_numpy(rng.normal(size=(B, P))), torch.from_numpy(rng.uniform(0.5, 2, size=B))
+    scale = torch.from_numpy(rng.uniform(0.5, 2, size=(B, P)))
+
+    def precondition(q, rows):
+        return q * scale[rows]
+
+    full, gd_full = _lbfgs_direction(g, S, Y, rho, gamma, 6, precondition, torch.ones(B, dtype=torch.bool))
+    active = torch.tensor([False, True, False, True, True])
+    part, gd_part = _lbfgs_direction(g, S, Y, rho, gamma, 6, precondition, active)
+    torch.testing.assert_close(part[active], full[active], rtol=1e-12, atol=0)
+    assert bool((part[~active] == 0).all())
+    torch.testing.assert_close(gd_part[active], gd_full[active], rtol=1e-12, atol=0)
 
 
 @pytest.mark.parametrize("n_classes", [2, 4])
 def test_mixed_precision_reaches_the_float64_optimum(n_classes, monkeypatch):
-    """``dtype="mixed"``: a float32 phase to ``MIXED_HANDOVER_TOL``, then float64 to ``tol`` from there — the
-    optimum of the float64 solve and of scikit-learn (decision values to 1e-3, the bound between the backends:
-    at ``tol`` 1e-6 a weak penalty's flat optimum leaves ~1e-4 between any two solvers)."""
+    """``dtype="mixed"`` (the default): a phase of float32 products to ``tol`` by the gradient, then every model
+    checked (and finished) in float64 — the optimum of the float64 solve and of scikit-learn (decision values to
+    1e-3, the bound between the backends: at ``tol`` 1e-6 a weak penalty's flat optimum leaves ~1e-4 between any
+    two solvers)."""
     import evalfarm.classify as classify
 
     rng = np.random.default_rng(5)
@@ -170,15 +238,15 @@ def test_mixed_precision_reaches_the_float64_optimum(n_classes, monkeypatch):
     solve = classify.batched_lbfgs
 
     def recording(fg, theta, **kw):
-        phases.append(str(theta.dtype))
+        phases.append(f"{theta.dtype} noise={kw.get('noise', 0.0)}")
         return solve(fg, theta, **kw)
 
     monkeypatch.setattr(classify, "batched_lbfgs", recording)
     ref = decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="float64", threads=1)
-    assert phases == ["torch.float64"]
+    assert phases == ["torch.float64 noise=0.0"]
     phases.clear()
-    got = decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="mixed", threads=1)
-    assert phases == ["torch.float32", "torch.float64"]
+    got = decision_values(X, y, fits, n_classes=n_classes, backend="torch", threads=1)  # the default: mixed
+    assert phases == [f"torch.float64 noise={classify.MIXED_NOISE}", "torch.float64 noise=0.0"]
     sk = decision_values(X, y, fits, n_classes=n_classes, backend="sklearn", threads=1)
     for za, zb, zs in zip(ref, got, sk, strict=True):
         np.testing.assert_allclose(zb, za, atol=1e-3)
