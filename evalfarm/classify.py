@@ -81,7 +81,7 @@ import math
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Literal
 
 import numpy as np
@@ -143,6 +143,7 @@ class ClassifyResult:
     n_models: int
     f1: float | None = None
     c_grid: tuple[float, ...] = field(default=C_GRID)
+    n_unconverged: int = 0  # models (selection and refits) that reached max_iter before tol: stopped where they were
 
     def metrics(self) -> dict[str, float]:
         """``accuracy``, ``accuracy_std`` (CV only) and ``f1`` (where asked), for the metrics table."""
@@ -245,7 +246,8 @@ def evaluate(
         init = None if thetas is None else np.stack([b.warm_start(thetas) for b in refits])
         for block, z in zip(refits, solve(fits, init)[0], strict=True):
             block.test_pred = predict_from_scores(z)
-    return _result(protocol, backend, c_grid, blocks, y, f1_label, n_train, n_test)
+    result = _result(protocol, backend, c_grid, blocks, y, f1_label, n_train, n_test)
+    return replace(result, n_unconverged=solve.unconverged)
 
 
 def _result(
@@ -541,16 +543,23 @@ class _Solver:
     ) -> None:
         self.X, self.y, self.n_classes, self.backend = X, y, n_classes, backend
         self.tol, self.max_iter, self.device, self.dtype, self.threads = tol, max_iter, device, dtype, threads
+        self.unconverged = 0  # models of every call so far that stopped at max_iter before tol
 
     def __call__(self, fits: list[Fit], init: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray | None]:
         with _limit_threads(self.threads, torch_too=self.backend == "torch"):
             if self.backend == "sklearn":
-                return _solve_sklearn(self.X, self.y, self.n_classes, fits, tol=self.tol, max_iter=self.max_iter), None
+                scores, stopped = _solve_sklearn(
+                    self.X, self.y, self.n_classes, fits, tol=self.tol, max_iter=self.max_iter
+                )
+                self.unconverged += stopped
+                return scores, None
             if self.backend == "torch":
-                return _solve_torch(
+                scores, theta, stopped = _solve_torch(
                     self.X, self.y, self.n_classes, fits, tol=self.tol, max_iter=self.max_iter,
                     device=self.device, dtype=self.dtype, init=init,
                 )  # fmt: skip
+                self.unconverged += stopped
+                return scores, theta
         raise ValueError(f"unknown backend {self.backend!r}: use 'sklearn' or 'torch'")
 
 
@@ -579,19 +588,25 @@ def decision_values(
 
 def _solve_sklearn(
     X: np.ndarray, y: np.ndarray, n_classes: int, fits: list[Fit], *, tol: float, max_iter: int
-) -> list[np.ndarray]:
+) -> tuple[list[np.ndarray], int]:
     """One scikit-learn ``LogisticRegression(lbfgs)`` per fit, in float64, on features standardised by
-    :func:`standardisation` (the reference). Returns each fit's decision values on its ``evaluate`` rows."""
+    :func:`standardisation` (the reference). Returns each fit's decision values on its ``evaluate`` rows, and how
+    many fits ran out of ``max_iter``."""
+    from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
     X64 = X.astype(np.float64)
     sets, of = _train_sets(fits)
     mean, inv = standardisation(X, sets)
     out: list[np.ndarray] = []
+    stopped = 0
     for i, f in enumerate(fits):
         s = of[i]
         clf = LogisticRegression(C=f.c, tol=tol, max_iter=max_iter)
-        clf.fit((X64[f.train] - mean[s]) * inv[s], y[f.train])
+        with warnings.catch_warnings(record=True) as caught:  # counted instead, and warned once per call below
+            warnings.simplefilter("always", ConvergenceWarning)
+            clf.fit((X64[f.train] - mean[s]) * inv[s], y[f.train])
+        stopped += any(issubclass(w.category, ConvergenceWarning) for w in caught)
         Xe = (X64[f.evaluate] - mean[s]) * inv[s]
         if len(clf.classes_) == n_classes:
             out.append(clf.decision_function(Xe))
@@ -599,7 +614,12 @@ def _solve_sklearn(
             z = np.full((len(Xe), n_classes), -np.inf)
             z[:, clf.classes_] = clf.predict_log_proba(Xe)
             out.append(z)
-    return out
+    if stopped:
+        warnings.warn(
+            f"scikit-learn logistic regression: {stopped} of {len(fits)} models stopped before converging "
+            f"(max_iter={max_iter}, tol={tol})", stacklevel=4,
+        )  # fmt: skip
+    return out, stopped
 
 
 # The logits of one batch (rows x models x classes) stay under this many elements; larger rounds are solved in
@@ -618,9 +638,9 @@ def _solve_torch(
     device: str | None,
     dtype: str,
     init: np.ndarray | None = None,
-) -> tuple[list[np.ndarray], np.ndarray]:
-    """The batched engine: decision values of every fit, and the solutions (B, P) in float64 (each model's
-    weights on its standardised features, then its intercepts), for warm starts."""
+) -> tuple[list[np.ndarray], np.ndarray, int]:
+    """The batched engine: decision values of every fit, the solutions (B, P) in float64 (each model's weights on
+    its standardised features, then its intercepts), for warm starts, and how many stopped unconverged."""
     import torch
 
     dev = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -659,14 +679,16 @@ def _solve_torch(
     P = X.shape[1] * problem.K + problem.K
     theta = np.zeros((len(fits), P)) if init is None else np.asarray(init, dtype=np.float64).copy()
     per_batch = max(1, TORCH_BATCH_ELEMENTS // (len(rows) * problem.K))
+    unconverged = 0
     for batch, start in _c_path_rounds(fits, of):
         for lo in range(0, len(batch), per_batch):
             part = batch[lo : lo + per_batch]
             t0 = theta[[i if (j := start[i]) is None else j for i in part]]
-            theta[part] = problem.solve(of[part], [fits[i].c for i in part], t0, tol=tol, max_iter=max_iter)
+            theta[part], stopped = problem.solve(of[part], [fits[i].c for i in part], t0, tol=tol, max_iter=max_iter)
+            unconverged += stopped
     X_eval = to_device(eval_rows)
     scores = problem.decision_values(X_eval, theta, of)
-    return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta
+    return [scores[eval_local[f.evaluate], i] for i, f in enumerate(fits)], theta, unconverged
 
 
 DTYPES = ("float64", "mixed", "float32")
@@ -934,12 +956,12 @@ class _Problem:
 
     def solve(
         self, sets: np.ndarray, cs: Sequence[float], theta0: np.ndarray, *, tol: float, max_iter: int
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, int]:
         """Minimise ``mean CE + ||W||^2 / (2 C n)`` for each (set, C) from ``theta0``; returns the solutions.
         With ``fast`` (``mixed``) a first phase runs the products in that dtype (everything else in X's) to ``tol``
         by the gradient, accepting steps under the objective's rounding (``MIXED_NOISE``); a float64 phase then
         checks every model with the float64 stopping rules and finishes any that is not done, within what is left
-        of ``max_iter``."""
+        of ``max_iter``. Also returns how many models stopped unconverged (``max_iter``, or no decreasing step)."""
         import torch
 
         dt, dev = self.X.dtype, self.X.device
@@ -967,7 +989,7 @@ class _Problem:
                 f"fell below tol={tol} (largest gradient entry {float(gmax.max()):.2e}); raise max_iter or tol",
                 stacklevel=4,
             )
-        return theta.to(torch.float64).cpu().numpy()
+        return theta.to(torch.float64).cpu().numpy(), int((~converged).sum())
 
     def _objective(
         self, sets: np.ndarray, Mn: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype,

@@ -514,6 +514,21 @@ def test_torch_warns_when_it_stops_before_converging():
         decision_values(X, y, [Fit(np.arange(60), 10.0, np.arange(60))], n_classes=3, backend="torch", max_iter=1)
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unconverged_fits_are_counted_in_the_result(backend):
+    """A fit that stops before its stopping rule holds is used where it stopped; the result says how many did
+    (``n_unconverged``, selection and refits: the downstream scorer's metric), for both backends."""
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(120, 6)).astype(np.float32)
+    y = (X[:, 0] + 0.3 * rng.normal(size=120) > 0).astype(np.int64)
+    data = {"train": (X[:80], y[:80]), "test": (X[80:], y[80:])}
+    full = evaluate(data, backend=backend, c_grid=(0.1, 10.0), k=2, inner_k=2, threads=1)
+    assert full.n_unconverged == 0 and full.n_models == 2 * 2 + 1
+    with pytest.warns(UserWarning, match="stopped before"):
+        cut = evaluate(data, backend=backend, c_grid=(0.1, 10.0), k=2, inner_k=2, threads=1, max_iter=2)
+    assert 1 <= cut.n_unconverged <= cut.n_models
+
+
 # --- agreement on the ten real tasks ---------------------------------------------------------------------
 
 # Test-time budget: training parts are cut to 1,000 rows (seeded, stratified: `max_train`, the same path a

@@ -66,6 +66,7 @@ def test_separable_cv_task_scores_one():
     m, res = score(data, np.stack([vec[t] for t in data.texts]))
     assert m["accuracy"] == 1.0 and m["accuracy_std"] == 0.0
     assert m["n_train"] == m["n_test"] == 80 and m["n_models"] == 4 * (3 * 2 + 1) and m["backend_torch"] == 1.0
+    assert m["n_unconverged"] == 0.0
     assert "f1" not in m and m["oov_rate"] == 0.0
     primary = [r for r in res.rows if r.primary]
     assert [(r.metric, r.variant, r.subset) for r in primary] == [("accuracy", "full", "all")]

@@ -42,6 +42,10 @@ embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
 Metrics (subset ``all``): ``accuracy`` (primary; a fraction in [0, 1]), ``accuracy_std`` (std over the 10 folds,
 CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection score at the chosen C),
 ``chosen_c`` (the chosen C; for CV the lower median over folds), ``n_train``, ``n_test``, ``n_models`` (fits),
+``n_unconverged`` (fits, selection or refit, that stopped before the stopping rule held: ``max_iter``, 2,000
+iterations, or no step that decreases the objective; such a fit is used where it stopped, as scikit-learn's would
+be, and where it stops depends on the solver's path: raw transformer hidden states at C = 10 on TREC, one test
+prediction between the float64 and float32-product engines; new in version 6),
 ``oov_rate`` (share of the task's texts the model embedded as nothing: zero vectors), ``backend_torch``.
 """
 
@@ -232,6 +236,7 @@ class DownstreamScorer(Scorer):
             MetricRow("n_train", float(res.n_train), variant=variant),
             MetricRow("n_test", float(res.n_test), variant=variant),
             MetricRow("n_models", float(res.n_models), variant=variant),
+            MetricRow("n_unconverged", float(res.n_unconverged), variant=variant),
             MetricRow("oov_rate", float(np.mean(vectors.oov)) if len(vectors.oov) else 0.0, variant=variant),
             MetricRow("backend_torch", 1.0 if res.backend == "torch" else 0.0, variant=variant),
         ]
