@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install lock s3-venv run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
+.PHONY: install lock s3-venv wordnet run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 # `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
 # first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell.
@@ -61,7 +61,20 @@ s3-venv: .venv-s3/.installed
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work
 # in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`). CATALOG, WAREHOUSE and RUN_ARGS (more
 # `evalfarm run` options, e.g. RUN_ARGS=--executor local) are the README's documented variables.
-run: install
+# The diagnostics' WordNet 3.0 database (DefSent, HEROS minimal pairs): Debian's wordnet-base, as .ci/run installs it.
+# Installed here when it is missing and apt-get can (root); otherwise a notice: those units would fail with the same
+# message, the rest of the run completes. EVALFARM_WORDNET may name a folder of WordNet 3.0's data.* and index.* files.
+wordnet:
+	@if [ -z "$$EVALFARM_WORDNET" ] && [ ! -f /usr/share/wordnet/data.noun ]; then \
+		if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq wordnet-base; \
+		else \
+			echo "note: no WordNet 3.0 in /usr/share/wordnet: the DefSent and HEROS units need Debian's wordnet-base" \
+				"(sudo apt-get install wordnet-base) or EVALFARM_WORDNET"; \
+		fi; \
+	fi
+
+run: install wordnet
 	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
 	$(VENV)/bin/evalfarm run --catalog $(CATALOG) --warehouse $(WAREHOUSE) $(RUN_ARGS)
 	$(VENV)/bin/evalfarm sql --warehouse $(WAREHOUSE) "SELECT * FROM board"
