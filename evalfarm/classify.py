@@ -58,11 +58,11 @@ Backends, behind the one function:
   rounding leaves the gradient within ~5e-9 of float64's, 200 times below ``tol``, but the objective's value only
   within ~1e-9, so near the optimum the line search also accepts a step by Hager & Zhang's approximate Wolfe
   condition (:func:`batched_lbfgs`), and every model is then checked (and if need be finished) in float64 with
-  the float64 stopping rules: the float64 optimum, to ``tol``. ``dtype="float64"``: every product in float64
-  (versions 2–5). ``dtype="float32"`` runs everything in float32, the optimiser's state included; measured
-  against float64 it stalls at gradients ~1e-5 (a float32 weight cannot take the last steps) and moved MR's
-  accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast float64, not the
-  default. The device is ``device`` (CUDA when available).
+  the float64 stopping rules: each model meets float64's rule, as a float64 solve's would. ``dtype="float64"``:
+  every product in float64 (versions 2–5). ``dtype="float32"`` runs everything in float32, the optimiser's state
+  included; measured against float64 it stalls at gradients ~1e-5 (a float32 weight cannot take the last steps)
+  and moved MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast
+  float64, not the default. The device is ``device`` (CUDA when available).
 - ``sklearn``: the reference, ``LogisticRegression(solver="lbfgs")`` per fit, float64, on the same standardised
   features.
 
@@ -143,7 +143,7 @@ class ClassifyResult:
     n_models: int
     f1: float | None = None
     c_grid: tuple[float, ...] = field(default=C_GRID)
-    n_unconverged: int = 0  # models (selection and refits) that reached max_iter before tol: stopped where they were
+    n_unconverged: int = 0  # fits (selection and refits) stopped before their stopping rule held: used as they were
 
     def metrics(self) -> dict[str, float]:
         """``accuracy``, ``accuracy_std`` (CV only) and ``f1`` (where asked), for the metrics table."""
@@ -543,7 +543,7 @@ class _Solver:
     ) -> None:
         self.X, self.y, self.n_classes, self.backend = X, y, n_classes, backend
         self.tol, self.max_iter, self.device, self.dtype, self.threads = tol, max_iter, device, dtype, threads
-        self.unconverged = 0  # models of every call so far that stopped at max_iter before tol
+        self.unconverged = 0  # fits of every call so far that stopped unconverged (max_iter, or no decreasing step)
 
     def __call__(self, fits: list[Fit], init: np.ndarray | None) -> tuple[list[np.ndarray], np.ndarray | None]:
         with _limit_threads(self.threads, torch_too=self.backend == "torch"):
@@ -591,7 +591,7 @@ def _solve_sklearn(
 ) -> tuple[list[np.ndarray], int]:
     """One scikit-learn ``LogisticRegression(lbfgs)`` per fit, in float64, on features standardised by
     :func:`standardisation` (the reference). Returns each fit's decision values on its ``evaluate`` rows, and how
-    many fits ran out of ``max_iter``."""
+    many fits stopped unconverged (scikit-learn's ``ConvergenceWarning``: ``max_iter``, or a failed line search)."""
     from sklearn.exceptions import ConvergenceWarning
     from sklearn.linear_model import LogisticRegression
 
