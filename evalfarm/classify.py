@@ -908,9 +908,9 @@ class _Problem:
             out = (M @ Q.permute(1, 0, 2).reshape(Q.shape[1], m * K).to(pd)).to(dt)
             return out.view(M.shape[0], m, K).permute(1, 0, 2)
 
-        def one_basis(g: int, Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-            """``M Qs`` (the kept columns) for the models ``b`` (batch indices) of basis ``g``."""
-            U, Ut = Us[g]
+        def one_basis(Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            """``M Qs`` (the kept columns) for the models ``b`` (batch indices) of the one basis."""
+            U, Ut = Us[0]
             Vm, Vtm = V[b], Vt[b]
             C = across(Ut, Qs)  # (m, r, K): the scaled gradient in the basis
             if low is None:
@@ -933,7 +933,7 @@ class _Problem:
             b = torch.arange(m, device=dev) if m == len(sets) else models
             Q = q[:, : d * K].view(m, d, K)
             Qs = Q * scale[b][:, :, None]
-            R = one_basis(0, Qs, b) if len(bases) == 1 else many_bases(Qs, b)
+            R = one_basis(Qs, b) if len(bases) == 1 else many_bases(Qs, b)
             R = R * scale[b][:, :, None] + Q * drop[b][:, :, None]
             Vm = V[b]
             c = ((q[:, d * K :, None] * Vm).sum(1) * inv_alpha[b])[:, None, :] * Vm
@@ -1180,8 +1180,8 @@ def batched_lbfgs(
     error and the Armijo test fails on rounding. A step is then also accepted under Hager & Zhang's (2005)
     approximate Wolfe condition, which reads the gradient instead: ``f_new <= f + noise |f|`` and a directional
     derivative at most ``(2 delta - 1)`` times the initial one (``delta`` 0.1; on a quadratic, Armijo's own
-    condition). A step that then does not decrease ``f`` stops the model as ``ftol`` would: the values can no
-    longer tell progress from rounding.
+    condition). Such a step may not decrease ``f``, which the relative-decrease rule would read as flat: the mixed
+    phase passes ``ftol=-inf`` and runs to ``tol`` by the gradient.
     """
     import torch
 
@@ -1235,10 +1235,10 @@ def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, precondition: Callable | 
         a = rho[j] * (S[j] * q).sum(1)
         q -= a[:, None] * Y[j]
         alphas.append(a)
-    if precondition is None:
-        r = gamma[:, None] * q
-    else:
-        r = gamma[:, None] * (precondition(q, rows) if rows is not None else _precondition(precondition, q, active))
+    if rows is None:
+        r = gamma[:, None] * _precondition(precondition, q, active)
+    else:  # q holds the moving rows only
+        r = gamma[:, None] * (q if precondition is None else precondition(q, rows))
     for j, a in zip(reversed(order), reversed(alphas), strict=True):
         beta = rho[j] * (Y[j] * r).sum(1)
         r += (a - beta)[:, None] * S[j]
