@@ -100,15 +100,33 @@ if [[ "$DASHBOARD_HOST" != "127.0.0.1" && "$DASHBOARD_HOST" != "localhost" ]]; t
     "The token travels in clear: put TLS in front of it, or keep it on loopback (ssh -L / kubectl port-forward)." >&2
 fi
 
-# Every other server's port: EVALFARM_<NAME>_PORT, or a port free on the node's address right now.
+# Every other server's port: EVALFARM_<NAME>_PORT, or a port free on the node's address right now, never one already
+# pinned (the GCS, the job API, any EVALFARM_*_PORT) nor one in the worker range: a port another process has just
+# released (a caller that probed GCS_PORT free) can come back from bind(0), and Ray refuses two components on one.
 free_ports=()
 read -r -a free_ports <<<"$("$PYTHON" -c '
 import socket, sys
-socks = [socket.socket() for _ in range(int(sys.argv[2]))]
-for s in socks:
-    s.bind((sys.argv[1], 0))
-print(" ".join(str(s.getsockname()[1]) for s in socks))
-' "$NODE_IP" 9)"
+host, want, low, high = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+taken = {int(p) for p in sys.argv[5:] if p}
+socks, ports = [], []
+while len(ports) < want and len(socks) < 1000:
+    s = socket.socket()
+    s.bind((host, 0))
+    socks.append(s)  # held until all are picked: no port twice
+    port = s.getsockname()[1]
+    if port not in taken and not low <= port <= high:
+        ports.append(port)
+if len(ports) < want:
+    sys.exit("no free ports on " + host)
+print(" ".join(map(str, ports)))
+' "$NODE_IP" 9 "$MIN_WORKER_PORT" "$MAX_WORKER_PORT" "$GCS_PORT" "$DASHBOARD_PORT" "${EVALFARM_CLIENT_PORT:-}" \
+  "${EVALFARM_NODE_MANAGER_PORT:-}" "${EVALFARM_OBJECT_MANAGER_PORT:-}" "${EVALFARM_AGENT_HTTP_PORT:-}" \
+  "${EVALFARM_AGENT_GRPC_PORT:-}" "${EVALFARM_RUNTIME_ENV_PORT:-}" "${EVALFARM_METRICS_PORT:-}" \
+  "${EVALFARM_AUTOSCALER_METRICS_PORT:-}" "${EVALFARM_DASHBOARD_METRICS_PORT:-}")"
+if ((${#free_ports[@]} != 9)); then
+  echo "error: could not pick 9 free ports on $NODE_IP" >&2
+  exit 2
+fi
 CLIENT_PORT="${EVALFARM_CLIENT_PORT:-${free_ports[0]}}"
 NODE_MANAGER_PORT="${EVALFARM_NODE_MANAGER_PORT:-${free_ports[1]}}"
 OBJECT_MANAGER_PORT="${EVALFARM_OBJECT_MANAGER_PORT:-${free_ports[2]}}"
