@@ -902,22 +902,24 @@ class _Problem:
         pd = products or dt  # the basis products' dtype (``mixed``: float32, as the objective's)
         Us = [(b[1].to(pd), b[1].T.contiguous().to(pd)) for b in bases]
 
-        def across(M: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-            """``M @ Q[b]`` for every model ``b`` of ``Q`` (m, k, K) as one product: (m, rows of M, K)."""
+        def across(MT: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+            """``M @ Q[b]`` for every model ``b`` of ``Q`` (m, k, K) as one product, given ``MT = Mᵀ``
+            contiguous: (m, rows of M, K). Computed as ``Qᵀ Mᵀ``, the few columns as the left operand
+            (``SKINNY_LEFT``)."""
             m = Q.shape[0]
-            out = (M @ Q.permute(1, 0, 2).reshape(Q.shape[1], m * K).to(pd)).to(dt)
-            return out.view(M.shape[0], m, K).permute(1, 0, 2)
+            out = (Q.transpose(1, 2).reshape(m * K, Q.shape[1]).to(pd) @ MT).to(dt)
+            return out.view(m, K, MT.shape[1]).transpose(1, 2)
 
         def one_basis(Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             """``M Qs`` (the kept columns) for the models ``b`` (batch indices) of the one basis."""
             U, Ut = Us[0]
             Vm, Vtm = V[b], Vt[b]
-            C = across(Ut, Qs)  # (m, r, K): the scaled gradient in the basis
+            C = across(U, Qs)  # (m, r, K): the scaled gradient in the basis, Uᵀ Qs
             if low is None:
-                return across(U, ((C @ Vm) * top[b]) @ Vtm)
+                return across(Ut, ((C @ Vm) * top[b]) @ Vtm)
             # the spectrum outside the basis at `rest`: U (top - low) Uᵀ + low I, so two products, not three
             lb = low[b][:, None, :]
-            return across(U, ((C @ Vm) * (top[b] - lb)) @ Vtm) + ((Qs @ Vm) * lb) @ Vtm
+            return across(Ut, ((C @ Vm) * (top[b] - lb)) @ Vtm) + ((Qs @ Vm) * lb) @ Vtm
 
         if len(bases) > 1:  # dense bases of their own (few sets): every basis in one batched product
             U_all = torch.stack([u for u, _ in Us])  # (G, d, d)
@@ -925,8 +927,8 @@ class _Problem:
 
         def many_bases(Qs: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             """``M Qs`` for models of several dense bases, one ``bmm`` per side (:func:`_by_basis`)."""
-            C = _by_basis(Ut_all, Qs, group[b], pd)  # (m, d, K): the scaled gradient in each model's basis
-            return _by_basis(U_all, ((C @ V[b]) * top[b]) @ Vt[b], group[b], pd)
+            C = _by_basis(U_all, Qs, group[b], pd)  # (m, d, K): the scaled gradient in each model's basis, Uᵀ Qs
+            return _by_basis(Ut_all, ((C @ V[b]) * top[b]) @ Vt[b], group[b], pd)
 
         def apply(q: torch.Tensor, models: torch.Tensor) -> torch.Tensor:
             m = q.shape[0]
@@ -1041,18 +1043,19 @@ class _Problem:
                 wT = MnT if every else MnT[models]  # (m, n)
                 Vt = V.T.contiguous().to(pd)
                 f = torch.zeros(m, dtype=f64)
-                G = V.new_zeros(d + 1, K * m)
+                GT = V.new_zeros(K * m, d + 1)  # the gradient products transposed: few rows on the left
                 for (lo, hi), XbT in zip(blocks, XaT, strict=True):
                     Zt = Vt @ XbT
                     fb, Rt = _loss_transposed(Zt.to(dtype) if cast else Zt, wT[:, lo:hi], y[lo:hi], K)
                     f += fb
                     if cast:  # the block's product accumulates in float32, the sum over blocks in dtype
-                        G.add_(XbT @ Rt.to(pd).T)
+                        GT.add_(Rt.to(pd) @ XbT.T)
                     else:
-                        G.addmm_(XbT, Rt.T)
+                        GT.addmm_(Rt, XbT.T)
+                G = GT.T
             f = f + 0.5 * lam_m.double() * (W.double() ** 2).sum(dim=(1, 2))
-            GV = G[:d].view(d, K, m).permute(2, 0, 1)  # (m, d, K)
-            gc = G[d].view(K, m).T
+            GV = G[:d].reshape(d, K, m).permute(2, 0, 1)  # (m, d, K)
+            gc = G[d].reshape(K, m).T
             GW = GV * inv_m[:, :, None] - mi_m[:, :, None] * gc[:, None, :] + lam_m[:, None, None] * W
             return f, torch.cat([GW.reshape(m, d * K), gc], dim=1)
 
@@ -1107,22 +1110,23 @@ def _loss_transposed(Zt: torch.Tensor, wt: torch.Tensor, yb: torch.Tensor, K: in
     return f, (R * wt[None]).view(K * m, rows)
 
 
-def _by_basis(M: torch.Tensor, Q: torch.Tensor, g_of: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """``M[g_of[b]] @ Q[b]`` for every model ``b`` of ``Q`` (m, d, K), ``M`` (G, d, d) one matrix per basis: each
-    basis's models padded to the largest group, one ``bmm`` in ``dtype`` instead of a product per basis (in a
-    solve's tail a few models cost as much Python overhead per basis as many)."""
+def _by_basis(MT: torch.Tensor, Q: torch.Tensor, g_of: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``M[g_of[b]] @ Q[b]`` for every model ``b`` of ``Q`` (m, d, K), given ``MT`` (G, d, d) the transposes of one
+    matrix per basis, contiguous: each basis's models padded to the largest group, one ``bmm`` in ``dtype`` instead
+    of a product per basis (in a solve's tail a few models cost as much Python overhead per basis as many), as
+    ``Qᵀ Mᵀ`` with the few columns on the left (``SKINNY_LEFT``)."""
     import torch
 
-    G, (m, d, K) = M.shape[0], Q.shape
+    G, (m, d, K) = MT.shape[0], Q.shape
     counts = torch.bincount(g_of, minlength=G)
     order = torch.argsort(g_of, stable=True)
     slot = torch.empty_like(g_of)
     slot[order] = torch.arange(m, device=Q.device) - (torch.cumsum(counts, 0) - counts)[g_of[order]]
     w = int(counts.max())
-    padded = Q.new_zeros(G, w, d, K)
-    padded[g_of, slot] = Q
-    out = torch.bmm(M, padded.permute(0, 2, 1, 3).reshape(G, d, w * K).to(dtype)).to(Q.dtype)
-    return out.view(G, d, w, K).permute(0, 2, 1, 3)[g_of, slot]
+    padded = Q.new_zeros(G, w, K, d)
+    padded[g_of, slot] = Q.transpose(1, 2)
+    out = torch.bmm(padded.view(G, w * K, d).to(dtype), MT).to(Q.dtype)
+    return out.view(G, w, K, d)[g_of, slot].transpose(1, 2)
 
 
 def _kept_columns(inv: torch.Tensor, *, shared: bool) -> tuple[torch.Tensor, torch.Tensor]:
@@ -1171,9 +1175,15 @@ def batched_lbfgs(
     Each row has its own L-BFGS memory, initial scaling and backtracking (Armijo) step. A row converges when
     its largest gradient entry is at most ``tol``, or when a step decreases it by no more than
     ``ftol * max(|f|, |f_new|, 1)`` (scipy's L-BFGS-B rules); it stops unconverged when no step decreases it.
-    Each ``fg`` call evaluates only the rows still moving, so converged models cost nothing while the slow
-    ones (weak penalties) finish. Returns ``(theta, converged (B,) bool, max |grad| (B,))``; ``info``, when given,
-    gets ``iterations``, the iterations run.
+    A row that stops never moves again, so the solver's state (iterates, memory) is compacted to the rows still
+    moving whenever one stops: converged models cost nothing while the slow ones (weak penalties) finish, and the
+    tail of a solve works on its few rows only. Returns ``(theta, converged (B,) bool, max |grad| (B,))``;
+    ``info``, when given, gets ``iterations``, the iterations run.
+
+    ``precondition(q, rows) -> M q``, linear: the initial inverse Hessian ``gamma M``. It is applied once per
+    iteration, to the new gradient: the memory keeps ``M y`` beside each ``y`` (``M y = M g_new - M g_old``),
+    so the two-loop recursion and the scaling ``gamma = sᵀy / yᵀMy`` need no other application (``M q`` for the
+    recursion's ``q = g - Σ a_j y_j`` is ``M g - Σ a_j M y_j``).
 
     ``noise`` > 0: the objective's values carry rounding of about ``noise * |f|`` (float32 products) while the
     gradient is exact to far below ``tol``, so near the optimum a true decrease can be smaller than the values'
@@ -1186,102 +1196,99 @@ def batched_lbfgs(
     import torch
 
     B, P = theta.shape
-    every = torch.arange(B, device=theta.device)
-    f, g = fg(theta, every)
+    ids = torch.arange(B, device=theta.device)  # the original rows of the state's rows (the moving ones)
+    f, g = fg(theta, ids)
+    out_theta = theta.clone()
+    out_gmax = g.abs().amax(dim=1)
+    converged = out_gmax <= tol
     S = theta.new_zeros(history, B, P)
     Y = theta.new_zeros(history, B, P)
+    MY = None if precondition is None else theta.new_zeros(history, B, P)
     rho = theta.new_zeros(history, B)
     gamma = theta.new_ones(B)
-    gmax = g.abs().amax(dim=1)
-    active = gmax > tol
-    flat = torch.zeros_like(active)  # rows stopped by the relative-decrease rule
+    Mg = g if precondition is None else precondition(g, ids)
     stored = 0
     iterations = 0
-    for _ in range(max_iter):
-        if not bool(active.any()):
+    keep = ~converged
+    for _ in range(max_iter + 1):
+        if not bool(keep.all()):  # compact the state to the rows still moving
+            ids, theta, f, g, Mg, gamma = ids[keep], theta[keep], f[keep], g[keep], Mg[keep], gamma[keep]
+            S, Y, rho = S[:, keep], Y[:, keep], rho[:, keep]
+            MY = None if MY is None else MY[:, keep]
+        if len(ids) == 0 or iterations == max_iter:
             break
         iterations += 1
-        direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored, precondition, active)
-        new_theta, new_f, new_g, stalled = _armijo(fg, theta, f, g, direction, gd, active, max_halvings, noise)
-        done = active & ~stalled
-        gamma = _remember(S, Y, rho, gamma, stored % history, new_theta - theta, new_g - g, done, precondition)
+        direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, stored, MY, Mg)
+        new_theta, new_f, new_g, stalled = _armijo(fg, ids, theta, f, g, direction, gd, max_halvings, noise)
+        moved = ~stalled
+        if precondition is None:
+            new_Mg = new_g
+        else:  # M at the new gradient, the one application of this iteration
+            new_Mg = Mg.clone()
+            at = moved.nonzero().squeeze(1)
+            if len(at):
+                new_Mg[at] = precondition(new_g[at], ids[at])
+        gamma = _remember(S, Y, MY, rho, gamma, stored % history, new_theta - theta, new_g - g, new_Mg - Mg, moved)
         stored += 1
         decrease = f - new_f
         scale = torch.maximum(torch.maximum(f.abs(), new_f.abs()), torch.ones_like(f))
-        flat = flat | (done & (decrease <= ftol * scale))
-        theta, f, g = new_theta, new_f, new_g
+        flat = moved & (decrease <= ftol * scale)
+        theta, f, g, Mg = new_theta, new_f, new_g, new_Mg
         gmax = g.abs().amax(dim=1)
-        active = done & ~flat & (gmax > tol)
-    converged = (gmax <= tol) | flat
+        out_theta[ids], out_gmax[ids] = theta, gmax
+        converged[ids] = (gmax <= tol) | flat
+        keep = moved & ~flat & (gmax > tol)
     if info is not None:
         info["iterations"] = iterations
-    return theta, converged, gmax
+    return out_theta, converged, out_gmax
 
 
-def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, precondition: Callable | None = None, active=None):
+def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, MY=None, Mg=None):
     """Each row's L-BFGS direction from its stored pairs (the two-loop recursion, newest pair first; an empty slot
-    has rho = 0 and changes nothing), steepest descent where that points uphill. Returns (direction, g·direction)."""
+    has rho = 0 and changes nothing), with the initial inverse Hessian ``gamma M``: ``MY`` the stored ``M y`` and
+    ``Mg`` = ``M g`` (None: ``M = I``). Preconditioned steepest descent where the direction points uphill.
+    Returns (direction, g·direction)."""
     import torch
 
     history = S.shape[0]
     order = [(stored - 1 - j) % history for j in range(min(stored, history))]
-    rows = None if active is None or bool(active.all()) else active.nonzero().squeeze(1)
-    if rows is not None:  # the tail of a solve: a few models still moving, the recursion on their rows only
-        S, Y, rho, gamma, g_in = S[:, rows], Y[:, rows], rho[:, rows], gamma[rows], g
-        g = g[rows]
+    if MY is None:
+        MY, Mg = Y, g
     q = g.clone()
+    Mq = Mg.clone()
     alphas = []
     for j in order:
         a = rho[j] * (S[j] * q).sum(1)
         q -= a[:, None] * Y[j]
+        Mq -= a[:, None] * MY[j]  # M q, M linear: no application of M here
         alphas.append(a)
-    if rows is None:
-        r = gamma[:, None] * _precondition(precondition, q, active)
-    else:  # q holds the moving rows only
-        r = gamma[:, None] * (q if precondition is None else precondition(q, rows))
+    r = gamma[:, None] * Mq
     for j, a in zip(reversed(order), reversed(alphas), strict=True):
         beta = rho[j] * (Y[j] * r).sum(1)
         r += (a - beta)[:, None] * S[j]
-    if rows is not None:
-        g, r_rows = g_in, r
-        r = g.new_zeros(g.shape)
-        r[rows] = r_rows
     direction = -r
     gd = (g * direction).sum(1)
     uphill = gd >= 0  # lost curvature information: fall back to (preconditioned) steepest descent
-    if active is not None:
-        uphill &= active
     if bool(uphill.any()):
-        direction = torch.where(uphill[:, None], -_precondition(precondition, g, active), direction)
+        direction = torch.where(uphill[:, None], -Mg, direction)
         gd = (g * direction).sum(1)
     return direction, gd
 
 
-def _precondition(precondition: Callable | None, q, rows):
-    """``M q`` on the rows where ``rows`` (a bool mask) holds, 0 elsewhere (those rows are not moving);
-    ``q`` itself without a preconditioner."""
-    if precondition is None:
-        return q
-    out = q.new_zeros(q.shape)
-    idx = rows.nonzero().squeeze(1)
-    if len(idx):
-        out[idx] = precondition(q[idx], idx)
-    return out
-
-
-def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int, noise: float = 0.0):
-    """Backtracking (Armijo) line search over the moving rows only, each row halving its own step; with ``noise``
-    also Hager & Zhang's approximate Wolfe condition (:func:`batched_lbfgs`). Returns the new (theta, f, grad)
-    (unchanged for rows that found no acceptable step) and those stalled rows."""
+def _armijo(fg: Callable, ids, theta, f, g, direction, gd, max_halvings: int, noise: float = 0.0):
+    """Backtracking (Armijo) line search, each row (original row ``ids``) halving its own step and evaluated
+    only while it has no step yet; with ``noise`` also Hager & Zhang's approximate Wolfe condition
+    (:func:`batched_lbfgs`). Returns the new (theta, f, grad) (unchanged for rows that found no acceptable step)
+    and those stalled rows."""
     import torch
 
     step = theta.new_ones(theta.shape[0])
-    pending = active.clone()
+    pending = torch.ones(theta.shape[0], dtype=torch.bool, device=theta.device)
     new_theta, new_f, new_g = theta.clone(), f.clone(), g.clone()
     for _ in range(max_halvings):
         idx = pending.nonzero().squeeze(1)
         cand = theta[idx] + step[idx, None] * direction[idx]
-        fc, gc = fg(cand, idx)
+        fc, gc = fg(cand, ids[idx])
         ok = fc <= f[idx] + 1e-4 * step[idx] * gd[idx]
         if noise > 0:  # approximate Wolfe: the gradient's slope along the direction, f only to its rounding
             slope = (gc * direction[idx]).sum(1)
@@ -1295,15 +1302,18 @@ def _armijo(fg: Callable, theta, f, g, direction, gd, active, max_halvings: int,
     return new_theta, new_f, new_g, pending
 
 
-def _remember(S, Y, rho, gamma, slot: int, s, yv, done, precondition: Callable | None = None):
-    """Store each row's step ``s`` and gradient change ``yv`` in ``slot`` where the curvature condition holds (an
-    empty pair elsewhere); returns the new initial scaling ``gamma``."""
+def _remember(S, Y, MY, rho, gamma, slot: int, s, yv, Myv, done):
+    """Store each row's step ``s``, gradient change ``yv`` and its preconditioned ``Myv`` (``MY`` None: no
+    preconditioner) in ``slot`` where the curvature condition holds (an empty pair elsewhere); returns the new
+    initial scaling ``gamma = sᵀy / yᵀMy``."""
     import torch
 
     sy = (s * yv).sum(1)
-    yy = (yv * _precondition(precondition, yv, done)).sum(1)
+    yy = (yv * Myv).sum(1)
     valid = done & (sy > 1e-10 * yy) & (yy > 0)
     S[slot] = s * valid[:, None]
     Y[slot] = yv * valid[:, None]
+    if MY is not None:
+        MY[slot] = Myv * valid[:, None]
     rho[slot] = torch.where(valid, 1.0 / torch.where(valid, sy, torch.ones_like(sy)), torch.zeros_like(sy))
     return torch.where(valid, sy / torch.where(valid, yy, torch.ones_like(yy)), gamma)

@@ -195,9 +195,10 @@ def test_approximate_wolfe_takes_the_steps_that_rounding_hides():
     assert float(theta.abs().max()) < 1e-9 and 0 < info["iterations"] < 500
 
 
-def test_lbfgs_direction_on_the_moving_rows_equals_the_full_recursion():
-    """The tail's shortcut (the two-loop recursion on the active rows only) gives those rows exactly what the
-    recursion over every row gives them, and zero elsewhere."""
+def test_lbfgs_direction_with_stored_preconditioned_pairs_equals_applying_the_preconditioner():
+    """The two-loop recursion with the stored ``M y`` (one application of ``M`` per iteration, to the new
+    gradient) gives the direction of the textbook recursion that applies ``gamma M`` to its ``q`` (Nocedal &
+    Wright, Algorithm 7.4), for a linear ``M``; and without a preconditioner, the plain recursion."""
     import torch
 
     from evalfarm.classify import _lbfgs_direction
@@ -208,17 +209,76 @@ def test_lbfgs_direction_on_the_moving_rows_equals_the_full_recursion():
     Y = S * 2 + 0.1 * torch.from_numpy(rng.normal(size=(h, B, P)))  # positive curvature: sᵀy > 0
     rho = 1 / (S * Y).sum(2)
     g, gamma = torch.from_numpy(rng.normal(size=(B, P))), torch.from_numpy(rng.uniform(0.5, 2, size=B))
+    A = torch.from_numpy(rng.normal(size=(B, P, P)))
+    M = A @ A.transpose(1, 2) + torch.eye(P, dtype=torch.float64)  # a symmetric positive definite M per row
+
+    def textbook(M):
+        order = [(6 - 1 - j) % h for j in range(h)]  # 6 pairs stored in 4 slots: newest first
+        q, alphas = g.clone(), []
+        for j in order:
+            a = rho[j] * (S[j] * q).sum(1)
+            q = q - a[:, None] * Y[j]
+            alphas.append(a)
+        r = gamma[:, None] * (M @ q[:, :, None])[:, :, 0]
+        for j, a in zip(reversed(order), reversed(alphas), strict=True):
+            r = r + (a - rho[j] * (Y[j] * r).sum(1))[:, None] * S[j]
+        return -r
+
+    MY = (M[None] @ Y[:, :, :, None])[..., 0]
+    Mg = (M @ g[:, :, None])[:, :, 0]
+    direction, gd = _lbfgs_direction(g, S, Y, rho, gamma, 6, MY, Mg)
+    torch.testing.assert_close(direction, textbook(M), rtol=1e-10, atol=1e-12)
+    torch.testing.assert_close(gd, (g * direction).sum(1), rtol=1e-12, atol=0)
+    plain, _ = _lbfgs_direction(g, S, Y, rho, gamma, 6)
+    identity = torch.eye(P, dtype=torch.float64).expand(B, P, P)
+    torch.testing.assert_close(plain, textbook(identity), rtol=1e-10, atol=1e-12)
+
+
+def test_batched_lbfgs_gives_each_row_what_it_gets_alone():
+    """Rows that stop at different iterations (the state compacted to the moving rows each time one stops) end
+    where each row's own solve ends: the same iterates, preconditioned or not, with or without ``max_iter``
+    cutting a row off."""
+    import torch
+
+    from evalfarm.classify import batched_lbfgs
+
+    rng = np.random.default_rng(8)
+    B, P = 4, 6
+    A = torch.from_numpy(rng.normal(size=(B, P, P)))
+    H = A @ A.transpose(1, 2) + torch.diag_embed(torch.from_numpy(rng.uniform(0.01, 3, size=(B, P))))
+    c = torch.from_numpy(rng.normal(size=(B, P)))
     scale = torch.from_numpy(rng.uniform(0.5, 2, size=(B, P)))
+
+    def fg(theta, rows):  # smooth, convex, not quadratic: each row its own conditioning
+        z = (H[rows] @ theta[:, :, None])[:, :, 0]
+        f = 0.5 * (theta * z).sum(1) - (c[rows] * theta).sum(1) + torch.log(torch.cosh(theta)).sum(1)
+        return f, z - c[rows] + torch.tanh(theta)
 
     def precondition(q, rows):
         return q * scale[rows]
 
-    full, gd_full = _lbfgs_direction(g, S, Y, rho, gamma, 6, precondition, torch.ones(B, dtype=torch.bool))
-    active = torch.tensor([False, True, False, True, True])
-    part, gd_part = _lbfgs_direction(g, S, Y, rho, gamma, 6, precondition, active)
-    torch.testing.assert_close(part[active], full[active], rtol=1e-12, atol=0)
-    assert bool((part[~active] == 0).all())
-    torch.testing.assert_close(gd_part[active], gd_full[active], rtol=1e-12, atol=0)
+    theta0 = torch.zeros(B, P, dtype=torch.float64)
+    for pre in (None, precondition):
+        for max_iter in (200, 7):
+            theta, converged, gmax = batched_lbfgs(fg, theta0.clone(), tol=1e-8, max_iter=max_iter, precondition=pre)
+            for b in range(B):
+                one = torch.tensor([b])
+
+                def fg_one(th, rows, b=b):
+                    return fg(th, rows + b)
+
+                def pre_one(q, rows, b=b):
+                    return precondition(q, rows + b)
+
+                alone = batched_lbfgs(
+                    fg_one, theta0[one].clone(), tol=1e-8, max_iter=max_iter, precondition=pre and pre_one
+                )
+                torch.testing.assert_close(theta[b], alone[0][0], rtol=1e-9, atol=1e-12)
+                assert bool(converged[b]) == bool(alone[1][0]) and float(gmax[b]) == pytest.approx(float(alone[2][0]))
+            if max_iter == 200:
+                assert bool(converged.all())
+            else:
+                assert not bool(converged.all())
 
 
 @pytest.mark.parametrize("n_classes", [2, 4])
