@@ -61,7 +61,7 @@ s3-venv: .venv-s3/.installed
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work
 # in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`). CATALOG, WAREHOUSE and RUN_ARGS (more
 # `evalfarm run` options, e.g. RUN_ARGS=--executor local) are the README's documented variables.
-# The diagnostics' WordNet 3.0 database (DefSent, HEROS minimal pairs): Debian's wordnet-base, as .ci/run installs it.
+# The diagnostics' WordNet 3.0 database (DefSent, HEROS minimal pairs): Debian's wordnet-base (.ci/run calls this too).
 # Installed here when it is missing and apt-get can (root); otherwise a notice: those units would fail with the same
 # message, the rest of the run completes. EVALFARM_WORDNET may name a folder of WordNet 3.0's data.* and index.* files.
 wordnet:
