@@ -1279,10 +1279,16 @@ def _lbfgs_direction(g, S, Y, rho, gamma, stored: int, MY=None, Mg=None):
 
 
 def _armijo(fg: Callable, ids, theta, f, g, direction, gd, max_halvings: int, noise: float = 0.0):
-    """Backtracking (Armijo) line search, each row (original row ``ids``) halving its own step and evaluated
-    only while it has no step yet; with ``noise`` also Hager & Zhang's approximate Wolfe condition
+    """Backtracking (Armijo) line search, each row (original row ``ids``) cutting its own step and evaluated only
+    while it has no step yet; with ``noise`` also Hager & Zhang's approximate Wolfe condition
     (:func:`batched_lbfgs`). Returns the new (theta, f, grad) (unchanged for rows that found no acceptable step)
-    and those stalled rows."""
+    and those stalled rows.
+
+    A rejected step ``t`` is cut to the minimiser of the quadratic through ``f(0)``, the initial slope and ``f(t)``,
+    kept within ``[0.1 t, 0.5 t]`` (Nocedal & Wright, section 3.5; ``max_halvings`` counts these cuts). Halving
+    alone cost up to 14 evaluations an iteration where L-BFGS overshoots by orders of magnitude, as on a whitened
+    encoder's weak penalties (all-MiniLM-L6-v2 whitened, SUBJ's C = 10 round: 1,005 batched calls halving, 462
+    interpolating)."""
     import torch
 
     step = theta.new_ones(theta.shape[0])
@@ -1301,7 +1307,12 @@ def _armijo(fg: Callable, ids, theta, f, g, direction, gd, max_halvings: int, no
         pending[won] = False
         if not bool(pending.any()):
             break
-        step = torch.where(pending, step * 0.5, step)
+        # the minimiser of the quadratic through f(0), its slope and f(step), kept within [0.1, 0.5] of the step
+        t = step[idx]
+        curve = fc - f[idx] - gd[idx] * t
+        trial = torch.where(curve > 0, -gd[idx] * t * t / (2 * curve.clamp(min=1e-300)), 0.5 * t)
+        trial = torch.where(torch.isfinite(fc), trial, 0.1 * t)  # an overflowing step: the largest cut
+        step[idx] = torch.minimum(torch.maximum(trial, 0.1 * t), 0.5 * t)
     return new_theta, new_f, new_g, pending
 
 

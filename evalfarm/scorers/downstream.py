@@ -39,7 +39,9 @@ embeddings (:mod:`evalfarm.classify`) and reports test accuracy:
   1.5–1.8× less CPU time on the 384-d encoder's slowest tasks; other stops within tol, so an accuracy can move by
   a prediction. Version 7: the narrow products in the other operand order and the preconditioner applied once per
   L-BFGS iteration (the stored ``M y``), a quarter less CPU time on those tasks; the same objective and ``tol``,
-  other rounding, so an accuracy can move by a prediction.
+  other rounding, so an accuracy can move by a prediction. Version 8: the line search cuts a rejected step by
+  quadratic interpolation instead of halving (a whitened encoder's weak penalties: half the objective evaluations);
+  the same objective and ``tol``, other stops, so an accuracy can move by a prediction.
 
 Metrics (subset ``all``): ``accuracy`` (primary; a fraction in [0, 1]), ``accuracy_std`` (std over the 10 folds,
 CV tasks), ``f1`` (MRPC, the paraphrase class), ``dev_accuracy`` (the selection score at the chosen C),
@@ -150,7 +152,7 @@ def variant_name(max_train: int | None) -> str:
 @register
 class DownstreamScorer(Scorer):
     name = "downstream"
-    version = "7"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits;
+    version = "8"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits;
     # 3: the engine's L-BFGS preconditioned (stops at other points within tol: accuracies can move by a prediction)
     # 4: a low-rank preconditioner for features of >= 1,024 dims (pair features of 256+-d encoders): other stops
     # within tol, so a pair task's accuracy can move by a prediction; no preconditioner where the training sets
@@ -161,6 +163,8 @@ class DownstreamScorer(Scorer):
     # within tol (an accuracy can move by a prediction)
     # 7: narrow products with the few columns on the left, the preconditioner once per L-BFGS iteration (stored
     # M y): the same objective and tol, other rounding (an accuracy can move by a prediction)
+    # 8: the line search's cut by quadratic interpolation, not halving: other stops within tol (an accuracy can
+    # move by a prediction)
     task_spec = DownstreamTaskSpec
     primary_metric = "accuracy"
     higher_is_better = True
