@@ -737,16 +737,16 @@ one model, a block's gradient product 426 → 294 µs; TREC's dense precondition
 agree to rounding (``tests/test_classify.py``)."""
 
 EIGEN_FLOOR = 1e-3
-"""The preconditioner's eigenvalues (:meth:`_Problem.basis`) are raised to at least this fraction of the largest.
-Without a floor a direction the covariance all but lacks is stepped at ``1 / lam`` (``C n``: 72,000 at C = 10 on
-SUBJ), the exact curvature only if the direction is exactly null for every model; it is not, for a model whose
-own training rows or standardisation give it some variance there, nor where float32 products round into it, and
-L-BFGS then overshoots by orders of magnitude and backtracks. Encoders whose features lie near a lower-dimensional
+"""A shared basis's eigenvalues (:meth:`_Problem.preconditioner`: the union's covariance, used by many training
+sets or a low-rank sketch) are raised to at least this fraction of the largest. Without a floor a direction the
+union all but lacks is stepped at ``1 / lam`` (``C n``: 72,000 at C = 10 on SUBJ), the right curvature only if
+every model has exactly no variance there; a model whose own rows or standardisation give it some has not, and
+L-BFGS overshoots by orders of magnitude and backtracks. Encoders whose features lie near a lower-dimensional
 subspace in rotated coordinates (a whitened encoder; an int8-quantised one) showed it: all-MiniLM-L6-v2 whitened,
 one thread, SUBJ 9.3 → 3.4 CPU s and MR 3.8 → 2.3 with the floor, its int8 ONNX SUBJ 5.3 → 2.8 and MR 3.9 → 2.7,
-MiniLM itself within noise (MR 2.4 → 2.2, TREC 6.2 → 6.5, SICK-E 5.0 → 5.1), every accuracy the same; a floor of
-1e-2 helped some tasks more and slowed the int8 model's pair tasks (SICK-E 5.1 → 6.1), so 1e-3. Any positive
-definite preconditioner leaves the optimum where it is."""
+every accuracy the same; a floor of 1e-2 helped some tasks more and slowed the int8 model's pair tasks (SICK-E 5.1
+→ 6.1), so 1e-3. A basis of the model's own training set (TREC's folds, a dev split below ``LOWRANK_MIN_DIM``) is
+exact for it and left as it is. Any positive definite preconditioner leaves the optimum where it is."""
 
 SHARED_BASIS_MIN_SETS = 8
 """From this many training sets in one solve (the CV tasks' 50 inner folds) the preconditioner uses one basis for
@@ -834,8 +834,8 @@ class _Problem:
         d``, ``rest`` None) from the ``d × d`` Gram; from there the top ``LOWRANK_RANK`` of a seeded randomised
         Nyström sketch (Tropp et al. 2017, the stable form with a small shift: one ``2 n d r`` product instead of
         the ``n d²`` Gram), ``rest`` the smallest kept eigenvalue standing for the rest of the spectrum (Frangella,
-        Tropp & Udell's Nyström preconditioner). Eigenvalues below ``EIGEN_FLOOR`` times the largest are raised
-        to it. Seeded: the same features give the same preconditioner, hence the same iterates."""
+        Tropp & Udell's Nyström preconditioner). Seeded: the same features give the same preconditioner, hence
+        the same iterates."""
         import torch
 
         if s not in self.bases:
@@ -849,7 +849,7 @@ class _Problem:
             if d < LOWRANK_MIN_DIM:
                 cov = (X.T @ X / n - mu[:, None] * mu[None, :]) * scale[:, None] * scale[None, :]
                 E, U = torch.linalg.eigh(cov)
-                self.bases[s] = (E.clamp(min=EIGEN_FLOOR * float(E.max().clamp(min=0))), U, None)
+                self.bases[s] = (E.clamp(min=0), U, None)
             else:
                 r = min(LOWRANK_RANK, d)
                 gen = torch.Generator().manual_seed(0)
@@ -863,7 +863,6 @@ class _Problem:
                 Bt = torch.linalg.solve_triangular(L, Y.T, upper=False)  # (r, d): (Y L⁻ᵀ)ᵀ
                 U, sv, _ = torch.linalg.svd(Bt.T, full_matrices=False)
                 E = (sv * sv - nu).clamp(min=0)
-                E = E.clamp(min=EIGEN_FLOOR * float(E.max()))
                 self.bases[s] = (E, U, E[-1])
         return self.bases[s]
 
@@ -909,6 +908,7 @@ class _Problem:
         group = torch.from_numpy(np.array([0 if keys[0] is None else keys.index(int(s)) for s in sets])).to(dev)
         E = torch.stack([b[0] for b in bases])[group]  # (B, r): each model's eigenvalues
         rest = None if bases[0][2] is None else torch.stack([b[2] for b in bases])[group]  # type: ignore[misc]
+        E, rest = _floored(E, rest) if share else (E, rest)  # the union's near-null directions: not every model's
         keep, scale = _kept_columns(self.inv[idx], shared=share)
         drop = (1 - keep) / lam[:, None]
         alpha, V, inv_alpha = _class_curvature(torch.from_numpy(prior).to(dev, dt), K)
@@ -1143,6 +1143,15 @@ def _by_basis(MT: torch.Tensor, Q: torch.Tensor, g_of: torch.Tensor, dtype: torc
     padded[g_of, slot] = Q.transpose(1, 2)
     out = torch.bmm(padded.view(G, w * K, d).to(dtype), MT).to(Q.dtype)
     return out.view(G, w, K, d)[g_of, slot].transpose(1, 2)
+
+
+def _floored(E: torch.Tensor, rest: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Each model's eigenvalues ``E`` (B, r) and the rest of its spectrum ``rest`` (B,) raised to at least
+    ``EIGEN_FLOOR`` times its largest eigenvalue."""
+    import torch
+
+    floor = EIGEN_FLOOR * E.amax(dim=1, keepdim=True)
+    return torch.maximum(E, floor), None if rest is None else torch.maximum(rest, floor[:, 0])
 
 
 def _kept_columns(inv: torch.Tensor, *, shared: bool) -> tuple[torch.Tensor, torch.Tensor]:
