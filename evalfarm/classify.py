@@ -743,7 +743,7 @@ union all but lacks is stepped at ``1 / lam`` (``C n``: 72,000 at C = 10 on SUBJ
 every model has exactly no variance there; a model whose own rows or standardisation give it some has not, and
 L-BFGS overshoots by orders of magnitude and backtracks. Encoders whose features lie near a lower-dimensional
 subspace in rotated coordinates (a whitened encoder; an int8-quantised one) showed it: all-MiniLM-L6-v2 whitened,
-one thread, SUBJ 9.3 → 3.4 CPU s and MR 3.8 → 2.3 with the floor, its int8 ONNX SUBJ 5.3 → 2.8 and MR 3.9 → 2.7,
+one thread, SUBJ 9.3 → 3.4 CPU s and MR 3.8 → 2.5 with the floor, its int8 ONNX SUBJ 5.3 → 2.5 and MR 3.9 → 2.3,
 every accuracy the same; a floor of 1e-2 helped some tasks more and slowed the int8 model's pair tasks (SICK-E 5.1
 → 6.1), so 1e-3. A basis of the model's own training set (TREC's folds, a dev split below ``LOWRANK_MIN_DIM``) is
 exact for it and left as it is. Any positive definite preconditioner leaves the optimum where it is."""
