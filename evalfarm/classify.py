@@ -792,21 +792,16 @@ class _Problem:
     masks: list[np.ndarray]  # each set's rows of X
     bases: dict[int | None, tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = field(default_factory=dict)
     fast: torch.dtype | None = None  # mixed precision: the first phase's dtype (DTYPES)
-    xa: dict[torch.dtype, torch.Tensor] = field(default_factory=dict)
     xa_blocks: dict[tuple[torch.dtype, int], list[torch.Tensor]] = field(default_factory=dict)
 
     def augmented(self, dtype: torch.dtype | None = None) -> torch.Tensor:
         """``[X, 1]`` (n, d + 1) in ``dtype`` (default X's), so that one product gives logits with intercepts; for
         a binary model each row times ``1 - 2 y`` (the logit's sign flipped for class 1), so that the product is
-        the loss's margin."""
-        import torch
-
-        dtype = dtype or self.X.dtype
-        if dtype not in self.xa:
-            X = self.X.to(dtype)
-            xa = torch.cat([X, torch.ones_like(X[:, :1])], dim=1)
-            self.xa[dtype] = xa * (1 - 2 * self.y.to(dtype))[:, None] if self.K == 1 else xa
-        return self.xa[dtype]
+        the loss's margin. The whole-matrix layout (CUDA): a transposed view of the one block of every row of
+        :meth:`augmented_blocks` (cuBLAS reads either order at the same speed), so both layouts are built by one
+        function."""
+        (block,) = self.augmented_blocks(dtype or self.X.dtype, max(1, len(self.X)))
+        return block.T
 
     def augmented_blocks(self, dtype: torch.dtype, step: int) -> list[torch.Tensor]:
         """:meth:`augmented` in row blocks of ``step`` rows, each stored transposed and contiguous, ``(d + 1,
