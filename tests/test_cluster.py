@@ -537,6 +537,17 @@ def test_start_head_refuses_while_a_head_is_recorded(tmp_path):
 
 
 @pytest.mark.faults  # issue 23.4 (`make faults`)
+def test_start_head_refuses_when_it_cannot_pick_its_ports(tmp_path):
+    """A worker range over every port leaves bind(0) nothing start-head.sh may take: it says so and starts no Ray
+    rather than handing Ray a port twice."""
+    env, called = _fake_ray(tmp_path)
+    env.update(EVALFARM_MIN_WORKER_PORT="1", EVALFARM_MAX_WORKER_PORT="65535")
+    proc = subprocess.run(["bash", str(CLUSTER / "local" / "start-head.sh")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "could not pick 9 free ports on 127.0.0.1" in proc.stderr, proc.stderr
+    assert "no free ports" in proc.stderr and not called.exists()
+
+
+@pytest.mark.faults  # issue 23.4 (`make faults`)
 def test_start_head_sets_every_port_ray_start_has():
     """Every port option of this venv's `ray start` is set by start-head.sh (but --worker-port-list, the alternative
     to the min/max range), so no server of the head falls back to a fixed default another head may hold."""
