@@ -10,14 +10,18 @@ takes the task's selection solve as ``evaluate`` builds it, keeps its models wit
 (1) the engine's solve of them from zero with (2) ``k`` iterations of it, then L-BFGS restarted with each model's
 **exact** Hessian at that point as its initial inverse (``[X, 1]ᵀ D [X, 1]`` mapped to the model's standardised
 coordinates, plus the penalty; Cholesky): batched calls, CPU seconds (the Hessians' build separately) and the
-objectives reached. ``--refresh exact``: binary tasks only (the exact Hessian of a multinomial model is
-``(dK)²``). ``--refresh kfac``: any task, the Kronecker form of the engine's own preconditioner rebuilt at that
+objectives reached. ``--refresh exact`` on a multinomial model (TREC, SICK-E, SST5) builds its ``(d + 1) K``-square
+Hessian from the ``K (K + 1) / 2`` class pairs' weighted Grams ``[X, 1]ᵀ diag(p_k (δ_kl - p_l)) [X, 1]``, one float32
+product for all pairs of a model (the engine's ``mixed`` products), ~27 GFLOP for a 384-d six-class model.
+``--refresh kfac``: any task, the Kronecker form of the engine's own preconditioner rebuilt at that
 point, ``Ā ⊗ Σ_w + lam I`` with ``Ā`` the mean of the rows' logit curvatures ``diag(p) - p pᵀ`` and ``Σ_w`` the
 second moment of the standardised rows weighted by each row's curvature trace (for a binary model: the exact
 Hessian's weight block), one ``d × d`` eigendecomposition per model. Not an engine path: it measures what a
 refresh could save.
 
     python benchmarks/diag_curvature_refresh.py --refresh kfac --model minilm --cache /tmp/w8/minilm --task TREC
+    python benchmarks/diag_curvature_refresh.py --refresh exact --model minilm --task TREC --min-c 10 \
+        --cache-tasks MRPC SICK-E TREC --after 30 60 90 --json benchmarks/results/curvature-refresh-trec.json
     python benchmarks/diag_curvature_refresh.py --refresh kfac --task MPQA --warehouse /work/nightly-wh2 \
         --stored-model all-mpnet-base-v2-cls-l8   # a zoo model's stored vectors; a CV task's C >= --min-c round
 """
@@ -81,23 +85,56 @@ def exact_preconditioner(problem, sets: np.ndarray, Mn, lam, theta):
     """``q -> H⁻¹ q`` per model, ``H`` its exact Hessian at ``theta`` in its standardised coordinates."""
     import torch
 
-    d = problem.X.shape[1]
-    Xa = problem.augmented()  # rows signed by the label: Xa @ v is the margin
-    idx = torch.from_numpy(sets)
-    inv, mi = problem.inv[idx], (problem.mean * problem.inv)[idx]
-    factors = []
-    for b in range(len(sets)):
-        T = torch.zeros(d + 1, d + 1, dtype=torch.float64)  # standardised weights and intercept -> Xa's
-        T[:d, :d] = torch.diag(inv[b])
-        T[d, :d] = -mi[b]
-        T[d, d] = 1.0
-        s = torch.sigmoid(Xa @ (T @ theta[b]))
-        H = T.T @ (Xa.T @ (Xa * (s * (1 - s) * Mn[:, b])[:, None])) @ T
+    L = torch.stack([torch.linalg.cholesky(exact_hessian(problem, sets, Mn, lam, theta, b)) for b in range(len(sets))])
+    return lambda q, rows: torch.cholesky_solve(q[:, :, None], L[rows])[:, :, 0]
+
+
+def exact_hessian(problem, sets: np.ndarray, Mn, lam, theta, b: int):
+    """Model ``b``'s Hessian at ``theta[b]`` in the engine's parameters (its standardised weights, feature-major and
+    class-minor, then its intercepts), the penalty included; a multinomial model's classes' common shift of the
+    intercepts (no gradient, no curvature) gets 1e-6, so that it factors."""
+    import torch
+
+    d, K = problem.X.shape[1], problem.K
+    Xa = problem.augmented()  # a binary model's rows signed by the label: Xa @ v is the margin
+    s = int(sets[b])
+    T = torch.zeros(d + 1, d + 1, dtype=torch.float64)  # standardised weights and intercept -> Xa's
+    T[:d, :d] = torch.diag(problem.inv[s])
+    T[d, :d] = -problem.mean[s] * problem.inv[s]
+    T[d, d] = 1.0
+    if K == 1:
+        p = torch.sigmoid(Xa @ (T @ theta[b]))
+        H = T.T @ (Xa.T @ (Xa * (p * (1 - p) * Mn[:, b])[:, None])) @ T
         H[:d, :d] += lam[b] * torch.eye(d, dtype=torch.float64)
         H[d, d] += 1e-12
-        factors.append(torch.linalg.cholesky(H))
-    L = torch.stack(factors)
-    return lambda q, rows: torch.cholesky_solve(q[:, :, None], L[rows])[:, :, 0]
+        return H
+    H = multinomial_hessian(Xa, Mn[:, b], T, theta[b].view(d + 1, K))
+    H[: d * K, : d * K] += lam[b] * torch.eye(d * K, dtype=torch.float64)
+    H[d * K :, d * K :] += 1e-6 * torch.eye(K, dtype=torch.float64)
+    return H
+
+
+def multinomial_hessian(Xa, weights, T, W):
+    """The data term of one multinomial model's Hessian in its standardised coordinates, ``((d + 1) K)²`` in the
+    engine's parameter order (``W`` (d + 1, K) row-major: feature-major, class-minor): the class pairs' Grams
+    ``Xaᵀ diag(w p_k (δ_kl - p_l)) Xa`` of its rows (``weights`` ``1 / n_b``, 0 off its set), one float32 product
+    for all pairs, then ``Tᵀ G T`` for each."""
+    import torch
+
+    rows = weights.nonzero().squeeze(1)
+    Xr, w = Xa[rows], weights[rows]
+    p = torch.softmax(Xr @ (T @ W), dim=1)
+    K, D = W.shape[1], Xa.shape[1]
+    pairs = [(k, j) for k in range(K) for j in range(k, K)]
+    coef = torch.stack([w * p[:, k] * (float(k == j) - p[:, j]) for k, j in pairs], dim=1).float()
+    X32 = Xr.float()
+    G = (X32.T @ (X32[:, None, :] * coef[:, :, None]).reshape(len(Xr), -1)).view(D, len(pairs), D).double()
+    H = torch.zeros(D, K, D, K, dtype=torch.float64)
+    for i, (k, j) in enumerate(pairs):
+        block = T.T @ G[:, i] @ T
+        H[:, k, :, j] = block
+        H[:, j, :, k] = block.T
+    return H.reshape(D * K, D * K)
 
 
 def kfac_preconditioner(problem, sets: np.ndarray, lam, theta):
@@ -166,8 +203,6 @@ def main() -> None:
     torch.set_num_threads(1)
     root = Path(os.environ["EVALFARM_DATA"]) / "downstream"
     task = load_downstream_task(args.task, root / args.task).subsample_train(args.max_train)
-    if task.n_classes != 2 and "exact" in args.refresh:
-        raise SystemExit(f"{args.task}: --refresh exact is for binary tasks (the multinomial Hessian is (dK)²)")
     if args.stored_model is not None:
         embed = stored_model(args.warehouse, args.stored_model)
     else:

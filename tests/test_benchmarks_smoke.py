@@ -218,3 +218,45 @@ def test_benchmark_runs_with_tiny_settings(script: str, tmp_path: Path) -> None:
 def test_every_benchmark_script_has_a_smoke_run() -> None:
     """A new script in benchmarks/ fails here until it has a ``--smoke`` and an entry in SMOKE."""
     assert sorted(p.name for p in BENCH.glob("*.py")) == sorted(SMOKE)
+
+
+@pytest.mark.parametrize("n_classes", [2, 3])
+def test_the_diagnostics_exact_hessian_is_the_engines_objectives(n_classes: int) -> None:
+    """diag_curvature_refresh.py's exact Hessian (the multinomial one from its class pairs' Grams) against central
+    differences of the engine's own gradient, model by model: a wrong parameter order, class pair or
+    standardisation mapping fails it."""
+    import importlib.util
+
+    import numpy as np
+    import torch
+
+    from evalfarm import classify
+
+    spec = importlib.util.spec_from_file_location("diag_curvature_refresh", BENCH / "diag_curvature_refresh.py")
+    assert spec is not None and spec.loader is not None
+    diag = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(diag)
+    rng = np.random.default_rng(3)
+    n, d = 90, 4
+    X = torch.from_numpy(rng.standard_normal((n, d)) * [1.0, 2.0, 0.5, 3.0] + [0.0, 1.0, -2.0, 0.5])
+    y = torch.from_numpy(rng.integers(0, n_classes, n))
+    masks = [np.arange(0, 70), np.arange(20, 90)]
+    mean = torch.stack([X[m].mean(0) for m in masks])
+    inv = torch.stack([1 / X[m].std(0, unbiased=False) for m in masks])
+    K = 1 if n_classes == 2 else n_classes
+    problem = classify._Problem(X=X, y=y, K=K, mean=mean, inv=inv, masks=masks)
+    sets = np.array([0, 1])
+    Mn, lam = problem.row_weights(sets, [0.5, 2.0])
+    fg = problem._objective(sets, Mn, lam, torch.float64)
+    theta = torch.from_numpy(rng.standard_normal((2, (d + 1) * K)) * 0.7)
+    every = torch.arange(2)
+    h = 1e-5
+    for b in range(2):
+        H = diag.exact_hessian(problem, sets, Mn, lam, theta, b)
+        cols = []
+        for j in range((d + 1) * K):
+            e = torch.zeros_like(theta)
+            e[b, j] = h
+            cols.append((fg(theta + e, every)[1][b] - fg(theta - e, every)[1][b]) / (2 * h))
+        numeric = torch.stack(cols, dim=1)
+        assert torch.allclose(H, numeric, rtol=1e-4, atol=2e-6), (b, (H - numeric).abs().max())
