@@ -798,8 +798,8 @@ class _Problem:
         """``[X, 1]`` (n, d + 1) in ``dtype`` (default X's), so that one product gives logits with intercepts; for
         a binary model each row times ``1 - 2 y`` (the logit's sign flipped for class 1), so that the product is
         the loss's margin. The whole-matrix layout (CUDA): a transposed view of the one block of every row of
-        :meth:`augmented_blocks` (cuBLAS reads either order at the same speed), so both layouts are built by one
-        function."""
+        :meth:`augmented_blocks` (cuBLAS takes a transposed operand by its flag, without a copy), so both layouts are
+        built by one function."""
         (block,) = self.augmented_blocks(dtype or self.X.dtype, max(1, len(self.X)))
         return block.T
 
