@@ -225,17 +225,13 @@ def test_the_diagnostics_exact_hessian_is_the_engines_objectives(n_classes: int)
     """diag_curvature_refresh.py's exact Hessian (the multinomial one from its class pairs' Grams) against central
     differences of the engine's own gradient, model by model: a wrong parameter order, class pair or
     standardisation mapping fails it."""
-    import importlib.util
-
     import numpy as np
     import torch
 
     from evalfarm import classify
+    from tests.support.benchmark_scripts import load_benchmark
 
-    spec = importlib.util.spec_from_file_location("diag_curvature_refresh", BENCH / "diag_curvature_refresh.py")
-    assert spec is not None and spec.loader is not None
-    diag = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(diag)
+    diag = load_benchmark("diag_curvature_refresh.py", "diag_curvature_refresh")
     rng = np.random.default_rng(3)
     n, d = 90, 4
     X = torch.from_numpy(rng.standard_normal((n, d)) * [1.0, 2.0, 0.5, 3.0] + [0.0, 1.0, -2.0, 0.5])

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tests.support.benchmark_scripts import load_benchmark
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -133,10 +135,7 @@ def test_classifier_on_cuda_agrees_with_scikit_learn() -> None:
 
 
 def test_the_gpu_check_reports_every_check_skipped_with_its_reason_without_cuda(tmp_path: Path, monkeypatch) -> None:
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "benchmarks" / "gpu_check.py")
-    assert spec is not None and spec.loader is not None
-    gpu_check = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(gpu_check)
+    gpu_check = load_benchmark("gpu_check.py", "gpu_check")
     monkeypatch.setattr(gpu_check, "_cuda", lambda: (False, "no CUDA GPU is visible"))
     out = tmp_path / "gpu.json"
     assert gpu_check.main(["--json", str(out)]) == 0

@@ -2,16 +2,7 @@
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
+from tests.support.benchmark_scripts import BENCHMARKS, load_benchmark
 
-REPO = Path(__file__).resolve().parents[2]
-
-if "evalfarm_faults" in sys.modules:
-    faults = sys.modules["evalfarm_faults"]
-else:
-    _spec = importlib.util.spec_from_file_location("evalfarm_faults", REPO / "benchmarks" / "faults.py")
-    faults = importlib.util.module_from_spec(_spec)
-    sys.modules["evalfarm_faults"] = faults  # before exec: its dataclasses look their module up
-    _spec.loader.exec_module(faults)
+REPO = BENCHMARKS.parent
+faults = load_benchmark("faults.py", "evalfarm_faults")
