@@ -176,7 +176,7 @@ def smoke_warehouse(root: Path) -> Path:
                      "higher_is_better": True, "fingerprint": f"{task}{f}{fp}", "created_at": at}
                 )  # fmt: skip
         for r in rows:
-            wh.write("metrics", [r], wh.unit_path("metrics", m, r["task"], r["fingerprint"]))
+            wh.write("metrics", [r])
     return root
 
 

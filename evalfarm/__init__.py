@@ -6,7 +6,6 @@ used. The Python API (:mod:`evalfarm.api`) is here too: ``evalfarm.run(...)``, `
 
 from __future__ import annotations
 
-import importlib.metadata
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time, __getattr__ imports them)
@@ -19,11 +18,14 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import build_report as build_report
     from evalfarm.api import build_zoo as build_zoo
     from evalfarm.api import check_submission as check_submission
+    from evalfarm.api import compact_warehouse as compact_warehouse
     from evalfarm.api import correlation_table as correlation_table
+    from evalfarm.api import diff as diff
     from evalfarm.api import evaluate as evaluate
     from evalfarm.api import follow_job as follow_job
     from evalfarm.api import job_address as job_address
     from evalfarm.api import list_models as list_models
+    from evalfarm.api import migrate_warehouse as migrate_warehouse
     from evalfarm.api import open_warehouse as open_warehouse
     from evalfarm.api import plan_submission as plan_submission
     from evalfarm.api import query as query
@@ -31,20 +33,14 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import set_config as set_config
     from evalfarm.api import settings as settings
     from evalfarm.api import submit_plan as submit_plan
+    from evalfarm.api import vacuum_warehouse as vacuum_warehouse
     from evalfarm.api import validate_catalog as validate_catalog
     from evalfarm.api import verify as verify
     from evalfarm.api import view_docs as view_docs
     from evalfarm.api import zoo_recipes as zoo_recipes
 
 
-def _version() -> str:
-    try:
-        return importlib.metadata.version("evalfarm")
-    except importlib.metadata.PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
-        return "0+unknown"
-
-
-__version__ = _version()
+from evalfarm._version import __version__ as __version__
 
 _API = (
     "ConfigError",
@@ -56,11 +52,14 @@ _API = (
     "build_report",
     "build_zoo",
     "check_submission",
+    "compact_warehouse",
     "correlation_table",
+    "diff",
     "evaluate",
     "follow_job",
     "job_address",
     "list_models",
+    "migrate_warehouse",
     "open_warehouse",
     "plan_submission",
     "query",
@@ -68,6 +67,7 @@ _API = (
     "set_config",
     "settings",
     "submit_plan",
+    "vacuum_warehouse",
     "validate_catalog",
     "verify",
     "view_docs",

@@ -55,6 +55,7 @@ import os
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
@@ -75,6 +76,9 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.runner import RunEvent, RunSummary, Skipped
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
+    from evalfarm.warehouse.history import Diff
+    from evalfarm.warehouse.maintenance import Compacted, Vacuumed
+    from evalfarm.warehouse.migrate import MigrationResult
     from evalfarm.zoo import BuildReport, Built, Recipe
 
 PathOrStr = str | os.PathLike[str]
@@ -277,17 +281,82 @@ def query(
     warehouse: PathOrStr | Warehouse | None = None,
     timeout_s: float | None = None,
     memory_limit: str | None = None,
+    as_of: str | datetime | None = None,
 ) -> pa.Table:
     """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
 
     ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
     ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else the config file's ``sql_timeout`` /
-    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``."""
+    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``. ``as_of``: read the
+    warehouse as it was after a run (its id) or at a time (a ``datetime`` or ISO 8601 text): time travel."""
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
-    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
+    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit, as_of=as_of)
+
+
+def diff(
+    run_a: str | None = None,
+    run_b: str | None = None,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    tolerance: float | None = None,
+) -> Diff:
+    """What moved between two runs (default: the two newest that ended): every value new, gone, or different beyond
+    ``tolerance`` (relative; default 1e-9), with its reason. ``.nondeterministic`` lists the values that moved while
+    their unit's fingerprint stayed the same."""
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.history import DEFAULT_TOLERANCE, diff_runs
+    from evalfarm.warehouse.maintenance import pinned
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    with pinned(wh, label="diff"):
+        return diff_runs(wh, run_a, run_b, tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance)
+
+
+def compact_warehouse(
+    *, warehouse: PathOrStr | Warehouse | None = None, tables: Sequence[str] | None = None, min_files: int = 2
+) -> list[Compacted]:
+    """Merge each table's small files (every table, or ``tables``) into files of up to 64 MB sorted by model: the
+    same rows in fewer files (a commit per table; a run appending meanwhile is not disturbed)."""
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.maintenance import compact
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    _require_delta(wh)
+    return compact(wh, tables=tables, min_files=min_files)
+
+
+def vacuum_warehouse(
+    *, warehouse: PathOrStr | Warehouse | None = None, keep: str = "90d", dry_run: bool = False
+) -> list[Vacuumed]:
+    """Expire snapshots older than ``keep`` (``90d``, ``12h``; at least an hour): their data files no newer or
+    pinned snapshot needs, files no commit names, and their log entries (no ``--as-of`` before ``keep``)."""
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.maintenance import parse_duration, vacuum
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    _require_delta(wh)
+    return vacuum(wh, keep=parse_duration(keep), dry_run=dry_run)
+
+
+def migrate_warehouse(source: PathOrStr, target: PathOrStr | None = None) -> MigrationResult:
+    """Convert a layout-1 warehouse (one Parquet file per unit) to the Delta layout, in place or into ``target``;
+    every table's rows are checked identical afterwards."""
+    from evalfarm.warehouse.migrate import migrate
+
+    return migrate(source, target)
+
+
+def _require_delta(wh: Warehouse) -> None:
+    from evalfarm.warehouse import LegacyWarehouse
+
+    layout = wh.layout()
+    if layout == "empty":
+        raise FileNotFoundError(f"no warehouse at {wh.uri} (run `evalfarm run --warehouse {wh.uri}` first)")
+    if layout in ("legacy", "migrating"):
+        raise LegacyWarehouse(wh.uri, migrating=layout == "migrating")
 
 
 def verify(
@@ -303,7 +372,7 @@ def verify(
     from evalfarm.warehouse import Warehouse, verify_warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    if not wh.exists(wh._p("tables")):
+    if wh.layout() == "empty":
         raise FileNotFoundError(f"no warehouse at {wh.uri} (run `evalfarm run --warehouse {wh.uri}` first)")
     return verify_warehouse(wh, model=model, strict=strict)
 
@@ -681,7 +750,9 @@ __all__ = [
     "build_report",
     "build_zoo",
     "check_submission",
+    "compact_warehouse",
     "correlation_table",
+    "diff",
     "paper_correlation_table",
     "paper_table10",
     "evaluate",
@@ -690,6 +761,7 @@ __all__ = [
     "import_mteb",
     "job_address",
     "list_models",
+    "migrate_warehouse",
     "open_warehouse",
     "plan_submission",
     "query",
@@ -697,6 +769,7 @@ __all__ = [
     "set_config",
     "settings",
     "submit_plan",
+    "vacuum_warehouse",
     "validate_catalog",
     "verify",
     "view_docs",

@@ -11,7 +11,6 @@ downstream tasks as columns); the CLI and the report both render it.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,7 +19,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
-from evalfarm.warehouse import SCHEMAS, Warehouse, empty_table, now
+from evalfarm.warehouse import Warehouse, now
 from evalfarm.warehouse.store import read_again_if_replaced
 
 DEFAULT_RESAMPLES = 1000
@@ -158,10 +157,6 @@ def refresh_intervals(
     recomputed the hash changes and the view shows the interval as stale (null) until the next refresh.
     """
     wh = _warehouse(warehouse)
-    schema = f"{wh.base}/tables/correlation_ci/_schema.parquet"
-    if wh.exists(f"{wh.base}/tables/metrics/_schema.parquet") and not wh.exists(schema):
-        # a warehouse from before the correlation_ci table: its empty, typed file, so the views open
-        wh.write_table(empty_table(SCHEMAS["correlation_ci"]), schema)
     # one pass over the metrics: the cells without a current interval, with the numbers behind them (no warehouse
     # there: FileNotFoundError, and nothing is created)
     cells = read_views(
@@ -197,11 +192,7 @@ def refresh_intervals(
             }
         )
     rows.sort(key=lambda r: r["cell_key"])
-    digest = hashlib.sha256(
-        f"{n_resamples}:{seed}:{confidence}:".encode()
-        + "".join(f"{r['cell_key']}={r['inputs_hash']};" for r in rows).encode()
-    ).hexdigest()[:24]
-    wh.write("correlation_ci", rows, f"{wh.base}/tables/correlation_ci/{digest}.parquet")
+    wh.write("correlation_ci", rows)  # two refreshes of one cell: the view keeps the newest
     return len(rows)
 
 

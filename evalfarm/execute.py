@@ -4,9 +4,11 @@ Two stages, so a scheduler can run them as separate tasks: ``embed_model`` (read
 model's store lacks, stored in shards of ``EMBED_SHARD_TEXTS`` as they are embedded) and ``score_unit`` (read one
 task's vectors from the store, run its scorer, write detail tables, then the metrics file). ``execute_model`` chains
 them in-process. Failures are isolated: a model that fails to load fails its own units, a task whose data is broken
-fails its own unit. A unit's metrics file is written last, atomically, and is its completion marker: a killed worker
-leaves nothing that looks complete. With ``record_failures=False`` the caller (the scheduler, which retries) writes the
-``failures`` rows itself, once, after the last attempt."""
+fails its own unit. A unit's rows are staged as files (:func:`write_results`) and become part of the warehouse when
+they are committed, its ``metrics`` rows last: a killed worker leaves nothing that looks complete. On a run's workers
+the warehouse is deferred: every file a job staged travels to the driver on the job's first outcome (``staged``),
+and the driver commits them in batches (:class:`~evalfarm.warehouse.CommitBatcher`). With ``record_failures=False``
+the caller (the scheduler, which retries) writes the ``failures`` rows itself, once, after the last attempt."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import ScoreResult, TextVectors
-from evalfarm.warehouse import Recorded, Warehouse, detail_schema, now
+from evalfarm.warehouse import Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +56,7 @@ class ExecContext:
     record_failures: bool = True
     encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
     _tasks: dict[str, Any] = field(default_factory=dict)
+    _model_rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # models rows of the job under way
 
     def task_data(self, task_id: str) -> Any:
         """A task's loaded, verified data (cached: a worker reads each task's files once; checksums the driver
@@ -81,9 +84,20 @@ def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
     return outcome
 
 
+def with_staged(ctx: ExecContext, outcomes: list[UnitOutcome]) -> list[UnitOutcome]:
+    """Hand what the job staged in a deferred warehouse to whoever commits (on the first outcome's ``staged``)."""
+    if ctx._model_rows:  # one models row per model and job, however many parts it stored
+        rows, ctx._model_rows = list(ctx._model_rows.values()), {}
+        ctx.warehouse.write("models", rows, run_id=ctx.run_id)
+    if ctx.warehouse.deferred and outcomes:
+        outcomes[0].staged = [*outcomes[0].staged, *ctx.warehouse.take_pending()]
+    return outcomes
+
+
 def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     """Run every unit of one model in-process; never raises for a model or unit failure (they are recorded)."""
-    todo = [u for u in plan.units if ctx.force or not ctx.warehouse.is_done(u)]
+    done = [False] * len(plan.units) if ctx.force else ctx.warehouse.done(plan.units)
+    todo = [u for u, d in zip(plan.units, done, strict=True) if not d]
     outcomes = [UnitOutcome(u.model, u.task, Status.SKIPPED) for u in plan.units if u not in todo]
     if not todo:
         return outcomes
@@ -102,7 +116,12 @@ def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
 def embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     """Embed stage of every unit in ``plan``: the texts of all its tasks that the model's store lacks (a shard per
     ``EMBED_SHARD_TEXTS``).
-    Outcome per unit: ``embedded`` or ``failed``; the embed time is counted in the first embedded unit."""
+    Outcome per unit: ``embedded`` or ``failed``; the embed time is counted in the first embedded unit. The rows it
+    wrote (the model's ``models`` row, informational ``failures`` rows) travel on the first outcome."""
+    return with_staged(ctx, _embed_model(plan, ctx))
+
+
+def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     t0 = time.perf_counter()
     started = now()
     outcomes: dict[str, UnitOutcome] = {}
@@ -289,6 +308,7 @@ def _publish(
     content = {k: v for k, v in provenance.items() if k not in ("host", "device", "load_seconds", "code_versions")}
     meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store, "provenance": content}
     store.write(texts, out, meta)
+    ctx._model_rows[plan.model] = _model_row(ctx, plan, int(out.emb.shape[1]), provenance)  # written with the job
     if out.zero_count:  # informational: these texts are handled as OOV
         ctx.warehouse.write_failure(
             ctx.run_id,
@@ -297,7 +317,6 @@ def _publish(
             str(Stage.EMBED_QUALITY),
             f"{out.zero_count} all-zero vectors (handled as OOV under policy {ctx.catalog.model(plan.model).oov!r})",
         )
-    ctx.warehouse.write_model(_model_row(ctx, plan, int(out.emb.shape[1]), provenance))
 
 
 def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> list[tuple[ModelPlan, TextStore, list[str]]]:
@@ -398,7 +417,12 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
 # ---- score ------------------------------------------------------------------------------------------------------
 def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     """Score stage of one unit: read the task's vectors from the model's store, run the scorer, write detail tables,
-    then metrics (the completion marker). Runs anywhere the warehouse is visible: a GPU worker, a CPU task."""
+    then metrics (the completion marker). Runs anywhere the warehouse is visible: a GPU worker, a CPU task. In a
+    deferred warehouse the unit's staged files travel on the outcome (``staged``)."""
+    return with_staged(ctx, [_score_unit(unit, ctx)])[0]
+
+
+def _score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
     t0 = time.perf_counter()
     started = now()
     try:
@@ -427,7 +451,12 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
         result.details["quality"] = quality.table()
         thin = scorer.thin(result.rows, task)  # too little data to rank (issue #23.3): the scorer's declared bounds
-        write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality, thin=thin)
+        mark = ctx.warehouse.pending_mark()
+        try:
+            write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality, thin=thin)
+        except BaseException:  # a unit written in part is not committed at all (its staged files stay orphans)
+            ctx.warehouse.discard_pending(mark)
+            raise
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
     summary = {
@@ -450,17 +479,30 @@ def write_results(
     quality: Quality | None = None,
     thin: str | None = None,
 ) -> None:
-    """The one place a unit's rows are written: detail tables first, the metrics file (its completion marker) next,
-    then the run's manifest rows: the sha256 of every file just written, which ``evalfarm verify`` checks.
-    ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row; ``thin``: why the
-    unit's numbers are too thin to rank (``Scorer.thin``), carried the same way (a flag beside the values, which
-    it never changes). A row's confidence interval (``MetricRow.ci``) goes into its ``ci_*`` columns.
+    """The one place a unit's rows are written: one file per table (detail tables, ``quality``, then ``metrics``,
+    its completion marker), each recorded with its unit; committed at once, or with the run's next batch in a
+    deferred warehouse (the commit writes their manifest rows first, their sha256 for ``evalfarm verify``, and the
+    metrics last). ``quality``: the degenerate-model check of the unit's vectors, carried on every metrics row;
+    ``thin``: why the unit's numbers are too thin to rank (``Scorer.thin``), carried the same way (a flag beside
+    the values, which it never changes). A row's confidence interval (``MetricRow.ci``) goes into its ``ci_*``
+    columns."""
+    who = (unit.model, unit.task, unit.fingerprint)
+    with wh.deferring():  # the unit's files commit together (or, deferred already, with the run's batch)
+        _write_unit(wh, run_id, unit, scorer, result, who, quality, thin)
 
-    The manifest comes after the marker: a worker killed between the two leaves a finished unit whose files are
-    "unrecorded" (as files written before manifests existed), never a manifest naming files that are not there."""
+
+def _write_unit(
+    wh: Warehouse,
+    run_id: str,
+    unit: Unit,
+    scorer: Any,
+    result: ScoreResult,
+    who: tuple[str, str, str],
+    quality: Quality | None,
+    thin: str | None,
+) -> None:
     import pyarrow as pa
 
-    recorded: list[tuple[str, Recorded]] = []
     for name, table in result.details.items():
         n = table.num_rows
         for col, value in (
@@ -471,8 +513,7 @@ def write_results(
         ):
             table = table.append_column(col, pa.array([value] * n, pa.string()))
         schema = detail_schema(scorer, name)
-        path = wh.unit_path(name, unit.model, unit.task, unit.fingerprint)
-        recorded.append((name, wh.write_recorded(table.select(schema.names).cast(schema), path)))
+        wh.write(name, table.select(schema.names).cast(schema), run_id=run_id, unit=who)
     created = now()
     descriptive: frozenset[str] = getattr(scorer, "descriptive_metrics", frozenset())  # no direction: stored NULL
     rows = [
@@ -504,12 +545,4 @@ def write_results(
         }
         for r in result.rows
     ]
-    recorded.append(("metrics", wh.write_recorded(wh.typed("metrics", rows), wh.done_marker(unit))))
-    wh.write_manifest(
-        run_id,
-        [
-            {"path": f.path, "sha256": f.sha256, "size": f.size, "table": name, "model": unit.model,
-             "task": unit.task, "fingerprint": unit.fingerprint}
-            for name, f in recorded
-        ],
-    )  # fmt: skip
+    wh.write("metrics", rows, run_id=run_id, unit=who)

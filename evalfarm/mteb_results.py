@@ -380,10 +380,31 @@ def import_mteb(
     run_id = new_run_id()
     result = ImportResult(run_id)
     known = {r["model"]: r["spec_hash"] for r in wh.query("SELECT model, spec_hash FROM models").to_pylist()}
-    manifest: list[dict[str, Any]] = []
+    imported = 0
     new_models: dict[str, dict[str, Any]] = {}
     files = sorted(p for p in root.rglob("*.json") if p.name != "model_meta.json")
     wh.write_run_event(run_id, "start", status="running", catalog=f"mteb:{root}", n_units=len(files), argv=argv)
+    with wh.deferring():  # every file's rows in one batch: the import is one commit per table
+        imported = _import_files(wh, root, files, run_id, rename, known, result, new_models)
+    wh.write_run_event(
+        run_id, "end", status="ok", catalog=f"mteb:{root}", n_units=len(files), n_done=imported,
+        n_skipped=len(files) - imported, n_failed=0, argv=argv,
+    )  # fmt: skip
+    return result
+
+
+def _import_files(
+    wh: Warehouse,
+    root: Path,
+    files: list[Path],
+    run_id: str,
+    rename: dict[str, str],
+    known: dict[str, str],
+    result: ImportResult,
+    new_models: dict[str, dict[str, Any]],
+) -> int:
+    """Stage each file's metrics rows (one unit each) and the new models' rows; returns the files imported."""
+    imported = 0
     for path in files:
         rel = path.relative_to(root).as_posix()
         try:
@@ -438,11 +459,8 @@ def import_mteb(
                 for subset, metric, value, primary in rows
             ],
         )
-        rec = wh.write_recorded(table, wh.unit_path("metrics", model, task, fp))
-        manifest.append(
-            {"path": rec.path, "sha256": rec.sha256, "size": rec.size, "table": "metrics", "model": model,
-             "task": task, "fingerprint": fp}
-        )  # fmt: skip
+        wh.write("metrics", table, run_id=run_id, unit=(model, task, fp))
+        imported += 1
         result.imported.setdefault(model, []).append(task)
         if model not in known:
             new_models[model] = {
@@ -466,14 +484,9 @@ def import_mteb(
                 "run_id": run_id,
                 "created_at": at,
             }
-    for row in new_models.values():
-        wh.write_model(row)
-    wh.write_manifest(run_id, manifest)
-    wh.write_run_event(
-        run_id, "end", status="ok", catalog=f"mteb:{root}", n_units=len(files), n_done=len(manifest),
-        n_skipped=len(files) - len(manifest), n_failed=0, argv=argv,
-    )  # fmt: skip
-    return result
+    if new_models:
+        wh.write("models", list(new_models.values()), run_id=run_id)
+    return imported
 
 
 __all__ = [

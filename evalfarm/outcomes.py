@@ -50,6 +50,7 @@ class UnitOutcome:
     degenerate: str | None = None  # done, but the vectors failed the degenerate-model check: why (evalfarm.quality)
     thin: str | None = None  # done, but too little data to rank (Scorer.thin): why
     threads: dict[str, int] | None = None  # the thread pools the unit was scored with (provenance.thread_counts)
+    staged: list[Any] = field(default_factory=list)  # files the job staged (warehouse.StagedFile), for the driver
 
 
 NOT_RETRYABLE = (

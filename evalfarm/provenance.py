@@ -73,8 +73,8 @@ _SMI_TIMEOUT_S = 10.0
 def evalfarm_info() -> dict[str, Any]:
     """Version, and the git commit when known: from the checkout evalfarm runs from, else from the install's
     PEP 610 record (``pip install git+https://…@<rev>`` stores the commit it installed)."""
-    from evalfarm import __version__
     from evalfarm._resources import source_checkout
+    from evalfarm._version import __version__
 
     info: dict[str, Any] = {"version": __version__, "commit": None, "dirty": None, "installed_from": None}
     root = source_checkout()

@@ -589,16 +589,34 @@ class Run:
                     summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
                     n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
                     provenance=json.dumps({**self.provenance, "workers": summary.worker_info}, default=str),
-                    **self.common,
+                    snapshot=json.dumps(self._snapshot_versions()), **self.common,
                 ),
                 "recording the end of the run",
             )  # fmt: skip
+            if c["done"]:  # merge the small files the run added, past the threshold (the same rows: a new version)
+                attempt(self._compact, "compacting the warehouse")
         if self.executor_obj is not None:
             attempt(self.executor_obj.close, "closing the executor")
         elif self.connected is not None and self.connected[1]:  # connected first, then failed before the executor
             import ray
 
             attempt(ray.shutdown, "disconnecting from Ray")
+
+    def _snapshot_versions(self) -> dict[str, int | None]:
+        """The version of every table now that the run's last batch is committed: its snapshot (the ``runs`` table
+        itself is read at the end event's commit, :func:`~evalfarm.warehouse.history.resolve_as_of`)."""
+        from evalfarm.warehouse import table_schemas
+
+        return {t: self.wh.tables.snapshot(t).version for t in table_schemas() if t != "runs"}
+
+    def _compact(self) -> None:
+        from evalfarm.warehouse.maintenance import compact_if_needed
+
+        done = compact_if_needed(self.wh, run_id=self.run_id)
+        if done:
+            logging.getLogger(__name__).info(
+                "compacted %s", ", ".join(f"{c.table} ({c.files_before} -> {c.files_after} files)" for c in done)
+            )
 
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
@@ -632,16 +650,15 @@ def spec_conflicts(wh: Warehouse, plans: list[ModelPlan]) -> list[str]:
     """A warning per model of this run that the warehouse also holds under another spec: the same id evaluated
     with different settings. ``metrics`` shows the newest unit per task whichever spec it came from; the
     ``conflicts`` view lists every spec of such ids with when each was computed."""
-    import pyarrow.fs as pafs
-
     ours = {p.model: p.spec_hash for p in plans}
-    sel = pafs.FileSelector(wh._p("tables", "models"), recursive=True, allow_not_found=True)
     seen: dict[str, set[str]] = {}
-    for info in wh.fs.get_file_info(sel):
-        parent, _, name = info.path.rpartition("/")
-        model = parent.rpartition("/")[2].removeprefix("model=")
-        if name.endswith(".parquet") and not name.startswith((".", "_")) and model in ours:
-            seen.setdefault(model, set()).add(name.removesuffix(".parquet"))
+    if wh.layout() != "delta":
+        return []
+    for f in wh.tables.snapshot("models").files:
+        t = wh.read_columns(f.path, ["model", "spec_hash"])
+        for model, spec_hash in zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True):
+            if model in ours and spec_hash:
+                seen.setdefault(model, set()).add(spec_hash)
     out = []
     for model, hashes in sorted(seen.items()):
         others = sorted(hashes - {ours[model]})

@@ -607,7 +607,7 @@ def _job_metadata(
     merged: Catalog, model_ids: list[str], spec_path: Path, base: Catalog, catalog: str, wh: str, review: _Review
 ) -> dict[str, str]:
     """The Ray job's metadata: what was submitted, over which catalog, into which warehouse, by whom."""
-    from evalfarm import __version__
+    from evalfarm._version import __version__
 
     tasks_used = sorted({t.id for m in model_ids for t in merged.tasks_for(m)})
     return {

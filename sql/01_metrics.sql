@@ -1,5 +1,7 @@
--- metrics_history: every number ever computed, one row per number (append-only; recomputing a unit with the same
--- fingerprint replaces its file, so there are no duplicates). Rows of the first wave's layout (no task) are left out.
+-- metrics_history: every number ever computed, one row per number and computation (append-only: a unit computed
+-- again, by `run --force` or after its data changed, adds rows beside the old ones; run_id and created_at tell the
+-- computations apart, and the `history` and `changes` views compare them). Rows of the first wave's layout (no
+-- task) are left out.
 -- degenerate: the unit's vectors failed the degenerate-model check (all OOV, nearly all identical, or of numerical
 -- rank ~1: see evalfarm/quality.py and the quality view), degenerate_reason says which; false for older rows.
 -- thin: the unit's numbers rest on too little data to rank (below its scorer's declared coverage / pair count, or
@@ -14,7 +16,8 @@ SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_pri
 FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
--- metrics: the current numbers: for each (model, task, scorer, subset, variant), the unit computed last. A second
+-- metrics: the current numbers: for each (model, task, scorer, subset, variant), the unit computed last (the newest
+-- created_at; a unit computed again under the same fingerprint replaces the older computation here). A second
 -- scorer or variant never hides another's numbers (a run with --similarity cos keeps the l2 rows of an earlier one).
 -- Degenerate and thin units are here, flagged (degenerate, degenerate_reason, thin, thin_reason); the leaderboard
 -- leaves them out.
@@ -24,7 +27,7 @@ SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_pri
        ci_high, ci_method
 FROM (
     SELECT *, dense_rank() OVER (
-        PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint
+        PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint, run_id
     ) AS _newest
     FROM metrics_history
 )

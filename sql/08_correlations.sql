@@ -66,10 +66,15 @@ SELECT *,
 FROM keyed;
 
 -- correlation_intervals: the stored bootstrap 95 % intervals, one row per cell and the numbers they were computed
--- from (cell_key, inputs hash); `correlations` keeps an interval only while its inputs are current.
+-- from (cell_key, inputs hash; the newest when two refreshes stored one); `correlations` keeps an interval only
+-- while its inputs are current.
 CREATE OR REPLACE VIEW correlation_intervals AS
-SELECT *
-FROM read_parquet('{root}/tables/correlation_ci/**/*.parquet', union_by_name = true, hive_partitioning = false);
+SELECT * EXCLUDE (_newest)
+FROM (
+    SELECT *, row_number() OVER (PARTITION BY cell_key, inputs_hash ORDER BY created_at DESC) AS _newest
+    FROM read_parquet('{root}/tables/correlation_ci/**/*.parquet', union_by_name = true, hive_partitioning = false)
+)
+WHERE _newest = 1;
 
 -- correlation_cells: one row per cell: rho over the average ranks, n_models, and the numbers behind it (models and
 -- both values, in model order) with their fingerprint inputs_hash; what `correlations` shows and the bootstrap reads.

@@ -56,7 +56,7 @@ def build_warehouse(root) -> Warehouse:
     for r in rows:  # one file per unit: its tie policies share a fingerprint, as a scorer writes them
         units.setdefault(r["fingerprint"], []).append(r | {"created_at": created})
     for fp, unit in units.items():
-        wh.write("metrics", unit, wh.unit_path("metrics", unit[0]["model"], unit[0]["task"], fp))
+        wh.write("metrics", unit)
     return wh
 
 

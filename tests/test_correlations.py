@@ -92,7 +92,7 @@ def add_metric(
         "params": "{}",
         "created_at": now(),
     }
-    wh.write("metrics", [row], wh.unit_path("metrics", model, task, fp))
+    wh.write("metrics", [row])
 
 
 def add_evalrank(wh: Warehouse, model: str, task: str, mrr: dict[str, float]) -> None:
@@ -105,7 +105,7 @@ def add_evalrank(wh: Warehouse, model: str, task: str, mrr: dict[str, float]) ->
              "ties": ties, "metric": "mrr", "value": value, "is_primary": True, "higher_is_better": True,
              "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": created}
         )  # fmt: skip
-    wh.write("metrics", rows, wh.unit_path("metrics", model, task, fp))
+    wh.write("metrics", rows)
 
 
 def add_accuracy(wh: Warehouse, model: str, task: str, value: float, *, variant: str = "logreg") -> None:
@@ -477,7 +477,7 @@ def test_each_downstream_subset_and_variant_is_a_column_of_its_own(sentence_wh):
             for subset, variant, value in [("dev", "logreg", dev[i]), ("test", "logreg", test[i]),
                                            ("test", "mlp", dev[i])]
         ]  # fmt: skip
-        sentence_wh.write("metrics", rows, sentence_wh.unit_path("metrics", m, "cr", f"cr-{m}"))
+        sentence_wh.write("metrics", rows)
     got = {
         (c["downstream_subset"], c["downstream_variant"]): (c["n_models"], c["spearman"])
         for c in cells(sentence_wh, "intrinsic_task = 'evalrank-sentence' AND NOT excludes_postprocessed")

@@ -271,7 +271,7 @@ def _add_descriptive(wh, model: str, task: str, metric: str, value: float) -> No
         "ties": None, "metric": metric, "value": value, "is_primary": False, "higher_is_better": None,
         "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": now(),
     }  # fmt: skip
-    wh.write("metrics", [row], wh.unit_path("metrics", model, task, fp))
+    wh.write("metrics", [row])
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ def add_evalrank_metrics(wh: Warehouse, model: str, values: dict[str, dict[str, 
         for ties, metrics in values.items()
         for metric, value in metrics.items()
     ]  # fmt: skip
-    wh.write("metrics", rows, wh.unit_path("metrics", model, "evalrank-sentence", fp))
+    wh.write("metrics", rows)
 
 
 @pytest.fixture
@@ -297,7 +297,7 @@ def _evalrank_unit(wh: Warehouse, model: str, task: str, mrr: dict[str, float], 
          "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": created}
         for ties, metric, value in [*((t, "mrr", v) for t, v in mrr.items()), (None, "n_pairs", n_pairs)]
     ]  # fmt: skip
-    wh.write("metrics", rows, wh.unit_path("metrics", model, task, fp))
+    wh.write("metrics", rows)
 
 
 def test_table_3_both_ways_over_the_coverage_variants_compared_models(tmp_path):

@@ -331,8 +331,7 @@ def _leases(wh: Warehouse, fb: FakeExecutor) -> Leases:
 
 def _write_result(wh: Warehouse, unit: Unit) -> None:
     wh.write("metrics", [{"run_id": "run-b", "model": unit.model, "task": unit.task, "metric": "m", "value": 1.0,
-                          "fingerprint": unit.fingerprint, "spec_hash": unit.spec_hash}],
-             wh.unit_path("metrics", unit.model, unit.task, unit.fingerprint))  # fmt: skip
+                          "fingerprint": unit.fingerprint, "spec_hash": unit.spec_hash}])  # fmt: skip
 
 
 def test_units_another_live_run_holds_are_waited_for_not_computed(wh):

@@ -54,7 +54,7 @@ def warehouse(tmp_path: Path) -> Warehouse:
         fingerprint="f" * 16,
         created_at=datetime(2026, 1, 1, tzinfo=UTC),
     )
-    wh.write("metrics", [row], wh.unit_path("metrics", "honest", "evalrank-word", "f" * 16))
+    wh.write("metrics", [row])
     return wh
 
 
@@ -968,7 +968,7 @@ def test_a_warehouse_path_with_glob_characters_is_a_path(tmp_path, name):
     for w, model in ((wh, "mine"), (decoy, "decoy")):
         row = {n: None for n in SCHEMAS["metrics"].names}
         row.update(model=model, task="t", metric="mrr", value=0.5, fingerprint="f" * 16, run_id="r")
-        w.write("metrics", [row], w.unit_path("metrics", model, "t", "f" * 16))
+        w.write("metrics", [row])
     assert [r["model"] for r in wh.query("SELECT model FROM metrics").to_pylist()] == ["mine"]
     escaped = "".join(f"[{c}]" if c in "[*?" else c for c in name)
     for outside in (f"{tmp_path}/wh1", f"{tmp_path}/{escaped}/../wh1", f"{tmp_path}/{name}/../wh1"):

@@ -192,7 +192,7 @@ def test_thin_units_are_left_out_of_the_correlations(tmp_path: Path) -> None:
             "fingerprint": fp, "spec_hash": f"h-{model}", "created_at": now(), "thin": True,
             "thin_reason": "n_pairs 3 < 5",
         }  # fmt: skip
-        sentence_wh.write("metrics", [row], sentence_wh.unit_path("metrics", model, task, fp))
+        sentence_wh.write("metrics", [row])
 
     add_model(sentence_wh, "thin-mrr", "sentence", "static")
     thin_row("thin-mrr", "evalrank-sentence", "evalrank", "mrr", 0.99, "optimistic")

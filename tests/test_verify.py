@@ -1,14 +1,15 @@
-"""`evalfarm verify` (issue #23.6): a result file edited after its run wrote it is noticed, not ranked.
+"""`evalfarm verify` (issue #23.6): a data file edited after it was written is noticed, not ranked.
 
-The attack: rewrite a unit's metrics file with its own name and fingerprint but a better number. Before manifests,
-the leaderboard showed the forged value and a rerun skipped the unit; now the run records each result file's sha256
-and `verify` reports the mismatch (exit 1).
+The attack: rewrite a unit's metrics file in place, same name, same fingerprint, a better number. Before manifests,
+the leaderboard showed the forged value and a rerun skipped the unit; now every data file's sha256 is recorded (in
+the ``manifests`` table, committed before the file) and `verify` reports the mismatch (exit 1).
 """
 
 from __future__ import annotations
 
 import hashlib
 import io
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,8 @@ from typer.testing import CliRunner
 
 import evalfarm
 from evalfarm.cli import app
-from evalfarm.warehouse import MANIFEST_TABLE, Warehouse, verify_warehouse
+from evalfarm.warehouse import MANIFEST_TABLE, Warehouse, table_schemas, verify_warehouse
+from tests.support.warehouse_files import table_files, unit_file
 
 pytestmark = pytest.mark.faults  # issue 23.6 (`make faults`)
 
@@ -47,8 +49,11 @@ def wh(computed, tmp_path) -> Warehouse:
 
 
 def _metrics_file(wh: Warehouse) -> Path:
-    (path,) = (Path(wh.base) / "tables" / "metrics" / "model=toy" / "task=wordsim-rg-65").glob("*.parquet")
-    return path
+    return unit_file(wh, "metrics", "toy", "wordsim-rg-65")
+
+
+def _fingerprint(wh: Warehouse) -> str:
+    return str(pq.read_table(_metrics_file(wh)).column("fingerprint")[0])
 
 
 def _forge(path: Path, value: float = 0.99) -> None:
@@ -70,13 +75,15 @@ def test_an_untouched_warehouse_verifies(wh) -> None:
 
 
 def test_every_result_file_is_recorded_with_the_hash_of_its_bytes(wh) -> None:
-    rows = pq.read_table(Path(wh.base) / "tables" / MANIFEST_TABLE).to_pylist()
-    files = sorted(p for p in (Path(wh.base) / "tables").glob("*/model=toy/task=wordsim-rg-65/*.parquet"))
-    assert sorted(r["path"] for r in rows) == sorted(str(p.relative_to(wh.base)) for p in files)
+    rows = [r for f in table_files(wh, MANIFEST_TABLE) for r in pq.read_table(f).to_pylist()]
+    files = sorted(str(p.relative_to(wh.base)) for t in table_schemas() if t != MANIFEST_TABLE for p in table_files(wh, t))
+    assert sorted(r["path"] for r in rows) == files  # every data file of every table, the manifests' own excepted
+    unit = [r for r in rows if r["model"] == "toy"]
+    assert {r["table"] for r in unit} >= {"metrics", "quality"}
     for r in rows:
         body = (Path(wh.base) / r["path"]).read_bytes()
         assert r["sha256"] == hashlib.sha256(body).hexdigest() and r["size"] == len(body)
-        assert (r["model"], r["task"]) == ("toy", "wordsim-rg-65") and r["fingerprint"] in r["path"]
+    assert {(r["task"], r["fingerprint"]) for r in unit} == {("wordsim-rg-65", _fingerprint(wh))}
     # the result file is what pyarrow writes for its own rows: recording changed none of its bytes
     t = pq.read_table(_metrics_file(wh))
     sink = io.BytesIO()
@@ -87,15 +94,17 @@ def test_every_result_file_is_recorded_with_the_hash_of_its_bytes(wh) -> None:
 def test_a_forged_number_with_its_own_fingerprint_is_reported(wh) -> None:
     path = _metrics_file(wh)
     _forge(path)
-    assert wh.file_problem(str(path)) is None  # the damage scan finds nothing: name and fingerprint still agree
-    assert 0.99 in evalfarm.query("SELECT value FROM leaderboard", warehouse=wh.root).column("value").to_pylist()
+    assert wh.file_problem(str(path)) is None  # whole Parquet with the unit's own fingerprint
+    # its size is not what the table's log recorded: the views leave it out (and say so) rather than rank it
+    assert 0.99 not in evalfarm.query("SELECT value FROM leaderboard", warehouse=wh.root).column("value").to_pylist()
+    assert [q.path for q in wh.scan(quarantine=False)] == [str(path)]
 
     result = evalfarm.verify(warehouse=wh.root)
     assert not result.ok
     (finding,) = result.errors
     assert finding.problem == "modified" and finding.path == str(path.relative_to(wh.base))
     assert (finding.model, finding.task, finding.table) == ("toy", "wordsim-rg-65", "metrics")
-    assert result.untrusted_units() == {("toy", "wordsim-rg-65", path.stem)}
+    assert result.untrusted_units() == {("toy", "wordsim-rg-65", _fingerprint(wh))}
 
     # docs/operations.md's recipe for verified rows only: the forged unit's rows are left out
     bad = {(m, t) for m, t, _ in evalfarm.verify(warehouse=wh.root).untrusted_units()}
@@ -108,38 +117,52 @@ def test_a_forged_number_with_its_own_fingerprint_is_reported(wh) -> None:
     assert "modified" in cli.output and "FAILED" in cli.output and "--force" in cli.output
 
 
-def test_a_forced_rerun_rewrites_the_file_and_its_manifest_row(wh, computed) -> None:
+def test_a_forced_rerun_computes_the_unit_again_beside_the_forged_rows(wh, computed) -> None:
     _forge(_metrics_file(wh))
     assert not evalfarm.verify(warehouse=wh.root).ok
     cat = computed.parent / "cat.yaml"
     evalfarm.run(cat, warehouse=wh.root, executor="local", force=True)
-    result = evalfarm.verify(warehouse=wh.root)
-    assert result.ok and result.findings == (), result.findings  # the newest manifest row per path wins
     values = evalfarm.query("SELECT value FROM leaderboard", warehouse=wh.root).column("value").to_pylist()
-    assert 0.99 not in values
+    assert 0.99 not in values and values  # the run quarantined the forged file and computed the unit again
+    result = evalfarm.verify(warehouse=wh.root)
+    assert result.ok and result.findings == (), result.findings
+    assert list((Path(wh.base) / "quarantine").rglob("*.why.txt"))
 
 
 def test_a_deleted_file_is_reported(wh) -> None:
-    (quality,) = (Path(wh.base) / "tables" / "quality" / "model=toy").glob("*/*.parquet")
-    quality.unlink()
+    unit_file(wh, "quality", "toy", "wordsim-rg-65").unlink()
     result = evalfarm.verify(warehouse=wh.root)
     assert [(f.problem, f.table) for f in result.errors] == [("missing", "quality")]
     assert _cli("--warehouse", str(wh.root)).exit_code == 1
 
 
-def test_a_file_whose_fingerprint_column_disagrees_with_its_name_is_damaged(wh) -> None:
+def test_a_file_whose_fingerprint_column_disagrees_with_its_manifest_is_damaged(wh) -> None:
     path = _metrics_file(wh)
     t = pq.read_table(path)
     t = t.set_column(t.schema.get_field_index("fingerprint"), "fingerprint", pa.array(["0" * 16] * len(t)))
-    pq.write_table(t, path)
+    body = io.BytesIO()
+    pq.write_table(t, body)
+    size = path.stat().st_size
+    path.write_bytes(body.getvalue())
+    from evalfarm.warehouse.manifests import manifest_index
+
+    row = manifest_index(wh)[str(path.relative_to(wh.base))]
+    if len(body.getvalue()) == size:  # the same size: the hash tells, else the size already did
+        assert row.sha256 != hashlib.sha256(body.getvalue()).hexdigest()
     (finding,) = evalfarm.verify(warehouse=wh.root).errors
-    assert finding.problem == "damaged" and "fingerprint" in finding.detail
+    assert finding.problem == "modified"
+    # a writer who also rewrote the manifest row: the file still names another unit than its manifest
+    wh.write(MANIFEST_TABLE, [{"path": row.path, "sha256": hashlib.sha256(body.getvalue()).hexdigest(),
+                               "size": len(body.getvalue()), "table": "metrics", "model": "toy",
+                               "task": "wordsim-rg-65", "fingerprint": row.units[0][2]}])  # fmt: skip
+    with_log = [f for f in evalfarm.verify(warehouse=wh.root).errors if f.table == "metrics"]
+    assert [f.problem for f in with_log] in (["modified"], ["damaged"])  # the log's size, else the fingerprint
 
 
 def test_files_without_manifest_rows_are_unrecorded_and_fail_only_under_strict(wh) -> None:
     import shutil
 
-    shutil.rmtree(Path(wh.base) / "tables" / MANIFEST_TABLE)  # a warehouse written before manifests existed
+    shutil.rmtree(Path(wh.base) / "tables" / MANIFEST_TABLE)  # no manifests: files another tool committed
     result = evalfarm.verify(warehouse=wh.root)
     assert result.ok and result.verified == 0 and set(result.counts()) == {"unrecorded"}
     assert not evalfarm.verify(warehouse=wh.root, strict=True).ok
@@ -165,17 +188,18 @@ def test_no_warehouse_is_a_one_line_error(tmp_path) -> None:
 def test_manifest_rows_are_newest_first(wh) -> None:
     """Two manifest rows for one path: the newer one decides (an older row with another hash is history)."""
     rel = str(_metrics_file(wh).relative_to(wh.base))
-    wh.write_manifest("0-old", [{"path": rel, "sha256": "0" * 64, "size": 1, "table": "metrics", "model": "toy",
-                                 "task": "wordsim-rg-65", "fingerprint": _metrics_file(wh).stem}])  # fmt: skip
+    wh.write(MANIFEST_TABLE, [{"run_id": "0-old", "path": rel, "sha256": "0" * 64, "size": 1, "table": "metrics",
+                               "model": "toy", "task": "wordsim-rg-65", "fingerprint": _fingerprint(wh),
+                               "created_at": datetime.now(UTC)}])  # fmt: skip
     (finding,) = evalfarm.verify(warehouse=wh.root).errors  # written now: the newest row, and wrong
     assert finding.problem == "modified" and "0-old" in finding.detail
 
 
-def test_a_recorded_write_publishes_the_same_bytes_as_a_plain_one(wh) -> None:
-    """Results must not change: the manifest is a separate table, the result file's bytes are today's."""
+def test_a_staged_file_is_the_bytes_a_plain_write_publishes_and_its_hash_is_theirs(wh) -> None:
+    """Results must not change: the manifest is a separate table, the data file's bytes are pyarrow's own."""
     t = pq.read_table(_metrics_file(wh))
-    plain = wh.write_table(t, wh._p("tables", "scratch", "plain.parquet"))
-    rec = wh.write_recorded(t, wh._p("tables", "scratch", "recorded.parquet"))
+    plain = wh.write_table(t, wh._p("scratch", "plain.parquet"))
+    staged = wh.tables.stage("metrics", t, run_id="r")
     body = Path(plain).read_bytes()
-    assert (Path(wh.base) / rec.path).read_bytes() == body
-    assert (rec.sha256, rec.size) == (hashlib.sha256(body).hexdigest(), len(body))
+    assert (Path(wh.base) / staged.path).read_bytes() == body
+    assert (staged.sha256, staged.size) == (hashlib.sha256(body).hexdigest(), len(body))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from datetime import UTC, datetime, timedelta
 
@@ -116,20 +117,26 @@ def test_init_sweeps_temp_files_of_dead_writers_only(tmp_path):
     assert wh.query("SELECT count(*) AS n FROM units").to_pylist() == [{"n": 0}]  # temp names are never read
 
 
-def test_a_unit_is_done_when_its_metrics_file_exists(tmp_path):
-    """The one completion test (``done_marker``) that the runner, the executor and the scheduler all ask."""
-    import os
-
+def test_a_unit_is_done_when_its_metrics_rows_are_committed(tmp_path):
+    """The one completion test (``Warehouse.done``) that the runner, the executor and the scheduler all ask: a unit
+    is done when its (model, task, fingerprint) has committed ``metrics`` rows; staged rows do not count."""
     from evalfarm.plan import Unit
 
     wh = Warehouse(tmp_path / "wh").init()
     a, b = (Unit("m", t, "s", "word", "h", "c", "{}", f"fp-{t}") for t in "ab")
     assert wh.done([a, b]) == [False, False] and not wh.is_done(a) and not wh.is_done(a, since=0.0)
-    wh.write("metrics", [], wh.done_marker(a))
-    assert wh.done_marker(a) == wh.unit_path("metrics", "m", "a", "fp-a")
+    row = {"run_id": "r1", "model": "m", "task": "a", "metric": "x", "value": 1.0, "fingerprint": "fp-a",
+           "created_at": datetime.fromtimestamp(1000.0, UTC)}  # fmt: skip
+    wh.deferred = True
+    staged = wh.write("metrics", [row], unit=("m", "a", "fp-a"))
+    assert wh.done([a, b]) == [False, False]  # staged, not committed: not done
+    wh.deferred = False
+    wh.commit(wh.take_pending())
+    assert staged.path.startswith("tables/metrics/data/r1/")
     assert wh.done([a, b]) == [True, False] and wh.is_done(a) and not wh.is_done(b)
-    os.utime(wh.done_marker(a), (1000.0, 1000.0))  # written before a --force run that started at 2000
-    assert wh.is_done(a, since=1000.0) and not wh.is_done(a, since=2000.0)
+    assert wh.is_done(a, since=1000.0) and not wh.is_done(a, since=2000.0)  # computed before a --force run began
+    wh.write("metrics", [{**row, "run_id": "r2", "created_at": datetime.fromtimestamp(3000.0, UTC)}])
+    assert wh.is_done(a, since=2000.0)  # recomputed by another run since
 
 
 def test_unsynced_replace_writes_are_still_whole_or_nothing(tmp_path):
@@ -150,7 +157,8 @@ def test_a_quarantined_file_is_one_failures_row_naming_its_unit(tmp_path):
     from evalfarm.warehouse import Quarantined
 
     wh = Warehouse(tmp_path / "wh").init()
-    metrics = Quarantined(wh.unit_path("metrics", "m", "t", "fp"), "/q/fp.parquet", "unreadable Parquet (x)")
+    path = f"{wh.base}/tables/metrics/data/r0/x.parquet"
+    metrics = Quarantined(path, "/q/x.parquet", "unreadable Parquet (x)", (("m", "t"),))
     shard = Quarantined(f"{wh.store_dir('m', 'st')}/s.parquet", "/q/s.parquet", "unreadable text-store shard")
     record_quarantine(wh, "run-1", metrics)
     record_quarantine(wh, "run-1", shard, model="m")
@@ -158,50 +166,65 @@ def test_a_quarantined_file_is_one_failures_row_naming_its_unit(tmp_path):
     assert rows == [
         {"model": "m", "task": None, "stage": "quarantine", "error": "unreadable text-store shard; moved to "
          "/q/s.parquet", "detail": shard.path},
-        {"model": "m", "task": "t", "stage": "quarantine", "error": "unreadable Parquet (x); moved to /q/fp.parquet",
+        {"model": "m", "task": "t", "stage": "quarantine", "error": "unreadable Parquet (x); moved to /q/x.parquet",
          "detail": metrics.path},
     ]  # fmt: skip
 
 
-def test_a_query_reads_again_when_a_run_replaces_a_file_under_it(tmp_path, monkeypatch):
-    """A connection lists the warehouse once; a run that replaces a file whole meanwhile (a model's row each run)
-    left the read at the old size: "No magic bytes found at end of file", seen by the first ETA of a resumed
-    nightly while its workers wrote. ``query`` reads again on a fresh connection."""
+def test_a_connection_reads_its_snapshot_while_runs_commit(tmp_path):
+    """A connection reads the files of the snapshot it opened (Delta's snapshot isolation): a commit meanwhile (a
+    model's new row) is not half-seen by it, and the next connection sees it."""
     at = datetime(2026, 11, 25, tzinfo=UTC)
-    wh = Warehouse(tmp_path / "wh")
-    wh.init()
+    wh = Warehouse(tmp_path / "wh").init()
     row = {"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at}
     wh.write_model(row)
-    con = wh.connect()  # listed now
-    wh.write_model({**row, "kind": "transformers-" + "x" * 5000})  # replaced whole: other bytes, other size
+    con = wh.connect()
+    wh.write_model({**row, "kind": "onnx", "created_at": at + timedelta(seconds=1)})
+    assert con.execute("SELECT kind FROM models").fetchall() == [("transformers",)]
+    con.close()
+    assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"]
+
+
+def test_a_query_reads_again_when_a_file_of_its_snapshot_goes(tmp_path, monkeypatch):
+    """A file of the snapshot a connection opened can be removed under it (a compaction, then a vacuum, while a reader
+    that did not pin its snapshot reads): DuckDB then fails on the missing file, and ``query`` reads again on a fresh
+    connection, which reads the newest snapshot. Any other error is raised at once."""
+    from evalfarm.warehouse.maintenance import compact
+
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh").init()
+    row = {"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at}
+    wh.write_model(row)
+    wh.write_model({**row, "model": "n"})
+    old = [f.path for f in wh.tables.snapshot("models").files]
+
+    def compact_and_vacuum() -> None:
+        compact(wh, tables=["models"])
+        for path in old:  # what a vacuum past the retention does to the files only the old snapshot needs
+            os.unlink(path)
+
+    con = wh.connect()
+    compact_and_vacuum()
     with pytest.raises(duckdb.Error) as seen:
-        con.execute("SELECT kind FROM models").fetchall()
+        con.execute("SELECT model FROM models").fetchall()
     assert store.replaced_under_read(seen.value)
     con.close()
 
-    connect, calls = Warehouse.connect, []
+    wh.write_model({**row, "model": "o"})
+    old = [f.path for f in wh.tables.snapshot("models").files]
+    connect, calls, done = Warehouse.connect, [], []
 
-    def a_writer_between_listing_and_read(self, **kw):  # the first connection's listing goes stale at once
+    def a_vacuum_between_snapshot_and_read(self, **kw):
         con = connect(self, **kw)
         calls.append(1)
-        if len(calls) == 1:
-            wh.write_model({**row, "kind": "onnx"})
+        if not done:
+            done.append(1)
+            compact_and_vacuum()
         return con
 
-    monkeypatch.setattr(Warehouse, "connect", a_writer_between_listing_and_read)
-    assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"]
+    monkeypatch.setattr(Warehouse, "connect", a_vacuum_between_snapshot_and_read)
+    assert sorted(wh.query("SELECT model FROM models").column(0).to_pylist()) == ["m", "n", "o"]
     assert len(calls) == 2
-
-    def replaced_while_the_views_are_made(self, **kw):  # creating the views reads the files' schemas
-        calls.append(1)
-        if len(calls) == 1:
-            raise duckdb.InvalidInputException("Invalid Input Error: No magic bytes found at end of file 'x'")
-        return connect(self, **kw)
-
-    calls.clear()
-    monkeypatch.setattr(Warehouse, "connect", replaced_while_the_views_are_made)
-    assert wh.query("SELECT kind FROM models").column(0).to_pylist() == ["onnx"] and len(calls) == 2
-    monkeypatch.setattr(Warehouse, "connect", a_writer_between_listing_and_read)
     calls.clear()
     with pytest.raises(duckdb.Error, match="Catalog Error|does not exist"):  # any other error: raised at once
         wh.query("SELECT * FROM no_such_view")

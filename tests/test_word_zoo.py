@@ -247,7 +247,7 @@ def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
             for metric, value, ties in (("mrr", 0.1 * i, "optimistic"), ("oov_rate", 0.25 * (i % 2), None),
                                         ("tie_rate", 0.5, None), ("n_pairs", 5514.0, None))
         ]  # fmt: skip
-        wh.write("metrics", rows, wh.unit_path("metrics", w, "evalrank-word", fp))
+        wh.write("metrics", rows)
         add_metric(wh, w, "wordsim-a", "word-similarity", 0.8, metric="coverage", variant="evalrank-word")
         add_metric(wh, w, "wordsim-b", "word-similarity", 0.6, metric="coverage", variant="evalrank-word")
     stats = {s["model"]: s for s in correlation_table(wh, level="word").model_stats}

@@ -3,9 +3,9 @@
 - :mod:`evalfarm.cli.app`: the typer application, its command groups, the root callback (the settings, resolved
   once) and how a command fails;
 - ``commands_evaluate`` (``run``, ``submit``), ``commands_results`` (``sql``, ``correlations``, ``report``),
-  ``commands_setup`` (``catalog``, ``config``, ``zoo``), ``commands_interop`` (``export mteb``, ``import mteb``): the
-  commands, each calling the API and rendering what it
-  returns;
+  ``commands_setup`` (``catalog``, ``config``, ``zoo``), ``commands_interop`` (``export mteb``, ``import mteb``),
+  ``commands_warehouse`` (``diff``, ``warehouse info | compact | vacuum | migrate``): the commands, each calling
+  the API and rendering what it returns;
 - :mod:`evalfarm.cli.rendering`: tables, CSV and JSON on stdout, messages on stderr;
 - :mod:`evalfarm.cli.events`: a run's live output and summary.
 
@@ -18,7 +18,13 @@ from __future__ import annotations
 from evalfarm.api import view_docs
 
 # importing a command module registers its commands, in the order `evalfarm --help` lists them
-from evalfarm.cli import commands_evaluate, commands_interop, commands_results, commands_setup  # noqa: F401
+from evalfarm.cli import (  # noqa: F401
+    commands_evaluate,
+    commands_interop,
+    commands_results,
+    commands_setup,
+    commands_warehouse,
+)
 from evalfarm.cli.app import app
 from evalfarm.cli.commands_evaluate import Executor, run
 

@@ -65,11 +65,18 @@ def sql(
             "sql_memory_limit, else 4GB]"
         ),
     ] = None,
+    as_of: Annotated[
+        str | None,
+        typer.Option(
+            "--as-of",
+            help="read the warehouse as it was after a run (its id) or at a time (ISO 8601, e.g. 2026-11-28T03:00Z)",
+        ),
+    ] = None,
 ) -> None:
     try:
         wh = api.open_warehouse(warehouse)
-        table = api.query(query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit)
-    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError) as exc:
+        table = api.query(query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit, as_of=as_of)
+    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError, ValueError) as exc:
         fail(str(exc))
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")

@@ -24,13 +24,17 @@ Faults:
   concurrent runs on one warehouse split the work: a unit another live run holds is waited for (its result is
   taken as this run's, ``skipped``), and computed here only when that run releases it without a result or dies.
 
-Results are idempotent (files named by fingerprint, written atomically), so a retried or duplicated job can
-never leave a unit twice in the warehouse.
+Results: a job's workers stage files and hand them back with its outcomes; the scheduler commits them in batches
+(:class:`~evalfarm.warehouse.commits.CommitBatcher`: every few dozen units or seconds, and whatever is left when
+the run ends, however it ends) and releases a unit's lease once its rows are committed. A job whose worker died
+before it answered staged files no commit names: they are never read (``evalfarm warehouse vacuum`` removes them),
+and the retried job stages its own.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import random
 import time
 from collections.abc import Callable
@@ -40,6 +44,9 @@ from typing import Any, Protocol
 from evalfarm.leases import Holder, Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
 from evalfarm.plan import ModelPlan, Unit
+from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
+
+log = logging.getLogger(__name__)
 
 
 class WorkerLost(RuntimeError):
@@ -170,6 +177,8 @@ class Scheduler:
         start_timeout: float = 900.0,
         poll_interval: float = 1.0,
         lease_poll: float = 1.0,
+        commit_units: int = BATCH_UNITS,
+        commit_seconds: float = BATCH_SECONDS,
     ) -> None:
         if max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {max_attempts}")
@@ -212,40 +221,66 @@ class Scheduler:
         self._next_lease_poll = 0.0
         self._started_wall = time.time()
         self._jitter = random.Random(run_id)
+        self.commits = CommitBatcher(
+            warehouse, run_id, max_units=commit_units, max_seconds=commit_seconds, clock=clock
+        )
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self) -> list[Any]:
+        deferred, self.wh.deferred = self.wh.deferred, True  # the driver's own rows go with the batches too
+        finished = False
+        try:
+            self._loop()
+            finished = True
+            self._commit_last()
+        except BaseException:
+            if not finished:  # an interrupted run (Ctrl-C, a lost cluster, an executor error) keeps what finished
+                self._commit_last(quiet=True)
+            raise
+        finally:
+            self.wh.deferred = deferred
+        return self.outcomes
+
+    def _commit_last(self, *, quiet: bool = False) -> None:
+        """Commit what is left. ``quiet``: another error propagates; a failure to commit is logged, and that error
+        is the one raised."""
+        try:
+            self._flush_units()
+            self.commits.flush()
+        except Exception as exc:
+            if not quiet:
+                raise
+            log.warning("the run's last batch was not committed (%s: %s)", type(exc).__name__, exc)
+
+    def _loop(self) -> None:
         for name, handle in self.executor.start():
             self.running[handle] = (None, name)
-        try:
-            while self._work_left():
-                self._poll()
-                self._dispatch()
-                self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
-                if not self.alive:
-                    if not self._workers_coming():
-                        self._no_workers = True
-                        self._fail_everything_left("no worker left alive to run it")
-                    elif self.clock() - self._no_worker_since > self.start_timeout:
-                        self._no_workers = True
-                        self._fail_everything_left(
-                            f"no worker could start within {self.start_timeout:.0f} s (the cluster has no room for "
-                            "one: check its resources or autoscaler)"
-                        )
-                    if self._no_workers and not self._work_left():
-                        break
-                ready = self.executor.wait(list(self.running), self.tick)
-                if not ready:
-                    self._emit("tick")
-                for handle in ready:
-                    job, worker = self.running.pop(handle)
-                    if job is None:
-                        self._worker_ready(handle, worker)
-                    else:
-                        self._job_done(handle, job, worker)
-        finally:  # an interrupted run (Ctrl-C, a lost cluster, an executor error) still records what finished
-            self._flush_units()
-        return self.outcomes
+        while self._work_left():
+            self._poll()
+            self._dispatch()
+            self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
+            self.commits.maybe_flush()
+            if not self.alive:
+                if not self._workers_coming():
+                    self._no_workers = True
+                    self._fail_everything_left("no worker left alive to run it")
+                elif self.clock() - self._no_worker_since > self.start_timeout:
+                    self._no_workers = True
+                    self._fail_everything_left(
+                        f"no worker could start within {self.start_timeout:.0f} s (the cluster has no room for "
+                        "one: check its resources or autoscaler)"
+                    )
+                if self._no_workers and not self._work_left():
+                    break
+            ready = self.executor.wait(list(self.running), self.tick)
+            if not ready:
+                self._emit("tick")
+            for handle in ready:
+                job, worker = self.running.pop(handle)
+                if job is None:
+                    self._worker_ready(handle, worker)
+                else:
+                    self._job_done(handle, job, worker)
 
     def _work_left(self) -> bool:
         return bool(
@@ -263,8 +298,8 @@ class Scheduler:
         self.on_event(Event(kind, alive=len(self.alive), reviving=len(self.reviving), **kw))
 
     def _flush_units(self) -> None:
-        """Write the buffered ``units`` rows (timings are records, not results: a killed driver may lose the last
-        few; the results themselves are written by the workers, each unit's metrics file last)."""
+        """Stage the buffered ``units`` rows: they commit with the next batch (timings are records, not results: a
+        killed driver may lose the last few, as it loses the results of its last batch)."""
         if self._unit_rows:
             rows, self._unit_rows = self._unit_rows, []
             self.wh.write_units(self.run_id, rows)
@@ -508,6 +543,9 @@ class Scheduler:
             return
         self.idle.append(worker)
         failed = [o for o in outs if o.status == Status.FAILED]
+        self.commits.add(
+            [f for o in outs for f in getattr(o, "staged", ())], units=sum(o.status == Status.DONE for o in outs)
+        )
         rows = []
         for o in outs:
             if o.status == Status.EMBEDDED:
@@ -561,7 +599,11 @@ class Scheduler:
         fp = self._fingerprint.get((outcome.model, outcome.task))
         if self.leases is not None and fp in self._claimed:
             self._claimed.discard(fp)
-            self._release(unit_key(fp))
+            key = unit_key(fp)
+            if outcome.status == Status.DONE:  # held until its rows are committed: a run waiting for it finds it done
+                self.commits.after_commit(lambda: self._release(key))
+            else:
+                self._release(key)
         self._emit("unit", outcome=outcome, message=f"{self._cost.get(outcome.model, 1.0)}")
 
     def _fail_everything_left(self, why: str) -> None:

@@ -107,9 +107,11 @@ class EvalWorker:
         from evalfarm.taskdata.data import task_checksum
         from evalfarm.warehouse import Warehouse
 
+        wh = Warehouse(warehouse)
+        wh.deferred = True  # staged files travel back with each job's outcomes; the driver commits them in batches
         self.ctx = ExecContext(
             catalog=catalog,
-            warehouse=Warehouse(warehouse),
+            warehouse=wh,
             run_id=run_id,
             options=options,
             force=force,

@@ -7,11 +7,12 @@ SELECT run_id, model, task, variant, query_id, positive_id, query, positive, ran
 FROM read_parquet('{root}/tables/ranks/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
--- current_evalrank: the unit that holds the current numbers of each (model, task, variant). A unit computes several
--- variants (cos and l2); when a later unit recomputes only some of them (`--similarity cos`), each variant's detail
--- rows come from the unit its current metrics come from, never from both.
+-- current_evalrank: the computation that holds the current numbers of each (model, task, variant): its unit's
+-- fingerprint and the run that computed it. A unit computes several variants (cos and l2); when a later unit
+-- recomputes only some of them (`--similarity cos`), each variant's detail rows come from the computation its
+-- current metrics come from, never from two (a unit computed again under the same fingerprint included).
 CREATE OR REPLACE VIEW current_evalrank AS
-SELECT DISTINCT model, task, variant, fingerprint FROM metrics WHERE scorer = 'evalrank';
+SELECT DISTINCT model, task, variant, fingerprint, run_id FROM metrics WHERE scorer = 'evalrank';
 
 CREATE OR REPLACE VIEW ranks AS
 SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) AS rank, r.tied,
@@ -19,7 +20,8 @@ SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) A
        r.score, r.oov, r.query_id, r.positive_id, r.run_id
 FROM ranks_history r
 SEMI JOIN current_evalrank m
-    ON r.model = m.model AND r.task = m.task AND r.variant = m.variant AND r.fingerprint = m.fingerprint;
+    ON r.model = m.model AND r.task = m.task AND r.variant = m.variant AND r.fingerprint = m.fingerprint
+   AND r.run_id = m.run_id;
 
 -- neighbours: each EvalRank query's top-k background items (k = 10) under each variant, of the current results:
 -- what a model places above the positive. The query itself is never its own neighbour; exact duplicates of it are.
@@ -28,6 +30,7 @@ SELECT n.model, n.task, n.variant, n.query, n.position, n.neighbour, n.score, n.
 FROM read_parquet('{root}/tables/neighbours/**/*.parquet', union_by_name = true, hive_partitioning = false) n
 SEMI JOIN current_evalrank m
     ON n.model = m.model AND n.task = m.task AND n.variant = m.variant AND n.fingerprint = m.fingerprint
+   AND n.run_id = m.run_id
 WHERE n.task IS NOT NULL;
 
 -- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.

@@ -1,39 +1,35 @@
-"""The result warehouse: hive-style folders of Parquet files, and DuckDB views over them.
+"""The result warehouse: a Delta Lake table per table, text stores of vectors, and DuckDB views over them.
 
-Four modules, one concern each: :mod:`~evalfarm.warehouse.schemas` (every table's schema: the core tables and each
-task kind's detail tables), :mod:`~evalfarm.warehouse.store` (the :class:`Warehouse`: layout, atomic writes, the scan
-for damaged files, quarantine) and :mod:`~evalfarm.warehouse.query` (the views, core ``sql/*.sql`` then each task
-kind's, and the read-only DuckDB sandbox); :mod:`~evalfarm.warehouse.verify` checks result files against the
-manifests (``evalfarm verify``). This package re-exports what callers use.
+Modules, one concern each: :mod:`~evalfarm.warehouse.schemas` (every table's schema: the core tables and each task
+kind's detail tables), :mod:`~evalfarm.warehouse.tables` (the Delta Lake layer: staging, commits, snapshots),
+:mod:`~evalfarm.warehouse.store` (the :class:`Warehouse`: writes, completion, reads, the scan for damaged files,
+quarantine), :mod:`~evalfarm.warehouse.commits` (a run's batched commits), :mod:`~evalfarm.warehouse.query` (the
+views, core ``sql/*.sql`` then each task kind's, and the read-only DuckDB sandbox),
+:mod:`~evalfarm.warehouse.history` (snapshots of the past, what moved between runs),
+:mod:`~evalfarm.warehouse.maintenance` (compaction, retention, reader pins), :mod:`~evalfarm.warehouse.migrate`
+(layout 1 -> 2) and :mod:`~evalfarm.warehouse.verify` (``evalfarm verify``). This package re-exports what callers
+use.
 
 Layout (private; the SQL views are the public interface)::
 
-    <root>/embeddings/model=<id>/store=<key>/<shard>.parquet             (a model's texts, each embedded once)
-    <root>/tables/<table>/model=<id>/task=<task>/<fingerprint>.parquet   (metrics, quality, a kind's detail tables)
-    <root>/tables/models/model=<id>/<spec_hash>.parquet
-    <root>/tables/runs/<run_id>.<start|end>.parquet
-    <root>/tables/failures/<run_id>/<uuid>.parquet
-    <root>/tables/<table>/_schema.parquet                                 (empty, typed: views work on day one)
+    <root>/warehouse.json                                   {"schema_version": 2, "format": "delta", ...}
+    <root>/tables/<table>/_delta_log/                       each table's Delta log: which files make each version
+    <root>/tables/<table>/data/<run_id>/<uuid>.parquet      a unit's (or a batch's) rows, staged then committed
+    <root>/tables/<table>/data/compact/<uuid>.parquet       merged small files (evalfarm warehouse compact)
+    <root>/embeddings/model=<id>/store=<key>/<shard>.parquet   (a model's texts, each embedded once; not a table)
+    <root>/leases/…  <root>/_readers/…  <root>/quarantine/…      (claims of runs, pins of readers, damaged files)
 
-    <root>/tables/units/<run_id>/<uuid>.parquet                           (per-unit timings and attempts)
-    <root>/tables/correlation_ci/<hash>.parquet                           (bootstrap intervals of correlations)
-    <root>/tables/manifests/<run_id>/<uuid>.parquet                       (sha256 of each result file a run wrote)
-
-The root is a local path or any pyarrow filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray
-cluster it must be storage every node sees. Every file appears atomically: on a local (or NFS) filesystem it is
-written to a temp name in the same folder and renamed; on an object store it is written straight to its final
-key, because a PUT / completed multipart upload is visible whole or not at all while a "rename" there is a
-copy + delete that is not atomic. Files are named by content fingerprint: recomputing a unit replaces its file
-rather than adding a duplicate, so a retried or concurrently recomputed unit still has exactly one result.
-
-A process killed between writing a temp file and renaming it (SIGKILL, OOM, a lost node) leaves the temp file
-behind. It never looks like a result (a hidden ``.….tmp`` name that no view reads), and the next ``init`` of the
-warehouse removes it: temp names carry the writer's pid and host, so a temp file of a dead process on this host
-goes at once, and one from another host once it is a day old (its writer cannot still be at work).
+Tables: ``metrics``, ``quality``, ``models``, ``runs``, ``failures``, ``units``, ``correlation_ci``, ``manifests`` and
+each task kind's detail tables (EvalRank's ``ranks`` and ``neighbours``). The root is a local path or any pyarrow
+filesystem URI (``file://``, ``s3://``, ``gs://``): on a multi-node Ray cluster it must be storage every node sees.
+Every data file appears atomically (a temp name and a rename on a local disk, one PUT on an object store) and
+becomes part of its table only when a commit names it; a commit is atomic and Delta's optimistic concurrency
+(an exclusive create of the next log entry; a conditional PUT on S3) lets any number of runs and workers append.
 """
 
 from __future__ import annotations
 
+from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
 from evalfarm.warehouse.query import (
     ViewSource,
     check_read_only,
@@ -55,12 +51,14 @@ from evalfarm.warehouse.schemas import (
     unit_tables,
 )
 from evalfarm.warehouse.store import (
+    FORMAT_FILE,
     MANIFEST_TABLE,
     QUARANTINE_DIR,
+    SCHEMA_VERSION,
     STALE_TEMP_SECONDS,
     VERIFIED_MANIFEST,
+    LegacyWarehouse,
     Quarantined,
-    Recorded,
     Warehouse,
     WarehouseWriteError,
     _temp_name,
@@ -72,24 +70,34 @@ from evalfarm.warehouse.store import (
     resolve_filesystem,
     sweep_temp_files,
 )
+from evalfarm.warehouse.tables import FileEntry, Snapshot, StagedFile, TableError
 from evalfarm.warehouse.verify import Finding, VerifyResult, verify_warehouse
 
 __all__ = [
+    "BATCH_SECONDS",
+    "BATCH_UNITS",
     "CORE_SCHEMAS",
+    "FORMAT_FILE",
     "MANIFEST_TABLE",
     "QUARANTINE_DIR",
     "SCHEMAS",
+    "SCHEMA_VERSION",
     "STALE_TEMP_SECONDS",
     "UNIT_COLUMNS",
     "UNIT_TABLES",
     "VERIFIED_MANIFEST",
+    "CommitBatcher",
+    "FileEntry",
+    "Finding",
+    "LegacyWarehouse",
     "Quarantined",
-    "Recorded",
+    "Snapshot",
+    "StagedFile",
+    "TableError",
     "VerifyResult",
     "ViewSource",
     "Warehouse",
     "WarehouseWriteError",
-    "Finding",
     "_temp_name",
     "atomic_write_table",
     "check_read_only",

@@ -15,7 +15,7 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,13 +95,15 @@ def create_views(
     *,
     duck_path: Callable[[str], str] = lambda p: p,
     schema_files: Mapping[str, str] | None = None,
+    snapshot_only: bool = False,
 ) -> None:
     """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
 
-    ``files``: table -> the files its views read instead of the table's glob (the readable ones, when some are not);
-    ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a local typed empty
-    Parquet file read along with the table's ``files`` (a read-only open's stand-in for a missing or outdated
-    ``_schema.parquet``; such a table must be in ``files``).
+    ``files``: table -> the files its views read instead of the table's glob (a Delta snapshot's files, less any
+    unreadable one); ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a
+    local typed empty Parquet file read along with the table's ``files`` (so every column exists; such a table must
+    be in ``files``). ``snapshot_only``: every table's files are given, and a view that still globs a folder under
+    ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted).
     """
     lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
     for table, schema_file in (schema_files or {}).items():
@@ -111,6 +113,11 @@ def create_views(
         for table, listed in lists.items():
             as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
             text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
+        if snapshot_only and "{root}/tables/" in text:
+            raise RegistryError(
+                f"{source.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "
+                "not a warehouse table's glob ('{root}/tables/<table>/**/*.parquet' of a table evalfarm declares)"
+            )
         con.execute(text.replace("{root}", glob_escape(root).replace("'", "''")))
 
 
@@ -121,7 +128,15 @@ def glob_escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
-def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_only: bool = True) -> Any:
+def prefix_filesystem(
+    fs: pafs.FileSystem,
+    scheme: str,
+    prefix: str,
+    *,
+    read_only: bool = True,
+    known: Mapping[str, tuple[int, int]] | None = None,
+    local_root: str | None = None,
+) -> Any:
     """An fsspec filesystem for DuckDB (``register_filesystem``) that serves ``scheme://`` paths from ``fs`` (the
     warehouse's own pyarrow filesystem: the same endpoint and credentials as the run that wrote it, and no DuckDB
     extension to install) and only under ``prefix`` (``bucket/path``).
@@ -131,7 +146,12 @@ def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_onl
     ``bucket/other/x``. So this filesystem refuses any path with a ``.`` or ``..`` segment, or outside ``prefix``
     (``PermissionError``): the confinement holds even for a path the lock lets through. ``read_only``: it opens
     files for reading only and removes, moves or creates nothing (DuckDB's lock allows writes inside the allowed
-    prefix: a library user's ``COPY … TO`` on a read-only connection would otherwise land in the warehouse)."""
+    prefix: a library user's ``COPY … TO`` on a read-only connection would otherwise land in the warehouse).
+
+    ``known``: path -> (size, mtime in ms) of every file DuckDB may read (a Delta snapshot's): the listing is built
+    from it, with no request to the store. ``local_root``: the warehouse is this local folder, and a file is opened
+    only when it is a regular file inside it (:func:`evalfarm.warehouse.base.safe_open`: no link out, no FIFO to
+    hang on)."""
     from fsspec.implementations.arrow import ArrowFSWrapper  # type: ignore[import-untyped]
 
     root = prefix.strip("/")
@@ -141,7 +161,7 @@ def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_onl
             return [strip(cls, p) for p in path]
         return _inside(scheme, root, str(path))
 
-    listing = _Listing(fs, root)
+    listing = _Listing(fs, root, known)
 
     def ls(self: Any, path: Any, detail: bool = False, **kwargs: Any) -> list[Any]:
         entries = listing.ls(self._strip_protocol(path))
@@ -160,7 +180,7 @@ def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_onl
         if read_only and any(c in mode for c in "wax+"):
             refuse(self, path)
         if mode == "rb":
-            return _SharedReader(self.fs.open_input_file(path))
+            return _reader(self.fs, str(path), local_root)
         return ArrowFSWrapper._open(self, path, mode, *args, **kwargs)
 
     def glob(self: Any, path: Any, **kwargs: Any) -> list[str]:
@@ -172,6 +192,15 @@ def prefix_filesystem(fs: pafs.FileSystem, scheme: str, prefix: str, *, read_onl
     if read_only:
         members.update({name: refuse for name in ("mkdir", "makedirs", "rm", "rm_file", "rmdir", "mv", "cp_file")})
     return type("WarehouseFileSystem", (ArrowFSWrapper,), members)(fs)
+
+
+def _reader(fs: pafs.FileSystem, path: str, local_root: str | None) -> _SharedReader:
+    """A file opened for DuckDB: a local warehouse's only as a regular file inside it, else through ``fs``."""
+    if local_root is not None:
+        from evalfarm.warehouse.base import safe_open
+
+        return _LocalReader(safe_open("/" + path.lstrip("/"), local_root))
+    return _SharedReader(fs.open_input_file(path))
 
 
 class _SharedReader:
@@ -227,6 +256,34 @@ class _SharedReader:
         self.close()
 
 
+class _LocalReader(_SharedReader):
+    """A local file opened by :func:`~evalfarm.warehouse.store.safe_open`, read with ``os.pread`` at each thread's
+    own position (positional reads are safe across threads, as :class:`_SharedReader`'s are)."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._size = os.fstat(fd).st_size
+        self._local = threading.local()
+        self._closed = False
+
+    def read(self, n: int | None = -1) -> bytes:
+        pos = self._pos()
+        if n is None or n < 0:
+            n = self._size - pos
+        data = os.pread(self._fd, max(0, min(n, self._size - pos)), pos) if pos < self._size else b""
+        self._local.pos = pos + len(data)
+        return data
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            os.close(self._fd)
+
+
 def _inside(scheme: str, root: str, path: str) -> str:
     """``path`` without ``scheme://``, when it is ``root`` or under it with no ``.`` or ``..`` segment."""
     text = path.removeprefix(f"{scheme}://").rstrip("/")
@@ -236,28 +293,39 @@ def _inside(scheme: str, root: str, path: str) -> str:
 
 
 class _Listing:
-    """Every file and folder under a prefix, from one recursive listing made on first use: what DuckDB's globs
-    and stats see through :func:`prefix_filesystem`. Creating the views globs each table's folder (46 globs, each a
-    listing per folder and a stat per file: ~700 requests and 4 s against a local server); one listing serves
-    them all, and a connection sees the warehouse as it was when it first looked. Runs add whole files, but also
-    replace some whole (a model's row each run, a recomputed unit's files): such a file's new bytes are then read at
-    its listed size, which :func:`evalfarm.warehouse.store.read_again_if_replaced` meets by reading again on a fresh
-    connection."""
+    """Every file and folder DuckDB's globs and stats see through :func:`prefix_filesystem`: the files of the
+    snapshot the connection reads (``known``: no request to the store at all), or — for a layout-1 warehouse, whose
+    views glob folders — one recursive listing made on first use (46 globs, each a listing per folder and a stat per
+    file, were ~700 requests and 4 s against a local server). Either way a connection sees the warehouse as it was
+    when it first looked."""
 
-    def __init__(self, fs: pafs.FileSystem, root: str) -> None:
+    def __init__(self, fs: pafs.FileSystem, root: str, known: Mapping[str, tuple[int, int]] | None = None) -> None:
         self.fs, self.root = fs, root
+        self.known = known
         self._entries: dict[str, dict[str, Any]] | None = None
         self._children: dict[str, list[str]] = {}
+
+    def _files(self) -> Iterator[tuple[str, str, int | None, Any]]:
+        """(path, kind, size, mtime) of everything under the root: the known files, else one recursive listing."""
+        if self.known is not None:
+            from datetime import UTC, datetime
+
+            for path, (size, mtime_ms) in self.known.items():  # as DuckDB names it: no leading slash
+                yield path.lstrip("/"), "file", size, datetime.fromtimestamp(mtime_ms / 1000, UTC)
+            return
+        selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
+        for i in self.fs.get_file_info(selector):
+            yield i.path, "file" if i.type == pafs.FileType.File else "directory", i.size, i.mtime
 
     def _load(self) -> dict[str, dict[str, Any]]:
         if self._entries is None:
             entries: dict[str, dict[str, Any]] = {self.root: _entry(self.root, "directory")}
             children: dict[str, set[str]] = {}
-            selector = pafs.FileSelector(self.root, recursive=True, allow_not_found=True)
-            for i in self.fs.get_file_info(selector):
-                kind = "file" if i.type == pafs.FileType.File else "directory"
-                entries[i.path] = _entry(i.path, kind, i.size, i.mtime)
-                child = i.path
+            for path, kind, size, mtime in self._files():
+                if not path.startswith(self.root + "/"):
+                    continue
+                entries[path] = _entry(path, kind, size, mtime)
+                child = path
                 while child != self.root and "/" in child:  # every folder on the way (S3 has no folder objects)
                     parent = child.rsplit("/", 1)[0]
                     children.setdefault(parent, set()).add(child)
@@ -311,6 +379,8 @@ def open_connection(
     duck_path: Callable[[str], str] = lambda p: p,
     memory_limit: str | None = None,
     schema_files: Mapping[str, str] | None = None,
+    known: Mapping[str, tuple[int, int]] | None = None,
+    local_root: str | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's pyarrow filesystem, which DuckDB reads
@@ -326,10 +396,12 @@ def open_connection(
                 raise ValueError(f"memory limit {memory_limit!r}: {exc}") from exc
         if remote is not None:  # before the lock, which would refuse a new filesystem
             scheme, _, prefix = root.partition("://")
-            con.register_filesystem(prefix_filesystem(remote, scheme, prefix, read_only=read_only))
+            con.register_filesystem(
+                prefix_filesystem(remote, scheme, prefix, read_only=read_only, known=known, local_root=local_root)
+            )
         if read_only:
             lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
-        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files)
+        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None)
     except BaseException:
         con.close()
         raise

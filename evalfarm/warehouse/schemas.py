@@ -107,6 +107,9 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("provenance", pa.string()),  # JSON: versions, git commit, device, Ray job, catalog as given
             ("n_done", pa.int64()),  # end event: units computed by this run
             ("reason", pa.string()),  # end event of an interrupted run: why
+            # end event: the version of every table once the run's last rows were committed, JSON {table: version}:
+            # the run's snapshot (`evalfarm sql --as-of RUN_ID` reads the warehouse as it was then)
+            ("snapshot", pa.string()),
         ]
     ),
     "failures": pa.schema(
@@ -166,20 +169,23 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", _TS),
         ]
     ),
-    # one row per result file a unit wrote (metrics, quality, a kind's detail tables): the sha256 of its bytes, so
-    # `evalfarm verify` notices a file changed after its run wrote it. Files: tables/manifests/<run_id>/<uuid>.parquet,
-    # written after the unit's metrics file; for a path written more than once (--force), the newest row counts.
+    # one row per data file of every other table (a unit's rows, a batch of runs' rows, a compacted file): the sha256
+    # of its bytes, so `evalfarm verify` notices a file changed after it was written. Committed before the files it
+    # names (a row naming a file no snapshot holds is harmless; a file without its row would be "unrecorded").
     "manifests": pa.schema(
         [
             ("run_id", pa.string()),
-            ("path", pa.string()),  # from the root: tables/<table>/model=…/task=…/<fingerprint>.parquet
+            ("path", pa.string()),  # from the root: tables/<table>/data/<run_id>/<uuid>.parquet
             ("sha256", pa.string()),
             ("size", pa.int64()),
             ("table", pa.string()),
-            ("model", pa.string()),
+            ("model", pa.string()),  # the unit of a file that holds one unit's rows, else null
             ("task", pa.string()),
             ("fingerprint", pa.string()),
             ("created_at", _TS),
+            # a file that holds several units' rows (compacted, migrated): JSON [[model, task, fingerprint, run_id]]
+            ("units", pa.string()),
+            ("rows", pa.int64()),
         ]
     ),
 }

@@ -1,19 +1,27 @@
-"""The warehouse's files: layout, atomic writes, the scan for damaged files, quarantine (the :class:`Warehouse`).
+"""The warehouse: Delta tables of results, text stores of vectors, and the one object every reader and writer uses.
 
-See :mod:`evalfarm.warehouse` for the layout. Schemas come from :mod:`evalfarm.warehouse.schemas` (core tables and
-each task kind's detail tables); connections and views from :mod:`evalfarm.warehouse.query`.
+See :mod:`evalfarm.warehouse` for the layout and :mod:`evalfarm.warehouse.tables` for the Delta Lake layer. Schemas
+come from :mod:`evalfarm.warehouse.schemas`; connections and views from :mod:`evalfarm.warehouse.query`.
+
+Writes are staged then committed. :meth:`Warehouse.write` stages one Parquet file (a unit's rows of one table, a
+run's event, a batch of ``units`` rows) and commits it at once, unless the warehouse is ``deferred``: then the file
+waits in :meth:`Warehouse.take_pending` for whoever commits the batch. A run's workers write deferred and hand their
+staged files to the driver with each job's outcome; the driver commits them in batches
+(:class:`~evalfarm.warehouse.commits.CommitBatcher`). A unit is done when its ``metrics`` rows are committed: the
+one definition of "is this unit computed?" (:meth:`Warehouse.done`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
+import time
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,6 +33,15 @@ import pyarrow.parquet as pq
 
 from evalfarm import atomic
 from evalfarm.cache import with_endpoint
+from evalfarm.warehouse.base import (
+    MANIFEST_TABLE,
+    LegacyWarehouse,
+    WarehouseWriteError,
+    new_run_id,
+    now,
+    safe_open,
+)
+from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
     QueryLimits,
     check_read_only,
@@ -33,17 +50,17 @@ from evalfarm.warehouse.query import (
     run_limited,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
+from evalfarm.warehouse.tables import DeltaTables, FileEntry, Snapshot, StagedFile, TableError, group_by_table
 
 log = logging.getLogger(__name__)
 
-
-def now() -> datetime:
-    return datetime.now(UTC)
-
-
-def new_run_id() -> str:
-    """Sortable and unique across concurrent runs: UTC time plus random suffix."""
-    return now().strftime("%Y%m%dT%H%M%S") + "-" + uuid.uuid4().hex[:8]
+SCHEMA_VERSION = 2
+"""The warehouse's layout version, in ``<root>/warehouse.json``: 1 was one Parquet file per unit and table under
+``model=…/task=…`` folders (read-only now: ``evalfarm warehouse migrate`` converts it), 2 a Delta table per table."""
+FORMAT_FILE = "warehouse.json"
+VERIFIED_MANIFEST = "verified-files.json"
+"""``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
+QUARANTINE_DIR = "quarantine"
 
 
 def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -94,26 +111,6 @@ def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) 
     return removed
 
 
-class WarehouseWriteError(OSError):
-    """A warehouse file could not be written (a read-only mount, a full disk, no permission).
-
-    One line that names the path and the reason; the first ``OSError`` is the one reported (cleaning up the temp file
-    on a read-only disk fails too, and must not replace it).
-    """
-
-    def __init__(self, path: str | os.PathLike[str], cause: OSError) -> None:
-        super().__init__(cause.errno, cause.strerror or str(cause), os.fspath(path))
-        self.path = os.fspath(path)
-        self.cause = cause
-
-    def __str__(self) -> str:
-        why = os.strerror(self.errno) if self.errno else (self.strerror or str(self.cause))
-        return f"cannot write {self.path}: {why}; evalfarm needs a writable warehouse with free space"
-
-    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray workers) intact
-        return (WarehouseWriteError, (self.path, self.cause))
-
-
 def atomic_write_table(
     table: pa.Table, path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None, **kwargs: Any
 ) -> str | Path:
@@ -145,16 +142,15 @@ T = TypeVar("T")
 
 QUERY_ATTEMPTS = 3
 """How often :func:`read_again_if_replaced` (:meth:`Warehouse.query`, the correlations' and the report's reads) runs
-a read that met a file replaced under it."""
+a read that met a file replaced or removed under it."""
 
-_REPLACED_MARKS = ("No magic bytes found at end of file", "Failed to read")
+_REPLACED_MARKS = ("No magic bytes found at end of file", "Failed to read", "No such file", "not found")
 
 
 def replaced_under_read(exc: BaseException) -> bool:
-    """Whether DuckDB's error is what a file replaced between a connection's listing and its read gives. A
-    connection lists the warehouse once (:class:`~evalfarm.warehouse.query._Listing`) and a run replaces some files
-    whole (a model's row each run, a recomputed unit's metrics): the new file's bytes are then read at the old
-    file's size, so its footer is not where the listing said. A fresh connection lists again and reads it whole."""
+    """Whether DuckDB's error is what a file changed between a connection's snapshot and its read gives: a file of
+    the snapshot removed meanwhile (vacuumed after a compaction), or — in a layout-1 warehouse, whose runs replaced
+    files whole — a file's new bytes read at the old file's size. A fresh connection reads the newest snapshot."""
     text = str(exc)
     return isinstance(exc, duckdb.Error) and any(m in text for m in _REPLACED_MARKS)
 
@@ -164,7 +160,7 @@ def read_again_if_replaced(
     work: Callable[[duckdb.DuckDBPyConnection], T],
     what: str = "warehouse read",
 ) -> T:
-    """``work(con)`` on a fresh connection, again on a new one when its read met a file a run replaced meanwhile
+    """``work(con)`` on a fresh connection, again on a new one when its read met a file changed meanwhile
     (:func:`replaced_under_read`), up to :data:`QUERY_ATTEMPTS` times; any other error is raised at once. The
     connection is closed after each try. ``work`` must only read: it may run more than once."""
     for attempt in range(1, QUERY_ATTEMPTS + 1):
@@ -175,36 +171,125 @@ def read_again_if_replaced(
         except duckdb.Error as exc:
             if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
                 raise
-            log.info("%s: a file was replaced while it was read (%s); reading again", what, exc)
+            log.info("%s: a file changed while it was read (%s); reading again", what, exc)
         finally:
             if con is not None:
                 con.close()
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+@dataclass(frozen=True)
+class Quarantined:
+    """A file that failed :meth:`Warehouse.file_problem`: where it was, where it went (None: left in place), why."""
+
+    path: str
+    moved_to: str | None
+    reason: str
+    units: tuple[tuple[str, str], ...] = ()  # (model, task) of the units whose rows it held, when known
+
+    @property
+    def unit(self) -> tuple[str | None, str | None]:
+        """(model, task) of the unit it held (from its manifest row, or a text store's ``model=`` folder): None where
+        it held none or many."""
+        if len(self.units) == 1:
+            return self.units[0]
+        parts = dict(p.split("=", 1) for p in self.path.split("/") if "=" in p)
+        return parts.get("model"), parts.get("task")
+
+
+class _DoneIndex:
+    """The units whose metrics are committed, (model, task, fingerprint) -> newest ``created_at`` (epoch seconds),
+    read from the ``metrics`` table's current snapshot and refreshed incrementally: only files added since the last
+    read are read, three columns each; a removal (compaction, quarantine) reads the snapshot again."""
+
+    def __init__(self, wh: Warehouse) -> None:
+        self.wh = wh
+        self.version: int | None = None
+        self.files: set[str] = set()
+        self.units: dict[tuple[str, str, str], float] = {}
+        self.checked = 0.0
+
+    def refresh(self, max_age: float = 0.0) -> dict[tuple[str, str, str], float]:
+        if time.monotonic() - self.checked < max_age and self.version is not None:
+            return self.units
+        snap = self.wh.tables.snapshot("metrics")
+        self.checked = time.monotonic()
+        if snap.version == self.version:
+            return self.units
+        paths = {f.path for f in snap.files}
+        if not self.files <= paths:  # something was removed: read the whole snapshot again
+            self.files, self.units = set(), {}
+        for path in sorted(paths - self.files):
+            t = self.wh.read_columns(path, ["model", "task", "fingerprint", "created_at"])
+            at = t.column("created_at").to_pylist()
+            for m, k, f, c in zip(t.column("model").to_pylist(), t.column("task").to_pylist(),
+                                  t.column("fingerprint").to_pylist(), at, strict=True):  # fmt: skip
+                if m is None or k is None or f is None:
+                    continue
+                stamp = c.timestamp() if isinstance(c, datetime) else 0.0
+                if stamp >= self.units.get((m, k, f), -1.0):
+                    self.units[(m, k, f)] = stamp
+        self.files, self.version = paths, snap.version
+        return self.units
+
+
 class Warehouse:
     """A warehouse root: a local directory or a pyarrow filesystem URI (``s3://…``, ``gs://…``, ``file://…``).
 
-    Paths handed out (``embeddings_path``, ``unit_path``) are strings inside ``self.fs``; all I/O goes through
-    the methods here so the same code runs on a laptop and against shared storage on a cluster.
+    Paths handed out (``store_dir``, a snapshot's files) are strings inside ``self.fs``; all I/O goes through the
+    methods here so the same code runs on a laptop and against shared storage on a cluster.
     """
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
+        from evalfarm.warehouse.tables import storage_options
+
         self.fs, self.base = resolve_filesystem(root)
         self.local = _is_local(self.fs)
         # `root`: a Path on the local filesystem (what users and tests see), else the URI.
         self.root: Path | str = Path(self.base) if self.local else os.fspath(root).rstrip("/")
         self.uri = str(self.root)  # the root as a string: a local path, else the URI itself
+        scheme = None if self.local else self.uri.split("://", 1)[0]
+        self.tables = DeltaTables(self.fs, self.base, scheme=scheme, options=storage_options(os.fspath(root)))
+        self.deferred = False
+        """When True, :meth:`write` stages files without committing them (:meth:`take_pending` hands them out)."""
+        self._pending: list[StagedFile] = []
+        self._done = _DoneIndex(self)
         self.check_root()
 
     def _p(self, *parts: str) -> str:
         return "/".join([self.base, *parts])
 
     # -- layout ---------------------------------------------------------------------------------------------
+    def layout(self) -> str:
+        """``delta`` (layout 2), ``legacy`` (layout 1: per-unit files, read-only until migrated), ``migrating`` (an
+        in-place migration started and not finished: run it again) or ``empty``."""
+        if self.exists(self._p("migrating.json")):
+            return "migrating"
+        if self.exists(self._p(FORMAT_FILE)) or self.tables.exists("runs") or self.tables.exists("metrics"):
+            return "delta"
+        if self.exists(self._p("tables", "runs", "_schema.parquet")) or self.exists(
+            self._p("tables", "metrics", "_schema.parquet")
+        ):
+            return "legacy"
+        return "empty"
+
     def init(self) -> Warehouse:
-        """Create the layout; a table's typed empty ``_schema.parquet`` is (re)written when missing or when this
-        version of evalfarm added columns, so the views see every column even before a row has one."""
-        self._write_schemas()
+        """Create the layout: every table (or the columns this version of evalfarm added to one), the text stores'
+        folder and the format file; sweep the temp files of dead writers. A layout-1 warehouse is refused with the
+        command that migrates it (:class:`LegacyWarehouse`)."""
+        layout = self.layout()
+        if layout in ("legacy", "migrating"):
+            raise LegacyWarehouse(self.uri, migrating=layout == "migrating")
+        try:
+            for name, schema in table_schemas().items():
+                self.tables.ensure(name, schema)
+            if not self.exists(self._p(FORMAT_FILE)):
+                self._put(self._p(FORMAT_FILE), self._format_body())
+        except TableError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, OSError) or "Permission denied" in str(exc) or "Read-only" in str(exc):
+                raise WarehouseWriteError(self._p("tables"), OSError(13, str(exc))) from exc
+            raise
         if self.local:
             try:
                 Path(self._p("embeddings")).mkdir(parents=True, exist_ok=True)
@@ -213,11 +298,35 @@ class Warehouse:
             sweep_temp_files(self.base)
         return self
 
-    def _schema_current(self, path: str, schema: pa.Schema) -> bool:
+    @staticmethod
+    def _format_body() -> bytes:
+        from evalfarm._version import __version__
+
+        body = {"schema_version": SCHEMA_VERSION, "format": "delta", "created_by": f"evalfarm {__version__}"}
+        return (json.dumps(body, indent=2) + "\n").encode()
+
+    def schema_version(self) -> int | None:
+        """The layout version the warehouse declares (None: no warehouse; 1: a layout-1 one, which declares none)."""
+        layout = self.layout()
+        if layout != "delta":
+            return 1 if layout == "legacy" else None
         try:
-            return pq.read_schema(path, filesystem=None if self.local else self.fs).equals(schema)
-        except (OSError, pa.ArrowInvalid):  # unreadable: rewrite it
-            return False
+            return int(json.loads(self._get(self._p(FORMAT_FILE)))["schema_version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return SCHEMA_VERSION
+
+    def _get(self, path: str) -> bytes:
+        if self.local:
+            return Path(path).read_bytes()
+        with self.fs.open_input_stream(path) as fh:
+            return bytes(fh.read())
+
+    def _put(self, path: str, body: bytes) -> None:
+        if self.local:
+            atomic.write_bytes(Path(path), body)
+        else:
+            with self.fs.open_output_stream(path) as out:
+                out.write(body)
 
     def store_dir(self, model: str, store_key: str) -> str:
         """A model's text store: one Parquet shard per batch of newly embedded texts."""
@@ -228,152 +337,137 @@ class Warehouse:
         then each part's Parquet footer; ``models``: only theirs). A complete store embeds nothing on a rerun, a
         partial one (a run stopped mid-model: the parts of ``execute.EMBED_SHARD_TEXTS``) only the rest: the first
         ETA's question."""
-        sel = pafs.FileSelector(self._p("embeddings"), recursive=True, allow_not_found=True)
         out: dict[tuple[str, str], int] = {}
-        for info in self.fs.get_file_info(sel):
-            parts = info.path.split("/")
-            hidden = info.base_name.startswith((".", "_"))  # a temp file of a writer, never vectors
-            if not info.path.endswith(".parquet") or hidden or len(parts) < 3 or not parts[-3].startswith("model="):
+        for path, _, _ in self._walk(self._p("embeddings")):
+            parts = path.split("/")
+            if len(parts) < 3 or not parts[-3].startswith("model=") or parts[-1].startswith("_"):
                 continue
             key = (parts[-3].removeprefix("model="), parts[-2].removeprefix("store="))
             if models is not None and key[0] not in models:
                 continue
             try:
-                rows = pq.read_metadata(info.path, filesystem=self.fs).num_rows
+                rows = pq.read_metadata(path, filesystem=self.fs).num_rows
             except (OSError, pa.ArrowException):  # unreadable: `verify` quarantines it; here it counts nothing
                 rows = 0
             out[key] = out.get(key, 0) + rows
         return out
-
-    def unit_path(self, table: str, model: str, task: str, fingerprint: str) -> str:
-        return self._p("tables", table, f"model={model}", f"task={task}", f"{fingerprint}.parquet")
-
-    # -- completion -----------------------------------------------------------------------------------------
-    def done_marker(self, unit: Any) -> str:
-        """A unit's completion marker: its metrics file, written last and atomically (``execute.write_results``), so
-        a killed worker leaves nothing that looks complete. The one definition of "is this unit computed?"."""
-        return self.unit_path("metrics", unit.model, unit.task, unit.fingerprint)
-
-    def is_done(self, unit: Any, *, since: float | None = None) -> bool:
-        """Whether ``unit`` is computed: its marker exists (with ``since``: and was written at or after that wall
-        clock time, for a ``--force`` run asking whether another run recomputed it meanwhile)."""
-        path = self.done_marker(unit)
-        if since is None:
-            return self.exists(path)
-        mtime = self.mtime(path)
-        return mtime is not None and mtime >= since
-
-    def done(self, units: list[Any]) -> list[bool]:
-        """:meth:`is_done` of each of ``units``, in one batch (one listing per table on an object store)."""
-        markers = [self.done_marker(u) for u in units]
-        present = self.existing(markers)
-        return [m in present for m in markers]
-
-    def list_files(self, folder: str, suffix: str = ".parquet") -> list[str]:
-        """Visible files (no hidden temp files) directly in ``folder``, sorted; [] when it does not exist."""
-        if self.local:
-            try:
-                names = os.listdir(folder)
-            except FileNotFoundError:
-                return []
-            return sorted(f"{folder}/{n}" for n in names if n.endswith(suffix) and not n.startswith("."))
-        sel = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
-        return sorted(
-            i.path for i in self.fs.get_file_info(sel) if i.path.endswith(suffix) and not i.base_name.startswith(".")
-        )
-
-    # -- file I/O -------------------------------------------------------------------------------------------
-    def exists(self, path: str) -> bool:
-        if self.local:
-            return os.path.exists(path)
-        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
-
-    def existing(self, paths: list[str]) -> set[str]:
-        """Which of ``paths`` exist: one stat each locally, one listing per table on an object store."""
-        if self.local:
-            return {p for p in paths if os.path.exists(p)}
-        found: set[str] = set()
-        for top in {"/".join(p[len(self.base) + 1 :].split("/")[:2]) for p in paths}:
-            sel = pafs.FileSelector(self._p(top), recursive=True, allow_not_found=True)
-            found.update(i.path for i in self.fs.get_file_info(sel))
-        return found & set(paths)
-
-    def mtime(self, path: str) -> float | None:
-        info = self.fs.get_file_info(path)
-        return None if info.type == pafs.FileType.NotFound or info.mtime is None else info.mtime.timestamp()
-
-    def write_table(self, table: pa.Table, path: str, **kwargs: Any) -> str:
-        return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
-
-    def read_table(self, path: str) -> pa.Table:
-        return pq.read_table(path, filesystem=None if self.local else self.fs)
-
-    def write_recorded(self, table: pa.Table, path: str) -> Recorded:
-        """Write a unit's result file as :meth:`write_table` does (the same bytes), and return the sha256 and size of
-        exactly the bytes written, for the run's manifest (:meth:`write_manifest`). The file is serialised in
-        memory first: hashing what is published, not a reread that another writer may have replaced meanwhile."""
-        sink = pa.BufferOutputStream()
-        pq.write_table(table, sink)
-        body = sink.getvalue().to_pybytes()
-        if self.local:
-            p = Path(path)
-            try:
-                atomic.write_bytes(p, body)
-            except OSError as exc:
-                raise WarehouseWriteError(p if p.parent.exists() else p.parent, exc) from exc
-        else:
-            try:
-                with self.fs.open_output_stream(path) as out:
-                    out.write(body)
-            except OSError as exc:
-                raise WarehouseWriteError(path, exc) from exc
-        return Recorded(self.relative(path), hashlib.sha256(body).hexdigest(), len(body))
-
-    def relative(self, path: str) -> str:
-        """``path`` (inside ``self.fs``) relative to the root: what a manifest records (a moved root still checks)."""
-        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
-
-    def write_manifest(self, run_id: str, rows: list[dict[str, Any]]) -> str | None:
-        """Record result files a run wrote (``tables/manifests/<run_id>/<uuid>.parquet``): :data:`MANIFEST_TABLE`
-        rows (path, sha256, size, table, model, task, fingerprint); ``created_at`` is filled in here."""
-        if not rows:
-            return None
-        at = now()
-        rows = [{"run_id": run_id, "created_at": at, **r} for r in rows]
-        return self.write(
-            MANIFEST_TABLE, rows, self._p("tables", MANIFEST_TABLE, run_id, f"{uuid.uuid4().hex}.parquet")
-        )
 
     # -- writes ---------------------------------------------------------------------------------------------
     def typed(self, table: str, rows: pa.Table | list[dict[str, Any]]) -> pa.Table:
         """``rows`` as ``table``'s schema (its columns, in order, cast)."""
         schema = SCHEMAS[table]
         t = rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows, schema=schema)
+        missing = [f for f in schema if f.name not in t.column_names]
+        for f in missing:  # a column its writer does not know (rows of an older shape): null
+            t = t.append_column(f, pa.nulls(t.num_rows, f.type))
         return t.select(schema.names).cast(schema)
 
-    def write(self, table: str, rows: pa.Table | list[dict[str, Any]], path: str) -> str:
-        return self.write_table(self.typed(table, rows), path)
+    def write(
+        self,
+        table: str,
+        rows: pa.Table | list[dict[str, Any]],
+        *,
+        run_id: str | None = None,
+        unit: tuple[str, str, str] | None = None,
+    ) -> StagedFile:
+        """Stage ``rows`` of ``table`` as one file and commit it (or keep it pending when :attr:`deferred`).
+        ``unit``: (model, task, fingerprint) when the rows are one unit's (its manifest row names it); ``run_id``
+        names the folder the file is staged in (default: the rows' own ``run_id``)."""
+        typed = self.typed(table, rows)
+        if run_id is None and "run_id" in typed.column_names and typed.num_rows:
+            run_id = typed.column("run_id")[0].as_py()
+        try:
+            self.tables.ensure(table, SCHEMAS[table])
+            staged = self.tables.stage(table, typed, run_id=run_id, unit=unit)
+        except TableError as exc:
+            raise WarehouseWriteError(self._p("tables", table), OSError(13, str(exc))) from exc
+        except OSError as exc:
+            if isinstance(exc, WarehouseWriteError):
+                raise
+            raise WarehouseWriteError(self._p("tables", table), exc) from exc
+        if self.deferred:
+            self._pending.append(staged)
+        else:
+            self.commit([staged], run_id=run_id)
+        return staged
 
-    def model_path(self, model: str, spec_hash: str) -> str:
-        return self._p("tables", "models", f"model={model}", f"{spec_hash}.parquet")
+    def pending_mark(self) -> int:
+        """Where the pending list stands (for :meth:`discard_pending`)."""
+        return len(self._pending)
 
-    def write_model(self, row: dict[str, Any]) -> str:
-        return self.write("models", [row], self.model_path(row["model"], row["spec_hash"]))
+    def discard_pending(self, mark: int) -> None:
+        """Forget the files staged since ``mark`` (a unit written in part: never committed, left to vacuum)."""
+        del self._pending[mark:]
 
-    def write_run_event(self, run_id: str, event: str, **fields: Any) -> str:
+    def take_pending(self) -> list[StagedFile]:
+        """The files staged while :attr:`deferred`, not yet committed (handed over: the list is emptied)."""
+        out, self._pending = self._pending, []
+        return out
+
+    @contextmanager
+    def deferring(self) -> Iterator[Warehouse]:
+        """Stage every write inside the block, then commit them all as one batch (or none, if the block raised)."""
+        if self.deferred:  # already deferred: the files go with whoever commits the outer batch
+            yield self
+            return
+        self.deferred = True
+        try:
+            yield self
+            self.deferred = False
+            self.commit(self.take_pending())
+        finally:
+            self.deferred = False
+            self._pending = []
+
+    def commit(
+        self,
+        files: Iterable[StagedFile],
+        *,
+        run_id: str | None = None,
+        batch: int | None = None,
+        operation: str = "write",
+    ) -> None:
+        """Commit staged ``files``: first the manifest rows of all of them (their sha256), then each table's files
+        as one transaction per table, ``metrics`` last — a unit's rows in every other table are committed before the
+        rows that make it done, so a batch interrupted half-way leaves units to recompute, never a done unit without
+        its detail rows. Each commit's info names the run, the batch and a commit id (a retried commit that had in
+        fact landed is recognised, never committed twice)."""
+        files = list(files)
+        if not files:
+            return
+        by_table = group_by_table(files)
+        recorded = [f for f in files if f.table != MANIFEST_TABLE]
+        try:
+            if recorded:
+                rows = self.typed(MANIFEST_TABLE, manifest_rows(recorded, run_id))
+                self.tables.ensure(MANIFEST_TABLE, SCHEMAS[MANIFEST_TABLE])
+                by_table.setdefault(MANIFEST_TABLE, []).insert(
+                    0, self.tables.stage(MANIFEST_TABLE, rows, run_id=run_id)
+                )
+            for table in sorted(by_table, key=lambda t: (t != MANIFEST_TABLE, t == "metrics", t)):
+                meta = {"evalfarm.run_id": run_id, "evalfarm.batch": batch, "evalfarm.operation": operation,
+                        "evalfarm.commit": uuid.uuid4().hex}  # fmt: skip
+                self.tables.ensure(table, SCHEMAS[table]) if table in SCHEMAS else None
+                self.tables.commit(table, by_table[table], metadata=meta)
+        except TableError as exc:
+            raise WarehouseWriteError(self._p("tables"), OSError(5, str(exc))) from exc
+
+    def write_model(self, row: dict[str, Any]) -> StagedFile:
+        return self.write("models", [row])
+
+    def write_run_event(self, run_id: str, event: str, **fields: Any) -> StagedFile:
         row = {"run_id": run_id, "event": event, "at": now(), **fields}
-        return self.write("runs", [row], self._p("tables", "runs", f"{run_id}.{event}.parquet"))
+        return self.write("runs", [row], run_id=run_id)
 
-    def write_units(self, run_id: str, rows: list[dict[str, Any]]) -> str | None:
+    def write_units(self, run_id: str, rows: list[dict[str, Any]]) -> StagedFile | None:
         """Per-unit timing rows (one file per batch; the scheduler writes them as units finish)."""
         if not rows:
             return None
-        rows = [{"run_id": run_id, **r} for r in rows]
-        return self.write("units", rows, self._p("tables", "units", run_id, f"{uuid.uuid4().hex}.parquet"))
+        return self.write("units", [{"run_id": run_id, **r} for r in rows], run_id=run_id)
 
     def write_failure(
         self, run_id: str, model: str | None, task: str | None, stage: str, error: str, detail: str = ""
-    ) -> str:
+    ) -> StagedFile:
         row = {
             "run_id": run_id,
             "model": model,
@@ -383,64 +477,162 @@ class Warehouse:
             "detail": detail,
             "created_at": now(),
         }
-        return self.write("failures", [row], self._p("tables", "failures", run_id, f"{uuid.uuid4().hex}.parquet"))
+        return self.write("failures", [row], run_id=run_id)
 
-    # -- reads ----------------------------------------------------------------------------------------------
-    def connect(self, *, read_only: bool = True, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
-        """An in-memory DuckDB with the views of ``sql/`` over this warehouse.
+    # -- completion -----------------------------------------------------------------------------------------
+    def done(self, units: list[Any], *, max_age: float = 0.0) -> list[bool]:
+        """Whether each of ``units`` is computed: its (model, task, fingerprint) has committed ``metrics`` rows (one
+        read of the table's newest snapshot, incremental after the first; ``max_age``: reuse a read that young)."""
+        if not units or self.layout() != "delta":
+            return [False] * len(units)
+        index = self._done.refresh(max_age)
+        return [(u.model, u.task, u.fingerprint) in index for u in units]
 
-        Read-only (the default, and what ``evalfarm sql`` uses) locks the connection down before any view
-        exists: only files under the warehouse root (a local directory, or the ``s3://`` / ``gs://`` prefix)
-        can be opened, external access and extension installs are off, and the configuration is locked so a
-        query cannot lift those limits. A local warehouse is then read through a read-only filesystem
-        (``local-ro://``, :meth:`_reader`), so even a statement run on the connection directly cannot write into
-        it. Statements are checked separately (``check_read_only``): the lock keeps a query inside the warehouse,
-        the check keeps it from writing there. An object-store warehouse is read
-        through this warehouse's own pyarrow filesystem, registered with DuckDB and confined to the prefix
-        (``prefix_filesystem``: no extension to install), with credentials and endpoint from the usual AWS_* / GCS
-        environment variables (``AWS_ENDPOINT_URL`` for a store that is not AWS). ``memory_limit``: DuckDB's
-        memory cap (``"4GB"``; None: DuckDB's default).
-        """
-        if not self.exists(self._p("tables")) and not self.exists(self._p("tables", "runs", "_schema.parquet")):
-            raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
-        stand_ins: dict[str, str] = {}
-        if read_only:  # never write: a missing or outdated _schema.parquet gets a private stand-in instead
-            stand_ins = self._stand_in_schemas()
-        else:  # a warehouse written before a table gained a column: its views need the column to exist
+    def is_done(self, unit: Any, *, since: float | None = None, max_age: float = 0.0) -> bool:
+        """Whether ``unit`` is computed (with ``since``: and was computed at or after that wall clock time, for a
+        ``--force`` run asking whether another run recomputed it meanwhile)."""
+        if self.layout() != "delta":
+            return False
+        stamp = self._done.refresh(max_age).get((unit.model, unit.task, unit.fingerprint))
+        return stamp is not None and (since is None or stamp >= since)
+
+    # -- file I/O -------------------------------------------------------------------------------------------
+    def exists(self, path: str) -> bool:
+        if self.local:
+            return os.path.exists(path)
+        return self.fs.get_file_info(path).type != pafs.FileType.NotFound
+
+    def mtime(self, path: str) -> float | None:
+        info = self.fs.get_file_info(path)
+        return None if info.type == pafs.FileType.NotFound or info.mtime is None else info.mtime.timestamp()
+
+    def list_files(self, folder: str, suffix: str = ".parquet") -> list[str]:
+        """Visible regular files (no hidden temp files, no links) directly in ``folder``, sorted; [] when none."""
+        if self.local:
             try:
-                self._write_schemas()
-            except OSError:  # read-only storage: the views of the new columns fail until a run updates it
-                pass
+                entries = list(os.scandir(folder))
+            except (FileNotFoundError, NotADirectoryError):
+                return []
+            return sorted(
+                f"{folder}/{e.name}" for e in entries
+                if e.name.endswith(suffix) and not e.name.startswith(".") and e.is_file(follow_symlinks=False)
+            )  # fmt: skip
+        sel = pafs.FileSelector(folder, recursive=False, allow_not_found=True)
+        return sorted(
+            i.path for i in self.fs.get_file_info(sel) if i.path.endswith(suffix) and not i.base_name.startswith(".")
+        )
+
+    def write_table(self, table: pa.Table, path: str, **kwargs: Any) -> str:
+        """A plain Parquet file at ``path``, published atomically (text-store shards: outside the Delta tables)."""
+        return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
+
+    def read_table(self, path: str) -> pa.Table:
+        return pq.read_table(self.open_input(path))
+
+    def read_columns(self, path: str, columns: list[str]) -> pa.Table:
+        """``columns`` of one data file (a column the file lacks: null)."""
+        f = pq.ParquetFile(self.open_input(path))
+        have = [c for c in columns if c in f.schema_arrow.names]
+        t = f.read(columns=have)
+        for c in columns:
+            if c not in have:
+                t = t.append_column(c, pa.nulls(t.num_rows))
+        return t.select(columns)
+
+    def open_input(self, path: str) -> Any:
+        """A file of the warehouse opened for reading: on a local disk only a regular file inside the root, opened
+        without following a final symlink and without blocking (a FIFO planted in the warehouse is refused, not
+        waited on); on an object store the object itself."""
+        if not self.local:
+            return self.fs.open_input_file(path)
+        return pa.PythonFile(open(safe_open(path, self.base), "rb", closefd=True), mode="r")
+
+    def relative(self, path: str) -> str:
+        """``path`` (inside ``self.fs``) relative to the root: what a manifest records (a moved root still checks)."""
+        return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
+
+    # -- snapshots and reads --------------------------------------------------------------------------------
+    def snapshot(self, as_of: Any = None) -> dict[str, Snapshot]:
+        """Every table's snapshot: the newest (``as_of`` None), a run's (its id: the versions its end event recorded,
+        or for a run that never ended the state at its last commit) or the state at a time (a ``datetime``, or an
+        ISO 8601 text). Tables that did not exist then are empty snapshots."""
+        from evalfarm.warehouse.history import resolve_as_of
+
+        point = resolve_as_of(self, as_of) if as_of is not None else None
+        out: dict[str, Snapshot] = {}
+        for name in table_schemas():
+            if point is None:
+                out[name] = self.tables.snapshot(name)
+            elif point.versions is not None and name in point.versions:
+                version = point.versions[name]
+                out[name] = self.tables.snapshot(name, version) if version is not None else Snapshot(name, None, None)
+            else:
+                out[name] = self.tables.snapshot(name, as_of=point.at)
+        return out
+
+    def connect(
+        self, *, read_only: bool = True, memory_limit: str | None = None, as_of: Any = None
+    ) -> duckdb.DuckDBPyConnection:
+        """An in-memory DuckDB with the views of ``sql/`` over this warehouse's snapshot (the newest, or ``as_of``:
+        see :meth:`snapshot`).
+
+        Each table's view reads exactly the Parquet files its Delta snapshot names (no folder is listed), plus a
+        private typed empty file so every column exists. Read-only (the default, and what ``evalfarm sql`` uses)
+        locks the connection down before any view exists: only files under the warehouse root can be opened,
+        external access and extension installs are off, and the configuration is locked so a query cannot lift
+        those limits. A local warehouse is then read through a read-only filesystem (``local-ro://``,
+        :meth:`_reader`) that opens regular files only, so even a statement run on the connection directly cannot
+        write into it, nor follow a link out of it. An object-store warehouse is read through this warehouse's own
+        pyarrow filesystem, registered with DuckDB and confined to the prefix (``prefix_filesystem``: no extension
+        to install), with credentials and endpoint from the usual AWS_* / GCS environment variables.
+        ``memory_limit``: DuckDB's memory cap (``"4GB"``; None: DuckDB's default). A layout-1 warehouse is read as
+        it was written (folders globbed), without history.
+        """
+        layout = self.layout()
+        if layout == "empty":
+            raise FileNotFoundError(f"no warehouse at {self.uri} (run `evalfarm run --warehouse {self.uri}` first)")
+        if layout == "migrating":
+            raise LegacyWarehouse(self.uri, migrating=True)
+        if layout == "legacy":
+            if as_of is not None:
+                raise ValueError(
+                    f"{LegacyWarehouse(self.uri)} (a layout-1 warehouse keeps no snapshots to go back to)"
+                )
+            from evalfarm.warehouse.legacy import legacy_connect
+
+            return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
+        snaps = self.snapshot(as_of)
+        files = {t: [f.path for f in s.files] for t, s in snaps.items()}
         try:
-            return self._connect(read_only, {}, memory_limit, stand_ins)
-        except duckdb.Error:  # one unreadable file breaks every view over its folder: leave such files out
-            self.excluded = tuple(self.scan(quarantine=False))
+            return self._connect(read_only, files, snaps, memory_limit)
+        except duckdb.Error:  # one unreadable file breaks every view over its table: leave such files out
+            self.excluded = tuple(self.scan(quarantine=False, snapshots=snaps))
             if not self.excluded:
                 raise
-        return self._connect(read_only, self._good_files({q.path for q in self.excluded}), memory_limit, stand_ins)
+        bad = {q.path for q in self.excluded}
+        return self._connect(read_only, {t: [p for p in fs if p not in bad] for t, fs in files.items()}, snaps,
+                             memory_limit)  # fmt: skip
 
     def _connect(
         self,
         read_only: bool,
         files: dict[str, list[str]],
-        memory_limit: str | None = None,
-        stand_ins: dict[str, str] | None = None,
+        snaps: dict[str, Snapshot],
+        memory_limit: str | None,
     ) -> duckdb.DuckDBPyConnection:
-        """The connection of :meth:`connect`; ``files``: table -> the files its views read instead of the glob;
-        ``stand_ins``: table -> a private schema file its views read too (:meth:`_stand_in_schemas`)."""
-        listed = dict(files)
-        for table in stand_ins or {}:
-            if table not in listed:
-                listed[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)))
+        stand_ins = {name: private_schema_file(name, schema) for name, schema in table_schemas().items()}
+        known = {f.path: (f.size, f.modified_ms) for s in snaps.values() for f in s.files}
         root, remote, duck_path = self._reader(read_only)
         return open_connection(
             root,
             read_only=read_only,
             remote=remote,
-            files=listed,
+            files=files,
             duck_path=duck_path,
             memory_limit=memory_limit,
             schema_files=stand_ins,
+            known=known,
+            local_root=self.base if self.local else None,
         )
 
     def _reader(self, read_only: bool) -> tuple[str, pafs.FileSystem | None, Callable[[str], str]]:
@@ -461,41 +653,45 @@ class Warehouse:
 
         return read_only_path(self.base), pafs.SubTreeFileSystem("/", pafs.LocalFileSystem()), read_only_path
 
-    def _stand_in_schemas(self) -> dict[str, str]:
-        """Table -> a typed empty Parquet file in this process's private temp folder, for each table whose
-        ``_schema.parquet`` is missing or outdated: a read-only open sees every column and writes nothing."""
-        out: dict[str, str] = {}
-        for name, schema in table_schemas().items():
-            p = self._p("tables", name, "_schema.parquet")
-            if not self.exists(p) or not self._schema_current(p, schema):
-                out[name] = private_schema_file(name, schema)
-        return out
-
-    def query(self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None) -> pa.Table:
-        """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views.
+    def query(
+        self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None, as_of: Any = None
+    ) -> pa.Table:
+        """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views
+        (of the newest snapshot, or ``as_of``: a run id or a time, see :meth:`snapshot`).
 
         The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
         connection (:meth:`connect`); exactly the statement that was checked is executed. It stops after
         ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), and past ``memory_limit`` (``MemoryError``);
         each left None takes its environment variable, else the default (:class:`QueryLimits`). A read that met a
-        file a run replaced meanwhile runs again on a fresh connection (:func:`replaced_under_read`), up to
-        :data:`QUERY_ATTEMPTS` times: a query during a run sees a consistent warehouse instead of failing.
+        file removed meanwhile (a compaction vacuumed) runs again on a fresh connection, up to
+        :data:`QUERY_ATTEMPTS` times. A query ``as_of`` a snapshot pins it while it runs
+        (:func:`~evalfarm.warehouse.maintenance.pinned`): a vacuum then keeps its files.
         """
         statement = check_read_only(sql)
         limits = QueryLimits.resolve(timeout_s, memory_limit)
-        return read_again_if_replaced(
-            lambda: self.connect(memory_limit=limits.memory_limit),
-            lambda con: run_limited(con, statement, limits.timeout_s),
-            "warehouse query",
-        )
 
-    # -- verification and quarantine (issue #13.6) ----------------------------------------------------------
+        def run() -> pa.Table:
+            return read_again_if_replaced(
+                lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of),
+                lambda con: run_limited(con, statement, limits.timeout_s),
+                "warehouse query",
+            )
+
+        if as_of is None:
+            return run()
+        from evalfarm.warehouse.pins import pinned
+
+        with pinned(self, as_of):
+            return run()
+
+    # -- verification and quarantine ------------------------------------------------------------------------
     # A truncated Parquet file (a full disk, a copy cut short, a crash outside the atomic write) has no footer:
-    # DuckDB then fails every view over its folder, and a unit whose metrics file merely exists would be skipped.
-    # `scan` checks every file once (footer, row count, a unit file's fingerprint column against its name) and
-    # remembers what it checked in VERIFIED_MANIFEST by (size, mtime): a no-op rerun stats files, it does not
-    # reread them. A bad file is moved to <root>/quarantine/<run>/<its path> with a .why.txt beside it; a unit
-    # that lost a file loses its metrics file too (so it is recomputed, not skipped). Views skip unreadable files.
+    # DuckDB then fails every view over its table, and a unit whose metrics rows merely exist would be skipped.
+    # `scan` checks every data file of every table's snapshot and every text-store shard once (footer, row count),
+    # remembering what it checked in VERIFIED_MANIFEST by (size, mtime): a no-op rerun stats files, it does not
+    # reread them. A bad data file is removed from its table (a commit) and moved to <root>/quarantine/<run>/<its
+    # path> with a .why.txt beside it; the units whose rows it held lose their metrics rows too (so they are
+    # recomputed, not skipped). Views skip unreadable files.
     excluded: tuple[Quarantined, ...] = ()
     """Files :meth:`connect` left out of the views because they could not be read (not moved: it is read-only)."""
 
@@ -507,14 +703,6 @@ class Warehouse:
                 "that `evalfarm run` filled)"
             )
 
-    def _write_schemas(self) -> None:
-        """Each table's empty, typed ``_schema.parquet`` (the views' columns exist before any result does), rewritten
-        when the table gained columns since the warehouse was made (its views name the new columns)."""
-        for name, schema in table_schemas().items():
-            p = self._p("tables", name, "_schema.parquet")
-            if not self.exists(p) or not self._schema_current(p, schema):
-                self.write_table(empty_table(schema), p)
-
     @property
     def duckdb_root(self) -> str:
         """The root as DuckDB reads it, and the one prefix a read-only connection may open (``lock_down``): the
@@ -525,8 +713,10 @@ class Warehouse:
         """``path`` (inside ``self.fs``) as DuckDB opens it."""
         return path if self.local else f"{str(self.root).split('://', 1)[0]}://{path}"
 
-    def _walk(self, folder: str) -> list[tuple[str, int, int | None]]:
-        """(path, size, mtime in ns) of every visible Parquet file under ``folder`` (hidden temp files excluded)."""
+    def _walk(self, folder: str, *, files: bool = False) -> list[tuple[str, int, int | None]]:
+        """(path, size, mtime in ns) of every visible Parquet file under ``folder`` (hidden temp files and anything
+        that is not a regular file or a folder — links, FIFOs — left out; with ``files``, those are listed with
+        size -1 so a caller that expects a file there can tell it is not one)."""
         out: list[tuple[str, int, int | None]] = []
         if self.local:
             stack = [folder]
@@ -536,13 +726,15 @@ class Warehouse:
                 except (FileNotFoundError, NotADirectoryError):
                     continue
                 for e in entries:
-                    if e.name.startswith("."):
+                    if e.name.startswith(".") or e.name == "_delta_log":
                         continue
                     if e.is_dir(follow_symlinks=False):
                         stack.append(e.path)
-                    elif e.name.endswith(".parquet"):
-                        st = e.stat()
+                    elif e.name.endswith(".parquet") and e.is_file(follow_symlinks=False):
+                        st = e.stat(follow_symlinks=False)
                         out.append((e.path, st.st_size, st.st_mtime_ns))
+                    elif files and e.name.endswith(".parquet"):
+                        out.append((e.path, -1, None))
             return out
         sel = pafs.FileSelector(folder, recursive=True, allow_not_found=True)
         for i in self.fs.get_file_info(sel):
@@ -551,101 +743,131 @@ class Warehouse:
         return out
 
     def file_problem(self, path: str) -> str | None:
-        """Why ``path`` is not a whole warehouse file, or None. Every file: a Parquet footer that parses and a row
-        count its columns agree with. A unit's file (``tables/<table>/model=…/task=…/<fingerprint>.parquet``): a
-        ``fingerprint`` column equal to its name, and at least one row for a metrics file. A text-store shard: rows
-        and the ``text`` / ``embedding`` columns."""
-        rel = path[len(self.base) + 1 :].split("/")
+        """Why ``path`` is not a whole warehouse file, or None: a Parquet footer that parses and a row count its
+        columns agree with; a text-store shard also needs rows and its ``text`` / ``embedding`` / ``oov`` columns."""
+        rel = self.relative(path).split("/")
         try:
-            f = pq.ParquetFile(path, filesystem=None if self.local else self.fs)
+            f = pq.ParquetFile(self.open_input(path))
             meta = f.metadata
             names = set(f.schema_arrow.names)
-            if len(rel) == 5 and rel[0] == "tables" and rel[2].startswith("model=") and rel[3].startswith("task="):
-                fingerprint = rel[4][: -len(".parquet")]
-                if rel[1] == "metrics" and meta.num_rows == 0:
-                    return "a metrics file with no rows"
-                if "fingerprint" not in names:
-                    return "no fingerprint column"
-                col = f.read(columns=["fingerprint"]).column(0)
-                if len(col) != meta.num_rows:
-                    return f"the footer says {meta.num_rows} rows, the fingerprint column has {len(col)}"
-                found = set(col.unique().to_pylist())
-                if found and found != {fingerprint}:
-                    return f"fingerprint column {sorted(map(str, found))[:3]} is not the file's unit {fingerprint}"
-            elif rel[0] == "embeddings" and rel[-1] != "_schema.parquet":
+            first = f.schema_arrow.names[0] if names else None
+            if rel[0] == "embeddings":
                 if meta.num_rows == 0 or not {"text", "embedding", "oov"} <= names:
                     return "a text-store shard without rows or without text / embedding / oov columns"
-                if len(f.read(columns=["text"]).column(0)) != meta.num_rows:
-                    return "the footer's row count differs from the text column's"
+                first = "text"
+            if first is not None and len(f.read(columns=[first]).column(0)) != meta.num_rows:
+                return "the footer's row count differs from the data's"
         except (pa.ArrowException, OSError, ValueError) as exc:
-            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return f"unreadable Parquet ({first})"
+            text = str(exc).strip()
+            return f"unreadable Parquet ({text.splitlines()[0] if text else type(exc).__name__})"
         return None
 
-    def _manifest(self) -> dict[str, list[int]]:
+    def _verified(self) -> dict[str, list[int]]:
         try:
-            if self.local:
-                with open(self._p(VERIFIED_MANIFEST), encoding="utf-8") as fh:
-                    data = json.load(fh)
-            else:
-                with self.fs.open_input_stream(self._p(VERIFIED_MANIFEST)) as fh:
-                    data = json.loads(fh.read().decode("utf-8"))
+            data = json.loads(self._get(self._p(VERIFIED_MANIFEST)))
         except (OSError, ValueError):
             return {}
         files = data.get("files") if isinstance(data, dict) and data.get("version") == 1 else None
         return files if isinstance(files, dict) else {}
 
-    def _save_manifest(self, files: dict[str, list[int]]) -> None:
+    def _save_verified(self, files: dict[str, list[int]]) -> None:
         """Best effort (it is a cache: a lost update costs a reread next time, never a wrong answer)."""
         body = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
-        path = self._p(VERIFIED_MANIFEST)
         try:
             if self.local:
-                atomic.write_bytes(Path(path), body, fsync=False)
+                atomic.write_bytes(Path(self._p(VERIFIED_MANIFEST)), body, fsync=False)
             else:
-                with self.fs.open_output_stream(path) as out:
-                    out.write(body)
+                self._put(self._p(VERIFIED_MANIFEST), body)
         except OSError:
             pass
 
-    def scan(self, *, quarantine: bool = True, run_id: str | None = None) -> list[Quarantined]:
-        """Check every file under ``tables/`` and ``embeddings/`` not checked before in its current state (see
-        :meth:`file_problem`); move bad ones to quarantine (``quarantine=True``), with the metrics file of any unit
-        that lost a file, and return them (``moved_to`` is None when not moved)."""
-        known = self._manifest()
-        per_unit = set(unit_tables())
+    def scan(
+        self, *, quarantine: bool = True, run_id: str | None = None, snapshots: dict[str, Snapshot] | None = None
+    ) -> list[Quarantined]:
+        """Check every data file of every table (``snapshots``, default the newest) and every text-store shard not
+        checked before in its current state (see :meth:`file_problem`); with ``quarantine`` remove bad data files
+        from their tables (with the metrics rows of every unit that lost rows) and move bad files aside; return them
+        (``moved_to`` is None when not moved)."""
+        if self.layout() != "delta":
+            return []
+        known = self._verified()
         seen: dict[str, list[int]] = {}
         bad: dict[str, str] = {}
-        for top in ("tables", "embeddings"):
-            for path, size, mtime in self._walk(self._p(top)):
-                rel = path[len(self.base) + 1 :]
-                stamp = [size, mtime] if mtime is not None else None
-                if stamp is not None and known.get(rel) == stamp:
-                    seen[rel] = stamp
-                    continue
-                why = self.file_problem(path)
-                if why is None:
-                    if stamp is not None:
-                        seen[rel] = stamp
+        snaps = snapshots if snapshots is not None else {n: self.tables.snapshot(n) for n in table_schemas()}
+        on_disk = {p: (size, mtime) for t in snaps for p, size, mtime in self._walk(self.tables.folder(t), files=True)}
+        candidates: list[tuple[str, int, int | None]] = []
+        for s in snaps.values():
+            for f in s.files:
+                size, mtime = on_disk.get(f.path, (-1, None))
+                if size != f.size:  # gone, edited, cut short, or not a regular file: not what the log recorded
+                    bad[f.path] = _size_problem(f.size, size)
                 else:
-                    bad[path] = why
-        for path, why in list(bad.items()):  # a unit without one of its files is not done: recompute it
-            parts = path[len(self.base) + 1 :].split("/")
-            if len(parts) == 5 and parts[0] == "tables" and parts[1] in per_unit:
-                marker = self._p("tables", "metrics", *parts[2:])
-                if marker not in bad and self.exists(marker):
-                    bad[marker] = f"its unit's {parts[1]} file was unreadable ({why}); the unit is recomputed"
-                    seen.pop(marker[len(self.base) + 1 :], None)
+                    candidates.append((f.path, size, mtime))
+        candidates += self._walk(self._p("embeddings"))
+        for path, size, mtime in candidates:
+            rel = self.relative(path)
+            stamp = [size, mtime] if mtime is not None else None
+            if stamp is not None and known.get(rel) == stamp:
+                seen[rel] = stamp
+                continue
+            why = self.file_problem(path)
+            if why is None:
+                if stamp is not None:
+                    seen[rel] = stamp
+            else:
+                bad[path] = why
+        units = self._units_of(bad) if bad else {}
         if not quarantine:
-            return [Quarantined(p, None, why) for p, why in sorted(bad.items())]
-        moved = [self.quarantine(p, why, run_id) for p, why in sorted(bad.items())]
+            return [Quarantined(p, None, why, units.get(p, ())) for p, why in sorted(bad.items())]
+        moved = self._quarantine_data(bad, units, snaps, run_id)
         if seen != known:
-            self._save_manifest(seen)
+            self._save_verified(seen)
         return moved
 
-    def quarantine(self, path: str, why: str, run_id: str | None = None) -> Quarantined:
+    def _units_of(self, paths: Iterable[str]) -> dict[str, tuple[tuple[str, str], ...]]:
+        """(model, task) of the units whose rows each data file holds, from its manifest row."""
+        index = manifest_index(self)
+        out: dict[str, tuple[tuple[str, str], ...]] = {}
+        for p in paths:
+            row = index.get(self.relative(p))
+            if row is not None:
+                out[p] = tuple(sorted({(u[0], u[1]) for u in row.units}))
+        return out
+
+    def _quarantine_data(
+        self,
+        bad: dict[str, str],
+        units: dict[str, tuple[tuple[str, str], ...]],
+        snaps: dict[str, Snapshot],
+        run_id: str | None,
+    ) -> list[Quarantined]:
+        """Remove the bad data files from their tables, drop the metrics rows of the units that lost rows, move the
+        files aside."""
+        entries = {f.path: (name, f) for name, s in snaps.items() for f in s.files}
+        by_table: dict[str, list[FileEntry]] = {}
+        for path in bad:
+            if path in entries:
+                by_table.setdefault(entries[path][0], []).append(entries[path][1])
+        index = manifest_index(self) if by_table else {}
+        lost: set[tuple[str, str, str]] = set()
+        for table, fs in by_table.items():
+            for f in fs if table != "metrics" else ():  # a metrics file's units go with it
+                row = index.get(self.relative(f.path))
+                lost |= {(u[0], u[1], u[2]) for u in (row.units if row is not None else ())}
+        for table, fs in by_table.items():
+            self.tables.commit(table, [], removes=fs, metadata={"evalfarm.operation": "quarantine",
+                                                               "evalfarm.run_id": run_id})  # fmt: skip
+        if lost:
+            from evalfarm.warehouse.rewrite import drop_units
+
+            drop_units(self, lost, run_id=run_id)
+        return [self.quarantine(p, why, run_id, units=units.get(p, ())) for p, why in sorted(bad.items())]
+
+    def quarantine(
+        self, path: str, why: str, run_id: str | None = None, *, units: tuple[tuple[str, str], ...] = ()
+    ) -> Quarantined:
         """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it."""
-        rel = path[len(self.base) + 1 :]
+        rel = self.relative(path)
         dest = self._p(QUARANTINE_DIR, run_id or new_run_id(), rel)
         note = f"{rel}: {why}\n".encode()
         try:
@@ -659,48 +881,14 @@ class Warehouse:
                 with self.fs.open_output_stream(dest + ".why.txt") as out:
                     out.write(note)
         except FileNotFoundError:  # another process moved it first
-            return Quarantined(path, None, why)
-        return Quarantined(path, dest, why)
-
-    def _good_files(self, bad: set[str]) -> dict[str, list[str]]:
-        """For each table with a file in ``bad``: its other files (what its views read instead of the glob)."""
-        out: dict[str, list[str]] = {}
-        for table in sorted({p[len(self.base) + 1 :].split("/")[1] for p in bad if "/tables/" in p}):
-            out[table] = sorted(p for p, _, _ in self._walk(self._p("tables", table)) if p not in bad)
-        return out
+            return Quarantined(path, None, why, units)
+        return Quarantined(path, dest, why, units)
 
 
-MANIFEST_TABLE = "manifests"
-"""The table of result files' content hashes (:meth:`Warehouse.write_manifest`; ``evalfarm verify`` reads it)."""
-
-
-@dataclass(frozen=True)
-class Recorded:
-    """A result file as written: its path relative to the root, the sha256 (hex) and size of its bytes."""
-
-    path: str
-    sha256: str
-    size: int
-
-
-VERIFIED_MANIFEST = "verified-files.json"
-"""``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
-QUARANTINE_DIR = "quarantine"
-
-
-@dataclass(frozen=True)
-class Quarantined:
-    """A file that failed :meth:`Warehouse.file_problem`: where it was, where it went (None: left in place), why."""
-
-    path: str
-    moved_to: str | None
-    reason: str
-
-    @property
-    def unit(self) -> tuple[str | None, str | None]:
-        """(model, task) named by the file's hive folders (None where it has none)."""
-        parts = dict(p.split("=", 1) for p in self.path.split("/") if "=" in p)
-        return parts.get("model"), parts.get("task")
+def _size_problem(logged: int, actual: int) -> str:
+    if actual < 0:
+        return "missing, or not a regular file (a link, a FIFO): the table's log names a data file here"
+    return f"{actual} bytes where the table's log recorded {logged}: edited or cut short after its commit"
 
 
 def embeddings_table(
@@ -750,3 +938,30 @@ def read_embeddings(
         except json.JSONDecodeError:
             meta[key] = v.decode()
     return t.column("text").to_pylist(), emb, oov, meta
+
+
+__all__ = [
+    "FORMAT_FILE",
+    "MANIFEST_TABLE",
+    "QUARANTINE_DIR",
+    "SCHEMA_VERSION",
+    "STALE_TEMP_SECONDS",
+    "VERIFIED_MANIFEST",
+    "LegacyWarehouse",
+    "Quarantined",
+    "Warehouse",
+    "WarehouseWriteError",
+    "atomic_write_table",
+    "embeddings_table",
+    "empty_table",
+    "manifest_rows",
+    "new_run_id",
+    "now",
+    "read_again_if_replaced",
+    "read_embeddings",
+    "replaced_under_read",
+    "resolve_filesystem",
+    "safe_open",
+    "sweep_temp_files",
+    "unit_tables",
+]

@@ -1,20 +1,20 @@
-"""Check a warehouse's result files against the manifests their runs wrote (``evalfarm verify``, issue #23.6).
+"""Check a warehouse's data files against the manifests written with them (``evalfarm verify``, issue #23.6).
 
-Every unit's result files (its metrics file and its per-unit tables: ``quality`` and a kind's detail tables) are
-recorded when written: path, sha256 and size in ``tables/manifests/<run_id>/<uuid>.parquet``. A path written more
-than once (a ``--force`` rerun) is judged by its newest row. :func:`verify_warehouse` rehashes every result file and
-reports what does not match:
+Every data file of every table is recorded before it is committed: path, sha256, size, and the unit(s) whose rows
+it holds, in the ``manifests`` table (committed first in each batch, :meth:`Warehouse.commit`).
+:func:`verify_warehouse` rehashes every file of every table's newest snapshot (the files the views read) and reports
+what does not match:
 
-- ``modified``: the bytes differ from the newest manifest row (a number edited after its run wrote it);
-- ``missing``: a manifest row names a file that is gone;
-- ``damaged``: the file is not a whole unit file (:meth:`Warehouse.file_problem`: unreadable Parquet, no rows in a
-  metrics file, a ``fingerprint`` column other than the file's name);
-- ``unrecorded``: a file no manifest names (written before manifests existed, or by a worker killed between its
-  metrics file and its manifest); an error only with ``strict``;
+- ``modified``: the bytes differ from the manifest row, or from the size the table's log recorded (a number edited
+  after it was written);
+- ``missing``: a file the snapshot names is gone;
+- ``damaged``: the file is not whole Parquet (:meth:`Warehouse.file_problem`), or a unit's file holds rows of
+  another unit than its manifest names;
+- ``unrecorded``: a file no manifest names (committed by hand, or by another tool); an error only with ``strict``;
 - ``bad-manifest``: a manifest file that cannot be read.
 
-It detects edits by anyone who changes a result file without also rewriting the manifests; the manifests live in the
-same warehouse, so a writer who rewrites both is not caught (see docs/operations.md, "Security").
+It detects edits by anyone who changes a data file without also rewriting the manifests; the manifests live in the
+same warehouse, so a writer who rewrites both is not caught by this check (see docs/operations.md, "Security").
 """
 
 from __future__ import annotations
@@ -25,8 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from evalfarm.warehouse.schemas import unit_tables
-from evalfarm.warehouse.store import MANIFEST_TABLE, Warehouse
+from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse
+from evalfarm.warehouse.manifests import ManifestRow, manifest_index, read_manifests
+from evalfarm.warehouse.schemas import table_schemas
+from evalfarm.warehouse.store import Warehouse
 
 ERRORS = ("modified", "missing", "damaged", "bad-manifest")
 """Problems that make a warehouse fail verification; ``unrecorded`` joins them under ``strict``."""
@@ -78,109 +80,96 @@ class VerifyResult:
         return {(f.model, f.task, f.fingerprint) for f in self.errors if f.model and f.task and f.fingerprint}
 
 
-def _unit_parts(rel: str) -> tuple[str, str, str, str] | None:
-    """(table, model, task, fingerprint) of ``tables/<table>/model=<m>/task=<t>/<fingerprint>.parquet``, else None."""
-    parts = rel.split("/")
-    if len(parts) != 5 or parts[0] != "tables" or not parts[4].endswith(".parquet"):
-        return None
-    if not (parts[2].startswith("model=") and parts[3].startswith("task=")):
-        return None
-    return parts[1], parts[2][len("model=") :], parts[3][len("task=") :], parts[4][: -len(".parquet")]
-
-
 def _digest(wh: Warehouse, path: str) -> tuple[str, int]:
     h = hashlib.sha256()
     size = 0
-    with wh.fs.open_input_stream(path) as src:
+    src = wh.open_input(path)
+    try:
         while chunk := src.read(1 << 20):
             h.update(chunk)
             size += len(chunk)
+    finally:
+        src.close()
     return h.hexdigest(), size
 
 
-def read_manifests(wh: Warehouse, model: str | None = None) -> tuple[dict[str, dict[str, Any]], list[Finding]]:
-    """The newest manifest row of each recorded path (of ``model``'s files only, if given), and a finding for each
-    manifest file that cannot be read."""
-    newest: dict[str, dict[str, Any]] = {}
-    bad: list[Finding] = []
-    for path, _, _ in sorted(wh._walk(wh._p("tables", MANIFEST_TABLE))):
-        try:
-            rows = wh.read_table(path).to_pylist()
-        except (pa.ArrowException, OSError, ValueError) as exc:
-            bad.append(Finding(wh.relative(path), "bad-manifest", f"unreadable manifest ({exc})".splitlines()[0]))
-            continue
-        for row in rows:
-            if not row.get("path") or (model is not None and row.get("model") != model):
-                continue
-            old = newest.get(row["path"])
-            if old is None or (row["created_at"], row["run_id"] or "") >= (old["created_at"], old["run_id"] or ""):
-                newest[row["path"]] = row
-    return newest, bad
+def _where(table: str, entry: ManifestRow | None) -> dict[str, Any]:
+    units = entry.units if entry is not None else ()
+    one = units[0] if len(units) == 1 else (None, None, None, None)
+    return {"table": table, "model": one[0], "task": one[1], "fingerprint": one[2]}
 
 
-def _check_file(wh: Warehouse, path: str, entry: dict[str, Any] | None) -> Finding | None:
+def _check_file(wh: Warehouse, table: str, path: str, logged_size: int, entry: ManifestRow | None) -> Finding | None:
     rel = wh.relative(path)
-    table, model, task, fingerprint = _unit_parts(rel) or (None, None, None, None)
-    where = {"table": table, "model": model, "task": task, "fingerprint": fingerprint}
+    where = _where(table, entry)
+    if not wh.exists(path):
+        return Finding(rel, "missing", f"table {table}'s snapshot names this file and it is gone", **where)
     why = wh.file_problem(path)
     if why is not None:
         return Finding(rel, "damaged", why, **where)
-    if entry is None:
-        return Finding(rel, "unrecorded", "no manifest names this file (written before manifests existed?)", **where)
     try:
         sha, size = _digest(wh, path)
     except OSError as exc:
         return Finding(rel, "damaged", f"unreadable ({exc})", **where)
-    if sha != entry["sha256"] or size != entry["size"]:
+    if size != logged_size:
+        return Finding(rel, "modified", f"{size} bytes, the table's log recorded {logged_size}", **where)
+    if entry is None:
+        return Finding(rel, "unrecorded", "no manifest names this file (not written by evalfarm?)", **where)
+    if sha != entry.sha256 or size != entry.size:
         return Finding(
             rel,
             "modified",
-            f"sha256 {sha[:12]}… ({size} bytes) is not the {str(entry['sha256'])[:12]}… ({entry['size']} bytes) "
-            f"run {entry['run_id']} recorded",
+            f"sha256 {sha[:12]}… ({size} bytes) is not the {entry.sha256[:12]}… ({entry.size} bytes) "
+            f"recorded when it was written (run {entry.run_id})",
             **where,
         )
+    return _check_unit(wh, table, path, entry, where)
+
+
+def _check_unit(wh: Warehouse, table: str, path: str, entry: ManifestRow, where: dict[str, Any]) -> Finding | None:
+    """A file recorded as one unit's must hold that unit's rows only (a recorded file renamed over another's)."""
+    if len(entry.units) != 1 or "fingerprint" not in table_schemas().get(table, pa.schema([])).names:
+        return None
+    found = set(wh.read_columns(path, ["fingerprint"]).column(0).unique().to_pylist())
+    if found and found != {entry.units[0][2]}:
+        return Finding(
+            wh.relative(path), "damaged",
+            f"fingerprint column {sorted(map(str, found))[:3]} is not its unit's {entry.units[0][2]}", **where,
+        )  # fmt: skip
     return None
 
 
 def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = False) -> VerifyResult:
-    """Check every result file of ``wh`` (of ``model`` only, if given) against the manifests and its fingerprint.
+    """Check every data file of every table's newest snapshot (of ``model``'s units only, if given: files that hold
+    rows of the model) against the manifests and the tables' logs.
 
-    Reads every result file once (the hash needs the bytes); writes nothing. ``strict``: files no manifest names
-    are errors too (by default they are reported as ``unrecorded`` and pass).
+    Reads every file once (the hash needs the bytes); writes nothing. ``strict``: files no manifest names are errors
+    too (by default they are reported as ``unrecorded`` and pass). A layout-1 warehouse is refused with the command
+    that migrates it.
     """
-    newest, findings = read_manifests(wh, model)
-    folder = f"model={model}" if model is not None else None
+    layout = wh.layout()
+    if layout == "empty":
+        raise FileNotFoundError(f"no warehouse at {wh.uri}")
+    if layout == "legacy":
+        raise LegacyWarehouse(wh.uri)
+    newest, unreadable = read_manifests(wh)
+    findings = [Finding(path, "bad-manifest", why) for path, why in unreadable]
     checked = verified = 0
-    seen: set[str] = set()
-    tables = ("metrics", *unit_tables())
-    for table in tables:
-        root = wh._p("tables", table, folder) if folder else wh._p("tables", table)
-        for path, _, _ in wh._walk(root):
-            rel = wh.relative(path)
-            if _unit_parts(rel) is None:  # _schema.parquet, files of an older layout
+    for table in table_schemas():
+        if table == MANIFEST_TABLE:
+            continue
+        for f in wh.tables.snapshot(table).files:
+            entry = newest.get(wh.relative(f.path))
+            if model is not None and not any(u[0] == model for u in (entry.units if entry else ())):
                 continue
-            seen.add(rel)
             checked += 1
-            finding = _check_file(wh, path, newest.get(rel))
+            finding = _check_file(wh, table, f.path, f.size, entry)
             if finding is None:
                 verified += 1
             else:
                 findings.append(finding)
-    for rel, entry in newest.items():
-        if rel not in seen and (_unit_parts(rel) or ("",))[0] in tables:  # a kind not installed here: not judged
-            findings.append(
-                Finding(
-                    rel,
-                    "missing",
-                    f"recorded by run {entry['run_id']}, no longer in the warehouse",
-                    entry.get("table"),
-                    entry.get("model"),
-                    entry.get("task"),
-                    entry.get("fingerprint"),
-                )
-            )
     findings.sort(key=lambda f: (f.path, f.problem))
     return VerifyResult(wh.uri, checked, verified, tuple(findings), strict)
 
 
-__all__ = ["ERRORS", "Finding", "VerifyResult", "read_manifests", "verify_warehouse"]
+__all__ = ["ERRORS", "Finding", "ManifestRow", "VerifyResult", "manifest_index", "read_manifests", "verify_warehouse"]

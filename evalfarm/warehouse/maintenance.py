@@ -1,0 +1,203 @@
+"""Keeping a warehouse small and fast: compaction, retention (vacuum), reader pins, and row removal.
+
+- **Compaction** (:func:`compact`; ``evalfarm warehouse compact``, and at the end of a run past
+  :data:`COMPACT_AT` small files): a table's small files (each unit's rows arrive in a file of its own) are merged
+  into files of up to ``target_bytes``, sorted by model and task, in one commit that removes the small ones
+  (``dataChange: false``: the same rows, so it never conflicts with a run appending meanwhile). Files per table
+  then grow with runs and compactions, not with units.
+- **Retention** (:func:`vacuum`; ``evalfarm warehouse vacuum --keep 90d``): snapshots older than the retention
+  expire — their log entries are removed (no ``--as-of`` to them) and so are the data files only they needed, and
+  staged files no commit names (a killed worker's). Never the files of a snapshot a reader has pinned
+  (:func:`pinned`), and never within :data:`MIN_KEEP`: a run's staged files wait at most a batch interval for
+  their commit, a plain query at most its timeout.
+- **Pins** (:func:`pinned`): a reader that holds an older snapshot for long (``sql --as-of``, ``diff``, the report)
+  records it under ``<root>/_readers/`` until it is done (or :data:`PIN_SECONDS` pass); ``vacuum`` keeps it.
+- **Removing units' rows** (:func:`drop_units`): what the quarantine does to a unit that lost a file: its metrics
+  rows go (the files holding them rewritten without them), so the next run recomputes it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+import pyarrow as pa
+
+from evalfarm.warehouse.base import WarehouseWriteError
+from evalfarm.warehouse.pins import PIN_SECONDS, READERS_DIR, live_pins, pinned
+from evalfarm.warehouse.rewrite import drop_units, rewrite
+from evalfarm.warehouse.schemas import table_schemas
+from evalfarm.warehouse.store import Warehouse
+from evalfarm.warehouse.tables import FileEntry
+
+MIN_KEEP = timedelta(hours=1)
+"""The shortest retention ``vacuum`` accepts: staged files wait at most a batch interval for their commit, and a
+query's snapshot is read within its timeout; an hour leaves both far behind."""
+TARGET_BYTES = 64 * 1024 * 1024
+"""A compacted file's size at most (before compression's variance): large enough that a 1,000-model table is a
+handful of files, small enough that a reader filtering one model reads little."""
+COMPACT_AT = 32
+"""Small files in a table that make the end of a run compact it (``evalfarm warehouse compact`` any time)."""
+
+
+# -- compaction ---------------------------------------------------------------------------------------------------
+@dataclass
+class Compacted:
+    """What :func:`compact` did to one table: files before and after, and the files it merged."""
+
+    table: str
+    files_before: int
+    files_after: int
+    merged: int
+
+
+def _bins(files: Sequence[FileEntry], target: int) -> list[list[FileEntry]]:
+    """Consecutive groups of ``files`` of up to ``target`` bytes (a file alone over it stays as it is)."""
+    bins: list[list[FileEntry]] = []
+    current: list[FileEntry] = []
+    size = 0
+    for f in files:
+        if current and size + f.size > target:
+            bins.append(current)
+            current, size = [], 0
+        current.append(f)
+        size += f.size
+    if current:
+        bins.append(current)
+    return [b for b in bins if len(b) > 1]
+
+
+def _merged(wh: Warehouse, table: str, files: Sequence[FileEntry]) -> pa.Table:
+    """The rows of ``files`` as one table of ``table``'s schema, sorted by model and task where it has them."""
+    parts = [wh.typed(table, wh.read_table(f.path)) for f in files]
+    t = pa.concat_tables(parts)
+    keys = [(c, "ascending") for c in ("model", "task", "run_id") if c in t.column_names]
+    return t.sort_by(keys) if keys else t
+
+
+def small_files(wh: Warehouse, table: str, target_bytes: int = TARGET_BYTES) -> list[FileEntry]:
+    """The files of ``table``'s newest snapshot that compaction would merge: those under half the target size."""
+    return [f for f in wh.tables.snapshot(table).files if f.size < target_bytes // 2]
+
+
+def compact(
+    wh: Warehouse,
+    *,
+    tables: Iterable[str] | None = None,
+    target_bytes: int = TARGET_BYTES,
+    min_files: int = 2,
+    run_id: str | None = None,
+) -> list[Compacted]:
+    """Merge each table's small files (:func:`small_files`) into files of up to ``target_bytes``; a table with fewer
+    than ``min_files`` small files is left as it is. One commit per table changed."""
+    out = []
+    for table in tables if tables is not None else table_schemas():
+        if not wh.tables.exists(table):
+            continue
+        before = wh.tables.snapshot(table).files
+        small = sorted((f for f in before if f.size < target_bytes // 2), key=lambda f: f.path)
+        if len(small) < min_files:
+            continue
+        bins = _bins(small, target_bytes)
+        if not bins:
+            continue
+        removes = [f for b in bins for f in b]
+        merged = [_merged(wh, table, b) for b in bins]
+        rewrite(wh, table, merged, removes, operation="compact", data_change=False, run_id=run_id)
+        out.append(Compacted(table, len(before), len(before) - len(removes) + len(bins), len(removes)))
+    return out
+
+
+def compact_if_needed(wh: Warehouse, *, threshold: int = COMPACT_AT, run_id: str | None = None) -> list[Compacted]:
+    """Compact the tables with at least ``threshold`` small files (the end of a run)."""
+    due = [t for t in table_schemas() if wh.tables.exists(t) and len(small_files(wh, t)) >= threshold]
+    return compact(wh, tables=due, run_id=run_id) if due else []
+
+
+# -- retention ----------------------------------------------------------------------------------------------------
+def parse_duration(text: str) -> timedelta:
+    """``90d``, ``12h``, ``30m``, ``2w`` (or a plain number of days) as a duration."""
+    raw = text.strip().lower()
+    units = {"w": "weeks", "d": "days", "h": "hours", "m": "minutes", "s": "seconds"}
+    try:
+        if raw and raw[-1] in units:
+            return timedelta(**{units[raw[-1]]: float(raw[:-1])})
+        return timedelta(days=float(raw))
+    except ValueError:
+        raise ValueError(f"{text!r} is not a duration: use e.g. 90d, 12h, 2w") from None
+
+
+@dataclass
+class Vacuumed:
+    """What :func:`vacuum` removed (or would remove, ``dry_run``) from one table."""
+
+    table: str
+    files: list[str] = field(default_factory=list)
+    versions_before: int | None = None
+    oldest_version_after: int | None = None
+    pinned: list[int] = field(default_factory=list)
+
+
+def vacuum(wh: Warehouse, *, keep: timedelta, dry_run: bool = False) -> list[Vacuumed]:
+    """Expire snapshots older than ``keep``: delete the data files no version within ``keep`` (or pinned) needs
+    and files no commit names that are older than ``keep``, then the log entries before the newest checkpoint older
+    than ``keep``. ``dry_run``: say what would go, change nothing."""
+    if keep < MIN_KEEP:
+        raise ValueError(
+            f"--keep {keep} is shorter than {MIN_KEEP}: a run's staged files and a query's snapshot must outlive "
+            "a vacuum that runs beside them"
+        )
+    pins = live_pins(wh)
+    hours = max(1, math.ceil(keep.total_seconds() / 3600))
+    out = []
+    for table in table_schemas():
+        if not wh.tables.exists(table):
+            continue
+        dt = wh.tables.open(table)
+        kept = sorted(pins.get(table, set()))
+        try:
+            files = dt.vacuum(  # full: also files no commit names (staged by a worker or run that was killed)
+                retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, keep_versions=kept or None,
+                full=True,
+            )
+        except Exception as exc:
+            raise WarehouseWriteError(wh.tables.folder(table), OSError(5, f"vacuum of {table}: {exc}")) from exc
+        result = Vacuumed(table, sorted(files), int(dt.version()), None, kept)
+        if not dry_run:
+            result.oldest_version_after = _expire_log(wh, table, hours)
+        out.append(result)
+    return out
+
+
+def _expire_log(wh: Warehouse, table: str, hours: int) -> int | None:
+    """Drop the log entries older than ``hours`` (before the newest checkpoint older than that, so every version
+    left can still be read); returns the oldest version still readable."""
+    dt = wh.tables.open(table)
+    dt.alter.set_table_properties({"delta.logRetentionDuration": f"interval {hours} hours"}, raise_if_not_exists=False)
+    dt = wh.tables.open(table)
+    dt.create_checkpoint()
+    dt.cleanup_metadata()
+    history = wh.tables.history(table)
+    return min((int(h["version"]) for h in history), default=None)
+
+
+__all__ = [
+    "COMPACT_AT",
+    "MIN_KEEP",
+    "PIN_SECONDS",
+    "READERS_DIR",
+    "TARGET_BYTES",
+    "Compacted",
+    "Vacuumed",
+    "compact",
+    "compact_if_needed",
+    "drop_units",
+    "live_pins",
+    "parse_duration",
+    "pinned",
+    "rewrite",
+    "small_files",
+    "vacuum",
+]

@@ -1,0 +1,79 @@
+"""Reader pins: a reader that holds a snapshot for long records it under ``<root>/_readers/`` (until it is done, or
+:data:`PIN_SECONDS` pass), and ``evalfarm warehouse vacuum`` keeps that snapshot's files."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+READERS_DIR = "_readers"
+PIN_SECONDS = 6 * 3600
+"""How long a reader's pin lasts unless it is released first (a reader killed mid-read leaves it to expire)."""
+
+
+@contextmanager
+def pinned(wh: Any, as_of: Any = None, *, label: str = "") -> Iterator[dict[str, int | None]]:
+    """Record the versions a reader reads (``as_of``: see :meth:`Warehouse.snapshot`; None: the newest) under
+    ``<root>/_readers/`` while the block runs, so ``vacuum`` keeps their files. A warehouse this process cannot
+    write is read without a pin (it cannot be vacuumed by this reader's user either). Yields the versions."""
+    snaps = wh.snapshot(as_of)
+    versions = {t: s.version for t, s in snaps.items()}
+    path = wh._p(READERS_DIR, f"{uuid.uuid4().hex}.json")
+    body = {"versions": versions, "label": label or (str(as_of) if as_of is not None else "newest"),
+            "host": platform.node(), "pid": os.getpid(), "created": time.time(),
+            "expires": time.time() + PIN_SECONDS}  # fmt: skip
+    written = False
+    try:
+        wh._put(path, json.dumps(body).encode())
+        written = True
+    except OSError:
+        pass
+    try:
+        yield versions
+    finally:
+        if written:
+            _remove(wh, path)
+
+
+def _remove(wh: Any, path: str) -> None:
+    try:
+        if wh.local:
+            os.unlink(path)
+        else:
+            wh.fs.delete_file(path)
+    except OSError:
+        pass
+
+
+def live_pins(wh: Any, *, now_s: float | None = None) -> dict[str, set[int]]:
+    """Table -> the versions unexpired pins hold (expired pins are removed on the way)."""
+    import pyarrow.fs as pafs
+
+    t = time.time() if now_s is None else now_s
+    out: dict[str, set[int]] = {}
+    sel = pafs.FileSelector(wh._p(READERS_DIR), recursive=False, allow_not_found=True)
+    for info in wh.fs.get_file_info(sel):
+        if not info.path.endswith(".json"):
+            continue
+        try:
+            body = json.loads(wh._get(info.path))
+            expires = float(body["expires"])
+            versions = dict(body["versions"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if expires < t:
+            _remove(wh, info.path)
+            continue
+        for table, v in versions.items():
+            if v is not None:
+                out.setdefault(table, set()).add(int(v))
+    return out
+
+
+__all__ = ["PIN_SECONDS", "READERS_DIR", "live_pins", "pinned"]
