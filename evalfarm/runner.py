@@ -593,8 +593,8 @@ class Run:
                 ),
                 "recording the end of the run",
             )  # fmt: skip
-            if c["done"]:  # merge the small files the run added, past the threshold (the same rows: a new version)
-                attempt(self._compact, "compacting the warehouse")
+            if c["done"]:  # merge the small files the run added past the threshold (the same rows: a new version),
+                attempt(self._compact, "compacting the warehouse")  # and checkpoint the tables' logs
         if self.executor_obj is not None:
             attempt(self.executor_obj.close, "closing the executor")
         elif self.connected is not None and self.connected[1]:  # connected first, then failed before the executor
@@ -613,6 +613,7 @@ class Run:
         from evalfarm.warehouse.maintenance import compact_if_needed
 
         done = compact_if_needed(self.wh, run_id=self.run_id)
+        self.wh.checkpoint()  # readers replay a checkpoint and a few commits, not the whole night's batches
         if done:
             logging.getLogger(__name__).info(
                 "compacted %s", ", ".join(f"{c.table} ({c.files_before} -> {c.files_after} files)" for c in done)

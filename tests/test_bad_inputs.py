@@ -13,13 +13,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 import yaml
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
-from evalfarm.warehouse import Warehouse
+from evalfarm.warehouse import Warehouse, verify_warehouse
+from evalfarm.warehouse.rewrite import drop_units
 from tests.support.task_files import data_folder
+from tests.support.warehouse_files import unit_file
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = Path(__file__).parent / "bad_inputs"
@@ -180,15 +183,15 @@ def test_a_degenerate_model_would_top_the_board_and_is_kept_off_it(tiny_run) -> 
 def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog: Path, tmp_path: Path) -> None:
     wh = tmp_path / "wh"
     shutil.copytree(finished, wh)
-    unit = wh / "tables" / "metrics" / f"model={CLEAN}" / "task=tiny-evalrank"
-    (marker,) = unit.glob("*.parquet")
+    marker = unit_file(Warehouse(wh), "metrics", CLEAN, "tiny-evalrank")
     if use == "metrics-file":
         target = marker
     elif use == "ranks-file":
-        (target,) = (wh / "tables" / "ranks" / f"model={CLEAN}" / "task=tiny-evalrank").glob("*.parquet")
+        target = unit_file(Warehouse(wh), "ranks", CLEAN, "tiny-evalrank")
     else:
         (target,) = (wh / "embeddings" / f"model={CLEAN}").rglob("*.parquet")
-        marker.unlink()  # a unit that needs the shard's texts
+        fp = pq.read_table(marker).column("fingerprint")[0].as_py()
+        drop_units(Warehouse(wh), {(CLEAN, "tiny-evalrank", fp)})  # a unit that needs the shard's texts
     shutil.copyfile(bad, target)
     # queries still work meanwhile (a truncated file used to break every view, even SELECT 1)
     w = Warehouse(wh)
@@ -212,8 +215,8 @@ def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog
     assert str(wh / "quarantine" / summary.run_id) in q.moved_to
     # the unit was recomputed, not skipped: its files are whole again and nothing is left out of the views
     assert summary.counts() == {"done": 1, "skipped": 1, "failed": 0}
-    assert Warehouse(wh).file_problem(str(target)) is None and Warehouse(wh).file_problem(str(marker)) is None
     w = Warehouse(wh)
+    assert w.scan(quarantine=False) == [] and verify_warehouse(w).ok  # every file of every table whole again
     assert w.query(f"SELECT count(*) AS n FROM metrics WHERE model = '{CLEAN}'").to_pylist()[0]["n"] > 0
     assert w.excluded == ()
     rows = _q(wh, "SELECT model, stage, detail FROM failures WHERE stage = 'quarantine'")

@@ -55,7 +55,7 @@ def build_warehouse(root) -> Warehouse:
     units: dict[str, list[dict]] = {}
     for r in rows:  # one file per unit: its tie policies share a fingerprint, as a scorer writes them
         units.setdefault(r["fingerprint"], []).append(r | {"created_at": created})
-    for fp, unit in units.items():
+    for unit in units.values():
         wh.write("metrics", unit)
     return wh
 

@@ -235,7 +235,7 @@ def _write_history(wh: Warehouse) -> None:
             {"model": "glove", "task": task, "stage": "score", "seconds": score, "status": "done", "started_at": at,
              "fingerprint": f"fp-{task}"},
         ]  # fmt: skip
-        wh.write("quality", [{"model": "glove", "task": task, "n_texts": texts, "fingerprint": f"fp-{task}"}])  # fmt: skip
+        wh.write("quality", [{"model": "glove", "task": task, "n_texts": texts, "fingerprint": f"fp-{task}"}])
         wh.write("metrics", [{"model": "glove", "task": task, "scorer": "s", "metric": "m", "value": 1.0,
                               "fingerprint": f"fp-{task}", "created_at": at}])  # fmt: skip
     rows.append({"model": "glove", "task": "x", "stage": "plan", "seconds": 0.0, "status": "skipped"})
@@ -265,9 +265,10 @@ def test_load_history_keys_downstream_units_on_their_training_sample(tmp_path) -
     for run, max_train, texts, embed, score in (("quick", 1000, 1100, 4.0, 2.0), ("full", None, 10662, 40.0, 30.0)):
         fp = f"fp-{run}"
         params = '{"k":10,"max_train":%s}' % ("null" if max_train is None else max_train)
-        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": texts, "fingerprint": fp}])  # fmt: skip
+        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": texts, "fingerprint": fp}])
         wh.write("metrics", [{"run_id": run, "model": "m", "task": "mr", "scorer": "downstream", "metric": "accuracy",
-                              "variant": run, "value": 0.7, "params": params, "fingerprint": fp, "created_at": at}])  # fmt: skip
+                              "variant": run, "value": 0.7, "params": params, "fingerprint": fp,
+                              "created_at": at}])  # fmt: skip
         wh.write_units(run, [
             {"run_id": run, "model": "m", "task": "mr", "stage": "embed", "seconds": embed, "status": "done",
              "started_at": at},
@@ -289,8 +290,8 @@ def test_a_recomputed_units_earlier_runs_keep_its_variant_and_text_count(tmp_pat
     wh.init()
     wh.write_model({"model": "m", "level": "sentence", "kind": "transformers", "spec_hash": "h", "created_at": at})
     fp = "fp-quick"
-    for run in ("r1", "r2"):  # the second run's files replace the first's
-        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": 1100, "fingerprint": fp}])  # fmt: skip
+    for run in ("r1", "r2"):  # the second run computes the unit again, under the same fingerprint
+        wh.write("quality", [{"run_id": run, "model": "m", "task": "mr", "n_texts": 1100, "fingerprint": fp}])
         wh.write("metrics", [{"run_id": run, "model": "m", "task": "mr", "scorer": "downstream", "metric": "accuracy",
                               "variant": "max_train=1000", "value": 0.7, "params": '{"max_train":1000}',
                               "fingerprint": fp, "created_at": at}])  # fmt: skip

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
 
@@ -17,7 +16,7 @@ from evalfarm import api
 from evalfarm.cli import app
 from evalfarm.mteb_results import NO_TWIN, TWINS, read_task_result
 from evalfarm.runner import run_catalog
-from evalfarm.warehouse import Warehouse
+from evalfarm.warehouse import Warehouse, now
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "mteb" / "results"
@@ -102,8 +101,11 @@ def test_import_beside_evalfarms_own_numbers_changes_none_of_them(toy_warehouse,
         api.import_mteb(out, warehouse=wh)
     assert _own(wh) == before
     assert Warehouse(wh).query("SELECT model, spec_hash, kind FROM models ORDER BY model").to_pylist() == spec
-    n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics_history WHERE variant = 'mteb'").to_pylist()
-    assert n == [{"n": 6}]  # three tasks, spearman and pearson, once
+    q = Warehouse(wh).query
+    assert q("SELECT count(*) AS n FROM metrics WHERE variant = 'mteb'").to_pylist() == [{"n": 6}]  # 3 tasks x 2
+    # each import is a computation of its own (history keeps both), under the same fingerprint, with the same values
+    assert q("SELECT count(*) AS n FROM metrics_history WHERE variant = 'mteb'").to_pylist() == [{"n": 12}]
+    assert q("SELECT count(*) AS n FROM changes WHERE reason = 'nondeterminism'").to_pylist() == [{"n": 0}]
     assert Warehouse(wh).query("SELECT count(*) AS n FROM conflicts").to_pylist() == [{"n": 0}]
 
 
@@ -177,10 +179,12 @@ def test_twins_hold_mtebs_pairs_and_senteval_classification_has_none():
 def test_export_leaves_out_units_of_other_data(toy_warehouse, tmp_path):
     wh = tmp_path / "wh"
     shutil.copytree(toy_warehouse, wh)
-    for f in (wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").glob("*.parquet"):
-        t = pq.read_table(f)
-        cut = pc.if_else(pc.equal(t["metric"], "n_pairs"), pa.scalar(1000.0), t["value"])
-        pq.write_table(t.set_column(t.schema.get_field_index("value"), "value", cut), f)
+    w = Warehouse(wh)  # bow-toy's stsb computed again on other data: 1000 pairs
+    t = w.query("SELECT * FROM metrics_history WHERE model = 'bow-toy' AND task = 'stsb'")
+    cut = pc.if_else(pc.equal(t["metric"], "n_pairs"), pa.scalar(1000.0), t["value"])
+    t = t.set_column(t.schema.get_field_index("value"), "value", cut)
+    later = pa.array([now()] * len(t), t.schema.field("created_at").type)
+    w.write("metrics", t.set_column(t.schema.get_field_index("created_at"), "created_at", later))
     res = api.export_mteb(tmp_path / "out", warehouse=wh)
     assert [p.name for p in res.files] == ["SICK-R.json", "STS12.json"]
     assert res.skipped == ["bow-toy / stsb: 1000 pairs scored, MTEB's STSBenchmark has 1379 (not the same data)"]

@@ -17,6 +17,8 @@ from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Warehouse
+from evalfarm.warehouse.rewrite import drop_units
+from tests.support.warehouse_files import unit_files
 
 REPO = Path(__file__).resolve().parents[1]
 TASKS = REPO / "catalog" / "tasks.yaml"
@@ -237,17 +239,18 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
 
 
 def _assert_same_result_rows(wh: Path, again: Path, model: str, tables: tuple[str, ...]) -> None:
-    """``model``'s files of ``tables`` in two warehouses: the same names, the same rows but for the run's columns."""
+    """``model``'s units in ``tables`` of two warehouses: the same units, each file the same rows but for the run's
+    columns (run_id, created_at)."""
     for table in tables:
-        names = [
-            sorted(f.relative_to(root) for f in (root / "tables" / table / f"model={model}").rglob("*.parquet"))
-            for root in (wh, again)
-        ]
-        assert names[0] == names[1] and names[0], (table, names)
-        for name in names[0]:
-            first, second = (pq.read_table(root / name) for root in (wh, again))
+        files = [unit_files(Warehouse(root), table, model) for root in (wh, again)]
+        assert len(files[0]) == len(files[1]) and files[0], (table, files)
+        by_unit = [{(t := pq.read_table(f)).column("task")[0].as_py() + str(t.column("fingerprint")[0]): t
+                    for f in fs} for fs in files]  # fmt: skip
+        assert by_unit[0].keys() == by_unit[1].keys(), table
+        for key, first in by_unit[0].items():
+            second = by_unit[1][key]
             run_cols = [c for c in ("run_id", "created_at") if c in first.column_names]
-            assert first.drop_columns(run_cols).equals(second.drop_columns(run_cols)), name
+            assert first.drop_columns(run_cols).equals(second.drop_columns(run_cols)), (table, key)
             assert first.column("run_id")[0] != second.column("run_id")[0]
 
 
@@ -336,8 +339,12 @@ def test_rerun_skips_finished_units_and_recomputes_only_missing_ones(cli_run, wo
     ok = ["toy", "toy-abtt1", "bow-toy", "static"]
     summary = run_catalog(cat, wh, models=ok, executor="local")
     assert summary.counts() == {"done": 0, "skipped": 12, "failed": 0}
-    marker = next((wh / "tables" / "metrics" / "model=bow-toy" / "task=stsb").rglob("*.parquet"))
-    marker.unlink()  # as if the worker died before the unit's completion marker landed
+    (fp,) = (
+        Warehouse(wh)
+        .query("SELECT DISTINCT fingerprint FROM metrics WHERE model = 'bow-toy' AND task = 'stsb'")["fingerprint"]
+        .to_pylist()
+    )
+    drop_units(Warehouse(wh), {("bow-toy", "stsb", fp)})  # as if the run died before the unit's batch committed
     summary = run_catalog(cat, wh, models=ok, executor="local")
     assert summary.counts() == {"done": 1, "skipped": 11, "failed": 0}
     n = Warehouse(wh).query("SELECT count(*) AS n FROM metrics WHERE model = 'bow-toy' AND task = 'stsb'")

@@ -235,6 +235,16 @@ def test_worker_killed_mid_unit_is_retried_on_another_worker(ray_cluster, catalo
     assert _q(wh, "SELECT count(*) n FROM failures") == [{"n": 0}]
 
 
+def _committed(wh: Path) -> bool:
+    """Whether the warehouse has a committed metrics row yet (its table exists and its snapshot has a file)."""
+    if not (wh / "tables" / "metrics" / "_delta_log").is_dir():
+        return False
+    try:
+        return bool(Warehouse(wh).tables.snapshot("metrics").files)
+    except Exception:  # the table being created right now
+        return False
+
+
 def _cli(*args: str, **kw) -> subprocess.Popen:
     return subprocess.Popen(
         [sys.executable, "-m", "evalfarm.cli", "run", *args],
@@ -259,10 +269,11 @@ def _kill_group(proc: subprocess.Popen) -> None:
 def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
     wh = tmp_path / "wh"
     models = ",".join(WORD_MODELS + SENT_MODELS)
-    proc = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--workers", "1")
+    env = {**os.environ, "EVALFARM_COMMIT_UNITS": "1"}  # a batch per unit: a killed run keeps what it committed
+    proc = _cli("--catalog", str(catalog), "--warehouse", str(wh), "--models", models, "--workers", "1", env=env)
     try:
         deadline = time.monotonic() + 240
-        while not list((wh / "tables" / "metrics").glob("model=*/task=*/*.parquet")):
+        while not _committed(wh):
             assert proc.poll() is None, proc.stdout.read() if proc.stdout else ""
             assert time.monotonic() < deadline, "no unit finished in time"
             time.sleep(0.05)
@@ -270,13 +281,15 @@ def test_driver_killed_mid_run_then_rerun_resumes(catalog, tmp_path):
         proc.wait(timeout=30)
     finally:
         _kill_group(proc)  # what it started (the local Ray) goes too
-    finished = {p: p.stat().st_mtime_ns for p in (wh / "tables" / "metrics").glob("model=*/task=*/*.parquet")}
+    units = "SELECT DISTINCT model, task, run_id FROM metrics"
+    finished = {(r["model"], r["task"]): r["run_id"] for r in _q(wh, units)}
     assert 1 <= len(finished)
     assert _q(wh, "SELECT status FROM runs") == [{"status": "running"}]  # no end event: it was killed
     summary = run_catalog(catalog, wh, models=WORD_MODELS + SENT_MODELS, executor="local")
     c = summary.counts()
     assert c["skipped"] == len(finished) and c["done"] == 6 - len(finished) and c["failed"] == 0
-    assert all(p.stat().st_mtime_ns == m for p, m in finished.items())  # finished units were not recomputed
+    now = {(r["model"], r["task"]): r["run_id"] for r in _q(wh, units)}
+    assert all(now[u] == run for u, run in finished.items())  # finished units were not recomputed
     _no_duplicates(wh)
     assert len(_q(wh, "SELECT DISTINCT model, task FROM metrics")) == 6
 

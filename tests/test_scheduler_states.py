@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -329,9 +330,11 @@ def _leases(wh: Warehouse, fb: FakeExecutor) -> Leases:
     return Leases(wh, "run-a", timeout=10.0, clock=fb.now).start()
 
 
-def _write_result(wh: Warehouse, unit: Unit) -> None:
-    wh.write("metrics", [{"run_id": "run-b", "model": unit.model, "task": unit.task, "metric": "m", "value": 1.0,
-                          "fingerprint": unit.fingerprint, "spec_hash": unit.spec_hash}])  # fmt: skip
+def _write_result(wh: Warehouse, unit: Unit, at: datetime | None = None) -> None:
+    """Run-b's result of ``unit``, committed by run-b's own warehouse object (run-a's is deferred while it runs)."""
+    Warehouse(wh.root).write("metrics", [{"run_id": "run-b", "model": unit.model, "task": unit.task, "metric": "m",
+                                          "value": 1.0, "fingerprint": unit.fingerprint, "spec_hash": unit.spec_hash,
+                                          "created_at": at or datetime.now(UTC)}])  # fmt: skip
 
 
 def test_units_another_live_run_holds_are_waited_for_not_computed(wh):
@@ -415,12 +418,7 @@ def test_a_derived_model_waits_for_a_base_another_run_is_embedding(wh):
 def test_force_waits_for_the_other_runs_result_even_if_an_old_one_exists(wh):
     fb = FakeExecutor(["w0"])
     m = _plan("m", ["a"])
-    _write_result(wh, m.units[0])  # an old result; --force recomputes it
-    import os
-    import time
-
-    old = time.time() - 3600
-    os.utime(wh.unit_path("metrics", "m", "a", m.units[0].fingerprint), (old, old))
+    _write_result(wh, m.units[0], datetime.now(UTC) - timedelta(hours=1))  # an old result; --force recomputes it
     other = _other_run(wh, fb)
     other.claim(unit_key(m.units[0].fingerprint))
     fb.at(2.0, lambda: other.release(unit_key(m.units[0].fingerprint)))  # released, but no new result

@@ -26,6 +26,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalfarm.warehouse import SCHEMAS, Warehouse, check_read_only, lock_down
+from tests.support.warehouse_files import table_files
 
 pytestmark = pytest.mark.faults  # issue 23's attack suite (`make faults`)
 
@@ -159,14 +160,14 @@ def test_sql_cannot_write_or_attach_files_in_or_outside_the_warehouse(warehouse,
             warehouse.query(template.format(p=path))
         assert not path.exists() or path == tmp_path / "import"
     assert not (tmp_path / "imported.csv").exists()
-    assert sorted(p.name for p in (root / "tables" / "metrics").iterdir()) == ["_schema.parquet", "model=honest"]
+    assert sorted(p.name for p in (root / "tables" / "metrics").iterdir()) == ["_delta_log", "data"]
 
 
 def test_sql_cannot_read_files_outside_the_warehouse(warehouse, tmp_path):
     """SELECTs pass the statement check; DuckDB's sandbox (external access off, one allowed prefix) stops them."""
     sibling = tmp_path / "wh-secrets"  # shares the warehouse's name as a prefix: '/…/wh' must not admit it
     sibling.mkdir()
-    honest = next((Path(warehouse.root) / "tables" / "metrics").rglob("f*.parquet"))
+    (honest,) = table_files(warehouse, "metrics")
     pq.write_table(pq.read_table(honest), sibling / "s.parquet")
     (tmp_path / "secret.txt").write_text("token\n")
     for sql in [
@@ -184,7 +185,7 @@ def test_sql_cannot_read_files_outside_the_warehouse(warehouse, tmp_path):
     # what is inside stays readable: through the views, and a file by its read-only path (the local disk itself is
     # closed to DuckDB: a local warehouse is read through `local-ro://`, see the next tests)
     assert warehouse.query("SELECT count(*) AS n FROM metrics")["n"].to_pylist() == [1]
-    inside = f"local-ro://{str(warehouse.root).lstrip('/')}/tables/metrics/*/*/*.parquet"
+    inside = f"local-ro://{str(honest).lstrip('/')}"
     assert warehouse.query(f"SELECT count(*) AS n FROM read_parquet('{inside}')")["n"].to_pylist() == [1]
 
 
@@ -215,7 +216,7 @@ def test_a_read_only_connection_cannot_write_into_a_local_warehouse(warehouse):
     showed, and ``EXPORT DATABASE`` / ``write_parquet`` / ``ATTACH`` wrote beside it. A read-only connection now
     reads a local warehouse through a read-only filesystem, as it reads an object store."""
     root = Path(warehouse.root)
-    honest = next((root / "tables" / "metrics").rglob("f*.parquet"))
+    (honest,) = table_files(warehouse, "metrics")
     before = {p: p.read_bytes() for p in root.rglob("*") if p.is_file()}
     forged = honest.parent / "forged.parquet"
     ro = f"local-ro://{str(root).lstrip('/')}"
@@ -943,20 +944,17 @@ def test_sql_cannot_read_duckdbs_temp_directory(warehouse, tmp_path, monkeypatch
             warehouse.query(sql)
 
 
-def test_a_read_only_query_never_writes_a_schema_file(warehouse):
-    """`evalfarm sql` recreated missing ``_schema.parquet`` files: a read-only open must write nothing, and the
-    views still have every column (a private stand-in schema is read instead)."""
+def test_a_read_only_query_never_writes_into_the_warehouse(warehouse):
+    """`evalfarm sql` once recreated missing ``_schema.parquet`` files: a read-only open must write nothing (no
+    schema file, no pin, no checkpoint), and the views still have every column (a private typed empty file is read
+    beside each table's snapshot, so a column no file has yet exists too)."""
     root = Path(warehouse.root)
-    gone = [root / "tables" / t / "_schema.parquet" for t in ("metrics", "failures", "quality")]
-    for p in gone:
-        p.unlink()
-    before = sorted(p for p in root.rglob("*") if p.is_file())
+    before = {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()}
     assert _metric_models(warehouse) == [("honest", 0.5)]
     assert warehouse.query("SELECT count(*) AS n FROM failures").to_pylist() == [{"n": 0}]
     described = {r["column_name"] for r in warehouse.query("DESCRIBE failures").to_pylist()}
     assert set(SCHEMAS["failures"].names) <= described
-    assert sorted(p for p in root.rglob("*") if p.is_file()) == before
-    assert not any(p.exists() for p in gone)
+    assert {p: p.stat().st_mtime_ns for p in root.rglob("*") if p.is_file()} == before
 
 
 @pytest.mark.parametrize("name", ["wh[1]", "wh*", "wh?"])
@@ -974,7 +972,7 @@ def test_a_warehouse_path_with_glob_characters_is_a_path(tmp_path, name):
     for outside in (f"{tmp_path}/wh1", f"{tmp_path}/{escaped}/../wh1", f"{tmp_path}/{name}/../wh1"):
         with pytest.raises(duckdb.Error):  # the lock still holds: no way into the decoy beside it
             wh.query(f"SELECT model FROM read_parquet('{outside}/tables/metrics/**/*.parquet')")
-    bad = Path(wh.unit_path("metrics", "mine", "t", "f" * 16))
+    (bad,) = table_files(wh, "metrics")
     bad.write_bytes(b"PAR1 truncated")  # the excluded-files path lists files, each a glob too
     assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]
 

@@ -150,10 +150,11 @@ def test_a_failed_commit_keeps_its_files_for_the_next_try_and_their_units_undone
 @pytest.fixture
 def three_runs(wh: Warehouse) -> Warehouse:
     """r1 computes m and n; r2 skips them (nothing new); r3 recomputes m under a changed spec and adds model o."""
+    day2 = T0 + timedelta(days=2)
     _run(wh, "r1", T0 + timedelta(hours=1), [_metric("r1", "m", "t", 0.5, at=T0), _metric("r1", "n", "t", 0.4, at=T0)])
     _run(wh, "r2", T0 + timedelta(days=1, hours=1), [])
-    _run(wh, "r3", T0 + timedelta(days=2, hours=1), [_metric("r3", "m", "t", 0.6, spec="h2", at=T0 + timedelta(days=2)),
-                                                    _metric("r3", "o", "t", 0.7, at=T0 + timedelta(days=2))])  # fmt: skip
+    _run(wh, "r3", day2 + timedelta(hours=1), [_metric("r3", "m", "t", 0.6, spec="h2", at=day2),
+                                              _metric("r3", "o", "t", 0.7, at=day2)])  # fmt: skip
     return wh
 
 
@@ -424,8 +425,7 @@ def _legacy(root: Path) -> Path:
         unit = root / "tables" / "metrics" / f"model={model}" / f"task={task}"
         unit.mkdir(parents=True)
         rows = [_metric("r1", model, task, 0.1 * i, fp=f"fp{i}", metric=m) for m in ("mrr", "hits@1")]
-        old = pa.Table.from_pylist(rows).drop_columns(["ci_low"]) if "ci_low" in rows[0] else pa.Table.from_pylist(rows)
-        pq.write_table(old, unit / f"fp{i}.parquet")  # an older file: fewer columns than today's schema
+        pq.write_table(pa.Table.from_pylist(rows), unit / f"fp{i}.parquet")  # an older file: fewer columns than today
     (root / "tables" / "runs" / "r1.start.parquet").parent.mkdir(exist_ok=True)
     pq.write_table(pa.Table.from_pylist([{"run_id": "r1", "event": "start", "at": T0}]),
                    root / "tables" / "runs" / "r1.start.parquet")  # fmt: skip
@@ -471,7 +471,8 @@ def test_an_interrupted_migration_is_said_and_started_over(tmp_path, monkeypatch
     with pytest.raises(LegacyWarehouse, match="half-way through a migration"):
         Warehouse(src).query("SELECT 1")
     monkeypatch.undo()
-    assert migrate(src).identical and Warehouse(src).query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 6}]
+    assert migrate(src).identical
+    assert Warehouse(src).query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 6}]
 
 
 # -- another engine ---------------------------------------------------------------------------------------------------

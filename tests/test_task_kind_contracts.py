@@ -23,6 +23,7 @@ from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, Scorer, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, unit_tables
 from tests.support import task_kind_contract as contract
+from tests.support.warehouse_files import unit_file
 
 KINDS = task_kinds.names()
 
@@ -136,7 +137,7 @@ def test_a_scorer_with_a_detail_table_and_its_view_is_one_module(tmp_path):
     _toy_kind()
     assert "toy_norms" in unit_tables() and SCHEMAS["toy_norms"] == NORMS
     wh = Warehouse(tmp_path / "wh").init()
-    assert (tmp_path / "wh" / "tables" / "toy_norms" / "_schema.parquet").is_file()
+    assert wh.tables.exists("toy_norms") and wh.tables.schema("toy_norms").names == NORMS.names
     assert wh.query("SELECT count(*) AS n FROM toy_norms").to_pylist() == [{"n": 0}]
     _write_toy_unit(wh, task_kinds.get("toy-norms"))
     assert wh.query("SELECT text, norm FROM toy_norms ORDER BY text").to_pylist() == [
@@ -144,11 +145,15 @@ def test_a_scorer_with_a_detail_table_and_its_view_is_one_module(tmp_path):
         {"text": "b", "norm": 1.0},
     ]
     assert wh.query("SELECT metric, value FROM leaderboard").to_pylist() == [{"metric": "mean_norm", "value": 3.0}]
-    # its table is part of the unit: a damaged file of it sends the unit's metrics file to quarantine (recomputed)
-    (detail,) = (tmp_path / "wh" / "tables" / "toy_norms" / "model=m").rglob("*.parquet")
+    # its table is part of the unit: a damaged file of it is quarantined and the unit's metrics rows go with it,
+    # so the next run computes the unit again
+    unit = Unit("m", "norms", "toy-norms", "sentence", "s", "c", "{}", "f" * 16)
+    assert wh.done([unit]) == [True]
+    detail = unit_file(wh, "toy_norms", "m", "norms")
     detail.write_bytes(b"PAR1 cut short")
-    moved = {q.path.split("/tables/")[1].split("/")[0] for q in wh.scan()}
-    assert moved == {"toy_norms", "metrics"}
+    moved = [q.path.split("/tables/")[1].split("/")[0] for q in wh.scan()]
+    assert moved == ["toy_norms"] and wh.done([unit]) == [False]
+    assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]
 
 
 def test_the_primary_flag_comes_from_the_declaration(tmp_path):
@@ -209,4 +214,6 @@ def test_a_detail_table_a_scorer_does_not_declare_is_not_written(tmp_path):
     wh = Warehouse(tmp_path / "wh").init()
     with pytest.raises(ValueError, match="detail table 'toy_norms', which it does not declare"):
         _write_toy_unit(wh, task_kinds.get("toy-norms"))
-    assert not list((tmp_path / "wh" / "tables" / "metrics").rglob("model=*"))  # the unit is not marked done
+    assert wh.done([Unit("m", "norms", "toy-norms", "sentence", "s", "c", "{}", "f" * 16)]) == [False]  # not done
+    with pytest.raises(RegistryError, match="a view reads '{root}/tables/toy_norms/.*not a warehouse table"):
+        wh.connect()  # its views read a table it does not declare: said, not an empty table read in silence

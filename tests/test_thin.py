@@ -9,7 +9,6 @@ import random
 import shutil
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
 from evalfarm.catalog.registry import load_catalog
@@ -17,6 +16,7 @@ from evalfarm.runner import run_catalog
 from evalfarm.scorers import scorer_for, scorers
 from evalfarm.scorers.base import MetricRow, ThinRule
 from evalfarm.warehouse import Warehouse
+from tests.support.warehouse_files import rewrite_files
 
 pytestmark = pytest.mark.faults  # issue 23.3 (`make faults`)
 
@@ -163,9 +163,7 @@ def test_the_flag_is_a_column_beside_the_values_and_old_files_read_as_not_thin(t
     wh = tmp_path / "old"
     shutil.copytree(thin_run, wh)
     before = _q(wh, "SELECT model, task, metric, subset, variant, ties, value, fingerprint FROM metrics ORDER BY ALL")
-    for f in (wh / "tables" / "metrics").rglob("*.parquet"):  # the layout before the flag: no thin columns
-        t = pq.read_table(f)
-        pq.write_table(t.drop_columns([c for c in ("thin", "thin_reason") if c in t.column_names]), f)
+    rewrite_files(Warehouse(wh), "metrics", lambda t: t.drop_columns(["thin", "thin_reason"]))  # files before the flag
     after = _q(wh, "SELECT model, task, metric, subset, variant, ties, value, fingerprint FROM metrics ORDER BY ALL")
     assert _nan_free(after) == _nan_free(before)
     assert not any(r["thin"] for r in _q(wh, "SELECT thin FROM metrics"))
@@ -226,8 +224,6 @@ def test_old_files_without_intervals_read_as_null_with_unchanged_values(thin_run
     shutil.copytree(thin_run, wh)
     cols = "model, task, metric, subset, variant, ties, value, fingerprint, thin"
     before = _q(wh, f"SELECT {cols} FROM metrics ORDER BY ALL")
-    for f in (wh / "tables" / "metrics").rglob("*.parquet"):  # the layout before intervals: no ci columns
-        t = pq.read_table(f)
-        pq.write_table(t.drop_columns([c for c in ("ci_low", "ci_high", "ci_method") if c in t.column_names]), f)
+    rewrite_files(Warehouse(wh), "metrics", lambda t: t.drop_columns(["ci_low", "ci_high", "ci_method"]))  # before
     assert _nan_free(_q(wh, f"SELECT {cols} FROM metrics ORDER BY ALL")) == _nan_free(before)
     assert not _q(wh, "SELECT 1 FROM metrics WHERE ci_low IS NOT NULL OR ci_method IS NOT NULL")

@@ -21,7 +21,7 @@ SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) A
 FROM ranks_history r
 SEMI JOIN current_evalrank m
     ON r.model = m.model AND r.task = m.task AND r.variant = m.variant AND r.fingerprint = m.fingerprint
-   AND r.run_id = m.run_id;
+   AND r.run_id IS NOT DISTINCT FROM m.run_id;
 
 -- neighbours: each EvalRank query's top-k background items (k = 10) under each variant, of the current results:
 -- what a model places above the positive. The query itself is never its own neighbour; exact duplicates of it are.
@@ -30,7 +30,7 @@ SELECT n.model, n.task, n.variant, n.query, n.position, n.neighbour, n.score, n.
 FROM read_parquet('{root}/tables/neighbours/**/*.parquet', union_by_name = true, hive_partitioning = false) n
 SEMI JOIN current_evalrank m
     ON n.model = m.model AND n.task = m.task AND n.variant = m.variant AND n.fingerprint = m.fingerprint
-   AND n.run_id = m.run_id
+   AND n.run_id IS NOT DISTINCT FROM m.run_id
 WHERE n.task IS NOT NULL;
 
 -- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.

@@ -159,7 +159,10 @@ def vacuum(wh: Warehouse, *, keep: timedelta, dry_run: bool = False) -> list[Vac
         kept = sorted(pins.get(table, set()))
         try:
             files = dt.vacuum(  # full: also files no commit names (staged by a worker or run that was killed)
-                retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False, keep_versions=kept or None,
+                retention_hours=hours,
+                dry_run=dry_run,
+                enforce_retention_duration=False,
+                keep_versions=kept or None,
                 full=True,
             )
         except Exception as exc:

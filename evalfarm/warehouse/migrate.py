@@ -24,8 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.parquet as pq
+import pyarrow.compute
 
 from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse, WarehouseWriteError
 from evalfarm.warehouse.legacy import legacy_connect, legacy_files
@@ -40,7 +39,7 @@ ROWS_PER_FILE = 1_000_000
 
 def _read(wh: Warehouse, table: str, paths: list[str]) -> pa.Table:
     """Every row of ``paths`` in ``table``'s current schema (columns an older file lacks: null)."""
-    parts = [wh.typed(table, pq.read_table(wh.open_input(p))) for p in paths]
+    parts = [wh.typed(table, wh.read_table(p)) for p in paths]
     return pa.concat_tables(parts) if parts else wh.typed(table, [])
 
 

@@ -283,6 +283,9 @@ class _LocalReader(_SharedReader):
             self._closed = True
             os.close(self._fd)
 
+    def __del__(self) -> None:  # DuckDB drops its handles without closing them: the descriptor goes with the object
+        self.close()
+
 
 def _inside(scheme: str, root: str, path: str) -> str:
     """``path`` without ``scheme://``, when it is ``root`` or under it with no ``.`` or ``..`` segment."""

@@ -452,6 +452,24 @@ class Warehouse:
         except TableError as exc:
             raise WarehouseWriteError(self._p("tables"), OSError(5, str(exc))) from exc
 
+    def checkpoint(self, tables: Iterable[str] | None = None, *, every: int = 10) -> list[str]:
+        """Write a Delta checkpoint of each table (or of ``tables``) whose log has ``every`` or more commits past its
+        last one: a reader then reads one Parquet file and a few commits instead of every commit since (on an object
+        store, a request each). Returns the tables checkpointed; a table that cannot be (a concurrent checkpoint)
+        is left for the next time."""
+        done = []
+        for table in tables if tables is not None else table_schemas():
+            try:
+                if not self.tables.exists(table):
+                    continue
+                dt = self.tables.open(table)
+                if int(dt.version()) - self.tables.last_checkpoint(table) >= every:
+                    dt.create_checkpoint()
+                    done.append(table)
+            except Exception as exc:  # a best-effort speed-up, never a run's failure
+                log.info("no checkpoint of %s (%s)", table, exc)
+        return done
+
     def write_model(self, row: dict[str, Any]) -> StagedFile:
         return self.write("models", [row])
 
@@ -527,13 +545,15 @@ class Warehouse:
         return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
 
     def read_table(self, path: str) -> pa.Table:
-        return pq.read_table(self.open_input(path))
+        with self.open_input(path) as src:
+            return pq.read_table(src)
 
     def read_columns(self, path: str, columns: list[str]) -> pa.Table:
         """``columns`` of one data file (a column the file lacks: null)."""
-        f = pq.ParquetFile(self.open_input(path))
-        have = [c for c in columns if c in f.schema_arrow.names]
-        t = f.read(columns=have)
+        with self.open_input(path) as src:
+            f = pq.ParquetFile(src)
+            have = [c for c in columns if c in f.schema_arrow.names]
+            t = f.read(columns=have)
         for c in columns:
             if c not in have:
                 t = t.append_column(c, pa.nulls(t.num_rows))
@@ -747,16 +767,17 @@ class Warehouse:
         columns agree with; a text-store shard also needs rows and its ``text`` / ``embedding`` / ``oov`` columns."""
         rel = self.relative(path).split("/")
         try:
-            f = pq.ParquetFile(self.open_input(path))
-            meta = f.metadata
-            names = set(f.schema_arrow.names)
-            first = f.schema_arrow.names[0] if names else None
-            if rel[0] == "embeddings":
-                if meta.num_rows == 0 or not {"text", "embedding", "oov"} <= names:
-                    return "a text-store shard without rows or without text / embedding / oov columns"
-                first = "text"
-            if first is not None and len(f.read(columns=[first]).column(0)) != meta.num_rows:
-                return "the footer's row count differs from the data's"
+            with self.open_input(path) as src:
+                f = pq.ParquetFile(src)
+                meta = f.metadata
+                names = set(f.schema_arrow.names)
+                first = f.schema_arrow.names[0] if names else None
+                if rel[0] == "embeddings":
+                    if meta.num_rows == 0 or not {"text", "embedding", "oov"} <= names:
+                        return "a text-store shard without rows or without text / embedding / oov columns"
+                    first = "text"
+                if first is not None and len(f.read(columns=[first]).column(0)) != meta.num_rows:
+                    return "the footer's row count differs from the data's"
         except (pa.ArrowException, OSError, ValueError) as exc:
             text = str(exc).strip()
             return f"unreadable Parquet ({text.splitlines()[0] if text else type(exc).__name__})"

@@ -176,8 +176,6 @@ class DeltaTables:
 
     def exists(self, table: str) -> bool:
         """Whether the table has a log (its first commit is its creation)."""
-        if table in self._schemas:
-            return True
         log = f"{self.folder(table)}/{LOG_DIR}"
         if self.local:
             return os.path.isdir(log) and any(n.endswith(".json") for n in os.listdir(log))
@@ -215,7 +213,7 @@ class DeltaTables:
         table lacks (a newer evalfarm added them). Two writers creating one table at once: the second's create is
         a no-op (``mode="ignore"``)."""
         if table in self._schemas and set(schema.names) <= set(self._schemas[table].names):
-            return
+            return  # checked by this process already (a table is never dropped by evalfarm)
         dl = _delta()
         if not self.exists(table):
             from deltalake.transaction import create_table_with_add_actions
@@ -333,15 +331,32 @@ class DeltaTables:
             return False
 
     # -- reads ------------------------------------------------------------------------------------------------
+    def last_checkpoint(self, table: str) -> int:
+        """The version of the table's newest checkpoint (``_delta_log/_last_checkpoint``), -1 when it has none."""
+        path = f"{self.folder(table)}/{LOG_DIR}/_last_checkpoint"
+        try:
+            if self.local:
+                body = Path(path).read_bytes()
+            else:
+                with self.fs.open_input_stream(path) as fh:
+                    body = bytes(fh.read())
+            return int(json.loads(body)["version"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return -1
+
     def version(self, table: str) -> int:
         return int(self.open(table).version())
 
     def snapshot(self, table: str, version: int | None = None, *, as_of: datetime | None = None) -> Snapshot:
         """The files of ``table`` at ``version`` (None: the latest), or as it was at time ``as_of``: an empty
         snapshot (version None) when the table did not exist then."""
-        if not self.exists(table):
+        try:
+            dt = self.open(table, version)
+        except TableError as exc:
+            if type(exc.__cause__).__name__ != "TableNotFoundError":
+                raise
+            self._schemas.pop(table, None)
             return Snapshot(table, None, None)
-        dt = self.open(table, version)
         if as_of is not None:
             created = self._created_ms(dt)
             if created is not None and as_of.timestamp() * 1000 < created:

@@ -91,10 +91,11 @@ def check_detail_schemas(kind: str) -> None:
 
 
 def check_views_on_an_empty_warehouse(kind: str, root: Path) -> None:
-    """The kind's views exist on a new warehouse (typed empty tables only) and each one answers a query."""
+    """The kind's views exist on a new warehouse (its tables created, empty) and each one answers a query."""
     wh = Warehouse(root).init()
-    for table in scorer(kind).detail_schemas:
-        assert (root / "tables" / table / "_schema.parquet").is_file(), f"{kind}: no typed empty {table} table"
+    for table, schema in scorer(kind).detail_schemas.items():
+        assert wh.tables.exists(table), f"{kind}: no {table} table"
+        assert wh.tables.schema(table).names == schema.names, f"{kind}: table {table} lacks its declared columns"
     con = wh.connect()
     try:
         for view in kind_views(kind):

@@ -26,6 +26,18 @@ def unit_files(wh: Any, table: str, model: str, task: str | None = None) -> list
 
 
 def unit_file(wh: Any, table: str, model: str, task: str) -> Path:
-    """The one file of ``table`` holding ``model``'s rows on ``task`` (each unit's rows arrive in a file of its own)."""
+    """The one file of ``table`` holding ``model``'s rows on ``task`` (each unit's rows arrive in a file of its
+    own)."""
     (path,) = unit_files(wh, table, model, task)
     return path
+
+
+def rewrite_files(wh: Any, table: str, transform: Any) -> None:
+    """Replace each file of ``table``'s snapshot by ``transform(its rows)``, committed as a rewrite: how a test makes
+    files an older evalfarm wrote (fewer columns) without editing a committed file in place."""
+    import pyarrow.parquet as pq
+
+    from evalfarm.warehouse.rewrite import rewrite
+
+    for f in wh.tables.snapshot(table).files:
+        rewrite(wh, table, [transform(pq.read_table(f.path))], [f], operation="test-rewrite", data_change=False)
