@@ -123,7 +123,7 @@ def task_kinds_section() -> str:
         rows,
     )
     if details:
-        text += "\n\nDetail tables' columns (`tables/<table>/model=<id>/task=<task>/<fingerprint>.parquet`):\n\n"
+        text += "\n\nDetail tables' columns (each a Delta table, `tables/<table>/`, one file per unit as written):\n\n"
         text += "\n".join(details)
     return text
 

@@ -23,7 +23,8 @@ import os
 import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -593,13 +594,16 @@ def _model_page(
     known: set[str],
     n_hardest: int,
     board: dict[str, list[dict[str, Any]]] | None = None,
+    history: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
 ) -> str:
     """One model's page: its facts, its boards against the zoo (``board``: the ``board`` view's rows by task),
-    metrics, hardest EvalRank pairs, failures, provenance and spec."""
+    metrics, its primary metrics across runs (``history``: its rows of :data:`HISTORY_SQL` and the runs), hardest
+    EvalRank pairs, failures, provenance and spec."""
     sections = [
         *_model_strips(model, board or {}),
         *_model_diagnostics(metrics),
         *_model_metrics(metrics),
+        *_model_history(*history),
         *_model_hardest(hardest, n_hardest),
         *_model_failures(failures),
         *_model_provenance(info),
@@ -970,6 +974,57 @@ class _Tables:
     worst: dict[str, list[dict[str, Any]]]
     failures: dict[str, list[dict[str, Any]]]
     links: dict[str, dict[str, Any]]
+    history: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    runs: list[dict[str, Any]] = field(default_factory=list)
+
+
+HISTORY_RUNS = 10
+"""Runs a model page's history shows: the newest this many (the ``history`` view has them all)."""
+HISTORY_SQL = """
+SELECT h.run_id, h.model, h.task, h.subset, h.variant, h.ties, h.metric, h.value, h.computed_by
+FROM history h SEMI JOIN (SELECT run_id FROM run_points ORDER BY as_of DESC LIMIT $n) p ON h.run_id = p.run_id
+WHERE h.is_primary AND (h.ties IS NULL OR h.ties = 'realistic')
+ORDER BY h.model, h.task, h.subset, h.variant, h.metric
+"""
+"""Each model's primary numbers (realistic ties, as the boards) in each of the newest runs' states."""
+
+
+def _model_history(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
+    """The model's primary metrics across the newest runs (a row per number, a column per run, oldest first); a
+    value another run computed than the one before it is marked (recomputed), a changed one bold."""
+    shown = [r["run_id"] for r in runs if any(x["run_id"] == r["run_id"] for x in rows)]
+    if len(shown) < 2:
+        return []
+    cells: dict[tuple[Any, ...], dict[str, dict[str, Any]]] = defaultdict(dict)
+    for r in rows:
+        cells[(r["task"], r["subset"], r["variant"], r["metric"])][r["run_id"]] = r
+    headers = ["task", "subset", "variant", "metric", *(esc(_run_label(r)) for r in runs if r["run_id"] in shown)]
+    body = []
+    for key, by_run in sorted(cells.items(), key=lambda kv: tuple(str(k) for k in kv[0])):
+        row = [esc(k) for k in key]
+        before: dict[str, Any] | None = None
+        for run in shown:
+            cell = by_run.get(run)
+            if cell is None:
+                row.append("")
+                continue
+            moved = before is not None and before["value"] != cell["value"]
+            again = before is not None and before["computed_by"] != cell["computed_by"]
+            mark = "<b>{}</b>" if moved else ("<i>{}</i>" if again else "{}")
+            row.append(f"<td title='computed by {esc(cell['computed_by'])}'>{mark.format(_num(cell['value']))}</td>")
+            before = cell
+        body.append(row)
+    return [
+        f"<h2>Across the last {len(shown)} runs</h2>",
+        "<p>Primary metrics (realistic ties) in each run's state: bold where the number moved, italic where it was "
+        "computed again with the same number (<code>evalfarm diff</code> says why).</p>",
+        _table(headers, body, cls="history", numeric=[False] * 4 + [True] * len(shown)),
+    ]
+
+
+def _run_label(run: dict[str, Any]) -> str:
+    at = run.get("as_of")
+    return at.strftime("%Y-%m-%d %H:%M") if isinstance(at, datetime) else str(run["run_id"])
 
 
 def build_report(
@@ -1016,6 +1071,7 @@ def build_report(
         page = _model_page(
             m, tables.models.get(m, {}), tables.metrics.get(m, []), tables.worst.get(m, []),
             tables.failures.get(m, []), tables.links.get(m, {}), set(everyone), hardest, board,
+            (tables.history.get(m, []), tables.runs),
         )  # fmt: skip
         (out / "models" / f"{model_slug(m)}.html").write_text(page, encoding="utf-8")
     levels: dict[str, int] = defaultdict(int)
@@ -1068,7 +1124,12 @@ def _read_tables(con: Any, hardest: int) -> _Tables:
     for r in _query(con, "SELECT word_model, bow_model FROM downstream_link"):
         links[r["word_model"]]["bow"] = r["bow_model"]
         links[r["bow_model"]].setdefault("words", []).append(r["word_model"])
-    return _Tables(models, metrics, worst, failures, links)
+    history: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in _query(con, HISTORY_SQL, {"n": HISTORY_RUNS}):
+        history[r["model"]].append(r)
+    newest = "SELECT * FROM (SELECT run_id, as_of FROM run_points ORDER BY as_of DESC LIMIT $n) ORDER BY as_of"
+    runs = _query(con, newest, {"n": HISTORY_RUNS})
+    return _Tables(models, metrics, worst, failures, links, history, runs)
 
 
 def _model_list(everyone: list[str], tables: _Tables) -> list[dict[str, Any]]:
