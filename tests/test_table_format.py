@@ -520,3 +520,19 @@ def test_a_fifo_planted_in_a_table_or_its_log_never_hangs_a_reader(wh):
     with pytest.raises(Exception, match="not a regular file"):
         wh.query("SELECT * FROM runs", timeout_s=30)
     assert time.monotonic() - t0 < 30
+
+
+def test_the_report_shows_each_models_primary_metrics_across_runs(wh, tmp_path):
+    from evalfarm.report import build_report, model_slug
+
+    day2, real = T0 + timedelta(days=2), {"ties": "realistic"}  # the boards' tie policy
+    _run(wh, "r1", T0 + timedelta(hours=1), [_metric("r1", "m", "t", 0.5, at=T0, **real),
+                                             _metric("r1", "n", "t", 0.4, at=T0, **real)])  # fmt: skip
+    _run(wh, "r2", T0 + timedelta(days=1, hours=1), [])
+    _run(wh, "r3", day2 + timedelta(hours=1), [_metric("r3", "m", "t", 0.6, spec="h2", at=day2, **real)])
+    build_report(wh, tmp_path / "report", refresh=False)
+    page = (tmp_path / "report" / "models" / f"{model_slug('m')}.html").read_text(encoding="utf-8")
+    assert "Across the last 3 runs" in page
+    assert "<b>0.6000</b>" in page and page.count("0.5000") == 2  # r1 and r2 held 0.5; r3 moved it (bold)
+    other = (tmp_path / "report" / "models" / f"{model_slug('n')}.html").read_text(encoding="utf-8")
+    assert "Across the last 3 runs" in other and "<b>" not in other.split("Across the last")[1].split("</table>")[0]

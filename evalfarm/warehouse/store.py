@@ -254,6 +254,7 @@ class Warehouse:
         """When True, :meth:`write` stages files without committing them (:meth:`take_pending` hands them out)."""
         self._pending: list[StagedFile] = []
         self._done = _DoneIndex(self)
+        self._layout: str | None = None
         self.check_root()
 
     def _p(self, *parts: str) -> str:
@@ -263,9 +264,12 @@ class Warehouse:
     def layout(self) -> str:
         """``delta`` (layout 2), ``legacy`` (layout 1: per-unit files, read-only until migrated), ``migrating`` (an
         in-place migration started and not finished: run it again) or ``empty``."""
+        if self._layout == "delta":  # once a Delta warehouse, always (only a migration turns one into it)
+            return "delta"
         if self.exists(self._p("migrating.json")):
             return "migrating"
         if self.exists(self._p(FORMAT_FILE)) or self.tables.exists("runs") or self.tables.exists("metrics"):
+            self._layout = "delta"
             return "delta"
         if self.exists(self._p("tables", "runs", "_schema.parquet")) or self.exists(
             self._p("tables", "metrics", "_schema.parquet")
@@ -585,7 +589,7 @@ class Warehouse:
                 out[name] = self.tables.snapshot(name)
             elif point.versions is not None and name in point.versions:
                 version = point.versions[name]
-                out[name] = self.tables.snapshot(name, version) if version is not None else Snapshot(name, None, None)
+                out[name] = self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
             else:
                 out[name] = self.tables.snapshot(name, as_of=point.at)
         return out

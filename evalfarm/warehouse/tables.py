@@ -105,7 +105,6 @@ class Snapshot:
 
     table: str
     version: int | None
-    timestamp_ms: int | None
     files: tuple[FileEntry, ...] = field(default_factory=tuple)
 
 
@@ -356,11 +355,11 @@ class DeltaTables:
             if type(exc.__cause__).__name__ != "TableNotFoundError":
                 raise
             self._schemas.pop(table, None)
-            return Snapshot(table, None, None)
+            return Snapshot(table, None)
         if as_of is not None:
             created = self._created_ms(dt)
             if created is not None and as_of.timestamp() * 1000 < created:
-                return Snapshot(table, None, None)
+                return Snapshot(table, None)
             try:
                 dt.load_as_version(as_of)
             except Exception as exc:
@@ -375,9 +374,7 @@ class DeltaTables:
             )
             for a in adds
         )  # fmt: skip
-        info = dt.history(1)
-        ts = int(info[0]["timestamp"]) if info else None
-        return Snapshot(table, int(dt.version()), ts, tuple(sorted(files, key=lambda f: f.path)))
+        return Snapshot(table, int(dt.version()), tuple(sorted(files, key=lambda f: f.path)))
 
     @staticmethod
     def _created_ms(dt: Any) -> int | None:
