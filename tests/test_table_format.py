@@ -434,12 +434,20 @@ def _legacy(root: Path) -> Path:
     return root
 
 
-def test_a_layout_1_warehouse_is_read_as_it_is_and_refused_for_writes(tmp_path):
+def test_a_layout_1_warehouse_is_read_as_it_is_and_refused_for_writes(tmp_path, toy_catalog):
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
     old = Warehouse(_legacy(tmp_path / "old"))
     assert old.layout() == "legacy" and old.schema_version() == 1
     assert old.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 6}]
     with pytest.raises(LegacyWarehouse, match="evalfarm warehouse migrate"):
         old.init()
+    got = CliRunner().invoke(app, ["run", "--catalog", str(toy_catalog), "--warehouse", str(old.root), "--executor",
+                                   "local"])  # fmt: skip
+    assert got.exit_code == 2 and f"evalfarm warehouse migrate {old.root}" in got.output
+    assert old.layout() == "legacy"  # nothing written
 
 
 @pytest.mark.parametrize("in_place", [True, False])

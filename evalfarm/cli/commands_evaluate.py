@@ -149,7 +149,7 @@ def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_proc
     from evalfarm.device import DeviceUnavailable
     from evalfarm.runner import RunInterrupted
     from evalfarm.taskdata.data import TaskDataError
-    from evalfarm.warehouse import WarehouseWriteError
+    from evalfarm.warehouse import LegacyWarehouse, WarehouseWriteError
 
     resume = f"To resume, run the same command again (finished units are skipped): {again()}"
     try:
@@ -158,8 +158,8 @@ def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_proc
             return api.run(catalog, warehouse=warehouse, on_event=printer.on_event, progress=progress, **run_args)
     except api.EvaluationFailed as exc:
         return exc.summary
-    except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError) as exc:
-        fail(str(exc))  # CatalogError and ConfigError are ValueErrors
+    except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError, LegacyWarehouse) as exc:
+        fail(str(exc))  # CatalogError and ConfigError are ValueErrors; LegacyWarehouse names `warehouse migrate`
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
         fail(f"{exc}. {resume}", code=3)
