@@ -180,7 +180,7 @@ def prefix_filesystem(
         if read_only and any(c in mode for c in "wax+"):
             refuse(self, path)
         if mode == "rb":
-            return _reader(self.fs, str(path), local_root)
+            return _reader(self.fs, str(path), local_root, listing.known_size(str(path)))
         return ArrowFSWrapper._open(self, path, mode, *args, **kwargs)
 
     def glob(self: Any, path: Any, **kwargs: Any) -> list[str]:
@@ -194,8 +194,12 @@ def prefix_filesystem(
     return type("WarehouseFileSystem", (ArrowFSWrapper,), members)(fs)
 
 
-def _reader(fs: pafs.FileSystem, path: str, local_root: str | None) -> _SharedReader:
-    """A file opened for DuckDB: a local warehouse's only as a regular file inside it, else through ``fs``."""
+def _reader(fs: pafs.FileSystem, path: str, local_root: str | None, size: int | None = None) -> _SharedReader:
+    """A file opened for DuckDB: a local warehouse's only as a regular file inside it, else through ``fs``. With its
+    ``size`` known (a snapshot's file) it is opened on its first read: DuckDB opens a file each time a view that
+    reads it is bound (a few dozen times a connection) and, with its Parquet metadata cache, reads it once."""
+    if size is not None:
+        return _LazyReader(fs, path, local_root, size)
     if local_root is not None:
         from evalfarm.warehouse.base import safe_open
 
@@ -287,6 +291,47 @@ class _LocalReader(_SharedReader):
         self.close()
 
 
+class _LazyReader(_SharedReader):
+    """A file of known size, opened (:func:`_reader`'s way) on its first read: an open that is never read costs
+    nothing, not a descriptor on a local disk nor a request on an object store."""
+
+    def __init__(self, fs: pafs.FileSystem, path: str, local_root: str | None, size: int) -> None:
+        self._fs, self._path, self._root = fs, path, local_root
+        self._size = size
+        self._local = threading.local()
+        self._inner: _SharedReader | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def _file(self) -> _SharedReader:
+        with self._lock:
+            if self._inner is None:
+                if self._root is not None:
+                    self._inner = _reader(self._fs, self._path, self._root)
+                else:  # the size given: no HEAD request before the first read
+                    self._inner = _SharedReader(self._fs.open_input_file(pafs.FileInfo(self._path, size=self._size)))
+            return self._inner
+
+    def read(self, n: int | None = -1) -> bytes:
+        pos = self._pos()
+        if n is None or n < 0:
+            n = self._size - pos
+        inner = self._file()
+        inner.seek(pos)
+        data = inner.read(n)
+        self._local.pos = pos + len(data)
+        return data
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def close(self) -> None:
+        self._closed = True
+        if self._inner is not None:
+            self._inner.close()
+
+
 def _inside(scheme: str, root: str, path: str) -> str:
     """``path`` without ``scheme://``, when it is ``root`` or under it with no ``.`` or ``..`` segment."""
     text = path.removeprefix(f"{scheme}://").rstrip("/")
@@ -344,6 +389,13 @@ class _Listing:
         except KeyError:
             raise FileNotFoundError(path) from None
 
+    def known_size(self, path: str) -> int | None:
+        """The size of a snapshot's file (None for anything else, or without a snapshot)."""
+        if self.known is None:
+            return None
+        entry = self._load().get(path.removeprefix("/") if path.startswith("/") else path)
+        return int(entry["size"]) if entry is not None and entry["type"] == "file" else None
+
     def ls(self, path: str) -> list[dict[str, Any]]:
         entry = self.info(path)
         if entry["type"] == "file":
@@ -397,6 +449,9 @@ def open_connection(
                 con.execute(f"SET memory_limit={_sql_string(memory_limit)}")
             except duckdb.Error as exc:
                 raise ValueError(f"memory limit {memory_limit!r}: {exc}") from exc
+        # DuckDB binds a view's read_parquet each time a view over it is created (the models table a dozen times a
+        # connection): its Parquet metadata cache reads each file's footer once (files are immutable once committed)
+        con.execute("SET parquet_metadata_cache=true")
         if remote is not None:  # before the lock, which would refuse a new filesystem
             scheme, _, prefix = root.partition("://")
             con.register_filesystem(

@@ -35,7 +35,7 @@ import urllib.parse
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -364,15 +364,15 @@ class DeltaTables:
                 dt.load_as_version(as_of)
             except Exception as exc:
                 raise TableError(f"table {table!r} as of {as_of.isoformat()}: {_first_line(exc)}") from exc
-        adds = (
-            pa.table(dt.get_add_actions(flatten=True)).select(["path", "size_bytes", "modification_time"]).to_pylist()
-        )
+        adds = pa.table(dt.get_add_actions(flatten=True))
+        times = adds.column("modification_time")
+        if pa.types.is_timestamp(times.type):  # as epoch ms: no datetime objects (the first costs a tz database load)
+            times = pc.cast(pc.cast(times, pa.timestamp("ms")), pa.int64())
         folder = self.folder(table)
         files = tuple(
-            FileEntry(
-                _absolute(folder, a["path"]), int(a["size_bytes"]), _ms(a["modification_time"])
-            )
-            for a in adds
+            FileEntry(_absolute(folder, path), int(size), int(ms or 0))
+            for path, size, ms in zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
+                                      times.to_pylist(), strict=True)
         )  # fmt: skip
         return Snapshot(table, int(dt.version()), tuple(sorted(files, key=lambda f: f.path)))
 
@@ -405,12 +405,6 @@ def _absolute(folder: str, path: str) -> str:
     if "://" in path:
         return urllib.parse.unquote(path.split("://", 1)[1])
     return f"{folder}/{urllib.parse.unquote(path)}"
-
-
-def _ms(value: Any) -> int:
-    if isinstance(value, datetime):
-        return int(value.replace(tzinfo=value.tzinfo or UTC).timestamp() * 1000)
-    return int(value or 0)
 
 
 def _first_line(exc: BaseException | None) -> str:
