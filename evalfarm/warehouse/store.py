@@ -580,9 +580,9 @@ class Warehouse:
         """Every table's snapshot: the newest (``as_of`` None), a run's (its id: the versions its end event recorded,
         or for a run that never ended the state at its last commit) or the state at a time (a ``datetime``, or an
         ISO 8601 text). Tables that did not exist then are empty snapshots."""
-        from evalfarm.warehouse.history import resolve_as_of
-
         from concurrent.futures import ThreadPoolExecutor
+
+        from evalfarm.warehouse.history import resolve_as_of
 
         point = resolve_as_of(self, as_of) if as_of is not None else None
 
