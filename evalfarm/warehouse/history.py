@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pyarrow as pa
@@ -89,16 +89,17 @@ def runs(wh: Any) -> list[dict[str, Any]]:
     return sorted(out.values(), key=lambda r: (r["started_at"] or stamp, r["run_id"]))
 
 
-def _last_commit(wh: Any, run_id: str, tables: tuple[str, ...] = ("metrics", "units", "runs")) -> datetime | None:
-    """When the newest commit naming ``run_id`` landed, over ``tables`` (those a run writes)."""
-    newest = None
+def _last_commits(wh: Any, run_id: str, tables: tuple[str, ...] = ("metrics", "units", "runs")) -> dict[str, Any]:
+    """Table -> (version, time) of the newest commit naming ``run_id``, over ``tables`` (those a run writes)."""
+    out: dict[str, Any] = {}
     for table in tables:
-        for entry in wh.tables.history(table):
+        for entry in wh.tables.history(table):  # newest first
             if entry.get("evalfarm.run_id") == run_id:
-                ts = int(entry["timestamp"])
-                newest = ts if newest is None else max(newest, ts)
-                break  # history is newest first
-    return datetime.fromtimestamp(newest / 1000, UTC) if newest is not None else None
+                ms = int(entry["timestamp"])
+                at = datetime.fromtimestamp(ms // 1000, UTC) + timedelta(milliseconds=ms % 1000)  # exact: no float
+                out[table] = (int(entry["version"]), at)
+                break
+    return out
 
 
 def resolve_as_of(wh: Any, as_of: Any) -> AsOf:
@@ -114,11 +115,15 @@ def resolve_as_of(wh: Any, as_of: Any) -> AsOf:
     if run is not None:
         if run["finished_at"] is not None and run["snapshot"]:
             versions = {k: (int(v) if v is not None else None) for k, v in run["snapshot"].items()}
-            # `runs` is read as of the end event's own commit (the snapshot was taken just before it)
-            at = _last_commit(wh, text, ("runs",)) or run["finished_at"]
-            return AsOf(f"run {text}", _aware(at), versions, text)
-        last = _last_commit(wh, text) or run["finished_at"] or run["started_at"]
-        return AsOf(f"run {text}", _aware(last), None, text)
+            # `runs` is read at the end event's own commit (the snapshot was taken just before it)
+            ends = _last_commits(wh, text, ("runs",))
+            if "runs" in ends:
+                versions["runs"] = ends["runs"][0]
+            return AsOf(f"run {text}", _aware(ends.get("runs", (0, run["finished_at"]))[1]), versions, text)
+        # never ended (running, or killed): each table it committed to at its last commit there, the others by time
+        last = _last_commits(wh, text)
+        at = max((t for _, t in last.values()), default=run["finished_at"] or run["started_at"])
+        return AsOf(f"run {text}", _aware(at), {t: v for t, (v, _) in last.items()} or None, text)
     when = parse_time(text)
     if when is None:
         recent = ", ".join(list(known)[-3:]) or "none yet"

@@ -278,15 +278,17 @@ class Warehouse:
         return "empty"
 
     def init(self) -> Warehouse:
-        """Create the layout: every table (or the columns this version of evalfarm added to one), the text stores'
-        folder and the format file; sweep the temp files of dead writers. A layout-1 warehouse is refused with the
-        command that migrates it (:class:`LegacyWarehouse`)."""
+        """Create the layout: the format file, the text stores' folder, and the columns this version of evalfarm added
+        to a table that exists; sweep the temp files of dead writers. A table is created by its first write (a
+        missing table reads as empty: every view exists on a new warehouse). A layout-1 warehouse is refused with
+        the command that migrates it (:class:`LegacyWarehouse`)."""
         layout = self.layout()
         if layout in ("legacy", "migrating"):
             raise LegacyWarehouse(self.uri, migrating=layout == "migrating")
         try:
             for name, schema in table_schemas().items():
-                self.tables.ensure(name, schema)
+                if self.tables.exists(name):
+                    self.tables.ensure(name, schema)
             if not self.exists(self._p(FORMAT_FILE)):
                 self._put(self._p(FORMAT_FILE), self._format_body())
         except TableError as exc:
