@@ -137,9 +137,9 @@ def test_a_scorer_with_a_detail_table_and_its_view_is_one_module(tmp_path):
     _toy_kind()
     assert "toy_norms" in unit_tables() and SCHEMAS["toy_norms"] == NORMS
     wh = Warehouse(tmp_path / "wh").init()
-    assert wh.tables.exists("toy_norms") and wh.tables.schema("toy_norms").names == NORMS.names
-    assert wh.query("SELECT count(*) AS n FROM toy_norms").to_pylist() == [{"n": 0}]
+    assert wh.query("SELECT count(*) AS n FROM toy_norms").to_pylist() == [{"n": 0}]  # its view, before any row
     _write_toy_unit(wh, task_kinds.get("toy-norms"))
+    assert wh.tables.schema("toy_norms").names == NORMS.names  # its table, created by its first write
     assert wh.query("SELECT text, norm FROM toy_norms ORDER BY text").to_pylist() == [
         {"text": "a", "norm": 5.0},
         {"text": "b", "norm": 1.0},
