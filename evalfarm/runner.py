@@ -31,12 +31,33 @@ from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, forward_pass_groups, plan_run, share_forward_passes, without_tasks
 from evalfarm.scheduler import EXECUTORS
-from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
 from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
+
+
+LOCAL_WORKER = "local-0"
+"""The in-process executor's one worker (``LocalExecutor.name``)."""
+TEXT_POLL_S = 1.0
+"""How often the driver reads the Ray workers' embedding progress (one small actor call)."""
+
+
+def first_eta_line(seconds: float, units: int, workers: int, texts: int, sources: Mapping[str, int]) -> str:
+    """The first ETA as a user reads it: how long, for how much work, and what it rests on, in words (the
+    estimate's internal source names stay in ``-v`` and ``run --format json``)."""
+    from evalfarm.eta import SOURCE_WORDS
+
+    work = f"{units} units" + (f" ({fmt_count(texts)} texts to embed)" if texts else "")
+    basis = "; ".join(
+        (f"{n} units from " if len(sources) > 1 else "") + SOURCE_WORDS.get(s, s) for s, n in sources.items()
+    )
+    return (
+        f"first ETA {fmt_seconds(seconds)} for {work} on {workers} worker{'s' if workers != 1 else ''}, from "
+        f"{basis}; it follows the rates the workers measure"
+    )
 
 
 class RunInterrupted(RuntimeError):
@@ -304,6 +325,9 @@ class Run:
         self.executor_obj: Any = None
         self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
         self.connected: tuple[bool, bool] | None = None  # (shared, owns Ray) when plan() connected to a cluster
+        self.board = TextBoard()  # the in-process executor's embedding passes (Ray's workers post to an actor)
+        self._next_text_poll = 0.0
+        self.dashboard: str | None = None  # the Ray dashboard's address, when the cluster has one
 
     def execute(self) -> RunSummary:
         self.plan()
@@ -321,7 +345,7 @@ class Run:
         self.run_id = new_run_id()
         self.t0 = time.perf_counter()
         n_units = sum(len(p.units) for p in self.plans)
-        self.tracker = ProgressTracker(total=n_units, cost_total=sum(p.cost for p in self.plans))
+        self.tracker = ProgressTracker(total=n_units, run_id=self.run_id, cost_total=sum(p.cost for p in self.plans))
         self.unit_cost = {p.model: p.cost / len(p.units) for p in self.plans}
         self.common = {
             "catalog": str(self.cat.path),
@@ -396,20 +420,25 @@ class Run:
         """The first ETA, from the warehouse's history of unit times (``evalfarm.eta``): an ``eta`` event, and the
         progress line's ETA from then on."""
         from evalfarm import eta
-        from evalfarm.scheduler.progress import fmt_seconds
 
         stored = self.wh.stored_texts({p.model for p in self.pending})
         siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
         variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
         history = eta.History(eta.load_history(self.wh))
-        unseen = any(eta.task_label(u.task, variants[(u.scorer, u.params)]) not in history.texts
-                     for p in self.pending for u in p.units)  # fmt: skip
-        texts = self._text_counts() if stored or unseen else None
+        texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
+        shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
+        derived = {p.model for p in self.pending if self.cat.model(p.model).postprocess is not None
+                   and self.cat.model(p.model).level == "sentence"}  # fmt: skip
+        self.tracker.texts_planned = {
+            p.model: round(sum(texts.get(u.task, 0) for u in p.units) * (1.0 - shares[p.model]))
+            for p in self.pending
+            if p.model not in siblings and p.model not in derived
+        }
         units = [
             eta.PlannedUnit(
                 u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
-                _stored_share(p, every_task[p.model], stored, texts),
+                shares[p.model],
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
             )
@@ -420,16 +449,11 @@ class Run:
         fc = eta.forecast(units, history, workers=workers, texts=texts)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
-        self.summary.first_eta = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts}
-        used = ", ".join(f"{s} {n}" for s, n in counts.items())
-        self.emit(
-            RunEvent(
-                "eta",
-                self.tracker,
-                message=f"first ETA {fmt_seconds(fc.total)} for {len(units)} units on {workers} worker"
-                f"{'s' if workers != 1 else ''} (estimates from {used})",
-            )
-        )
+        _, n_texts = self.tracker.texts()
+        first = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts, "texts": n_texts}
+        self.summary.first_eta = first
+        line = first_eta_line(fc.total, len(units), workers, n_texts, counts)
+        self.emit(RunEvent("eta", self.tracker, message=line))
 
     def _text_counts(self) -> dict[str, int]:
         """The planned tasks' text counts under this run's options, for a first ETA whose history has not seen some
@@ -512,10 +536,10 @@ class Run:
         from evalfarm.scheduler.core import ClusterLost, Scheduler
 
         base_of = _bases(self.cat, self.pending)  # sets each forward-pass leader's siblings before any plan is sent
-        self.leases = Leases(self.wh, self.run_id).start()
+        self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
         self.executor_obj = _executor(
             self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
-            self.address, self.workers, self.encoders, self.connected,
+            self.address, self.workers, self.encoders, self.connected, self._on_texts,
         )  # fmt: skip
         sched = Scheduler(
             self.pending,
@@ -537,11 +561,52 @@ class Run:
             self.summary.workers = len(sched.workers)
         return None
 
+    def _on_texts(self, tick: Any) -> None:
+        """An in-process embedding pass moved (the local executor runs it in this thread): the tracker's texts."""
+        self.board.put(LOCAL_WORKER, dataclasses.asdict(tick))
+        self.tracker.observe_texts(self.board.snapshot())
+
+    def _poll_texts(self) -> None:
+        """The Ray workers' passes, read from their board at most once a second (on the scheduler's ticks)."""
+        now = time.monotonic()
+        if now < self._next_text_poll:
+            return
+        self._next_text_poll = now + TEXT_POLL_S
+        read = getattr(self.executor_obj, "text_passes", None)
+        passes = read() if read is not None else None
+        if passes is not None:
+            self.tracker.observe_texts(passes)
+
+    def published(self) -> dict[str, Any]:
+        """What the run's heartbeat file carries besides its liveness (``evalfarm status`` reads it from outside):
+        the tracker's snapshot, the first ETA, where the run is and how to follow it. Called from the heartbeat's
+        thread: it only reads."""
+        body: dict[str, Any] = {"progress": self.tracker.snapshot(), "first_eta": self.summary.first_eta}
+        body |= {"catalog": self.common.get("catalog"), "executor": self.executor, "argv": sys.argv}
+        if self.dashboard:
+            body["dashboard"] = self.dashboard
+        return body
+
+    def _find_dashboard(self) -> None:
+        """Say where the Ray dashboard is, once, when the cluster has one (a local Ray evalfarm starts has none)."""
+        url = getattr(self.executor_obj, "dashboard_url", None)
+        if url:
+            self.dashboard = url
+            self.emit(RunEvent("dashboard", self.tracker, message=f"Ray dashboard: {url}"))
+
     def _on_scheduler_event(self, e: Any) -> None:
         """Progress from a scheduler event, then the same event as a :class:`RunEvent`."""
         tracker = self.tracker
+        if e.kind == "tick":
+            self._poll_texts()
+        elif e.kind == "dispatch" and e.job is not None and e.worker is not None:
+            task = e.job.unit.task if e.job.unit is not None else ""
+            tracker.job(e.worker.name, str(e.job.stage), e.job.plan.model, task)
+        elif e.kind == "worker-ready" and not self.dashboard:
+            self._find_dashboard()
         if e.kind == "unit":
             o = e.outcome
+            self._poll_texts()  # the pass's last texts before the count moves on
             tracker.finish(o.status, self.unit_cost.get(o.model, 1.0), unit=(o.model, o.task), seconds=o.seconds)
         elif e.kind == "retry":
             tracker.retries += 1
@@ -714,6 +779,7 @@ def _executor(
     workers: int | None,
     encoders: dict[str, Any],
     connected: tuple[bool, bool] | None = None,
+    on_texts: Callable[[Any], None] | None = None,
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
@@ -721,7 +787,7 @@ def _executor(
 
         ctx = ExecContext(
             catalog=cat, warehouse=wh, run_id=run_id, options=options, force=force, progress=progress,
-            record_failures=False, encoders=encoders,
+            on_texts=on_texts, record_failures=False, encoders=encoders,
         )  # fmt: skip
         return LocalExecutor(ctx)
     from evalfarm.scheduler.ray_executor import RayExecutor, small_kind

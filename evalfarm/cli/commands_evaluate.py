@@ -134,15 +134,18 @@ def run(
         options["similarities"] = split(similarity)
     run_args: dict[str, Any] = {"models": split(models), "tasks": split(tasks), "executor": executor.value}
     run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
-    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local)
+    as_json = output_format is RunFormat.json
+    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local, json_out=as_json)
     print_summary(summary)
-    if output_format is RunFormat.json:
-        sys.stdout.write(json.dumps(summary.to_dict()) + "\n")
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "summary", **summary.to_dict()}) + "\n")
     if summary.failed:
         raise typer.Exit(1)
 
 
-def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool) -> RunSummary:
+def _evaluate(
+    catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool, json_out: bool = False
+) -> RunSummary:
     """:func:`evalfarm.api.run` with the live output; its errors as the CLI's exit codes: 2 for what stops a run
     before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with failed
     units returns its summary (the caller prints the failures and exits 1)."""
@@ -153,7 +156,7 @@ def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_proc
 
     resume = f"To resume, run the same command again (finished units are skipped): {again()}"
     try:
-        with RunPrinter() as printer:
+        with RunPrinter(json_out=sys.stdout if json_out else None) as printer:
             progress = printer.on_progress if in_process else None
             return api.run(catalog, warehouse=warehouse, on_event=printer.on_event, progress=progress, **run_args)
     except api.EvaluationFailed as exc:

@@ -102,8 +102,13 @@ class EvalWorker:
             device=process_device(),  # this node's CPU and GPUs (name, driver), not the driver's
         )
 
-    def begin(self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool) -> WorkerInfo:
+    def begin(
+        self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool, board: Any = None
+    ) -> WorkerInfo:
+        """A run's context; ``board``: the run's :class:`~evalfarm.scheduler.progress.TextBoard` actor, which this
+        worker's embedding passes report their texts to (one post a second at most, never waited for)."""
         from evalfarm.execute import ExecContext
+        from evalfarm.scheduler.progress import TickSender
         from evalfarm.taskdata.data import task_checksum
         from evalfarm.warehouse import Warehouse
 
@@ -114,6 +119,7 @@ class EvalWorker:
             options=options,
             force=force,
             record_failures=False,
+            on_texts=TickSender(self.name, lambda worker, tick: board.put.remote(worker, tick)) if board else None,
         )
         for tid, spec in catalog.tasks.items():  # job data already loaded by an earlier run, same content
             key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
@@ -623,7 +629,9 @@ class RayExecutor:
         head_timeout: float | None = None,
         connected: tuple[bool, bool] | None = None,
     ) -> None:
-        self.args = (catalog, warehouse, run_id, options, force)
+        self.args: tuple[Any, ...] = (catalog, warehouse, run_id, options, force)
+        self.board: Any = None  # the run's TextBoard actor: the workers' embedding progress
+        self.dashboard_url: str | None = None  # the cluster's Ray dashboard, when it has one
         self.connected = connected  # (shared, owns_ray) of a connect() the caller made already (see start)
         self.address = address
         self.n_workers = workers
@@ -668,6 +676,10 @@ class RayExecutor:
             self.gcs_address = ray.get_runtime_context().gcs_address
         except Exception:  # Ray Client
             self.gcs_address = self.address or ""
+        self.dashboard_url = dashboard_url()
+        self.board = _board()
+        if self.board is not None:
+            self.args = (*self.args[:5], self.board)
         cluster = ray.cluster_resources()
         if self.autoscale is None:
             self.autoscale = is_autoscaling()
@@ -695,6 +707,19 @@ class RayExecutor:
                 handles.append(self._grow({"CPU": 1.0}))
             handles += self._scale(self.plans)
         return handles
+
+    def text_passes(self) -> dict[str, dict[str, Any]] | None:
+        """The workers' embedding passes as they last reported them (``TextBoard.snapshot``); None when the board
+        does not answer within a second (progress is a report: the run goes on without it)."""
+        import ray
+
+        if self.board is None:
+            return None
+        try:
+            passes: dict[str, dict[str, Any]] = ray.get(self.board.snapshot.remote(), timeout=1.0)
+        except Exception:
+            return None
+        return passes
 
     # -- autoscaling ------------------------------------------------------------------------------------------
     def _heavy(self, plans: list[Any]) -> int:
@@ -833,6 +858,11 @@ class RayExecutor:
 
         if not ray.is_initialized():
             return
+        if self.board is not None and not self.head_lost:
+            try:
+                ray.kill(self.board, no_restart=True)
+            except Exception:  # already gone
+                pass
         if self.head_lost:
             _WARM.clear()
         else:
@@ -862,6 +892,34 @@ class RayExecutor:
             _kill_leftovers(procs)
         elif self.head_lost:
             _shutdown(bounded=True)  # disconnect: this driver can do nothing more on that cluster
+
+
+def dashboard_url() -> str | None:
+    """The Ray dashboard's address (``http://host:port``) of the connected cluster, None when it runs none (the
+    local Ray ``evalfarm run`` starts has no dashboard) or it cannot be told (Ray Client)."""
+    try:
+        from ray._private.worker import get_dashboard_url
+
+        url = get_dashboard_url()
+    except Exception:
+        return None
+    if not url:
+        return None
+    return url if "://" in url else f"http://{url}"
+
+
+def _board() -> Any:
+    """A run's :class:`~evalfarm.scheduler.progress.TextBoard` as an actor that takes no CPU (None when Ray cannot
+    start one: the run then goes on without texts)."""
+    import ray
+
+    from evalfarm.scheduler.progress import TextBoard
+
+    try:
+        return ray.remote(TextBoard).options(num_cpus=0, max_restarts=0).remote()
+    except Exception as exc:
+        logging.getLogger(__name__).info("no progress board (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def _shutdown(*, bounded: bool) -> None:
