@@ -73,6 +73,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.outcomes import UnitOutcome
     from evalfarm.paper import CoverageTable, PaperTable, Table10
     from evalfarm.runner import RunEvent, RunSummary, Skipped
+    from evalfarm.status import RunStatus
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
     from evalfarm.zoo import BuildReport, Built, Recipe
@@ -288,6 +289,21 @@ def query(
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
     return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
+
+
+def run_status(run_id: str | None = None, *, warehouse: PathOrStr | Warehouse | None = None) -> RunStatus:
+    """What run ``run_id`` (default: the newest running one, else the newest) is doing now, read from the warehouse
+    alone (its heartbeat, ``runs``, ``units`` and ``failures``), so it works for a run on another machine or inside
+    a Ray job: units and texts done, what each worker is on, the slowest unit, failures, the ETA
+    (:class:`evalfarm.status.RunStatus`; ``.lines()`` as ``evalfarm status`` prints it, ``.to_dict()`` as JSON).
+    Raises ``LookupError`` when the warehouse holds no such run."""
+    from evalfarm.status import run_status as read
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to report on
+        raise FileNotFoundError(f"no warehouse at {wh.uri}")
+    return read(wh, run_id)
 
 
 def verify(

@@ -564,6 +564,8 @@ class Run:
     def _on_texts(self, tick: Any) -> None:
         """An in-process embedding pass moved (the local executor runs it in this thread): the tracker's texts."""
         self.board.put(LOCAL_WORKER, dataclasses.asdict(tick))
+        if self.tracker.jobs.get(LOCAL_WORKER, ("", "", ""))[:2] != ("embed", tick.model):
+            self.tracker.job(LOCAL_WORKER, "embed", tick.model)  # in process, the dispatch event comes after the job
         self.tracker.observe_texts(self.board.snapshot())
 
     def _poll_texts(self) -> None:

@@ -82,6 +82,7 @@ def option_defaults(settings: Settings) -> dict[str, Any]:
         "report": wh,
         "correlations": wh,
         "verify": wh,
+        "status": wh,
         "catalog": {"list": cat, "validate": cat},
     }
 
