@@ -157,6 +157,7 @@ def run(
     check: bool = True,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    notify: str | None = None,
     **options: Unpack[RunOptionArgs],
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` (a name or a path) on ``tasks`` (default: the catalog's)
@@ -169,34 +170,54 @@ def run(
     Returns the run summary (``counts()``, ``failed``, ``run_id``). Raises :class:`EvaluationFailed` when a unit
     failed (after the others ran and were recorded; ``.summary`` is the whole run), unless ``check=False``; a bad
     catalog, selection or data folder raises before anything runs (``CatalogError``, ``TaskDataError``,
-    ``ValueError``); a lost cluster ``RunInterrupted`` (the same call resumes)."""
-    from evalfarm.runner import run_catalog
+    ``ValueError``); a lost cluster ``RunInterrupted`` (the same call resumes).
+
+    ``notify``: a shell command run at the end with the run's end summary (``summary.report``: counts, failures,
+    degenerate and thin units, wall time, what moved) as JSON on stdin, also for a failed or interrupted run
+    (default: the ``notify`` setting, ``EVALFARM_NOTIFY``); what it did is ``summary.notified``
+    (:mod:`evalfarm.notify`: a failing hook is logged, never raised)."""
+    from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.taskdata.data import data_dir
 
-    cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
+    cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog, notify=notify)
     run_options = _run_options(options)
     with cfg.data_exported():
         data_dir()  # a data folder that is not one fails now, not in every unit
-        summary = run_catalog(
-            cfg.catalog,
-            cfg.warehouse,
-            models=list(models) if models else None,
-            tasks=list(tasks) if tasks else None,
-            options=run_options,
-            force=force,
-            progress=progress,
-            executor=executor,
-            address=address,
-            workers=workers,
-            max_attempts=max_attempts,
-            on_event=on_event,
-        )
+        try:
+            summary = run_catalog(
+                cfg.catalog,
+                cfg.warehouse,
+                models=list(models) if models else None,
+                tasks=list(tasks) if tasks else None,
+                options=run_options,
+                force=force,
+                progress=progress,
+                executor=executor,
+                address=address,
+                workers=workers,
+                max_attempts=max_attempts,
+                on_event=on_event,
+            )
+        except RunInterrupted as exc:  # recorded: its owner hears of it too
+            _notify(cfg.notify, exc.summary)
+            raise
+        _notify(cfg.notify, summary)
     if on_event is None:
         for warning in summary.warnings:
             log.warning("%s", warning)
     if check and summary.failed:
         raise EvaluationFailed(summary)
     return summary
+
+
+def _notify(command: str, summary: RunSummary) -> None:
+    if not command or summary.report is None:
+        return
+    from evalfarm.notify import notify
+
+    summary.notified = notify(command, summary.report)
+    if not summary.notified.ok:
+        log.warning("%s", summary.notified.describe())
 
 
 def evaluate(

@@ -1,7 +1,7 @@
 """Where evalfarm's settings come from, resolved in one place for the CLI and the Python API alike.
 
-Five settings: the evaluation data folder, the warehouse, the catalog, and the two limits of a read-only SQL
-query. Each is the first of:
+Six settings: the evaluation data folder, the warehouse, the catalog, the two limits of a read-only SQL query, and
+the end-of-run hook (``notify``). Each is the first of:
 
 1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``,
    ``evalfarm sql --timeout``, ``evalfarm.query(memory_limit=...)``),
@@ -33,6 +33,8 @@ works from any subfolder):
 - ``catalog``: the default of ``--catalog`` for ``run``, ``catalog list`` and ``catalog validate`` (and the API).
 - ``sql_timeout``: how long one ``evalfarm sql`` / ``evalfarm.query`` may run, in seconds (a number; 0: no limit).
 - ``sql_memory_limit``: DuckDB's memory cap for the same queries, a size such as ``"16GB"``.
+- ``notify``: a shell command ``evalfarm run`` runs at its end with the run's summary as JSON on stdin
+  (:mod:`evalfarm.notify`; ``--notify`` and ``EVALFARM_NOTIFY`` too).
 
 ``evalfarm config show`` prints each setting, its value and where it came from.
 """
@@ -58,6 +60,7 @@ KEYS = {
     "catalog": "default --catalog of `run`, `catalog list` and `catalog validate`",
     "sql_timeout": "seconds one `evalfarm sql` / evalfarm.query may run (0: no limit)",
     "sql_memory_limit": "DuckDB's memory cap for `evalfarm sql` / evalfarm.query, e.g. 16GB",
+    "notify": "a command `evalfarm run` runs at the end with the run's summary as JSON on stdin ('' = none)",
 }
 PATH_KEYS = ("data", "warehouse")
 ENV_VARS = {
@@ -66,6 +69,7 @@ ENV_VARS = {
     "catalog": "EVALFARM_CATALOG",
     "sql_timeout": "EVALFARM_SQL_TIMEOUT",
     "sql_memory_limit": "EVALFARM_SQL_MEMORY_LIMIT",
+    "notify": "EVALFARM_NOTIFY",
 }
 """The environment variable of each setting: it wins over the file, an option wins over it."""
 DEFAULT_WAREHOUSE = "warehouse"
@@ -80,6 +84,7 @@ DEFAULTS = {
     "catalog": DEFAULT_CATALOG,
     "sql_timeout": f"{DEFAULT_SQL_TIMEOUT_S:g}",
     "sql_memory_limit": DEFAULT_SQL_MEMORY_LIMIT,
+    "notify": "",
 }
 _SIZE = re.compile(r"\d+(\.\d+)?\s*[A-Za-z]*")
 OPTION = "option"
@@ -213,6 +218,7 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
     sql_timeout: str = DEFAULTS["sql_timeout"]
     sql_memory_limit: str = DEFAULT_SQL_MEMORY_LIMIT
+    notify: str = ""  # the end-of-run hook (evalfarm.notify): a shell command, '' for none
 
     def sql_limits(self) -> tuple[float, str]:
         """``(timeout_s, memory_limit)`` of a read-only query (a timeout of 0: none); a malformed value (from the
@@ -261,6 +267,7 @@ class Settings:
             "catalog": self.catalog,
             "sql_timeout": self.sql_timeout,
             "sql_memory_limit": self.sql_memory_limit,
+            "notify": self.notify,
         }
         rows = []
         for key in KEYS:
@@ -284,6 +291,7 @@ def resolve_settings(
     cwd: Path | None = None,
     sql_timeout: float | str | None = None,
     sql_memory_limit: str | None = None,
+    notify: str | None = None,
 ) -> Settings:
     """The settings: each of ``data``, ``warehouse``, ``catalog``, ``sql_timeout`` (seconds, 0: none) and
     ``sql_memory_limit`` given here (not None) wins, then its environment
@@ -298,6 +306,7 @@ def resolve_settings(
         "catalog": catalog,
         "sql_timeout": f"{sql_timeout:g}" if isinstance(sql_timeout, int | float) else sql_timeout,
         "sql_memory_limit": sql_memory_limit,
+        "notify": notify,
     }
     chosen: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -322,4 +331,5 @@ def resolve_settings(
         sources=sources,
         sql_timeout=chosen["sql_timeout"].strip() or DEFAULTS["sql_timeout"],
         sql_memory_limit=chosen["sql_memory_limit"].strip() or DEFAULT_SQL_MEMORY_LIMIT,
+        notify=chosen["notify"].strip(),
     )

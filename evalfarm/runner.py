@@ -24,6 +24,7 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -38,6 +39,9 @@ from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
 
+
+EXIT_CODES = {"ok": 0, "failed": 1, "interrupted": 3}
+"""``evalfarm run``'s exit status by the run's end status (2: a usage or configuration error, before any run)."""
 
 LOCAL_WORKER = "local-0"
 """The in-process executor's one worker (``LocalExecutor.name``)."""
@@ -91,6 +95,8 @@ class RunSummary:
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
     worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
     first_eta: dict[str, Any] | None = None  # the first ETA: seconds, workers, sources (None: nothing to compute)
+    report: dict[str, Any] | None = None  # the end summary (end_report): in `runs.summary`, for --notify
+    notified: Any = None  # what the --notify hook did (evalfarm.notify.Notified), when there was one
 
     @property
     def degenerate(self) -> list[UnitOutcome]:
@@ -142,7 +148,14 @@ class RunSummary:
             "quarantined": len(self.quarantined),
             "recorded": self.recorded,
             "first_eta": self.first_eta,
+            "report": self.report,
         }
+
+    @property
+    def exit_code(self) -> int:
+        """What ``evalfarm run`` exits with for this run: 0 every unit done or skipped, 1 a unit failed, 3 the run
+        was interrupted (2, a usage or configuration error, never gets as far as a run)."""
+        return EXIT_CODES.get(self.status, 1)
 
     def counts(self) -> dict[str, int]:
         c = {"done": 0, "skipped": 0, "failed": 0}
@@ -650,13 +663,15 @@ class Run:
             summary.warnings += spec_conflicts(self.wh, self.plans)
         except OSError:
             pass
+        why = reason or (f"{type(error).__name__}: {error}" if error else None)
+        summary.report = self.end_report(why)
         if summary.recorded:
             attempt(
                 lambda: self.wh.write_run_event(
                     summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
-                    n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
+                    n_done=c["done"], reason=why,
                     provenance=json.dumps({**self.provenance, "workers": summary.worker_info}, default=str),
-                    **self.common,
+                    summary=json.dumps(summary.report, default=str), **self.common,
                 ),
                 "recording the end of the run",
             )  # fmt: skip
@@ -666,6 +681,54 @@ class Run:
             import ray
 
             attempt(ray.shutdown, "disconnecting from Ray")
+
+    def end_report(self, reason: str | None) -> dict[str, Any]:
+        """The run's end summary, what a nightly tells its owner: counts, failures (first line of each), degenerate
+        and thin units, wall time, the slowest unit, what moved since the previous run (``moved``:
+        :func:`_moved_since_previous`). Written as the end event's ``summary`` (the ``runs`` view), printed, and
+        what ``--notify`` receives on stdin."""
+        s = self.summary
+        c = s.counts()
+        started = datetime.fromtimestamp(time.time() - s.seconds, UTC)
+        slowest = self.tracker.slowest
+
+        def first_line(text: Any) -> str:
+            lines = str(text or "").strip().splitlines()
+            return lines[0] if lines else ""
+
+        return {
+            "run_id": s.run_id,
+            "status": s.status,
+            "exit_code": s.exit_code,
+            "reason": reason,
+            "catalog": str(self.cat.path),
+            "warehouse": str(s.warehouse),
+            "host": platform.node(),
+            "started_at": started.isoformat(timespec="seconds"),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "wall_s": round(s.seconds, 1),
+            "counts": {"units": s.n_units, **c, "not_computed": max(0, s.n_units - sum(c.values()))},
+            "failures": [
+                {
+                    "model": o.model,
+                    "task": o.task,
+                    "stage": None if o.stage is None else str(o.stage),
+                    "error": first_line(o.error),
+                }
+                for o in s.failed
+            ],  # fmt: skip
+            "degenerate": [{"model": o.model, "task": o.task, "reason": o.degenerate} for o in s.degenerate],
+            "thin": [{"model": o.model, "task": o.task, "reason": o.thin} for o in s.thin],
+            "quarantined": len(s.quarantined),
+            "not_evaluated": list(s.not_evaluated),
+            "warnings": list(s.warnings),
+            "texts_embedded": self.tracker.texts()[0],
+            "slowest": None
+            if slowest is None
+            else {"model": slowest[1], "task": slowest[2], "seconds": round(slowest[0], 1)},  # fmt: skip
+            "first_eta_s": None if s.first_eta is None else s.first_eta["seconds"],
+            "moved": _moved_since_previous(self.wh, s.run_id),
+        }
 
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
@@ -677,6 +740,14 @@ class Run:
         for w in self.summary.warnings[self.planned_warnings :]:
             self.emit(RunEvent("warning", self.tracker, message=w))
         return self.summary
+
+
+def _moved_since_previous(wh: Warehouse, run_id: str) -> dict[str, Any] | None:
+    """What moved since the previous run of the same catalog: the ``moved`` key of the run's end summary (what a
+    nightly reports, what ``--notify`` receives). None for now: the warehouse's run history and ``evalfarm diff``
+    (issue 39) will fill it, the numbers that changed between the previous run and this one, without the caller
+    changing."""
+    return None
 
 
 def refresh_correlations(wh: Warehouse) -> None:

@@ -13,7 +13,7 @@ import typer
 
 from evalfarm import api
 from evalfarm.cli.app import again, app, fail, split
-from evalfarm.cli.events import RunPrinter, print_summary, print_warnings
+from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
 
 if TYPE_CHECKING:
@@ -82,6 +82,16 @@ RunFormatOpt = Annotated[
         help="text: the summary on stderr only; json: also the summary as one JSON object on stdout (for scripts)",
     ),
 ]
+NotifyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify",
+        metavar="CMD",
+        help="a shell command run at the end with the run's summary as JSON on stdin (counts, failures, degenerate "
+        "and thin units, wall time), also when units failed or the run was interrupted [default: "
+        "$EVALFARM_NOTIFY, else the config file's notify]",
+    ),
+]
 AttemptsOpt = Annotated[
     int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
 ]
@@ -113,8 +123,12 @@ def run(
     workers: WorkersOpt = None,
     max_attempts: AttemptsOpt = 2,
     output_format: RunFormatOpt = RunFormat.text,
+    notify: NotifyOpt = None,
 ) -> None:
-    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
+    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped.
+
+    Exit status: 0 every unit done or skipped, 1 some units failed (the rest ran and is recorded), 2 a usage or
+    configuration error (nothing ran), 3 interrupted (its Ray head lost: the same command resumes)."""
     if pools:
         typer.echo("warning: --pools is the old name of --tasks and goes in evalfarm 0.3; use --tasks", err=True)
         tasks = [*(tasks or []), *pools]
@@ -134,13 +148,13 @@ def run(
         options["similarities"] = split(similarity)
     run_args: dict[str, Any] = {"models": split(models), "tasks": split(tasks), "executor": executor.value}
     run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
+    run_args["notify"] = notify
     as_json = output_format is RunFormat.json
     summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local, json_out=as_json)
     print_summary(summary)
     if as_json:
-        sys.stdout.write(json.dumps({"event": "summary", **summary.to_dict()}) + "\n")
-    if summary.failed:
-        raise typer.Exit(1)
+        sys.stdout.write(json.dumps({"event": "summary", **summary.to_dict()}, default=str) + "\n")
+    raise typer.Exit(summary.exit_code if summary.status in ("ok", "failed") else int(bool(summary.failed)))
 
 
 def _evaluate(
@@ -165,6 +179,7 @@ def _evaluate(
         fail(str(exc))  # CatalogError and ConfigError are ValueErrors
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
+        print_notified(exc.summary)
         fail(f"{exc}. {resume}", code=3)
     except KeyboardInterrupt:
         fail(f"interrupted. {resume}", 130)

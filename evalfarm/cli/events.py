@@ -256,6 +256,26 @@ def print_summary(summary: RunSummary) -> None:
         console.print("[bold red]failures:[/]")
         for f in summary.failed:
             console.print(f"  {f.model} · {f.task} [{f.stage}] {f.error}", markup=False, highlight=False)
+    report = summary.report or {}
+    if report.get("slowest"):
+        s = report["slowest"]
+        console.print(f"slowest unit: {s['model']} · {s['task']} ({s['seconds']:.1f}s)", highlight=False, markup=False)
+    if report.get("moved") is not None:
+        console.print(f"moved since the previous run: {json.dumps(report['moved'], default=str)}", markup=False)
+    if report and summary.recorded:
+        console.print(
+            f"summary recorded: evalfarm status {summary.run_id} (the runs view's summary column)",
+            highlight=False,
+            markup=False,
+        )
+    print_notified(summary)
+
+
+def print_notified(summary: RunSummary) -> None:
+    """What the --notify hook did, when there was one."""
+    notified = summary.notified
+    if notified is not None:
+        console.print(notified.describe(), style=None if notified.ok else "yellow", highlight=False, markup=False)
 
 
 class ZooPrinter:

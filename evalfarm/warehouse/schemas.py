@@ -107,6 +107,7 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("provenance", pa.string()),  # JSON: versions, git commit, device, Ray job, catalog as given
             ("n_done", pa.int64()),  # end event: units computed by this run
             ("reason", pa.string()),  # end event of an interrupted run: why
+            ("summary", pa.string()),  # end event: JSON, the run's end summary (runner.Run.end_report)
         ]
     ),
     "failures": pa.schema(
