@@ -497,8 +497,10 @@ def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         write_results(ctx.warehouse, ctx.run_id, unit, scorer, result, quality=quality, thin=thin)
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
-    summary = {
-        "/".join(x for x in (r.subset if r.subset != "all" else "", r.variant, r.ties or "") if x): r.value
+    summary = {  # a person reads these beside the task: variants in words (Scorer.variant_label)
+        "/".join(
+            x for x in (r.subset if r.subset != "all" else "", scorer.variant_label(r.variant), r.ties or "") if x
+        ): r.value
         for r in result.rows
         if r.primary and r.ties in (None, "optimistic")
     }
