@@ -124,12 +124,13 @@ def settings(
     return resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
 
 
-def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None) -> Config:
-    """Remember ``values`` (``data``, ``warehouse``, ``catalog``) in ``file`` (default: ``$EVALFARM_CONFIG``, else
-    ``./.evalfarm.toml``), other keys kept, paths stored absolute; what ``evalfarm config set`` does."""
+def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None, user: bool = False) -> Config:
+    """Remember ``values`` (``data``, ``warehouse``, ``catalog``, ...) in ``file`` (default: the user-level file
+    with ``user``, for every folder; else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``), other keys kept, paths
+    stored absolute; what ``evalfarm config set`` does."""
     from evalfarm.config import write_config, write_target
 
-    return write_config(write_target(file), dict(values))
+    return write_config(write_target(file, user=user), dict(values))
 
 
 # -- run and evaluate --------------------------------------------------------------------------------------------
@@ -446,18 +447,24 @@ def build_report(
 
 
 def export_mteb(
-    out: PathOrStr, *, warehouse: PathOrStr | Warehouse | None = None, models: Sequence[str] | None = None
+    out: PathOrStr,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    models: Sequence[str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> ExportResult:
     """Write the warehouse's numbers on the tasks MTEB shares (STS12-16, STSBenchmark, SICK-R) in MTEB's results
-    layout, ``out/<model>/<revision>/<Task>.json`` (:mod:`evalfarm.mteb_results` says which subset maps to which
-    split). ``models``: only these. The result lists the files written and what was left out, with why."""
+    layout, ``out/<model>/<revision>/<Task>.json`` with a ``model_meta.json`` beside them (what mteb's
+    ``ResultCache.load_results()`` needs; :mod:`evalfarm.mteb_results` says which subset maps to which split).
+    ``models``: only these; ``names``: evalfarm id -> MTEB's ``MODEL[@REVISION]`` to file it under. The result
+    lists the files written and what was left out, with why."""
     from evalfarm.mteb_results import export_mteb as write
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to export nothing from
         raise FileNotFoundError(f"no warehouse at {wh.uri}")
-    return write(wh, out, models=list(models) if models else None)
+    return write(wh, out, models=list(models) if models else None, names=dict(names or {}))
 
 
 def import_mteb(
@@ -593,13 +600,15 @@ def plan_submission(
     entrypoint_num_gpus: float | None = None,
     out: PathOrStr | None = None,
     forward_data: bool = True,
+    tasks: Sequence[str] | None = None,
 ) -> SubmitPlan:
     """Validate a new model spec (a YAML of one model, a list, or a small catalog) against ``catalog`` locally and
     compute the Ray job that evaluates it into ``warehouse`` (a path every node sees): entrypoint, runtime_env,
     job folder (``out``, kept; else a temporary one). ``env``: variables for the job (a mapping or ``KEY=VALUE``
     strings); ``forward_data``: send this machine's data folder (the resolved ``data`` setting) as the job's
     ``EVALFARM_DATA`` unless ``env`` sets one (the cache folder is never sent); ``runtime_env``: a mapping or a
-    YAML/JSON file merged into the job's. Raises ``SubmitError``; nothing reaches the cluster."""
+    YAML/JSON file merged into the job's; ``tasks``: only these task ids of the base catalog (default: the spec's
+    ``tasks:``, else the catalog's). Raises ``SubmitError``; nothing reaches the cluster."""
     from evalfarm.submit import load_runtime_env, parse_env
     from evalfarm.submit import plan_submission as plan
 
@@ -625,6 +634,7 @@ def plan_submission(
         entrypoint_num_gpus=entrypoint_num_gpus,
         out=out,
         data=str(Path(data).resolve()) if data else None,
+        tasks=list(tasks) if tasks else None,
     )
 
 

@@ -21,7 +21,9 @@ checkout, so the commands the README shows next work in a fresh shell, without `
 
 1. ``$EVALFARM_CONFIG`` (a path; empty: no file at all),
 2. ``.evalfarm.toml`` in the current folder or the nearest parent that has one (like ``pyproject.toml``),
-3. ``$XDG_CONFIG_HOME/evalfarm/config.toml`` (default ``~/.config/evalfarm/config.toml``).
+3. the user-level file, for every folder: ``config.toml`` in the user config folder (platformdirs:
+   ``$XDG_CONFIG_HOME/evalfarm/config.toml``, default ``~/.config/evalfarm/config.toml``; :func:`user_config_path`),
+   written by ``evalfarm config set --user``.
 
 Keys (all optional; relative paths, a catalog file's included, are relative to the file's folder, so the file
 works from any subfolder):
@@ -135,9 +137,29 @@ def config_path(cwd: Path | None = None) -> Path | None:
         cand = folder / FILE_NAME
         if cand.is_file():
             return cand
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    cand = Path(xdg).expanduser() / "evalfarm" / "config.toml"
+    cand = user_config_path()
     return cand if cand.is_file() else None
+
+
+def user_config_path() -> Path:
+    """The user-level config file, for every folder: ``config.toml`` in the platform's user config folder
+    (platformdirs: ``$XDG_CONFIG_HOME/evalfarm`` or ``~/.config/evalfarm`` on Linux). ``evalfarm config set --user``
+    writes it."""
+    from platformdirs import user_config_path as folder
+
+    return folder("evalfarm", appauthor=False) / "config.toml"
+
+
+def where_looked(key: str = "data", cwd: Path | None = None) -> str:
+    """Where a setting was looked for and not found, in the order they count: for an error that says why it is
+    missing and how to set it."""
+    env = os.environ.get(ENV)
+    here = (cwd or Path.cwd()).resolve()
+    if env is not None:
+        files = f"${ENV}={env or '(empty: no file)'}"
+    else:
+        files = f"no {FILE_NAME} in {here} or a parent folder, no {user_config_path()}"
+    return f"{ENV_VARS[key]} is not set, {files}"
 
 
 def load_config(path: Path | None = None) -> Config:
@@ -172,10 +194,13 @@ def load_config(path: Path | None = None) -> Config:
     return Config(path, values)
 
 
-def write_target(file: str | os.PathLike[str] | None = None) -> Path:
-    """The file ``evalfarm config set`` writes: ``file``, else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
+def write_target(file: str | os.PathLike[str] | None = None, *, user: bool = False) -> Path:
+    """The file ``evalfarm config set`` writes: ``file``, else the user-level file (``user``), else
+    ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
     if file is not None:
         return Path(file).expanduser()
+    if user:
+        return user_config_path()
     return Path(os.environ[ENV]).expanduser() if os.environ.get(ENV) else Path(FILE_NAME)
 
 

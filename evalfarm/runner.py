@@ -344,7 +344,12 @@ class Run:
 
     def execute(self) -> RunSummary:
         self.plan()
-        self.skip()
+        try:
+            self.skip()
+        except Exception as exc:  # e.g. no data folder and no network: the run ends before it starts, recorded
+            if self.summary.recorded:
+                self.record(exc)
+            raise
         self.schedule()
         return self.finish()
 
@@ -386,6 +391,9 @@ class Run:
 
         if self.executor != "ray" or not (self.address or os.environ.get("RAY_ADDRESS")):
             return
+        from evalfarm.scheduler.ray_executor import check_address_env
+
+        check_address_env(self.address)  # a recorded head without its token: say so now, not after minutes
         if self.wh.exists(self.wh.base):
             return
         import ray

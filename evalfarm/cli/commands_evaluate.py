@@ -213,8 +213,8 @@ ForwardDataOpt = Annotated[
     bool,
     typer.Option(
         "--forward-data/--no-forward-data",
-        help="send this machine's data folder (EVALFARM_DATA, --data, .evalfarm.toml) as the job's EVALFARM_DATA; "
-        "--no-forward-data: the job uses the cluster's own",
+        help="send this machine's data folder (EVALFARM_DATA, else the config file's data: `evalfarm config show`) "
+        "as the job's EVALFARM_DATA; --no-forward-data: the job uses the cluster's own",
     ),
 ]
 PipOpt = Annotated[list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")]
@@ -263,9 +263,10 @@ def submit(
     dry_run: DryRunOpt = False,
     submission_id: SubmissionIdOpt = None,
     forward_data: ForwardDataOpt = True,
+    tasks: TasksOpt = None,
 ) -> None:
-    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks). The plan
-    it prints says what the job gets (the data folder sent, every env var)."""
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (every task of its level,
+    or --tasks). The plan it prints says what the job gets (the data folder sent, every env var)."""
     from evalfarm.submit import SubmitError
 
     address = api.job_address(address)
@@ -283,6 +284,7 @@ def submit(
             entrypoint_num_gpus=entrypoint_num_gpus,
             out=out,
             forward_data=forward_data,
+            tasks=split(tasks),
         )
     except SubmitError as exc:
         fail(str(exc))

@@ -320,10 +320,59 @@ def resolve_auto_address() -> str:
     )
 
 
-def _target_address(address: str | None) -> str | None:
-    """``address``, else ``RAY_ADDRESS``; ``auto`` resolved here (None: start a local Ray)."""
+def check_recorded_head_env(address: str) -> None:
+    """Raise ``ConnectionError`` at once when ``address`` is the head cluster/local/start-head.sh recorded and this
+    process lacks what its env file sets: the token (every such head is token-authenticated), and, for a loopback
+    head, Ray's single-node mode (without it Ray dials the host's routable address, where the head does not listen,
+    and retries "Failed to connect to GCS" for minutes). ``evalfarm submit`` says the same of the job API."""
+    record = head_record_path()
+    try:
+        text = record.read_text(encoding="utf-8")
+    except OSError:
+        return
+    fields = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+    if fields.get("gcs_address") != address:
+        return
+    missing = []
+    if os.environ.get("RAY_AUTH_MODE") != "token" or not (
+        os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    ):
+        missing.append("its token (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH)")
+    host = address.rpartition(":")[0]
+    if host in ("127.0.0.1", "localhost") and os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
+        missing.append("Ray's single-node mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0), without which Ray dials this "
+                       "host's routable address, where a loopback head does not listen")  # fmt: skip
+    if missing:
+        raise ConnectionError(
+            f"the Ray head at {address} (recorded in {record} by cluster/local/start-head.sh) needs "
+            f"{' and '.join(missing)}, which this shell does not have: run `. {record.parent / 'env'}` first"
+        )
+
+
+def check_address_env(address: str | None) -> None:
+    """Before anything is planned: the settings a recorded head needs (:func:`check_recorded_head_env`), for
+    ``address`` as given (``auto``: the recorded head, the one it takes first). Reads one small file; no Ray."""
     address = address or os.environ.get("RAY_ADDRESS") or None
-    return resolve_auto_address() if address == "auto" else address
+    if address == "auto":
+        try:
+            text = head_record_path().read_text(encoding="utf-8")
+        except OSError:
+            return
+        fields = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+        address = fields.get("gcs_address") or None
+    if address is not None:
+        check_recorded_head_env(address)
+
+
+def _target_address(address: str | None) -> str | None:
+    """``address``, else ``RAY_ADDRESS``; ``auto`` resolved here (None: start a local Ray); the recorded head
+    checked for its settings first (:func:`check_recorded_head_env`)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "auto":
+        address = resolve_auto_address()
+    if address is not None:
+        check_recorded_head_env(address)
+    return address
 
 
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
