@@ -119,6 +119,7 @@ class PlannedUnit:
     stored: float = 0.0  # the share of the model's texts its store holds already (1 or True: it embeds nothing)
     embed_cost: float = 0.0  # the model's static embedding cost (ModelPlan.embed_cost), for the text-scaled fallback
     variant: str = ""  # its scorer's cost variant (:func:`cost_variant`)
+    score_cost: float | None = None  # the unit's static scoring cost alone (plan.SCORE_COST), when the planner knows
 
     @property
     def label(self) -> str:
@@ -251,7 +252,9 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
             else:  # no history at all: the static cost, plus the embedding its texts take (when they are counted)
                 n = (counts.get(u.label) or counts.get(u.task, 0)) * _left_to_embed(u)
                 embed = u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT
-                e = Estimate(u.cost * DEFAULT_SECONDS_PER_COST + embed, "built-in", embed=embed)
+                # the static cost holds the model's embedding too: with the texts counted, only its scoring is added
+                static = u.score_cost if u.score_cost is not None and n else u.cost
+                e = Estimate(static * DEFAULT_SECONDS_PER_COST + embed, "built-in", embed=embed)
         out.append(e)
     return _with_load(units, out)
 

@@ -30,7 +30,15 @@ from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, forward_pass_groups, plan_run, share_forward_passes, without_tasks
+from evalfarm.plan import (
+    CODE_VERSIONS,
+    SCORE_COST,
+    ModelPlan,
+    forward_pass_groups,
+    plan_run,
+    share_forward_passes,
+    without_tasks,
+)
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
 from evalfarm.scorers.base import RunOptions
@@ -462,6 +470,7 @@ class Run:
                 shares[p.model],
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
+                score_cost=SCORE_COST.get((u.scorer, p.level), 0.05),
             )
             for p in self.pending
             for u in p.units

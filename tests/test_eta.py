@@ -439,3 +439,16 @@ def test_a_plans_stored_share_is_what_its_store_leaves_of_its_pending_texts() ->
     assert _stored_share(fresh, ["x", "y", "done"], {("m", "k"): 70}, counts) == pytest.approx(0.25)
     assert _stored_share(fresh, ["x", "y", "done"], {("m", "k"): 40}, counts) == 0.0  # not even the done task's
     assert _stored_share(fresh, ["x", "y"], {("m", "k"): 5}, None) == 1.0  # nothing counted: stored means done
+
+
+def test_a_counted_embedding_is_not_priced_twice() -> None:
+    """The static cost holds the model's embedding; with the texts counted the built-in estimate adds their
+    embedding, so only the unit's scoring cost stays (the starter zoo's first ETA was 25 % over a quiet run)."""
+    unit = PlannedUnit("minilm", "sentence-transformers", "stsb", 5.5, embed_cost=10.0, score_cost=0.05)
+    (got,) = eta.estimate([unit], History([]), texts={"stsb": 15_000})
+    embed = 10.0 * 15_000 * eta.FALLBACK_EMBED_SECONDS_PER_TEXT + eta.BUILTIN_LOAD_SECONDS
+    assert got.seconds == pytest.approx(0.05 * eta.DEFAULT_SECONDS_PER_COST + embed) and got.embed == pytest.approx(
+        embed
+    )
+    (uncounted,) = eta.estimate([unit], History([]))  # no text count: the static cost, embedding and all
+    assert uncounted.seconds == pytest.approx(5.5 * eta.DEFAULT_SECONDS_PER_COST + eta.BUILTIN_LOAD_SECONDS)
