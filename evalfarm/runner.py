@@ -612,8 +612,16 @@ class Run:
     def published(self) -> dict[str, Any]:
         """What the run's heartbeat file carries besides its liveness (``evalfarm status`` reads it from outside):
         the tracker's snapshot, the first ETA, where the run is and how to follow it. Called from the heartbeat's
-        thread: it only reads."""
-        body: dict[str, Any] = {"progress": self.tracker.snapshot(), "first_eta": self.summary.first_eta}
+        thread: it only reads, and reads again when the run's thread changed a dict under it."""
+        for _ in range(3):
+            try:
+                progress = self.tracker.snapshot()
+                break
+            except RuntimeError:  # "changed size during iteration": the scheduler's thread moved on; look again
+                continue
+        else:
+            progress = {}
+        body: dict[str, Any] = {"progress": progress, "first_eta": self.summary.first_eta}
         body |= {"catalog": self.common.get("catalog"), "executor": self.executor, "argv": sys.argv}
         if self.dashboard:
             body["dashboard"] = self.dashboard

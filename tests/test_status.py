@@ -113,3 +113,22 @@ def test_status_in_a_second_shell_shows_the_numbers_the_run_publishes(tmp_path: 
     after = run_status(Warehouse(wh), seen["run_id"])
     assert after.state == "ok" and after.units["done"] == summary.counts()["done"] == 1
     assert after.slowest is not None and after.slowest["model"] == "slow"
+
+
+def test_watch_looks_until_the_run_is_no_longer_running(tmp_path: Path) -> None:
+    from evalfarm.status import watch
+
+    wh = Warehouse(tmp_path / "wh").init()
+    leases = Leases(wh, "r2", publish=lambda: {"progress": ProgressTracker(total=1, run_id="r2").snapshot()})
+    leases.beat()
+    wh.write_run_event("r2", "start", status="running", n_units=1)
+    shown: list[str] = []
+
+    def show(st) -> None:
+        shown.append(st.state)
+        if len(shown) == 2:  # the run ends between two looks
+            leases.stop()
+            wh.write_run_event("r2", "end", status="ok", n_units=1, n_done=1, n_skipped=0, n_failed=0)
+
+    last = watch(wh, None, 0.01, show)
+    assert shown == ["running", "running", "ok"] and last.state == "ok" and last.units["done"] == 1
