@@ -741,6 +741,7 @@ __all__ = [
     "plan_submission",
     "query",
     "run",
+    "run_status",
     "set_config",
     "settings",
     "submit_plan",
