@@ -16,11 +16,15 @@ CONSTRAINTS ?= constraints.txt
 .PHONY: install lock s3-venv wordnet run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 # `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
-# first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell.
+# first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell; and, when
+# there is no user-level config yet (~/.config/evalfarm/config.toml), the data folder there, so the Python API and
+# the CLI find it from any folder (`evalfarm config show` says which file applies).
 install: $(VENV)/.installed .evalfarm.toml
 
 .evalfarm.toml: | $(VENV)/.installed
 	$(VENV)/bin/evalfarm config set data=$(EVALFARM_DATA) warehouse=$(WAREHOUSE) catalog=$(CATALOG)
+	@user="$$($(PY) -c 'from evalfarm.config import user_config_path; print(user_config_path())')"; \
+	if [ ! -f "$$user" ]; then $(VENV)/bin/evalfarm config set --user data=$(EVALFARM_DATA); fi
 
 # torch comes through the constraints (torch==2.13.0: the local CPU wheel here). spaCy's md vectors declare a
 # Python they do not need, hence their own line (pinned in the constraints too).

@@ -3,7 +3,15 @@ static cost model, replayed on a warehouse whose units were timed.
 
     python benchmarks/bench_eta.py --warehouse /tmp/wh-starter [--warehouse WH2 ...] [--history WH0] [--json out.json]
     python benchmarks/bench_eta.py --run-summary run.json   # `evalfarm run --format json > run.json`: a live run
+    python benchmarks/bench_eta.py --first zoo-starter --wall 2190   # the first ETA into an empty warehouse, no run
     python benchmarks/bench_eta.py --smoke   # its own tiny warehouse (toy GloVe): does it still run?
+
+A live run (``--run-summary``: the JSON lines ``evalfarm run --format json`` prints) gives its first ETA against its
+wall time, and, from its ``progress`` events (one a heartbeat), the ETA as it went: elapsed + ETA against the final
+wall time at each heartbeat (the largest and smallest of those ratios say whether it ever jumped), and the texts the
+first heartbeat already counted. ``--first CATALOG`` (``--models``, ``--tasks``, ``--workers``) plans a run into an
+empty warehouse and says the first ETA it would print, running nothing; ``--wall`` compares it with a wall time
+recorded elsewhere (e.g. README's ``make run``).
 
 Each warehouse is opened read-only (its ``units``, ``models``, ``quality`` and ``metrics`` views). Held-out
 replays, each predicting the total seconds of the held-out units from what is left (as one worker runs them, the
@@ -65,6 +73,11 @@ def main() -> None:
         type=Path,
         help="the stdout of `evalfarm run --format json`: its first ETA against its seconds (a live run)",
     )
+    ap.add_argument("--first", help="a catalog: the first ETA a run into an empty warehouse would print")
+    ap.add_argument("--models", help="with --first: the models (comma-separated)")
+    ap.add_argument("--tasks", help="with --first: the tasks (comma-separated)")
+    ap.add_argument("--workers", type=int, help="with --first: the workers (default: one per CPU, as a local Ray)")
+    ap.add_argument("--wall", type=float, help="with --first: the wall seconds of such a run, measured elsewhere")
     ap.add_argument("--splits", type=int, default=20, help="random halves of the models (scheme `half`)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path)
@@ -74,8 +87,8 @@ def main() -> None:
         help="a tiny run for CI (tests/test_benchmarks_smoke.py): checks that the script works, measures nothing",
     )
     args = ap.parse_args()
-    if not (args.warehouse or args.run_summary) and not args.smoke:
-        ap.error("--warehouse (or --run-summary) is required")
+    if not (args.warehouse or args.run_summary or args.first) and not args.smoke:
+        ap.error("--warehouse (or --run-summary, or --first) is required")
     with tempfile.TemporaryDirectory() as tmp:
         if args.smoke and not args.warehouse:
             wh = smoke_warehouse(Path(tmp))
@@ -83,6 +96,12 @@ def main() -> None:
         others = {h: records(h) for h in args.history}
         out: dict[str, Any] = {"warehouses": [measure(w, args.splits, args.seed, others) for w in args.warehouse]}
         out["live"] = [live(p) for p in args.run_summary]
+        if args.first or args.smoke:
+            split = lambda v: v.split(",") if v else None  # noqa: E731
+            catalog = args.first or str(Path(tmp) / "smoke.yaml")
+            out["first"] = first_eta(
+                catalog, split(args.models), split(args.tasks), args.workers, args.wall, Path(tmp)
+            )
     text = json.dumps(out, indent=1)
     print(text)
     if args.json:
@@ -200,10 +219,15 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def live(path: Path) -> dict[str, Any]:
-    """A live run's first ETA (``evalfarm run --format json``, its last line) against the run's own seconds."""
-    summary = json.loads(path.read_text().strip().splitlines()[-1])
+    """A live run's first ETA (``evalfarm run --format json``: its last line is the summary) against the run's own
+    seconds; from its progress events (a heartbeat each), elapsed + ETA against the final seconds as the run went,
+    and the texts its first heartbeat counted."""
+    lines = [json.loads(ln) for ln in path.read_text().strip().splitlines() if ln.startswith("{")]
+    summary = lines[-1]
     first = summary.get("first_eta") or {}
     seconds = float(summary["seconds"])
+    progress = [e for e in lines[:-1] if e.get("event") == "progress" and e.get("eta_s") is not None]
+    ratios = [round((e["elapsed_s"] + e["eta_s"]) / seconds, 3) for e in progress if seconds > 0]
     return {
         "summary": str(path),
         "run_id": summary["run_id"],
@@ -211,6 +235,35 @@ def live(path: Path) -> dict[str, Any]:
         "seconds": seconds,
         "first_eta": first,
         "error": round(first["seconds"] / seconds - 1, 4) if first and seconds > 0 else None,
+        "heartbeats": len(progress),
+        "elapsed_plus_eta_over_wall": {"min": min(ratios), "max": max(ratios)} if ratios else None,
+        "first_heartbeat": None if not progress else {
+            "elapsed_s": progress[0]["elapsed_s"], "texts": progress[0]["texts"], "units": progress[0]["units"]
+        },
+    }  # fmt: skip
+
+
+def first_eta(
+    catalog: str, models: list[str] | None, tasks: list[str] | None, workers: int | None, wall: float | None, tmp: Path
+) -> dict[str, Any]:
+    """The first ETA a run of ``catalog`` into an empty warehouse prints (evalfarm.runner.Run's plan and skip
+    steps: the tasks' texts counted, nothing embedded or scored), against ``wall`` seconds measured elsewhere."""
+    from evalfarm.runner import Run
+
+    events: list[Any] = []
+    run = Run(catalog, tmp / "first-eta-wh", models=models, tasks=tasks, workers=workers, on_event=events.append)
+    run.plan()
+    run.skip()
+    first = run.summary.first_eta or {}
+    line = next((e.message for e in events if e.kind == "eta"), None)
+    return {
+        "catalog": catalog,
+        "models": models,
+        "tasks": tasks,
+        "first_eta": first,
+        "line": line,
+        "wall_s": wall,
+        "error": round(first["seconds"] / wall - 1, 4) if first and wall else None,
     }
 
 

@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import plan_submission as plan_submission
     from evalfarm.api import query as query
     from evalfarm.api import run as run
+    from evalfarm.api import run_status as run_status
     from evalfarm.api import set_config as set_config
     from evalfarm.api import settings as settings
     from evalfarm.api import submit_plan as submit_plan
@@ -64,6 +65,7 @@ _API = (
     "plan_submission",
     "query",
     "run",
+    "run_status",
     "set_config",
     "settings",
     "submit_plan",

@@ -74,6 +74,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
     from evalfarm.outcomes import UnitOutcome
     from evalfarm.paper import CoverageTable, PaperTable, Table10
     from evalfarm.runner import RunEvent, RunSummary, Skipped
+    from evalfarm.status import RunStatus
     from evalfarm.submit import SubmitPlan
     from evalfarm.warehouse import VerifyResult, Warehouse
     from evalfarm.warehouse.history import Diff
@@ -127,12 +128,13 @@ def settings(
     return resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
 
 
-def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None) -> Config:
-    """Remember ``values`` (``data``, ``warehouse``, ``catalog``) in ``file`` (default: ``$EVALFARM_CONFIG``, else
-    ``./.evalfarm.toml``), other keys kept, paths stored absolute; what ``evalfarm config set`` does."""
+def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None, user: bool = False) -> Config:
+    """Remember ``values`` (``data``, ``warehouse``, ``catalog``, ...) in ``file`` (default: the user-level file
+    with ``user``, for every folder; else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``), other keys kept, paths
+    stored absolute; what ``evalfarm config set`` does."""
     from evalfarm.config import write_config, write_target
 
-    return write_config(write_target(file), dict(values))
+    return write_config(write_target(file, user=user), dict(values))
 
 
 # -- run and evaluate --------------------------------------------------------------------------------------------
@@ -160,6 +162,7 @@ def run(
     check: bool = True,
     on_event: Callable[[RunEvent], None] | None = None,
     progress: Callable[[str, int, int], None] | None = None,
+    notify: str | None = None,
     **options: Unpack[RunOptionArgs],
 ) -> RunSummary:
     """Evaluate ``models`` (default: all) of ``catalog`` (a name or a path) on ``tasks`` (default: the catalog's)
@@ -172,34 +175,54 @@ def run(
     Returns the run summary (``counts()``, ``failed``, ``run_id``). Raises :class:`EvaluationFailed` when a unit
     failed (after the others ran and were recorded; ``.summary`` is the whole run), unless ``check=False``; a bad
     catalog, selection or data folder raises before anything runs (``CatalogError``, ``TaskDataError``,
-    ``ValueError``); a lost cluster ``RunInterrupted`` (the same call resumes)."""
-    from evalfarm.runner import run_catalog
+    ``ValueError``); a lost cluster ``RunInterrupted`` (the same call resumes).
+
+    ``notify``: a shell command run at the end with the run's end summary (``summary.report``: counts, failures,
+    degenerate and thin units, wall time, what moved) as JSON on stdin, also for a failed or interrupted run
+    (default: the ``notify`` setting, ``EVALFARM_NOTIFY``); what it did is ``summary.notified``
+    (:mod:`evalfarm.notify`: a failing hook is logged, never raised)."""
+    from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.taskdata.data import data_dir
 
-    cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog)
+    cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog, notify=notify)
     run_options = _run_options(options)
     with cfg.data_exported():
         data_dir()  # a data folder that is not one fails now, not in every unit
-        summary = run_catalog(
-            cfg.catalog,
-            cfg.warehouse,
-            models=list(models) if models else None,
-            tasks=list(tasks) if tasks else None,
-            options=run_options,
-            force=force,
-            progress=progress,
-            executor=executor,
-            address=address,
-            workers=workers,
-            max_attempts=max_attempts,
-            on_event=on_event,
-        )
+        try:
+            summary = run_catalog(
+                cfg.catalog,
+                cfg.warehouse,
+                models=list(models) if models else None,
+                tasks=list(tasks) if tasks else None,
+                options=run_options,
+                force=force,
+                progress=progress,
+                executor=executor,
+                address=address,
+                workers=workers,
+                max_attempts=max_attempts,
+                on_event=on_event,
+            )
+        except RunInterrupted as exc:  # recorded: its owner hears of it too
+            _notify(cfg.notify, exc.summary)
+            raise
+        _notify(cfg.notify, summary)
     if on_event is None:
         for warning in summary.warnings:
             log.warning("%s", warning)
     if check and summary.failed:
         raise EvaluationFailed(summary)
     return summary
+
+
+def _notify(command: str, summary: RunSummary) -> None:
+    if not command or summary.report is None:
+        return
+    from evalfarm.notify import notify
+
+    summary.notified = notify(command, summary.report)
+    if not summary.notified.ok:
+        log.warning("%s", summary.notified.describe())
 
 
 def evaluate(
@@ -359,6 +382,21 @@ def _require_delta(wh: Warehouse) -> None:
         raise LegacyWarehouse(wh.uri, migrating=layout == "migrating")
 
 
+def run_status(run_id: str | None = None, *, warehouse: PathOrStr | Warehouse | None = None) -> RunStatus:
+    """What run ``run_id`` (default: the newest running one, else the newest) is doing now, read from the warehouse
+    alone (its heartbeat, ``runs``, ``units`` and ``failures``), so it works for a run on another machine or inside
+    a Ray job: units and texts done, what each worker is on, the slowest unit, failures, the ETA
+    (:class:`evalfarm.status.RunStatus`; ``.lines()`` as ``evalfarm status`` prints it, ``.to_dict()`` as JSON).
+    Raises ``LookupError`` when the warehouse holds no such run."""
+    from evalfarm.status import run_status as read
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to report on
+        raise FileNotFoundError(f"no warehouse at {wh.uri}")
+    return read(wh, run_id)
+
+
 def verify(
     *, warehouse: PathOrStr | Warehouse | None = None, model: str | None = None, strict: bool = False
 ) -> VerifyResult:
@@ -478,18 +516,24 @@ def build_report(
 
 
 def export_mteb(
-    out: PathOrStr, *, warehouse: PathOrStr | Warehouse | None = None, models: Sequence[str] | None = None
+    out: PathOrStr,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    models: Sequence[str] | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> ExportResult:
     """Write the warehouse's numbers on the tasks MTEB shares (STS12-16, STSBenchmark, SICK-R) in MTEB's results
-    layout, ``out/<model>/<revision>/<Task>.json`` (:mod:`evalfarm.mteb_results` says which subset maps to which
-    split). ``models``: only these. The result lists the files written and what was left out, with why."""
+    layout, ``out/<model>/<revision>/<Task>.json`` with a ``model_meta.json`` beside them (what mteb's
+    ``ResultCache.load_results()`` needs; :mod:`evalfarm.mteb_results` says which subset maps to which split).
+    ``models``: only these; ``names``: evalfarm id -> MTEB's ``MODEL[@REVISION]`` to file it under. The result
+    lists the files written and what was left out, with why."""
     from evalfarm.mteb_results import export_mteb as write
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to export nothing from
         raise FileNotFoundError(f"no warehouse at {wh.uri}")
-    return write(wh, out, models=list(models) if models else None)
+    return write(wh, out, models=list(models) if models else None, names=dict(names or {}))
 
 
 def import_mteb(
@@ -625,13 +669,15 @@ def plan_submission(
     entrypoint_num_gpus: float | None = None,
     out: PathOrStr | None = None,
     forward_data: bool = True,
+    tasks: Sequence[str] | None = None,
 ) -> SubmitPlan:
     """Validate a new model spec (a YAML of one model, a list, or a small catalog) against ``catalog`` locally and
     compute the Ray job that evaluates it into ``warehouse`` (a path every node sees): entrypoint, runtime_env,
     job folder (``out``, kept; else a temporary one). ``env``: variables for the job (a mapping or ``KEY=VALUE``
     strings); ``forward_data``: send this machine's data folder (the resolved ``data`` setting) as the job's
     ``EVALFARM_DATA`` unless ``env`` sets one (the cache folder is never sent); ``runtime_env``: a mapping or a
-    YAML/JSON file merged into the job's. Raises ``SubmitError``; nothing reaches the cluster."""
+    YAML/JSON file merged into the job's; ``tasks``: only these task ids of the base catalog (default: the spec's
+    ``tasks:``, else the catalog's). Raises ``SubmitError``; nothing reaches the cluster."""
     from evalfarm.submit import load_runtime_env, parse_env
     from evalfarm.submit import plan_submission as plan
 
@@ -657,6 +703,7 @@ def plan_submission(
         entrypoint_num_gpus=entrypoint_num_gpus,
         out=out,
         data=str(Path(data).resolve()) if data else None,
+        tasks=list(tasks) if tasks else None,
     )
 
 
@@ -766,6 +813,7 @@ __all__ = [
     "plan_submission",
     "query",
     "run",
+    "run_status",
     "set_config",
     "settings",
     "submit_plan",

@@ -1,7 +1,7 @@
 """Where evalfarm's settings come from, resolved in one place for the CLI and the Python API alike.
 
-Five settings: the evaluation data folder, the warehouse, the catalog, and the two limits of a read-only SQL
-query. Each is the first of:
+Six settings: the evaluation data folder, the warehouse, the catalog, the two limits of a read-only SQL query, and
+the end-of-run hook (``notify``). Each is the first of:
 
 1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``,
    ``evalfarm sql --timeout``, ``evalfarm.query(memory_limit=...)``),
@@ -21,7 +21,9 @@ checkout, so the commands the README shows next work in a fresh shell, without `
 
 1. ``$EVALFARM_CONFIG`` (a path; empty: no file at all),
 2. ``.evalfarm.toml`` in the current folder or the nearest parent that has one (like ``pyproject.toml``),
-3. ``$XDG_CONFIG_HOME/evalfarm/config.toml`` (default ``~/.config/evalfarm/config.toml``).
+3. the user-level file, for every folder: ``config.toml`` in the user config folder (platformdirs:
+   ``$XDG_CONFIG_HOME/evalfarm/config.toml``, default ``~/.config/evalfarm/config.toml``; :func:`user_config_path`),
+   written by ``evalfarm config set --user``.
 
 Keys (all optional; relative paths, a catalog file's included, are relative to the file's folder, so the file
 works from any subfolder):
@@ -33,6 +35,8 @@ works from any subfolder):
 - ``catalog``: the default of ``--catalog`` for ``run``, ``catalog list`` and ``catalog validate`` (and the API).
 - ``sql_timeout``: how long one ``evalfarm sql`` / ``evalfarm.query`` may run, in seconds (a number; 0: no limit).
 - ``sql_memory_limit``: DuckDB's memory cap for the same queries, a size such as ``"16GB"``.
+- ``notify``: a shell command ``evalfarm run`` runs at its end with the run's summary as JSON on stdin
+  (:mod:`evalfarm.notify`; ``--notify`` and ``EVALFARM_NOTIFY`` too).
 
 ``evalfarm config show`` prints each setting, its value and where it came from.
 """
@@ -58,6 +62,7 @@ KEYS = {
     "catalog": "default --catalog of `run`, `catalog list` and `catalog validate`",
     "sql_timeout": "seconds one `evalfarm sql` / evalfarm.query may run (0: no limit)",
     "sql_memory_limit": "DuckDB's memory cap for `evalfarm sql` / evalfarm.query, e.g. 16GB",
+    "notify": "a command `evalfarm run` runs at the end with the run's summary as JSON on stdin ('' = none)",
 }
 PATH_KEYS = ("data", "warehouse")
 ENV_VARS = {
@@ -66,6 +71,7 @@ ENV_VARS = {
     "catalog": "EVALFARM_CATALOG",
     "sql_timeout": "EVALFARM_SQL_TIMEOUT",
     "sql_memory_limit": "EVALFARM_SQL_MEMORY_LIMIT",
+    "notify": "EVALFARM_NOTIFY",
 }
 """The environment variable of each setting: it wins over the file, an option wins over it."""
 DEFAULT_WAREHOUSE = "warehouse"
@@ -80,6 +86,7 @@ DEFAULTS = {
     "catalog": DEFAULT_CATALOG,
     "sql_timeout": f"{DEFAULT_SQL_TIMEOUT_S:g}",
     "sql_memory_limit": DEFAULT_SQL_MEMORY_LIMIT,
+    "notify": "",
 }
 _SIZE = re.compile(r"\d+(\.\d+)?\s*[A-Za-z]*")
 OPTION = "option"
@@ -130,9 +137,29 @@ def config_path(cwd: Path | None = None) -> Path | None:
         cand = folder / FILE_NAME
         if cand.is_file():
             return cand
-    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    cand = Path(xdg).expanduser() / "evalfarm" / "config.toml"
+    cand = user_config_path()
     return cand if cand.is_file() else None
+
+
+def user_config_path() -> Path:
+    """The user-level config file, for every folder: ``config.toml`` in the platform's user config folder
+    (platformdirs: ``$XDG_CONFIG_HOME/evalfarm`` or ``~/.config/evalfarm`` on Linux). ``evalfarm config set --user``
+    writes it."""
+    from platformdirs import user_config_path as folder
+
+    return folder("evalfarm", appauthor=False) / "config.toml"
+
+
+def where_looked(key: str = "data", cwd: Path | None = None) -> str:
+    """Where a setting was looked for and not found, in the order they count: for an error that says why it is
+    missing and how to set it."""
+    env = os.environ.get(ENV)
+    here = (cwd or Path.cwd()).resolve()
+    if env is not None:
+        files = f"${ENV}={env or '(empty: no file)'}"
+    else:
+        files = f"no {FILE_NAME} in {here} or a parent folder, no {user_config_path()}"
+    return f"{ENV_VARS[key]} is not set, {files}"
 
 
 def load_config(path: Path | None = None) -> Config:
@@ -167,10 +194,13 @@ def load_config(path: Path | None = None) -> Config:
     return Config(path, values)
 
 
-def write_target(file: str | os.PathLike[str] | None = None) -> Path:
-    """The file ``evalfarm config set`` writes: ``file``, else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
+def write_target(file: str | os.PathLike[str] | None = None, *, user: bool = False) -> Path:
+    """The file ``evalfarm config set`` writes: ``file``, else the user-level file (``user``), else
+    ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``."""
     if file is not None:
         return Path(file).expanduser()
+    if user:
+        return user_config_path()
     return Path(os.environ[ENV]).expanduser() if os.environ.get(ENV) else Path(FILE_NAME)
 
 
@@ -213,6 +243,7 @@ class Settings:
     sources: Mapping[str, str] = field(default_factory=dict)
     sql_timeout: str = DEFAULTS["sql_timeout"]
     sql_memory_limit: str = DEFAULT_SQL_MEMORY_LIMIT
+    notify: str = ""  # the end-of-run hook (evalfarm.notify): a shell command, '' for none
 
     def sql_limits(self) -> tuple[float, str]:
         """``(timeout_s, memory_limit)`` of a read-only query (a timeout of 0: none); a malformed value (from the
@@ -261,6 +292,7 @@ class Settings:
             "catalog": self.catalog,
             "sql_timeout": self.sql_timeout,
             "sql_memory_limit": self.sql_memory_limit,
+            "notify": self.notify,
         }
         rows = []
         for key in KEYS:
@@ -284,6 +316,7 @@ def resolve_settings(
     cwd: Path | None = None,
     sql_timeout: float | str | None = None,
     sql_memory_limit: str | None = None,
+    notify: str | None = None,
 ) -> Settings:
     """The settings: each of ``data``, ``warehouse``, ``catalog``, ``sql_timeout`` (seconds, 0: none) and
     ``sql_memory_limit`` given here (not None) wins, then its environment
@@ -298,6 +331,7 @@ def resolve_settings(
         "catalog": catalog,
         "sql_timeout": f"{sql_timeout:g}" if isinstance(sql_timeout, int | float) else sql_timeout,
         "sql_memory_limit": sql_memory_limit,
+        "notify": notify,
     }
     chosen: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -322,4 +356,5 @@ def resolve_settings(
         sources=sources,
         sql_timeout=chosen["sql_timeout"].strip() or DEFAULTS["sql_timeout"],
         sql_memory_limit=chosen["sql_memory_limit"].strip() or DEFAULT_SQL_MEMORY_LIMIT,
+        notify=chosen["notify"].strip(),
     )

@@ -363,6 +363,17 @@ def word_model_stats(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
     return [out[k] for k in sorted(out)]
 
 
+def variant_label(scorer: str, variant: str) -> str:
+    """``variant`` of ``scorer`` as a person reads it beside a task (``Scorer.variant_label``: word-similarity's
+    ``evalrank-word`` is the EvalRank word protocol, not the EvalRank task)."""
+    from evalfarm.plugins import task_kinds
+
+    for _, s in task_kinds.items():
+        if getattr(s, "name", None) == scorer and hasattr(s, "variant_label"):
+            return str(s.variant_label(variant))
+    return variant
+
+
 def diagnostic_scorers() -> frozenset[str]:
     """Names of the scorers that declare themselves diagnostics (``Scorer.diagnostic``: geometry, AG2016, HEROS)."""
     from evalfarm.plugins import task_kinds
@@ -488,9 +499,14 @@ def shape_table(
         level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, diagnostics=diagnostics
     )
     if not records:
+        run = f"evalfarm run --tasks {','.join(PAPER_DOWNSTREAM)}" + (
+            "" if level == "sentence" else " --models <the bag-of-words models over your word models>"
+        )
         table.notes.append(
             f"no correlations for level {level}: they need downstream accuracies (scorer `downstream`) and "
-            "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's)"
+            "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's). "
+            f"Compute the downstream units with `{run}` (add --quick-downstream for a 1,000-row training sample), "
+            "then `evalfarm correlations` again"
         )
         return table
     many_dsubsets = len({r["downstream_subset"] for r in records}) > 1
@@ -501,7 +517,8 @@ def shape_table(
             label += f" {r['intrinsic_metric']}"
         if r["intrinsic_subset"] != "all":
             label += f" {r['intrinsic_subset']}"
-        label += f" ({r['variant']}" + (f", {r['ties']}" if ties == "all" and r["ties"] else "") + ")"
+        variant = variant_label(r["intrinsic_scorer"], r["variant"])
+        label += f" ({variant}" + (f", {r['ties']}" if ties == "all" and r["ties"] else "") + ")"
         column = (
             r["downstream_task"]
             + (f" {r['downstream_subset']}" if many_dsubsets else "")

@@ -12,9 +12,10 @@ it starts:
   ``history-kind`` (the embedding from the kind's seconds per text on other tasks times this task's text count),
   ``history-task`` (the scoring from the task's mean over every kind); when either is unknown (a kind or a task
   the history never saw), ``model`` (the static cost, in seconds per cost unit calibrated on the whole history),
-  or ``fallback`` (a warehouse with no history: the static cost at :data:`DEFAULT_SECONDS_PER_COST`, plus the
-  unit's texts at :data:`FALLBACK_EMBED_SECONDS_PER_TEXT` per unit of its kind's embedding cost, since the run's
-  first ETA then counts each task's texts: the full-data default embeds ~126k sentences per sentence model);
+  or ``built-in`` (a warehouse with no history: the static cost at :data:`DEFAULT_SECONDS_PER_COST`, plus the
+  unit's texts at :data:`FALLBACK_EMBED_SECONDS_PER_TEXT` per unit of its kind's embedding cost and the model's
+  load, since the run's first ETA then counts each task's texts: the full-data default embeds ~176k sentences per
+  sentence model);
 - a unit is looked up by its task *and* its scorer's cost variant (:meth:`Scorer.cost_variant`: downstream's
   training sample, ``max_train=N``, against the full data), so a history of quick-profile runs never prices a
   full-data run's classifiers (or its embedding of every training sentence) at the sample's seconds;
@@ -22,7 +23,11 @@ it starts:
   seconds are its share of the embedding plus its scoring; a model whose text store holds vectors already (a rerun,
   ``--force``, a new task, a run stopped mid-model) is estimated with the share of its texts still to embed;
 - the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
-  model (one worker embeds a model); once a model has finished, its actual / predicted ratio corrects what is left.
+  model (one worker embeds a model). While it runs, what the workers report corrects it (:class:`Forecast`): a
+  model being embedded has its texts left at its measured rate; a model not started yet its estimate times its
+  kind's measured / predicted embedding time (shrunk towards the run's overall ratio, and that towards 1, while
+  little has been measured: one small model that took 6 s for a predicted 0.6 s says nothing of an encoder's
+  minutes); the rest (scoring, loading) by the finished units' actual / predicted seconds, shrunk the same way.
 
 This module is pure (no warehouse, no Ray) except :func:`load_history`, which reads the views.
 """
@@ -42,8 +47,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("history", "history-kind", "history-task", "model", "fallback")
-"""Where a unit's estimate came from, most specific first."""
+SOURCES = ("history", "history-kind", "history-task", "model", "built-in")
+"""Where a unit's estimate came from, most specific first (``built-in``: no timings in the warehouse yet)."""
+
+SOURCE_WORDS = {
+    "history": "this warehouse's timings of the same kinds and tasks",
+    "history-kind": "this warehouse's embedding rates per model kind",
+    "history-task": "this warehouse's scoring times per task",
+    "model": "the cost model, calibrated on this warehouse's timings",
+    "built-in": "built-in rates per model kind (no timings in this warehouse yet)",
+}
+"""What each source means, in the words the first ETA line uses."""
 
 DEFAULT_SECONDS_PER_COST = 9.0
 """Seconds per static cost unit when the history estimates nothing: one cost unit is one EvalRank sentence-pool
@@ -55,6 +69,11 @@ static costs are per model, but a model's embedding grows with its texts (the fu
 ~126k sentences per sentence model, the quick profile ~15k). Calibrated on all-MiniLM-L6-v2 (kind cost 10): 495 s for
 73,665 texts on one 2-core machine's worker in the nightly zoo run (``benchmarks/results/nightly-w7.json``'s
 warehouse): 6.7 ms a text."""
+
+BUILTIN_LOAD_SECONDS = 5.0
+"""Seconds to load a model before its first text, for a warehouse with no history: GloVe 6B 50d's 400k-word table
+and MiniLM's weights each take a few seconds on one of 2 CPU cores (the README's subset run: GloVe's one unit took
+6.4 s where its 20 texts' share of a cost-0.02 kind predicted 0.6 s)."""
 
 POSTPROCESSED = "+postprocess"
 """Suffix of the history key of a post-processed model: it reuses its base's vectors, so it is far cheaper than
@@ -100,6 +119,7 @@ class PlannedUnit:
     stored: float = 0.0  # the share of the model's texts its store holds already (1 or True: it embeds nothing)
     embed_cost: float = 0.0  # the model's static embedding cost (ModelPlan.embed_cost), for the text-scaled fallback
     variant: str = ""  # its scorer's cost variant (:func:`cost_variant`)
+    score_cost: float | None = None  # the unit's static scoring cost alone (plan.SCORE_COST), when the planner knows
 
     @property
     def label(self) -> str:
@@ -130,6 +150,12 @@ def cost_variant(scorer: str | None, params: str | Mapping[str, Any] | None) -> 
 class Estimate:
     seconds: float
     source: str  # one of SOURCES
+    embed: float = field(default=0.0, compare=False)  # the unit's share of its model's embedding (in ``seconds``)
+
+    @property
+    def rest(self) -> float:
+        """Scoring (and loading, where the source folds it in): the seconds that are not embedding."""
+        return max(0.0, self.seconds - self.embed)
 
 
 def _mean(values: dict[Any, list[float]]) -> dict[Any, float]:
@@ -205,7 +231,7 @@ def _from_history(u: PlannedUnit, history: History, texts: Mapping[str, int]) ->
         score, s_src = history.score_t[u.label], "history-task"
     else:
         return None
-    return Estimate(embed + score, _worse(e_src, s_src))
+    return Estimate(embed + score, _worse(e_src, s_src), embed=embed)
 
 
 def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str, int] | None = None) -> list[Estimate]:
@@ -225,9 +251,23 @@ def estimate(units: Sequence[PlannedUnit], history: History, texts: Mapping[str,
                 e = Estimate(u.cost * per_cost, "model")
             else:  # no history at all: the static cost, plus the embedding its texts take (when they are counted)
                 n = (counts.get(u.label) or counts.get(u.task, 0)) * _left_to_embed(u)
-                e = Estimate(
-                    u.cost * DEFAULT_SECONDS_PER_COST + u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT, "fallback"
-                )
+                embed = u.embed_cost * n * FALLBACK_EMBED_SECONDS_PER_TEXT
+                # the static cost holds the model's embedding too: with the texts counted, only its scoring is added
+                static = u.score_cost if u.score_cost is not None and n else u.cost
+                e = Estimate(static * DEFAULT_SECONDS_PER_COST + embed, "built-in", embed=embed)
+        out.append(e)
+    return _with_load(units, out)
+
+
+def _with_load(units: Sequence[PlannedUnit], ests: list[Estimate]) -> list[Estimate]:
+    """Add :data:`BUILTIN_LOAD_SECONDS` to the first unit of each model that loads an encoder and has only built-in
+    estimates (a history's embed seconds hold its loads already)."""
+    seen: set[str] = set()
+    out = []
+    for u, e in zip(units, ests, strict=True):
+        if e.source == "built-in" and u.embed_cost > 0 and _left_to_embed(u) > 0 and u.model not in seen:
+            seen.add(u.model)
+            e = Estimate(e.seconds + BUILTIN_LOAD_SECONDS, e.source, embed=e.embed + BUILTIN_LOAD_SECONDS)
         out.append(e)
     return out
 
@@ -248,21 +288,60 @@ def makespan(seconds_by_model: Mapping[str, float], workers: int) -> float:
     return max(sum(seconds_by_model.values()) / max(1, workers), max(seconds_by_model.values()))
 
 
+LIVE_MIN_SECONDS = 5.0
+"""A pass's own rate replaces its estimate once it has embedded for this long (and embedded something)."""
+SHRINK_KIND_S = 30.0
+"""Seconds of measured embedding that weigh as much as the kind's prior ratio: one kind's correction is shrunk
+towards the run's overall one while less than about this much of it has been measured."""
+SHRINK_RUN_S = 120.0
+"""The same for the run's overall embedding ratio, shrunk towards 1 (the estimate as it stands)."""
+SHRINK_REST_S = 60.0
+"""The same for the scoring and loading ratio of finished units."""
+RATIO_BOUNDS = (0.2, 5.0)
+"""No correction moves an estimate by more than this factor: a noisy first minute must not say 10x."""
+
+
+@dataclass(frozen=True)
+class LivePass:
+    """A model's embedding as its worker last reported it (:class:`evalfarm.execute.EmbedTick`)."""
+
+    done: int
+    total: int
+    seconds: float
+    finished: bool = False
+
+
+def _shrunk(actual: float, predicted: float, weight: float, prior: float = 1.0) -> float:
+    """``actual / predicted`` pulled towards ``prior`` by ``weight`` seconds of pseudo-evidence, within the bounds."""
+    lo, hi = RATIO_BOUNDS
+    return min(hi, max(lo, (actual + weight * prior) / (predicted + weight))) if predicted + weight > 0 else prior
+
+
 @dataclass
 class Forecast:
-    """A run's ETA: the planned units' estimates, corrected as models finish.
+    """A run's ETA: the planned units' estimates, corrected by what the run measures as it goes.
 
-    ``finish`` each unit as it ends; ``eta`` is the remaining time, counting down from the last finished unit."""
+    ``finish`` each unit as it ends, ``observe`` the embedding passes as the workers report them; ``eta`` is the
+    remaining time, counting down from the last news (a finished unit, texts that moved). Corrections (see the
+    module docstring): a model being embedded uses its own rate once it has one (:data:`LIVE_MIN_SECONDS`); a
+    model not started yet its kind's measured / predicted embedding time, shrunk towards the run's; scoring and
+    loading the finished units' ratio, shrunk towards 1 — each bounded by :data:`RATIO_BOUNDS`."""
 
     estimates: dict[tuple[str, str], Estimate]
     workers: int = 1  # planned; ``eta(workers=…)`` takes the live count
     clock: Callable[[], float] = time.monotonic
+    keys: dict[str, str] = field(default_factory=dict)  # model -> its kind key (kind_key): corrections per kind
     actual: dict[tuple[str, str], float] = field(default_factory=dict)  # finished units: their seconds
     dropped: set[tuple[str, str]] = field(default_factory=set)  # failed / skipped: out of the calibration
-    last: float = 0.0  # clock() at the last finish (or at the start)
+    live: dict[str, LivePass] = field(default_factory=dict)  # model -> its embedding as last reported
+    embedded: set[str] = field(default_factory=set)  # models whose embedding is over (their scoring runs)
+    last: float = 0.0  # clock() at the last news (or at the start)
 
     def __post_init__(self) -> None:
         self.last = self.clock()
+        self._embed_pred: dict[str, float] = defaultdict(float)
+        for (m, _), e in self.estimates.items():
+            self._embed_pred[m] += e.embed
 
     @property
     def total(self) -> float:
@@ -279,15 +358,78 @@ class Forecast:
         self.actual[key] = seconds or 0.0
         self.last = self.clock()
 
-    def ratio(self) -> float:
-        """Actual / predicted seconds of the models whose units have all finished (1 before any has)."""
-        open_models = {m for (m, t) in self.estimates if (m, t) not in self.actual}
+    def observe(self, passes: Mapping[str, LivePass], embedded: Iterable[str] = ()) -> None:
+        """The embedding passes as the workers last reported them (model -> pass) and the models whose embedding
+        is over; news (texts that moved, a pass that started or ended) restarts the countdown from the new
+        remaining time."""
+        passes = {m: p for m, p in passes.items() if m in self._embed_pred}
+        embedded = set(embedded) & set(self._embed_pred)
+        if passes != self.live or embedded != self.embedded:
+            self.live, self.embedded = dict(passes), embedded
+            self.last = self.clock()
+
+    # -- corrections ------------------------------------------------------------------------------------------
+    def _measured(self, model: str) -> tuple[float, float] | None:
+        """(seconds measured, seconds predicted for the same texts) of a model's embedding, when there is a rate."""
+        p = self.live.get(model)
+        pred = self._embed_pred.get(model, 0.0)
+        if p is None or pred <= 0 or p.done <= 0 or p.total <= 0:
+            return None
+        if not p.finished and p.seconds < LIVE_MIN_SECONDS:
+            return None
+        return p.seconds, pred * min(1.0, p.done / p.total)
+
+    def embed_ratios(self) -> tuple[dict[str, float], float]:
+        """(per kind key, overall) measured / predicted embedding seconds, shrunk (see the module docstring)."""
+        by_key: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+        for m in self.live:
+            got = self._measured(m)
+            if got is not None:
+                acc = by_key[self.keys.get(m, "?")]
+                acc[0] += got[0]
+                acc[1] += got[1]
+        a = sum(v[0] for v in by_key.values())
+        p = sum(v[1] for v in by_key.values())
+        overall = _shrunk(a, p, SHRINK_RUN_S)
+        return {k: _shrunk(v[0], v[1], SHRINK_KIND_S, overall) for k, v in by_key.items()}, overall
+
+    def _embed_left(self, model: str, left: list[tuple[str, str]], ratios: tuple[dict[str, float], float]) -> float:
+        p = self.live.get(model)
+        if model in self.embedded or (p is not None and p.finished):
+            return 0.0
+        if p is not None and self._measured(model) is not None:
+            return max(0, p.total - p.done) * p.seconds / max(p.done, 1)
+        ratio = ratios[0].get(self.keys.get(model, "?"), ratios[1])
+        predicted = sum(self.estimates[k].embed for k in left) * ratio
+        return max(0.0, predicted - (p.seconds if p is not None else 0.0))  # loading: counted down
+
+    def rest_ratio(self, ratios: tuple[dict[str, float], float] | None = None) -> float:
+        """Finished units' actual / predicted seconds beside their embedding (scoring, loading), shrunk to 1. Per
+        model: the first unit to finish carries the model's whole embedding (the scheduler counts it there), so a
+        model's finished units together hold all of it: its measured pass, else its estimate times the kind's
+        ratio."""
+        ratios = ratios or self.embed_ratios()
+        by_model: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for k in self.actual:
+            if k not in self.dropped:
+                by_model[k[0]].append(k)
         a = p = 0.0
-        for k, e in self.estimates.items():
-            if k[0] not in open_models and k not in self.dropped:
-                a += self.actual[k]
-                p += e.seconds
-        return a / p if a > 0 and p > 0 else 1.0
+        for m, ks in by_model.items():
+            measured = self._measured(m)
+            if measured is not None and measured[1] > 0:
+                embed = measured[0] * self._embed_pred[m] / measured[1]  # the pass's seconds for all its texts
+            else:
+                embed = self._embed_pred[m] * ratios[0].get(self.keys.get(m, "?"), ratios[1])
+            a += max(0.0, sum(self.actual[k] for k in ks) - embed)
+            p += sum(self.estimates[k].rest for k in ks)
+        return _shrunk(a, p, SHRINK_REST_S)
+
+    def ratio(self) -> float:
+        """The correction of what is left as a single number (remaining corrected / remaining as estimated)."""
+        left = [k for k in self.estimates if k not in self.actual]
+        plain = sum(self.estimates[k].seconds for k in left)
+        corrected = sum(self._by_model_corrected(left).values())
+        return corrected / plain if plain > 0 else 1.0
 
     def _by_model(self, keys: Iterable[tuple[str, str]], ratio: float) -> dict[str, float]:
         out: dict[str, float] = defaultdict(float)
@@ -295,13 +437,24 @@ class Forecast:
             out[k[0]] += self.estimates[k].seconds * ratio
         return out
 
+    def _by_model_corrected(self, left: list[tuple[str, str]]) -> dict[str, float]:
+        ratios = self.embed_ratios()
+        rest = self.rest_ratio(ratios)
+        by_model: dict[str, list[tuple[str, str]]] = defaultdict(list)
+        for k in left:
+            by_model[k[0]].append(k)
+        return {
+            m: self._embed_left(m, ks, ratios) + rest * sum(self.estimates[k].rest for k in ks)
+            for m, ks in by_model.items()
+        }
+
     def remaining(self, workers: int | None = None) -> float:
-        """Seconds of the units not finished, over the workers, as of the last finished unit."""
+        """Seconds of the units not finished, over the workers, as of the last news."""
         left = [k for k in self.estimates if k not in self.actual]
-        return makespan(self._by_model(left, self.ratio()), workers or self.workers)
+        return makespan(self._by_model_corrected(left), workers or self.workers)
 
     def eta(self, workers: int | None = None) -> float:
-        """The remaining time, counting down since the last finished unit (at least 1 s while units remain)."""
+        """The remaining time, counting down since the last news (at least 1 s while units remain)."""
         if len(self.actual) == len(self.estimates):
             return 0.0
         return max(1.0, self.remaining(workers) - (self.clock() - self.last))
@@ -323,7 +476,12 @@ def forecast(
     for model, pairs in by_model.items():
         used = ", ".join(f"{u.task} {e.seconds:.1f}s ({e.source})" for u, e in pairs)
         log.info("ETA estimate · %s [%s]: %.0f s: %s", model, pairs[0][0].key, sum(e.seconds for _, e in pairs), used)
-    return Forecast({(u.model, u.task): e for u, e in zip(units, ests, strict=True)}, workers=workers, clock=clock)
+    return Forecast(
+        {(u.model, u.task): e for u, e in zip(units, ests, strict=True)},
+        workers=workers,
+        clock=clock,
+        keys={u.model: u.key for u in units},
+    )
 
 
 HISTORY_SQL = """

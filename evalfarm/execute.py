@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import platform
 import time
+import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -45,6 +47,31 @@ from evalfarm.warehouse import Warehouse, detail_schema, now
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True)
+class EmbedTick:
+    """Where one embedding pass stands, as the worker running it sees it: what a driver shows while a unit has not
+    finished yet (a sentence encoder's pass over ~176k texts runs for many minutes on CPU).
+
+    ``pass_id`` names the pass (one model's embed call on one worker; a pooling leader's pass covers its
+    siblings' texts too); ``done`` / ``total`` count its texts so far (cumulative: a lost tick loses nothing);
+    ``phase`` is ``load`` (the model is loading, nothing embedded yet) or ``embed``; ``seconds`` since the pass
+    started, on the worker's clock (``done / seconds`` is its rate); ``derived``: the vectors come from the base
+    model's stored ones (a post-processed model: no encoder ran, so no rate worth showing)."""
+
+    pass_id: str
+    model: str
+    label: str
+    done: int
+    total: int
+    phase: str
+    seconds: float
+    derived: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return self.phase == "embed" and self.done >= self.total
+
+
 @dataclass
 class ExecContext:
     catalog: Catalog
@@ -53,6 +80,7 @@ class ExecContext:
     options: RunOptions = field(default_factory=RunOptions)
     force: bool = False
     progress: Callable[[str, int, int], None] | None = None  # (label, advance, total)
+    on_texts: Callable[[EmbedTick], None] | None = None  # each embedding pass's texts so far (see EmbedTick)
     record_failures: bool = True
     encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
     _tasks: dict[str, Any] = field(default_factory=dict)
@@ -155,6 +183,42 @@ def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     return [outcomes[u.task] for u in plan.units]
 
 
+class PassMeter:
+    """Counts one embedding pass's texts for the in-process bars (``ExecContext.progress``: label, advance, total)
+    and the driver's progress (``ExecContext.on_texts``: an :class:`EmbedTick`); created when the pass starts (a
+    ``load`` tick: the worker names its model before the first text), then called with each batch's size."""
+
+    def __init__(self, ctx: ExecContext, model: str, label: str, total: int, *, derived: bool = False) -> None:
+        self.ctx, self.model, self.label, self.total, self.derived = ctx, model, label, total, derived
+        self.pass_id = f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+        self.done = 0
+        self.t0 = time.perf_counter()
+        self._tick("load")
+
+    def retotal(self, total: int, label: str) -> None:
+        """The pass turned out smaller (a model that cannot pool its siblings' texts): its own texts only."""
+        self.total, self.label = total, label
+        self._tick("load")
+
+    def __call__(self, n: int) -> None:
+        self.done += n
+        if self.ctx.progress is not None:
+            self.ctx.progress(self.label, n, self.total)
+        self._tick("embed")
+
+    def _tick(self, phase: str) -> None:
+        if self.ctx.on_texts is None:
+            return
+        tick = EmbedTick(
+            self.pass_id, self.model, self.label, self.done, self.total, phase, time.perf_counter() - self.t0,
+            self.derived,
+        )  # fmt: skip
+        try:
+            self.ctx.on_texts(tick)
+        except Exception as exc:  # progress is a report: it never fails an embedding
+            log.debug("progress report dropped (%s: %s)", type(exc).__name__, exc)
+
+
 def _reused_base(spec: ModelSpec) -> tuple[PostProcess, str] | None:
     """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads: its
     transform and its base model then, else None."""
@@ -177,27 +241,32 @@ def _embed_missing(
     while loading the model is a ``load`` failure, after it an ``embed`` one)."""
     from evalfarm.provenance import process_device
 
-    label = f"{plan.model} · {len(missing)} texts"
-    progress = ctx.progress
-    prog = (lambda n: progress(label, n, len(missing))) if progress else None
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
     reused = _reused_base(ctx.catalog.lineage(plan.model)[0])
     if reused is not None:  # from the base's stored vectors: fast, one shard
+        meter = PassMeter(ctx, plan.model, f"{plan.model} · {len(missing)} texts", len(missing), derived=True)
         out = _embed_from_base(ctx, *reused, missing, state, provenance)
-        if prog:
-            prog(len(missing))
+        meter(len(missing))
         provenance["device"] = process_device(ctx.options.device)
         _publish(ctx, plan, store, missing, out, provenance)
         return int(out.emb.shape[1])
+    # the siblings' texts are known before the model loads when the kind can share a pass (a transformers
+    # checkpoint); a model that turns out not to (no encode_poolings) is checked again once loaded
+    siblings = _sibling_work(ctx, plan) if plan.siblings else []
+    union = len(set(missing).union(*(texts for _, _, texts in siblings))) if siblings else len(missing)
+    label = f"{plan.model} · {union} texts" + (f" (+ {len(siblings)} pooling sibling(s))" if siblings else "")
+    meter = PassMeter(ctx, plan.model, label, union)
     encoder = _load_for_embedding(ctx, plan, state, provenance)
     provenance["device"] = process_device(ctx.options.device)  # the worker that embedded: its CPU, GPUs, driver
-    siblings = _sibling_work(ctx, plan) if hasattr(encoder, "encode_poolings") else []
+    if not hasattr(encoder, "encode_poolings") and siblings:
+        siblings = []
+        meter.retotal(len(missing), f"{plan.model} · {len(missing)} texts")
     dim = 0
     for part, sibling_parts in shard_parts(missing, siblings):
         if sibling_parts:
-            out, shared = _encode_with_siblings(ctx, plan, encoder, part, sibling_parts)
+            out, shared = _encode_with_siblings(ctx, plan, encoder, part, sibling_parts, meter)
         else:
-            out, shared = encode_texts(encoder, part, progress=prog), []
+            out, shared = encode_texts(encoder, part, progress=meter), []
         dim = int(out.emb.shape[1])
         if part:
             _publish(ctx, plan, store, part, out, provenance)
@@ -342,6 +411,7 @@ def _encode_with_siblings(
     encoder: Any,
     missing: list[str],
     siblings: list[tuple[ModelPlan, TextStore, list[str]]],
+    progress: Callable[[int], None] | None = None,
 ) -> tuple[Encoded, list[tuple[ModelPlan, TextStore, list[str], Encoded]]]:
     """One forward pass over the texts the model and its siblings lack, pooled each sibling's way. The model's own
     vectors are checked here (a failure is its own); each sibling's when it is stored."""
@@ -349,10 +419,7 @@ def _encode_with_siblings(
     own = getattr(encoder, "pooling_key", encoder.pooling)
     sibling_pooling = {s.model: _pooling(ctx, s.model) for s, _, _ in siblings}
     poolings = list(dict.fromkeys([own, *sibling_pooling.values()]))
-    label = f"{plan.model} + {len(siblings)} pooling sibling(s) · {len(union)} texts"
-    progress = ctx.progress
-    prog = (lambda n: progress(label, n, len(union))) if progress else None
-    arrays = encode_poolings(encoder, union, poolings, progress=prog)
+    arrays = encode_poolings(encoder, union, poolings, progress=progress)
     row = {t: i for i, t in enumerate(union)}
 
     # each pooling's full array is dropped once the last model using it has its rows: a family of 21 members over
@@ -459,8 +526,10 @@ def _score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             raise
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
-    summary = {
-        "/".join(x for x in (r.subset if r.subset != "all" else "", r.variant, r.ties or "") if x): r.value
+    summary = {  # a person reads these beside the task: variants in words (Scorer.variant_label)
+        "/".join(
+            x for x in (r.subset if r.subset != "all" else "", scorer.variant_label(r.variant), r.ties or "") if x
+        ): r.value
         for r in result.rows
         if r.primary and r.ties in (None, "optimistic")
     }

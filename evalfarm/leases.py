@@ -4,8 +4,10 @@ A run claims a unit (by fingerprint) before it computes it, and a model's embed 
 embeds; a second run that finds a claim of a live run waits for that run's result instead of computing it again.
 Layout, under the warehouse root and outside ``tables/`` (no view reads it)::
 
-    <root>/leases/runs/<run_id>.json        a run's heartbeat: {run_id, host, pid, seq, beat}, rewritten every
-                                             HEARTBEAT_SECONDS while the run lives
+    <root>/leases/runs/<run_id>.json        a run's heartbeat: {run_id, host, pid, seq, beat, started, ...},
+                                             rewritten every HEARTBEAT_SECONDS while the run lives, with what the
+                                             run publishes (its progress: units, texts, workers, ETA; read from
+                                             another shell or machine by ``evalfarm status``: :func:`heartbeats`)
     <root>/leases/unit/<fingerprint>.json   a claimed unit: {key, run_id, host, pid, claimed_at}
     <root>/leases/embed/<hash>.json         a claimed embed stage (hash of model id and text-store key)
 
@@ -91,8 +93,11 @@ class Leases:
         timeout: float = LEASE_TIMEOUT,
         heartbeat: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        publish: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.wh = warehouse
+        self.publish = publish  # what each beat carries besides liveness (called from the heartbeat's thread)
+        self.started = now().isoformat()
         self.run_id = run_id
         self.timeout = timeout
         self.heartbeat = heartbeat if heartbeat is not None else timeout / 6
@@ -182,8 +187,14 @@ class Leases:
 
     def beat(self) -> None:
         self._seq += 1
-        body = {**self.me, "seq": self._seq, "beat": now().isoformat()}
-        self._put(self._beat_path(self.run_id), json.dumps(body).encode())
+        extra: dict[str, Any] = {}
+        if self.publish is not None:
+            try:
+                extra = dict(self.publish())
+            except Exception as exc:  # what the run publishes is a report: never a reason to miss a beat
+                extra = {"publish_error": f"{type(exc).__name__}: {exc}"}
+        body = {**extra, **self.me, "seq": self._seq, "beat": now().isoformat(), "started": self.started}
+        self._put(self._beat_path(self.run_id), json.dumps(body, default=str).encode())
 
     def _beat_loop(self) -> None:
         while not self._stop.wait(self.heartbeat):
@@ -356,3 +367,38 @@ class Leases:
             self._delete(mine)
             return rivals[0]
         return None
+
+
+def heartbeats(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
+    """Every run heartbeat in the warehouse (run id -> its last body, ``age_s``: seconds since it was written by
+    this machine's clock, None where the store does not say): the runs that are live, or died without removing
+    theirs. What ``evalfarm status`` reads from another shell or machine; read-only."""
+    folder = warehouse._p("leases", "runs")
+    out: dict[str, dict[str, Any]] = {}
+    try:
+        infos = warehouse.fs.get_file_info(pafs.FileSelector(folder, recursive=False, allow_not_found=True))
+    except OSError:
+        return out
+    for info in infos:
+        if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
+            continue
+        try:
+            with warehouse.fs.open_input_stream(info.path) as fh:
+                body = json.loads(fh.read())
+        except (OSError, ValueError):  # being replaced right now, or removed at the run's end
+            continue
+        if not isinstance(body, dict):
+            continue
+        mtime = info.mtime.timestamp() if info.mtime is not None else None
+        body["age_s"] = None if mtime is None else max(0.0, time.time() - mtime)
+        out[str(body.get("run_id") or info.base_name[: -len(".json")])] = body
+    return out
+
+
+def is_live(beat: dict[str, Any], timeout: float = LEASE_TIMEOUT) -> bool:
+    """A heartbeat read once is live when its run's process is alive (on this host) or the file is younger than
+    the lease timeout (another host: by its modification time, this machine's clock against the store's)."""
+    if beat.get("host") == HOST and beat.get("pid"):
+        return pid_alive(int(beat["pid"]))
+    age = beat.get("age_s")
+    return age is not None and age < timeout

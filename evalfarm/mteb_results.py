@@ -127,7 +127,8 @@ def export_rows(wh: Warehouse, models: list[str] | None = None) -> list[dict[str
     table = wh.query(
         "WITH u AS (SELECT fingerprint, sum(seconds) AS seconds FROM units WHERE stage = 'score' "
         "GROUP BY fingerprint) "
-        "SELECT m.model, m.task, any_value(mo.spec) AS spec, any_value(u.seconds) AS seconds, "
+        "SELECT m.model, m.task, any_value(mo.spec) AS spec, any_value(mo.dim) AS dim, "
+        "any_value(u.seconds) AS seconds, "
         "any_value(m.fingerprint) AS fingerprint, any_value(m.degenerate) AS degenerate, "
         "max(CASE WHEN m.metric = 'spearman' THEN m.value END) AS spearman, "
         "max(CASE WHEN m.metric = 'pearson' THEN m.value END) AS pearson, "
@@ -167,18 +168,68 @@ def task_result(twin: Twin, row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def export_mteb(wh: Warehouse, out: str | os.PathLike[str], *, models: list[str] | None = None) -> ExportResult:
-    """Write the warehouse's numbers on the tasks MTEB shares as ``<out>/<model>/<revision>/<Task>.json``.
+def model_meta(name: str, revision: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The ``model_meta.json`` beside a model's results: what mteb's ``ResultCache.load_results()`` reads a result's
+    model from (``name``, ``revision``; by default it leaves out results without one), with the ``ModelMeta``
+    fields evalfarm knows (the others null) and what evalfarm evaluated."""
+    return {
+        "name": name,
+        "revision": revision,
+        "release_date": None,
+        "languages": list(LANGUAGES),
+        "n_parameters": None,
+        "memory_usage_mb": None,
+        "max_tokens": None,
+        "embed_dim": row.get("dim"),
+        "license": None,
+        "open_weights": None,
+        "public_training_code": None,
+        "public_training_data": None,
+        "framework": [],
+        "reference": None,
+        "similarity_fn_name": "cosine",
+        "use_instructions": None,
+        "training_datasets": None,
+        "adapted_from": None,
+        "superseded_by": None,
+        "evalfarm": {"model": row["model"], "note": "results computed by evalfarm, in MTEB's results layout"},
+    }
 
-    A model's folder is its evalfarm id (MTEB's own folders replace ``/`` by ``__``; evalfarm ids have no ``/``), its
-    revision folder the model's revision when its spec has one, else ``no_revision_available``. Units whose vectors
-    failed the degenerate-model check, that scored another number of pairs than MTEB's split holds, or whose
-    Spearman is not finite are left out (``skipped`` says which)."""
+
+def parse_as(value: str) -> tuple[str, str | None]:
+    """``MODEL[@REVISION]`` (an MTEB model name such as ``sentence-transformers/all-MiniLM-L6-v2``, and its hub
+    revision) as ``(model, revision or None)``."""
+    name, sep, revision = value.partition("@")
+    if not name or (sep and not revision) or any(ch.isspace() for ch in value):
+        raise MtebFormatError(f"--as takes MODEL[@REVISION], e.g. org/name@<commit>, not {value!r}")
+    return name, revision or None
+
+
+def export_mteb(
+    wh: Warehouse,
+    out: str | os.PathLike[str],
+    *,
+    models: list[str] | None = None,
+    names: dict[str, str] | None = None,
+) -> ExportResult:
+    """Write the warehouse's numbers on the tasks MTEB shares as ``<out>/<model>/<revision>/<Task>.json``, with a
+    ``model_meta.json`` in each revision folder (:func:`model_meta`), so mteb's own loader takes them
+    (``ResultCache(cache_path=C).load_results()`` reads ``C/results``: export into ``C/results``).
+
+    A model's MTEB name is ``names[model]`` (``MODEL[@REVISION]``: ``evalfarm export mteb --as``), else its evalfarm
+    id; its folder the name with ``/`` as ``__`` (MTEB's), its revision folder the given revision, else the model's
+    own when its spec has one, else ``no_revision_available``. Units whose vectors failed the degenerate-model check,
+    that scored another number of pairs than MTEB's split holds, or whose Spearman is not finite are left out
+    (``skipped`` says which)."""
     result = ExportResult()
     out = Path(out)
     rows = export_rows(wh, models)
     missing = sorted(set(models or []) - {r["model"] for r in rows})
     result.skipped += [f"{m}: no sts numbers on {', '.join(_BY_TASK)} in this warehouse" for m in missing]
+    names = dict(names or {})
+    unknown = sorted(set(names) - {r["model"] for r in rows} - set(missing))
+    result.skipped += [f"--as {m}=…: no such model among those exported" for m in unknown]
+    metas: dict[Path, dict[str, Any]] = {}
     for row in rows:
         twin = _BY_TASK[row["task"]]
         if row["degenerate"]:
@@ -193,10 +244,17 @@ def export_mteb(wh: Warehouse, out: str | os.PathLike[str], *, models: list[str]
         if row["spearman"] is None or not math.isfinite(row["spearman"]):
             result.skipped.append(f"{row['model']} / {row['task']}: no finite Spearman")
             continue
-        path = out / row["model"] / _revision(row["spec"]) / f"{twin.name}.json"
+        name, revision = parse_as(names[row["model"]]) if row["model"] in names else (row["model"], None)
+        revision = revision or _revision(row["spec"])
+        folder = out / name.replace("/", "__").replace(" ", "_") / revision
+        path = folder / f"{twin.name}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(task_result(twin, row), indent=2) + "\n", encoding="utf-8")
         result.files.append(path)
+        metas[folder] = model_meta(name, revision, row)
+    for folder, meta in metas.items():
+        (folder / "model_meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+        result.files.append(folder / "model_meta.json")
     return result
 
 
@@ -502,6 +560,8 @@ __all__ = [
     "export_mteb",
     "import_mteb",
     "metric_rows",
+    "model_meta",
+    "parse_as",
     "read_task_result",
     "task_result",
 ]

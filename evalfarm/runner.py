@@ -24,19 +24,52 @@ import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
-from evalfarm.plan import CODE_VERSIONS, ModelPlan, forward_pass_groups, plan_run, share_forward_passes, without_tasks
+from evalfarm.plan import (
+    CODE_VERSIONS,
+    SCORE_COST,
+    ModelPlan,
+    forward_pass_groups,
+    plan_run,
+    share_forward_passes,
+    without_tasks,
+)
 from evalfarm.scheduler import EXECUTORS
-from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
 from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
+
+
+EXIT_CODES = {"ok": 0, "failed": 1, "interrupted": 3}
+"""``evalfarm run``'s exit status by the run's end status (2: a usage or configuration error, before any run)."""
+
+LOCAL_WORKER = "local-0"
+"""The in-process executor's one worker (``LocalExecutor.name``)."""
+TEXT_POLL_S = 1.0
+"""How often the driver reads the Ray workers' embedding progress (one small actor call)."""
+
+
+def first_eta_line(seconds: float, units: int, workers: int, texts: int, sources: Mapping[str, int]) -> str:
+    """The first ETA as a user reads it: how long, for how much work, and what it rests on, in words (the
+    estimate's internal source names stay in ``-v`` and ``run --format json``)."""
+    from evalfarm.eta import SOURCE_WORDS
+
+    work = f"{units} units" + (f" ({fmt_count(texts)} texts to embed)" if texts else "")
+    basis = "; ".join(
+        (f"{n} units from " if len(sources) > 1 else "") + SOURCE_WORDS.get(s, s) for s, n in sources.items()
+    )
+    return (
+        f"first ETA {fmt_seconds(seconds)} for {work} on {workers} worker{'s' if workers != 1 else ''}, from "
+        f"{basis}; it follows the rates the workers measure"
+    )
 
 
 class RunInterrupted(RuntimeError):
@@ -70,6 +103,8 @@ class RunSummary:
     not_evaluated: list[str] = field(default_factory=list)  # selected models with no selected task of their level
     worker_info: list[dict[str, Any]] = field(default_factory=list)  # each worker as it started: host, node, device
     first_eta: dict[str, Any] | None = None  # the first ETA: seconds, workers, sources (None: nothing to compute)
+    report: dict[str, Any] | None = None  # the end summary (end_report): in `runs.summary`, for --notify
+    notified: Any = None  # what the --notify hook did (evalfarm.notify.Notified), when there was one
 
     @property
     def degenerate(self) -> list[UnitOutcome]:
@@ -121,7 +156,14 @@ class RunSummary:
             "quarantined": len(self.quarantined),
             "recorded": self.recorded,
             "first_eta": self.first_eta,
+            "report": self.report,
         }
+
+    @property
+    def exit_code(self) -> int:
+        """What ``evalfarm run`` exits with for this run: 0 every unit done or skipped, 1 a unit failed, 3 the run
+        was interrupted (2, a usage or configuration error, never gets as far as a run)."""
+        return EXIT_CODES.get(self.status, 1)
 
     def counts(self) -> dict[str, int]:
         c = {"done": 0, "skipped": 0, "failed": 0}
@@ -304,10 +346,18 @@ class Run:
         self.executor_obj: Any = None
         self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
         self.connected: tuple[bool, bool] | None = None  # (shared, owns Ray) when plan() connected to a cluster
+        self.board = TextBoard()  # the in-process executor's embedding passes (Ray's workers post to an actor)
+        self._next_text_poll = 0.0
+        self.dashboard: str | None = None  # the Ray dashboard's address, when the cluster has one
 
     def execute(self) -> RunSummary:
         self.plan()
-        self.skip()
+        try:
+            self.skip()
+        except Exception as exc:  # e.g. no data folder and no network: the run ends before it starts, recorded
+            if self.summary.recorded:
+                self.record(exc)
+            raise
         self.schedule()
         return self.finish()
 
@@ -321,7 +371,7 @@ class Run:
         self.run_id = new_run_id()
         self.t0 = time.perf_counter()
         n_units = sum(len(p.units) for p in self.plans)
-        self.tracker = ProgressTracker(total=n_units, cost_total=sum(p.cost for p in self.plans))
+        self.tracker = ProgressTracker(total=n_units, run_id=self.run_id, cost_total=sum(p.cost for p in self.plans))
         self.unit_cost = {p.model: p.cost / len(p.units) for p in self.plans}
         self.common = {
             "catalog": str(self.cat.path),
@@ -349,6 +399,9 @@ class Run:
 
         if self.executor != "ray" or not (self.address or os.environ.get("RAY_ADDRESS")):
             return
+        from evalfarm.scheduler.ray_executor import check_address_env
+
+        check_address_env(self.address)  # a recorded head without its token: say so now, not after minutes
         if self.wh.exists(self.wh.base):
             return
         import ray
@@ -396,22 +449,28 @@ class Run:
         """The first ETA, from the warehouse's history of unit times (``evalfarm.eta``): an ``eta`` event, and the
         progress line's ETA from then on."""
         from evalfarm import eta
-        from evalfarm.scheduler.progress import fmt_seconds
 
         stored = self.wh.stored_texts({p.model for p in self.pending})
         siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
         variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
         history = eta.History(eta.load_history(self.wh))
-        unseen = any(eta.task_label(u.task, variants[(u.scorer, u.params)]) not in history.texts
-                     for p in self.pending for u in p.units)  # fmt: skip
-        texts = self._text_counts() if stored or unseen else None
+        texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
+        shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
+        derived = {p.model for p in self.pending if self.cat.model(p.model).postprocess is not None
+                   and self.cat.model(p.model).level == "sentence"}  # fmt: skip
+        self.tracker.texts_planned = {
+            p.model: round(sum(texts.get(u.task, 0) for u in p.units) * (1.0 - shares[p.model]))
+            for p in self.pending
+            if p.model not in siblings and p.model not in derived
+        }
         units = [
             eta.PlannedUnit(
                 u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
-                _stored_share(p, every_task[p.model], stored, texts),
+                shares[p.model],
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
+                score_cost=SCORE_COST.get((u.scorer, p.level), 0.05),
             )
             for p in self.pending
             for u in p.units
@@ -420,16 +479,11 @@ class Run:
         fc = eta.forecast(units, history, workers=workers, texts=texts)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
-        self.summary.first_eta = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts}
-        used = ", ".join(f"{s} {n}" for s, n in counts.items())
-        self.emit(
-            RunEvent(
-                "eta",
-                self.tracker,
-                message=f"first ETA {fmt_seconds(fc.total)} for {len(units)} units on {workers} worker"
-                f"{'s' if workers != 1 else ''} (estimates from {used})",
-            )
-        )
+        _, n_texts = self.tracker.texts()
+        first = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts, "texts": n_texts}
+        self.summary.first_eta = first
+        line = first_eta_line(fc.total, len(units), workers, n_texts, counts)
+        self.emit(RunEvent("eta", self.tracker, message=line))
 
     def _text_counts(self) -> dict[str, int]:
         """The planned tasks' text counts under this run's options, for a first ETA whose history has not seen some
@@ -512,10 +566,10 @@ class Run:
         from evalfarm.scheduler.core import ClusterLost, Scheduler
 
         base_of = _bases(self.cat, self.pending)  # sets each forward-pass leader's siblings before any plan is sent
-        self.leases = Leases(self.wh, self.run_id).start()
+        self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
         self.executor_obj = _executor(
             self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
-            self.address, self.workers, self.encoders, self.connected,
+            self.address, self.workers, self.encoders, self.connected, self._on_texts,
         )  # fmt: skip
         sched = Scheduler(
             self.pending,
@@ -537,11 +591,62 @@ class Run:
             self.summary.workers = len(sched.workers)
         return None
 
+    def _on_texts(self, tick: Any) -> None:
+        """An in-process embedding pass moved (the local executor runs it in this thread): the tracker's texts."""
+        self.board.put(LOCAL_WORKER, dataclasses.asdict(tick))
+        if self.tracker.jobs.get(LOCAL_WORKER, ("", "", ""))[:2] != ("embed", tick.model):
+            self.tracker.job(LOCAL_WORKER, "embed", tick.model)  # in process, the dispatch event comes after the job
+        self.tracker.observe_texts(self.board.snapshot())
+
+    def _poll_texts(self) -> None:
+        """The Ray workers' passes, read from their board at most once a second (on the scheduler's ticks)."""
+        now = time.monotonic()
+        if now < self._next_text_poll:
+            return
+        self._next_text_poll = now + TEXT_POLL_S
+        read = getattr(self.executor_obj, "text_passes", None)
+        passes = read() if read is not None else None
+        if passes is not None:
+            self.tracker.observe_texts(passes)
+
+    def published(self) -> dict[str, Any]:
+        """What the run's heartbeat file carries besides its liveness (``evalfarm status`` reads it from outside):
+        the tracker's snapshot, the first ETA, where the run is and how to follow it. Called from the heartbeat's
+        thread: it only reads, and reads again when the run's thread changed a dict under it."""
+        for _ in range(3):
+            try:
+                progress = self.tracker.snapshot()
+                break
+            except RuntimeError:  # "changed size during iteration": the scheduler's thread moved on; look again
+                continue
+        else:
+            progress = {}
+        body: dict[str, Any] = {"progress": progress, "first_eta": self.summary.first_eta}
+        body |= {"catalog": self.common.get("catalog"), "executor": self.executor, "argv": sys.argv}
+        if self.dashboard:
+            body["dashboard"] = self.dashboard
+        return body
+
+    def _find_dashboard(self) -> None:
+        """Say where the Ray dashboard is, once, when the cluster has one (a local Ray evalfarm starts has none)."""
+        url = getattr(self.executor_obj, "dashboard_url", None)
+        if url:
+            self.dashboard = url
+            self.emit(RunEvent("dashboard", self.tracker, message=f"Ray dashboard: {url}"))
+
     def _on_scheduler_event(self, e: Any) -> None:
         """Progress from a scheduler event, then the same event as a :class:`RunEvent`."""
         tracker = self.tracker
+        if e.kind == "tick":
+            self._poll_texts()
+        elif e.kind == "dispatch" and e.job is not None and e.worker is not None:
+            task = e.job.unit.task if e.job.unit is not None else ""
+            tracker.job(e.worker.name, str(e.job.stage), e.job.plan.model, task)
+        elif e.kind == "worker-ready" and not self.dashboard:
+            self._find_dashboard()
         if e.kind == "unit":
             o = e.outcome
+            self._poll_texts()  # the pass's last texts before the count moves on
             tracker.finish(o.status, self.unit_cost.get(o.model, 1.0), unit=(o.model, o.task), seconds=o.seconds)
         elif e.kind == "retry":
             tracker.retries += 1
@@ -583,12 +688,15 @@ class Run:
             summary.warnings += spec_conflicts(self.wh, self.plans)
         except OSError:
             pass
+        why = reason or (f"{type(error).__name__}: {error}" if error else None)
+        summary.report = self.end_report(why)
         if summary.recorded:
             attempt(
                 lambda: self.wh.write_run_event(
                     summary.run_id, "end", status=summary.status, n_failed=c["failed"], n_skipped=c["skipped"],
-                    n_done=c["done"], reason=reason or (f"{type(error).__name__}: {error}" if error else None),
+                    n_done=c["done"], reason=why,
                     provenance=json.dumps({**self.provenance, "workers": summary.worker_info}, default=str),
+                    summary=json.dumps(summary.report, default=str),
                     snapshot=json.dumps(self._snapshot_versions()), **self.common,
                 ),
                 "recording the end of the run",
@@ -619,6 +727,54 @@ class Run:
                 "compacted %s", ", ".join(f"{c.table} ({c.files_before} -> {c.files_after} files)" for c in done)
             )
 
+    def end_report(self, reason: str | None) -> dict[str, Any]:
+        """The run's end summary, what a nightly tells its owner: counts, failures (first line of each), degenerate
+        and thin units, wall time, the slowest unit, what moved since the previous run (``moved``:
+        :func:`_moved_since_previous`). Written as the end event's ``summary`` (the ``runs`` view), printed, and
+        what ``--notify`` receives on stdin."""
+        s = self.summary
+        c = s.counts()
+        started = datetime.fromtimestamp(time.time() - s.seconds, UTC)
+        slowest = self.tracker.slowest
+
+        def first_line(text: Any) -> str:
+            lines = str(text or "").strip().splitlines()
+            return lines[0] if lines else ""
+
+        return {
+            "run_id": s.run_id,
+            "status": s.status,
+            "exit_code": s.exit_code,
+            "reason": reason,
+            "catalog": str(self.cat.path),
+            "warehouse": str(s.warehouse),
+            "host": platform.node(),
+            "started_at": started.isoformat(timespec="seconds"),
+            "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "wall_s": round(s.seconds, 1),
+            "counts": {"units": s.n_units, **c, "not_computed": max(0, s.n_units - sum(c.values()))},
+            "failures": [
+                {
+                    "model": o.model,
+                    "task": o.task,
+                    "stage": None if o.stage is None else str(o.stage),
+                    "error": first_line(o.error),
+                }
+                for o in s.failed
+            ],  # fmt: skip
+            "degenerate": [{"model": o.model, "task": o.task, "reason": o.degenerate} for o in s.degenerate],
+            "thin": [{"model": o.model, "task": o.task, "reason": o.thin} for o in s.thin],
+            "quarantined": len(s.quarantined),
+            "not_evaluated": list(s.not_evaluated),
+            "warnings": list(s.warnings),
+            "texts_embedded": self.tracker.texts()[0],
+            "slowest": None
+            if slowest is None
+            else {"model": slowest[1], "task": slowest[2], "seconds": round(slowest[0], 1)},  # fmt: skip
+            "first_eta_s": None if s.first_eta is None else s.first_eta["seconds"],
+            "moved": _moved_since_previous(self.wh, s.run_id),
+        }
+
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
         (spec conflicts, what could not be released or closed)."""
@@ -629,6 +785,40 @@ class Run:
         for w in self.summary.warnings[self.planned_warnings :]:
             self.emit(RunEvent("warning", self.tracker, message=w))
         return self.summary
+
+
+MOVED_LISTED = 20
+"""Changes a run's end summary lists one by one (all are counted; ``evalfarm diff`` lists every one)."""
+
+
+def _moved_since_previous(wh: Warehouse, run_id: str) -> dict[str, Any] | None:
+    """What moved since the previous run that ended (of the same catalog when there is one): the ``moved`` key of
+    the run's end summary, what a nightly reports and ``--notify`` receives — the previous run's id, the changes
+    counted by reason (:func:`evalfarm.warehouse.history.diff_runs`), how many moved under an unchanged fingerprint
+    (nondeterminism), and the first :data:`MOVED_LISTED`. None when there is no previous run, or the diff cannot be
+    read (never a failed run: the summary says so in the log)."""
+    from evalfarm.warehouse.history import diff_runs, runs
+
+    try:
+        every = runs(wh)
+        mine = next((r for r in every if r["run_id"] == run_id), None)
+        ended = [r for r in every if r["finished_at"] is not None and r["run_id"] != run_id]
+        same = [r for r in ended if mine is not None and r.get("catalog") == mine.get("catalog")]
+        previous = (same or ended)[-1]["run_id"] if (same or ended) else None
+        if previous is None:
+            return None
+        d = diff_runs(wh, previous, run_id)
+    except Exception as exc:
+        logging.getLogger(__name__).warning("what moved since the previous run was not read (%s: %s)",
+                                            type(exc).__name__, exc)  # fmt: skip
+        return None
+    keys = ("model", "task", "scorer", "subset", "variant", "ties", "metric", "value_a", "value_b", "reason")
+    return {
+        "since": previous,
+        "counts": d.counts(),
+        "nondeterministic": len(d.nondeterministic),
+        "changes": [{k: r.get(k) for k in keys} for r in d.rows[:MOVED_LISTED]],
+    }
 
 
 def refresh_correlations(wh: Warehouse) -> None:
@@ -732,6 +922,7 @@ def _executor(
     workers: int | None,
     encoders: dict[str, Any],
     connected: tuple[bool, bool] | None = None,
+    on_texts: Callable[[Any], None] | None = None,
 ) -> Any:
     if executor == "local":
         from evalfarm.execute import ExecContext
@@ -739,7 +930,7 @@ def _executor(
 
         ctx = ExecContext(
             catalog=cat, warehouse=wh, run_id=run_id, options=options, force=force, progress=progress,
-            record_failures=False, encoders=encoders,
+            on_texts=on_texts, record_failures=False, encoders=encoders,
         )  # fmt: skip
         return LocalExecutor(ctx)
     from evalfarm.scheduler.ray_executor import RayExecutor, small_kind

@@ -7,7 +7,7 @@ same zoo. The entrypoint is a plain ``evalfarm run`` command, so what the cluste
 by hand (``ray job submit --working-dir DIR -- evalfarm run --catalog ... --models ...``).
 
 What the job sees of the submitting machine is explicit and printed: the data folder this machine resolved (its
-``EVALFARM_DATA``, ``--data`` or ``.evalfarm.toml``) is sent as the job's ``EVALFARM_DATA`` by default, since a job
+``EVALFARM_DATA``, else the config file's ``data``) is sent as the job's ``EVALFARM_DATA`` by default, since a job
 without one cannot read its tasks (``--no-forward-data`` leaves the cluster's own; ``--env EVALFARM_DATA=...`` sends
 another); the cache folder is never sent; ``--env KEY=VALUE`` passes what else the job should get, and
 ``--runtime-env FILE`` adds any Ray runtime_env (pip, uv, conda, a container image). Models that run remote code
@@ -432,6 +432,7 @@ def plan_submission(
     out: str | os.PathLike[str] | None = None,
     inline_catalog: bool | None = None,
     data: str | None = None,
+    tasks: list[str] | None = None,
 ) -> SubmitPlan:
     """Validate the spec against the base catalog and compute the job: entrypoint, runtime_env, metadata.
 
@@ -445,18 +446,28 @@ def plan_submission(
     container image, where Ray allows no working_dir).
     """
     spec_path = Path(spec).expanduser().resolve()
-    models, tasks = load_spec_file(spec_path)
+    models, spec_tasks = load_spec_file(spec_path)
+    if tasks:  # --tasks: ids of the base catalog (or of the spec's own tasks), instead of the spec's / the catalog's
+        own = {t.id: t for t in spec_tasks if isinstance(t, TaskSpec)}
+        spec_tasks = [own.get(t, t) for t in tasks]
     try:
         base = load_catalog(catalog)
     except CatalogError as exc:
         raise SubmitError(f"base catalog: {exc}") from None
-    doc, model_ids = merge_catalog(spec_path, models, tasks, base)
+    doc, model_ids = merge_catalog(spec_path, models, spec_tasks, base)
     user_env = dict(runtime_env or {})
     inline = any(k in user_env for k in _IMAGE_KEYS) if inline_catalog is None else inline_catalog
 
     workdir = _prepare_out(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="evalfarm-submit-"))
     try:
         catalog_file, catalog_text, merged = _write_job_catalog(workdir, doc, spec_path)
+        idle = [f"{m} ({merged.model(m).level})" for m in model_ids if not merged.tasks_for(m)]
+        if idle:
+            raise SubmitError(
+                f"{spec_path}: no task of the submission is of the level of {', '.join(idle)}: the job would "
+                f"compute nothing; pick tasks of that level (--tasks; `evalfarm catalog list --catalog {base.name}` "
+                "shows each model's tasks)"
+            )
         review = _review_models(merged, model_ids, trust_remote_code)
         wh = _warehouse_arg(warehouse, review.warnings)
         options = run_command_options() if run_options is None else run_options

@@ -162,7 +162,9 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
             assert all(v > 0 for v in r["predicted_s"].values()) and sum(r["sources"].values()) == r["held_units"]
     assert {r["kind"] for r in wh["replays"]["kind"]} == {"word-vectors", "word-vectors+postprocess"}
     (run,) = out["live"]  # the smoke run itself, into an empty warehouse
-    assert run["units"] == 6 and run["first_eta"]["sources"] == {"fallback": 6} and run["error"] is not None
+    assert run["units"] == 6 and run["first_eta"]["sources"] == {"built-in": 6} and run["error"] is not None
+    first = out["first"]  # the same catalog planned again into an empty warehouse: its first ETA, nothing run
+    assert first["first_eta"]["sources"] == {"built-in": 6} and first["line"].startswith("first ETA ")
 
 
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {

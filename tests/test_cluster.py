@@ -779,7 +779,7 @@ def test_nightly_rayjob_entrypoint_runs_on_a_real_head_from_the_installed_wheel(
 
 
 RAW_MODEL = """\
-id: my-model            # the EvalRank toolkit's toy GloVe (5k words): cheap and real
+id: glove-6b-50d-abtt5  # the documents' id; the EvalRank toolkit's toy GloVe (5k words) stands in: cheap and real
 level: word
 kind: word-vectors
 format: glove-text
@@ -817,7 +817,7 @@ def test_readme_raw_ray_job_submit_runs_as_written(ray_head, tmp_path, readme):
     assert proc.returncode == 0 and "Failed to merge" not in out, out[-4000:]
     # EvalRank pool + 13 wordsim sets + the AG2016 and geometry diagnostics
     assert re.search(r"\b16 done, 0 skipped, 0 failed", out), out[-4000:]
-    assert ("my-model", "evalrank-word") in _metrics(tmp_path / "warehouse")
+    assert ("glove-6b-50d-abtt5", "evalrank-word") in _metrics(tmp_path / "warehouse")
 
 
 @pytest.mark.faults  # the head's token and loopback (`make faults`)
@@ -847,4 +847,5 @@ def test_evalfarm_submit_needs_the_heads_token(ray_head, tmp_path):
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     got = _metrics(tmp_path / "warehouse")  # every word task of the base catalog: the EvalRank pool, 13 wordsim sets
-    assert ("my-model", "evalrank-word") in got and len(got) == 16  # the pool, 13 wordsim sets, AG2016 and geometry
+    # the pool, 13 wordsim sets, AG2016 and geometry
+    assert ("glove-6b-50d-abtt5", "evalrank-word") in got and len(got) == 16

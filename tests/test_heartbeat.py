@@ -7,33 +7,70 @@ from types import SimpleNamespace
 import pytest
 
 from evalfarm.cli.events import RunPrinter
+from evalfarm.scheduler.progress import ProgressTracker
 
-LINE = "units 1/3 · 1 done · 0 skipped · 0 failed · 2 remaining · elapsed 5s · ETA 10s"
+
+def _tracker() -> ProgressTracker:
+    """Two workers: w0 embeds all-minilm-l6-v2 (41k of 176k texts in 20 s), w1 scores glove on RG-65."""
+    t = ProgressTracker(total=3, texts_planned={"all-minilm-l6-v2": 176_000, "glove-6b-50d": 400})
+    t.workers = 2
+    t.job("w0", "embed", "all-minilm-l6-v2")
+    t.job("w1", "score", "glove-6b-50d", "wordsim-rg-65")
+    t.observe_texts(
+        {"p1": {"pass_id": "p1", "model": "all-minilm-l6-v2", "label": "", "done": 41_000, "total": 176_000,
+                "phase": "embed", "seconds": 20.0, "derived": False, "worker": "w0", "at": 1.0},
+         "p2": {"pass_id": "p2", "model": "glove-6b-50d", "label": "", "done": 49, "total": 49, "phase": "embed",
+                "seconds": 0.5, "derived": False, "worker": "w1", "at": 0.5}}
+    )  # fmt: skip
+    return t
 
 
-def _event(kind: str) -> SimpleNamespace:
-    return SimpleNamespace(kind=kind, progress=SimpleNamespace(line=lambda: LINE))
+def _event(kind: str, tracker: ProgressTracker) -> SimpleNamespace:
+    return SimpleNamespace(kind=kind, progress=tracker)
+
+
+def test_the_progress_line_counts_units_texts_and_their_rate() -> None:
+    line = _tracker().line()
+    assert line.startswith("units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s · 2 workers alive")
+    snap = _tracker().snapshot()
+    assert snap["texts"] == {"done": 41_049, "total": 176_049, "per_second": 2050.0}
+    assert snap["workers"]["doing"] == {
+        "w0": "embedding all-minilm-l6-v2 41k/176k texts", "w1": "scoring glove-6b-50d · wordsim-rg-65",
+    }  # fmt: skip
 
 
 def test_embedding_and_waiting_print_a_heartbeat_once_the_interval_passed(capsys) -> None:
     printer = RunPrinter(heartbeat=0.0)
-    printer.on_event(_event("planned"))
-    printer.on_progress("all-minilm-l6-v2 · stsb", 64, 1000)
-    printer.on_progress("all-minilm-l6-v2 · stsb", 64, 1000)
-    printer.on_event(_event("tick"))
+    tracker = _tracker()
+    printer.on_event(_event("planned", tracker))
+    printer.on_progress("all-minilm-l6-v2 · 176000 texts", 64, 176_000)  # the in-process executor's bars
+    printer.on_event(_event("tick", tracker))
     err = capsys.readouterr().err
     beats = [ln for ln in err.splitlines() if ln.startswith("heartbeat")]
-    assert beats[0].startswith("heartbeat · embedding all-minilm-l6-v2 · stsb: 64/1000 texts, ")
-    assert beats[1].startswith("heartbeat · embedding all-minilm-l6-v2 · stsb: 128/1000 texts, ")
-    assert all(" texts/s · " + LINE in b for b in beats[:2])
-    assert beats[2] == "heartbeat · " + LINE and len(beats) == 3
+    assert len(beats) == 2 and beats[0] == beats[1]
+    assert beats[0].startswith("heartbeat · units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s")
+    assert beats[0].endswith(
+        " · w0: embedding all-minilm-l6-v2 41k/176k texts · w1: scoring glove-6b-50d · wordsim-rg-65"
+    )
 
 
 def test_no_heartbeat_before_the_interval(capsys) -> None:
     printer = RunPrinter(heartbeat=3600.0)
     printer.on_progress("glove · evalrank-word", 10, 100)
-    printer.on_event(_event("tick"))
+    printer.on_event(_event("tick", _tracker()))
     assert "heartbeat" not in capsys.readouterr().err
+
+
+def test_json_events_carry_the_same_counts(capsys) -> None:
+    import io
+    import json
+
+    stream = io.StringIO()
+    printer = RunPrinter(heartbeat=0.0, json_out=stream)
+    printer.on_event(_event("tick", _tracker()))
+    (event,) = [json.loads(ln) for ln in stream.getvalue().splitlines()]
+    assert event["event"] == "progress" and event["texts"]["done"] == 41_049 and event["units"]["total"] == 3
+    assert event["workers"]["doing"]["w0"] == "embedding all-minilm-l6-v2 41k/176k texts"
 
 
 @pytest.fixture(autouse=True)

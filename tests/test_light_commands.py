@@ -97,7 +97,7 @@ def test_run_format_json_prints_the_summary_on_stdout(tmp_path, data_dir) -> Non
     }
     assert all(u["summary"] and u["seconds"] >= 0 for u in got["units"]) and got["warehouse"] == str(tmp_path / "wh")
     assert "2 done, 0 skipped, 0 failed" in first.stderr
-    assert got["first_eta"]["sources"] == {"fallback": 2} and got["first_eta"]["workers"] == 1  # an empty warehouse
+    assert got["first_eta"]["sources"] == {"built-in": 2} and got["first_eta"]["workers"] == 1  # an empty warehouse
     again = json.loads(runner.invoke(app, args, env={"EVALFARM_DATA": str(data_dir)}).stdout.strip().splitlines()[-1])
     assert again["counts"] == {"done": 0, "skipped": 2, "failed": 0} and again["run_id"] != got["run_id"]
     assert again["first_eta"] is None  # nothing to compute: no estimate

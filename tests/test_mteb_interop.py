@@ -54,7 +54,8 @@ def test_export_writes_mtebs_schema_and_import_gives_the_same_numbers_back(toy_w
     out = tmp_path / "results"
     res = api.export_mteb(out, warehouse=toy_warehouse, models=["bow-toy", "nobody"])
     names = sorted(p.relative_to(out).as_posix() for p in res.files)
-    assert names == [f"bow-toy/no_revision_available/{n}.json" for n in ("SICK-R", "STS12", "STSBenchmark")]
+    files = ("SICK-R", "STS12", "STSBenchmark", "model_meta")
+    assert names == [f"bow-toy/no_revision_available/{n}.json" for n in files]
     assert any(s.startswith("nobody:") for s in res.skipped)
     data = json.loads((out / "bow-toy" / "no_revision_available" / "STS12.json").read_text())
     assert {"dataset_revision", "task_name", "mteb_version", "scores", "evaluation_time"} <= set(data)
@@ -186,7 +187,7 @@ def test_export_leaves_out_units_of_other_data(toy_warehouse, tmp_path):
     later = pa.array([now()] * len(t), t.schema.field("created_at").type)
     w.write("metrics", t.set_column(t.schema.get_field_index("created_at"), "created_at", later))
     res = api.export_mteb(tmp_path / "out", warehouse=wh)
-    assert [p.name for p in res.files] == ["SICK-R.json", "STS12.json"]
+    assert [p.name for p in res.files] == ["SICK-R.json", "STS12.json", "model_meta.json"]
     assert res.skipped == ["bow-toy / stsb: 1000 pairs scored, MTEB's STSBenchmark has 1379 (not the same data)"]
 
 
@@ -203,3 +204,62 @@ def test_cli_export_and_import(toy_warehouse, tmp_path):
     assert r.exit_code == 2 and "MTEB_MODEL=EVALFARM_ID" in r.output
     r = runner.invoke(app, ["export", "mteb", "--warehouse", str(tmp_path / "none"), "--out", str(out)])
     assert r.exit_code == 2 and not (tmp_path / "none").exists()
+
+
+def _as_mteb_reads_it(cache: Path) -> dict[tuple[str, str], list[str]]:
+    """What mteb's ``ResultCache(cache_path=cache).load_results()`` (mteb 2.x, its default require_model_meta=True)
+    takes from ``cache/results``: every ``*.json`` but ``model_meta.json`` that has a ``model_meta.json`` beside it,
+    filed under that file's ``name`` and ``revision``; a result without one is dropped. (Its reading in mteb/cache.py,
+    ``get_cache_paths`` and ``_get_model_name_and_revision_from_path``: mteb itself is not installed here; the test
+    below runs mteb's own loader where it is.)"""
+    got: dict[tuple[str, str], list[str]] = {}
+    for p in sorted((cache / "results").glob("**/*.json")):
+        if p.name == "model_meta.json" or not (p.parent / "model_meta.json").exists():
+            continue
+        meta = json.loads((p.parent / "model_meta.json").read_text())
+        got.setdefault((meta["name"], meta["revision"]), []).append(json.loads(p.read_text())["task_name"])
+    return got
+
+
+def test_export_as_an_mteb_model_and_revision_is_what_mtebs_loader_reads(toy_warehouse, tmp_path):
+    cache = tmp_path / "mteb-cache"
+    runner = CliRunner()
+    args = [
+        "export",
+        "mteb",
+        "--warehouse",
+        str(toy_warehouse),
+        "--out",
+        str(cache / "results"),
+        "--models",
+        "bow-toy",
+    ]
+    r = runner.invoke(app, [*args, "--as", "sentence-transformers/average_word_embeddings_toy@0123abc"])
+    assert r.exit_code == 0, r.output
+    folder = cache / "results" / "sentence-transformers__average_word_embeddings_toy" / "0123abc"
+    assert sorted(p.name for p in folder.iterdir()) == ["SICK-R.json", "STS12.json", "STSBenchmark.json",
+                                                        "model_meta.json"]  # fmt: skip
+    meta = json.loads((folder / "model_meta.json").read_text())
+    assert (meta["name"], meta["revision"], meta["evalfarm"]["model"]) == (
+        "sentence-transformers/average_word_embeddings_toy", "0123abc", "bow-toy"
+    )  # fmt: skip
+    assert _as_mteb_reads_it(cache) == {
+        ("sentence-transformers/average_word_embeddings_toy", "0123abc"): ["SICK-R", "STS12", "STSBenchmark"]
+    }
+    back = api.import_mteb(cache / "results", warehouse=tmp_path / "wh2")  # and evalfarm reads its revision back
+    params = Warehouse(tmp_path / "wh2").query("SELECT DISTINCT params FROM metrics").to_pylist()
+    assert back.imported and {json.loads(p["params"])["revision"] for p in params} == {"0123abc"}
+    r = runner.invoke(app, [*args[:-2], "--as", "org/name"])  # which of several models? say ID=MODEL
+    assert r.exit_code == 2 and "--as ID=MODEL" in r.output
+    r = runner.invoke(app, [*args, "--as", "org/name@"])
+    assert r.exit_code == 2 and "MODEL[@REVISION]" in r.output
+
+
+def test_mtebs_own_loader_takes_the_export(toy_warehouse, tmp_path):
+    mteb = pytest.importorskip("mteb", reason="mteb is not installed (not an evalfarm dependency)")
+    cache = tmp_path / "mteb-cache"
+    api.export_mteb(cache / "results", warehouse=toy_warehouse, names={"bow-toy": "org/toy@0123abc"})
+    results = mteb.ResultCache(cache_path=cache).load_results(include_remote=False)
+    (model,) = results.model_results
+    assert (model.model_name, model.model_revision) == ("org/toy", "0123abc")
+    assert sorted(t.task_name for t in model.task_results) == ["SICK-R", "STS12", "STSBenchmark"]

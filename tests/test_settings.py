@@ -95,6 +95,7 @@ def test_config_show_says_where_each_setting_comes_from(tmp_path, monkeypatch, b
         "catalog": ("zoo-local", "EVALFARM_CATALOG (wins over the file)"),
         "sql_timeout": ("300", "(default)"),
         "sql_memory_limit": ("4GB", "(default)"),
+        "notify": ("", "(default)"),
     }
 
 

@@ -277,6 +277,11 @@ def test_a_second_run_is_a_second_snapshot_with_an_empty_diff_and_a_spec_change_
     assert third.counts()["done"] == 3  # toy-abtt1's three units: its spec changed
     d = diff_runs(wh)
     assert {r["reason"] for r in d.rows} == {"spec changed"} and {r["model"] for r in d.rows} == {"toy-abtt1"}
+    # the nightly's end summary says what moved since the run before it (what --notify receives)
+    assert second.report["moved"] == {"since": first.run_id, "counts": {}, "nondeterministic": 0, "changes": []}
+    moved = third.report["moved"]
+    assert moved["since"] == second.run_id and moved["counts"] == {"spec changed": len(d.rows)}
+    assert {c["model"] for c in moved["changes"]} == {"toy-abtt1"}
     board = "SELECT model, value FROM metrics WHERE task = 'evalrank-word' AND metric = 'mrr' AND variant = 'cos' AND ties = 'optimistic' ORDER BY model"  # noqa: E501
     assert wh.query(board, as_of=first.run_id).to_pylist() != wh.query(board).to_pylist()
     assert wh.query(board, as_of=second.run_id).to_pylist() == wh.query(board, as_of=first.run_id).to_pylist()

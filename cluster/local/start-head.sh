@@ -70,9 +70,9 @@ if [[ -e "$RECORD" ]]; then
     "clears the record of a head that is gone), or give this head another EVALFARM_RAY_DIR" >&2
   exit 2
 fi
-if [[ -z "${EVALFARM_DATA:-}" ]]; then
-  echo "note: EVALFARM_DATA is not set; pools will be downloaded into the cache on first use" >&2
-fi
+# No note about EVALFARM_DATA here: the head does not need it. `evalfarm submit` sends the submitter's data folder
+# (EVALFARM_DATA, else its config file's `data`) with each job, and `evalfarm run --address ...` sends its own to the
+# workers; a note from this shell's environment contradicted both (the end of the script says so instead).
 
 # A new token for this head, readable by this user only (umask before the file exists, not chmod after).
 (
@@ -259,4 +259,7 @@ echo "In each shell that talks to it:"
 echo "  . '$RAY_DIR/env'"
 echo "Submit a model with (or run on it: evalfarm run ... --address $NODE_IP:$GCS_PORT):"
 echo "  evalfarm submit my-model.yaml --address http://$DASHBOARD_HOST:$DASHBOARD_PORT --warehouse \$PWD/warehouse"
+echo "Data: each job gets the data folder of who submits or runs it (EVALFARM_DATA, else evalfarm's config file)."
+echo "Follow a run: evalfarm status --warehouse WAREHOUSE, or the dashboard at http://$DASHBOARD_HOST:$DASHBOARD_PORT"
 echo "Stop it (and no other Ray) with: cluster/local/stop.sh   (what it started: $RECORD)"
+echo "  not \`ray stop\` as Ray's banner above says: that stops every Ray process of $(id -un) on this machine"

@@ -12,6 +12,7 @@ import sys
 from typing import Annotated, Any, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from evalfarm import api
 from evalfarm.cli.rendering import configure_output, console
@@ -27,7 +28,25 @@ def _group(help: str) -> typer.Typer:
     return typer.Typer(help=help, no_args_is_help=True, context_settings=HELP, rich_markup_mode=None)
 
 
+GLOBAL_FLAGS = frozenset({"-q", "--quiet", "-v", "-vv", "-vvv", "--verbose"})
+"""The root's flags that may also come after the command (``evalfarm run -q``): they take no value."""
+
+
+class _Root(TyperGroup):
+    """The root command: ``-q`` / ``-v`` written after the command (``evalfarm run -q …``) are moved before it, as
+    click reads them; everything after ``--`` is left alone."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:  # ctx: typer's own click's Context
+        cut = args.index("--") if "--" in args else len(args)
+        flags = [a for a in args[1:cut] if a in GLOBAL_FLAGS]
+        if flags and args and args[0] not in GLOBAL_FLAGS and not args[0].startswith("-"):
+            rest = [a for i, a in enumerate(args) if not (0 < i < cut and a in GLOBAL_FLAGS)]
+            args = [*flags, *rest]
+        return super().parse_args(ctx, args)
+
+
 app = typer.Typer(
+    cls=_Root,
     help="Distributed batch evaluation of word and sentence embedding models (EvalRank and more).",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -82,6 +101,7 @@ def option_defaults(settings: Settings) -> dict[str, Any]:
         "report": wh,
         "correlations": wh,
         "verify": wh,
+        "status": wh,
         "catalog": {"list": cat, "validate": cat},
     }
 

@@ -13,7 +13,7 @@ import typer
 
 from evalfarm import api
 from evalfarm.cli.app import again, app, fail, split
-from evalfarm.cli.events import RunPrinter, print_summary, print_warnings
+from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
 
 if TYPE_CHECKING:
@@ -82,6 +82,16 @@ RunFormatOpt = Annotated[
         help="text: the summary on stderr only; json: also the summary as one JSON object on stdout (for scripts)",
     ),
 ]
+NotifyOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--notify",
+        metavar="CMD",
+        help="a shell command run at the end with the run's summary as JSON on stdin (counts, failures, degenerate "
+        "and thin units, wall time), also when units failed or the run was interrupted [default: "
+        "$EVALFARM_NOTIFY, else the config file's notify]",
+    ),
+]
 AttemptsOpt = Annotated[
     int, typer.Option(min=1, help="tries per unit (worker lost, load error, NaN) before it is recorded failed")
 ]
@@ -113,8 +123,12 @@ def run(
     workers: WorkersOpt = None,
     max_attempts: AttemptsOpt = 2,
     output_format: RunFormatOpt = RunFormat.text,
+    notify: NotifyOpt = None,
 ) -> None:
-    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped."""
+    """Evaluate a catalog's models on its tasks into the warehouse; finished units are skipped.
+
+    Exit status: 0 every unit done or skipped, 1 some units failed (the rest ran and is recorded), 2 a usage or
+    configuration error (nothing ran), 3 interrupted (its Ray head lost: the same command resumes)."""
     if pools:
         typer.echo("warning: --pools is the old name of --tasks and goes in evalfarm 0.3; use --tasks", err=True)
         tasks = [*(tasks or []), *pools]
@@ -134,15 +148,18 @@ def run(
         options["similarities"] = split(similarity)
     run_args: dict[str, Any] = {"models": split(models), "tasks": split(tasks), "executor": executor.value}
     run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
-    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local)
+    run_args["notify"] = notify
+    as_json = output_format is RunFormat.json
+    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local, json_out=as_json)
     print_summary(summary)
-    if output_format is RunFormat.json:
-        sys.stdout.write(json.dumps(summary.to_dict()) + "\n")
-    if summary.failed:
-        raise typer.Exit(1)
+    if as_json:
+        sys.stdout.write(json.dumps({"event": "summary", **summary.to_dict()}, default=str) + "\n")
+    raise typer.Exit(summary.exit_code if summary.status in ("ok", "failed") else int(bool(summary.failed)))
 
 
-def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool) -> RunSummary:
+def _evaluate(
+    catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool, json_out: bool = False
+) -> RunSummary:
     """:func:`evalfarm.api.run` with the live output; its errors as the CLI's exit codes: 2 for what stops a run
     before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with failed
     units returns its summary (the caller prints the failures and exits 1)."""
@@ -153,7 +170,7 @@ def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_proc
 
     resume = f"To resume, run the same command again (finished units are skipped): {again()}"
     try:
-        with RunPrinter() as printer:
+        with RunPrinter(json_out=sys.stdout if json_out else None) as printer:
             progress = printer.on_progress if in_process else None
             return api.run(catalog, warehouse=warehouse, on_event=printer.on_event, progress=progress, **run_args)
     except api.EvaluationFailed as exc:
@@ -162,6 +179,7 @@ def _evaluate(catalog: str, warehouse: str, run_args: dict[str, Any], *, in_proc
         fail(str(exc))  # CatalogError and ConfigError are ValueErrors; LegacyWarehouse names `warehouse migrate`
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
+        print_notified(exc.summary)
         fail(f"{exc}. {resume}", code=3)
     except KeyboardInterrupt:
         fail(f"interrupted. {resume}", 130)
@@ -195,8 +213,8 @@ ForwardDataOpt = Annotated[
     bool,
     typer.Option(
         "--forward-data/--no-forward-data",
-        help="send this machine's data folder (EVALFARM_DATA, --data, .evalfarm.toml) as the job's EVALFARM_DATA; "
-        "--no-forward-data: the job uses the cluster's own",
+        help="send this machine's data folder (EVALFARM_DATA, else the config file's data: `evalfarm config show`) "
+        "as the job's EVALFARM_DATA; --no-forward-data: the job uses the cluster's own",
     ),
 ]
 PipOpt = Annotated[list[str] | None, typer.Option("--pip", help="pip requirement to install for the job (repeatable)")]
@@ -245,9 +263,10 @@ def submit(
     dry_run: DryRunOpt = False,
     submission_id: SubmissionIdOpt = None,
     forward_data: ForwardDataOpt = True,
+    tasks: TasksOpt = None,
 ) -> None:
-    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (all its tasks). The plan
-    it prints says what the job gets (the data folder sent, every env var)."""
+    """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (every task of its level,
+    or --tasks). The plan it prints says what the job gets (the data folder sent, every env var)."""
     from evalfarm.submit import SubmitError
 
     address = api.job_address(address)
@@ -265,6 +284,7 @@ def submit(
             entrypoint_num_gpus=entrypoint_num_gpus,
             out=out,
             forward_data=forward_data,
+            tasks=split(tasks),
         )
     except SubmitError as exc:
         fail(str(exc))

@@ -37,18 +37,43 @@ def export_mteb(
     models: Annotated[
         list[str] | None, typer.Option("--models", help="only these models (repeat or comma-separate)")
     ] = None,
+    names: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--as",
+            help="MODEL[@REVISION]: the MTEB model name (and hub revision) to file the results under, for one "
+            "exported model; with several, EVALFARM_ID=MODEL[@REVISION] (repeatable)",
+        ),
+    ] = None,
 ) -> None:
     """Write the warehouse's STS12-16, STSBenchmark and SICK-R numbers as MTEB results files (cosine Spearman as
-    main_score, on MTEB's 0-1 scale). SentEval's classification tasks have no MTEB twin and are not written."""
+    main_score, on MTEB's 0-1 scale) with a model_meta.json per model, as mteb's ResultCache reads them (export
+    into <cache>/results). SentEval's classification tasks have no MTEB twin and are not written."""
+    from evalfarm.mteb_results import MtebFormatError, parse_as
+
+    chosen = split(models)
+    mapping: dict[str, str] = {}
+    for item in names or []:
+        model, sep, target = item.rpartition("=")
+        if not sep:
+            if not chosen or len(chosen) != 1:
+                fail("--as MODEL[@REVISION] names one exported model: add --models ID, or write --as ID=MODEL")
+            model, target = chosen[0], item
+        try:
+            parse_as(target)
+        except MtebFormatError as exc:
+            fail(str(exc))
+        mapping[model] = target
     try:
-        result = api.export_mteb(out_dir, warehouse=warehouse, models=split(models))
+        result = api.export_mteb(out_dir, warehouse=warehouse, models=chosen, names=mapping)
     except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
         fail(str(exc))
     for note in result.skipped:
         say(f"skipped: {note}", style="yellow")
     for path in result.files:
         sys.stdout.write(f"{path}\n")
-    say(f"wrote {len(result.files)} MTEB result file(s) under {out_dir}")
+    n = sum(1 for p in result.files if p.name != "model_meta.json")
+    say(f"wrote {n} MTEB result file(s) and their model_meta.json under {out_dir}")
 
 
 @import_app.command("mteb")

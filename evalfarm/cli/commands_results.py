@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -301,6 +301,56 @@ def report(
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
     console.print(f"report: {index}")
+
+
+RunIdArg = Annotated[
+    str | None, typer.Argument(help="the run (default: the newest running one, else the newest)", show_default=False)
+]
+WatchOpt = Annotated[
+    bool, typer.Option("--watch", "-w", help="show it again every --every seconds until the run ends")
+]
+EveryOpt = Annotated[float, typer.Option(min=0.5, help="seconds between two looks with --watch")]
+
+
+@app.command()
+def status(
+    run_id: RunIdArg = None,
+    warehouse: WarehouseOpt = "warehouse",
+    format: FormatOpt = Format.table,
+    watch: WatchOpt = False,
+    every: EveryOpt = 5.0,
+) -> None:
+    """What a run is doing now, read from the warehouse (its heartbeat, units and failures), so it works for a run
+    in another shell, on another machine or in a Ray job: units and texts done, each worker, the slowest unit,
+    failures, the ETA. --format json: one JSON object (a line each look with --watch)."""
+    import json
+    import sys
+
+    from evalfarm.status import NoRun
+    from evalfarm.status import watch as watch_run
+
+    def show(st: Any) -> None:
+        if format is Format.json:
+            sys.stdout.write(json.dumps(st.to_dict(), default=str) + "\n")
+            sys.stdout.flush()
+            return
+        if watch and out.is_terminal:
+            out.clear()
+        elif watch:
+            out.print("")
+        for line in st.lines():
+            out.print(line, markup=False, highlight=False, soft_wrap=True)
+
+    try:
+        wh = api.open_warehouse(warehouse)
+        if watch:
+            watch_run(wh, run_id, every, show)
+        else:
+            show(api.run_status(run_id, warehouse=wh))
+    except (FileNotFoundError, NotADirectoryError, NoRun) as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
 
 
 ModelFilterOpt = Annotated[str | None, typer.Option("--model", "-m", help="check only this model's result files")]

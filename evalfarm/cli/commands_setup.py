@@ -71,29 +71,38 @@ SettingsArg = Annotated[
     list[str],
     typer.Argument(
         help="KEY=VALUE pairs: data=DIR (or data= to download), warehouse=DIR, catalog=NAME, sql_timeout=SECONDS "
-        "(0: no limit), sql_memory_limit=SIZE (e.g. 16GB)"
+        "(0: no limit), sql_memory_limit=SIZE (e.g. 16GB), notify=CMD-or-URL"
     ),
 ]
 FileOpt = Annotated[
     Path | None, typer.Option("--file", help="the file to write (default: $EVALFARM_CONFIG, else ./.evalfarm.toml)")
 ]
+UserOpt = Annotated[
+    bool,
+    typer.Option(
+        "--user", help="write the user-level file instead (every folder: ~/.config/evalfarm/config.toml on Linux)"
+    ),
+]
 
 
 @config_app.command("set")
-def config_set(settings: SettingsArg, file: FileOpt = None) -> None:
-    """Remember settings for later commands in this folder (and below); paths are stored absolute."""
+def config_set(settings: SettingsArg, file: FileOpt = None, user: UserOpt = False) -> None:
+    """Remember settings for later commands in this folder (and below), or with --user in every folder that has no
+    .evalfarm.toml of its own; paths are stored absolute."""
     updates = {}
     for item in settings:
         key, sep, value = item.partition("=")
         if not sep:
             fail(f"expected KEY=VALUE, got {item!r} (keys: {', '.join(KEYS)})")
         updates[key.strip()] = value.strip()
+    if user and file is not None:
+        fail("--user and --file name two different files: give one")
     try:
-        cfg = api.set_config(updates, file=file)
+        cfg = api.set_config(updates, file=file, user=user)
     except api.ConfigError as exc:
         fail(str(exc))
     except OSError as exc:
-        fail(f"cannot write {write_target(file)}: {exc.strerror or exc}")
+        fail(f"cannot write {write_target(file, user=user)}: {exc.strerror or exc}")
     console.print(
         f"{cfg.path}: " + ", ".join(f"{k} = {v!r}" for k, v in cfg.values.items() if k in updates), highlight=False
     )

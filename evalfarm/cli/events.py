@@ -1,22 +1,35 @@
 """The live output of ``evalfarm run`` and ``evalfarm zoo build``: one line per finished unit (or model), retries,
 lost workers and warnings as they happen, a progress line in a terminal, then the run's summary.
 
-A terminal gets a transient progress line (and embedding bars for the in-process executor); a log gets the same
-progress line printed after each unit and whenever the workers change, so a log of a long run shows where it is,
-and a heartbeat at a steady interval (:data:`HEARTBEAT_S`) while nothing else is printed: the model and task being
-embedded with its texts so far and texts/s (the in-process executor), or the progress line with the time elapsed.
+A terminal gets a transient progress line and a bar of the texts embedded (and a bar per embedding pass for the
+in-process executor); a log gets the same progress line printed after each unit and whenever the workers change, so
+a log of a long run shows where it is, and a heartbeat at a steady interval (:data:`HEARTBEAT_S`) while nothing else
+is printed: the progress line (units, texts done / to do, texts/s, workers, elapsed, ETA) and what each worker is on
+(``w0: embedding all-minilm-l6-v2 41k/176k texts``), in process and under Ray alike.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
+from rich.console import RenderableType
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    ProgressColumn,
+    Task,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
 
 from evalfarm.cli.rendering import Output, console
+from evalfarm.scheduler.progress import fmt_count
 
 if TYPE_CHECKING:
     from evalfarm.runner import RunEvent, RunSummary
@@ -53,8 +66,8 @@ def event_line(e: RunEvent) -> str | None:
     if e.kind == "worker-lost":
         assert e.worker is not None  # and a lost worker, the worker
         return f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}"
-    if e.kind in ("skipped", "eta"):
-        return f"[dim]{e.message}[/]"
+    if e.kind in ("skipped", "eta", "dashboard"):
+        return f"[dim]{escape(str(e.message))}[/]"
     if e.kind == "warning":  # RunSummary.warnings among them: each is printed here, once
         return f"[yellow]warning:[/] {escape(str(e.message))}"
     return None
@@ -64,23 +77,42 @@ HEARTBEAT_S = 30.0
 """Seconds without a line in a log after which the run prints where it is (a terminal has its live line)."""
 
 
+class _Bar(ProgressColumn):
+    """A bar for the tasks that ask for one (texts, an in-process pass); the progress line has none."""
+
+    def __init__(self, bar_width: int = 30) -> None:
+        super().__init__()
+        self.bar = BarColumn(bar_width=bar_width)
+
+    def render(self, task: Task) -> RenderableType:
+        return self.bar.render(task) if task.fields.get("bar") else Text("")
+
+
 class RunPrinter:
     """The ``on_event`` and ``progress`` callbacks of a run, printing as the run goes; a context manager around
-    the run (the live progress line)."""
+    the run (the live progress line and bars on a terminal).
 
-    def __init__(self, heartbeat: float = HEARTBEAT_S) -> None:
+    ``json_out``: a stream for ``run --format json``'s events, one JSON object a line (``eta``, ``dashboard``,
+    ``unit``, ``warning``, ``progress`` at every heartbeat): the same counts as the heartbeat's."""
+
+    def __init__(self, heartbeat: float = HEARTBEAT_S, json_out: TextIO | None = None) -> None:
         self.heartbeat = heartbeat
+        self.json_out = json_out
         self.last_printed = time.monotonic()  # when a log last got a line
+        self.last_json = time.monotonic()  # when the JSON stream last got a progress event
         self.last_progress = "planning"  # the progress line of the last event
-        self.embedding: dict[str, list[float]] = {}  # label -> [started, texts done, total]
+        self.tracker: Any = None  # the run's ProgressTracker, from its first event
         self.prog = Progress(
             TextColumn("{task.description}"),
+            _Bar(bar_width=30),
+            TextColumn("{task.fields[info]}"),
             console=console,
             transient=True,
             refresh_per_second=4,
             disable=not console.is_terminal or Output.quiet,
         )
-        self.line = self.prog.add_task("planning")
+        self.line = self.prog.add_task("planning", info="")
+        self.texts_bar = self.prog.add_task("texts", total=None, visible=False, bar=True, info="")
         self.embed_bars: dict[str, Any] = {}
         self.ready_once: set[str] = set()  # workers that were ready: a second worker-ready is a restarted one
 
@@ -92,36 +124,67 @@ class RunPrinter:
         self.prog.__exit__(kind, exc, tb)
 
     def on_progress(self, label: str, advance: int, total: int) -> None:
-        """The in-process executor's embedding progress: one bar per model and task; in a log, a heartbeat."""
+        """The in-process executor's embedding progress: one bar per pass; in a log, a heartbeat (the scheduler's
+        loop waits on this very pass, so no tick comes meanwhile)."""
         if label not in self.embed_bars:
-            self.embed_bars[label] = self.prog.add_task(f"  embed {label}", total=total)
-            self.embedding[label] = [time.monotonic(), 0.0, float(total)]
+            self.embed_bars[label] = self.prog.add_task(f"  embed {label}", total=total, bar=True, info="")
         self.prog.advance(self.embed_bars[label], advance)
-        state = self.embedding[label]
-        state[1] += advance
-        if self._beat_due():
-            took = max(time.monotonic() - state[0], 1e-9)
-            self._log(
-                f"heartbeat · embedding {label}: {state[1]:.0f}/{state[2]:.0f} texts, {state[1] / took:.0f} texts/s"
-                f" · {self.last_progress}"
-            )
+        self._refresh()
+        self._beat()
+
+    def _refresh(self) -> None:
+        """The live line and the texts bar from the tracker as it is now."""
+        if self.tracker is None:
+            return
+        self.last_progress = self.tracker.line()
+        self.prog.update(self.line, description=self.last_progress)
+        done, total = self.tracker.texts()
+        if total:
+            rate = self.tracker.text_rate()
+            info = f"{fmt_count(done)}/{fmt_count(total)} texts" + (f" · {fmt_count(rate)}/s" if rate else "")
+            self.prog.update(self.texts_bar, completed=done, total=total, visible=True, info=info)
 
     def _beat_due(self) -> bool:
         return not (console.is_terminal or Output.quiet) and time.monotonic() - self.last_printed >= self.heartbeat
+
+    def _beat(self) -> None:
+        """Every ``heartbeat`` seconds: a ``heartbeat`` line in a log (what each worker is on), a progress event
+        in the JSON stream."""
+        if self.json_out is not None and time.monotonic() - self.last_json >= self.heartbeat:
+            self._json("progress")
+        if self._beat_due():
+            self._log(self.heartbeat_line())
+
+    def heartbeat_line(self) -> str:
+        """``heartbeat · <progress line> · <worker>: <what it does> · …``."""
+        doing = self.tracker.doing() if self.tracker is not None else {}
+        return " · ".join(["heartbeat", self.last_progress, *(f"{w}: {what}" for w, what in doing.items())])
 
     def _log(self, text: str) -> None:
         console.print(text, highlight=False, markup=False)
         self.last_printed = time.monotonic()
 
+    def _json(self, kind: str, **fields: Any) -> None:
+        if self.json_out is None:
+            return
+        body: dict[str, Any] = {"event": kind, **fields}
+        if self.tracker is not None:
+            body.update(self.tracker.snapshot())
+        self.json_out.write(json.dumps(body, default=str) + "\n")
+        self.json_out.flush()
+        if kind == "progress":
+            self.last_json = time.monotonic()
+
     def on_event(self, e: RunEvent) -> None:
+        self.tracker = e.progress
         text = event_line(e)
         if Output.quiet and e.kind != "warning":
             text = None  # --quiet: warnings only; the summary follows the run
         if text is not None:
             self.prog.console.print(text, highlight=False)
             self.last_printed = time.monotonic()
-        self.last_progress = e.progress.line()
-        self.prog.update(self.line, description=self.last_progress)
+        self._refresh()
+        self._json_event(e)
         # without a live line (a log), the line is printed after each unit and whenever the workers change after a
         # loss: lost (alive / restarting), then back (restarted)
         revived = False
@@ -130,8 +193,19 @@ class RunPrinter:
             self.ready_once.add(e.worker.name)
         if not (console.is_terminal or Output.quiet) and (e.kind in ("unit", "worker-lost") or revived):
             self._log(self.last_progress)
-        elif e.kind == "tick" and self._beat_due():  # the scheduler waits on its workers: say it is alive
-            self._log(f"heartbeat · {self.last_progress}")
+        elif e.kind == "tick":  # the scheduler waits on its workers: say it is alive, and where it is
+            self._beat()
+
+    def _json_event(self, e: RunEvent) -> None:
+        if self.json_out is None:
+            return
+        if e.kind == "unit" and e.outcome is not None:
+            o = e.outcome
+            unit = {"model": o.model, "task": o.task, "status": str(o.status), "seconds": round(o.seconds, 3),
+                    "stage": None if o.stage is None else str(o.stage), "error": o.error}  # fmt: skip
+            self._json("unit", unit=unit)
+        elif e.kind in ("eta", "dashboard", "warning", "quarantined", "worker-lost", "retry"):
+            self._json(e.kind, message=e.message)
 
 
 def print_warnings(warnings: list[str]) -> None:
@@ -182,6 +256,26 @@ def print_summary(summary: RunSummary) -> None:
         console.print("[bold red]failures:[/]")
         for f in summary.failed:
             console.print(f"  {f.model} · {f.task} [{f.stage}] {f.error}", markup=False, highlight=False)
+    report = summary.report or {}
+    if report.get("slowest"):
+        s = report["slowest"]
+        console.print(f"slowest unit: {s['model']} · {s['task']} ({s['seconds']:.1f}s)", highlight=False, markup=False)
+    if report.get("moved") is not None:
+        console.print(f"moved since the previous run: {json.dumps(report['moved'], default=str)}", markup=False)
+    if report and summary.recorded:
+        console.print(
+            f"summary recorded: evalfarm status {summary.run_id} (the runs view's summary column)",
+            highlight=False,
+            markup=False,
+        )
+    print_notified(summary)
+
+
+def print_notified(summary: RunSummary) -> None:
+    """What the --notify hook did, when there was one."""
+    notified = summary.notified
+    if notified is not None:
+        console.print(notified.describe(), style=None if notified.ok else "yellow", highlight=False, markup=False)
 
 
 class ZooPrinter:

@@ -11,6 +11,7 @@ import io
 import json
 import logging
 import os
+import re
 import shutil
 import sys
 import textwrap
@@ -100,15 +101,57 @@ def print_rows(columns: list[str], rows: list[dict[str, Any]], fmt: Format, titl
 
 
 MIN_TEXT_WIDTH = 8
-"""Narrowest a text column is cut to (with an ellipsis) before the table turns vertical."""
+"""Narrowest a wrapped text column gets (and never narrower than its longest word) before the table turns vertical."""
+
+KEY_COLUMNS = frozenset({"id", "model", "task", "base", "run_id", "worker"})
+"""Columns that name a model, a task or a run: never cut, never wrapped (a reader searches for them whole)."""
+
+
+def is_key_column(name: str) -> bool:
+    """A column of names a reader looks for whole: :data:`KEY_COLUMNS`, or one ending in ``_model`` / ``_task``
+    (``intrinsic_task``, ``word_model``)."""
+    return name in KEY_COLUMNS or name.endswith(("_model", "_task"))
+
+
+_BREAKS = re.compile(r"[^,;:/\s]*[,;:/]|[^,;:/\s]+|\s+")
+"""Where a cell may wrap: after a comma, semicolon, colon or slash, and at spaces: a list of task ids wraps between
+ids, never inside one (``wordsim-ws353-all`` stays whole), a source between its type and its reference."""
+
+
+def wrap_cell(text: str, width: int) -> list[str]:
+    """``text`` in lines of at most ``width`` characters, broken after commas and at spaces; a single word longer
+    than ``width`` (no break in it at all) is the only thing folded."""
+    lines: list[str] = []
+    for raw in text.splitlines() or [""]:
+        line = ""
+        for tok in _BREAKS.findall(raw):
+            if len(line) + len(tok.rstrip()) <= width:
+                line += tok
+                continue
+            if line.strip():
+                lines.append(line.rstrip())
+            line = tok.lstrip()
+            while len(line) > width:  # one word wider than the column: fold it (nothing else can)
+                lines.append(line[:width])
+                line = line[width:]
+        lines.append(line.rstrip())
+    return lines
+
+
+def _longest_word(text: str) -> int:
+    return max((len(t.strip()) for t in _BREAKS.findall(text)), default=0)
 
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, int | float) and not isinstance(v, bool)
 
 
-def _text_limits(natural: list[int], texts: list[int], room: int) -> dict[int, int]:
-    """Water-filling: narrow text columns keep their width, the wide ones share what is left equally."""
+def _text_limits(
+    natural: list[int], texts: list[int], room: int, floor: dict[int, int] | None = None
+) -> dict[int, int]:
+    """Water-filling: narrow text columns keep their width, the wide ones share what is left equally (never below
+    ``floor``, a column's longest word)."""
+    floor = floor or {}
     limits: dict[int, int] = {}
     left, open_cols = room, sorted(texts, key=lambda i: natural[i])
     while open_cols:
@@ -118,60 +161,68 @@ def _text_limits(natural: list[int], texts: list[int], room: int) -> dict[int, i
             limits[i] = natural[i]
             left -= natural[i]
             open_cols.pop(0)
-        else:
-            for j in open_cols:
-                limits[j] = max(1, share)
-            break
+            continue
+        lifted = [j for j in open_cols if floor.get(j, 1) > share]  # a column whose longest word needs more
+        if lifted:
+            j = max(lifted, key=lambda c: floor[c])
+            limits[j] = floor[j]
+            left -= floor[j]
+            open_cols.remove(j)
+            continue
+        for j in open_cols:
+            limits[j] = max(1, share)
+        break
     return limits
 
 
 def print_table(columns: list[str], rows: list[dict[str, Any]], *, title: str | None, width: int) -> None:
-    """A table that never folds a number: numbers keep their whole width; long text is cut with an ellipsis to fit
-    ``width``; when even that does not fit (many columns in a narrow terminal), one ``column  value`` block per
-    row (psql's ``\\x``), where nothing needs cutting."""
+    """A table that fits ``width`` and never cuts a name or folds a number: columns that name a model, a task or a
+    run (:func:`is_key_column`) and numbers keep their whole width; other text wraps inside its column (after
+    commas, at spaces: :func:`wrap_cell`); when even that does not fit (many columns in a narrow terminal), one
+    ``column | value`` block per row (psql's ``\\x``), where nothing needs cutting."""
     cells = [[_fmt(r.get(c)) for c in columns] for r in rows]
     numeric = [
         any(_is_number(r.get(c)) for r in rows) and all(r.get(c) is None or _is_number(r.get(c)) for r in rows)
         for c in columns
     ]
-    natural = [max([len(c), *(len(row[i]) for row in cells)]) for i, c in enumerate(columns)]
+    natural = [max([len(c), *(len(line) for row in cells for line in row[i].splitlines() or [""])])
+               for i, c in enumerate(columns)]  # fmt: skip
     frame = 2 * (len(columns) - 1)  # the table below: two spaces between columns, no outer border
-    fixed = sum(w for w, num in zip(natural, numeric, strict=True) if num)
-    texts = [i for i, num in enumerate(numeric) if not num]
+    fixed = sum(w for i, w in enumerate(natural) if numeric[i] or is_key_column(columns[i]))
+    texts = [i for i, num in enumerate(numeric) if not num and not is_key_column(columns[i])]
+    floor = {i: max([min(natural[i], MIN_TEXT_WIDTH), *(_longest_word(row[i]) for row in cells)]) for i in texts}
     limits: dict[int, int] = {}
     if fixed + sum(natural[i] for i in texts) + frame > width:
         room = width - frame - fixed
-        if room < sum(min(natural[i], MIN_TEXT_WIDTH) for i in texts):
+        if room < sum(floor.values()):
             _print_vertical(columns, cells, title, width)
             return
-        limits = _text_limits(natural, texts, room)
+        limits = _text_limits(natural, texts, room, floor)
     if title:  # its own line: a table's title would wrap to the table's width (a narrow table folds it)
         out.print(title, markup=False, highlight=False, style="italic")
     t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
     for i, c in enumerate(columns):
         if numeric[i]:
             t.add_column(c, justify="right", no_wrap=True, min_width=natural[i])
+        elif i in limits:
+            t.add_column(c, no_wrap=True, width=limits[i])
         else:
-            t.add_column(c, no_wrap=True, overflow="ellipsis", max_width=limits.get(i))
+            t.add_column(c, no_wrap=True, min_width=natural[i])
     for row in cells:
-        t.add_row(*row)
+        t.add_row(*("\n".join(wrap_cell(v, limits[i])) if i in limits else v for i, v in enumerate(row)))
     out.print(t)
 
 
 def _print_vertical(columns: list[str], cells: list[list[str]], title: str | None, width: int) -> None:
-    """One ``column | value`` block per row; a value longer than the line goes on under its first line (cut at
-    spaces where it has them), so no line is wider than ``width``."""
+    """One ``column | value`` block per row; a value longer than the line goes on under its first line (broken
+    after commas and at spaces, :func:`wrap_cell`), so no line is wider than ``width`` and no name is cut."""
     label = max(len(c) for c in columns)
     room = max(10, width - label - 3)
     lines = textwrap.wrap(title, width) if title else []
     for n, row in enumerate(cells, 1):
         lines.append(f"-[ row {n} ]" + "-" * max(0, min(width, 60) - len(f"-[ row {n} ]")))
         for c, v in zip(columns, row, strict=True):
-            parts = [
-                piece
-                for line in (v.splitlines() or [""])
-                for piece in (textwrap.wrap(line, room, break_on_hyphens=False) or [""])
-            ]
+            parts = wrap_cell(v, room)
             lines.append(f"{c.ljust(label)} | {parts[0]}")
             lines += [f"{'':{label}} | {p}" for p in parts[1:]]
     if lines:
@@ -189,7 +240,7 @@ def _fmt(v: Any) -> str:
 def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool) -> None:
     """The correlation table in the paper's shape (best cells bold, ``n`` per row), or one row per cell (CSV /
     JSON); then its notes, which a reader must see (on stderr beside CSV / JSON)."""
-    from evalfarm.correlations import caption, format_cell
+    from evalfarm.correlations import caption
 
     if fmt is not Format.table:
         first = table.records[0] if table.records else {}
@@ -200,19 +251,9 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
         for note in table.notes:
             say(f"note: {note}")
         return
-    t = Table(show_lines=False)
-    t.add_column("intrinsic evaluator")
-    for c in table.columns:
-        t.add_column(c, justify="right")
-    t.add_column("n", justify="right")
-    for row in table.rows:
-        cells = [table.cells.get((row, c)) for c in table.columns]
-        texts = [format_cell(cell, intervals=intervals) for cell in cells]
-        styled = [f"[bold]{x}[/]" if c is not None and c.best else x for x, c in zip(texts, cells, strict=True)]
-        t.add_row(row, *styled, table.row_n(row))
     if table.rows:
         out.print(caption(table), markup=False, highlight=False, soft_wrap=True)
-        out.print(t)
+        _print_cells(table, intervals)
     if table.model_stats:
         print_word_model_stats(table.model_stats)
     if table.evalrank_links:
@@ -223,20 +264,62 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
             highlight=False,
             soft_wrap=True,
         )
-        out.print(_evalrank_links_table(table.evalrank_links))
+        print_table(*_evalrank_links_rows(table.evalrank_links), title=None, width=out.width)
     for note in table.notes:
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
+
+
+def _print_cells(table: CorrelationTable, intervals: bool) -> None:
+    """The cells, in as many parts as the terminal's width needs (:func:`column_groups`), each with its rows."""
+    from evalfarm.correlations import format_cell
+
+    texts = {
+        (r, c): format_cell(table.cells.get((r, c)), intervals=intervals) for r in table.rows for c in table.columns
+    }
+    label = max(len("intrinsic evaluator"), *(len(r) for r in table.rows))
+    widths = [max(len(c), *(len(texts[(r, c)]) for r in table.rows)) for c in table.columns]
+    groups = column_groups(label, widths, max(1, *(len(table.row_n(r)) for r in table.rows)), out.width)
+    for k, group in enumerate(groups):
+        if len(groups) > 1:  # too wide for the terminal: the downstream columns in parts, each with its rows
+            out.print(f"({k + 1}/{len(groups)})", markup=False, highlight=False, style="italic")
+        t = Table(show_lines=False)
+        t.add_column("intrinsic evaluator", no_wrap=True, min_width=label)
+        for i in group:
+            t.add_column(table.columns[i], justify="right", no_wrap=True, min_width=widths[i])
+        last = k == len(groups) - 1
+        if last:
+            t.add_column("n", justify="right", no_wrap=True)
+        for row in table.rows:
+            cells = [table.cells.get((row, table.columns[i])) for i in group]
+            shown = [texts[(row, table.columns[i])] for i in group]
+            bold = [f"[bold]{x}[/]" if c is not None and c.best else x for x, c in zip(shown, cells, strict=True)]
+            t.add_row(row, *bold, *([table.row_n(row)] if last else []))
+        out.print(t)
+
+
+def column_groups(label: int, widths: list[int], last: int, width: int) -> list[list[int]]:
+    """The columns of a bordered rich table split into groups that each fit ``width`` beside the ``label`` column
+    (the last group also holds a column ``last`` wide): a narrow terminal gets the table in parts, never a cut
+    header. Each column costs its width plus 3 (padding and border), the table 1 more."""
+    groups: list[list[int]] = [[]]
+    used = 1 + label + 3
+    for i, w in enumerate(widths):
+        if groups[-1] and used + w + 3 > width:
+            groups.append([])
+            used = 1 + label + 3
+        groups[-1].append(i)
+        used += w + 3
+    if used + last + 3 > width and groups[-1]:  # the n column would not fit beside the last part: a part of its own
+        groups.append([])
+    return groups
 
 
 def print_word_model_stats(stats: list[dict[str, Any]]) -> None:
     """The word models' OOV and tie rates (EvalRank word tasks, cos) and word-similarity coverage, one row each."""
     columns = list(dict.fromkeys(k for s in stats for k in s))
-    t = Table(show_lines=False, title="word models: OOV rate, OOV pair rate, tie rate, pairs (EvalRank, cos)")
-    for c in columns:
-        t.add_column(c, justify="left" if c == "model" else "right")
-    for s in stats:
-        t.add_row(*(_stat(s.get(c)) for c in columns))
-    out.print(t)
+    rows = [{c: s.get(c) if c == "model" else _stat(s.get(c)) for c in columns} for s in stats]
+    title = "word models: OOV rate, OOV pair rate, tie rate, pairs (EvalRank, cos)"
+    print_table(columns, rows, title=title, width=out.width)
 
 
 def _stat(v: Any) -> str:
@@ -274,10 +357,9 @@ def _link_record(r: dict, level: str, columns: list[str]) -> dict:
     return {c: mapped.get(c) for c in columns} if columns != ["row", "column", "best"] else mapped
 
 
-def _evalrank_links_table(links: list[dict]) -> Table:
-    t = Table(show_lines=False)
-    for name in ("diagnostic", "EvalRank", "rho", "95 % interval", "n"):
-        t.add_column(name, justify="left" if name in ("diagnostic", "EvalRank") else "right")
+def _evalrank_links_rows(links: list[dict]) -> tuple[list[str], list[dict[str, Any]]]:
+    """The diagnostics-against-EvalRank rows, as :func:`print_table` lays them out."""
+    rows = []
     for r in links:
         subset = "" if r["diagnostic_subset"] == "all" else f" {r['diagnostic_subset']}"
         rho = "-" if r["spearman"] is None else f"{r['spearman']:.2f}"
@@ -285,5 +367,6 @@ def _evalrank_links_table(links: list[dict]) -> Table:
         where = f"{r['evalrank_task']} ({r['evalrank_variant']}" + (
             f", {r['evalrank_ties']})" if r["evalrank_ties"] else ")"
         )
-        t.add_row(f"{r['diagnostic_task']} {r['diagnostic_metric']}{subset}", where, rho, ci, str(r["n_models"]))
-    return t
+        rows.append({"diagnostic_task": f"{r['diagnostic_task']} {r['diagnostic_metric']}{subset}",
+                     "evalrank_task": where, "rho": rho, "95 % interval": ci, "n": r["n_models"]})  # fmt: skip
+    return ["diagnostic_task", "evalrank_task", "rho", "95 % interval", "n"], rows

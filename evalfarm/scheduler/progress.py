@@ -1,16 +1,25 @@
-"""A live progress line for the driver: units done / failed / remaining, and an ETA.
+"""A live progress line for the driver: units done / failed / remaining, texts embedded, workers, and an ETA.
+
+A unit's embedding can run for many minutes (a sentence encoder over ~176k texts on CPU), so units alone cannot tell
+progress from a hang: the embed stage reports each pass's texts (:class:`evalfarm.execute.EmbedTick`) to a
+:class:`TextBoard` (in process: the runner's own; under Ray: an actor every worker reports to), and the tracker
+reads it: texts done / to do, the rate, what each worker is on. :meth:`ProgressTracker.snapshot` is the same as
+plain data: what the heartbeat file publishes (``evalfarm status``) and ``run --format json``'s progress events say.
 
 With a :class:`~evalfarm.eta.Forecast` (the runner makes one from the warehouse's history of unit times), the ETA
-is known before the first unit and counts down between units. Without one it extrapolates from units finished
+is known before the first unit and follows what the workers measure. Without one it extrapolates from units finished
 *in this run* (skipped ones cost nothing and would make it optimistic), weighted by the planner's relative cost.
 """
 
 from __future__ import annotations
 
+import threading
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
-from evalfarm.eta import Forecast
+from evalfarm.eta import Forecast, LivePass
 from evalfarm.outcomes import Status
 
 
@@ -21,11 +30,62 @@ def fmt_seconds(s: float) -> str:
     return f"{h}h{m:02d}m" if h else (f"{m}m{sec:02d}s" if m else f"{sec}s")
 
 
+def fmt_count(n: float) -> str:
+    """A count as people read it at a glance: 950, 1.9k, 412k, 2.1M."""
+    n = float(n)
+    for size, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= size:
+            v = n / size
+            return f"{v:.1f}{suffix}" if v < 10 and not v.is_integer() else f"{v:.0f}{suffix}"
+    return f"{n:.0f}"
+
+
+class TextBoard:
+    """The embedding passes of a run as their workers last reported them: pass id -> the tick's fields, with the
+    worker's name and when it was posted. In process the runner reads it directly; under Ray the same class runs as
+    an actor (``num_cpus=0``) that every worker posts to and the driver polls."""
+
+    def __init__(self) -> None:
+        self.passes: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def put(self, worker: str, tick: dict[str, Any]) -> None:
+        with self._lock:
+            self.passes[str(tick["pass_id"])] = {**tick, "worker": worker, "at": time.time()}
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            return {k: dict(v) for k, v in self.passes.items()}
+
+
+class TickSender:
+    """A worker's side of the board: posts each pass's ticks, at most one every ``every`` seconds per pass but
+    always the first, a phase change and the last (so the driver never misses a pass's start or end)."""
+
+    def __init__(self, worker: str, post: Callable[[str, dict[str, Any]], Any], every: float = 1.0) -> None:
+        self.worker, self.post, self.every = worker, post, every
+        self._sent: dict[str, tuple[float, str]] = {}  # pass id -> (when, phase) of the last post
+
+    def __call__(self, tick: Any) -> None:
+        now = time.monotonic()
+        last = self._sent.get(tick.pass_id)
+        if last is not None and last[1] == tick.phase and not tick.finished and now - last[0] < self.every:
+            return
+        self._sent[tick.pass_id] = (now, tick.phase)
+        self.post(self.worker, asdict(tick))
+
+
+def _finished(p: Mapping[str, Any]) -> bool:
+    """A pass (a board entry) that embedded all its texts."""
+    return p["phase"] == "embed" and int(p["done"]) >= int(p["total"])
+
+
 @dataclass
 class ProgressTracker:
-    """Counts of a run's units; ``line()`` is what the CLI shows (and what logs get on a non-TTY)."""
+    """Counts of a run's units and texts; ``line()`` is what the CLI shows (and what logs get on a non-TTY)."""
 
     total: int
+    run_id: str = ""
     skipped: int = 0
     done: int = 0
     failed: int = 0
@@ -37,6 +97,12 @@ class ProgressTracker:
     started: float = field(default_factory=time.perf_counter)
     forecast: Forecast | None = None  # the history's estimates of the pending units (evalfarm.eta)
     planned_workers: int = 1  # the ETA's workers until the scheduler reports live ones
+    texts_planned: dict[str, int] = field(default_factory=dict)  # model -> texts its embedding is expected to take
+    passes: dict[str, dict[str, Any]] = field(default_factory=dict)  # the board's snapshot (TextBoard)
+    embedded: set[str] = field(default_factory=set)  # models whose embedding is over (their scoring runs)
+    jobs: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # worker -> (stage, model, task) it runs
+    slowest: tuple[float, str, str] | None = None  # (seconds, model, task) of the slowest unit computed so far
+    finished: set[tuple[str, str]] = field(default_factory=set)  # (model, task) of every unit that ended
 
     @property
     def remaining(self) -> int:
@@ -49,16 +115,111 @@ class ProgressTracker:
         task) and the ``seconds`` it took move the forecast on."""
         if self.forecast is not None and unit is not None:
             self.forecast.finish(*unit, seconds if status == Status.DONE else None)
+        if unit is not None:
+            self.finished.add(unit)
         if status == Status.DONE:
             self.done += 1
+            if unit is not None and seconds is not None and (self.slowest is None or seconds > self.slowest[0]):
+                self.slowest = (seconds, *unit)
         elif status == Status.FAILED:
             self.failed += 1
         elif status == Status.SKIPPED:
             self.skipped += 1
             self.cost_total = max(0.0, self.cost_total - cost)
             return
+        if unit is not None:
+            self.embedded.add(unit[0])
+            self._observe()
         self.cost_finished += cost
 
+    # -- texts ----------------------------------------------------------------------------------------------------
+    def job(self, worker: str, stage: str, model: str, task: str = "") -> None:
+        """A job went to a worker; a score job says its model's embedding is over."""
+        self.jobs[worker] = (stage, model, task)
+        if stage == "score":
+            self.embedded.add(model)
+            self._observe()
+
+    def observe_texts(self, passes: Mapping[str, Mapping[str, Any]]) -> None:
+        """The board's passes (pass id -> the worker's last tick), as :class:`TextBoard.snapshot` returns them."""
+        self.passes = {k: dict(v) for k, v in passes.items()}
+        self._observe()
+
+    def _latest(self) -> dict[str, dict[str, Any]]:
+        """Each model's newest pass that an encoder runs (a post-processed model's derived pass left out)."""
+        out: dict[str, dict[str, Any]] = {}
+        for p in self.passes.values():
+            if p.get("derived"):
+                continue
+            cur = out.get(p["model"])
+            if cur is None or p.get("at", 0) >= cur.get("at", 0):
+                out[p["model"]] = p
+        return out
+
+    def _observe(self) -> None:
+        if self.forecast is None:
+            return
+        live = {
+            m: LivePass(int(p["done"]), int(p["total"]), float(p["seconds"]), _finished(p))
+            for m, p in self._latest().items()
+        }
+        self.forecast.observe(live, self.embedded)
+
+    def texts(self) -> tuple[int, int]:
+        """(texts embedded so far, texts this run embeds): a model's planned count until its pass reports the
+        exact one; a model whose embedding is over counts what it embedded."""
+        done_by: dict[str, int] = {}
+        for p in self.passes.values():
+            if not p.get("derived"):
+                done_by[p["model"]] = done_by.get(p["model"], 0) + int(p["done"])
+        latest = self._latest()
+        total = 0
+        for m in {*self.texts_planned, *done_by}:
+            d = done_by.get(m, 0)
+            last = latest.get(m)
+            if m in self.embedded or (last is not None and _finished(last)):
+                total += d
+            elif last is not None:
+                total += d + max(0, int(last["total"]) - int(last["done"]))
+            else:
+                total += max(d, self.texts_planned.get(m, 0))
+        return sum(done_by.values()), total
+
+    def text_rate(self) -> float:
+        """Texts per second, all workers together: each pass that is embedding now at its own rate."""
+        rate = 0.0
+        for m, p in self._latest().items():
+            running = p["phase"] == "embed" and p["done"] < p["total"] and m not in self.embedded
+            if running and float(p["seconds"]) > 0:
+                rate += int(p["done"]) / float(p["seconds"])
+        return rate
+
+    def doing(self) -> dict[str, str]:
+        """What each worker runs now, in words: ``embedding M 41k/176k texts``, ``loading M``, ``scoring M · T``."""
+        out: dict[str, str] = {}
+        newest: dict[str, dict[str, Any]] = {}
+        for p in self.passes.values():
+            cur = newest.get(p["worker"])
+            if cur is None or p.get("at", 0) >= cur.get("at", 0):
+                newest[p["worker"]] = p
+        for worker, (stage, model, task) in sorted(dict(self.jobs).items()):
+            if stage == "score":
+                out[worker] = "idle" if (model, task) in self.finished else f"scoring {model} · {task}"
+                continue
+            cur = newest.get(worker)
+            if model in self.embedded:
+                out[worker] = "idle"
+            elif cur is not None and cur["model"] == model and _finished(cur):
+                out[worker] = f"storing {model}'s vectors"
+            elif cur is None or cur["model"] != model:
+                out[worker] = f"embedding {model}"
+            elif cur["phase"] == "load":
+                out[worker] = f"loading {model} ({fmt_count(cur['total'])} texts to embed)"
+            else:
+                out[worker] = f"embedding {model} {fmt_count(cur['done'])}/{fmt_count(cur['total'])} texts"
+        return out
+
+    # -- the line -------------------------------------------------------------------------------------------------
     def eta(self) -> float | None:
         if self.remaining == 0:
             return 0.0
@@ -71,13 +232,15 @@ class ProgressTracker:
 
     def line(self) -> str:
         eta = self.eta()
-        parts = [
-            f"units {self.done + self.skipped + self.failed}/{self.total}",
-            f"{self.done} done",
-            f"{self.skipped} skipped",
-            f"{self.failed} failed",
-            f"{self.remaining} remaining",
-        ]
+        parts = [f"units {self.done + self.skipped + self.failed}/{self.total}", f"{self.done} done"]
+        parts += [f"{n} {what}" for n, what in ((self.skipped, "skipped"), (self.failed, "failed")) if n]
+        parts.append(f"{self.remaining} remaining")
+        done, total = self.texts()
+        if total:
+            parts.append(f"texts {fmt_count(done)}/{fmt_count(total)}")
+            rate = self.text_rate()
+            if rate > 0:
+                parts.append(f"{fmt_count(rate)} texts/s")
         if self.retries:
             parts.append(f"{self.retries} retried")
         if self.workers or self.reviving:
@@ -87,3 +250,26 @@ class ProgressTracker:
         parts.append(f"elapsed {fmt_seconds(time.perf_counter() - self.started)}")
         parts.append("ETA " + ("?" if eta is None else fmt_seconds(eta)))
         return " · ".join(parts)
+
+    def snapshot(self) -> dict[str, Any]:
+        """The same counts as plain data (JSON): units, texts, rate, each worker's job, the slowest unit, the ETA."""
+        done, total = self.texts()
+        eta = self.eta()
+        return {
+            "run_id": self.run_id,
+            "units": {
+                "total": self.total,
+                "done": self.done,
+                "skipped": self.skipped,
+                "failed": self.failed,
+                "remaining": self.remaining,
+            },
+            "texts": {"done": done, "total": total, "per_second": round(self.text_rate(), 1)},
+            "workers": {"alive": self.workers, "restarting": self.reviving, "doing": self.doing()},
+            "retries": self.retries,
+            "slowest": None
+            if self.slowest is None
+            else {"model": self.slowest[1], "task": self.slowest[2], "seconds": round(self.slowest[0], 1)},
+            "elapsed_s": round(time.perf_counter() - self.started, 1),
+            "eta_s": None if eta is None else round(eta, 1),
+        }

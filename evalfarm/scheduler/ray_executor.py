@@ -102,8 +102,13 @@ class EvalWorker:
             device=process_device(),  # this node's CPU and GPUs (name, driver), not the driver's
         )
 
-    def begin(self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool) -> WorkerInfo:
+    def begin(
+        self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool, board: Any = None
+    ) -> WorkerInfo:
+        """A run's context; ``board``: the run's :class:`~evalfarm.scheduler.progress.TextBoard` actor, which this
+        worker's embedding passes report their texts to (one post a second at most, never waited for)."""
         from evalfarm.execute import ExecContext
+        from evalfarm.scheduler.progress import TickSender
         from evalfarm.taskdata.data import task_checksum
         from evalfarm.warehouse import Warehouse
 
@@ -116,6 +121,7 @@ class EvalWorker:
             options=options,
             force=force,
             record_failures=False,
+            on_texts=TickSender(self.name, lambda worker, tick: board.put.remote(worker, tick)) if board else None,
         )
         for tid, spec in catalog.tasks.items():  # job data already loaded by an earlier run, same content
             key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
@@ -316,10 +322,59 @@ def resolve_auto_address() -> str:
     )
 
 
-def _target_address(address: str | None) -> str | None:
-    """``address``, else ``RAY_ADDRESS``; ``auto`` resolved here (None: start a local Ray)."""
+def check_recorded_head_env(address: str) -> None:
+    """Raise ``ConnectionError`` at once when ``address`` is the head cluster/local/start-head.sh recorded and this
+    process lacks what its env file sets: the token (every such head is token-authenticated), and, for a loopback
+    head, Ray's single-node mode (without it Ray dials the host's routable address, where the head does not listen,
+    and retries "Failed to connect to GCS" for minutes). ``evalfarm submit`` says the same of the job API."""
+    record = head_record_path()
+    try:
+        text = record.read_text(encoding="utf-8")
+    except OSError:
+        return
+    fields = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+    if fields.get("gcs_address") != address:
+        return
+    missing = []
+    if os.environ.get("RAY_AUTH_MODE") != "token" or not (
+        os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH")
+    ):
+        missing.append("its token (RAY_AUTH_MODE=token and RAY_AUTH_TOKEN_PATH)")
+    host = address.rpartition(":")[0]
+    if host in ("127.0.0.1", "localhost") and os.environ.get("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER") != "0":
+        missing.append("Ray's single-node mode (RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0), without which Ray dials this "
+                       "host's routable address, where a loopback head does not listen")  # fmt: skip
+    if missing:
+        raise ConnectionError(
+            f"the Ray head at {address} (recorded in {record} by cluster/local/start-head.sh) needs "
+            f"{' and '.join(missing)}, which this shell does not have: run `. {record.parent / 'env'}` first"
+        )
+
+
+def check_address_env(address: str | None) -> None:
+    """Before anything is planned: the settings a recorded head needs (:func:`check_recorded_head_env`), for
+    ``address`` as given (``auto``: the recorded head, the one it takes first). Reads one small file; no Ray."""
     address = address or os.environ.get("RAY_ADDRESS") or None
-    return resolve_auto_address() if address == "auto" else address
+    if address == "auto":
+        try:
+            text = head_record_path().read_text(encoding="utf-8")
+        except OSError:
+            return
+        fields = dict(ln.split("=", 1) for ln in text.splitlines() if "=" in ln)
+        address = fields.get("gcs_address") or None
+    if address is not None:
+        check_recorded_head_env(address)
+
+
+def _target_address(address: str | None) -> str | None:
+    """``address``, else ``RAY_ADDRESS``; ``auto`` resolved here (None: start a local Ray); the recorded head
+    checked for its settings first (:func:`check_recorded_head_env`)."""
+    address = address or os.environ.get("RAY_ADDRESS") or None
+    if address == "auto":
+        address = resolve_auto_address()
+    if address is not None:
+        check_recorded_head_env(address)
+    return address
 
 
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
@@ -625,7 +680,9 @@ class RayExecutor:
         head_timeout: float | None = None,
         connected: tuple[bool, bool] | None = None,
     ) -> None:
-        self.args = (catalog, warehouse, run_id, options, force)
+        self.args: tuple[Any, ...] = (catalog, warehouse, run_id, options, force)
+        self.board: Any = None  # the run's TextBoard actor: the workers' embedding progress
+        self.dashboard_url: str | None = None  # the cluster's Ray dashboard, when it has one
         self.connected = connected  # (shared, owns_ray) of a connect() the caller made already (see start)
         self.address = address
         self.n_workers = workers
@@ -670,6 +727,10 @@ class RayExecutor:
             self.gcs_address = ray.get_runtime_context().gcs_address
         except Exception:  # Ray Client
             self.gcs_address = self.address or ""
+        self.dashboard_url = dashboard_url()
+        self.board = _board()
+        if self.board is not None:
+            self.args = (*self.args[:5], self.board)
         cluster = ray.cluster_resources()
         if self.autoscale is None:
             self.autoscale = is_autoscaling()
@@ -697,6 +758,19 @@ class RayExecutor:
                 handles.append(self._grow({"CPU": 1.0}))
             handles += self._scale(self.plans)
         return handles
+
+    def text_passes(self) -> dict[str, dict[str, Any]] | None:
+        """The workers' embedding passes as they last reported them (``TextBoard.snapshot``); None when the board
+        does not answer within a second (progress is a report: the run goes on without it)."""
+        import ray
+
+        if self.board is None:
+            return None
+        try:
+            passes: dict[str, dict[str, Any]] = ray.get(self.board.snapshot.remote(), timeout=1.0)
+        except Exception:
+            return None
+        return passes
 
     # -- autoscaling ------------------------------------------------------------------------------------------
     def _heavy(self, plans: list[Any]) -> int:
@@ -835,6 +909,11 @@ class RayExecutor:
 
         if not ray.is_initialized():
             return
+        if self.board is not None and not self.head_lost:
+            try:
+                ray.kill(self.board, no_restart=True)
+            except Exception:  # already gone
+                pass
         if self.head_lost:
             _WARM.clear()
         else:
@@ -864,6 +943,34 @@ class RayExecutor:
             _kill_leftovers(procs)
         elif self.head_lost:
             _shutdown(bounded=True)  # disconnect: this driver can do nothing more on that cluster
+
+
+def dashboard_url() -> str | None:
+    """The Ray dashboard's address (``http://host:port``) of the connected cluster, None when it runs none (the
+    local Ray ``evalfarm run`` starts has no dashboard) or it cannot be told (Ray Client)."""
+    try:
+        from ray._private.worker import get_dashboard_url
+
+        url = get_dashboard_url()
+    except Exception:
+        return None
+    if not url:
+        return None
+    return url if "://" in url else f"http://{url}"
+
+
+def _board() -> Any:
+    """A run's :class:`~evalfarm.scheduler.progress.TextBoard` as an actor that takes no CPU (None when Ray cannot
+    start one: the run then goes on without texts)."""
+    import ray
+
+    from evalfarm.scheduler.progress import TextBoard
+
+    try:
+        return ray.remote(TextBoard).options(num_cpus=0, max_restarts=0).remote()
+    except Exception as exc:
+        logging.getLogger(__name__).info("no progress board (%s: %s)", type(exc).__name__, exc)
+        return None
 
 
 def _shutdown(*, bounded: bool) -> None:

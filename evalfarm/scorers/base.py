@@ -159,6 +159,12 @@ class Scorer:
         keeps such units' history apart (:mod:`evalfarm.eta`); ``""``: nothing does (the default)."""
         return ""
 
+    def variant_label(self, variant: str) -> str:
+        """How a person reads ``variant`` beside a task's name (a unit's line, a correlation's row): the variant
+        itself, unless it could be read as something else (word-similarity's ``evalrank-word`` is a protocol, not
+        the EvalRank task). SQL shows the stored variant, with its ``scorer`` beside it."""
+        return variant
+
     def load(self, task: TaskSpec) -> Any:
         """Read and verify the task's files; returns a :class:`TaskData`."""
         raise NotImplementedError

@@ -29,7 +29,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
@@ -161,6 +161,16 @@ class WordSimilarityScorer(Scorer):
     """Too thin under 5 scored pairs or 5 % of the set's pairs (a 5-word model: 3 of RG-65's 65 pairs, coverage
     0.046, rho 1.0). The starter zoo's lowest: coverage 0.876 (GloVe on RW), 30 pairs (MC-30). The bounds are the
     loosest that stop the reported case: the 5000-word toy GloVe of the tests scores 6 RG-65 pairs (0.092)."""
+
+    VARIANT_LABELS: ClassVar[dict[str, str]] = {
+        "evalrank-word": "EvalRank word protocol",
+        "evalrank-word/no-center": "EvalRank word protocol, not centred",
+        "raw": "raw vectors",
+    }
+    """The variants in words: ``evalrank-word`` beside a word-similarity set reads as the EvalRank task's score."""
+
+    def variant_label(self, variant: str) -> str:
+        return self.VARIANT_LABELS.get(variant, variant)
 
     def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
         return {

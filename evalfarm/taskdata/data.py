@@ -19,6 +19,16 @@ class TaskDataError(RuntimeError):
     """A task data file that is missing, corrupt or unreadable; the message names the file."""
 
 
+class DataUnreachable(TaskDataError):
+    """No data folder is set and a task's file cannot be downloaded (offline, a host that does not answer): no unit
+    of the run could read its data, so the run stops before it starts, saying where it looked for a data folder."""
+
+
+_UNREACHABLE: dict[str, str] = {}
+"""Hosts a download could not reach in this process -> why: the next file from them fails at once (each try costs
+DOWNLOAD_RETRIES attempts; offline, a run of three tasks spent ~28 s before failing every unit)."""
+
+
 def data_uri() -> str | None:
     """``EVALFARM_DATA`` when it is an object-store URI (``s3://bucket/data``, ``gs://…``), else None: nodes with
     no shared disk copy each task file from there into their own cache (checksummed) on first use."""
@@ -65,6 +75,8 @@ def verify_task_files(tasks: list[TaskSpec]) -> tuple[VerifiedFile, ...]:
         for role in sorted(task.files):
             try:
                 path = task_file(task, role)
+            except DataUnreachable:  # no data folder and no network: nothing of the run could read its data
+                raise
             except TaskDataError:
                 continue
             st = path.stat()
@@ -82,19 +94,34 @@ def trust_verified(files: tuple[VerifiedFile, ...] | list[VerifiedFile]) -> None
 
 
 def download(url: str, dest: Path, sha256: str) -> Path:
-    """Fetch ``url`` to ``dest`` (atomic, verified against ``sha256`` before it lands)."""
+    """Fetch ``url`` to ``dest`` (atomic, verified against ``sha256`` before it lands). A host that could not be
+    reached is not tried again by this process (:class:`DataUnreachable`, at once)."""
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).netloc
+    if host in _UNREACHABLE:
+        raise DataUnreachable(_unreachable(url, _UNREACHABLE[host]))
     try:
         fetch(url, dest, sha256)
     except ChecksumMismatch as exc:
         raise TaskDataError(f"{exc}; not used") from exc
     except UnsafeLocation as exc:
         raise TaskDataError(f"not downloaded: {exc}") from None
-    except OSError as exc:  # URLError is an OSError
-        raise TaskDataError(
-            f"could not download {url}: {exc}. Set EVALFARM_DATA to a local copy of the "
-            "evaluation data, or check the network"
-        ) from exc
+    except OSError as exc:  # URLError is an OSError; so are requests' connection errors
+        _UNREACHABLE[host] = f"{type(exc).__name__}: {exc}"
+        raise DataUnreachable(_unreachable(url, _UNREACHABLE[host])) from exc
     return dest
+
+
+def _unreachable(url: str, why: str) -> str:
+    from evalfarm.config import where_looked
+
+    return (
+        f"could not download {url} ({why}). No data folder is set ({where_looked('data')}), so each task's files "
+        "download from their sources. Point evalfarm at a local copy of the evaluation data: `evalfarm config set "
+        "--user data=DIR` (every folder), `evalfarm config set data=DIR` (this folder and below), EVALFARM_DATA=DIR, "
+        "or data=DIR in the Python API; or check the network"
+    )
 
 
 def _confined(task: TaskSpec, role: str, base: Path) -> Path:

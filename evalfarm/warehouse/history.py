@@ -66,7 +66,7 @@ def parse_time(text: str) -> datetime | None:
 def run_events(wh: Any) -> list[dict[str, Any]]:
     """Every row of the ``runs`` table (start and end events), read from its newest snapshot."""
     snap = wh.tables.snapshot("runs")
-    cols = ["run_id", "event", "at", "status", "snapshot"]
+    cols = ["run_id", "event", "at", "status", "snapshot", "catalog"]
     rows: list[dict[str, Any]] = []
     for f in snap.files:
         rows += wh.read_columns(f.path, cols).to_pylist()
@@ -75,13 +75,13 @@ def run_events(wh: Any) -> list[dict[str, Any]]:
 
 def runs(wh: Any) -> list[dict[str, Any]]:
     """One dict per run, oldest first: ``run_id``, ``started_at``, ``finished_at`` (None while running or after a
-    kill), ``status``, ``snapshot`` (the end event's table versions, or None)."""
+    kill), ``status``, ``snapshot`` (the end event's table versions, or None), ``catalog``."""
     out: dict[str, dict[str, Any]] = {}
     for r in run_events(wh):
         row = out.setdefault(r["run_id"], {"run_id": r["run_id"], "started_at": None, "finished_at": None,
-                                           "status": "running", "snapshot": None})  # fmt: skip
+                                           "status": "running", "snapshot": None, "catalog": None})  # fmt: skip
         if r["event"] == "start":
-            row["started_at"] = r["at"]
+            row["started_at"], row["catalog"] = r["at"], r.get("catalog")
         elif r["event"] == "end":
             row["finished_at"], row["status"] = r["at"], r["status"] or "ok"
             row["snapshot"] = json.loads(r["snapshot"]) if r.get("snapshot") else None

@@ -110,6 +110,7 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             # end event: the version of every table once the run's last rows were committed, JSON {table: version}:
             # the run's snapshot (`evalfarm sql --as-of RUN_ID` reads the warehouse as it was then)
             ("snapshot", pa.string()),
+            ("summary", pa.string()),  # end event: JSON, the run's end summary (runner.Run.end_report)
         ]
     ),
     "failures": pa.schema(

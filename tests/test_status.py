@@ -1,0 +1,134 @@
+"""``evalfarm status`` (issue 44): what a run is doing now, read from the warehouse alone (its heartbeat, ``runs``,
+``units``, ``failures``), the same numbers as the run's own progress line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalfarm.leases import Leases, heartbeats
+from evalfarm.scheduler.progress import ProgressTracker
+from evalfarm.status import NoRun, run_status
+from evalfarm.warehouse import Warehouse
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_running_runs_heartbeat_carries_its_progress_and_status_reads_it(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "wh").init()
+    tracker = ProgressTracker(total=5, run_id="r1", texts_planned={"m": 1000})
+    tracker.workers = 1
+    tracker.job("w0", "embed", "m")
+    tick = {"pass_id": "p", "model": "m", "label": "", "done": 400, "total": 1000, "phase": "embed", "seconds": 8.0}
+    tracker.observe_texts({"p": {**tick, "derived": False, "worker": "w0", "at": 1.0}})
+    leases = Leases(wh, "r1", publish=lambda: {"progress": tracker.snapshot(), "dashboard": "http://127.0.0.1:8265"})
+    leases.beat()
+    st = run_status(wh)  # no runs row yet: the heartbeat alone
+    snap = tracker.snapshot()
+    assert (st.run_id, st.state, st.units, st.texts) == ("r1", "running", snap["units"], snap["texts"])
+    assert st.workers["doing"] == {"w0": "embedding m 400/1k texts"} and st.dashboard == "http://127.0.0.1:8265"
+    text = "\n".join(st.lines())
+    assert "units 0/5 · 0 done · 5 remaining · texts 400/1k · 50 texts/s · 1 worker alive" in text
+    assert "  w0: embedding m 400/1k texts" in text and "Ray dashboard: http://127.0.0.1:8265" in text
+    assert set(heartbeats(wh)) == {"r1"}
+
+
+def test_a_run_whose_driver_died_says_so(tmp_path: Path) -> None:
+    wh = Warehouse(tmp_path / "wh").init()
+    wh.write_run_event("r0", "start", status="running", n_units=3, host="elsewhere")
+    st = run_status(wh, "r0")
+    assert st.state == "died" and any("run the same command again" in ln for ln in st.lines())
+    with pytest.raises(NoRun, match="no run 'nope'"):
+        run_status(wh, "nope")
+    with pytest.raises(NoRun, match="no run recorded"):
+        run_status(Warehouse(tmp_path / "empty").init())
+
+
+class SlowEncoder:
+    """A sentence encoder that takes ~1 ms a text: a run long enough to look at from outside."""
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        time.sleep(0.001 * len(texts))
+        rng = np.random.default_rng(len(texts))
+        return rng.standard_normal((len(texts), 8)).astype(np.float32)
+
+
+@pytest.mark.slow  # an in-process run of ~15k texts at ~1 ms each, looked at from another process while it runs
+def test_status_in_a_second_shell_shows_the_numbers_the_run_publishes(tmp_path: Path, data_dir: Path,
+                                                                      monkeypatch) -> None:  # fmt: skip
+    import evalfarm.leases as leases_module
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.runner import run_catalog
+
+    published: list[dict] = []
+
+    class FastBeat(Leases):  # a beat every 0.2 s, each body kept to compare with what status reads
+        def __init__(self, *args, publish=None, **kwargs) -> None:
+            def keep() -> dict:
+                body = publish() if publish is not None else {}
+                published.append(json.loads(json.dumps(body, default=str)))
+                return body
+
+            super().__init__(*args, heartbeat=0.2, publish=keep, **kwargs)
+
+    monkeypatch.setattr(leases_module, "Leases", FastBeat)
+    cat = load_catalog("tasks").with_models([ModelSpec(id="slow", level="sentence", kind="python")])
+    wh = tmp_path / "wh"
+    done: list = []
+    runner = threading.Thread(
+        target=lambda: done.append(
+            run_catalog(cat, wh, models=["slow"], tasks=["stsb"], executor="local", encoders={"slow": SlowEncoder()})
+        ),  # fmt: skip
+        daemon=True,
+    )
+    env = {**os.environ, "PYTHONPATH": str(REPO), "EVALFARM_DATA": str(data_dir)}
+    runner.start()
+    seen = None
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and runner.is_alive():
+        got = subprocess.run([sys.executable, "-m", "evalfarm", "status", "--warehouse", str(wh), "--format", "json"],
+                             capture_output=True, text=True, env=env, cwd=tmp_path)  # fmt: skip
+        if got.returncode == 0:
+            st = json.loads(got.stdout)
+            if st["state"] == "running" and st["texts"] and 0 < st["texts"]["done"] < st["texts"]["total"]:
+                seen = st
+                break
+        time.sleep(0.5)
+    runner.join(timeout=300)
+    assert seen is not None, "the run never showed texts moving from outside"
+    bodies = [b["progress"] for b in published if "progress" in b]
+    assert any(seen["texts"] == b["texts"] and seen["units"] == b["units"] for b in bodies)
+    assert seen["workers"]["doing"] == {"local-0": seen["workers"]["doing"]["local-0"]}
+    assert seen["workers"]["doing"]["local-0"].startswith("embedding slow ")
+    (summary,) = done
+    after = run_status(Warehouse(wh), seen["run_id"])
+    assert after.state == "ok" and after.units["done"] == summary.counts()["done"] == 1
+    assert after.slowest is not None and after.slowest["model"] == "slow"
+
+
+def test_watch_looks_until_the_run_is_no_longer_running(tmp_path: Path) -> None:
+    from evalfarm.status import watch
+
+    wh = Warehouse(tmp_path / "wh").init()
+    leases = Leases(wh, "r2", publish=lambda: {"progress": ProgressTracker(total=1, run_id="r2").snapshot()})
+    leases.beat()
+    wh.write_run_event("r2", "start", status="running", n_units=1)
+    shown: list[str] = []
+
+    def show(st) -> None:
+        shown.append(st.state)
+        if len(shown) == 2:  # the run ends between two looks
+            leases.stop()
+            wh.write_run_event("r2", "end", status="ok", n_units=1, n_done=1, n_skipped=0, n_failed=0)
+
+    last = watch(wh, None, 0.01, show)
+    assert shown == ["running", "running", "ok"] and last.state == "ok" and last.units["done"] == 1
