@@ -137,7 +137,10 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=300)
     ap.add_argument("--rows", type=int, default=500)
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--smoke", action="store_true", help="10 commits of 20 rows: the script runs")
     args = ap.parse_args()
+    if args.smoke:
+        args.commits, args.rows = 10, 20
     out: dict[str, Any] = {"host": platform.node(), "commits": args.commits, "rows": args.rows, "formats": {}}
     for name, fn, module in (("delta", delta, "deltalake"), ("iceberg", iceberg, "pyiceberg")):
         try:

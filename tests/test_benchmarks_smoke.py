@@ -167,7 +167,27 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
     assert first["first_eta"]["sources"] == {"built-in": 6} and first["line"].startswith("first ETA ")
 
 
+def _check_warehouse(out: dict[str, Any], tmp: Path) -> None:
+    cases = {(c["layout"], c["store"]): c for c in out["cases"]}
+    assert set(cases) == {(1, "local"), (2, "local")}, cases
+    for (layout, _), c in cases.items():
+        assert c["write"]["units_written"] > 0 and c["files"]["metrics"] > 0
+        for name, q in c["queries"].items():
+            assert "error" not in q and q["seconds"] > 0, (layout, name, q)
+        assert ("diff" in c["queries"]) == (layout == 2)
+    # the same rows either way: every current unit is done after the last night, in both layouts
+    rows = {layout: c["queries"]["no-op rerun (warehouse part)"]["rows"] for (layout, _), c in cases.items()}
+    assert rows[1] == rows[2] > 0
+
+
+def _check_table_formats(out: dict[str, Any], tmp: Path) -> None:
+    delta = out["formats"]["delta"]  # pyiceberg is no dependency: Iceberg is measured where it is installed
+    assert delta["files"] == 10 and 0 < delta["commit_median_s"] and delta["plan_newest_cold_s"] > 0
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
+    "bench_warehouse.py": ([], _check_warehouse),
+    "bench_table_formats.py": ([], _check_table_formats),
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),

@@ -257,11 +257,9 @@ def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
     assert correlation_table(wh, level="sentence").model_stats == []
     res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "--no-refresh"])
     assert res.exit_code == 0, res.output
-    assert (
-        "OOV rate" in res.stdout
-        and "evalrank-word tie_rate" in res.stdout.replace("\n", " ")
-        or "tie_rate" in res.stdout
-    )
+    # the per-model table: its title (on stderr), a row per word model (on stdout); its headers may be cut at the
+    # width of the terminal the suite runs in, so the numbers are checked in the JSON below
+    assert "word models: OOV rate" in res.output and all(f"w{i} " in res.stdout for i in range(5))
     res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "-f", "json"])
     assert res.exit_code == 0 and "word model evalrank-word oov_rate=0.250" in res.output
 

@@ -308,8 +308,8 @@ class _LazyReader(_SharedReader):
             if self._inner is None:
                 if self._root is not None:
                     self._inner = _reader(self._fs, self._path, self._root)
-                else:  # the size given: no HEAD request before the first read
-                    self._inner = _SharedReader(self._fs.open_input_file(pafs.FileInfo(self._path, size=self._size)))
+                else:
+                    self._inner = _SharedReader(self._fs.open_input_file(self._path))
             return self._inner
 
     def read(self, n: int | None = -1) -> bytes:

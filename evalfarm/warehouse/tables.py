@@ -224,8 +224,11 @@ class DeltaTables:
                     self.uri(table), dl.Schema.from_arrow(schema), [], mode="ignore",
                     configuration=TABLE_CONFIGURATION, storage_options=self.options or None,
                 )  # fmt: skip
-            except Exception as exc:
-                raise TableError(f"cannot create table {table!r} at {self.uri(table)}: {_first_line(exc)}") from exc
+            except Exception as exc:  # two writers created it at once: the other's commit won, and that is fine
+                if not self.exists(table):
+                    raise TableError(
+                        f"cannot create table {table!r} at {self.uri(table)}: {_first_line(exc)}"
+                    ) from exc
         dt = self.open(table)
         have = _arrow_schema(dt)
         missing = [f for f in schema if f.name not in have.names]
