@@ -277,17 +277,30 @@ def query(
     warehouse: PathOrStr | Warehouse | None = None,
     timeout_s: float | None = None,
     memory_limit: str | None = None,
+    max_rows: int | None = None,
+    max_bytes: int | str | None = None,
 ) -> pa.Table:
     """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
 
-    ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
-    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else the config file's ``sql_timeout`` /
-    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``."""
+    ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it, ``max_rows`` and ``max_bytes``
+    (a number of bytes or a size such as ``"1GB"``; 0: none) its result; left None, each is read from its
+    ``EVALFARM_SQL_*`` variable, else the config file's ``sql_*`` key, else 300 s, 4GB, 1,000,000 rows and 1GB.
+    Past them: ``TimeoutError``, ``MemoryError`` (:class:`~evalfarm.warehouse.query.ResultTooLarge` for the
+    result's limits)."""
     from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.query import result_limits
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
-    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
+    settings = resolve_settings(
+        sql_timeout=timeout_s,
+        sql_memory_limit=memory_limit,
+        sql_max_rows=max_rows,
+        sql_max_bytes=None if max_bytes is None else str(max_bytes),
+    )
+    timeout_s, memory_limit = settings.sql_limits()
+    rows, size = settings.sql_result_limits()
+    with result_limits(rows, size):  # Warehouse.query takes the timeout and the memory cap only
+        return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit)
 
 
 def verify(

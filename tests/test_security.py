@@ -916,6 +916,93 @@ def test_a_query_past_its_memory_limit_fails_cleanly(warehouse):
         warehouse.query(big, memory_limit="64MB")
 
 
+# -- issue 40.5: a query's result is bounded too ------------------------------------------------------------------
+def test_a_querys_result_stops_at_its_row_limit_under_the_memory_cap(warehouse):
+    """The reported attack: ``SELECT … FROM range(N)`` passed a 100 MB memory cap at 900 MB (the Arrow result and
+    the CLI's rows live outside DuckDB's cap). Now the result is fetched in batches and stops past 1,000,000 rows."""
+    import evalfarm
+    from evalfarm.warehouse.query import ResultTooLarge
+
+    big = "SELECT range AS i FROM range(20000000)"
+    with pytest.raises(ResultTooLarge, match=r"limit of 1,000,000 rows .*--max-rows.*EVALFARM_SQL_MAX_ROWS") as err:
+        evalfarm.query(big, warehouse=warehouse.root, memory_limit="100MB")
+    assert isinstance(err.value, MemoryError)  # what a caller of the memory cap already catches
+    assert evalfarm.query("SELECT * FROM range(10)", warehouse=warehouse.root, max_rows=10).num_rows == 10
+    with pytest.raises(ResultTooLarge, match="limit of 9 rows"):
+        evalfarm.query("SELECT * FROM range(10)", warehouse=warehouse.root, max_rows=9)
+    wide = "SELECT range AS i, repeat('x', 200) AS s FROM range(500000)"
+    with pytest.raises(ResultTooLarge, match=r"limit of 8,000,000 bytes .*--max-bytes.*EVALFARM_SQL_MAX_BYTES"):
+        evalfarm.query(wide, warehouse=warehouse.root, max_bytes="8MB")
+    assert evalfarm.query(wide, warehouse=warehouse.root, max_bytes=0).num_rows == 500000  # 0: no limit
+
+
+def test_the_result_limits_are_options_variables_and_settings(warehouse, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+    from evalfarm.warehouse.query import QueryLimits, result_limits
+
+    assert QueryLimits.resolve().max_rows == 1_000_000 and QueryLimits.resolve().max_bytes == 10**9
+    monkeypatch.setenv("EVALFARM_SQL_MAX_ROWS", "5")
+    monkeypatch.setenv("EVALFARM_SQL_MAX_BYTES", "1MiB")
+    assert (QueryLimits.resolve().max_rows, QueryLimits.resolve().max_bytes) == (5, 2**20)
+    with result_limits(7, 0):  # what evalfarm.query passes down; an argument still wins
+        assert (QueryLimits.resolve().max_rows, QueryLimits.resolve(max_rows=3).max_rows) == (7, 3)
+        assert QueryLimits.resolve().max_bytes is None
+    runner = CliRunner()
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "SELECT * FROM range(6)"])
+    assert out.exit_code == 2 and "limit of 5 rows" in out.output and "Traceback" not in out.output
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "--max-rows", "6", "SELECT * FROM range(6)"])
+    assert out.exit_code == 0, out.output
+    monkeypatch.delenv("EVALFARM_SQL_MAX_ROWS")
+    monkeypatch.delenv("EVALFARM_SQL_MAX_BYTES")
+    cfg = tmp_path / ".evalfarm.toml"
+    cfg.write_text('sql_max_rows = 4\nsql_max_bytes = "1GB"\n')
+    monkeypatch.setenv("EVALFARM_CONFIG", str(cfg))
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "SELECT * FROM range(5)"])
+    assert out.exit_code == 2 and "limit of 4 rows" in out.output and "sql_max_rows" in out.output
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "--max-bytes", "lots", "SELECT 1"])
+    assert out.exit_code == 2 and "sql_max_bytes must be a size" in out.output
+
+
+@pytest.mark.slow  # a child process fetching until it is stopped (seconds)
+def test_fetching_a_result_stops_at_the_timeout(warehouse):
+    """With no row or byte limit, the fetch itself (not only the query) is under the timeout."""
+    code = (
+        "import sys, evalfarm\n"
+        "try:\n"
+        "    evalfarm.query(sys.argv[2], warehouse=sys.argv[1], timeout_s=1.0, max_rows=0, max_bytes=0,"
+        " memory_limit='16GB')\n"
+        "except TimeoutError as exc:\n"
+        "    print('stopped', exc)\n"
+    )
+    endless = "SELECT range AS i, md5(range::VARCHAR) AS h FROM range(10000000000)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(warehouse.root), endless], capture_output=True, text=True, cwd=REPO,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.startswith("stopped") and "--timeout" in proc.stdout, proc.stderr
+
+
+def test_the_statement_check_does_not_parse_a_200000_term_query(warehouse, monkeypatch):
+    """Parsing ran outside the timeout and the memory cap: an OR of 200,000 terms took seconds and gigabytes in
+    DuckDB's parser before anything else. The check refuses a query that long before the parser sees it."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    huge = "SELECT 1 WHERE " + " OR ".join(["1 = 1"] * 200_000)
+    parsed: list[int] = []
+    real = duckdb.extract_statements
+    monkeypatch.setattr(duckdb, "extract_statements", lambda sql: parsed.append(len(sql)) or real(sql))
+    with pytest.raises(ValueError, match=r"refused: the query is 1,\d{3},\d{3} characters long, and at most 100,000"):
+        check_read_only(huge)
+    out = CliRunner().invoke(app, ["sql", "--warehouse", str(warehouse.root), huge])
+    assert out.exit_code == 2 and "characters long" in out.output and len(out.output) < 400
+    assert parsed == []  # the parser never saw it
+    assert check_read_only("SELECT 1 WHERE " + " OR ".join(["1 = 1"] * 5_000)).startswith("SELECT")
+
+
 @pytest.mark.slow  # a child process running a query until it is stopped (seconds)
 def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""

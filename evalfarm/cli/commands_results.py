@@ -65,11 +65,28 @@ def sql(
             "sql_memory_limit, else 4GB]"
         ),
     ] = None,
+    max_rows: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="stop when the result passes this many rows (0: no limit) [default: $EVALFARM_SQL_MAX_ROWS, else "
+            "the config file's sql_max_rows, else 1000000]",
+        ),
+    ] = None,
+    max_bytes: Annotated[
+        str | None,
+        typer.Option(
+            help="stop when the result passes this size, e.g. 4GB (0: no limit) [default: $EVALFARM_SQL_MAX_BYTES, "
+            "else the config file's sql_max_bytes, else 1GB]"
+        ),
+    ] = None,
 ) -> None:
     try:
         wh = api.open_warehouse(warehouse)
-        table = api.query(query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit)
-    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError) as exc:
+        table = api.query(
+            query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit, max_rows=max_rows, max_bytes=max_bytes
+        )
+    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError, api.ConfigError) as exc:
         fail(str(exc))
     except Exception as exc:
         fail(f"{type(exc).__name__}: {exc}")
