@@ -97,6 +97,7 @@ CLUSTER_MODULES = frozenset(
         "test_autoscale.py",
         "test_cluster.py",
         "test_multinode.py",
+        "test_other_users.py",
         "test_security.py",
         "test_submit.py",
     }

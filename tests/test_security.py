@@ -1127,6 +1127,64 @@ def test_a_killed_drivers_token_folder_is_swept_at_the_next_start(tmp_path):
     assert not dead.exists() and live.exists() and legacy.exists() and other.exists()
 
 
+KILLED_DRIVER = """
+import os, sys
+from evalfarm.scheduler.ray_executor import connect
+import ray
+assert connect(None, num_cpus=1)
+ray.get(ray.remote(lambda: 1).remote())  # a worker process too
+print(os.environ["RAY_AUTH_TOKEN_PATH"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def _carrying(token: str) -> list[int]:
+    """This user's processes whose environment holds the driver's token path: its Ray's, and nothing else."""
+    marker = f"RAY_AUTH_TOKEN_PATH={token}".encode()
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.slow  # a driver with its own local Ray, killed
+def test_a_killed_driver_leaves_no_ray_process_and_no_token_folder(tmp_path):
+    """Issue 40: a driver killed with SIGKILL runs no atexit; its GCS and raylet die with it, but Ray's dashboard and
+    runtime-env agents lived on, and its token folder stayed until the next run. Its watchdog now removes both."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", KILLED_DRIVER], cwd=REPO, env=_no_token_env(tmp_path / "home"), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    token = ""
+    try:
+        token = driver.stdout.readline().strip()
+        assert token, driver.stderr.read()[-3000:] if driver.poll() is not None else "no token"
+        ray_pids = [p for p in _carrying(token) if p != driver.pid]
+        assert len(ray_pids) >= 3  # the GCS, the raylet, the agents, a worker...
+        driver.kill()  # SIGKILL of the driver alone, as the OOM killer or `kill -9 <pid>` does
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while (_carrying(token) or Path(token).parent.exists()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {p: _cmdline(p) for p in _carrying(token)}
+        assert left == {}, f"the killed driver's Ray left {left}"
+        assert not Path(token).parent.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        for pid in _carrying(token) if token else ():  # what a failing run left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    return "?"
+
+
 def test_connect_names_its_token_folder_after_its_pid_and_sweeps_first(tmp_path, monkeypatch):
     """The folder ``connect`` makes carries the driver's pid (what the sweep reads), and a dead driver's folder
     is gone once ``connect`` has started."""
