@@ -619,6 +619,74 @@ def test_a_catalog_cannot_run_code_through_yaml_tags(tmp_path, tag):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("shape", ["chain", "cycle"])
+def test_a_3000_deep_base_chain_fails_in_one_short_line(tmp_path, shape):
+    """Issue 40: 3,000 models each deriving from the next validated, then failed at load with a RecursionError
+    whose message named every model (22 KB in `failures`, the output and the report); a 3,000-model cycle gave 26 KB.
+    """
+    from typer.testing import CliRunner
+
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.cli import app
+
+    n = 3000
+    derived = "  - {{id: m{i}, level: word, base: m{base}, postprocess: {{method: abtt, d: 1}}}}"
+    if shape == "chain":  # m2999 -> m2998 -> ... -> m0, a word-vector file
+        root = "  - {id: m0, level: word, kind: word-vectors, format: glove-text, source: {type: data, ref: v.txt}}"
+        models = [root] + [derived.format(i=i, base=i - 1) for i in range(1, n)]
+    else:  # m0 -> m1 -> ... -> m2999 -> m0
+        models = [derived.format(i=i, base=(i + 1) % n) for i in range(n)]
+    catalog = tmp_path / "deep.yaml"
+    catalog.write_text("models:\n" + "\n".join(models) + "\n")
+    with pytest.raises(CatalogError, match=r"base chain \(m\d+ -> m\d+ -> m\d+ -> …\) is deeper than 16") as err:
+        load_catalog(catalog)
+    assert len(str(err.value)) < 300
+    out = CliRunner().invoke(app, ["catalog", "validate", "--catalog", str(catalog)])
+    assert out.exit_code != 0 and len(out.output) < 400 and "deeper than 16" in out.output, out.output[:500]
+
+
+EVIL_TOKENIZER = """
+import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text("ran")  # what a tokenizer's custom code could do
+from transformers import PreTrainedTokenizer
+class EvilTokenizer(PreTrainedTokenizer):
+    pass
+"""
+
+LOAD_ONNX = """
+import sys
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.loader import load_encoder
+spec = ModelSpec.model_validate({"id": "evil", "level": "sentence", "kind": "onnx",
+    "source": {"type": "path", "ref": sys.argv[1]}, "tokenizer": {"type": "path", "ref": sys.argv[2]}})
+try:
+    load_encoder([spec])
+except Exception as exc:
+    print("refused:", str(exc).splitlines()[0])
+"""
+
+
+@pytest.mark.slow  # a child process with transformers
+def test_an_onnx_models_tokenizer_never_runs_custom_code_even_when_asked_yes(tmp_path):
+    """Issue 40: the ONNX kind loaded a tokenizer folder with trust_remote_code unset; transformers then *asks*
+    whether to run the folder's code, and `echo y |` (a piped stdin) answered yes. It is now explicitly False."""
+    tok = tmp_path / "tokenizer"
+    tok.mkdir()
+    (tok / "tokenizer_config.json").write_text(
+        json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}, "tokenizer_class": "EvilTokenizer"})
+    )
+    marker = tmp_path / "pwned"
+    (tok / "evil.py").write_text(EVIL_TOKENIZER.replace("sys.argv[1]", repr(str(marker))))
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_ONNX, str(tmp_path / "model.onnx"), str(tok)],
+        input="y\ny\ny\n", capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert not marker.exists(), "the tokenizer's code ran"
+    assert "refused:" in proc.stdout and "contains custom code" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr  # never asked
+
+
 # -- a catalog cannot make evalfarm read or write outside its base (issue 23, item 1) ---------------------------------
 # The attack: a third-party catalog names an attacker's URL, its payload's sha256 and a `files:` path that points
 # outside the data folder / the cache (absolute, `..`, `~`, or a symlink planted inside the folder). Every target here
