@@ -304,7 +304,13 @@ def query(
 
 
 def verify(
-    *, warehouse: PathOrStr | Warehouse | None = None, model: str | None = None, strict: bool = False
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    model: str | None = None,
+    strict: bool = False,
+    deep: bool = False,
+    sample: int | None = None,
+    catalog: PathOrStr | None = None,
 ) -> VerifyResult:
     """Check the warehouse's result files (of one ``model``, if given) against the content hashes their runs recorded
     and against their fingerprints; writes nothing.
@@ -312,13 +318,36 @@ def verify(
     The result's ``ok`` is False when a file was modified, deleted or damaged (``findings`` says which, ``errors``
     the failing ones, ``untrusted_units()`` the (model, task, fingerprint) to leave out or rerun with ``--force``).
     Files written before manifests existed are ``unrecorded``: an error only with ``strict``.
+
+    ``deep``: also check the numbers' meaning (:mod:`evalfarm.recompute`): each against the others of its unit, the
+    EvalRank ones against the ``ranks`` detail table, and ``sample`` units (default 2; 0: none) scored again from
+    their stored embeddings with the tasks of ``catalog`` (default: the settings' catalog). Its findings join
+    ``findings`` (``inconsistent``, ``disagrees-with-ranks``, ``disagrees-with-embeddings``), what it covered is
+    the result's ``deep``.
     """
+    import dataclasses
+
     from evalfarm.warehouse import Warehouse, verify_warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     if not wh.exists(wh._p("tables")):
         raise FileNotFoundError(f"no warehouse at {wh.uri} (run `evalfarm run --warehouse {wh.uri}` first)")
-    return verify_warehouse(wh, model=model, strict=strict)
+    result = verify_warehouse(wh, model=model, strict=strict)
+    if not deep:
+        return result
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.recompute import DEFAULT_SAMPLE, deep_verify
+
+    n = DEFAULT_SAMPLE if sample is None else sample
+    cat = None
+    if n > 0:
+        try:
+            cat = load_catalog(str(resolve_settings(catalog=catalog).catalog))
+        except CatalogError as exc:  # the sample is then reported as not recomputed, with this reason
+            log.warning("verify --deep: no catalog for the sample (%s)", exc)
+    findings, summary = deep_verify(wh, model=model, sample=n, catalog=cat)
+    merged = tuple(sorted((*result.findings, *findings), key=lambda f: (f.path, f.problem, f.detail)))
+    return dataclasses.replace(result, findings=merged, deep=summary)
 
 
 def view_docs() -> list[tuple[str, str]]:
