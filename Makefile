@@ -150,8 +150,9 @@ bench-nightly: install
 
 # The fault-and-attack suite: every test marked `faults` (issue 23's attacks, each numbered item: a catalog writing
 # or reading outside its base, vector-file headers and fuzzed readers, thin results, executor-independent rows, forged
-# warehouse files, stop.sh / start-head.sh, the SQL sandbox and tokens; docs/operations.md#security says which test is
-# which), then fault injection on a real local Ray (workers and the head's GCS killed, read-only and full warehouses,
+# warehouse files, stop.sh / start-head.sh, the SQL sandbox and tokens; issue 40's: model archives, other local users
+# and Ray's temp dirs, path sources and leaked file content, result sizes, verify --deep; docs/operations.md#security
+# says which test is which; the attacks as a second uid need root), then fault injection on a real local Ray (workers and the head's GCS killed, read-only and full warehouses,
 # two runs at once, a changed spec): the Reliability table of docs/operations.md. CI runs the tests (`make test`;
 # tests/test_faults.py is the injection's reduced form). FAULTS_ARGS: more pytest options, e.g. -m "faults and not slow".
 FAULTS_ARGS ?=

@@ -28,6 +28,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
+# its runs get a folder of task slices as their data folder; the toy vectors stay in the real one, named as a folder
+# `path` model sources may read (issue 40.3: a catalog never names where its files may be)
+os.environ.setdefault("EVALFARM_MODEL_PATHS", os.environ["EVALFARM_DATA"])
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ["EVALFARM_CONFIG"] = ""
 

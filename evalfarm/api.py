@@ -305,18 +305,29 @@ def query(
     timeout_s: float | None = None,
     memory_limit: str | None = None,
     as_of: str | datetime | None = None,
+    max_rows: int | None = None,
+    max_bytes: int | str | None = None,
 ) -> pa.Table:
     """Run one read-only SQL statement on the warehouse's views; a ``pyarrow.Table`` (``.to_pandas()`` for pandas).
 
-    ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it; left None, each is read from
-    ``EVALFARM_SQL_TIMEOUT`` / ``EVALFARM_SQL_MEMORY_LIMIT``, else the config file's ``sql_timeout`` /
-    ``sql_memory_limit``, else 300 s and 4GB. Past them: ``TimeoutError``, ``MemoryError``. ``as_of``: read the
-    warehouse as it was after a run (its id) or at a time (a ``datetime`` or ISO 8601 text): time travel."""
+    ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it, ``max_rows`` and ``max_bytes``
+    (a number of bytes or a size such as ``"1GB"``; 0: none) its result; left None, each is read from its
+    ``EVALFARM_SQL_*`` variable, else the config file's ``sql_*`` key, else 300 s, 4GB, 1,000,000 rows and 1GB.
+    Past them: ``TimeoutError``, ``MemoryError`` (:class:`~evalfarm.warehouse.query.ResultTooLarge` for the
+    result's limits). ``as_of``: read the warehouse as it was after a run (its id) or at a time (a ``datetime`` or
+    ISO 8601 text): time travel."""
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    timeout_s, memory_limit = resolve_settings(sql_timeout=timeout_s, sql_memory_limit=memory_limit).sql_limits()
-    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit, as_of=as_of)
+    settings = resolve_settings(
+        sql_timeout=timeout_s,
+        sql_memory_limit=memory_limit,
+        sql_max_rows=max_rows,
+        sql_max_bytes=None if max_bytes is None else str(max_bytes),
+    )
+    timeout_s, memory_limit = settings.sql_limits()
+    rows, size = settings.sql_result_limits()
+    return wh.query(sql, timeout_s=timeout_s, memory_limit=memory_limit, as_of=as_of, max_rows=rows, max_bytes=size)
 
 
 def diff(
@@ -398,7 +409,13 @@ def run_status(run_id: str | None = None, *, warehouse: PathOrStr | Warehouse | 
 
 
 def verify(
-    *, warehouse: PathOrStr | Warehouse | None = None, model: str | None = None, strict: bool = False
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    model: str | None = None,
+    strict: bool = False,
+    deep: bool = False,
+    sample: int | None = None,
+    catalog: PathOrStr | None = None,
 ) -> VerifyResult:
     """Check the warehouse's result files (of one ``model``, if given) against the content hashes their runs recorded
     and against their fingerprints; writes nothing.
@@ -406,13 +423,36 @@ def verify(
     The result's ``ok`` is False when a file was modified, deleted or damaged (``findings`` says which, ``errors``
     the failing ones, ``untrusted_units()`` the (model, task, fingerprint) to leave out or rerun with ``--force``).
     Files written before manifests existed are ``unrecorded``: an error only with ``strict``.
+
+    ``deep``: also check the numbers' meaning (:mod:`evalfarm.recompute`): each against the others of its unit, the
+    EvalRank ones against the ``ranks`` detail table, and ``sample`` units (default 2; 0: none) scored again from
+    their stored embeddings with the tasks of ``catalog`` (default: the settings' catalog). Its findings join
+    ``findings`` (``inconsistent``, ``disagrees-with-ranks``, ``disagrees-with-embeddings``), what it covered is
+    the result's ``deep``.
     """
+    import dataclasses
+
     from evalfarm.warehouse import Warehouse, verify_warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     if wh.layout() == "empty":
         raise FileNotFoundError(f"no warehouse at {wh.uri} (run `evalfarm run --warehouse {wh.uri}` first)")
-    return verify_warehouse(wh, model=model, strict=strict)
+    result = verify_warehouse(wh, model=model, strict=strict)
+    if not deep:
+        return result
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.recompute import DEFAULT_SAMPLE, deep_verify
+
+    n = DEFAULT_SAMPLE if sample is None else sample
+    cat = None
+    if n > 0:
+        try:
+            cat = load_catalog(str(resolve_settings(catalog=catalog).catalog))
+        except CatalogError as exc:  # the sample is then reported as not recomputed, with this reason
+            log.warning("verify --deep: no catalog for the sample (%s)", exc)
+    findings, summary = deep_verify(wh, model=model, sample=n, catalog=cat)
+    merged = tuple(sorted((*result.findings, *findings), key=lambda f: (f.path, f.problem, f.detail)))
+    return dataclasses.replace(result, findings=merged, deep=summary)
 
 
 def view_docs() -> list[tuple[str, str]]:

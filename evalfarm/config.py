@@ -1,15 +1,18 @@
 """Where evalfarm's settings come from, resolved in one place for the CLI and the Python API alike.
 
-Six settings: the evaluation data folder, the warehouse, the catalog, the two limits of a read-only SQL query, and
-the end-of-run hook (``notify``). Each is the first of:
+The settings: the evaluation data folder, the warehouse, the catalog, the four limits of a read-only SQL query
+(time, memory, rows and bytes of its result), the end-of-run hook (``notify``), the folders ``path`` model sources may
+read, and the three limits of an unpacked model archive. Each is the first of:
 
 1. a command-line option or an API keyword (``--warehouse``, ``evalfarm.run(warehouse=...)``, ``data=...``,
-   ``evalfarm sql --timeout``, ``evalfarm.query(memory_limit=...)``),
-2. the environment: ``EVALFARM_DATA``, ``EVALFARM_WAREHOUSE``, ``EVALFARM_CATALOG``, ``EVALFARM_SQL_TIMEOUT``,
-   ``EVALFARM_SQL_MEMORY_LIMIT``,
+   ``evalfarm sql --timeout``, ``evalfarm.query(memory_limit=...)``, ``evalfarm sql --max-rows``),
+2. the environment (:data:`ENV_VARS`): ``EVALFARM_DATA``, ``EVALFARM_WAREHOUSE``, ``EVALFARM_CATALOG``,
+   ``EVALFARM_SQL_TIMEOUT``, ``EVALFARM_SQL_MEMORY_LIMIT``, ``EVALFARM_SQL_MAX_ROWS``, ``EVALFARM_SQL_MAX_BYTES``,
+   ``EVALFARM_MODEL_PATHS``, ``EVALFARM_ARCHIVE_MAX_SIZE``, ``EVALFARM_ARCHIVE_MAX_RATIO``,
+   ``EVALFARM_ARCHIVE_MAX_MEMBERS``,
 3. the config file (below),
-4. the default: no data folder (tasks download into the cache), ``warehouse`` (in the current folder),
-   ``zoo-starter``, 300 s, ``4GB``.
+4. the default (:data:`DEFAULTS`): no data folder (tasks download into the cache), ``warehouse`` (in the current
+   folder), ``zoo-starter``, 300 s, ``4GB``, 1,000,000 rows, ``1GB``, no model folder, ``20GB``, 200, 100,000.
 
 :func:`resolve_settings` does it and returns a :class:`Settings`; every CLI command and every function of
 :mod:`evalfarm.api` uses it, so ``evalfarm sql``, ``evalfarm report`` and ``evalfarm.query(...)`` read the same
@@ -37,6 +40,16 @@ works from any subfolder):
 - ``sql_memory_limit``: DuckDB's memory cap for the same queries, a size such as ``"16GB"``.
 - ``notify``: a shell command ``evalfarm run`` runs at its end with the run's summary as JSON on stdin
   (:mod:`evalfarm.notify`; ``--notify`` and ``EVALFARM_NOTIFY`` too).
+- ``sql_max_rows`` / ``sql_max_bytes``: the most rows / Arrow bytes such a query may return (0: no limit); the result
+  is fetched in batches under the timeout and the query stops at the batch that passes either.
+- ``model_paths``: the folders (separated by ``:``) that ``path`` model sources may read besides the data folder and
+  the cache. A catalog names files; only the user names where they may be (never the catalog itself).
+- ``archive_max_size``, ``archive_max_ratio``, ``archive_max_members``: the most a model archive may unpack to (a
+  size), its unpacked size over its own, and its member count: a 1 KB archive that would unpack to 1 GB is refused.
+
+The worker-side settings (``data``, ``model_paths`` and the archive limits) reach the code that reads files (and the
+Ray workers) as their environment variables: the CLI exports them for the whole command, the API for the duration of
+the call.
 
 ``evalfarm config show`` prints each setting, its value and where it came from.
 """
@@ -63,8 +76,16 @@ KEYS = {
     "sql_timeout": "seconds one `evalfarm sql` / evalfarm.query may run (0: no limit)",
     "sql_memory_limit": "DuckDB's memory cap for `evalfarm sql` / evalfarm.query, e.g. 16GB",
     "notify": "a command `evalfarm run` runs at the end with the run's summary as JSON on stdin ('' = none)",
+    "sql_max_rows": "the most rows `evalfarm sql` / evalfarm.query may return (0: no limit)",
+    "sql_max_bytes": "the most bytes (Arrow) `evalfarm sql` / evalfarm.query may return, e.g. 1GB (0: no limit)",
+    "model_paths": "folders (':'-separated) `path` model sources may read, besides the data folder and the cache",
+    "archive_max_size": "the most a model archive may unpack to, e.g. 20GB",
+    "archive_max_ratio": "the most a model archive may unpack to, as a multiple of its own size",
+    "archive_max_members": "the most members (files, folders) a model archive may hold",
 }
 PATH_KEYS = ("data", "warehouse")
+PATH_LIST_KEYS = ("model_paths",)
+"""Keys holding several paths, separated by ``os.pathsep``; each is made absolute against the file's folder."""
 ENV_VARS = {
     "data": "EVALFARM_DATA",
     "warehouse": "EVALFARM_WAREHOUSE",
@@ -72,14 +93,35 @@ ENV_VARS = {
     "sql_timeout": "EVALFARM_SQL_TIMEOUT",
     "sql_memory_limit": "EVALFARM_SQL_MEMORY_LIMIT",
     "notify": "EVALFARM_NOTIFY",
+    "sql_max_rows": "EVALFARM_SQL_MAX_ROWS",
+    "sql_max_bytes": "EVALFARM_SQL_MAX_BYTES",
+    "model_paths": "EVALFARM_MODEL_PATHS",
+    "archive_max_size": "EVALFARM_ARCHIVE_MAX_SIZE",
+    "archive_max_ratio": "EVALFARM_ARCHIVE_MAX_RATIO",
+    "archive_max_members": "EVALFARM_ARCHIVE_MAX_MEMBERS",
 }
 """The environment variable of each setting: it wins over the file, an option wins over it."""
+EXPORTED = ("data", "model_paths", "archive_max_size", "archive_max_ratio", "archive_max_members")
+"""The settings read where files are read (the task and model readers, on the Ray workers too): exported to the
+environment (:meth:`Settings.export_data`) rather than passed down."""
 DEFAULT_WAREHOUSE = "warehouse"
 DEFAULT_CATALOG = "zoo-starter"
 DEFAULT_SQL_TIMEOUT_S = 300.0
 """How long one read-only query may run by default: a cross join over the views otherwise runs for hours."""
 DEFAULT_SQL_MEMORY_LIMIT = "4GB"
 """DuckDB's memory cap for a read-only query by default (DuckDB's own is 80 % of the machine's memory)."""
+DEFAULT_SQL_MAX_ROWS = 1_000_000
+"""The most rows a read-only query returns by default: `evalfarm sql` prints them, and each becomes Python objects
+(tens of bytes a value) after DuckDB's memory cap no longer applies."""
+DEFAULT_SQL_MAX_BYTES = "1GB"
+"""The most Arrow bytes a read-only query returns by default (the result lives outside DuckDB's memory cap)."""
+DEFAULT_ARCHIVE_MAX_SIZE = "20GB"
+"""The most a model archive unpacks to by default (the largest public word-vector archives unpack to under 8 GB)."""
+DEFAULT_ARCHIVE_MAX_RATIO = 200.0
+"""The most a model archive unpacks to by default, over its own size (vectors and weights compress 1-4x; a
+bzip2 of zeros, 10^6x)."""
+DEFAULT_ARCHIVE_MAX_MEMBERS = 100_000
+"""The most members a model archive holds by default (a model folder holds tens of files)."""
 DEFAULTS = {
     "data": "",
     "warehouse": DEFAULT_WAREHOUSE,
@@ -87,8 +129,31 @@ DEFAULTS = {
     "sql_timeout": f"{DEFAULT_SQL_TIMEOUT_S:g}",
     "sql_memory_limit": DEFAULT_SQL_MEMORY_LIMIT,
     "notify": "",
+    "sql_max_rows": str(DEFAULT_SQL_MAX_ROWS),
+    "sql_max_bytes": DEFAULT_SQL_MAX_BYTES,
+    "model_paths": "",
+    "archive_max_size": DEFAULT_ARCHIVE_MAX_SIZE,
+    "archive_max_ratio": f"{DEFAULT_ARCHIVE_MAX_RATIO:g}",
+    "archive_max_members": str(DEFAULT_ARCHIVE_MAX_MEMBERS),
 }
 _SIZE = re.compile(r"\d+(\.\d+)?\s*[A-Za-z]*")
+_UNITS = {
+    "": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+    "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
+}  # fmt: skip
+"""DuckDB's units: KB is 1000 bytes, KiB 1024."""
+
+
+def parse_size(text: str) -> int:
+    """Bytes of a size such as ``1GB``, ``512MiB`` or ``1000`` (DuckDB's units: KB = 1000, KiB = 1024);
+    ``ValueError`` naming the text otherwise."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", text)
+    unit = m.group(2).lower() if m else ""
+    if m is None or unit not in _UNITS:
+        raise ValueError(f"{text!r} is not a size such as 1GB, 512MiB or 1000 (bytes)")
+    return int(float(m.group(1)) * _UNITS[unit])
+
+
 OPTION = "option"
 """``Settings.sources`` of a value given as a command-line option or an API keyword."""
 DEFAULT = "default"
@@ -113,6 +178,15 @@ def _is_path(key: str, value: str) -> bool:
     return key in PATH_KEYS
 
 
+_NUMBER_KEYS = ("sql_timeout", "sql_max_rows", "archive_max_ratio", "archive_max_members")
+"""Keys a TOML number may give (``sql_timeout = 600`` as well as ``"600"``)."""
+
+
+def _path_list(value: str, base: Path) -> str:
+    """``value``'s folders (``os.pathsep``-separated), each made absolute against ``base``; empty ones dropped."""
+    return os.pathsep.join(str((base / Path(v).expanduser()).resolve()) for v in value.split(os.pathsep) if v.strip())
+
+
 def check_value(key: str, value: str) -> str | None:
     """Why ``value`` is not a valid ``key`` (the SQL limits: a number of seconds >= 0, a size like ``16GB``), else
     None; the other keys take any string."""
@@ -124,6 +198,19 @@ def check_value(key: str, value: str) -> str | None:
         return None if ok else f"sql_timeout must be a number of seconds >= 0 (0: no limit), got {value!r}"
     if key == "sql_memory_limit" and not _SIZE.fullmatch(value.strip()):
         return f"sql_memory_limit must be a size such as 4GB or 512MB, got {value!r}"
+    if key in ("sql_max_rows", "archive_max_members") and not value.strip().isdigit():
+        return f"{key} must be a whole number >= 0 (0: no limit), got {value!r}"
+    if key in ("sql_max_bytes", "archive_max_size"):
+        try:
+            parse_size(value)
+        except ValueError:
+            return f"{key} must be a size such as 1GB or 512MiB (0: no limit), got {value!r}"
+    if key == "archive_max_ratio":
+        try:
+            ok = float(value) >= 0
+        except ValueError:
+            ok = False
+        return None if ok else f"archive_max_ratio must be a number >= 0 (0: no limit), got {value!r}"
     return None
 
 
@@ -180,18 +267,22 @@ def load_config(path: Path | None = None) -> Config:
     unknown = sorted(set(raw) - set(KEYS))
     if unknown:
         raise ConfigError(f"{path}: unknown key(s) {', '.join(unknown)} (known: {', '.join(KEYS)})")
-    values: dict[str, str] = {}
-    for key, value in raw.items():
-        if key == "sql_timeout" and isinstance(value, int | float) and not isinstance(value, bool):
-            value = f"{value:g}"  # sql_timeout = 600: TOML's number, as well as "600"
-        if not isinstance(value, str):
-            raise ConfigError(f"{path}: {key} must be a string, got {type(value).__name__}")
-        if why := check_value(key, value):
-            raise ConfigError(f"{path}: {why}")
-        if _is_path(key, value):
-            value = str((path.parent / Path(value).expanduser()).resolve())
-        values[key] = value
-    return Config(path, values)
+    return Config(path, {key: _file_value(path, key, value) for key, value in raw.items()})
+
+
+def _file_value(path: Path, key: str, value: object) -> str:
+    """A config file's value of ``key`` as text, checked, its paths absolute against the file's folder."""
+    if key in _NUMBER_KEYS and isinstance(value, int | float) and not isinstance(value, bool):
+        value = f"{value:g}" if isinstance(value, float) else str(value)  # TOML's number, as well as "600"
+    if not isinstance(value, str):
+        raise ConfigError(f"{path}: {key} must be a string, got {type(value).__name__}")
+    if why := check_value(key, value):
+        raise ConfigError(f"{path}: {why}")
+    if _is_path(key, value):
+        return str((path.parent / Path(value).expanduser()).resolve())
+    if key in PATH_LIST_KEYS:
+        return _path_list(value, path.parent)
+    return value
 
 
 def write_target(file: str | os.PathLike[str] | None = None, *, user: bool = False) -> Path:
@@ -215,6 +306,8 @@ def write_config(path: Path, updates: dict[str, str]) -> Config:
             raise ConfigError(why)
         if _is_path(key, value):
             value = str(Path(value).expanduser().resolve())
+        elif key in PATH_LIST_KEYS:
+            value = _path_list(value, Path.cwd())
         current[key] = value
     lines = [
         "# evalfarm settings (written by `evalfarm config set`, e.g. from `make run`); see `evalfarm config --help`",
@@ -244,56 +337,70 @@ class Settings:
     sql_timeout: str = DEFAULTS["sql_timeout"]
     sql_memory_limit: str = DEFAULT_SQL_MEMORY_LIMIT
     notify: str = ""  # the end-of-run hook (evalfarm.notify): a shell command, '' for none
+    sql_max_rows: str = DEFAULTS["sql_max_rows"]
+    sql_max_bytes: str = DEFAULT_SQL_MAX_BYTES
+    model_paths: str = ""
+    archive_max_size: str = DEFAULT_ARCHIVE_MAX_SIZE
+    archive_max_ratio: str = DEFAULTS["archive_max_ratio"]
+    archive_max_members: str = DEFAULTS["archive_max_members"]
 
-    def sql_limits(self) -> tuple[float, str]:
-        """``(timeout_s, memory_limit)`` of a read-only query (a timeout of 0: none); a malformed value (from the
-        environment: the file's are checked when it is read) is a :class:`ConfigError` naming where it came from."""
-        for key in ("sql_timeout", "sql_memory_limit"):
+    def _checked(self, *keys: str) -> None:
+        """A malformed value (from the environment: the file's are checked when it is read) is a
+        :class:`ConfigError` naming where it came from."""
+        for key in keys:
             if why := check_value(key, getattr(self, key)):
                 raise ConfigError(f"{self.sources.get(key, DEFAULT)}: {why}")
+
+    def sql_limits(self) -> tuple[float, str]:
+        """``(timeout_s, memory_limit)`` of a read-only query (a timeout of 0: none)."""
+        self._checked("sql_timeout", "sql_memory_limit")
         return float(self.sql_timeout), self.sql_memory_limit.strip()
 
-    def _data_to_export(self) -> str | None:
-        """The ``EVALFARM_DATA`` value this setting needs, or None where the environment already holds it."""
-        if self.sources.get("data") in (DEFAULT, ENV_VARS["data"]):
-            return None
-        return str(self.data) if self.data is not None else ""
+    def sql_result_limits(self) -> tuple[int, int]:
+        """``(max_rows, max_bytes)`` of a read-only query's result (0: no limit)."""
+        self._checked("sql_max_rows", "sql_max_bytes")
+        return int(self.sql_max_rows), parse_size(self.sql_max_bytes)
+
+    def _to_export(self) -> dict[str, str]:
+        """Environment variable -> value for each setting of :data:`EXPORTED` that needs exporting: not where the
+        environment already holds it, and not a default (the readers' own)."""
+        out: dict[str, str] = {}
+        for key in EXPORTED:
+            if self.sources.get(key, DEFAULT) in (DEFAULT, ENV_VARS[key]):
+                continue
+            if key == "data":
+                out[ENV_VARS[key]] = str(self.data) if self.data is not None else ""
+            else:
+                out[ENV_VARS[key]] = getattr(self, key)
+        return out
 
     def export_data(self) -> None:
-        """Set ``EVALFARM_DATA`` for the rest of this process (the CLI: one command per process); the task readers
-        and the Ray workers read the data folder from there."""
-        value = self._data_to_export()
-        if value is not None:
-            os.environ[ENV_VARS["data"]] = value
+        """Set ``EVALFARM_DATA`` and the other worker-side settings (:data:`EXPORTED`) for the rest of this process
+        (the CLI: one command per process); the task and model readers and the Ray workers read them there."""
+        self._checked(*EXPORTED[2:])
+        os.environ.update(self._to_export())
 
     @contextlib.contextmanager
     def data_exported(self) -> Iterator[None]:
-        """``EVALFARM_DATA`` set for the duration of a block (an API call), restored after it."""
-        value = self._data_to_export()
-        name = ENV_VARS["data"]
-        before = os.environ.get(name)
-        if value is not None:
-            os.environ[name] = value
+        """``EVALFARM_DATA`` and the other worker-side settings set for the duration of a block (an API call),
+        restored after it."""
+        self._checked(*EXPORTED[2:])
+        values = self._to_export()
+        before = {name: os.environ.get(name) for name in values}
+        os.environ.update(values)
         try:
             yield
         finally:
-            if value is not None:
-                if before is None:
+            for name, old in before.items():
+                if old is None:
                     os.environ.pop(name, None)
                 else:
-                    os.environ[name] = before
+                    os.environ[name] = old
 
     def rows(self) -> list[dict[str, str]]:
         """One row per setting (``key``, ``value``, ``from``), what ``evalfarm config show`` prints."""
         data = str(self.data) if self.data is not None else ""
-        values = {
-            "data": data,
-            "warehouse": self.warehouse,
-            "catalog": self.catalog,
-            "sql_timeout": self.sql_timeout,
-            "sql_memory_limit": self.sql_memory_limit,
-            "notify": self.notify,
-        }
+        values = {key: getattr(self, key) for key in KEYS} | {"data": data}
         rows = []
         for key in KEYS:
             src = self.sources.get(key, DEFAULT)
@@ -317,12 +424,14 @@ def resolve_settings(
     sql_timeout: float | str | None = None,
     sql_memory_limit: str | None = None,
     notify: str | None = None,
+    sql_max_rows: int | str | None = None,
+    sql_max_bytes: str | None = None,
 ) -> Settings:
-    """The settings: each of ``data``, ``warehouse``, ``catalog``, ``sql_timeout`` (seconds, 0: none) and
-    ``sql_memory_limit`` given here (not None) wins, then its environment
-    variable (:data:`ENV_VARS`), then the config file (``config_file``, else :func:`config_path` from ``cwd``),
-    then the default. ``data=""`` means "download the tasks into the cache". Raises :class:`ConfigError` for a
-    config file that cannot be read."""
+    """The settings: each of ``data``, ``warehouse``, ``catalog``, ``sql_timeout`` (seconds, 0: none),
+    ``sql_memory_limit``, ``sql_max_rows`` and ``sql_max_bytes`` (0: none) given here (not None) wins, then its
+    environment variable (:data:`ENV_VARS`), then the config file (``config_file``, else :func:`config_path` from
+    ``cwd``), then the default. ``data=""`` means "download the tasks into the cache". Raises :class:`ConfigError`
+    for a config file that cannot be read."""
     path = Path(config_file).expanduser() if config_file is not None else config_path(cwd)
     file_values = load_config(path).values if path is not None else {}
     given = {
@@ -332,11 +441,13 @@ def resolve_settings(
         "sql_timeout": f"{sql_timeout:g}" if isinstance(sql_timeout, int | float) else sql_timeout,
         "sql_memory_limit": sql_memory_limit,
         "notify": notify,
+        "sql_max_rows": None if sql_max_rows is None else str(sql_max_rows),
+        "sql_max_bytes": sql_max_bytes,
     }
     chosen: dict[str, str] = {}
     sources: dict[str, str] = {}
     for key in KEYS:
-        raw = given[key]
+        raw = given.get(key)
         if raw is not None:
             value, source = os.fspath(raw), OPTION
             if key == "data" and value:
@@ -357,4 +468,10 @@ def resolve_settings(
         sql_timeout=chosen["sql_timeout"].strip() or DEFAULTS["sql_timeout"],
         sql_memory_limit=chosen["sql_memory_limit"].strip() or DEFAULT_SQL_MEMORY_LIMIT,
         notify=chosen["notify"].strip(),
+        sql_max_rows=chosen["sql_max_rows"].strip() or DEFAULTS["sql_max_rows"],
+        sql_max_bytes=chosen["sql_max_bytes"].strip() or DEFAULTS["sql_max_bytes"],
+        model_paths=chosen["model_paths"].strip(),
+        archive_max_size=chosen["archive_max_size"].strip() or DEFAULTS["archive_max_size"],
+        archive_max_ratio=chosen["archive_max_ratio"].strip() or DEFAULTS["archive_max_ratio"],
+        archive_max_members=chosen["archive_max_members"].strip() or DEFAULTS["archive_max_members"],
     )

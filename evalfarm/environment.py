@@ -1,7 +1,8 @@
 """The environment variables that travel: the one list of what workers and jobs get from the driver's environment.
 
 - :data:`WORKER_ENV`: what a worker actor on another node needs to do the driver's work: where the evaluation data
-  and the cache live, and the modes (hub offline, plain-http opt-in). ``evalfarm run`` forwards the ones set in its
+  and the cache live, the folders ``path`` model sources may read, the limits of an unpacked model archive, and the
+  modes (hub offline, plain-http opt-in). ``evalfarm run`` forwards the ones set in its
   environment to its workers (a job's own env vars already reach every task of the job: then nothing is sent again).
 - :data:`SUBMIT_ENV`: the variables ``evalfarm submit`` forwards from the submitting machine's environment to the
   job: modes only. The data folder is sent on its own terms (the resolved setting, by default, said in the plan:
@@ -15,7 +16,20 @@ import os
 MODE_ENV: tuple[str, ...] = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "EVALFARM_ALLOW_HTTP")
 """Modes, not paths: the hub's offline switches, and the opt-in to plain-http downloads (evalfarm.cache.check_url),
 which must hold where the catalog is validated and the files are fetched, on the workers and in a submitted job."""
-WORKER_ENV: tuple[str, ...] = ("EVALFARM_DATA", "EVALFARM_CACHE", "HF_HOME", *MODE_ENV)
+LIMIT_ENV: tuple[str, ...] = (
+    "EVALFARM_ARCHIVE_MAX_SIZE",
+    "EVALFARM_ARCHIVE_MAX_RATIO",
+    "EVALFARM_ARCHIVE_MAX_MEMBERS",
+)
+"""The limits of an unpacked model archive (evalfarm.encoders.archives): they hold wherever a model is loaded."""
+WORKER_ENV: tuple[str, ...] = (
+    "EVALFARM_DATA",
+    "EVALFARM_CACHE",
+    "EVALFARM_MODEL_PATHS",
+    "HF_HOME",
+    *LIMIT_ENV,
+    *MODE_ENV,
+)
 SUBMIT_ENV: tuple[str, ...] = MODE_ENV
 
 

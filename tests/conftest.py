@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,13 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# `path` model sources read only the data folder, the cache and the folders the user names (issue 40.3): the suite's
+# models live in the data folder (tests that use another one still read its toy vectors), pytest's temp folders and
+# tests/, named here as a user names theirs. The attacks on path sources set their own (tests/test_security.py).
+os.environ.setdefault(
+    "EVALFARM_MODEL_PATHS",
+    os.pathsep.join([os.environ["EVALFARM_DATA"], tempfile.gettempdir(), str(Path(__file__).resolve().parent)]),
+)
 # No settings file: `make install` writes the checkout's .evalfarm.toml (data folder, warehouse, catalog) for users,
 # and a test that means "no data folder" or "the default warehouse" must not read it. A test that wants a settings
 # file sets EVALFARM_CONFIG itself (tests/test_cli.py, tests/test_settings.py).
@@ -89,6 +97,7 @@ CLUSTER_MODULES = frozenset(
         "test_autoscale.py",
         "test_cluster.py",
         "test_multinode.py",
+        "test_other_users.py",
         "test_security.py",
         "test_submit.py",
     }

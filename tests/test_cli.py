@@ -159,13 +159,18 @@ def test_config_set_show_and_where_it_is_found(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(project / "sub" / "dir")  # found from below, like pyproject.toml
     assert config_path() == project / ".evalfarm.toml"
     shown = json.loads(runner.invoke(cli.app, ["config", "show", "-f", "json"]).output)
-    assert {r["key"]: r["value"] for r in shown} == {
+    assert {r["key"]: r["value"] for r in shown if r["key"] != "model_paths"} == {  # model_paths: tests/conftest.py
         "data": str(tmp_path / "data"),
         "warehouse": str(project / "wh"),
         "catalog": "zoo-starter",
         "sql_timeout": "300",
         "sql_memory_limit": "4GB",
         "notify": "",
+        "sql_max_rows": "1000000",
+        "sql_max_bytes": "1GB",
+        "archive_max_size": "20GB",
+        "archive_max_ratio": "200",
+        "archive_max_members": "100000",
     }
     # an update keeps the other keys; `data=` means "download into the cache"
     write_config(project / ".evalfarm.toml", {"data": ""})

@@ -646,6 +646,9 @@ def test_stop_stops_our_head_and_not_another_ray(tmp_path):
         assert start.returncode == 0, (start.stdout + start.stderr)[-4000:]
         record = _record(state)
         assert record["gcs_address"] == f"127.0.0.1:{gcs}" and record["session_dir"].startswith(record["temp_dir"])
+        # Ray's temp dir (which Ray makes 0777) inside a folder only this user can enter (issue 40.2)
+        private = Path(record["private_dir"])
+        assert Path(record["temp_dir"]).parent == private and private.stat().st_mode & 0o777 == 0o700
         token = (state / "auth_token").read_text().strip()
         _wait_for(lambda: http(f"http://127.0.0.1:{dashboard}/api/jobs/", token=token, timeout=5)[0] == 200, "job API")
         other_url = f"http://127.0.0.1:{other_ports['dashboard']}/api/version"
@@ -675,7 +678,7 @@ def test_stop_stops_our_head_and_not_another_ray(tmp_path):
         assert session_pids(sid) == [] and [p for p in ours if _alive(p)] == []
         assert http(f"http://127.0.0.1:{dashboard}/api/version", timeout=5)[0] != 200
         assert not (state / "head").exists() and not (state / "auth_token").exists()
-        assert not Path(record["temp_dir"]).exists()
+        assert not Path(record["temp_dir"]).exists() and not private.exists()
         # the other head: every process still there, and it answers
         assert other.poll() is None and other_before <= set(session_pids(other.pid))
         assert http(other_url, timeout=5)[0] == 200

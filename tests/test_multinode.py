@@ -64,7 +64,9 @@ def joined_node(gcs: str, tmp: Path, env: dict[str, str], *, num_cpus: int = 1) 
     """A second node on this machine: loopback only, the head's token, its own temp folder and free ports."""
     names = ("node_manager", "object_manager", "metrics", "agent_http", "agent_grpc", "runtime_env")
     ports = dict(zip(names, ray_heads.free_ports(len(names)), strict=True))
-    temp_dir = Path(os.path.realpath(__import__("tempfile").mkdtemp(prefix="efnode-")))
+    # Ray's temp dir inside a private (0700) folder: Ray makes the temp dir itself 0777 (issue 40.2)
+    private = Path(os.path.realpath(__import__("tempfile").mkdtemp(prefix="efnode-")))
+    temp_dir = private / "ray"
     tmp.mkdir(parents=True, exist_ok=True)
     log = tmp / "node.log"
     cmd = [
@@ -82,7 +84,7 @@ def joined_node(gcs: str, tmp: Path, env: dict[str, str], *, num_cpus: int = 1) 
         yield node
     finally:
         node.kill()
-        shutil.rmtree(temp_dir, ignore_errors=True)
+        shutil.rmtree(private, ignore_errors=True)
 
 
 def _busy_worker(node: Node, seen: list[str]) -> int | None:

@@ -620,6 +620,74 @@ def test_a_catalog_cannot_run_code_through_yaml_tags(tmp_path, tag):
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("shape", ["chain", "cycle"])
+def test_a_3000_deep_base_chain_fails_in_one_short_line(tmp_path, shape):
+    """Issue 40: 3,000 models each deriving from the next validated, then failed at load with a RecursionError
+    whose message named every model (22 KB in `failures`, the output and the report); a 3,000-model cycle gave 26 KB.
+    """
+    from typer.testing import CliRunner
+
+    from evalfarm.catalog.registry import CatalogError, load_catalog
+    from evalfarm.cli import app
+
+    n = 3000
+    derived = "  - {{id: m{i}, level: word, base: m{base}, postprocess: {{method: abtt, d: 1}}}}"
+    if shape == "chain":  # m2999 -> m2998 -> ... -> m0, a word-vector file
+        root = "  - {id: m0, level: word, kind: word-vectors, format: glove-text, source: {type: data, ref: v.txt}}"
+        models = [root] + [derived.format(i=i, base=i - 1) for i in range(1, n)]
+    else:  # m0 -> m1 -> ... -> m2999 -> m0
+        models = [derived.format(i=i, base=(i + 1) % n) for i in range(n)]
+    catalog = tmp_path / "deep.yaml"
+    catalog.write_text("models:\n" + "\n".join(models) + "\n")
+    with pytest.raises(CatalogError, match=r"base chain \(m\d+ -> m\d+ -> m\d+ -> …\) is deeper than 16") as err:
+        load_catalog(catalog)
+    assert len(str(err.value)) < 300
+    out = CliRunner().invoke(app, ["catalog", "validate", "--catalog", str(catalog)])
+    assert out.exit_code != 0 and len(out.output) < 400 and "deeper than 16" in out.output, out.output[:500]
+
+
+EVIL_TOKENIZER = """
+import pathlib, sys
+pathlib.Path(sys.argv[1]).write_text("ran")  # what a tokenizer's custom code could do
+from transformers import PreTrainedTokenizer
+class EvilTokenizer(PreTrainedTokenizer):
+    pass
+"""
+
+LOAD_ONNX = """
+import sys
+from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.loader import load_encoder
+spec = ModelSpec.model_validate({"id": "evil", "level": "sentence", "kind": "onnx",
+    "source": {"type": "path", "ref": sys.argv[1]}, "tokenizer": {"type": "path", "ref": sys.argv[2]}})
+try:
+    load_encoder([spec])
+except Exception as exc:
+    print("refused:", str(exc).splitlines()[0])
+"""
+
+
+@pytest.mark.slow  # a child process with transformers
+def test_an_onnx_models_tokenizer_never_runs_custom_code_even_when_asked_yes(tmp_path):
+    """Issue 40: the ONNX kind loaded a tokenizer folder with trust_remote_code unset; transformers then *asks*
+    whether to run the folder's code, and `echo y |` (a piped stdin) answered yes. It is now explicitly False."""
+    tok = tmp_path / "tokenizer"
+    tok.mkdir()
+    (tok / "tokenizer_config.json").write_text(
+        json.dumps({"auto_map": {"AutoTokenizer": ["evil.EvilTokenizer", None]}, "tokenizer_class": "EvilTokenizer"})
+    )
+    marker = tmp_path / "pwned"
+    (tok / "evil.py").write_text(EVIL_TOKENIZER.replace("sys.argv[1]", repr(str(marker))))
+    (tmp_path / "model.onnx").write_bytes(b"not a graph")
+    proc = subprocess.run(
+        [sys.executable, "-c", LOAD_ONNX, str(tmp_path / "model.onnx"), str(tok)],
+        input="y\ny\ny\n", capture_output=True, text=True, cwd=REPO, timeout=300,
+    )  # fmt: skip
+    assert not marker.exists(), "the tokenizer's code ran"
+    assert "refused:" in proc.stdout and "contains custom code" in proc.stdout, proc.stdout + proc.stderr[-2000:]
+    assert "Do you wish to run the custom code" not in proc.stdout + proc.stderr  # never asked
+
+
 # -- a catalog cannot make evalfarm read or write outside its base (issue 23, item 1) ---------------------------------
 # The attack: a third-party catalog names an attacker's URL, its payload's sha256 and a `files:` path that points
 # outside the data folder / the cache (absolute, `..`, `~`, or a symlink planted inside the folder). Every target here
@@ -917,6 +985,93 @@ def test_a_query_past_its_memory_limit_fails_cleanly(warehouse):
         warehouse.query(big, memory_limit="64MB")
 
 
+# -- issue 40.5: a query's result is bounded too ------------------------------------------------------------------
+def test_a_querys_result_stops_at_its_row_limit_under_the_memory_cap(warehouse):
+    """The reported attack: ``SELECT … FROM range(N)`` passed a 100 MB memory cap at 900 MB (the Arrow result and
+    the CLI's rows live outside DuckDB's cap). Now the result is fetched in batches and stops past 1,000,000 rows."""
+    import evalfarm
+    from evalfarm.warehouse.query import ResultTooLarge
+
+    big = "SELECT range AS i FROM range(20000000)"
+    with pytest.raises(ResultTooLarge, match=r"limit of 1,000,000 rows .*--max-rows.*EVALFARM_SQL_MAX_ROWS") as err:
+        evalfarm.query(big, warehouse=warehouse.root, memory_limit="100MB")
+    assert isinstance(err.value, MemoryError)  # what a caller of the memory cap already catches
+    assert evalfarm.query("SELECT * FROM range(10)", warehouse=warehouse.root, max_rows=10).num_rows == 10
+    with pytest.raises(ResultTooLarge, match="limit of 9 rows"):
+        evalfarm.query("SELECT * FROM range(10)", warehouse=warehouse.root, max_rows=9)
+    wide = "SELECT range AS i, repeat('x', 200) AS s FROM range(500000)"
+    with pytest.raises(ResultTooLarge, match=r"limit of 8,000,000 bytes .*--max-bytes.*EVALFARM_SQL_MAX_BYTES"):
+        evalfarm.query(wide, warehouse=warehouse.root, max_bytes="8MB")
+    assert evalfarm.query(wide, warehouse=warehouse.root, max_bytes=0).num_rows == 500000  # 0: no limit
+
+
+def test_the_result_limits_are_options_variables_and_settings(warehouse, tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+    from evalfarm.warehouse.query import QueryLimits, result_limits
+
+    assert QueryLimits.resolve().max_rows == 1_000_000 and QueryLimits.resolve().max_bytes == 10**9
+    monkeypatch.setenv("EVALFARM_SQL_MAX_ROWS", "5")
+    monkeypatch.setenv("EVALFARM_SQL_MAX_BYTES", "1MiB")
+    assert (QueryLimits.resolve().max_rows, QueryLimits.resolve().max_bytes) == (5, 2**20)
+    with result_limits(7, 0):  # what evalfarm.query passes down; an argument still wins
+        assert (QueryLimits.resolve().max_rows, QueryLimits.resolve(max_rows=3).max_rows) == (7, 3)
+        assert QueryLimits.resolve().max_bytes is None
+    runner = CliRunner()
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "SELECT * FROM range(6)"])
+    assert out.exit_code == 2 and "limit of 5 rows" in out.output and "Traceback" not in out.output
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "--max-rows", "6", "SELECT * FROM range(6)"])
+    assert out.exit_code == 0, out.output
+    monkeypatch.delenv("EVALFARM_SQL_MAX_ROWS")
+    monkeypatch.delenv("EVALFARM_SQL_MAX_BYTES")
+    cfg = tmp_path / ".evalfarm.toml"
+    cfg.write_text('sql_max_rows = 4\nsql_max_bytes = "1GB"\n')
+    monkeypatch.setenv("EVALFARM_CONFIG", str(cfg))
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "SELECT * FROM range(5)"])
+    assert out.exit_code == 2 and "limit of 4 rows" in out.output and "sql_max_rows" in out.output
+    out = runner.invoke(app, ["sql", "--warehouse", str(warehouse.root), "--max-bytes", "lots", "SELECT 1"])
+    assert out.exit_code == 2 and "sql_max_bytes must be a size" in out.output
+
+
+@pytest.mark.slow  # a child process fetching until it is stopped (seconds)
+def test_fetching_a_result_stops_at_the_timeout(warehouse):
+    """With no row or byte limit, the fetch itself (not only the query) is under the timeout."""
+    code = (
+        "import sys, evalfarm\n"
+        "try:\n"
+        "    evalfarm.query(sys.argv[2], warehouse=sys.argv[1], timeout_s=1.0, max_rows=0, max_bytes=0,"
+        " memory_limit='16GB')\n"
+        "except TimeoutError as exc:\n"
+        "    print('stopped', exc)\n"
+    )
+    endless = "SELECT range AS i, md5(range::VARCHAR) AS h FROM range(10000000000)"
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(warehouse.root), endless], capture_output=True, text=True, cwd=REPO,
+        timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout.startswith("stopped") and "--timeout" in proc.stdout, proc.stderr
+
+
+def test_the_statement_check_does_not_parse_a_200000_term_query(warehouse, monkeypatch):
+    """Parsing ran outside the timeout and the memory cap: an OR of 200,000 terms took seconds and gigabytes in
+    DuckDB's parser before anything else. The check refuses a query that long before the parser sees it."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    huge = "SELECT 1 WHERE " + " OR ".join(["1 = 1"] * 200_000)
+    parsed: list[int] = []
+    real = duckdb.extract_statements
+    monkeypatch.setattr(duckdb, "extract_statements", lambda sql: parsed.append(len(sql)) or real(sql))
+    with pytest.raises(ValueError, match=r"refused: the query is 1,\d{3},\d{3} characters long, and at most 100,000"):
+        check_read_only(huge)
+    out = CliRunner().invoke(app, ["sql", "--warehouse", str(warehouse.root), huge])
+    assert out.exit_code == 2 and "characters long" in out.output and len(out.output) < 400
+    assert parsed == []  # the parser never saw it
+    assert check_read_only("SELECT 1 WHERE " + " OR ".join(["1 = 1"] * 5_000)).startswith("SELECT")
+
+
 @pytest.mark.slow  # a child process running a query until it is stopped (seconds)
 def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""
@@ -1036,6 +1191,64 @@ def test_a_killed_drivers_token_folder_is_swept_at_the_next_start(tmp_path):
         (d / "auth_token").write_text("secret")
     assert sweep_stale_token_folders(str(tmp_path)) == [str(dead)]
     assert not dead.exists() and live.exists() and legacy.exists() and other.exists()
+
+
+KILLED_DRIVER = """
+import os, sys
+from evalfarm.scheduler.ray_executor import connect
+import ray
+assert connect(None, num_cpus=1)
+ray.get(ray.remote(lambda: 1).remote())  # a worker process too
+print(os.environ["RAY_AUTH_TOKEN_PATH"], flush=True)
+sys.stdin.readline()
+"""
+
+
+def _carrying(token: str) -> list[int]:
+    """This user's processes whose environment holds the driver's token path: its Ray's, and nothing else."""
+    marker = f"RAY_AUTH_TOKEN_PATH={token}".encode()
+    found = []
+    for name in filter(str.isdigit, os.listdir("/proc")):
+        with contextlib.suppress(OSError):
+            if marker in Path(f"/proc/{name}/environ").read_bytes().split(b"\0"):
+                found.append(int(name))
+    return found
+
+
+@pytest.mark.slow  # a driver with its own local Ray, killed
+def test_a_killed_driver_leaves_no_ray_process_and_no_token_folder(tmp_path):
+    """Issue 40: a driver killed with SIGKILL runs no atexit; its GCS and raylet die with it, but Ray's dashboard and
+    runtime-env agents lived on, and its token folder stayed until the next run. Its watchdog now removes both."""
+    driver = subprocess.Popen(
+        [sys.executable, "-c", KILLED_DRIVER], cwd=REPO, env=_no_token_env(tmp_path / "home"), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
+    )  # fmt: skip
+    token = ""
+    try:
+        token = driver.stdout.readline().strip()
+        assert token, driver.stderr.read()[-3000:] if driver.poll() is not None else "no token"
+        ray_pids = [p for p in _carrying(token) if p != driver.pid]
+        assert len(ray_pids) >= 3  # the GCS, the raylet, the agents, a worker...
+        driver.kill()  # SIGKILL of the driver alone, as the OOM killer or `kill -9 <pid>` does
+        driver.wait(timeout=30)
+        deadline = time.monotonic() + 60
+        while (_carrying(token) or Path(token).parent.exists()) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = {p: _cmdline(p) for p in _carrying(token)}
+        assert left == {}, f"the killed driver's Ray left {left}"
+        assert not Path(token).parent.exists()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(driver.pid, signal.SIGKILL)
+        for pid in _carrying(token) if token else ():  # what a failing run left
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> str:
+    with contextlib.suppress(OSError):
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:120]
+    return "?"
 
 
 def test_connect_names_its_token_folder_after_its_pid_and_sweeps_first(tmp_path, monkeypatch):

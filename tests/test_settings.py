@@ -96,6 +96,12 @@ def test_config_show_says_where_each_setting_comes_from(tmp_path, monkeypatch, b
         "sql_timeout": ("300", "(default)"),
         "sql_memory_limit": ("4GB", "(default)"),
         "notify": ("", "(default)"),
+        "sql_max_rows": ("1000000", "(default)"),
+        "sql_max_bytes": ("1GB", "(default)"),
+        "model_paths": ("", "(default)"),
+        "archive_max_size": ("20GB", "(default)"),
+        "archive_max_ratio": ("200", "(default)"),
+        "archive_max_members": ("100000", "(default)"),
     }
 
 

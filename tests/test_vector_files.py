@@ -121,7 +121,8 @@ def test_a_nan_outside_the_pool_fails_the_model_through_the_loader() -> None:
             "source": {"type": "path", "ref": str(BAD / "nan_outside_pool.txt")},
         }
     )
-    with pytest.raises(ModelLoadError, match=r"model 'glove-with-a-nan'.*nan_outside_pool\.txt:7: 'zyzzyva'") as exc:
+    nan = r"model 'glove-with-a-nan'.*nan_outside_pool\.txt:7: a vector with NaN"
+    with pytest.raises(ModelLoadError, match=nan) as exc:
         load_encoder([spec])
     assert isinstance(exc.value.__cause__, NonFiniteVectors)
 
@@ -328,7 +329,8 @@ def test_a_one_dimensional_word2vec_header_in_glove_text_is_told_apart_from_a_wo
     n = wv_mod.SAMPLE_LINES + 500
     body = "".join(f"w{i} {i / n!r}\n" for i in range(n))
     (tmp_path / "long.txt").write_text(f"{n} 1\n" + body)
-    with pytest.raises(ModelLoadError, match=rf"long\.txt:1: '{n} 1' looks like a word2vec 'count dim' header"):
+    header = r"long\.txt:1: the first line \(two whole numbers\) looks like a word2vec 'count dim' header"
+    with pytest.raises(ModelLoadError, match=header):
         WordVectors.load(tmp_path / "long.txt", "glove-text", cache=False)
     assert WordVectors.load(tmp_path / "long.txt", "word2vec-text", cache=False).vocab_size() == n
     (tmp_path / "word.txt").write_text("7 1\nalpha 0.5\nbeta 0.25\n")  # the word '7', not a count of 2 lines

@@ -204,3 +204,145 @@ def test_a_staged_file_is_the_bytes_a_plain_write_publishes_and_its_hash_is_thei
     body = Path(plain).read_bytes()
     assert (Path(wh.base) / staged.path).read_bytes() == body
     assert (staged.sha256, staged.size) == (hashlib.sha256(body).hexdigest(), len(body))
+
+
+# -- `evalfarm verify --deep` (issue 40): the numbers' meaning, when bytes and manifest were both rewritten ----------
+@pytest.fixture(scope="module")
+def ranked(tmp_path_factory, toy_glove) -> Path:
+    """A warehouse with one EvalRank unit (the toy GloVe on the word pool, ranks kept), computed once."""
+    d = tmp_path_factory.mktemp("deep")
+    toy = f"{{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}"
+    (d / "cat.yaml").write_text(f"include: [{TASKS}]\ntasks: [evalrank-word]\nmodels:\n  - {toy}\n")
+    summary = evalfarm.run(d / "cat.yaml", warehouse=d / "wh", executor="local")
+    assert summary.counts()["done"] == 1
+    return d / "wh"
+
+
+@pytest.fixture
+def rwh(ranked, tmp_path) -> Warehouse:
+    import shutil
+
+    shutil.copytree(ranked, tmp_path / "rwh")
+    return Warehouse(tmp_path / "rwh")
+
+
+def _rewrite_through_the_runs_api(wh: Warehouse, value: dict[tuple[str, str | None, str], float]) -> None:
+    """The forger's way around `verify`: the unit's metrics written again through the very function a run writes
+    with (`write_results`: the file under its own name and fingerprint, and a new manifest row with its hash), every
+    number as it was except ``value``'s (variant, ties, metric)."""
+    from evalfarm.execute import write_results
+    from evalfarm.plan import Unit
+    from evalfarm.scorers import scorer_for
+    from evalfarm.scorers.base import MetricRow, ScoreResult
+
+    rows = wh.query(
+        "SELECT m.*, h.task_checksum FROM metrics m JOIN (SELECT DISTINCT fingerprint, task_checksum "
+        "FROM metrics_history) h USING (fingerprint) WHERE scorer = 'evalrank'"
+    ).to_pylist()
+    r0 = rows[0]
+    unit = Unit(r0["model"], r0["task"], "evalrank", "word", r0["spec_hash"], r0["task_checksum"], r0["params"],
+                r0["fingerprint"])  # fmt: skip
+    forged = [
+        MetricRow(
+            r["metric"],
+            value.get((r["variant"], r["ties"], r["metric"]), r["value"]),
+            r["subset"],
+            r["variant"],
+            r["ties"],
+        )  # fmt: skip
+        for r in rows
+    ]
+    write_results(wh, "forger", unit, scorer_for("evalrank"), ScoreResult(rows=forged))
+
+
+def test_deep_finds_nothing_wrong_in_honest_warehouses(rwh, ranked, wh, computed) -> None:
+    for w, cat in ((rwh, ranked.parent / "cat.yaml"), (wh, computed.parent / "cat.yaml")):
+        result = evalfarm.verify(warehouse=w.root, deep=True, sample=1, catalog=cat)
+        assert result.ok and result.findings == (), result.findings
+        assert result.deep is not None and result.deep.numbers > 0 and len(result.deep.recomputed_units) == 1
+    assert result.deep.from_ranks == 0  # word similarity has no ranks table
+    assert evalfarm.verify(warehouse=rwh.root, deep=True, sample=0).deep.from_ranks == 34  # 2 variants x 17
+
+
+def test_an_evalrank_unit_whose_ranks_rows_were_removed_is_reported(rwh) -> None:
+    """A writer who removes the per-pair rows (so that no number can be compared with them) leaves a unit whose params
+    keep them and which has none: `--deep` names it, per variant, rather than counting nothing as agreement."""
+    from tests.support.warehouse_files import rewrite_files
+
+    assert evalfarm.verify(warehouse=rwh.root, deep=True, sample=0).ok
+    rewrite_files(rwh, "ranks", lambda t: t.slice(0, 0))
+    assert evalfarm.query("SELECT count(*) AS n FROM ranks", warehouse=rwh.root).column("n")[0].as_py() == 0
+    result = evalfarm.verify(warehouse=rwh.root, deep=True, sample=0)
+    assert result.deep.from_ranks == 0
+    assert sorted(f.detail for f in result.errors if f.problem == "disagrees-with-ranks") == [
+        "evalrank/cos: no ranks rows under its fingerprint, though its params keep them",
+        "evalrank/l2: no ranks rows under its fingerprint, though its params keep them",
+    ]
+
+
+def test_a_forged_mrr_with_its_manifest_rewritten_is_caught_by_deep(rwh, ranked) -> None:
+    """The reported forgery: MRR 0.99 beside Hits@1 0.046 (impossible: MRR <= (1 + Hits@1) / 2), where the ranks
+    table gives about 0.1. The byte check believes it (file and manifest agree); --deep reports it three ways."""
+    honest = {
+        r["metric"]: r["value"]
+        for r in rwh.query(
+            "SELECT metric, value FROM metrics WHERE variant = 'cos' AND ties = 'optimistic'"
+        ).to_pylist()
+    }
+    assert honest["mrr"] < 0.5 and honest["hits@1"] < 0.2
+    _rewrite_through_the_runs_api(rwh, {("cos", "optimistic", "mrr"): 0.99})
+    assert 0.99 in evalfarm.query("SELECT value FROM metrics", warehouse=rwh.root).column("value").to_pylist()
+    assert evalfarm.verify(warehouse=rwh.root).ok  # the documented limit of the byte check
+
+    result = evalfarm.verify(warehouse=rwh.root, deep=True, sample=1, catalog=ranked.parent / "cat.yaml")
+    assert not result.ok
+    found = {(f.problem, f.detail.split(":", 1)[0]) for f in result.errors}
+    assert ("inconsistent", "evalrank/cos") in found  # MRR against Hits@k (and the tie policies' order)
+    assert ("disagrees-with-ranks", "evalrank/cos/optimistic/mrr") in found
+    assert ("disagrees-with-embeddings", "evalrank/cos/optimistic/mrr") in found  # the suspect unit is sampled first
+    (ranks,) = [f for f in result.errors if f.problem == "disagrees-with-ranks"]
+    assert "stored 0.99, its" in ranks.detail and f"give {honest['mrr']:.6g}" in ranks.detail
+    assert all("mrr" in f.detail for f in result.errors), result.errors  # the forged number, and nothing else
+    assert {(m, t) for m, t, _ in result.untrusted_units()} == {("toy", "evalrank-word")}
+
+    cli = _cli("--warehouse", str(rwh.root), "--deep", "--catalog", str(ranked.parent / "cat.yaml"))
+    assert cli.exit_code == 1, cli.output
+    assert "disagrees-with-ranks" in cli.output and "inconsistent" in cli.output and "--force" in cli.output
+    assert "recomputed toy · evalrank-word" in cli.output
+
+
+def test_a_forger_who_keeps_the_numbers_consistent_is_caught_by_the_ranks_and_the_embeddings(rwh, ranked) -> None:
+    """Every optimistic number of one variant scaled into another consistent set (Hits@k and MRR raised together):
+    no relation breaks, but the ranks table and the stored embeddings still say otherwise."""
+    rows = rwh.query("SELECT metric, value FROM metrics WHERE variant = 'l2' AND ties = 'optimistic'").to_pylist()
+    forged = {("l2", "optimistic", r["metric"]): r["value"] for r in rows}
+    forged.update({("l2", "optimistic", "hits@1"): 0.5, ("l2", "optimistic", "hits@3"): 0.6,
+                   ("l2", "optimistic", "hits@10"): 0.7, ("l2", "optimistic", "mrr"): 0.55,
+                   ("l2", "optimistic", "mr"): 40.0})  # fmt: skip
+    _rewrite_through_the_runs_api(rwh, forged)
+    result = evalfarm.verify(warehouse=rwh.root, deep=True, sample=0)
+    problems = {f.problem for f in result.errors}
+    assert "disagrees-with-ranks" in problems and not result.ok
+    assert not [f for f in result.errors if f.problem == "inconsistent" and "optimistic:" in f.detail], result.errors
+
+
+@pytest.mark.parametrize(
+    ("ties", "values", "bad"),
+    [
+        ("optimistic", {"mrr": 0.99, "hits@1": 0.046, "hits@3": 0.08, "hits@10": 0.15, "mr": 900.0}, "mrr 0.99 >"),
+        ("optimistic", {"mrr": 0.3, "hits@1": 0.2, "hits@3": 0.1, "hits@10": 0.4, "mr": 50.0}, "hits@1 0.2 > hits@3"),
+        ("optimistic", {"mrr": 0.5, "hits@1": 0.4, "hits@3": 0.6, "hits@10": 0.8, "mr": 1.5}, "mr 1.5 <"),
+        ("optimistic", {"mrr": 1.2, "hits@1": 1.0, "mr": 1.0}, "mrr 1.2 >"),
+        ("realistic", {"mrr": 2 / 3, "hits@1": 0.0, "hits@3": 1.0, "mr": 1.5}, None),  # every rank 1.5: possible
+        ("optimistic", {"mrr": 2 / 3, "hits@1": 0.0, "hits@3": 1.0, "mr": 1.5}, "mrr 0.666667 >"),  # whole: not
+        ("pessimistic", {"mrr": 0.096, "hits@1": 0.046, "hits@3": 0.1, "hits@10": 0.2, "mr": 800.0}, None),
+    ],
+)
+def test_rank_metrics_that_cannot_hold_together_are_named(ties, values, bad) -> None:
+    from evalfarm.warehouse.verify import rank_metric_problems
+
+    problems = rank_metric_problems(ties, values)
+    if bad is None:
+        assert problems == []
+    else:
+        assert problems and problems[0].startswith(bad), problems

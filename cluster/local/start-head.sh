@@ -15,8 +15,10 @@
 # (EVALFARM_DASHBOARD_PORT, 8265) are pinned; every other server gets EVALFARM_<NAME>_PORT (CLIENT, NODE_MANAGER,
 # OBJECT_MANAGER, AGENT_HTTP, AGENT_GRPC, RUNTIME_ENV, METRICS, AUTOSCALER_METRICS, DASHBOARD_METRICS) or a free
 # port picked at start (Ray's fixed defaults would collide with another head on this machine); workers listen in
-# EVALFARM_MIN_WORKER_PORT..EVALFARM_MAX_WORKER_PORT (10002..19999). The head gets a Ray temp dir of its own (a
-# fresh /tmp/evalfarm-head-XXXXXX, or EVALFARM_RAY_TEMP_DIR) and a process session of its own; what it started
+# EVALFARM_MIN_WORKER_PORT..EVALFARM_MAX_WORKER_PORT (10002..19999). The head gets a Ray temp dir of its own
+# (<private>/ray, where <private> is a fresh /tmp/evalfarm-head-XXXXXX or EVALFARM_RAY_TEMP_DIR, mode 0700: Ray
+# makes its temp and session dirs 0777, and only the private folder above them keeps other local users from
+# reading the logs or replacing a cached working_dir package) and a process session of its own; what it started
 # (session id, temp and session dirs, GCS address, ports, the pids of its processes) is written to
 # "$EVALFARM_RAY_DIR/head", which stop.sh reads to stop exactly this head and no other Ray on the machine. Ports
 # and the temp dir go through these variables, never as extra arguments, so that the record stays true.
@@ -139,16 +141,25 @@ export AUTOSCALER_METRIC_PORT="${EVALFARM_AUTOSCALER_METRICS_PORT:-${free_ports[
 export DASHBOARD_METRIC_PORT="${EVALFARM_DASHBOARD_METRICS_PORT:-${free_ports[8]}}"
 unset RAY_GCS_SERVER_PORT # --port decides
 
-# The head's own Ray temp dir, not /tmp/ray (where other people's `ray start` / `ray.init()` look); short, since
-# Ray's socket paths under it must fit in 108 bytes.
+# The head's own Ray temp dir, not /tmp/ray (where other people's `ray start` / `ray.init()` look), inside a
+# folder only this user can enter: Ray makes its temp dir and each session dir 0777, so without the private parent
+# another local user reads every log and replaces a cached working_dir package (the next job with that working dir
+# runs it). Short, since Ray's socket paths under it must fit in 108 bytes.
 if [[ -n "${EVALFARM_RAY_TEMP_DIR:-}" ]]; then
-  TEMP_DIR="$EVALFARM_RAY_TEMP_DIR"
+  PRIVATE_DIR="$EVALFARM_RAY_TEMP_DIR"
   OWN_TEMP_DIR=0
-  mkdir -p "$TEMP_DIR"
+  (umask 077 && mkdir -p "$PRIVATE_DIR")
+  if [[ -L "$PRIVATE_DIR" || ! -d "$PRIVATE_DIR" || "$(stat -c %u "$PRIVATE_DIR")" != "$(id -u)" ]]; then
+    echo "error: EVALFARM_RAY_TEMP_DIR=$PRIVATE_DIR is not a folder of $(id -un)'s own (another user's, or a" \
+      "link): the head's temp dir must sit in a folder only you can enter" >&2
+    exit 2
+  fi
+  chmod 700 "$PRIVATE_DIR"
 else
-  TEMP_DIR="$(mktemp -d /tmp/evalfarm-head-XXXXXX)"
+  PRIVATE_DIR="$(mktemp -d /tmp/evalfarm-head-XXXXXX)" # 0700
   OWN_TEMP_DIR=1
 fi
+TEMP_DIR="$PRIVATE_DIR/ray"
 
 (
   umask 077
@@ -212,6 +223,7 @@ write_record() { # $1: the session dir ("" while unknown). Pids with their start
       echo "leader=$LEADER"
       echo "uid=$(id -u)"
       echo "temp_dir=$TEMP_DIR"
+      echo "private_dir=$PRIVATE_DIR"
       echo "own_temp_dir=$OWN_TEMP_DIR"
       echo "session_dir=$1"
       echo "gcs_address=$NODE_IP:$GCS_PORT"

@@ -43,13 +43,14 @@ if [[ ! -f "$RECORD" ]]; then
   exit 1
 fi
 
-session_id="" temp_dir="" own_temp_dir=0 gcs_address="" pids="" leader="" uid=""
+session_id="" temp_dir="" private_dir="" own_temp_dir=0 gcs_address="" pids="" leader="" uid=""
 while IFS='=' read -r key value; do
   case "$key" in
     session_id) session_id="$value" ;;
     leader) leader="$value" ;;
     uid) uid="$value" ;;
     temp_dir) temp_dir="$value" ;;
+    private_dir) private_dir="$value" ;;
     own_temp_dir) own_temp_dir="$value" ;;
     gcs_address) gcs_address="$value" ;;
     pids) pids="$value" ;;
@@ -129,7 +130,10 @@ else
 fi
 
 rm -f "$RAY_DIR/auth_token" "$RAY_DIR/env" "$RECORD" # start-head.sh makes a new token for the next head
-if [[ "$own_temp_dir" == 1 && "$temp_dir" == /tmp/evalfarm-head-* ]]; then
-  rm -rf -- "$temp_dir"
+if [[ "$own_temp_dir" == 1 ]]; then # the private folder start-head.sh made (a record before it: the temp dir)
+  own="${private_dir:-$temp_dir}"
+  if [[ "$own" == /tmp/evalfarm-head-* ]]; then
+    rm -rf -- "$own"
+  fi
 fi
 echo "stopped" >&2

@@ -169,6 +169,9 @@ def _parse_file(path: Path) -> CatalogFile:
 
 
 FAMILIES = ("neural", "word-vectors", "bag-of-words", "post-processed")
+MAX_BASE_DEPTH = 16
+"""The most bases a model derives from (``base:`` of ``base:`` …); the shipped catalogs go 2 deep (a bag of words
+over a post-processed word model)."""
 """The zoo's composition (:meth:`Catalog.family`), in the order it is printed."""
 
 
@@ -219,7 +222,9 @@ class Catalog:
             raise CatalogError(f"unknown task id {task_id!r} (known: {', '.join(sorted(self.tasks))})") from None
 
     def lineage(self, model_id: str) -> list[ModelSpec]:
-        """The model and its bases, nearest first (a cycle is an error naming it, never a hang)."""
+        """The model and its bases, nearest first (a cycle is an error naming it, never a hang; a chain longer than
+        :data:`MAX_BASE_DEPTH` is an error too, in one short line: every layer of a derived model nests a loader,
+        and 3,000 of them ended in a RecursionError whose message named each model, 22 KB)."""
         chain = [self.model(model_id)]
         seen = {model_id}
         while chain[-1].base is not None:
@@ -227,6 +232,12 @@ class Catalog:
             if base in seen:
                 cycle = " -> ".join([*(s.id for s in chain), base])
                 raise CatalogError(f"{self.path}: model {model_id!r}: base cycle {cycle}")
+            if len(chain) > MAX_BASE_DEPTH:
+                shown = " -> ".join(s.id for s in chain[:3])
+                raise CatalogError(
+                    f"{self.path}: model {model_id!r}: its base chain ({shown} -> …) is deeper than "
+                    f"{MAX_BASE_DEPTH} models; a model derives from at most {MAX_BASE_DEPTH} bases"
+                )
             seen.add(base)
             chain.append(self.model(base))
         return chain

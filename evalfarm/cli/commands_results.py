@@ -65,6 +65,21 @@ def sql(
             "sql_memory_limit, else 4GB]"
         ),
     ] = None,
+    max_rows: Annotated[
+        int | None,
+        typer.Option(
+            min=0,
+            help="stop when the result passes this many rows (0: no limit) [default: $EVALFARM_SQL_MAX_ROWS, else "
+            "the config file's sql_max_rows, else 1000000]",
+        ),
+    ] = None,
+    max_bytes: Annotated[
+        str | None,
+        typer.Option(
+            help="stop when the result passes this size, e.g. 4GB (0: no limit) [default: $EVALFARM_SQL_MAX_BYTES, "
+            "else the config file's sql_max_bytes, else 1GB]"
+        ),
+    ] = None,
     as_of: Annotated[
         str | None,
         typer.Option(
@@ -75,7 +90,15 @@ def sql(
 ) -> None:
     try:
         wh = api.open_warehouse(warehouse)
-        table = api.query(query, warehouse=wh, timeout_s=timeout, memory_limit=memory_limit, as_of=as_of)
+        table = api.query(
+            query,
+            warehouse=wh,
+            timeout_s=timeout,
+            memory_limit=memory_limit,
+            max_rows=max_rows,
+            max_bytes=max_bytes,
+            as_of=as_of,
+        )
     except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError, ValueError) as exc:
         fail(str(exc))
     except Exception as exc:
@@ -359,21 +382,42 @@ StrictOpt = Annotated[
 ]
 
 
+DeepOpt = Annotated[
+    bool,
+    typer.Option(
+        "--deep",
+        help="also check the numbers: each against the others of its unit, EvalRank's against its ranks table, "
+        "and --sample units scored again from their stored embeddings",
+    ),
+]
+SampleOpt = Annotated[
+    int | None, typer.Option(min=0, help="--deep: units scored again from their stored embeddings [default: 2]")
+]
+VerifyCatalogOpt = Annotated[
+    str | None, typer.Option(help="--deep: the catalog whose tasks the sample is scored on [default: the settings']")
+]
+
+
 @app.command()
 def verify(
     warehouse: WarehouseOpt = "warehouse",
     model: ModelFilterOpt = None,
     strict: StrictOpt = False,
     format: FormatOpt = Format.table,
+    deep: DeepOpt = False,
+    sample: SampleOpt = None,
+    catalog: VerifyCatalogOpt = None,
 ) -> None:
     """Check every result file against the content hashes its run recorded and its fingerprint; exit 1 on a mismatch.
 
     Reports files modified after their run wrote them, deleted, or damaged; files written before manifests existed
-    are "unrecorded" (an error with --strict). Rerun the units it names with `evalfarm run --force`.
+    are "unrecorded" (an error with --strict). --deep checks what the numbers say too: a writer who rewrote a result
+    file and its manifest is found when the number contradicts its unit's others, its detail table or its stored
+    embeddings (docs/operations.md says what it cannot catch). Rerun the units it names with `evalfarm run --force`.
     """
     try:
-        result = api.verify(warehouse=warehouse, model=model, strict=strict)
-    except (FileNotFoundError, PermissionError, NotADirectoryError) as exc:
+        result = api.verify(warehouse=warehouse, model=model, strict=strict, deep=deep, sample=sample, catalog=catalog)
+    except (FileNotFoundError, PermissionError, NotADirectoryError, TimeoutError, MemoryError) as exc:
         fail(str(exc))
     columns = ["problem", "path", "model", "task", "detail"]
     if format is not Format.table:  # machine-readable: everything a finding holds
@@ -389,6 +433,18 @@ def verify(
         highlight=False,
         markup=False,
     )
+    if result.deep is not None:
+        d = result.deep
+        console.print(
+            f"deep: {d.numbers} current number(s) checked against each other, {d.from_ranks} recomputed from the "
+            f"ranks table, {len(d.recomputed_units)} unit(s) scored again from their stored embeddings",
+            highlight=False,
+            markup=False,
+        )
+        for line in d.recomputed_units:
+            console.print(f"  recomputed {line}", highlight=False, markup=False)
+        for line in d.skipped_units:
+            console.print(f"  not recomputed {line}", highlight=False, markup=False)
     if not result.ok:
         units = sorted(result.untrusted_units())
         if units:

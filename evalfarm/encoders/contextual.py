@@ -41,8 +41,8 @@ def contextual_word_vectors(
     import torch
     from transformers import AutoModel, AutoTokenizer
 
-    tok = AutoTokenizer.from_pretrained(str(folder))
-    model = AutoModel.from_pretrained(str(folder)).eval()
+    tok = AutoTokenizer.from_pretrained(str(folder), trust_remote_code=False)  # never asks (issue 40)
+    model = AutoModel.from_pretrained(str(folder), trust_remote_code=False).eval()
     n_layers = int(model.config.num_hidden_layers)
     if not 0 <= layer <= n_layers:
         raise ValueError(f"layer {layer}: the model has layers 0..{n_layers}")

@@ -57,7 +57,8 @@ class _Tok:
         elif path.is_dir():
             from transformers import AutoTokenizer
 
-            self._hf = AutoTokenizer.from_pretrained(str(path))
+            # explicit: left unset, transformers *asks* on a folder with custom code, and `echo y |` runs it
+            self._hf = AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
             self.pad_id = int(self._hf.pad_token_id or 0)
         else:
             raise FileNotFoundError(f"tokenizer not found: {path} (a tokenizer.json file or a tokenizer folder)")

@@ -12,16 +12,25 @@ import importlib.metadata
 import os
 import re
 import shutil
-import tarfile
 import urllib.parse
 import urllib.request
-import zipfile
 from pathlib import Path
 from typing import Any
 
 from evalfarm import atomic
-from evalfarm.cache import ChecksumMismatch, UnsafeLocation, cache_dir, confined, download, sha256_file
+from evalfarm.cache import (
+    ChecksumMismatch,
+    UnsafeLocation,
+    cache_dir,
+    check_relative,
+    confined,
+    download,
+    sha256_file,
+)
 from evalfarm.catalog.specs import Source
+from evalfarm.config import ENV_VARS
+from evalfarm.encoders.archives import ArchiveLimits
+from evalfarm.encoders.archives import unpack as unpack_archive
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.provenance import package_versions
 
@@ -42,9 +51,7 @@ def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | st
     if source.type == "zoo":
         return _resolve_zoo(source)
     if source.type == "path":
-        root = Path(source.ref).expanduser()
-        if not root.is_absolute() and base_dir is not None:
-            root = Path(base_dir) / root
+        root = _allowed_path(source, base_dir)
         if not root.exists():
             raise ModelLoadError(
                 f"path source not found: {root}"
@@ -57,9 +64,43 @@ def resolve_source(source: Source, *, base_dir: Path | None = None) -> Path | st
     else:  # pragma: no cover - Literal keeps this out
         raise ModelLoadError(f"unknown source type {source.type!r}")
     out = _inside(root, source.path, key=None)
+    if not _is_archive(root):  # a file inside a folder: itself inside a folder the user allowed, links resolved
+        _allowed_path(Source(type="path", ref=str(out)), None)
     if source.sha256 and out.is_file():
         _verify(out, source.sha256)
     return out
+
+
+MODEL_PATHS_ENV = ENV_VARS["model_paths"]
+
+
+def model_roots() -> list[Path]:
+    """The folders a ``path`` model source may read: the data folder (``EVALFARM_DATA``), the cache, and the folders
+    the user names in ``EVALFARM_MODEL_PATHS`` (the config file's ``model_paths``); never one a catalog names."""
+    roots = [Path(d).expanduser() for d in (os.environ.get("EVALFARM_DATA", ""),) if d]
+    roots.append(cache_dir())
+    roots += [Path(p).expanduser() for p in os.environ.get(MODEL_PATHS_ENV, "").split(os.pathsep) if p.strip()]
+    return roots
+
+
+def _allowed_path(source: Source, base_dir: Path | None) -> Path:
+    """The local path of a ``path`` source (``~`` expanded, a relative one against the catalog's folder), once it
+    is known to lie, symlinks resolved, inside one of :func:`model_roots`; :class:`ModelLoadError` otherwise, before
+    anything is read (whether the file exists is not said either). A catalog names files, never where they may be:
+    it could otherwise point a model at ``~/.ssh/id_rsa`` or ``/proc/self/environ``."""
+    root = Path(source.ref).expanduser()
+    if not root.is_absolute() and base_dir is not None:
+        root = Path(base_dir) / root
+    real = root.resolve()
+    for allowed in model_roots():
+        if real.is_relative_to(allowed.resolve()):
+            return root
+    shown = ", ".join(str(r) for r in model_roots())
+    raise ModelLoadError(
+        f"path source {str(root)!r} lies outside the folders model files may be read from ({shown}): a catalog "
+        f"cannot name them; add the folder to {MODEL_PATHS_ENV} or to model_paths in .evalfarm.toml "
+        "(`evalfarm config set model_paths=FOLDER`)"
+    )
 
 
 def _resolve_data(source: Source) -> Path:
@@ -93,7 +134,7 @@ def _resolve_package(source: Source) -> Path:
         raise ModelLoadError(
             f"Python distribution {source.ref!r} is not installed: pip install {source.requirement or source.ref}"
         ) from None
-    located = Path(str(dist.locate_file(source.path or "")))
+    located = Path(str(dist.locate_file(_checked(source.path) if source.path else "")))
     if not located.exists():
         raise ModelLoadError(
             f"{source.path!r} not found inside installed distribution {source.ref!r} "
@@ -147,7 +188,7 @@ def _unpack_parts(source: Source, first: Path) -> Path:
             _unpack(joined, target)
         finally:
             joined.unlink(missing_ok=True)
-    out = target / (source.member or "")
+    out = _confined(target, source.member, "source member") if source.member else target
     if not out.exists():
         raise ModelLoadError(f"{source.member!r} not found inside the archive of {source.ref!r} (looked at {out})")
     return out
@@ -172,43 +213,45 @@ def _inside(root: Path, sub: str | None, key: str | None) -> Path:
             st = root.stat()
             key = hashlib.sha256(f"{root.resolve()}:{st.st_size}:{st.st_mtime_ns}".encode()).hexdigest()
         target = _unpack(root, cache_dir() / "unpacked" / key[:16])
-        out = target / sub
+        out = _confined(target, sub)
     else:
-        out = root / sub
+        out = root / _checked(sub)
     if not out.exists():
         raise ModelLoadError(f"{sub!r} not found inside {root} (looked at {out})")
     return out
 
 
+def _checked(sub: str, what: str = "source path") -> str:
+    """``sub`` when it is a plain relative path (a spec built without validation is checked here too)."""
+    try:
+        return check_relative(sub, what=what)
+    except UnsafeLocation as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
+def _confined(base: Path, sub: str, what: str = "source path") -> Path:
+    """``base / sub`` inside ``base`` once resolved (:func:`evalfarm.cache.confined`), as a ModelLoadError."""
+    try:
+        return confined(base, sub, what=what)
+    except UnsafeLocation as exc:
+        raise ModelLoadError(str(exc)) from None
+
+
 def _unpack(archive: Path, target: Path) -> Path:
-    """Unpack into ``target`` atomically (a temp folder renamed into place); reuse when already there."""
+    """Unpack into ``target`` atomically (a temp folder renamed into place); reuse when already there. Every
+    member is checked and the archive's limits apply (:mod:`evalfarm.encoders.archives`): a refused archive leaves
+    nothing behind."""
     if target.is_dir():
         return target
-
-    def unpack(tmp: Path) -> None:
-        name = archive.name.lower()
-        if name.endswith(".zip"):
-            with zipfile.ZipFile(archive) as zf:
-                for member in zf.namelist():
-                    dest = (tmp / member).resolve()
-                    if not dest.is_relative_to(tmp.resolve()):
-                        raise ModelLoadError(f"{archive}: unsafe path in archive: {member!r}")
-                zf.extractall(tmp)
-        else:
-            with tarfile.open(archive) as tf:
-                tf.extractall(tmp, filter="data")
-
-    try:
-        atomic.publish_dir(target, unpack)  # another process that unpacked it first wins
-    except (zipfile.BadZipFile, tarfile.TarError) as exc:
-        raise ModelLoadError(f"{archive}: cannot unpack archive: {exc}") from exc
+    limits = ArchiveLimits.from_env()
+    atomic.publish_dir(target, lambda tmp: unpack_archive(archive, tmp, limits))  # another process first: it wins
     return target
 
 
 def _resolve_zoo(source: Source) -> Path:
     """A model trained by ``evalfarm zoo build``, inside the cache; a clear error when it is not built yet."""
-    root = cache_dir() / "zoo" / source.ref
-    target = root / (source.path or "")
+    root = _confined(cache_dir() / "zoo", source.ref, "zoo source ref")
+    target = _confined(root, source.path) if source.path else root
     if not target.exists():
         raise ModelLoadError(
             f"zoo model {source.ref!r} is not built (looked at {target}): run `evalfarm zoo build` "

@@ -26,6 +26,7 @@ pipeline's ``vocab/`` folder (JSON, msgpack and ``.npy`` data) without resolving
 from __future__ import annotations
 
 import itertools
+import pickle
 import re
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
@@ -409,10 +410,14 @@ def _gensim_vectors(path: Path, fmt: str) -> Any:
         _check_binary_header(path)
         try:
             return KeyedVectors.load_word2vec_format(str(path), binary=True)
+        except (UnicodeDecodeError, pickle.UnpicklingError) as exc:  # their messages quote the file's bytes
+            raise ModelLoadError(f"{path}: not a valid word2vec binary file: {_reason(exc)}") from None
         except Exception as exc:
             raise ModelLoadError(f"{path}: not a valid word2vec binary file: {type(exc).__name__}: {exc}") from exc
     try:
         kv = KeyedVectors.load(str(path), mmap="r")
+    except (UnicodeDecodeError, pickle.UnpicklingError) as exc:
+        raise ModelLoadError(f"{path}: not a gensim KeyedVectors file (KeyedVectors.save): {_reason(exc)}") from None
     except Exception as exc:
         raise ModelLoadError(
             f"{path}: not a gensim KeyedVectors file (KeyedVectors.save): {type(exc).__name__}: {exc}"
@@ -450,7 +455,7 @@ def _check_binary_header(path: Path) -> None:
     if not first.endswith(b"\n") or len(parts) != 2 or not all(re.fullmatch(rb"\d{1,18}", p) for p in parts):
         raise ModelLoadError(
             f"{path}: not a valid word2vec binary file: the first line must be a header 'count dim' (two decimal "
-            f"numbers), got {first[:80]!r}"
+            f"numbers), got {_shape(first)}"
         )
     count, dim = int(parts[0]), int(parts[1])
     _check_dim(path, dim, "the header's")
@@ -565,7 +570,7 @@ def _read_vocab(path: Path, matrix_path: Path, rows: int) -> list[str]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as exc:
-        raise ModelLoadError(f"{path}: vocabulary file is not UTF-8 text: {exc}") from exc
+        raise ModelLoadError(f"{path}: vocabulary file is not UTF-8 text: {_reason(exc)}") from None
     n = text.rstrip("\n").count("\n") + 1 if text else 0
     if n != rows:  # counted before a string is built for each line
         raise ModelLoadError(f"{path}: {n} words but {matrix_path} has {rows} rows")
@@ -677,7 +682,7 @@ class TextVectorReader:
         parts = line.split()
         if len(parts) != 2 or not all(_is_count(p) for p in parts):
             raise ModelLoadError(
-                f"{self.path}:1: expected a word2vec header 'count dim', got {line[:80]!r} "
+                f"{self.path}:1: expected a word2vec header 'count dim', got {_shape(line)} "
                 "(a GloVe file without header? use format glove-text)"
             )
         count, dim = int(parts[0]), int(parts[1])
@@ -751,8 +756,7 @@ class TextVectorReader:
         if self.declared is not None or header_dim is not None:
             return self._check_declared(header_dim, shape, scores, best, fits)
         if best is None:
-            example = first[:80] if first is not None else ""
-            raise ModelLoadError(f"{self.path}:{sample[0][0]}: expected 'word v1 v2 ...', got {example!r}")
+            raise ModelLoadError(f"{self.path}:{sample[0][0]}: expected 'word v1 v2 ...', got {_shape(first or '')}")
         self.dim_source = f"the dimension that fits {scores[best]} of the first {len(shape)} vector lines"
         return best
 
@@ -761,7 +765,8 @@ class TextVectorReader:
         parts = first.split(" ")
         if len(parts) == 2 and all(_is_count(p) for p in parts) and (best != 1 or _counts_the_rest(parts, sample)):
             raise ModelLoadError(
-                f"{self.path}:1: {first[:80]!r} looks like a word2vec 'count dim' header and the lines after it have "
+                f"{self.path}:1: the first line (two whole numbers) looks like a word2vec 'count dim' header and the "
+                "lines after it have "
                 f"{best} number{'s' if best != 1 else ''}: this looks like word2vec-text, not glove-text; "
                 "declare format word2vec-text"
             )
@@ -820,7 +825,7 @@ class TextVectorReader:
         finite = np.isfinite(arr).all(axis=1)
         if not finite.all():
             for i in np.flatnonzero(~finite & ok).tolist():
-                nonfinite.add(linenos[i], f"{words[i]!r} has NaN or inf")
+                nonfinite.add(linenos[i], "a vector with NaN or inf")
             ok &= finite
         keep: list[int] = []
         kept_words: list[str] = []
@@ -913,16 +918,35 @@ def _loadtxt(lines: list[str]) -> np.ndarray:
 def _why_not_numbers(vec: str) -> str:
     for j, fld in enumerate(vec.split(" "), 1):
         if not _NUMBER.fullmatch(fld):
-            shown = "an empty field (two spaces in a row?)" if fld == "" else repr(fld[:40])
+            shown = "an empty field (two spaces in a row?)" if fld == "" else f"a field of {len(fld)} characters"
             return f"not a number in the vector: {shown} (number {j})"
     return "not a number in the vector"
+
+
+def _shape(line: str | bytes) -> str:
+    """What a line holds, in words: never its text. An error message travels to the warehouse's ``failures``, the
+    run's output and the report, and a ``path`` source may name a file that is not vectors at all (a credentials
+    file: its one line would be the secret)."""
+    if not line.strip():
+        return "an empty line"
+    fields = line.split()
+    return f"a line of {len(fields)} field{'s' if len(fields) != 1 else ''} ({len(line)} characters)"
+
+
+def _reason(exc: UnicodeDecodeError | pickle.UnpicklingError) -> str:
+    """A decoding error without the bytes its message quotes (the file's content)."""
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 at byte {exc.start}"
+    return "UnpicklingError (not a pickle it can read)"
 
 
 def _decode_first(path: Path, raw: bytes) -> str:
     try:
         return raw.decode("utf-8").removeprefix("\ufeff").rstrip("\r\n ")
     except UnicodeDecodeError as exc:
-        raise ModelLoadError(f"{path}:1: not UTF-8 text (a binary file? use format word2vec-binary): {exc}") from None
+        raise ModelLoadError(
+            f"{path}:1: not UTF-8 text (a binary file? use format word2vec-binary): {_reason(exc)}"
+        ) from None
 
 
 def read_text_vectors(path: Path, *, header: bool, dim: int | None = None) -> tuple[list[str], np.ndarray]:

@@ -18,12 +18,15 @@ kills its worker every time is given up on after ``--max-attempts`` instead of l
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import platform
 import re
 import socket
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +35,8 @@ from typing import Any, TypedDict
 from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
+
+log = logging.getLogger(__name__)
 
 
 class _InitOptions(TypedDict):
@@ -210,6 +215,55 @@ def sweep_stale_token_folders(tmp: str | None = None) -> list[str]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
+
+
+RAY_TEMP_PARENT = "evalfarm-ray-{uid}"
+"""The private folder (0700, this user's) in the temp folder that holds the Ray temp dir (``ray``) of every local
+Ray that ``evalfarm run`` starts: its sessions, logs and cached ``working_dir`` packages."""
+
+
+def private_ray_temp_dir(tmp: str | None = None) -> str:
+    """The Ray temp dir of a local Ray this driver starts: ``<TMPDIR>/evalfarm-ray-<uid>/ray``.
+
+    Ray makes its temp dir and every session dir in it mode 0777 (for other users of a shared /tmp/ray): another
+    local user could read every log and replace a cached ``working_dir`` package, which the next job with that
+    working dir runs. Inside a parent only this user can enter, none of that is reachable. The parent is this
+    user's own real folder, made 0700 (a folder of that name that is another user's, or a link, is not used: a
+    fresh private one is made instead). Short, as Ray's socket paths under it must fit in 107 bytes."""
+    import stat
+    import tempfile
+
+    base = tmp or tempfile.gettempdir()
+    parent = os.path.join(base, RAY_TEMP_PARENT.format(uid=os.getuid()))
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(parent, 0o700)
+    st = os.lstat(parent)
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
+        log.warning("%s is not this user's own folder: using a fresh private one for Ray's temp dir", parent)
+        parent = tempfile.mkdtemp(prefix="evalfarm-ray-", dir=base)
+    elif stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(parent, 0o700)
+    return os.path.join(parent, "ray")
+
+
+def start_watchdog(folder: str, token: str) -> subprocess.Popen[bytes]:
+    """Start :mod:`evalfarm.scheduler.watchdog` for this driver's local Ray: when this process ends, however it
+    ends, the watchdog kills what the Ray left (the processes that carry ``token`` in their environment) and
+    removes ``folder``. It gets a pipe whose only write end this process holds (never inherited: PEP 446), and a
+    session of its own (a Ctrl-C or a kill of this process group does not reach it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "evalfarm.scheduler.watchdog", folder, token],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={k: v for k, v in os.environ.items() if k != "RAY_AUTH_TOKEN_PATH"},
+    )
+    _WATCHDOGS.append(proc)  # held: its pipe closes when this process exits
+    return proc
+
+
+_WATCHDOGS: list[subprocess.Popen[bytes]] = []
 
 
 def _alive(pid: int) -> bool:
@@ -422,6 +476,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32))
+        start_watchdog(folder, token)  # a SIGKILLed driver runs no atexit: its agents and folder go all the same
         os.environ.pop("RAY_AUTH_TOKEN", None)  # it would take precedence over the file
         os.environ.update(RAY_AUTH_MODE="token", RAY_AUTH_TOKEN_PATH=token)
         Config.initialize("")  # Ray caches its config (and the auth mode) per process: re-read the environment
@@ -435,6 +490,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
                 address="local",
                 num_cpus=num_cpus or os.cpu_count() or 1,
                 object_store_memory=256 * 1024 * 1024,
+                _temp_dir=private_ray_temp_dir(),
                 **common,
             )
         finally:  # the servers are bound now; later connections of this process resolve addresses as before

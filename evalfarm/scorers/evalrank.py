@@ -125,6 +125,24 @@ def rank_metrics(ranks: np.ndarray, hits: tuple[int, ...] = (1, 3, 10)) -> dict[
     }
 
 
+def metrics_from_ranks(rank: np.ndarray, tied: np.ndarray, hits: tuple[int, ...], variant: str) -> list[MetricRow]:
+    """One variant's rank metrics under each tie policy, ``n_pairs`` and ``tie_rate``, from its stored per-pair ranks
+    (the ``ranks`` table: the optimistic rank and the tied count), computed as :meth:`EvalRankScorer.score` computes
+    them from its pass (:meth:`PairRanks.ranks`, :func:`rank_metrics`): what ``evalfarm verify --deep`` holds the
+    stored numbers to."""
+    n = len(rank)
+    empty_f, empty_b = np.zeros(n, np.float32), np.zeros(n, bool)
+    res = PairRanks("", np.arange(n), np.asarray(rank, np.int64), np.asarray(tied, np.int64), empty_f, empty_b, 0)
+    rows = [
+        MetricRow(metric, value, variant=variant, ties=ties)
+        for ties in TIES
+        for metric, value in rank_metrics(res.ranks(ties), hits).items()
+    ]
+    rows.append(MetricRow("n_pairs", float(n), variant=variant))
+    rows.append(MetricRow("tie_rate", float((res.tied > 0).mean()) if n else 0.0, variant=variant))
+    return rows
+
+
 def rank_pool(
     vectors: TextVectors,
     queries: np.ndarray,

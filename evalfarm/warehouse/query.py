@@ -12,6 +12,8 @@ runs (:func:`check_read_only`): the lock keeps a query inside the warehouse, the
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import os
 import re
 import threading
@@ -24,7 +26,15 @@ import duckdb
 import pyarrow as pa
 import pyarrow.fs as pafs
 
-from evalfarm.config import DEFAULT_SQL_MEMORY_LIMIT, DEFAULT_SQL_TIMEOUT_S, ENV_VARS
+from evalfarm.config import (
+    DEFAULT_SQL_MAX_BYTES,
+    DEFAULT_SQL_MAX_ROWS,
+    DEFAULT_SQL_MEMORY_LIMIT,
+    DEFAULT_SQL_TIMEOUT_S,
+    ENV_VARS,
+    check_value,
+    parse_size,
+)
 from evalfarm.plugins import RegistryError, task_kinds
 
 
@@ -52,6 +62,11 @@ _CREATE_VIEW = re.compile(
 
 def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error."""
+    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
+        raise ValueError(
+            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
+            "query this long is generated: put its list in a table or a view)"
+        )
     try:
         statements = duckdb.extract_statements(sql)
     except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
@@ -478,23 +493,78 @@ DEFAULT_MEMORY_LIMIT = DEFAULT_SQL_MEMORY_LIMIT
 config file's ``sql_memory_limit``)."""
 TIMEOUT_ENV = ENV_VARS["sql_timeout"]
 MEMORY_LIMIT_ENV = ENV_VARS["sql_memory_limit"]
+MAX_ROWS_ENV = ENV_VARS["sql_max_rows"]
+MAX_BYTES_ENV = ENV_VARS["sql_max_bytes"]
+DEFAULT_MAX_ROWS = DEFAULT_SQL_MAX_ROWS
+"""The most rows a read-only query returns (``evalfarm sql --max-rows``, ``EVALFARM_SQL_MAX_ROWS``, the config
+file's ``sql_max_rows``; 0: no limit)."""
+DEFAULT_MAX_BYTES = parse_size(DEFAULT_SQL_MAX_BYTES)
+"""The most Arrow bytes a read-only query returns (``--max-bytes``, ``EVALFARM_SQL_MAX_BYTES``, ``sql_max_bytes``)."""
+BATCH_ROWS = 65_536
+"""Rows per batch of a result fetched from DuckDB: the row and byte limits are checked after each batch, so a
+result overshoots them by one batch at most."""
+MAX_QUERY_CHARS = 100_000
+"""The longest statement :func:`check_read_only` parses. DuckDB's parser takes time and memory in proportion to a
+query's terms (an ``OR`` of 100,000 terms: 2 s and 0.9 GB here) before any timeout or memory cap applies; a
+query longer than this is generated, and its list belongs in a table or a view."""
+
+
+class ResultTooLarge(MemoryError):
+    """A read-only query whose result passed its row or byte limit (stopped at the batch that passed it)."""
+
+
+_RESULT_LIMITS: contextvars.ContextVar[tuple[int | None, int | None]] = contextvars.ContextVar(
+    "evalfarm_sql_result_limits", default=(None, None)
+)
+
+
+@contextlib.contextmanager
+def result_limits(max_rows: int | None = None, max_bytes: int | None = None) -> Iterator[None]:
+    """The row and byte limits of the queries run in this block (each None: its environment variable, else the
+    default), for a caller above :meth:`Warehouse.query <evalfarm.warehouse.Warehouse.query>`, which takes only the
+    timeout and the memory cap (:func:`evalfarm.api.query` passes the resolved settings this way)."""
+    token = _RESULT_LIMITS.set((max_rows, max_bytes))
+    try:
+        yield
+    finally:
+        _RESULT_LIMITS.reset(token)
+
+
+def _env_limit(key: str, default: int) -> int:
+    raw = os.environ.get(ENV_VARS[key], "").strip()
+    if not raw:
+        return default
+    if why := check_value(key, raw):
+        raise ValueError(f"{ENV_VARS[key]}: {why}")
+    return int(raw) if key == "sql_max_rows" else parse_size(raw)
 
 
 @dataclass(frozen=True)
 class QueryLimits:
-    """The limits of one read-only query: ``timeout_s`` (None: none) and DuckDB's ``memory_limit``.
+    """The limits of one read-only query: ``timeout_s`` (None: none), DuckDB's ``memory_limit``, and the most rows
+    and Arrow bytes its result may hold (``max_rows``, ``max_bytes``; None: none).
 
     A query over the views is user text: without a limit a cross join runs for hours and holds the memory DuckDB
-    allows itself (80 % of the machine's)."""
+    allows itself (80 % of the machine's); and its result lives outside DuckDB's cap (a ``range(N)`` passed a
+    100 MB cap at 900 MB, then grew again as the CLI's rows)."""
 
     timeout_s: float | None = DEFAULT_TIMEOUT_S
     memory_limit: str = DEFAULT_MEMORY_LIMIT
+    max_rows: int | None = DEFAULT_MAX_ROWS
+    max_bytes: int | None = DEFAULT_MAX_BYTES
 
     @classmethod
-    def resolve(cls, timeout_s: float | None = None, memory_limit: str | None = None) -> QueryLimits:
-        """Each limit given here (not None) wins, then its environment variable, then the default; a timeout of
-        0 (or less) means no timeout. (The config file's ``sql_timeout`` / ``sql_memory_limit`` are read above
-        the warehouse: :func:`evalfarm.api.query` and ``evalfarm sql`` pass them in, resolved.)"""
+    def resolve(
+        cls,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> QueryLimits:
+        """Each limit given here (not None) wins, then (rows and bytes) the :func:`result_limits` block around the
+        call, then its environment variable, then the default; 0 (or less) means no limit. (The config file's
+        ``sql_*`` keys are read above the warehouse: :func:`evalfarm.api.query` and ``evalfarm sql`` pass them in,
+        resolved.)"""
         if timeout_s is None:
             raw = os.environ.get(TIMEOUT_ENV, "").strip()
             try:
@@ -503,22 +573,70 @@ class QueryLimits:
                 raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a number of seconds") from None
         if memory_limit is None:
             memory_limit = os.environ.get(MEMORY_LIMIT_ENV, "").strip() or DEFAULT_MEMORY_LIMIT
-        return cls(timeout_s if timeout_s > 0 else None, memory_limit)
+        block_rows, block_bytes = _RESULT_LIMITS.get()
+        rows = next((v for v in (max_rows, block_rows) if v is not None), None)
+        size = next((v for v in (max_bytes, block_bytes) if v is not None), None)
+        rows = _env_limit("sql_max_rows", DEFAULT_MAX_ROWS) if rows is None else rows
+        size = _env_limit("sql_max_bytes", DEFAULT_MAX_BYTES) if size is None else size
+        return cls(
+            timeout_s if timeout_s > 0 else None,
+            memory_limit,
+            rows if rows > 0 else None,
+            size if size > 0 else None,
+        )
 
 
-def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float | None) -> pa.Table:
+def _fetch(con: duckdb.DuckDBPyConnection, statement: str, limits: QueryLimits) -> pa.Table:
+    """The statement's rows, fetched from DuckDB in batches of :data:`BATCH_ROWS` (a stream, never one whole Arrow
+    table first), stopped at the batch that passes ``limits.max_rows`` or ``limits.max_bytes``."""
+    rel = con.sql(statement)
+    if rel is None:  # check_read_only lets only queries through; a statement without rows gives an empty table
+        return pa.table({})
+    reader = rel.to_arrow_reader(BATCH_ROWS)
+    batches: list[pa.RecordBatch] = []
+    rows = size = 0
+    try:
+        for batch in reader:
+            rows += batch.num_rows
+            size += batch.nbytes
+            if limits.max_rows is not None and rows > limits.max_rows:
+                raise ResultTooLarge(
+                    f"the query's result passed its limit of {limits.max_rows:,} rows and was stopped (raise it "
+                    f"with --max-rows, or {MAX_ROWS_ENV}, or sql_max_rows in .evalfarm.toml; 0 means no limit)"
+                )
+            if limits.max_bytes is not None and size > limits.max_bytes:
+                raise ResultTooLarge(
+                    f"the query's result passed its limit of {limits.max_bytes:,} bytes and was stopped (raise it "
+                    f"with --max-bytes, or {MAX_BYTES_ENV}, or sql_max_bytes in .evalfarm.toml, e.g. 4GB; 0 means "
+                    "no limit)"
+                )
+            batches.append(batch)
+    finally:
+        reader.close()
+    return pa.Table.from_batches(batches, schema=reader.schema)
+
+
+def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float | QueryLimits | None) -> pa.Table:
     """Run ``statement`` on ``con`` and return its rows, stopping it (``con.interrupt()``) after ``timeout_s``
-    (``TimeoutError``) or at Ctrl-C (``KeyboardInterrupt``, within a second).
+    (``TimeoutError``), at Ctrl-C (``KeyboardInterrupt``, within a second), or past its result's row or byte
+    limit (:class:`ResultTooLarge`, a ``MemoryError``). ``timeout_s``: the seconds, the row and byte limits then
+    coming from :meth:`QueryLimits.resolve`; or the whole :class:`QueryLimits`.
 
     DuckDB executes in C and checks Python's signals rarely (a cross join took 111 s to notice a SIGINT): the
     query runs in a worker thread, and the main thread, which Python's signals interrupt at once, waits for it and
-    interrupts the connection when the time is up or a signal arrives."""
+    interrupts the connection when the time is up or a signal arrives. The result is fetched in that thread too,
+    batch by batch (:func:`_fetch`): the timeout covers the fetch, and the limits stop it."""
+    if isinstance(timeout_s, QueryLimits):
+        limits = timeout_s
+    else:
+        limits = QueryLimits.resolve(timeout_s if timeout_s is not None else 0.0)
+    timeout_s = limits.timeout_s
     result: list[pa.Table] = []
     error: list[BaseException] = []
 
     def work() -> None:
         try:
-            result.append(con.sql(statement).to_arrow_table())
+            result.append(_fetch(con, statement, limits))
         except BaseException as exc:  # handed to the waiting thread
             error.append(exc)
 
@@ -539,6 +657,8 @@ def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float
         )
     if error:
         exc = error[0]
+        if isinstance(exc, ResultTooLarge):
+            raise ResultTooLarge(str(exc)) from None
         if isinstance(exc, duckdb.OutOfMemoryException):
             raise MemoryError(f"{exc} (raise the cap with --memory-limit, or {MEMORY_LIMIT_ENV}, e.g. 16GB)") from exc
         raise exc
@@ -610,6 +730,11 @@ def check_read_only(sql: str) -> str:
     EXPLAIN is allowed only without ANALYZE (``EXPLAIN ANALYZE`` *executes* the statement it explains) and
     only over a SELECT.
     """
+    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
+        raise ValueError(
+            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
+            "query this long is generated: put its list in a table or a view)"
+        )
     try:
         statements = duckdb.extract_statements(sql)
     except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
@@ -673,11 +798,17 @@ def _check_explain(text: str) -> None:
 
 
 __all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_ROWS",
     "DEFAULT_MEMORY_LIMIT",
     "DEFAULT_TIMEOUT_S",
+    "MAX_BYTES_ENV",
+    "MAX_QUERY_CHARS",
+    "MAX_ROWS_ENV",
     "MEMORY_LIMIT_ENV",
     "TIMEOUT_ENV",
     "QueryLimits",
+    "ResultTooLarge",
     "ViewSource",
     "check_read_only",
     "create_views",
@@ -686,6 +817,7 @@ __all__ = [
     "open_connection",
     "prefix_filesystem",
     "private_schema_file",
+    "result_limits",
     "run_limited",
     "sql_dir",
     "view_sources",

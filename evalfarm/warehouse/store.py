@@ -684,26 +684,34 @@ class Warehouse:
         return read_only_path(self.base), pafs.SubTreeFileSystem("/", pafs.LocalFileSystem()), read_only_path
 
     def query(
-        self, sql: str, *, timeout_s: float | None = None, memory_limit: str | None = None, as_of: Any = None
+        self,
+        sql: str,
+        *,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        as_of: Any = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
     ) -> pa.Table:
         """Run one read-only statement (SELECT / WITH / FROM / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN) on the views
         (of the newest snapshot, or ``as_of``: a run id or a time, see :meth:`snapshot`).
 
         The statement is checked before anything is opened (:func:`check_read_only`), and runs on a locked-down
         connection (:meth:`connect`); exactly the statement that was checked is executed. It stops after
-        ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), and past ``memory_limit`` (``MemoryError``);
-        each left None takes its environment variable, else the default (:class:`QueryLimits`). A read that met a
+        ``timeout_s`` (``TimeoutError``), at Ctrl-C (within a second), past ``memory_limit`` (``MemoryError``), and
+        past ``max_rows`` or ``max_bytes`` of result (``ResultTooLarge``); each left None takes its environment
+        variable, else the default (:class:`QueryLimits`). A read that met a
         file removed meanwhile (a compaction vacuumed) runs again on a fresh connection, up to
         :data:`QUERY_ATTEMPTS` times. A query ``as_of`` a snapshot pins it while it runs
         (:func:`~evalfarm.warehouse.maintenance.pinned`): a vacuum then keeps its files.
         """
         statement = check_read_only(sql)
-        limits = QueryLimits.resolve(timeout_s, memory_limit)
+        limits = QueryLimits.resolve(timeout_s, memory_limit, max_rows, max_bytes)
 
         def run() -> pa.Table:
             return read_again_if_replaced(
                 lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of),
-                lambda con: run_limited(con, statement, limits.timeout_s),
+                lambda con: run_limited(con, statement, limits),
                 "warehouse query",
             )
 

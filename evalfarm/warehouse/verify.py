@@ -15,11 +15,20 @@ what does not match:
 
 It detects edits by anyone who changes a data file without also rewriting the manifests; the manifests live in the
 same warehouse, so a writer who rewrites both is not caught by this check (see docs/operations.md, "Security").
+
+``evalfarm verify --deep`` checks the numbers' meaning as well, from the SQL views only (never file names, so it
+holds whatever layout the tables have). This module has the part that needs nothing but the views,
+:func:`consistency_findings`: each current number against what it must be (``inconsistent``: a value out of its
+range, Hits@k falling as k grows, an MRR that Hits@1 and Hits@k make impossible, an MR below 1 / MRR, the tie
+policies out of order, a fingerprint that is not its inputs'). Recomputing numbers from the detail tables and from
+the stored embeddings needs the scorers (:mod:`evalfarm.recompute`, a layer above).
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,7 +39,10 @@ from evalfarm.warehouse.manifests import ManifestRow, manifest_index, read_manif
 from evalfarm.warehouse.schemas import table_schemas
 from evalfarm.warehouse.store import Warehouse
 
-ERRORS = ("modified", "missing", "damaged", "bad-manifest")
+DEEP_ERRORS = ("inconsistent", "disagrees-with-ranks", "disagrees-with-embeddings")
+"""What ``--deep`` finds: a number that contradicts another of its unit (or its fingerprint), one that its unit's
+detail table (EvalRank's ``ranks``) gives otherwise, one that the scorer gives otherwise from the stored embeddings."""
+ERRORS = ("modified", "missing", "damaged", "bad-manifest", *DEEP_ERRORS)
 """Problems that make a warehouse fail verification; ``unrecorded`` joins them under ``strict``."""
 
 
@@ -48,14 +60,27 @@ class Finding:
 
 
 @dataclass(frozen=True)
+class DeepSummary:
+    """What ``--deep`` looked at: current numbers checked for consistency, numbers recomputed from the ``ranks``
+    detail table, units recomputed from their stored embeddings, and the units it could not recompute (why)."""
+
+    numbers: int = 0
+    from_ranks: int = 0
+    recomputed_units: tuple[str, ...] = ()
+    skipped_units: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class VerifyResult:
-    """What :func:`verify_warehouse` found: files checked and matching, and every finding (sorted by path)."""
+    """What :func:`verify_warehouse` found: files checked and matching, and every finding (sorted by path);
+    ``deep``: what ``--deep`` checked besides (None: it did not run)."""
 
     warehouse: str
     checked: int
     verified: int
     findings: tuple[Finding, ...] = field(default_factory=tuple)
     strict: bool = False
+    deep: DeepSummary | None = None
 
     @property
     def errors(self) -> tuple[Finding, ...]:
@@ -172,4 +197,172 @@ def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = 
     return VerifyResult(wh.uri, checked, verified, tuple(findings), strict)
 
 
-__all__ = ["ERRORS", "Finding", "ManifestRow", "VerifyResult", "manifest_index", "read_manifests", "verify_warehouse"]
+# -- --deep: the numbers against each other -----------------------------------------------------------------------
+UNIT_LABEL = "unit {fingerprint}"
+"""The ``path`` of a ``--deep`` finding: a unit, not a file (the check reads views, whatever the layout)."""
+TIE_STEP = {"optimistic": 1.0, "pessimistic": 1.0, "realistic": 0.5}
+"""The smallest step between two ranks under each tie policy: whole ranks, or halves (rank + tied / 2)."""
+_EPS = 1e-9
+
+
+def deep_finding(
+    problem: str, unit: dict[str, Any], where: str, detail: str, *, fingerprint: str | None = None
+) -> Finding:
+    """A ``--deep`` finding on ``unit`` (a row with model, task, fingerprint), at ``where`` (scorer, variant …)."""
+    fp = fingerprint or unit.get("fingerprint")
+    return Finding(
+        UNIT_LABEL.format(fingerprint=fp), problem, f"{where}: {detail}", "metrics", unit.get("model"),
+        unit.get("task"), fp,
+    )  # fmt: skip
+
+
+def _above(a: float, b: float) -> bool:
+    """``a > b`` beyond rounding."""
+    return a > b + _EPS * max(1.0, abs(a), abs(b))
+
+
+def _range_problem(metric: str, value: float) -> str | None:
+    """Why ``value`` cannot be a ``metric`` (by the metric's name: rates and ranks), else None."""
+    if math.isinf(value):
+        return f"{metric} is {value}"
+    if math.isnan(value):
+        return None  # an empty unit's numbers are NaN (no pairs)
+    if metric == "mrr" or metric.startswith("hits@") or metric.endswith("_rate") or metric == "accuracy":
+        if _above(value, 1.0) or _above(0.0, value):
+            return f"{metric} {value:.6g} is outside [0, 1]"
+    elif metric == "mr" and _above(1.0, value):
+        return f"mr {value:.6g} is below 1"
+    elif metric in ("spearman", "pearson") and (_above(value, 1.0) or _above(-1.0, value)):
+        return f"{metric} {value:.6g} is outside [-1, 1]"
+    elif metric.startswith("n_") and _above(0.0, value):
+        return f"{metric} {value:.6g} is negative"
+    return None
+
+
+def rank_metric_problems(ties: str, values: dict[str, float]) -> list[str]:
+    """What MR, MRR and Hits@k of one tie policy cannot all be at once (ranks >= 1, whole or halves by policy):
+    Hits@k grows with k; ranks up to k contribute at least 1/k to MRR; a rank above 1 contributes at most
+    1 / (1 + step), one above k at most 1 / (k + step), so MRR <= (1 + Hits@1) / 2 for whole ranks; MR is at least
+    1 / MRR (the arithmetic mean is at least the harmonic one) and at least what Hits@k's ranks would sum to."""
+    step = TIE_STEP.get(ties, 0.5)
+    hits = sorted((int(m.split("@", 1)[1]), v) for m, v in values.items() if re.fullmatch(r"hits@\d+", m))
+    hits = [(k, v) for k, v in hits if not math.isnan(v)]
+    out = [f"hits@{k1} {v1:.6g} > hits@{k2} {v2:.6g}" for (k1, v1), (k2, v2) in zip(hits, hits[1:], strict=False)
+           if _above(v1, v2)]  # fmt: skip
+    mrr, mr = values.get("mrr", math.nan), values.get("mr", math.nan)
+    h1 = dict(hits).get(1)
+    if h1 is not None and not math.isnan(mrr):
+        out += _mrr_problems(mrr, h1, hits, step)
+    if not math.isnan(mr) and not math.isnan(mrr) and mrr > 0 and _above(1 / mrr, mr):
+        out.append(f"mr {mr:.6g} < 1 / mrr = {1 / mrr:.6g}")
+    if h1 is not None and not math.isnan(mr):
+        for k, hk in hits:
+            least = h1 + (hk - h1) * (1 + step) + (1 - hk) * (k + step) if k > 1 else h1 + (1 - h1) * (1 + step)
+            if _above(least, mr):
+                out.append(f"mr {mr:.6g} < {least:.6g}, the least hits@1 {h1:.6g} and hits@{k} {hk:.6g} allow")
+                break
+    return out
+
+
+def _mrr_problems(mrr: float, h1: float, hits: list[tuple[int, float]], step: float) -> list[str]:
+    """MRR between what Hits@1 and each Hits@k allow (see :func:`rank_metric_problems`); the first problem."""
+    if _above(h1, mrr):
+        return [f"mrr {mrr:.6g} < hits@1 {h1:.6g}"]
+    for k, hk in hits:
+        if k == 1:  # every rank above 1 contributes at most 1 / (1 + step)
+            high = h1 + (1 - h1) / (1 + step)
+            if _above(mrr, high):
+                return [f"mrr {mrr:.6g} > {high:.6g}, the most hits@1 {h1:.6g} allows"]
+            continue
+        high = h1 + (hk - h1) / (1 + step) + (1 - hk) / (k + step)
+        if _above(mrr, high):
+            return [f"mrr {mrr:.6g} > {high:.6g}, the most hits@1 {h1:.6g} and hits@{k} {hk:.6g} allow"]
+        low = h1 + (hk - h1) / k
+        if _above(low, mrr):
+            return [f"mrr {mrr:.6g} < {low:.6g}, the least hits@1 {h1:.6g} and hits@{k} {hk:.6g} allow"]
+    return []
+
+
+def _tie_order_problems(by_ties: dict[str, dict[str, float]]) -> list[str]:
+    """Optimistic ranks are at most realistic ones, which are at most pessimistic ones (rank, + tied / 2, + tied):
+    MRR and Hits@k fall along that order, MR rises, and realistic MR is exactly the mean of the other two."""
+    out: list[str] = []
+    order = [t for t in ("optimistic", "realistic", "pessimistic") if t in by_ties]
+    for a, b in zip(order, order[1:], strict=False):
+        for metric in set(by_ties[a]) & set(by_ties[b]):
+            va, vb = by_ties[a][metric], by_ties[b][metric]
+            if math.isnan(va) or math.isnan(vb):
+                continue
+            if (metric == "mrr" or metric.startswith("hits@")) and _above(vb, va):
+                out.append(f"{metric}: {b} {vb:.6g} > {a} {va:.6g}")
+            elif metric == "mr" and _above(va, vb):
+                out.append(f"mr: {a} {va:.6g} > {b} {vb:.6g}")
+    mrs = [by_ties.get(t, {}).get("mr", math.nan) for t in ("optimistic", "realistic", "pessimistic")]
+    if not any(math.isnan(v) for v in mrs) and abs(mrs[1] - (mrs[0] + mrs[2]) / 2) > 1e-6 * max(1.0, mrs[1]):
+        out.append(
+            f"mr: realistic {mrs[1]:.6g} is not the mean of optimistic {mrs[0]:.6g} and pessimistic {mrs[2]:.6g}"
+        )
+    return out
+
+
+CURRENT_NUMBERS_SQL = (
+    "SELECT m.model, m.task, m.scorer, m.subset, m.variant, m.ties, m.metric, m.value, m.fingerprint, m.spec_hash, "
+    "c.task_checksum, m.scorer_version, m.params FROM metrics m "
+    "LEFT JOIN (SELECT DISTINCT fingerprint, task_checksum FROM metrics_history) c USING (fingerprint){where} "
+    "ORDER BY m.model, m.task, m.scorer, m.subset, m.variant, m.ties, m.metric"
+)
+
+
+def current_numbers(wh: Warehouse, model: str | None = None) -> list[dict[str, Any]]:
+    """Every current number (the ``metrics`` view), of ``model`` only if given: what ``--deep`` checks."""
+    con = wh.connect()
+    try:
+        sql = CURRENT_NUMBERS_SQL.format(where=" WHERE m.model = ?" if model is not None else "")
+        rows = con.execute(sql, [model] if model is not None else []).fetchall()
+        names = [d[0] for d in con.description or ()]
+    finally:
+        con.close()
+    return [dict(zip(names, row, strict=True)) for row in rows]
+
+
+def consistency_findings(rows: list[dict[str, Any]]) -> list[Finding]:
+    """``inconsistent`` findings over the current numbers ``rows`` (:func:`current_numbers`): each value in its
+    metric's range, and each group of rank metrics (one unit, scorer, subset, variant) possible together."""
+    out: list[Finding] = []
+    groups: dict[tuple[Any, ...], dict[str, dict[str, float]]] = {}
+    first: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for r in rows:
+        value = float(r["value"]) if r["value"] is not None else math.nan
+        parts = (r["scorer"], r["subset"], r["variant"], r["ties"])
+        where = "/".join(str(x) for x in parts if x not in (None, "", "all"))
+        if why := _range_problem(r["metric"], value):
+            out.append(deep_finding("inconsistent", r, where, why))
+        key = (r["model"], r["task"], r["fingerprint"], r["scorer"], r["subset"], r["variant"])
+        groups.setdefault(key, {}).setdefault(r["ties"] or "", {})[r["metric"]] = value
+        first.setdefault(key, r)
+    for key, by_ties in groups.items():
+        unit = first[key]
+        where = "/".join(str(x) for x in key[3:] if x not in (None, "", "all"))
+        problems = [
+            f"{ties}: {p}" for ties, values in by_ties.items() if ties for p in rank_metric_problems(ties, values)
+        ]
+        problems += _tie_order_problems({t: v for t, v in by_ties.items() if t})
+        out += [deep_finding("inconsistent", unit, where, p) for p in problems]
+    return out
+
+
+__all__ = [
+    "DEEP_ERRORS",
+    "ERRORS",
+    "DeepSummary",
+    "Finding",
+    "ManifestRow",
+    "VerifyResult",
+    "consistency_findings",
+    "current_numbers",
+    "deep_finding",
+    "manifest_index",
+    "rank_metric_problems",
+    "read_manifests",
+    "verify_warehouse",
+]
