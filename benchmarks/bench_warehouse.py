@@ -276,7 +276,7 @@ elif what == "noop":
         wh.write_units("noop", [{"model": m, "task": t, "stage": "plan", "status": "skipped"} for m, t, _ in units])
         wh.write_run_event("noop", "end", status="ok")
 end = time.perf_counter()
-print(json.dumps({"seconds": end - t0, "process_seconds": end - start, "rows": rows,
+print("PROBE " + json.dumps({"seconds": end - t0, "process_seconds": end - start, "rows": rows,
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
@@ -286,7 +286,8 @@ def probe(what: str, root: str, arg: str, env: dict[str, str]) -> dict[str, Any]
                           env=env, timeout=3600)  # fmt: skip
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:300]}
-    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("PROBE ")]  # the answer's own output aside
+    return dict(json.loads(line.removeprefix("PROBE ")))
 
 
 def files_per_table(root: str) -> dict[str, int]:

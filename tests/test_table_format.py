@@ -69,6 +69,13 @@ def test_every_table_is_a_delta_table_with_its_schema_and_the_layout_version(wh)
         assert pa.schema(dt.schema().to_arrow()).names == schema.names
 
 
+def test_a_query_draws_no_progress_bar_on_stdout(wh):
+    """DuckDB draws one on stdout for any query past 2 s, into a pipe too: it landed inside the benchmark's JSON
+    answer at 100 models, and would land inside `evalfarm sql --format csv > file`."""
+    got = wh.query("SELECT current_setting('enable_progress_bar') AS bar").to_pylist()
+    assert got == [{"bar": False}]
+
+
 def test_a_table_gains_the_columns_a_newer_evalfarm_adds_without_losing_rows(wh, monkeypatch):
     from evalfarm.warehouse import schemas
 

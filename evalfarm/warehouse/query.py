@@ -467,6 +467,9 @@ def open_connection(
         # DuckDB binds a view's read_parquet each time a view over it is created (the models table a dozen times a
         # connection): its Parquet metadata cache reads each file's footer once (files are immutable once committed)
         con.execute("SET parquet_metadata_cache=true")
+        # DuckDB draws a progress bar on stdout for a query past 2 s, pipe or not: it would land inside the rows of
+        # `evalfarm sql --format csv > file` and a program's own output
+        con.execute("SET enable_progress_bar=false")
         if remote is not None:  # before the lock, which would refuse a new filesystem
             scheme, _, prefix = root.partition("://")
             con.register_filesystem(
