@@ -246,7 +246,7 @@ sys.path.insert(0, sys.argv[1])
 from evalfarm.warehouse import Warehouse, table_schemas
 import deltalake, duckdb
 table_schemas()  # the kinds' registries: imports every scorer (a fixed cost of any reading process)
-what, root, arg = sys.argv[2], sys.argv[3], sys.argv[4]
+what, root, arg = sys.argv[2], sys.argv[3], sys.stdin.read()  # arg: a unit list past ARG_MAX
 t0 = time.perf_counter()
 wh = Warehouse(root)
 if what == "sql":
@@ -276,14 +276,21 @@ elif what == "noop":
         wh.write_units("noop", [{"model": m, "task": t, "stage": "plan", "status": "skipped"} for m, t, _ in units])
         wh.write_run_event("noop", "end", status="ok")
 end = time.perf_counter()
+def hwm_mb():
+    # this process's own peak: VmHWM starts again at exec, where ru_maxrss keeps the forking parent's (the benchmark
+    # driver's ~1 GB would floor every reading)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 print("PROBE " + json.dumps({"seconds": end - t0, "process_seconds": end - start, "rows": rows,
-                  "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+                  "peak_rss_mb": hwm_mb()}))
 """
 
 
 def probe(what: str, root: str, arg: str, env: dict[str, str]) -> dict[str, Any]:
-    proc = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), what, root, arg], capture_output=True, text=True,
-                          env=env, timeout=3600)  # fmt: skip
+    proc = subprocess.run([sys.executable, "-c", PROBE, str(ROOT), what, root], input=arg, capture_output=True,
+                          text=True, env=env, timeout=3600)  # fmt: skip
     if proc.returncode != 0:
         return {"error": proc.stderr.strip().splitlines()[-1][:300]}
     (line,) = [x for x in proc.stdout.splitlines() if x.startswith("PROBE ")]  # the answer's own output aside
