@@ -349,11 +349,12 @@ def read_comparisons(
     fam: Family,
     *,
     power: bool = True,
-    power_candidates: dict[str, set[str]] | None = None,
+    power_candidates: set[str] | None = None,
     seed: int = DEFAULT_SEED,
 ) -> ComparisonTable:
     """The stored comparisons of ``fam`` in its table's shape, and (``power``) the power line of each column
-    against its best similarity row (``power_candidates``: column -> the cell keys that may be it)."""
+    against its best similarity row (``power_candidates``: only these cell keys may be it; a column with none of
+    them has no power line)."""
     out = ComparisonTable(fam.level, fam.exclude_postprocessed, fam.ties, fam.compare, list(fam.rows), fam.columns)
     a_keys = sorted({a["cell_key"] for a, _ in fam.pairs})
     params = {"level": fam.level, "exclude": fam.exclude_postprocessed, "ties": fam.ties, "keys": a_keys}
@@ -375,8 +376,7 @@ def read_comparisons(
         values = cell_values(con, fam.level, fam.exclude_postprocessed)
         a_by_column = {a["column"]: a for a, _ in fam.pairs}
         for column in sorted(a_by_column, key=column_order):
-            cands = None if power_candidates is None else power_candidates.get(column, set())
-            best = best_similarity(fam, column, cands)
+            best = best_similarity(fam, column, power_candidates)
             if best is None:
                 continue
             a = a_by_column[column]
@@ -413,16 +413,18 @@ def comparison_table(
     ties: str = "optimistic",
     compare: str = DEFAULT_COMPARE,
     power: bool = True,
+    power_candidates: set[str] | None = None,
     seed: int = DEFAULT_SEED,
 ) -> ComparisonTable:
-    """The comparisons of one table as stored (call :func:`refresh_comparisons` first), with the power lines."""
+    """The comparisons of one table as stored (call :func:`refresh_comparisons` first), with the power lines
+    (:func:`read_comparisons`)."""
 
     def read(con: duckdb.DuckDBPyConnection) -> ComparisonTable:
         fam = table_family(
             fetch_correlations(con), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties,
             compare=compare,
         )  # fmt: skip
-        return read_comparisons(con, fam, power=power, seed=seed)
+        return read_comparisons(con, fam, power=power, power_candidates=power_candidates, seed=seed)
 
     return read_views(_warehouse(warehouse), read, "comparisons")
 

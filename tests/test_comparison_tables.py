@@ -139,3 +139,86 @@ def test_no_evalrank_row_means_nothing_to_compare(wh: Warehouse) -> None:
         add_accuracy(wh, f"m{i}", "mr", 0.5 + 0.01 * i)
     assert refresh_comparisons(wh, level="sentence") == 0
     assert _rows(wh) == []
+
+
+# ---- where the comparisons are shown: the CLI, the paper layout, the report ----------------------------------------
+def _paper_zoo(wh: Warehouse, n: int = 14) -> None:
+    """Rows the paper layout knows: EvalRank (tracks MR), STS-B's test set (unrelated to MR), STR's test set
+    (EvalRank's twin); downstream MR and SST2."""
+    rng = np.random.default_rng(1)
+    mr = rng.uniform(0.6, 0.9, size=n)
+    er = mr + rng.normal(0, 0.01, size=n)
+    noise = rng.uniform(0, 1, size=n)
+    for i in range(n):
+        m = f"p{i:02d}"
+        add_model(wh, m, "sentence", "static")
+        add_evalrank(wh, m, "evalrank-sentence", {"optimistic": float(er[i])})
+        add_metric(wh, m, "stsb", "sts", float(noise[i]), metric="spearman", subset="test")
+        add_metric(wh, m, "str", "sts", float(er[i]), metric="spearman", subset="test")
+        add_accuracy(wh, m, "mr", float(mr[i]))
+        add_accuracy(wh, m, "sst2", float(mr[i] + rng.normal(0, 0.01)))
+
+
+def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> None:
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    _paper_zoo(wh)
+    runner = CliRunner()
+    got = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank"])
+    assert got.exit_code == 0, got.output
+    assert "against each other evaluator" in got.output and "holm=" in got.output
+    assert "Models needed to tell the compared row" in got.output
+    got = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "-f", "json"])
+    assert got.exit_code == 0, got.output
+    import json
+
+    rows = json.loads(got.stdout)
+    assert {(r["row"], r["column"]) for r in rows} == {
+        (row, col) for row in ("stsb test (cos)", "str test (cos)") for col in ("mr", "sst2")
+    }
+    assert all(r["a_intrinsic_task"] == "evalrank-sentence" for r in rows)
+    assert {r["significant"] for r in rows if r["b_intrinsic_task"] == "stsb"} == {True}
+    bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "--ties", "all"])
+    assert bad.exit_code != 0 and "one tie policy" in bad.output
+    bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "nope"])
+    assert bad.exit_code != 0 and "no such row" in bad.output
+
+
+def test_the_paper_layout_marks_the_cells_that_differ(wh: Warehouse) -> None:
+    from evalfarm import api
+    from evalfarm.paper import MARK, render_text
+
+    _paper_zoo(wh)
+    table = api.paper_correlation_table(warehouse=str(wh.root), level="sentence", compare=True)
+    assert table.compared == "EvalRank MRR"
+    assert table.marks == {("STS-Benchmark", "MR"): MARK, ("STS-Benchmark", "SST2"): MARK}
+    text = render_text(table)
+    assert "EvalRank MRR (compared)" in text and f"{MARK}: differs from EvalRank MRR" in text
+    assert "2 of the 4 compared cells differ" in text
+    # the power lines compare EvalRank with the best of the paper's similarity rows: STR (EvalRank's twin)
+    assert len(table.power) == 2 and all("str test (cos)" in p and "no difference" in p for p in table.power)
+    plain = api.paper_correlation_table(warehouse=str(wh.root), level="sentence")
+    assert plain.marks == {} and plain.power == [] and plain.compared is None
+
+
+def test_the_report_shows_the_comparisons_and_marks_the_heatmap(
+    wh: Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.axes import Axes
+
+    from evalfarm.report import build_report
+
+    _paper_zoo(wh)
+    drawn: list[str] = []
+    text = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: drawn.append(s) or text(self, x, y, s, *a, **k))
+    index = build_report(wh, tmp_path / "report", hardest=0)
+    html = index.read_text(encoding="utf-8")
+    assert "Which evaluator predicts better: evalrank-sentence (cos) minus each other row" in html
+    assert "(2 of 4 differences significant after Holm)" in html
+    assert "Models needed to tell evalrank-sentence (cos)" in html
+    marked = [s for s in drawn if s.endswith("†")]
+    assert len(marked) == 2  # STS-B's two cells (no post-processed model: the table without them is not repeated)
+    assert len(wh.query("SELECT * FROM correlation_comparisons").to_pylist()) == 8  # both tables were computed
