@@ -79,8 +79,8 @@ class LeaveOneOut:
 
     @property
     def flips(self) -> list[FamilyDrop]:
-        """The drops that change the sign of the difference (who predicts better)."""
-        return [d for d in self.drops if np.sign(d.difference) != np.sign(self.difference)]
+        """The drops that turn the difference to the other side of 0 (the other row predicts better)."""
+        return [d for d in self.drops if d.difference * self.difference < 0]
 
     def summary(self) -> str:
         if not self.drops:
