@@ -47,8 +47,9 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
 from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons  # noqa: E402
-from evalfarm.comparisons import ALPHA  # noqa: E402
+from evalfarm.comparisons import ALPHA, steiger_over_unknown_r_ab  # noqa: E402
 from evalfarm.correlations import refresh_intervals  # noqa: E402
+from evalfarm.paper import TABLES as PAPER_TABLES  # noqa: E402
 from evalfarm.paper import mark_comparisons, paper_table_from, render_text  # noqa: E402
 from evalfarm.robustness import leave_one_family_out, rank_stability  # noqa: E402
 from evalfarm.warehouse import Warehouse  # noqa: E402
@@ -154,6 +155,43 @@ def one_table(wh: Warehouse, name: str, level: str, excluded: bool, ties: str, s
     }
 
 
+PAPER_N = {"3": 38, "6": 67, "11": 34}
+"""The paper's zoo behind each table (its section 5 and Table 11's caption)."""
+
+
+def published_checks() -> list[dict[str, Any]]:
+    """The paper's own cells, tested as far as they can be: per column of Tables 3, 6 and 11, EvalRank MRR against
+    the best published similarity row by Steiger's Z over the paper's n models, for every correlation r_AB between
+    the two evaluators that is possible (the paper does not publish it), at alpha / (the table's columns)
+    (Bonferroni). Normal theory on rank correlations, the models taken as independent: an approximation."""
+    out = []
+    for number, n in PAPER_N.items():
+        tdef = PAPER_TABLES[number]
+        pub = tdef.published()
+        alpha = ALPHA / len(tdef.columns)
+        for col, _ in tdef.columns:
+            er = pub[(COMPARED, col)] / 100
+            rho, row = max(
+                (pub[(r.label, col)] / 100, r.label) for r in tdef.rows if not r.label.startswith("EvalRank")
+            )
+            got = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha)
+            if er <= rho:
+                reading = "EvalRank is not the higher"
+            elif got.p_max < alpha:
+                reading = "significant whatever r_AB"
+            elif got.r_ab_significant_from is not None:
+                reading = f"significant only if r_AB >= {got.r_ab_significant_from:.2f}"
+            else:
+                reading = "not significant for any r_AB"
+            out.append(
+                {"table": tdef.name, "n_models": n, "column": col, "evalrank_rho": er, "best_similarity_row": row,
+                 "best_similarity_rho": rho, "alpha": round(alpha, 5), "p_worst": _r(got.p_max, 5),
+                 "p_best": _r(got.p_min, 8), "r_ab_range": [_r(v) for v in got.r_ab_range],
+                 "r_ab_significant_from": _r(got.r_ab_significant_from), "reading": reading}
+            )  # fmt: skip
+    return out
+
+
 def markdown(out: dict[str, Any]) -> str:
     """The verdicts, one block per table and tie policy."""
     lines = [
@@ -196,6 +234,21 @@ def markdown(out: dict[str, Any]) -> str:
             v: sum(c["verdict"] == v for c in t["columns"]) for v in ("supported", "contradicted", "undecidable")
         }
         lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items())]
+    lines += [
+        "",
+        "## The paper's own cells",
+        "",
+        "EvalRank MRR against the best published similarity row of each column, Steiger's Z over the paper's models "
+        "for every possible correlation r_AB between the two (not published), at 0.05 / columns (Bonferroni):",
+        "",
+        "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading |",
+        "|---|---|---:|---|---:|---|",
+    ]
+    for c in out["published"]:
+        lines.append(
+            f"| {c['table']} ({c['n_models']}) | {c['column']} | {c['evalrank_rho']:.2f} | "
+            f"{c['best_similarity_row']} {c['best_similarity_rho']:.2f} | {c['p_worst']:.3g} | {c['reading']} |"
+        )
     lines += ["", "## Boards resampled over their pairs", ""]
     lines += [f"- {s}" for s in out["stability_text"]]
     return "\n".join(lines) + "\n"
@@ -233,6 +286,7 @@ def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int
             for s in stability
         ],  # fmt: skip
         "stability_text": [s.summary() for s in stability],
+        "published": published_checks(),
     }
     out["seconds"] = round(time.perf_counter() - started, 1)
     if out_dir is not None:

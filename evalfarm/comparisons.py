@@ -252,6 +252,42 @@ def zou_interval(
     return low, high
 
 
+@dataclass(frozen=True)
+class PublishedCheck:
+    """Steiger's test of two published correlations with D over n models when rho(A, B) is not published: its
+    p-value over every r_ab that makes the three a correlation matrix (``r_ab_range``): the largest (worst case)
+    and the smallest, and the smallest r_ab from which on the test is significant at ``alpha`` (None: nowhere)."""
+
+    r_ad: float
+    r_bd: float
+    n: int
+    r_ab_range: tuple[float, float]
+    p_max: float
+    p_min: float
+    alpha: float
+    r_ab_significant_from: float | None
+
+
+def steiger_over_unknown_r_ab(
+    r_ad: float, r_bd: float, n: int, *, alpha: float = ALPHA, grid: int = 801
+) -> PublishedCheck:
+    """:func:`steiger_z` for every feasible correlation between the two evaluators (the determinant of the 3 x 3
+    correlation matrix >= 0: r_ab within ``r_ad r_bd +- sqrt((1 - r_ad^2)(1 - r_bd^2))``), on a grid: what a
+    paper's published cells alone can say about a difference between them. The p-value is not monotone in r_ab
+    everywhere, hence the grid rather than the interval's ends."""
+    half = math.sqrt(max(0.0, (1 - r_ad**2) * (1 - r_bd**2)))
+    low, high = max(-0.999999, r_ad * r_bd - half), min(0.999999, r_ad * r_bd + half)
+    r_ab = np.linspace(low, high, grid)
+    p = np.array([steiger_z(r_ad, r_bd, float(r), n)[1] for r in r_ab])
+    ok = p < alpha
+    from_here = None
+    if ok[-1]:
+        last_bad = np.flatnonzero(~ok)
+        from_here = float(r_ab[last_bad[-1] + 1]) if len(last_bad) else float(r_ab[0])
+    return PublishedCheck(r_ad, r_bd, n, (float(low), float(high)), float(np.nanmax(p)), float(np.nanmin(p)), alpha,
+                          from_here)  # fmt: skip
+
+
 # ---- Holm ---------------------------------------------------------------------------------------------------------
 def holm(p_values: list[float | None]) -> list[float | None]:
     """Holm's (1979) step-down adjusted p-values, in the input order: the i-th smallest of m p-values times

@@ -290,3 +290,21 @@ def test_power_needs_fewer_models_for_a_larger_difference_and_none_for_no_differ
     capped = models_needed(a, near, d, max_models=10)
     assert capped.n_needed is None and all(n <= 10 for n, _ in capped.curve)
     assert math.isfinite(capped.difference)
+
+
+def test_steiger_over_an_unknown_correlation_between_the_evaluators() -> None:
+    """r_AD = .6, r_BD = .8: the three are a correlation matrix for r_AB in .48 +- sqrt(.64 x .36) = [0, .96]; the
+    p-values over that range bracket Steiger's at any r_AB in it; equal correlations never differ."""
+    from evalfarm.comparisons import steiger_over_unknown_r_ab
+
+    got = steiger_over_unknown_r_ab(0.6, 0.8, 30)
+    assert got.r_ab_range == pytest.approx((0.0, 0.96))
+    for r_ab in (0.0, 0.3, 0.6, 0.9):
+        assert got.p_min - 1e-12 <= steiger_z(0.6, 0.8, r_ab, 30)[1] <= got.p_max + 1e-12
+    assert got.p_max == pytest.approx(steiger_z(0.6, 0.8, 0.0, 30)[1], rel=1e-6)
+    assert got.r_ab_significant_from is not None and steiger_z(0.6, 0.8, got.r_ab_significant_from, 30)[1] < 0.05
+    assert steiger_z(0.6, 0.8, got.r_ab_significant_from - 0.01, 30)[1] >= 0.05
+    same = steiger_over_unknown_r_ab(0.5, 0.5, 60)
+    assert (same.p_max, same.p_min, same.r_ab_significant_from) == (1.0, 1.0, None)
+    everywhere = steiger_over_unknown_r_ab(0.9, 0.1, 200)
+    assert everywhere.p_max < 0.05 and everywhere.r_ab_significant_from == pytest.approx(everywhere.r_ab_range[0])
