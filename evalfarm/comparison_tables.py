@@ -451,6 +451,8 @@ def power_text(line: PowerLine) -> str:
         f"{line.column}: {line.a_row} {line.rho_a:.2f} vs best similarity row {line.b_row} {line.rho_b:.2f} "
         f"(difference {r.difference:+.2f}, {r.n_models} models): "
     )
+    if r.n_models < 4:
+        return head + "too few models for a test"
     if r.n_needed is None:
         if r.difference == 0 or not math.isfinite(r.difference):
             return head + "no difference to detect"

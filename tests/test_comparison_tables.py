@@ -222,3 +222,18 @@ def test_the_report_shows_the_comparisons_and_marks_the_heatmap(
     marked = [s for s in drawn if s.endswith("†")]
     assert len(marked) == 2  # STS-B's two cells (no post-processed model: the table without them is not repeated)
     assert len(wh.query("SELECT * FROM correlation_comparisons").to_pylist()) == 8  # both tables were computed
+
+
+def test_three_models_give_rows_without_a_test(wh: Warehouse) -> None:
+    """What the documents' reduced zoo has: too few models for any test, and the command still answers."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    _paper_zoo(wh, n=3)
+    got = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank"])
+    assert got.exit_code == 0, got.output
+    rows = _rows(wh)
+    assert len(rows) == 4 and all(r["p_value"] is None and r["holm_p"] is None for r in rows)
+    assert not any(r["significant"] for r in rows)
+    assert "too few models for a test" in got.output
