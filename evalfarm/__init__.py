@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import build_report as build_report
     from evalfarm.api import build_zoo as build_zoo
     from evalfarm.api import check_submission as check_submission
+    from evalfarm.api import correlation_comparisons as correlation_comparisons
     from evalfarm.api import correlation_table as correlation_table
     from evalfarm.api import evaluate as evaluate
     from evalfarm.api import follow_job as follow_job
@@ -56,6 +57,7 @@ _API = (
     "build_report",
     "build_zoo",
     "check_submission",
+    "correlation_comparisons",
     "correlation_table",
     "evaluate",
     "follow_job",
