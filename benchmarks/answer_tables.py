@@ -40,6 +40,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import duckdb
 import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
@@ -48,7 +49,7 @@ os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").res
 
 from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons  # noqa: E402
 from evalfarm.comparisons import ALPHA, steiger_over_unknown_r_ab  # noqa: E402
-from evalfarm.correlations import refresh_intervals  # noqa: E402
+from evalfarm.correlations import connect, refresh_intervals  # noqa: E402
 from evalfarm.paper import TABLES as PAPER_TABLES  # noqa: E402
 from evalfarm.paper import mark_comparisons, paper_table_from, render_text  # noqa: E402
 from evalfarm.robustness import leave_one_family_out, rank_stability  # noqa: E402
@@ -78,20 +79,24 @@ def _r(v: float | None, digits: int = 3) -> float | None:
     return None if v is None or not math.isfinite(v) else round(float(v), digits)
 
 
-def one_table(wh: Warehouse, name: str, level: str, excluded: bool, ties: str, seed: int) -> dict[str, Any]:
+def one_table(
+    wh: Warehouse, con: duckdb.DuckDBPyConnection, name: str, level: str, excluded: bool, ties: str, seed: int
+) -> dict[str, Any]:
     """One of the paper's tables under one tie policy: its comparisons, verdicts, power and leave-one-out."""
-    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties=ties, seed=seed)
-    paper = paper_table_from(wh, level=level, exclude_postprocessed=excluded, ties=ties)
+    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties=ties, seed=seed, con=con)
+    paper = paper_table_from(con, level=level, exclude_postprocessed=excluded, ties=ties)
     similarity = {k for (row, _), k in paper.keys.items() if not row.startswith("EvalRank")}
     found = comparison_table(
-        wh, level=level, exclude_postprocessed=excluded, ties=ties, power_candidates=similarity, seed=seed
+        wh, level=level, exclude_postprocessed=excluded, ties=ties, power_candidates=similarity, seed=seed, con=con
     )
     n_tests = max((int(c["n_tests"]) for c in found.cells.values()), default=None)
     mark_comparisons(paper, list(found.cells.values()), n_tests=n_tests)
     paper.power = [power_text(p) for p in found.power]
     by_key = {c["b_cell_key"]: c for c in found.cells.values()}
     power = found.power
-    lofo = leave_one_family_out(wh, level=level, exclude_postprocessed=excluded, ties=ties, similarity_keys=similarity)
+    lofo = leave_one_family_out(
+        con, level=level, exclude_postprocessed=excluded, ties=ties, similarity_keys=similarity
+    )
     lofo_by_column = {x.column: x for x in lofo}
     columns = []
     for col in paper.columns:
@@ -192,6 +197,10 @@ def published_checks() -> list[dict[str, Any]]:
     return out
 
 
+def _f(v: float | None, spec: str = ".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
 def markdown(out: dict[str, Any]) -> str:
     """The verdicts, one block per table and tie policy."""
     lines = [
@@ -218,14 +227,14 @@ def markdown(out: dict[str, Any]) -> str:
         for c in t["columns"]:
             lo = c["leave_one_family_out"]
             lofo = "" if lo is None else (
-                f"{lo['difference_min']:+.2f}…{lo['difference_max']:+.2f}; "
+                f"{_f(lo['difference_min'], '+.2f')}…{_f(lo['difference_max'], '+.2f')}; "
                 + (", ".join(lo["sign_flips_without"]) or "none")
             )  # fmt: skip
             ci = "" if c["ci"][0] is None else f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
             pw = c["models_for_80_power"]
             lines.append(
-                f"| {c['column']} | {c['n_models']} | {c['evalrank_rho']:.2f} | {c['best_similarity_row']} "
-                f"{c['best_similarity_rho']:.2f} | {c['difference']:+.2f}{ci} | "
+                f"| {c['column']} | {c['n_models']} | {_f(c['evalrank_rho'])} | {c['best_similarity_row']} "
+                f"{_f(c['best_similarity_rho'])} | {_f(c['difference'], '+.2f')}{ci} | "
                 f"{'' if c['holm_p'] is None else format(c['holm_p'], '.3g')} | {c['verdict']} | "
                 f"{c['evalrank_significantly_better_than']} / {c['evalrank_significantly_worse_than']} of "
                 f"{c['similarity_rows']} | {'> 100,000' if pw is None else f'{pw:,}'} | {lofo} |"
@@ -256,14 +265,18 @@ def markdown(out: dict[str, Any]) -> str:
 
 def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int = 1000) -> dict[str, Any]:
     started = time.perf_counter()
-    refresh_intervals(wh, seed=seed)
-    tables = [one_table(wh, n, lvl, ex, ties, seed) for n, lvl, ex in TABLES for ties in POLICIES]
-    stability = []
-    for task in ("evalrank-word", "evalrank-sentence"):
-        for ties in ("realistic", "optimistic"):
-            s = rank_stability(wh, task=task, ties=ties, n_resamples=resamples, seed=seed)
-            if s.mrr:
-                stability.append(s)
+    con = connect(wh)  # one set of views for everything: opening them reads every file's footer
+    try:
+        refresh_intervals(wh, seed=seed, con=con)
+        tables = [one_table(wh, con, n, lvl, ex, ties, seed) for n, lvl, ex in TABLES for ties in POLICIES]
+        stability = []
+        for task in ("evalrank-word", "evalrank-sentence"):
+            for ties in ("realistic", "optimistic"):
+                s = rank_stability(con, task=task, ties=ties, n_resamples=resamples, seed=seed)
+                if s.mrr:
+                    stability.append(s)
+    finally:
+        con.close()
     out: dict[str, Any] = {
         "warehouse": str(wh.uri),
         "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),

@@ -242,10 +242,13 @@ def refresh_comparisons(
     refine_resamples: int = REFINE_RESAMPLES,
     seed: int = DEFAULT_SEED,
     confidence: float = CONFIDENCE,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> int:
     """Compute and store every comparison of one table (:func:`table_family`) whose stored row is missing or stale
     (either cell's models or numbers changed); returns how many were computed (0: all current, nothing written).
-    A table without its compared row (no EvalRank at this level yet) has nothing to compare: 0."""
+    A table without its compared row (no EvalRank at this level yet) has nothing to compare: 0. ``con``: read
+    through this open connection (its views see the rows written meanwhile) instead of a fresh one: opening the
+    views reads every file's footer, which a caller of many tables pays once."""
     wh = _warehouse(warehouse)
     _ensure_table(wh)
 
@@ -267,7 +270,7 @@ def refresh_comparisons(
         }
         return fam, stored, cell_values(con, level, exclude_postprocessed)
 
-    fam, stored, values = read_views(wh, read, "comparisons")
+    fam, stored, values = read(con) if con is not None else read_views(wh, read, "comparisons")
     if fam is None:
         return 0
     todo = [(a, b) for a, b in fam.pairs if (comparison_key(ties, a, b), inputs_hash(a, b)) not in stored]
@@ -415,9 +418,10 @@ def comparison_table(
     power: bool = True,
     power_candidates: set[str] | None = None,
     seed: int = DEFAULT_SEED,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> ComparisonTable:
     """The comparisons of one table as stored (call :func:`refresh_comparisons` first), with the power lines
-    (:func:`read_comparisons`)."""
+    (:func:`read_comparisons`); ``con``: through this open connection."""
 
     def read(con: duckdb.DuckDBPyConnection) -> ComparisonTable:
         fam = table_family(
@@ -426,7 +430,7 @@ def comparison_table(
         )  # fmt: skip
         return read_comparisons(con, fam, power=power, power_candidates=power_candidates, seed=seed)
 
-    return read_views(_warehouse(warehouse), read, "comparisons")
+    return read(con) if con is not None else read_views(_warehouse(warehouse), read, "comparisons")
 
 
 def format_comparison(cell: dict[str, Any] | None) -> str:

@@ -403,17 +403,22 @@ def paper_table_from(
     downstream_variant: str | None = None,
     table: str | None = None,
 ) -> PaperTable:
-    """:func:`paper_table` over a warehouse's ``correlations`` view, with the composition of its models."""
+    """:func:`paper_table` over a warehouse's ``correlations`` view (a warehouse, or a connection to one), with the
+    composition of its models."""
     if table is not None and table in TABLES:
         level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
+    import duckdb
+
     from evalfarm.correlations import connect, fetch_correlations, warehouse_composition
 
-    con = connect(warehouse)
+    given = isinstance(warehouse, duckdb.DuckDBPyConnection)
+    con = warehouse if given else connect(warehouse)
     try:
         records = fetch_correlations(con)
         composition = warehouse_composition(con, level, exclude_postprocessed)
     finally:
-        con.close()
+        if not given:
+            con.close()
     return paper_table(
         records,
         level=level,

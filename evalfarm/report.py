@@ -45,6 +45,7 @@ from evalfarm.correlations import (
     CorrelationTable,
     caption,
     column_order,
+    connect,
     fetch_correlations,
     format_cell,
     read_views,
@@ -1059,10 +1060,16 @@ def build_report(
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     if refresh:
         try:
-            refresh_intervals(wh)
-            for level in ("sentence", "word"):
-                for excluded in (False, True):
-                    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties="optimistic")
+            con = connect(wh)  # one set of views for every refresh's reads (opening them reads every footer)
+            try:
+                refresh_intervals(wh, con=con)
+                for level in ("sentence", "word"):
+                    for excluded in (False, True):
+                        refresh_comparisons(
+                            wh, level=level, exclude_postprocessed=excluded, ties="optimistic", con=con
+                        )
+            finally:
+                con.close()
         except (FileNotFoundError, NotADirectoryError):
             raise
         except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
