@@ -33,6 +33,7 @@ import csv
 import json
 import math
 import os
+import re
 import sys
 import tempfile
 import time
@@ -164,37 +165,64 @@ PAPER_N = {"3": 38, "6": 67, "11": 34}
 """The paper's zoo behind each table (its section 5 and Table 11's caption)."""
 
 
+def check_cells(name: str, n: int, cells: dict[tuple[str, str], float], columns: list[str]) -> list[dict[str, Any]]:
+    """EvalRank MRR against the best similarity row of each column of a table known only by its cells (rho, not
+    x 100), over n models: Steiger's Z for every possible r_AB (:func:`steiger_over_unknown_r_ab`), at alpha / the
+    table's columns (Bonferroni). Normal theory on rank correlations, the models taken as independent, the best
+    row chosen after the fact: an approximation, and the most a table's cells can say."""
+    out = []
+    alpha = ALPHA / len(columns)
+    for col in columns:
+        er = cells.get((COMPARED, col))
+        sims = [(v, r) for (r, c), v in cells.items() if c == col and not r.startswith("EvalRank")]
+        if er is None or not sims:
+            continue
+        rho, row = max(sims)
+        got = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha)
+        higher = "EvalRank higher" if er > rho else "similarity row higher" if er < rho else "equal"
+        if er == rho or got.r_ab_significant_from is None:
+            reading = f"{higher}; not significant for any r_AB"
+        elif got.p_max < alpha:
+            reading = f"{higher}; significant whatever r_AB"
+        else:
+            reading = f"{higher}; significant only if r_AB >= {got.r_ab_significant_from:.4f}"
+        out.append(
+            {"table": name, "n_models": n, "column": col, "evalrank_rho": er, "best_similarity_row": row,
+             "best_similarity_rho": rho, "alpha": round(alpha, 5), "p_worst": _r(got.p_max, 5),
+             "p_best": _r(got.p_min, 8), "r_ab_range": [_r(v) for v in got.r_ab_range],
+             "r_ab_significant_from": _r(got.r_ab_significant_from, 4), "reading": reading}
+        )  # fmt: skip
+    return out
+
+
 def published_checks() -> list[dict[str, Any]]:
-    """The paper's own cells, tested as far as they can be: per column of Tables 3, 6 and 11, EvalRank MRR against
-    the best published similarity row by Steiger's Z over the paper's n models, for every correlation r_AB between
-    the two evaluators that is possible (the paper does not publish it), at alpha / (the table's columns)
-    (Bonferroni). Normal theory on rank correlations, the models taken as independent: an approximation."""
+    """:func:`check_cells` on the paper's own Tables 3, 6 and 11 (its n: 38, 67, 34 models)."""
     out = []
     for number, n in PAPER_N.items():
         tdef = PAPER_TABLES[number]
-        pub = tdef.published()
-        alpha = ALPHA / len(tdef.columns)
-        for col, _ in tdef.columns:
-            er = pub[(COMPARED, col)] / 100
-            rho, row = max(
-                (pub[(r.label, col)] / 100, r.label) for r in tdef.rows if not r.label.startswith("EvalRank")
-            )
-            got = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha)
-            if er <= rho:
-                reading = "EvalRank is not the higher"
-            elif got.p_max < alpha:
-                reading = "significant whatever r_AB"
-            elif got.r_ab_significant_from is not None:
-                reading = f"significant only if r_AB >= {got.r_ab_significant_from:.2f}"
-            else:
-                reading = "not significant for any r_AB"
-            out.append(
-                {"table": tdef.name, "n_models": n, "column": col, "evalrank_rho": er, "best_similarity_row": row,
-                 "best_similarity_rho": rho, "alpha": round(alpha, 5), "p_worst": _r(got.p_max, 5),
-                 "p_best": _r(got.p_min, 8), "r_ab_range": [_r(v) for v in got.r_ab_range],
-                 "r_ab_significant_from": _r(got.r_ab_significant_from), "reading": reading}
-            )  # fmt: skip
+        cells = {k: v / 100 for k, v in tdef.published().items()}
+        out += check_cells(tdef.name, n, cells, [c for c, _ in tdef.columns])
     return out
+
+
+def parse_layout(text: str) -> tuple[int, dict[tuple[str, str], float], list[str]]:
+    """A table as ``evalfarm correlations --layout paper [--published]`` printed it (a committed measurement): the
+    models in its caption's ``this zoo:`` composition, each cell's rho (the measured number, not the bracketed
+    published one) and the columns."""
+    lines = text.splitlines()
+    zoo = lines[0].split("this zoo:", 1)[1]
+    n = sum(int(part.split()[0]) for part in zoo.split(","))
+    columns = lines[1].split()[1:]
+    cells: dict[tuple[str, str], float] = {}
+    for line in lines[2:]:
+        if line.startswith(("(", "note:")) or not line.strip():
+            continue
+        values = re.findall(r"(-?\d+\.\d+|-)(?: \((?:-?\d+\.\d+|-)\))?", line)
+        label = re.split(r"\s{2,}", line.strip())[0]
+        for col, v in zip(columns, values[-len(columns) :], strict=True):
+            if v != "-":
+                cells[(label, col)] = float(v) / 100
+    return n, cells, columns
 
 
 def _f(v: float | None, spec: str = ".2f") -> str:
@@ -245,15 +273,15 @@ def markdown(out: dict[str, Any]) -> str:
         lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items())]
     lines += [
         "",
-        "## The paper's own cells",
+        "## Tables known by their cells only: the paper's, and committed measurements",
         "",
-        "EvalRank MRR against the best published similarity row of each column, Steiger's Z over the paper's models "
-        "for every possible correlation r_AB between the two (not published), at 0.05 / columns (Bonferroni):",
+        "EvalRank MRR against the best similarity row of each column, Steiger's Z over the table's models for every "
+        "possible correlation r_AB between the two (not published), at 0.05 / columns (Bonferroni):",
         "",
         "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading |",
         "|---|---|---:|---|---:|---|",
     ]
-    for c in out["published"]:
+    for c in out["published"] + out.get("measured", []):
         lines.append(
             f"| {c['table']} ({c['n_models']}) | {c['column']} | {c['evalrank_rho']:.2f} | "
             f"{c['best_similarity_row']} {c['best_similarity_rho']:.2f} | {c['p_worst']:.3g} | {c['reading']} |"
@@ -263,10 +291,26 @@ def markdown(out: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+FROZEN = ("metrics", "models")
+"""The views every table reads again and again (through ``correlations``, ``correlation_cells``, ...)."""
+
+
+def freeze(con: duckdb.DuckDBPyConnection) -> None:
+    """Snapshot :data:`FROZEN` in this connection: each query over a view of Parquet files binds it again, reading
+    the footer of every file (minutes on a loaded machine for a few thousand unit files), and this script asks a
+    hundred questions of the same numbers. The views that build on them (``correlations`` and the rest) then read
+    the snapshot; the comparisons written meanwhile are read from their own files as usual. Only for a warehouse
+    that no run writes meanwhile (the copy this script is for)."""
+    for view in FROZEN:
+        con.execute(f"CREATE TEMP TABLE _frozen_{view} AS SELECT * FROM {view}")
+        con.execute(f"CREATE OR REPLACE VIEW {view} AS SELECT * FROM _frozen_{view}")
+
+
 def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int = 1000) -> dict[str, Any]:
     started = time.perf_counter()
     con = connect(wh)  # one set of views for everything: opening them reads every file's footer
     try:
+        freeze(con)
         refresh_intervals(wh, seed=seed, con=con)
         tables = [one_table(wh, con, n, lvl, ex, ties, seed) for n, lvl, ex in TABLES for ties in POLICIES]
         stability = []
@@ -302,9 +346,15 @@ def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int
         "published": published_checks(),
     }
     out["seconds"] = round(time.perf_counter() - started, 1)
+    write(out, out_dir)
+    return out
+
+
+def write(out: dict[str, Any], out_dir: Path | None) -> None:
+    """The files of an answer under ``out_dir`` (none when None)."""
     if out_dir is not None:
         out_dir.mkdir(parents=True, exist_ok=True)
-        for t in tables:
+        for t in out["tables"]:
             stem = f"{t['level']}-{t['ties']}{'-no-pp' if t['excludes_postprocessed'] else ''}"
             (out_dir / f"table-{stem}.txt").write_text(t["text"] + "\n", encoding="utf-8")
             if t["comparisons"]:
@@ -315,7 +365,6 @@ def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int
         (out_dir / "stability.txt").write_text("\n".join(out["stability_text"]) + "\n", encoding="utf-8")
         (out_dir / "answer.md").write_text(markdown(out), encoding="utf-8")
         (out_dir / "answer.json").write_text(json.dumps(out, indent=1, default=str) + "\n", encoding="utf-8")
-    return out
 
 
 # ---- a synthetic warehouse for the smoke run ------------------------------------------------------------------------
@@ -377,13 +426,30 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--item-resamples", type=int, default=1000, help="bootstrap resamples of a board's pairs")
     ap.add_argument("--smoke", action="store_true", help="a synthetic twelve-model warehouse: CI only")
+    ap.add_argument(
+        "--measured-tables",
+        type=Path,
+        nargs="*",
+        default=[],
+        help="also test tables printed by `correlations --layout paper` (committed measurements) from their cells",
+    )
     args = ap.parse_args()
     if args.smoke:
         args.warehouse = smoke_warehouse(Path(tempfile.mkdtemp()) / "wh")
         args.item_resamples = 200
-    if args.warehouse is None:
-        ap.error("--warehouse is required (or --smoke)")
-    out = answer(Warehouse(args.warehouse), args.out, seed=args.seed, resamples=args.item_resamples)
+    if args.warehouse is None and not args.measured_tables:
+        ap.error("--warehouse is required (or --smoke, or only --measured-tables)")
+    measured = []
+    for path in args.measured_tables:
+        n, cells, columns = parse_layout(path.read_text(encoding="utf-8"))
+        measured += check_cells(path.name, n, cells, columns)
+    if args.warehouse is None:  # only tables known by their cells
+        out = {"warehouse": "(none)", "created": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), "seed": args.seed,
+               "tables": [], "stability": [], "stability_text": [], "published": published_checks()}  # fmt: skip
+    else:
+        out = answer(Warehouse(args.warehouse), None, seed=args.seed, resamples=args.item_resamples)
+    out["measured"] = measured
+    write(out, args.out)
     brief = {k: v for k, v in out.items() if k != "tables"} | {
         "tables": [{k: v for k, v in t.items() if k not in ("text", "comparisons")} for t in out["tables"]]
     }
