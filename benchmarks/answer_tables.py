@@ -225,6 +225,14 @@ def parse_layout(text: str) -> tuple[int, dict[tuple[str, str], float], list[str
     return n, cells, columns
 
 
+def _few(names: list[str], of: int, shown: int = 3) -> str:
+    """At most ``shown`` names, then how many more (of how many)."""
+    if not names:
+        return "none"
+    more = len(names) - shown
+    return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "") + f" (of {of})"
+
+
 def _f(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -256,7 +264,7 @@ def markdown(out: dict[str, Any]) -> str:
             lo = c["leave_one_family_out"]
             lofo = "" if lo is None else (
                 f"{_f(lo['difference_min'], '+.2f')}…{_f(lo['difference_max'], '+.2f')}; "
-                + (", ".join(lo["sign_flips_without"]) or "none")
+                + _few(lo["sign_flips_without"], lo["families"])
             )  # fmt: skip
             ci = "" if c["ci"][0] is None else f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
             pw = c["models_for_80_power"]
