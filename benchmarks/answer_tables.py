@@ -22,8 +22,8 @@ and for each EvalRank pool the board's stability under a bootstrap over its pair
 It WRITES into the warehouse what ``evalfarm correlations`` writes (the ``correlation_ci`` intervals and the
 ``correlation_diff`` comparisons that are missing or stale): run it on a copy of a warehouse you must not write
 (``cp -r W W2``). Seeded: the same warehouse gives the same files. Files under ``--out``: ``answer.md`` (the
-verdicts), ``answer.json`` (everything), ``table-<level>-<ties>[-no-pp].txt`` (the paper layout with marks and
-power lines), ``comparisons-<...>.csv`` (every comparison of the evalfarm table), ``stability.txt``.
+verdicts), ``answer.json`` (the numbers behind them), ``table-<level>-<ties>[-no-pp].txt`` (the paper layout with
+marks and power lines), ``comparisons-<...>.csv`` (every comparison of the evalfarm table), ``stability.txt``.
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ COMPARED = "EvalRank MRR"
 
 
 def verdict(cell: dict[str, Any] | None) -> str:
-    """EvalRank against the column's best similarity row: supported / contradicted (Holm-significant either way)
-    or undecidable (no significant difference, or no test)."""
+    """EvalRank against the column's best similarity row: supported / contradicted (Holm-significant either way),
+    undecidable (no significant difference) or no test (under 4 models)."""
     if cell is None or cell["holm_p"] is None:
-        return "undecidable"
+        return "no test (under 4 models)"
     if cell["holm_p"] >= ALPHA:
         return "undecidable"
     return "supported" if cell["difference"] > 0 else "contradicted"
@@ -233,6 +233,14 @@ def _few(names: list[str], of: int, shown: int = 3) -> str:
     return ", ".join(names[:shown]) + (f" and {more} more" if more > 0 else "") + f" (of {of})"
 
 
+def _power(c: dict[str, Any]) -> str:
+    if c["n_models"] < 4:
+        return "-"
+    if c["models_for_80_power"] is None:
+        return "no difference" if not c["difference"] else "> 100,000"
+    return f"{c['models_for_80_power']:,}"
+
+
 def _f(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -267,18 +275,18 @@ def markdown(out: dict[str, Any]) -> str:
                 + _few(lo["sign_flips_without"], lo["families"])
             )  # fmt: skip
             ci = "" if c["ci"][0] is None else f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
-            pw = c["models_for_80_power"]
             lines.append(
                 f"| {c['column']} | {c['n_models']} | {_f(c['evalrank_rho'])} | {c['best_similarity_row']} "
                 f"{_f(c['best_similarity_rho'])} | {_f(c['difference'], '+.2f')}{ci} | "
                 f"{'' if c['holm_p'] is None else format(c['holm_p'], '.3g')} | {c['verdict']} | "
                 f"{c['evalrank_significantly_better_than']} / {c['evalrank_significantly_worse_than']} of "
-                f"{c['similarity_rows']} | {'> 100,000' if pw is None else f'{pw:,}'} | {lofo} |"
+                f"{c['similarity_rows']} | {_power(c)} | {lofo} |"
             )
         counts = {
             v: sum(c["verdict"] == v for c in t["columns"]) for v in ("supported", "contradicted", "undecidable")
         }
-        lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items())]
+        untested = sum(c["verdict"].startswith("no test") for c in t["columns"])
+        lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f", {untested} without a test"]
     lines += [
         "",
         "## Tables known by their cells only: the paper's, and committed measurements",
@@ -358,6 +366,12 @@ def answer(wh: Warehouse, out_dir: Path | None, *, seed: int = 0, resamples: int
     return out
 
 
+def brief(out: dict[str, Any]) -> dict[str, Any]:
+    """The answer without each table's text and comparisons (their own files hold them)."""
+    tables = [{k: v for k, v in t.items() if k not in ("text", "comparisons")} for t in out["tables"]]
+    return {k: v for k, v in out.items() if k != "tables"} | {"tables": tables}
+
+
 def write(out: dict[str, Any], out_dir: Path | None) -> None:
     """The files of an answer under ``out_dir`` (none when None)."""
     if out_dir is not None:
@@ -372,7 +386,7 @@ def write(out: dict[str, Any], out_dir: Path | None) -> None:
                     w.writerows(t["comparisons"])
         (out_dir / "stability.txt").write_text("\n".join(out["stability_text"]) + "\n", encoding="utf-8")
         (out_dir / "answer.md").write_text(markdown(out), encoding="utf-8")
-        (out_dir / "answer.json").write_text(json.dumps(out, indent=1, default=str) + "\n", encoding="utf-8")
+        (out_dir / "answer.json").write_text(json.dumps(brief(out), indent=1, default=str) + "\n", encoding="utf-8")
 
 
 # ---- a synthetic warehouse for the smoke run ------------------------------------------------------------------------
@@ -458,12 +472,9 @@ def main() -> None:
         out = answer(Warehouse(args.warehouse), None, seed=args.seed, resamples=args.item_resamples)
     out["measured"] = measured
     write(out, args.out)
-    brief = {k: v for k, v in out.items() if k != "tables"} | {
-        "tables": [{k: v for k, v in t.items() if k not in ("text", "comparisons")} for t in out["tables"]]
-    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(brief, indent=1, default=str) + "\n")
+        args.json.write_text(json.dumps(brief(out), indent=1, default=str) + "\n")
     print(markdown(out))
 
 
