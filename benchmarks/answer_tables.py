@@ -49,7 +49,7 @@ sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
 from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons  # noqa: E402
-from evalfarm.comparisons import ALPHA, steiger_over_unknown_r_ab  # noqa: E402
+from evalfarm.comparisons import ALPHA, steiger_models_needed, steiger_over_unknown_r_ab  # noqa: E402
 from evalfarm.correlations import connect, refresh_intervals  # noqa: E402
 from evalfarm.paper import TABLES as PAPER_TABLES  # noqa: E402
 from evalfarm.paper import mark_comparisons, paper_table_from, render_text  # noqa: E402
@@ -190,9 +190,19 @@ def check_cells(name: str, n: int, cells: dict[tuple[str, str], float], columns:
             {"table": name, "n_models": n, "column": col, "evalrank_rho": er, "best_similarity_row": row,
              "best_similarity_rho": rho, "alpha": round(alpha, 5), "p_worst": _r(got.p_max, 5),
              "p_best": _r(got.p_min, 8), "r_ab_range": [_r(v) for v in got.r_ab_range],
-             "r_ab_significant_from": _r(got.r_ab_significant_from, 4), "reading": reading}
+             "r_ab_significant_from": _r(got.r_ab_significant_from, 4), "reading": reading,
+             "models_for_80_power": {str(r_ab): _models(steiger_models_needed(er, rho, r_ab)) for r_ab in R_AB}}
         )  # fmt: skip
     return out
+
+
+R_AB = (0.9, 0.95)
+"""The correlations between EvalRank and the best similarity row at which a table known by its cells states the
+models a decision would need (the nightly zoo's rows correlate that strongly)."""
+
+
+def _models(n: float) -> int | None:
+    return None if not math.isfinite(n) else math.ceil(n)
 
 
 def published_checks() -> list[dict[str, Any]]:
@@ -294,13 +304,16 @@ def markdown(out: dict[str, Any]) -> str:
         "EvalRank MRR against the best similarity row of each column, Steiger's Z over the table's models for every "
         "possible correlation r_AB between the two (not published), at 0.05 / columns (Bonferroni):",
         "",
-        "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading |",
-        "|---|---|---:|---|---:|---|",
+        "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading | models for 80 % power "
+        "at r_AB = 0.9 / 0.95 |",
+        "|---|---|---:|---|---:|---|---:|",
     ]
     for c in out["published"] + out.get("measured", []):
+        need = " / ".join("-" if v is None else f"{v:,}" for v in c["models_for_80_power"].values())
         lines.append(
             f"| {c['table']} ({c['n_models']}) | {c['column']} | {c['evalrank_rho']:.2f} | "
-            f"{c['best_similarity_row']} {c['best_similarity_rho']:.2f} | {c['p_worst']:.3g} | {c['reading']} |"
+            f"{c['best_similarity_row']} {c['best_similarity_rho']:.2f} | {c['p_worst']:.3g} | {c['reading']} | "
+            f"{need} |"
         )
     lines += ["", "## Boards resampled over their pairs", ""]
     lines += [f"- {s}" for s in out["stability_text"]]

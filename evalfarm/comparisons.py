@@ -288,6 +288,21 @@ def steiger_over_unknown_r_ab(
                           from_here)  # fmt: skip
 
 
+def steiger_models_needed(
+    r_ad: float, r_bd: float, r_ab: float, *, power: float = POWER, alpha: float = ALPHA
+) -> float:
+    """The models Steiger's test needs to find rho(A, D) != rho(B, D) with ``power`` at level ``alpha`` (two-sided),
+    were the three correlations the population's: from the variance of z_AD - z_BD, (2 - 2c) / (n - 3) (Steiger
+    1980, eq. 10 and 14), n = 3 + (2 - 2c) ((z_(1 - alpha/2) + z_power) / |z_AD - z_BD|)^2. Infinite for equal
+    correlations. For a table known by its cells only, where no bootstrap is possible."""
+    dz = abs(math.atanh(r_ad) - math.atanh(r_bd))
+    if dz == 0:
+        return math.inf
+    m2 = ((r_ad + r_bd) / 2) ** 2
+    c = (r_ab * (1 - 2 * m2) - 0.5 * m2 * (1 - 2 * m2 - r_ab**2)) / (1 - m2) ** 2
+    return 3 + (2 - 2 * c) * ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) / dz) ** 2
+
+
 # ---- Holm ---------------------------------------------------------------------------------------------------------
 def holm(p_values: list[float | None]) -> list[float | None]:
     """Holm's (1979) step-down adjusted p-values, in the input order: the i-th smallest of m p-values times

@@ -308,3 +308,16 @@ def test_steiger_over_an_unknown_correlation_between_the_evaluators() -> None:
     assert (same.p_max, same.p_min, same.r_ab_significant_from) == (1.0, 1.0, None)
     everywhere = steiger_over_unknown_r_ab(0.9, 0.1, 200)
     assert everywhere.p_max < 0.05 and everywhere.r_ab_significant_from == pytest.approx(everywhere.r_ab_range[0])
+
+
+def test_steiger_models_needed_by_hand_and_against_its_own_test() -> None:
+    """r = .5 and .3 with r_AB = .5: mean .4, m^2 = .16, c = (.5 (1 - .32) - .5 x .16 (1 - .32 - .25)) / .84^2
+    = (.34 - .0344) / .7056 = .43311; dz = atanh .5 - atanh .3 = .23975; n = 3 + 1.13379 (2.80159 / .23975)^2
+    = 157.8. At that n, Steiger's Z at the same correlations is z_.975 + z_.8 = 2.80 (power 80 %)."""
+    from evalfarm.comparisons import steiger_models_needed
+
+    n = steiger_models_needed(0.5, 0.3, 0.5)
+    assert n == pytest.approx(157.8, abs=0.2)
+    assert steiger_z(0.5, 0.3, 0.5, round(n))[0] == pytest.approx(2.8016, abs=0.01)
+    assert steiger_models_needed(0.5, 0.3, 0.9) < n < steiger_models_needed(0.5, 0.3, 0.1)
+    assert steiger_models_needed(0.4, 0.4, 0.5) == math.inf
