@@ -19,6 +19,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import build_zoo as build_zoo
     from evalfarm.api import check_submission as check_submission
     from evalfarm.api import compact_warehouse as compact_warehouse
+    from evalfarm.api import correlation_comparisons as correlation_comparisons
     from evalfarm.api import correlation_table as correlation_table
     from evalfarm.api import diff as diff
     from evalfarm.api import evaluate as evaluate
@@ -54,6 +55,7 @@ _API = (
     "build_zoo",
     "check_submission",
     "compact_warehouse",
+    "correlation_comparisons",
     "correlation_table",
     "diff",
     "evaluate",

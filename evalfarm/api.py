@@ -68,6 +68,7 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
 
     from evalfarm.catalog.registry import Catalog, CatalogTarget
     from evalfarm.catalog.specs import Level
+    from evalfarm.comparison_tables import ComparisonTable
     from evalfarm.correlations import CorrelationTable
     from evalfarm.mteb_results import ExportResult, ImportResult
     from evalfarm.options import RunOptions
@@ -536,6 +537,48 @@ def correlation_table(
     return table
 
 
+def correlation_comparisons(
+    *,
+    warehouse: PathOrStr | None = None,
+    level: str = "sentence",
+    exclude_postprocessed: bool = False,
+    ties: str = "optimistic",
+    compare: str = "evalrank",
+    refresh: bool = True,
+    resamples: int = 2000,
+    seed: int = 0,
+    power: bool = True,
+) -> ComparisonTable:
+    """Which evaluator predicts each downstream task better than ``compare`` (``evalrank``: the level's EvalRank MRR
+    under cosine; or a row label of :func:`correlation_table`, or a task with one row): per column, each other row's
+    rho(compare) - rho(row) by a paired bootstrap over models, its 95 % interval, p-value and Holm-adjusted p-value
+    across the table (view ``correlation_comparisons``), and (``power``) how many models would tell the compared row
+    from each column's best similarity row at 80 % power. ``refresh``: first compute the missing or stale comparisons
+    (``resamples`` each, 20,000 where p < 0.05; ``seed``); a warehouse that cannot be written keeps the stored ones,
+    and the first note says so. An unknown ``compare`` raises ValueError naming the rows."""
+    from evalfarm.comparison_tables import comparison_table, refresh_comparisons
+
+    wh = resolve_settings(warehouse=warehouse).warehouse
+    stale: str | None = None
+    if refresh:
+        try:
+            refresh_comparisons(
+                wh, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, compare=compare,
+                n_resamples=resamples, seed=seed,
+            )  # fmt: skip
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except OSError as exc:  # a read-only warehouse: the view still answers with what is stored
+            stale = f"comparisons not refreshed ({exc}); showing the stored ones"
+    table = comparison_table(
+        wh, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, compare=compare, power=power,
+        seed=seed,
+    )  # fmt: skip
+    if stale:
+        table.notes.insert(0, stale)
+    return table
+
+
 def build_report(
     out: PathOrStr,
     *,
@@ -643,15 +686,21 @@ def paper_correlation_table(
     ties: str = "optimistic",
     downstream_variant: str | None = None,
     table: str | None = None,
+    compare: bool = False,
+    resamples: int = 2000,
+    seed: int = 0,
 ) -> PaperTable:
     """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
     each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
     behind it; ``table``: one of the paper's tables by number (3, 4, 6, 7, 11; its level wins). Reads only (no
-    bootstrap intervals are needed). A missing warehouse raises FileNotFoundError."""
-    from evalfarm.paper import paper_table_from
+    bootstrap intervals are needed), unless ``compare``: then the comparisons with EvalRank MRR are brought up to
+    date (:func:`correlation_comparisons`), the cells that differ from it significantly are marked
+    (``marks``) and ``power`` holds a line per column against the column's best paper similarity row. A missing
+    warehouse raises FileNotFoundError."""
+    from evalfarm.paper import mark_comparisons, paper_table_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
-    return paper_table_from(
+    out = paper_table_from(
         wh,
         level=level,
         exclude_postprocessed=exclude_postprocessed,
@@ -659,6 +708,26 @@ def paper_correlation_table(
         downstream_variant=downstream_variant,
         table=table,
     )
+    if compare:
+        from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons
+
+        level, excluded, policy = out.level, out.exclude_postprocessed, out.ties
+        try:
+            refresh_comparisons(
+                wh, level=level, exclude_postprocessed=excluded, ties=policy, n_resamples=resamples, seed=seed
+            )
+        except (FileNotFoundError, NotADirectoryError):
+            raise
+        except OSError as exc:
+            out.notes.append(f"comparisons not refreshed ({exc}); showing the stored ones")
+        similarity = {k for (row, _), k in out.keys.items() if not row.startswith("EvalRank")}
+        found = comparison_table(
+            wh, level=level, exclude_postprocessed=excluded, ties=policy, power_candidates=similarity, seed=seed
+        )
+        n_tests = max((int(c["n_tests"]) for c in found.cells.values()), default=None)
+        mark_comparisons(out, list(found.cells.values()), n_tests=n_tests)
+        out.power = [power_text(p) for p in found.power]
+    return out
 
 
 def paper_coverage_table(
@@ -838,6 +907,7 @@ __all__ = [
     "build_zoo",
     "check_submission",
     "compact_warehouse",
+    "correlation_comparisons",
     "correlation_table",
     "diff",
     "paper_correlation_table",

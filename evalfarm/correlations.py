@@ -148,28 +148,33 @@ def refresh_intervals(
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
     confidence: float = CONFIDENCE,
+    con: duckdb.DuckDBPyConnection | None = None,
 ) -> int:
     """Compute and store the bootstrap interval of every cell of ``correlations`` whose interval is missing or stale
     (its models or numbers changed); returns how many cells were computed (0: all current, nothing written).
+    ``con``: read through this open connection (a caller doing many reads pays for the views once) instead of a
+    fresh one; its views read the snapshot it was opened on, so the intervals written here are read through a
+    connection opened afterwards.
 
     The cells and their models' numbers are read through the view, so an interval is always of exactly the pairs
     Spearman's rho is computed from, and it is stored with the cell's ``inputs_hash``: when a model is added or
     recomputed the hash changes and the view shows the interval as stale (null) until the next refresh.
     """
     wh = _warehouse(warehouse)
+
     # one pass over the metrics: the cells without a current interval, with the numbers behind them (no warehouse
     # there: FileNotFoundError, and nothing is created)
-    cells = read_views(
-        wh,
-        lambda con: (
-            con.sql(
+    def read(c: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
+        return (
+            c.sql(
                 "SELECT c.* FROM correlation_cells c ANTI JOIN correlation_intervals s "
                 "ON s.cell_key = c.cell_key AND s.inputs_hash = c.inputs_hash"
             )
             .to_arrow_table()
             .to_pylist()
-        ),
-    )
+        )
+
+    cells = read(con) if con is not None else read_views(wh, read)
     if not cells:
         return 0
     created = now()

@@ -220,6 +220,14 @@ class PaperTable:
     published_name: str | None = None
     composition: dict[str, int] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    keys: dict[tuple[str, str], str] = field(default_factory=dict)
+    """The ``correlations`` view's cell_key behind each measured cell."""
+    compared: str | None = None
+    """With comparisons (:func:`mark_comparisons`): the row the others are compared with."""
+    marks: dict[tuple[str, str], str] = field(default_factory=dict)
+    """``MARK`` on each cell that differs significantly from the compared row's cell in its column."""
+    power: list[str] = field(default_factory=list)
+    """Lines under the table: how many models would tell the compared row from each column's best similarity row."""
 
     def caption(self) -> str:
         which = "without post-processed models" if self.exclude_postprocessed else "all models"
@@ -299,6 +307,8 @@ def paper_table(
             rho = None if hit is None or hit["spearman"] is None else round(100 * hit["spearman"], 2)
             n = 0 if hit is None else int(hit["n_models"])
             out.cells[(row.label, col_label)] = (rho, n, published.get((row.label, col_label)))
+            if hit is not None and hit.get("cell_key"):
+                out.keys[(row.label, col_label)] = str(hit["cell_key"])
         if all(out.cells[(row.label, c)][1] == 0 for c in out.columns):
             missing.append(row.label)
     if missing:
@@ -318,10 +328,37 @@ def _find(index: dict, primary: set, row: PaperRow, task: str) -> dict[str, Any]
     return None
 
 
-def format_paper_cell(cell: tuple[float | None, int, float | None], *, published: bool) -> str:
-    """``73.12``, or with ``published`` ``73.12 (89.96)``; ``-`` where nothing is measured."""
+MARK = "†"
+"""The mark of a cell that differs significantly from the compared row (paired bootstrap, Holm across the table)."""
+COMPARED_ROW = "EvalRank MRR"
+"""The paper's row that :func:`mark_comparisons` compares the others with (the evalfarm table's default)."""
+
+
+def mark_comparisons(table: PaperTable, comparisons: list[dict[str, Any]], *, n_tests: int | None = None) -> None:
+    """Mark each cell whose comparison with the compared row (:data:`COMPARED_ROW`, rows of the
+    ``correlation_comparisons`` view for this table's level, models, ties) is significant after Holm's correction,
+    and say so under the table. The correction runs over the evalfarm table's comparisons (every similarity row
+    and set, not only the paper's): a superset, so a mark here is conservative."""
+    by_key = {c["b_cell_key"]: c for c in comparisons}
+    table.compared = COMPARED_ROW
+    for cell, key in table.keys.items():
+        found = by_key.get(key)
+        if found is not None and found["significant"]:
+            table.marks[cell] = MARK
+    compared = sum(1 for key in table.keys.values() if key in by_key)
+    tests = f" across the table's {n_tests} comparisons" if n_tests else ""
+    table.notes.append(
+        f"{MARK}: differs from {COMPARED_ROW} in its column (paired bootstrap over models, Holm-adjusted p < 0.05"
+        f"{tests}); {len(table.marks)} of the {compared} compared cells differ. EvalRank Hits@1 / Hits@3 are not "
+        "compared (the same evaluator)"
+    )
+
+
+def format_paper_cell(cell: tuple[float | None, int, float | None], *, published: bool, mark: str = "") -> str:
+    """``73.12``, or with ``published`` ``73.12 (89.96)``; ``-`` where nothing is measured; ``mark`` after the
+    measured number (:data:`MARK`)."""
     rho, _, pub = cell
-    text = "-" if rho is None else f"{rho:.2f}"
+    text = ("-" if rho is None else f"{rho:.2f}") + mark
     if published:
         text += f" ({pub:.2f})" if pub is not None else " (-)"
     return text
@@ -331,8 +368,13 @@ def render_text(table: PaperTable, *, published: bool = False) -> str:
     """The table as plain text (fixed-width columns): caption, header, rows, the published source, notes."""
     cols = table.columns
     body = [
-        [row, *(format_paper_cell(table.cells[(row, c)], published=published) for c in cols)] for row in table.rows
-    ]
+        [
+            row + (" (compared)" if row == table.compared else ""),
+            *(format_paper_cell(table.cells[(row, c)], published=published, mark=table.marks.get((row, c), ""))
+              for c in cols),
+        ]
+        for row in table.rows
+    ]  # fmt: skip
     head = ["evaluator", *cols]
     widths = [max(len(x[i]) for x in [head, *body]) for i in range(len(head))]
 
@@ -346,6 +388,9 @@ def render_text(table: PaperTable, *, published: bool = False) -> str:
         zoo = PAPER_ZOO["sentence-no-pp" if table.exclude_postprocessed else table.level]  # Table 4: word zoo
         lines.append(f"(in brackets: the paper's {table.published_name}, over its {zoo}; {CITATION})")
     lines += [f"note: {n}" for n in table.notes]
+    if table.power:
+        lines.append("models needed to tell the compared row from the best similarity row at 80 % power:")
+        lines += [f"  {p}" for p in table.power]
     return "\n".join(lines)
 
 
@@ -358,17 +403,22 @@ def paper_table_from(
     downstream_variant: str | None = None,
     table: str | None = None,
 ) -> PaperTable:
-    """:func:`paper_table` over a warehouse's ``correlations`` view, with the composition of its models."""
+    """:func:`paper_table` over a warehouse's ``correlations`` view (a warehouse, or a connection to one), with the
+    composition of its models."""
     if table is not None and table in TABLES:
         level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
+    import duckdb
+
     from evalfarm.correlations import connect, fetch_correlations, warehouse_composition
 
-    con = connect(warehouse)
+    given = isinstance(warehouse, duckdb.DuckDBPyConnection)
+    con = warehouse if given else connect(warehouse)
     try:
         records = fetch_correlations(con)
         composition = warehouse_composition(con, level, exclude_postprocessed)
     finally:
-        con.close()
+        if not given:
+            con.close()
     return paper_table(
         records,
         level=level,

@@ -22,7 +22,7 @@ import json
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -32,12 +32,21 @@ from urllib.parse import quote
 import duckdb
 from markupsafe import Markup
 
+from evalfarm.comparison_tables import (
+    ComparisonTable,
+    format_comparison,
+    power_text,
+    read_comparisons,
+    refresh_comparisons,
+    table_family,
+)
 from evalfarm.correlations import (
     PAPER_DOWNSTREAM,
     SCORER_ORDER,
     CorrelationTable,
     caption,
     column_order,
+    connect,
     fetch_correlations,
     format_cell,
     read_views,
@@ -134,8 +143,16 @@ def _figure(width: float, height: float) -> Any:
     return Figure(figsize=(width, height), dpi=110, layout="constrained")
 
 
-def heatmap(table: CorrelationTable, path: Path) -> Path:
-    """The correlation table as a heatmap (rho in [-1, 1], red negative, blue positive; best per column boxed)."""
+def heatmap(
+    table: CorrelationTable,
+    path: Path,
+    *,
+    compared: str | None = None,
+    differs: Collection[tuple[str, str]] = (),
+) -> Path:
+    """The correlation table as a heatmap (rho in [-1, 1], red negative, blue positive; best per column boxed). With
+    comparisons: the ``compared`` row outlined (dashed) and each cell in ``differs`` (significantly different from
+    the compared row's cell in its column, Holm across the table) marked with a dagger."""
     import numpy as np
     from matplotlib.patches import Rectangle
 
@@ -154,15 +171,22 @@ def heatmap(table: CorrelationTable, path: Path) -> Path:
     ax.set_yticks(range(len(rows)), labels=rows)
     for (r, c), cell in table.cells.items():
         i, j = rows.index(r), cols.index(c)
-        text = "–" if cell.spearman is None else f"{cell.spearman:.2f}"
+        text = ("–" if cell.spearman is None else f"{cell.spearman:.2f}") + ("†" if (r, c) in differs else "")
         dark = cell.spearman is not None and abs(cell.spearman) > 0.6
         ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black",
                 fontweight="bold" if cell.best else "normal")  # fmt: skip
         if cell.best:
             ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", linewidth=1.6))
+    if compared in rows:
+        i = rows.index(compared)
+        ax.add_patch(Rectangle((-0.5, i - 0.5), len(cols), 1, fill=False, edgecolor="#e07000", linewidth=2.0,
+                               linestyle="--"))  # fmt: skip
     fig.colorbar(im, ax=ax, label="Spearman's ρ", shrink=0.8)
     low, high = table.n_models
-    ax.set_title(f"{table.level} level, n = {low if low == high else f'{low}–{high}'} models", fontsize=10)
+    title = f"{table.level} level, n = {low if low == high else f'{low}–{high}'} models"
+    ax.set_title(title, fontsize=10)
+    if compared in rows:
+        ax.set_xlabel("†: differs from the dashed row\n(paired bootstrap, Holm p < 0.05)", fontsize=8)
     fig.savefig(path, format="png", metadata={"Software": None})
     return path
 
@@ -267,7 +291,10 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
         "and each downstream task's accuracy (columns); a word model's downstream accuracy is its bag-of-words "
         "model's. Bold and boxed: the best of its column. <small>[low, high]</small>: the 95 % bootstrap interval "
         "over models. EvalRank rows use optimistic ties (the paper's). The view <code>correlations</code> holds "
-        "every tie policy and variant.</p>"
+        "every tie policy and variant. † in a heatmap: the cell differs from EvalRank MRR's (dashed) in its column "
+        "by a paired bootstrap over models, Holm-adjusted p &lt; 0.05 across the table (view "
+        "<code>correlation_comparisons</code>; the differences and the models a decision would need are under each "
+        "table).</p>"
     )
     tables: list[CorrelationTable] = []
     everything = fetch_correlations(con)
@@ -282,8 +309,14 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
             if excluded and table.cells.keys() == tables[-1].cells.keys() and _same_n(table, tables[-1]):
                 continue  # no post-processed model at this level: the same table again says nothing
             tables.append(table)
+            comparisons = _comparisons(con, everything, level, excluded)
             name = f"heatmap-{level}{'-no-postprocessed' if excluded else ''}.png"
-            heatmap(table, out / "img" / name)
+            heatmap(
+                table,
+                out / "img" / name,
+                compared=comparisons.compare if comparisons else None,
+                differs=comparisons.significant() if comparisons else (),
+            )
             title = f"{level} level" + (", excluding post-processed models (Table 11)" if excluded else "")
             parts.append(f"<h3>{esc(title)}</h3>")
             parts.append(
@@ -291,6 +324,8 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
                 f"<figcaption class='muted'>{esc(caption(table))}</figcaption></figure>"
             )
             parts.append(_correlation_html(table))
+            if comparisons is not None:
+                parts.append(_comparison_html(comparisons))
             parts.append(_paper_comparison(everything, table))
     parts.append(_figure4_section(con, out, tables, everything, figure_task))
     return "\n".join(parts), tables
@@ -346,6 +381,41 @@ def _figure4_section(
             "on the diagonal: the evaluator orders the models as the task does.</figcaption></figure>"
         )
     return "\n".join(parts)
+
+
+def _comparisons(con: Any, everything: list[dict[str, Any]], level: str, excluded: bool) -> ComparisonTable | None:
+    """The stored comparisons of a table with EvalRank MRR (optimistic ties, as the table), with the power lines;
+    None when the level has no EvalRank row."""
+    try:
+        fam = table_family(everything, level=level, exclude_postprocessed=excluded, ties="optimistic")
+    except ValueError:
+        return None
+    return read_comparisons(con, fam)
+
+
+def _comparison_html(table: ComparisonTable) -> str:
+    """Which evaluator predicts each task better than the compared row: the paired-bootstrap differences (one row
+    per other evaluator, one column per task), the power lines and the notes, folded."""
+    headers = ["evaluator", *[esc(c) for c in table.columns]]
+    rows = []
+    for row in table.rows:
+        cells = [esc(row)]
+        for c in table.columns:
+            cell = table.cells.get((row, c))
+            text = esc(format_comparison(cell)) if cell else ""
+            cells.append(f"<td class='num{' best' if cell and cell['significant'] else ''}'>{text}</td>")
+        rows.append(cells)
+    power = "".join(f"<li>{esc(power_text(p))}</li>" for p in table.power)
+    notes = "".join(f"<p class='note'>{esc(n)}</p>" for n in table.notes)
+    return (
+        f"<details><summary>Which evaluator predicts better: {esc(table.compare)} minus each other row "
+        f"({len(table.significant())} of {len(table.cells)} differences significant after Holm)</summary>"
+        + _table(headers, rows, cls="comparisons", numeric=[False] + [True] * len(table.columns))
+        + (f"<p>Models needed to tell {esc(table.compare)} from each task's best similarity row at 80 % power:</p>"
+           f"<ul>{power}</ul>" if power else "")
+        + notes
+        + "</details>"
+    )  # fmt: skip
 
 
 def _same_n(a: CorrelationTable, b: CorrelationTable) -> bool:
@@ -1039,13 +1109,22 @@ def build_report(
 
     ``figure_task`` picks the downstream task that orders the models in the Figure-4 plots (default: the paper's MR
     and SST2, else the first of the paper's tasks present); ``hardest``: EvalRank pairs listed per model, task and
-    variant; ``refresh``: first bring the stored bootstrap intervals up to date (skipped, with a note in the report,
-    when the warehouse cannot be written).
+    variant; ``refresh``: first bring the stored bootstrap intervals and the comparisons with EvalRank MRR up to date
+    (skipped, with a note in the report, when the warehouse cannot be written).
     """
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     if refresh:
         try:
-            refresh_intervals(wh)
+            con = connect(wh)  # one set of views for every refresh's reads (opening them reads every footer)
+            try:
+                refresh_intervals(wh, con=con)
+                for level in ("sentence", "word"):
+                    for excluded in (False, True):
+                        refresh_comparisons(
+                            wh, level=level, exclude_postprocessed=excluded, ties="optimistic", con=con
+                        )
+            finally:
+                con.close()
         except (FileNotFoundError, NotADirectoryError):
             raise
         except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing

@@ -185,9 +185,36 @@ def _check_table_formats(out: dict[str, Any], tmp: Path) -> None:
     assert delta["files"] == 10 and 0 < delta["commit_median_s"] and delta["plan_newest_cold_s"] > 0
 
 
+def _check_answer_tables(out: dict[str, Any], tmp: Path) -> None:
+    """The synthetic zoo: every sentence table under both policies has MR and SST2 columns, each with a verdict, a
+    power figure and a leave-one-family-out over its four families; the board of its one EvalRank pool twice."""
+    tables = {(t["table"], t["ties"]): t for t in out["tables"]}
+    assert len(tables) == 8
+    for name in ("Table 6", "Table 11"):
+        for ties in ("optimistic", "realistic"):
+            cols = tables[(name, ties)]["columns"]
+            assert [c["column"] for c in cols] == ["MR", "SST2"]
+            for c in cols:
+                assert c["verdict"] in ("supported", "contradicted", "undecidable", "no test (under 4 models)")
+                assert c["best_similarity_row"] in ("STS-Benchmark", "STR") and c["similarity_rows"] == 2
+                assert c["leave_one_family_out"]["families"] == 4
+    assert tables[("Table 3", "optimistic")]["columns"] == []  # no word model in the synthetic zoo
+    assert [(s["task"], s["ties"]) for s in out["stability"]] == [
+        ("evalrank-sentence", "realistic"),
+        ("evalrank-sentence", "optimistic"),
+    ]
+    assert all(0 <= s["top_stays"] <= 1 and s["n_models"] == 12 and s["n_items"] == 10 for s in out["stability"])
+    # the paper's own cells: Table 6's MR column (83.43 against STS-B's 46.03 over 67 models) decides at any r_AB
+    (mr,) = [c for c in out["published"] if (c["table"], c["column"]) == ("Table 6", "MR")]
+    assert (
+        mr["reading"] == "EvalRank higher; significant whatever r_AB" and mr["best_similarity_row"] == "STS-Benchmark"
+    )
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_warehouse.py": ([], _check_warehouse),
     "bench_table_formats.py": ([], _check_table_formats),
+    "answer_tables.py": (["--out", "{tmp}/answer"], _check_answer_tables),
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),

@@ -5,13 +5,24 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from evalfarm import api
 from evalfarm.cli.app import app, fail
-from evalfarm.cli.rendering import Format, console, out, print_correlations, print_rows, say
+from evalfarm.cli.rendering import (
+    Format,
+    console,
+    out,
+    print_comparisons,
+    print_correlations,
+    print_rows,
+    say,
+)
+
+if TYPE_CHECKING:
+    from evalfarm.paper import PaperTable
 
 WarehouseOpt = Annotated[
     str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
@@ -177,6 +188,17 @@ CoverageOpt = Annotated[
         "protocol / coverage-controlled side by side",
     ),
 ]
+CompareOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--compare",
+        metavar="EVALUATOR",
+        help="test each other row's difference from EVALUATOR per task (paired bootstrap over models, 95 % interval, "
+        "p, Holm across the table) and print how many models would tell it from the best similarity row; "
+        "EVALUATOR: evalrank (EvalRank MRR, cos: the usual choice), a row label as printed, or a task with one row. "
+        "Paper layout: --compare evalrank marks the cells that differ from EvalRank MRR",
+    ),
+]
 DownstreamVariantOpt = Annotated[
     str | None, typer.Option(help="paper layout: the downstream variant (default: the one most cells have)")
 ]
@@ -199,14 +221,31 @@ def correlations(
     downstream_variant: DownstreamVariantOpt = None,
     paper_table: PaperTableOpt = None,
     coverage: CoverageOpt = None,
+    compare: CompareOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    if compare is not None and ties is TiesChoice.all:
+        fail("--compare tests one table: choose one tie policy (optimistic, pessimistic or realistic), not all")
     if coverage is not None:
+        if compare is not None:
+            fail("--compare is for the evalfarm and paper layouts, not --coverage")
         _coverage_correlations(layout, warehouse, ties, coverage, downstream_variant)
         return
     if layout is Layout.paper:
+        if compare not in (None, "evalrank"):
+            fail("the paper layout compares with EvalRank MRR only: use --compare evalrank")
         _paper_correlations(
-            level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant, paper_table
+            level,
+            warehouse,
+            format,
+            exclude_postprocessed,
+            ties,
+            published,
+            downstream_variant,
+            paper_table,
+            compare is not None,
+            resamples,
+            seed,
         )
         return
     if published or paper_table:
@@ -224,7 +263,24 @@ def correlations(
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
-    print_correlations(table, format, intervals=intervals)
+    if compare is None:
+        print_correlations(table, format, intervals=intervals)
+        return
+    try:
+        comparisons = api.correlation_comparisons(
+            warehouse=warehouse,
+            level=level.value,
+            exclude_postprocessed=exclude_postprocessed,
+            ties=ties.value,
+            compare=compare,
+            refresh=refresh,
+            seed=seed,
+        )
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
+        fail(str(exc))
+    if format is Format.table:
+        print_correlations(table, format, intervals=intervals)
+    print_comparisons(comparisons, format)
 
 
 def _coverage_correlations(
@@ -255,8 +311,12 @@ def _paper_correlations(
     published: bool,
     downstream_variant: str | None,
     paper_table: str | None,
+    compare: bool = False,
+    resamples: int = 1000,
+    seed: int = 0,
 ) -> None:
-    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json)."""
+    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json); ``compare``: cells
+    that differ significantly from EvalRank MRR marked, and the power lines."""
     from evalfarm.paper import TABLES, render_text
 
     if paper_table == "10":
@@ -279,6 +339,8 @@ def _paper_correlations(
             fail(f"--level word with --table {paper_table}: the paper's {tdef.name} is a sentence-level table")
     if ties is TiesChoice.all:
         fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
+    if compare and paper_table not in (None, "3", "6", "11"):
+        fail("--compare marks the paper's Tables 3, 6 and 11 (its correlation tables over the whole zoo)")
     try:
         table = api.paper_correlation_table(
             warehouse=warehouse,
@@ -287,20 +349,37 @@ def _paper_correlations(
             ties=ties.value,
             downstream_variant=downstream_variant,
             table=paper_table,
+            compare=compare,
+            resamples=max(resamples, 2000),
+            seed=seed,
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
         fail(str(exc))
     if format is Format.table:
         out.print(render_text(table, published=published), markup=False, highlight=False, soft_wrap=True)
         return
+    _print_paper_rows(table, format, published=published, compare=compare)
+
+
+def _print_paper_rows(table: PaperTable, format: Format, *, published: bool, compare: bool) -> None:
+    """The paper layout as one row per cell (csv / json), its caption, notes and power lines on stderr."""
     rows = [
-        {"row": r, "column": c, "rho_x100": rho, "n_models": n, **({"published": pub} if published else {})}
+        {
+            "row": r,
+            "column": c,
+            "rho_x100": rho,
+            "n_models": n,
+            **({"published": pub} if published else {}),
+            **({"differs_from_compared": bool(table.marks.get((r, c)))} if compare else {}),
+        }
         for (r, c), (rho, n, pub) in table.cells.items()
     ]
     print_rows(list(rows[0]), rows, format)
     say(f"note: {table.caption()}")
     for note in table.notes:
         say(f"note: {note}")
+    for line in table.power:
+        say(f"power: {line}")
 
 
 ReportOutOpt = Annotated[Path, typer.Option("--out", help="folder to write the report into (index.html + files)")]

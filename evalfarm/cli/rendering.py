@@ -23,6 +23,7 @@ from rich.console import Console
 from rich.table import Table
 
 if TYPE_CHECKING:
+    from evalfarm.comparison_tables import ComparisonTable
     from evalfarm.correlations import CorrelationTable
 
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())  # logs and pipes: never break a line
@@ -312,6 +313,54 @@ def column_groups(label: int, widths: list[int], last: int, width: int) -> list[
     if used + last + 3 > width and groups[-1]:  # the n column would not fit beside the last part: a part of its own
         groups.append([])
     return groups
+def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
+    """Each other row against the compared row, task by task (difference, interval, p, Holm p, the normal-theory
+    cross-check), then the power lines and notes; CSV / JSON: one row per comparison (the view's columns)."""
+    from evalfarm.comparison_tables import format_comparison, power_text
+    from evalfarm.correlations import column_order
+
+    ordered = sorted(
+        table.cells.items(),
+        key=lambda kv: (column_order(kv[0][1]), -(kv[1]["difference"] if kv[1]["difference"] is not None else 9)),
+    )
+    if fmt is not Format.table:
+        rows = [
+            {"row": r, "column": c, **{k: v for k, v in cell.items() if k != "created_at"}} for (r, c), cell in ordered
+        ]
+        if rows:
+            print_rows(list(rows[0]), rows, fmt)
+        for line in table.power:
+            say(f"power: {power_text(line)}")
+        for note in table.notes:
+            say(f"note: {note}")
+        return
+    t = Table(
+        show_lines=False,
+        title=f"{table.compare} against each other evaluator ({table.level} level"
+        + (", without post-processed models" if table.exclude_postprocessed else "")
+        + f", EvalRank ties {table.ties}); * = Holm-significant",
+    )
+    for name, justify in (("task", "left"), ("evaluator", "left"), ("rho", "right"), ("rho(compared) - rho", "left"),
+                          ("Steiger p", "right"), ("n", "right")):  # fmt: skip
+        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for (row, column), cell in ordered:
+        rho = "" if cell["rho_b"] is None else f"{cell['rho_b']:.2f}"
+        steiger = "" if cell["steiger_p"] is None else f"{cell['steiger_p']:.3g}"
+        t.add_row(column, row, rho, format_comparison(cell), steiger, str(cell["n_models"]))
+    if table.cells:
+        out.print(t)
+    if table.power:
+        out.print(
+            "Models needed to tell the compared row from each task's best similarity row at 80 % power (simulated "
+            "from the bootstrap over this zoo's models):",
+            markup=False,
+            highlight=False,
+            soft_wrap=True,
+        )
+        for line in table.power:
+            out.print(f"  {power_text(line)}", markup=False, highlight=False, soft_wrap=True)
+    for note in table.notes:
+        out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
 def print_word_model_stats(stats: list[dict[str, Any]]) -> None:

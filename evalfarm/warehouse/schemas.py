@@ -170,6 +170,55 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("created_at", _TS),
         ]
     ),
+    # paired-bootstrap comparisons of two cells of `correlations` in one column (issue 41): rho(A, D) - rho(B, D)
+    # over the models both cells have, its interval and p-value, and the normal-theory cross-checks on the rank
+    # correlations (evalfarm/comparison_tables.py writes them; the view `correlation_comparisons` shows a row only
+    # while `inputs_hash` still matches both cells' numbers, and adds Holm's correction across its table)
+    "correlation_diff": pa.schema(
+        [
+            ("comparison_key", pa.string()),
+            ("inputs_hash", pa.string()),
+            ("level", pa.string()),
+            ("excludes_postprocessed", pa.bool_()),
+            ("ties", pa.string()),  # the table's EvalRank tie policy (its family for Holm)
+            ("downstream_task", pa.string()),
+            ("downstream_subset", pa.string()),
+            ("downstream_variant", pa.string()),
+            ("a_cell_key", pa.string()),
+            ("a_intrinsic_task", pa.string()),
+            ("a_intrinsic_scorer", pa.string()),
+            ("a_intrinsic_metric", pa.string()),
+            ("a_intrinsic_subset", pa.string()),
+            ("a_variant", pa.string()),
+            ("a_ties", pa.string()),
+            ("b_cell_key", pa.string()),
+            ("b_intrinsic_task", pa.string()),
+            ("b_intrinsic_scorer", pa.string()),
+            ("b_intrinsic_metric", pa.string()),
+            ("b_intrinsic_subset", pa.string()),
+            ("b_variant", pa.string()),
+            ("b_ties", pa.string()),
+            ("n_models", pa.int64()),
+            ("rho_a", pa.float64()),
+            ("rho_b", pa.float64()),
+            ("difference", pa.float64()),
+            ("ci_low", pa.float64()),
+            ("ci_high", pa.float64()),
+            ("p_value", pa.float64()),
+            ("r_ab", pa.float64()),
+            ("steiger_z", pa.float64()),
+            ("steiger_p", pa.float64()),
+            ("williams_t", pa.float64()),
+            ("williams_p", pa.float64()),
+            ("zou_low", pa.float64()),
+            ("zou_high", pa.float64()),
+            ("confidence", pa.float64()),
+            ("n_resamples", pa.int64()),
+            ("n_valid", pa.int64()),
+            ("seed", pa.int64()),
+            ("created_at", _TS),
+        ]
+    ),
     # one row per data file of every other table (a unit's rows, a batch of runs' rows, a compacted file): the sha256
     # of its bytes, so `evalfarm verify` notices a file changed after it was written. Committed before the files it
     # names (a row naming a file no snapshot holds is harmless; a file without its row would be "unrecorded").

@@ -1,0 +1,396 @@
+"""Which evaluator predicts downstream accuracy better: a test of the difference of two dependent correlations.
+
+Two cells of a correlation table in the same column, rho(A, D) and rho(B, D), share the downstream task D and the
+models: they are dependent, so their two bootstrap intervals overlapping (or not) says nothing about their
+difference. This module tests the difference itself (issue 41):
+
+- :func:`paired_difference`: a paired bootstrap over models of rho(A, D) - rho(B, D) (each resample draws the
+  models once, for both correlations), its percentile interval and the p-value that inverts it; seeded.
+- :func:`williams_t`, :func:`steiger_z`, :func:`zou_interval`: the classical normal-theory tests of two
+  overlapping dependent correlations (Williams 1959, Steiger 1980, Zou 2007), the cross-check.
+- :func:`holm`: Holm's (1979) step-down correction across a table's comparisons.
+- :func:`models_needed`: how many models a zoo like this one would need for the paired test to tell A from B at
+  80 % power, by simulation from the bootstrap (zoos of n models drawn from this one).
+
+Everything here is arithmetic on arrays; :mod:`evalfarm.comparison_tables` reads and writes the warehouse.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import norm
+from scipy.stats import t as student_t
+
+DEFAULT_RESAMPLES = 2000
+"""Resamples of a comparison's first pass: enough for its interval and to see whether its p-value is small."""
+REFINE_RESAMPLES = 20_000
+"""Resamples of a comparison whose first-pass p-value is below :data:`REFINE_BELOW`: a bootstrap p-value cannot
+go below 2 / (resamples + 1), and Holm multiplies the smallest by the number of comparisons in the table (270 at the
+word level): with 2,000 resamples no comparison could pass it, with 20,000 one can in a table of up to 500."""
+REFINE_BELOW = 0.05
+DEFAULT_SEED = 0
+CONFIDENCE = 0.95
+ALPHA = 0.05
+POWER = 0.8
+POWER_SIMULATIONS = 2000
+POWER_STEP = 1.25
+"""The simulated zoo sizes grow by this factor: the number of models needed is reported to within 25 %."""
+MIN_SIMULATED = 5
+"""The smallest simulated zoo (a smaller one than the zoo itself: the zoo may already be big enough)."""
+MAX_MODELS = 100_000
+"""Past this many models the power search stops: a difference that needs more is undecidable in practice."""
+_BLOCK = 4_000_000
+"""Resamples are drawn in blocks of about this many (resample, model) cells, to bound memory."""
+
+
+# ---- Spearman's rho of resamples given as counts -----------------------------------------------------------------
+def _counts(rng: np.random.Generator, n_models: int, n_resamples: int) -> np.ndarray:
+    """(n_resamples, n_models) draw counts of a bootstrap over models: the same draws as ``rng.integers(0, n,
+    (n_resamples, n))`` (what :func:`evalfarm.correlations.bootstrap_interval` draws), counted per model."""
+    idx = rng.integers(0, n_models, size=(n_resamples, n_models))
+    flat = idx + n_models * np.arange(n_resamples)[:, None]
+    return np.bincount(flat.ravel(), minlength=n_resamples * n_models).reshape(n_resamples, n_models)
+
+
+def _resampled_ranks(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Each model's average rank within each resample (the rank all its copies share), from the draw counts:
+    ``(resamples, models)``. A model drawn k times ties with itself; models with equal values tie with each other.
+    Costs O(resamples x models) whatever the resample size, so a simulated zoo of 10,000 models drawn from 300
+    costs what one of 300 does."""
+    order = np.argsort(x, kind="stable")
+    new_value = np.r_[True, x[order][1:] != x[order][:-1]]
+    starts = np.flatnonzero(new_value)  # the first sorted model of each distinct value
+    group = np.cumsum(new_value) - 1  # the distinct value of each sorted model
+    per_value = np.add.reduceat(counts[:, order], starts, axis=1)  # copies drawn of each distinct value
+    below = np.cumsum(per_value, axis=1) - per_value
+    out = np.empty_like(counts, dtype=np.float64)
+    out[:, order] = (below + (per_value + 1.0) / 2.0)[:, group]
+    return out
+
+
+def resampled_spearman(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Spearman's rho of every resample given by ``counts`` (``counts[b, k]``: copies of model k in resample b):
+    Pearson's r of the resample's average ranks, each copy one observation; NaN where a side is constant. Equal to
+    :func:`evalfarm.correlations.spearman` of ``x[idx], y[idx]`` for the resample's model indices ``idx``."""
+    counts = np.asarray(counts, np.float64)
+    rx, ry = _resampled_ranks(np.asarray(x, np.float64), counts), _resampled_ranks(np.asarray(y, np.float64), counts)
+    return _ranked_spearman(rx, ry, counts)
+
+
+def _ranked_spearman(rx: np.ndarray, ry: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Pearson's r of two resampled rank matrices, each model weighted by its copies (see
+    :func:`resampled_spearman`)."""
+    mid = (counts.sum(axis=1, keepdims=True) + 1.0) / 2.0  # the mean of average ranks is (n + 1) / 2
+    dx, dy = rx - mid, ry - mid
+    sxy = (counts * dx * dy).sum(axis=1)
+    den = np.sqrt((counts * dx * dx).sum(axis=1) * (counts * dy * dy).sum(axis=1))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(den > 0, sxy / np.where(den > 0, den, 1.0), np.nan)
+
+
+def _resampled_difference(a: np.ndarray, b: np.ndarray, d: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """rho*(A, D) - rho*(B, D) of each resample (D ranked once for both)."""
+    counts = np.asarray(counts, np.float64)
+    rd = _resampled_ranks(d, counts)
+    return _ranked_spearman(_resampled_ranks(a, counts), rd, counts) - _ranked_spearman(
+        _resampled_ranks(b, counts), rd, counts
+    )
+
+
+def _rank_spearman(x: np.ndarray, y: np.ndarray) -> float:
+    return float(resampled_spearman(x, y, np.ones((1, len(x))))[0])
+
+
+# ---- the paired bootstrap -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Difference:
+    """rho(A, D) - rho(B, D) over the same ``n_models`` models, with its paired-bootstrap percentile interval
+    (``ci_low``, ``ci_high``) and two-sided p-value; ``n_valid`` of ``n_resamples`` resamples had both
+    correlations defined; ``r_ab``: Spearman's rho between A and B themselves (what makes the two dependent)."""
+
+    rho_a: float
+    rho_b: float
+    difference: float
+    ci_low: float | None
+    ci_high: float | None
+    p_value: float | None
+    n_models: int
+    n_resamples: int
+    n_valid: int
+    r_ab: float
+
+    def significant(self, alpha: float = ALPHA) -> bool:
+        return self.p_value is not None and self.p_value < alpha
+
+
+def bootstrap_p_value(deltas: np.ndarray) -> float:
+    """The two-sided p-value of "no difference" that inverts the percentile interval: twice the smaller share of
+    resampled differences on either side of 0 (0 itself counts on both sides), each share ``(1 + count) / (1 + B)``
+    so that it is never 0; at most 1. A difference of a correlation with itself (every resample 0) has p = 1."""
+    b = len(deltas)
+    below = (1 + int(np.count_nonzero(deltas <= 0))) / (b + 1)
+    above = (1 + int(np.count_nonzero(deltas >= 0))) / (b + 1)
+    return min(1.0, 2.0 * min(below, above))
+
+
+def _deltas(a: np.ndarray, b: np.ndarray, d: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """The resampled differences rho*(A, D) - rho*(B, D), one draw of the models for both; NaN where either is
+    undefined. Seeded: block by block from one generator, so the draws do not depend on the block size."""
+    rng = np.random.default_rng(seed)
+    n = len(a)
+    block = max(1, _BLOCK // max(n, 1))
+    out = []
+    for start in range(0, n_resamples, block):
+        out.append(_resampled_difference(a, b, d, _counts(rng, n, min(block, n_resamples - start))))
+    return np.concatenate(out) if out else np.zeros(0)
+
+
+def paired_difference(
+    a: np.ndarray,
+    b: np.ndarray,
+    d: np.ndarray,
+    *,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    refine_resamples: int = REFINE_RESAMPLES,
+    refine_below: float = REFINE_BELOW,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> Difference:
+    """The paired bootstrap over models of Spearman's rho(A, D) - rho(B, D): ``a``, ``b``, ``d`` hold each model's
+    two intrinsic numbers and its downstream accuracy, in the same model order.
+
+    Each resample draws n models with replacement once and computes both correlations from it, so the resampled
+    difference carries the dependence between them (shared models, shared D, A correlated with B). Resamples where
+    either correlation is undefined (a constant side) are dropped (``n_valid``); with fewer than half valid, or
+    under 4 models, there is no interval and no p-value. The interval is the percentile interval; the p-value
+    (:func:`bootstrap_p_value`) is below 1 - ``confidence`` exactly when 0 is outside it, up to the quantile's
+    interpolation. When that p-value is under ``refine_below`` the comparison is redone with ``refine_resamples``
+    (same seed) so that a small p-value is resolved finely enough for a multiple-comparison correction.
+    """
+    a, b, d = (np.asarray(v, np.float64) for v in (a, b, d))
+    if not (len(a) == len(b) == len(d)):
+        raise ValueError(f"a, b and d must hold the same models: lengths {len(a)}, {len(b)}, {len(d)}")
+    n = len(a)
+    rho_a, rho_b = (_rank_spearman(v, d) if n >= 3 else math.nan for v in (a, b))
+    r_ab = _rank_spearman(a, b) if n >= 3 else math.nan
+    empty = Difference(rho_a, rho_b, rho_a - rho_b, None, None, None, n, 0, 0, r_ab)
+    if n < 4 or not (math.isfinite(rho_a) and math.isfinite(rho_b)):
+        return empty
+    used = n_resamples
+    deltas = _deltas(a, b, d, used, seed)
+    valid = deltas[np.isfinite(deltas)]
+    if len(valid) >= used / 2 and bootstrap_p_value(valid) < refine_below and refine_resamples > used:
+        used = refine_resamples
+        deltas = _deltas(a, b, d, used, seed)
+        valid = deltas[np.isfinite(deltas)]
+    if len(valid) < used / 2:
+        return Difference(rho_a, rho_b, rho_a - rho_b, None, None, None, n, used, len(valid), r_ab)
+    tail = (1 - confidence) / 2 * 100
+    low, high = np.percentile(valid, [tail, 100 - tail])
+    return Difference(
+        rho_a, rho_b, rho_a - rho_b, float(low), float(high), bootstrap_p_value(valid), n, used, len(valid), r_ab
+    )
+
+
+# ---- the classical tests of two overlapping dependent correlations -------------------------------------------------
+def _same(r_ad: float, r_bd: float) -> bool:
+    return r_ad == r_bd
+
+
+def williams_t(r_ad: float, r_bd: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Williams' (1959) t for H0: rho(A, D) = rho(B, D), from the three correlations and n, df = n - 3 (Steiger
+    1980, eq. 7; "standard Williams' t" of Hittner, May & Silver 2003): ``(t, two-sided p)``. Assumes trivariate
+    normal data (Pearson's r); NaN with n < 4 or a correlation of +-1 (unless the two are equal: t = 0, p = 1)."""
+    if _same(r_ad, r_bd):
+        return 0.0, 1.0
+    if n < 4 or max(abs(r_ad), abs(r_bd), abs(r_ab)) >= 1:
+        return math.nan, math.nan
+    det = 1 - r_ad**2 - r_bd**2 - r_ab**2 + 2 * r_ad * r_bd * r_ab
+    mean = (r_ad + r_bd) / 2
+    t = (r_ad - r_bd) * math.sqrt((n - 1) * (1 + r_ab) / (2 * (n - 1) / (n - 3) * det + mean**2 * (1 - r_ab) ** 3))
+    return t, float(2 * student_t.sf(abs(t), n - 3))
+
+
+def steiger_z(r_ad: float, r_bd: float, r_ab: float, n: int) -> tuple[float, float]:
+    """Steiger's (1980, eq. 14) Z for H0: rho(A, D) = rho(B, D): Dunn & Clark's Fisher-z test with the covariance
+    of the two z's estimated from the pooled mean correlation (Steiger's eq. 10): ``(z, two-sided p)``. Assumes
+    trivariate normal data; NaN with n < 4 or a correlation of +-1 (unless the two are equal: z = 0, p = 1)."""
+    if _same(r_ad, r_bd):
+        return 0.0, 1.0
+    if n < 4 or max(abs(r_ad), abs(r_bd), abs(r_ab)) >= 1:
+        return math.nan, math.nan
+    m2 = ((r_ad + r_bd) / 2) ** 2
+    c = (r_ab * (1 - 2 * m2) - 0.5 * m2 * (1 - 2 * m2 - r_ab**2)) / (1 - m2) ** 2
+    z = (math.atanh(r_ad) - math.atanh(r_bd)) * math.sqrt(n - 3) / math.sqrt(2 - 2 * c)
+    return z, float(2 * norm.sf(abs(z)))
+
+
+def zou_interval(
+    r_ad: float, r_bd: float, r_ab: float, n: int, *, confidence: float = CONFIDENCE, rank: bool = False
+) -> tuple[float, float]:
+    """Zou's (2007, p. 409) confidence interval of rho(A, D) - rho(B, D) for overlapping dependent correlations:
+    the two correlations' own Fisher-z intervals combined with their correlation (Zou's eq. for c). ``rank``: the
+    own intervals use Bonett & Wright's (2000) Spearman standard error ``sqrt((1 + r^2/2) / (n - 3))`` instead of
+    ``1 / sqrt(n - 3)`` (as :func:`evalfarm.scorers.similarity.correlation_interval` does). NaN with n < 4 or a
+    correlation of +-1."""
+    if n < 4 or max(abs(r_ad), abs(r_bd), abs(r_ab)) >= 1:
+        return math.nan, math.nan
+    q = float(norm.ppf(0.5 + confidence / 2))
+
+    def own(r: float) -> tuple[float, float]:
+        se = math.sqrt(((1 + r * r / 2) if rank else 1.0) / (n - 3))
+        return math.tanh(math.atanh(r) - q * se), math.tanh(math.atanh(r) + q * se)
+
+    (l1, u1), (l2, u2) = own(r_ad), own(r_bd)
+    c = ((r_ab - 0.5 * r_ad * r_bd) * (1 - r_ad**2 - r_bd**2 - r_ab**2) + r_ab**3) / ((1 - r_ad**2) * (1 - r_bd**2))
+    diff = r_ad - r_bd
+    low = diff - math.sqrt(max(0.0, (r_ad - l1) ** 2 + (u2 - r_bd) ** 2 - 2 * c * (r_ad - l1) * (u2 - r_bd)))
+    high = diff + math.sqrt(max(0.0, (u1 - r_ad) ** 2 + (r_bd - l2) ** 2 - 2 * c * (u1 - r_ad) * (r_bd - l2)))
+    return low, high
+
+
+@dataclass(frozen=True)
+class PublishedCheck:
+    """Steiger's test of two published correlations with D over n models when rho(A, B) is not published: its
+    p-value over every r_ab that makes the three a correlation matrix (``r_ab_range``): the largest (worst case)
+    and the smallest, and the smallest r_ab from which on the test is significant at ``alpha`` (None: nowhere)."""
+
+    r_ad: float
+    r_bd: float
+    n: int
+    r_ab_range: tuple[float, float]
+    p_max: float
+    p_min: float
+    alpha: float
+    r_ab_significant_from: float | None
+
+
+def steiger_over_unknown_r_ab(
+    r_ad: float, r_bd: float, n: int, *, alpha: float = ALPHA, grid: int = 801
+) -> PublishedCheck:
+    """:func:`steiger_z` for every feasible correlation between the two evaluators (the determinant of the 3 x 3
+    correlation matrix >= 0: r_ab within ``r_ad r_bd +- sqrt((1 - r_ad^2)(1 - r_bd^2))``), on a grid: what a
+    paper's published cells alone can say about a difference between them. The p-value is not monotone in r_ab
+    everywhere, hence the grid rather than the interval's ends."""
+    half = math.sqrt(max(0.0, (1 - r_ad**2) * (1 - r_bd**2)))
+    low, high = max(-0.999999, r_ad * r_bd - half), min(0.999999, r_ad * r_bd + half)
+    r_ab = np.linspace(low, high, grid)
+    p = np.array([steiger_z(r_ad, r_bd, float(r), n)[1] for r in r_ab])
+    ok = p < alpha
+    from_here = None
+    if ok[-1]:
+        last_bad = np.flatnonzero(~ok)
+        from_here = float(r_ab[last_bad[-1] + 1]) if len(last_bad) else float(r_ab[0])
+    return PublishedCheck(r_ad, r_bd, n, (float(low), float(high)), float(np.nanmax(p)), float(np.nanmin(p)), alpha,
+                          from_here)  # fmt: skip
+
+
+def steiger_models_needed(
+    r_ad: float, r_bd: float, r_ab: float, *, power: float = POWER, alpha: float = ALPHA
+) -> float:
+    """The models Steiger's test needs to find rho(A, D) != rho(B, D) with ``power`` at level ``alpha`` (two-sided),
+    were the three correlations the population's: from the variance of z_AD - z_BD, (2 - 2c) / (n - 3) (Steiger
+    1980, eq. 10 and 14), n = 3 + (2 - 2c) ((z_(1 - alpha/2) + z_power) / |z_AD - z_BD|)^2. Infinite for equal
+    correlations. For a table known by its cells only, where no bootstrap is possible."""
+    dz = abs(math.atanh(r_ad) - math.atanh(r_bd))
+    if dz == 0:
+        return math.inf
+    m2 = ((r_ad + r_bd) / 2) ** 2
+    c = (r_ab * (1 - 2 * m2) - 0.5 * m2 * (1 - 2 * m2 - r_ab**2)) / (1 - m2) ** 2
+    return 3 + (2 - 2 * c) * ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) / dz) ** 2
+
+
+# ---- Holm ---------------------------------------------------------------------------------------------------------
+def holm(p_values: list[float | None]) -> list[float | None]:
+    """Holm's (1979) step-down adjusted p-values, in the input order: the i-th smallest of m p-values times
+    (m - i + 1), made non-decreasing along the sorted order, at most 1. A None (no test) stays None and does not
+    count in m. Reject at level alpha exactly where the adjusted p-value is below alpha; controls the
+    family-wise error rate under any dependence between the tests."""
+    present = [(p, i) for i, p in enumerate(p_values) if p is not None and math.isfinite(p)]
+    present.sort()
+    m = len(present)
+    out: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for j, (p, i) in enumerate(present):
+        running = max(running, min(1.0, (m - j) * p))
+        out[i] = running
+    return out
+
+
+# ---- power --------------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PowerResult:
+    """How many models the paired bootstrap would need to tell A from B at ``power``: ``n_needed`` (None: not
+    within ``max_models``, or no difference at all), the simulated power at each zoo size tried (``curve``), the
+    observed difference and the zoo's size."""
+
+    n_needed: int | None
+    difference: float
+    n_models: int
+    power: float
+    curve: tuple[tuple[int, float], ...]
+    max_models: int
+
+
+def simulated_power(
+    a: np.ndarray, b: np.ndarray, d: np.ndarray, n: int, *, alpha: float, n_sim: int, rng: np.random.Generator
+) -> float:
+    """The share of simulated zoos of ``n`` models, drawn with replacement from these models, in which the paired
+    bootstrap would call rho(A, D) - rho(B, D) significant: ``|delta_n| > z_(1 - alpha/2) * sd(delta_n)``, with
+    sd(delta_n) the spread of the difference over zoos of that size (what the bootstrap inside one zoo of n
+    models estimates)."""
+    probs = np.full(len(a), 1.0 / len(a))
+    deltas = _resampled_difference(a, b, d, rng.multinomial(n, probs, size=n_sim))
+    deltas = deltas[np.isfinite(deltas)]
+    if len(deltas) < n_sim / 2:
+        return 0.0
+    sd = float(np.std(deltas, ddof=1))
+    if sd == 0.0:
+        return 1.0 if float(np.abs(deltas).min()) > 0 else 0.0
+    return float(np.mean(np.abs(deltas) > norm.ppf(1 - alpha / 2) * sd))
+
+
+def models_needed(
+    a: np.ndarray,
+    b: np.ndarray,
+    d: np.ndarray,
+    *,
+    power: float = POWER,
+    alpha: float = ALPHA,
+    n_sim: int = POWER_SIMULATIONS,
+    seed: int = DEFAULT_SEED,
+    step: float = POWER_STEP,
+    max_models: int = MAX_MODELS,
+) -> PowerResult:
+    """The smallest zoo size, on a grid growing by ``step`` from :data:`MIN_SIMULATED` models, at which the paired
+    bootstrap test of rho(A, D) - rho(B, D) reaches ``power`` at level ``alpha`` (one pre-chosen comparison, no
+    multiple-comparison correction), by simulation from the bootstrap (:func:`simulated_power`): the zoo's models
+    are taken as the population and its observed difference as the truth. None when even ``max_models`` models do
+    not reach it (or A and B rank the models alike: no difference to find). Seeded."""
+    a, b, d = (np.asarray(v, np.float64) for v in (a, b, d))
+    n0 = len(a)
+    diff = _rank_spearman(a, d) - _rank_spearman(b, d) if n0 >= 3 else math.nan
+    curve: list[tuple[int, float]] = []
+    if n0 < 4 or not math.isfinite(diff) or diff == 0.0:
+        return PowerResult(None, diff, n0, power, (), max_models)
+    rng = np.random.default_rng(seed)
+    n = MIN_SIMULATED
+    while n <= max_models:
+        got = simulated_power(a, b, d, n, alpha=alpha, n_sim=n_sim, rng=rng)
+        curve.append((n, got))
+        if got >= power:
+            return PowerResult(n, diff, n0, power, tuple(curve), max_models)
+        n = max(n + 1, math.ceil(n * step))
+    return PowerResult(None, diff, n0, power, tuple(curve), max_models)
+
+
+def models_needed_normal(
+    difference: float, sd: float, n_models: int, *, power: float = POWER, alpha: float = ALPHA
+) -> float:
+    """The closed-form counterpart of :func:`models_needed` (a check, not what the tables print): with the
+    difference's bootstrap standard deviation ``sd`` at ``n_models`` models shrinking as 1/sqrt(n),
+    ``n = n_models * ((z_(1 - alpha/2) + z_power) * sd / |difference|)^2``."""
+    return n_models * ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / abs(difference)) ** 2

@@ -1,0 +1,239 @@
+"""Issue 41: a table's comparisons in the warehouse (evalfarm/comparison_tables.py, sql/13_comparisons.sql): stored
+through the ``correlation_diff`` table, current only while both cells' numbers are, Holm across the table in SQL
+equal to Holm in Python, and the same numbers as the statistics computed by hand on the same models."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evalfarm.comparison_tables import (
+    comparison_table,
+    format_comparison,
+    power_text,
+    refresh_comparisons,
+)
+from evalfarm.comparisons import holm, paired_difference, steiger_z
+from evalfarm.warehouse import Warehouse
+from tests.test_correlations import add_accuracy, add_evalrank, add_metric, add_model
+
+
+def _zoo(wh: Warehouse, n: int = 16, *, seed: int = 0, skip: str | None = None) -> dict[str, np.ndarray]:
+    """n sentence models: EvalRank tracks MR closely, `sts-twin` scores exactly as EvalRank (its difference is 0),
+    `sts-noise` is unrelated to MR, `sts-near` is EvalRank plus noise. The numbers, by name, in model order."""
+    rng = np.random.default_rng(seed)
+    mr = rng.uniform(0.6, 0.9, size=n)
+    er = mr + rng.normal(0, 0.02, size=n)
+    vals = {
+        "mr": mr,
+        "sst2": mr + rng.normal(0, 0.05, size=n),
+        "evalrank": er,
+        "sts-twin": er.copy(),
+        "sts-noise": rng.uniform(0, 1, size=n),
+        "sts-near": er + rng.normal(0, 0.05, size=n),
+    }
+    for i in range(n):
+        m = f"m{i:02d}"
+        add_model(wh, m, "sentence", "static")
+        add_evalrank(wh, m, "evalrank-sentence", {"optimistic": float(er[i]), "realistic": float(er[i] - 0.01)})
+        for task in ("sts-twin", "sts-noise", "sts-near"):
+            if skip == task and i == 0:
+                continue  # one model without this number: the comparison is over the models both cells have
+            add_metric(wh, m, task, "sts", float(vals[task][i]), metric="spearman", subset="test")
+        add_accuracy(wh, m, "mr", float(mr[i]))
+        add_accuracy(wh, m, "sst2", float(vals["sst2"][i]))
+    return vals
+
+
+def _rows(wh: Warehouse, ties: str = "optimistic") -> list[dict]:
+    return wh.query(f"SELECT * FROM correlation_comparisons WHERE ties = '{ties}' ORDER BY comparison_key").to_pylist()
+
+
+@pytest.fixture
+def wh(tmp_path: Path) -> Warehouse:
+    return Warehouse(tmp_path / "wh").init()
+
+
+def test_comparisons_are_stored_current_and_equal_to_the_statistics_by_hand(wh: Warehouse) -> None:
+    vals = _zoo(wh, skip="sts-near")
+    assert refresh_comparisons(wh, level="sentence", ties="optimistic") == 6  # 3 rows x 2 columns
+    assert refresh_comparisons(wh, level="sentence", ties="optimistic") == 0  # all current: nothing written
+    rows = {(r["b_intrinsic_task"], r["downstream_task"]): r for r in _rows(wh)}
+    assert set(rows) == {(t, c) for t in ("sts-twin", "sts-noise", "sts-near") for c in ("mr", "sst2")}
+
+    twin = rows[("sts-twin", "mr")]
+    assert (twin["difference"], twin["p_value"], twin["holm_p"], twin["significant"]) == (0.0, 1.0, 1.0, False)
+    assert (twin["ci_low"], twin["ci_high"], twin["r_ab"]) == (0.0, 0.0, pytest.approx(1.0))
+
+    noise = rows[("sts-noise", "mr")]
+    want = paired_difference(vals["evalrank"], vals["sts-noise"], vals["mr"], seed=0)
+    assert noise["difference"] == pytest.approx(want.difference, abs=1e-12)
+    assert (noise["ci_low"], noise["ci_high"], noise["p_value"]) == (want.ci_low, want.ci_high, want.p_value)
+    assert noise["n_resamples"] == 20_000 and noise["significant"]  # refined, then Holm-significant
+    z, p = steiger_z(want.rho_a, want.rho_b, want.r_ab, 16)
+    assert (noise["steiger_z"], noise["steiger_p"]) == (pytest.approx(z), pytest.approx(p))
+
+    near = rows[("sts-near", "mr")]  # m00 has no sts-near number: 15 models
+    assert near["n_models"] == 15
+    want = paired_difference(vals["evalrank"][1:], vals["sts-near"][1:], vals["mr"][1:], seed=0)
+    assert near["difference"] == pytest.approx(want.difference, abs=1e-12) and near["p_value"] == want.p_value
+
+    # Holm in SQL is Holm in Python over the table's six p-values
+    ordered = sorted(rows.values(), key=lambda r: r["comparison_key"])
+    adjusted = holm([r["p_value"] for r in ordered])
+    assert [r["holm_p"] for r in ordered] == pytest.approx(adjusted, abs=1e-15)
+    assert {r["n_tests"] for r in ordered} == {6}
+
+
+def test_a_new_model_makes_the_comparisons_stale_until_recomputed(wh: Warehouse) -> None:
+    _zoo(wh)
+    refresh_comparisons(wh, level="sentence")
+    assert len(_rows(wh)) == 6
+    add_model(wh, "late", "sentence", "static")
+    add_metric(wh, "late", "sts-noise", "sts", 0.5, metric="spearman", subset="test")
+    add_accuracy(wh, "late", "mr", 0.75)
+    add_evalrank(wh, "late", "evalrank-sentence", {"optimistic": 0.75, "realistic": 0.74})
+    # the late model changes EvalRank's and sts-noise's mr cells: every comparison with EvalRank on mr is stale
+    current = {(r["b_intrinsic_task"], r["downstream_task"]) for r in _rows(wh)}
+    assert current == {(t, "sst2") for t in ("sts-twin", "sts-noise", "sts-near")}
+    assert refresh_comparisons(wh, level="sentence") == 3
+    assert len(_rows(wh)) == 6
+    assert len(wh.query("SELECT * FROM correlation_diffs").to_pylist()) == 9  # history is kept
+
+
+def test_each_tie_policy_is_its_own_table(wh: Warehouse) -> None:
+    _zoo(wh)
+    refresh_comparisons(wh, level="sentence", ties="optimistic")
+    assert _rows(wh, "realistic") == []
+    assert refresh_comparisons(wh, level="sentence", ties="realistic") == 6
+    assert {r["a_ties"] for r in _rows(wh, "realistic")} == {"realistic"}
+    assert {r["b_ties"] for r in _rows(wh, "realistic")} == {None}
+
+
+def test_the_table_shape_power_lines_and_another_compared_row(wh: Warehouse) -> None:
+    _zoo(wh)
+    refresh_comparisons(wh, level="sentence")
+    table = comparison_table(wh, level="sentence")
+    assert table.compare == "evalrank-sentence (cos)"
+    assert table.columns == ["mr", "sst2"]
+    assert set(table.rows) == {"sts-twin test (cos)", "sts-noise test (cos)", "sts-near test (cos)"}
+    assert ("sts-noise test (cos)", "mr") in table.significant()
+    assert format_comparison(table.cells[("sts-twin test (cos)", "mr")]) == "+0.00 [+0.00, +0.00] p=1 holm=1"
+    # the best similarity row of each column is the twin (rho equal to EvalRank's): no difference to detect
+    assert [(p.column, p.b_row) for p in table.power] == [(c, "sts-twin test (cos)") for c in ("mr", "sst2")]
+    assert all(p.result.n_needed is None and "no difference" in power_text(p) for p in table.power)
+
+    assert refresh_comparisons(wh, level="sentence", compare="sts-near") == 6
+    other = comparison_table(wh, level="sentence", compare="sts-near")
+    assert other.compare == "sts-near test (cos)" and "evalrank-sentence (cos)" in other.rows
+    with pytest.raises(ValueError, match="no such row"):
+        refresh_comparisons(wh, level="sentence", compare="nope")
+
+
+def test_no_evalrank_row_means_nothing_to_compare(wh: Warehouse) -> None:
+    for i in range(5):
+        add_model(wh, f"m{i}", "sentence", "static")
+        add_metric(wh, f"m{i}", "sts-a", "sts", 0.1 * i, metric="spearman")
+        add_accuracy(wh, f"m{i}", "mr", 0.5 + 0.01 * i)
+    assert refresh_comparisons(wh, level="sentence") == 0
+    assert _rows(wh) == []
+
+
+# ---- where the comparisons are shown: the CLI, the paper layout, the report ----------------------------------------
+def _paper_zoo(wh: Warehouse, n: int = 14) -> None:
+    """Rows the paper layout knows: EvalRank (tracks MR), STS-B's test set (unrelated to MR), STR's test set
+    (EvalRank's twin); downstream MR and SST2."""
+    rng = np.random.default_rng(1)
+    mr = rng.uniform(0.6, 0.9, size=n)
+    er = mr + rng.normal(0, 0.01, size=n)
+    noise = rng.uniform(0, 1, size=n)
+    for i in range(n):
+        m = f"p{i:02d}"
+        add_model(wh, m, "sentence", "static")
+        add_evalrank(wh, m, "evalrank-sentence", {"optimistic": float(er[i])})
+        add_metric(wh, m, "stsb", "sts", float(noise[i]), metric="spearman", subset="test")
+        add_metric(wh, m, "str", "sts", float(er[i]), metric="spearman", subset="test")
+        add_accuracy(wh, m, "mr", float(mr[i]))
+        add_accuracy(wh, m, "sst2", float(mr[i] + rng.normal(0, 0.01)))
+
+
+def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> None:
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    _paper_zoo(wh)
+    runner = CliRunner()
+    got = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank"])
+    assert got.exit_code == 0, got.output
+    assert "against each other evaluator" in got.output and "holm=" in got.output
+    assert "Models needed to tell the compared row" in got.output
+    got = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "-f", "json"])
+    assert got.exit_code == 0, got.output
+    import json
+
+    rows = json.loads(got.stdout)
+    assert {(r["row"], r["column"]) for r in rows} == {
+        (row, col) for row in ("stsb test (cos)", "str test (cos)") for col in ("mr", "sst2")
+    }
+    assert all(r["a_intrinsic_task"] == "evalrank-sentence" for r in rows)
+    assert {r["significant"] for r in rows if r["b_intrinsic_task"] == "stsb"} == {True}
+    bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "--ties", "all"])
+    assert bad.exit_code != 0 and "one tie policy" in bad.output
+    bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "nope"])
+    assert bad.exit_code != 0 and "no such row" in bad.output
+
+
+def test_the_paper_layout_marks_the_cells_that_differ(wh: Warehouse) -> None:
+    from evalfarm import api
+    from evalfarm.paper import MARK, render_text
+
+    _paper_zoo(wh)
+    table = api.paper_correlation_table(warehouse=str(wh.root), level="sentence", compare=True)
+    assert table.compared == "EvalRank MRR"
+    assert table.marks == {("STS-Benchmark", "MR"): MARK, ("STS-Benchmark", "SST2"): MARK}
+    text = render_text(table)
+    assert "EvalRank MRR (compared)" in text and f"{MARK}: differs from EvalRank MRR" in text
+    assert "2 of the 4 compared cells differ" in text
+    # the power lines compare EvalRank with the best of the paper's similarity rows: STR (EvalRank's twin)
+    assert len(table.power) == 2 and all("str test (cos)" in p and "no difference" in p for p in table.power)
+    plain = api.paper_correlation_table(warehouse=str(wh.root), level="sentence")
+    assert plain.marks == {} and plain.power == [] and plain.compared is None
+
+
+def test_the_report_shows_the_comparisons_and_marks_the_heatmap(
+    wh: Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from matplotlib.axes import Axes
+
+    from evalfarm.report import build_report
+
+    _paper_zoo(wh)
+    drawn: list[str] = []
+    text = Axes.text
+    monkeypatch.setattr(Axes, "text", lambda self, x, y, s, *a, **k: drawn.append(s) or text(self, x, y, s, *a, **k))
+    index = build_report(wh, tmp_path / "report", hardest=0)
+    html = index.read_text(encoding="utf-8")
+    assert "Which evaluator predicts better: evalrank-sentence (cos) minus each other row" in html
+    assert "(2 of 4 differences significant after Holm)" in html
+    assert "Models needed to tell evalrank-sentence (cos)" in html
+    marked = [s for s in drawn if s.endswith("†")]
+    assert len(marked) == 2  # STS-B's two cells (no post-processed model: the table without them is not repeated)
+    assert len(wh.query("SELECT * FROM correlation_comparisons").to_pylist()) == 8  # both tables were computed
+
+
+def test_three_models_give_rows_without_a_test(wh: Warehouse) -> None:
+    """What the documents' reduced zoo has: too few models for any test, and the command still answers."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    _paper_zoo(wh, n=3)
+    got = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank"])
+    assert got.exit_code == 0, got.output
+    rows = _rows(wh)
+    assert len(rows) == 4 and all(r["p_value"] is None and r["holm_p"] is None for r in rows)
+    assert not any(r["significant"] for r in rows)
+    assert "too few models for a test" in got.output
