@@ -85,7 +85,7 @@ models:
             wh.write(
                 "metrics",
                 [_accuracy_row(model, task, acc + (i * j) / 100, fp)],
-                wh.unit_path("metrics", model, task, fp),
+                unit=(model, task, fp),
             )
     # d is the run's data folder: the slices above and a copy of the shipped tasks' files
     copy_task_files(data_dir, "tasks", ["wordsim-mc-30", "wordsim-rg-65", "sts-bands"], d)
@@ -108,14 +108,14 @@ def _add_hostile_model(wh: Warehouse, run_id: str) -> None:
         [{"run_id": run_id, "model": EVIL, "task": "er-sent-small", "variant": "cos", "query_id": 1, "positive_id": 2,
           "query": EVIL_TEXT, "positive": "<b>bold?</b>", "rank": 7, "tied": 0, "score": 0.5, "oov": False,
           "fingerprint": fp}],
-        wh.unit_path("ranks", EVIL, "er-sent-small", fp),
+        unit=(EVIL, "er-sent-small", fp),
     )  # fmt: skip
     wh.write(
         "metrics",
         [{"run_id": run_id, "model": EVIL, "task": "er-sent-small", "scorer": "evalrank", "subset": "all",
           "variant": "cos", "ties": "optimistic", "metric": "mrr", "value": 0.5, "is_primary": True,
           "higher_is_better": True, "fingerprint": fp, "spec_hash": "evil", "created_at": created}],
-        wh.unit_path("metrics", EVIL, "er-sent-small", fp),
+        unit=(EVIL, "er-sent-small", fp),
     )  # fmt: skip
     wh.write_failure(run_id, EVIL, "er-sent-small", "score", "<iframe src=javascript:alert(4)>")
 

@@ -69,7 +69,7 @@ def _ranks(wh: Warehouse, model: str, task: str, ranks: list[tuple[int, int, int
          "fingerprint": fp}
         for pid, r, t in ranks
     ]  # fmt: skip
-    wh.write("ranks", rows, wh.unit_path("ranks", model, task, fp))
+    wh.write("ranks", rows, unit=(model, task, fp))
 
 
 def test_the_board_over_resampled_pairs_against_the_exact_probability(wh: Warehouse) -> None:

@@ -313,6 +313,8 @@ def column_groups(label: int, widths: list[int], last: int, width: int) -> list[
     if used + last + 3 > width and groups[-1]:  # the n column would not fit beside the last part: a part of its own
         groups.append([])
     return groups
+
+
 def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
     """Each other row against the compared row, task by task (difference, interval, p, Holm p, the normal-theory
     cross-check), then the power lines and notes; CSV / JSON: one row per comparison (the view's columns)."""
