@@ -42,7 +42,7 @@ from evalfarm.plan import (
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
 from evalfarm.scorers.base import RunOptions
-from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now
+from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
@@ -777,7 +777,10 @@ class Run:
 
     def finish(self) -> RunSummary:
         """After the record: raise for an interrupted run, else refresh the correlations and say the late warnings
-        (spec conflicts, what could not be released or closed)."""
+        (spec conflicts, what could not be released or closed). A worker killed mid-write left its temp file behind:
+        the dead writers' ones go now, not at the next run's start (live writers' files, a concurrent run's, stay)."""
+        if self.wh.local:
+            sweep_temp_files(self.wh.base)
         if self.reason is not None:
             raise RunInterrupted(self.summary, self.reason)
         if self.summary.counts()["done"]:

@@ -109,7 +109,7 @@ def test_an_older_warehouse_gets_the_new_runs_columns(catalogs, tmp_path):
 
     wh = Warehouse(tmp_path / "wh").init()
     old = pa.schema([f for f in SCHEMAS["runs"] if f.name not in ("n_done", "reason", "snapshot")])
-    shutil.rmtree(wh.root / "tables" / "runs")  # the runs table as an earlier evalfarm created it, with a row
+    shutil.rmtree(wh.root / "tables" / "runs", ignore_errors=True)  # as an earlier evalfarm created it, with a row
     write_deltalake(str(wh.root / "tables" / "runs"),
                     pa.Table.from_pylist([{"run_id": "old", "event": "start", "status": "running"}], old))  # fmt: skip
     run_catalog(first, wh.root, executor="local")  # its start adds the columns this evalfarm writes
@@ -152,3 +152,27 @@ def test_run_interrupted_says_what_is_in_the_warehouse():
         "run r1 interrupted: the Ray head (GCS at x) has not answered for 6 s. 2 of 5 units are in the warehouse, "
         "3 not computed"
     )
+
+
+def test_a_dead_writers_temp_file_is_swept_when_the_run_ends(catalogs, tmp_path):
+    """A worker killed mid-write leaves ``.<name>.<rand>.<pid>.<host>.tmp`` behind: the run that saw it die removes
+    it when it ends (a live writer's temp file, as a concurrent run's, stays)."""
+    from evalfarm.atomic import temp_name
+
+    first, _ = catalogs
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    folder = tmp_path / "wh" / "embeddings" / "model=toy"
+    left: dict[str, Path] = {}
+
+    def on_event(e) -> None:
+        if "dead" not in left:  # written mid-run, after the start's sweep
+            folder.mkdir(parents=True, exist_ok=True)
+            live = temp_name(folder / "live.parquet")  # this process: alive
+            live.write_bytes(b"half")
+            left["live"] = live
+            left["dead"] = live.with_name(live.name.replace(f".{os.getpid()}.", f".{dead.pid}."))
+            left["dead"].write_bytes(b"half")
+
+    assert run_catalog(first, tmp_path / "wh", executor="local", on_event=on_event).ok
+    assert not left["dead"].exists() and left["live"].exists()
