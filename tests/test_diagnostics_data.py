@@ -624,3 +624,37 @@ def test_a_synonym_or_antonym_pair_enters_only_with_a_right_verdict_in_the_revie
         ("c1", "synonym"): free[("c1", "synonym")]
     }
     assert cells({}) == {}  # unreviewed: left out
+
+
+def test_the_audit_rates_in_the_docs_are_the_audit_files():
+    """docs/evaluators.md's HEROS table and docs/audits/README.md quote the counts of wrong verdicts in the audit
+    files (and the review's), so the two cannot drift apart."""
+    import csv
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    counts = {}
+    for version in ("v1", "v2"):
+        with open(repo / "docs" / "audits" / f"heros-{version}.tsv", encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        assert {r["verdict"] for r in rows} <= {"ok", "wrong"}
+        for subset in {r["subset"] for r in rows}:
+            got = [r for r in rows if r["subset"] == subset]
+            counts[(version, subset)] = (sum(r["verdict"] == "wrong" for r in got), len(got))
+    assert all(total == 40 for _, total in counts.values()) and len(counts) == 12
+    review = (repo / "evalfarm" / "taskdata" / "heros_review.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    wrong = {
+        s: sum(1 for r in review if r.split("\t")[1] == s and r.split("\t")[3] == "wrong")
+        for s in ("synonym", "antonym")
+    }
+    total = {s: sum(1 for r in review if r.split("\t")[1] == s) for s in ("synonym", "antonym")}
+    readme = (repo / "docs" / "audits" / "README.md").read_text(encoding="utf-8")
+    evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
+    for subset in ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym"):
+        line = next(x for x in readme.splitlines() if re.match(rf"\| {subset} \| \d", x))  # the rates table
+        v1, v2 = counts[("v1", subset)][0], counts[("v2", subset)][0]
+        assert re.fullmatch(rf"\| {subset} \| {v1} (\(.*\) )?\| {v2}( .*)? \|", line), line
+        row = next(x for x in evaluators.splitlines() if x.startswith(f"| `{subset}` |"))
+        assert f"v1: {v1} of 40" in row and (f"{v2} of 40" in row), row
+    for subset in ("synonym", "antonym"):
+        assert f"{wrong[subset]} of {total[subset]}" in readme
