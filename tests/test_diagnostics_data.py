@@ -626,6 +626,29 @@ def test_a_synonym_or_antonym_pair_enters_only_with_a_right_verdict_in_the_revie
     assert cells({}) == {}  # unreviewed: left out
 
 
+@pytest.mark.slow
+def test_the_disjoint_whitening_corpus_shares_no_sentence_with_an_sts_set():
+    """The starter zoo's all-minilm-l6-v2-whiten-subj is fitted on SUBJ: no sentence of an STS set is among its fit
+    texts, while the default fit corpus (the EvalRank sentence pool) holds every STS-B sentence."""
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.options import RunOptions
+    from evalfarm.scorers import scorer_for
+
+    cat = load_catalog("zoo-starter")
+    fit_on = cat.model("all-minilm-l6-v2-whiten-subj").postprocess.fit_on
+
+    def texts(task_id: str) -> set[str]:
+        spec = cat.task(task_id)
+        scorer = scorer_for(spec.kind)
+        return {t.lower() for t in scorer.texts(scorer.load_for(spec, RunOptions()))}
+
+    fit = texts(fit_on)
+    assert fit_on == "subj" and len(fit) > 9_000
+    for sts in ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sick-r", "str"):
+        assert not fit & texts(sts), sts
+    assert texts("stsb") <= texts("evalrank-sentence")
+
+
 def test_the_audit_rates_in_the_docs_are_the_audit_files():
     """docs/evaluators.md's HEROS table and docs/audits/README.md quote the counts of wrong verdicts in the audit
     files (and the review's), so the two cannot drift apart."""
