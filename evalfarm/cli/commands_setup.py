@@ -206,8 +206,15 @@ OutOpt = Annotated[Path | None, typer.Option(help="folder for the file (default:
 ForceOpt = Annotated[bool, typer.Option(help="rebuild even when the file is there")]
 
 
+VersionOpt = Annotated[
+    str | None, typer.Option("--version", help="an earlier version of the recipe (default: the current one)")
+]
+
+
 @data_app.command("build")
-def data_build(name: str, param: ParamOpt = None, out: OutOpt = None, force: ForceOpt = False) -> None:
+def data_build(
+    name: str, param: ParamOpt = None, out: OutOpt = None, force: ForceOpt = False, version: VersionOpt = None
+) -> None:
     """Build the generated data file NAME (heros, defsent) and print its path, sha256 and the task's build entry."""
     import json
 
@@ -220,8 +227,8 @@ def data_build(name: str, param: ParamOpt = None, out: OutOpt = None, force: For
             fail(f"--param {item!r}: give NAME=VALUE")
         overrides[key.strip()] = value.strip()
     try:
-        got = build(name, overrides, out_dir=out, force=force)
-        version = builder(name).version
+        got = build(name, overrides, out_dir=out, force=force, version=version)
+        version = builder(name, version).version
     except BuildError as exc:
         fail(str(exc))
     console.print(f"{'built' if got.rebuilt else 'already built'}: {got.path}", highlight=False)
@@ -232,8 +239,9 @@ def data_build(name: str, param: ParamOpt = None, out: OutOpt = None, force: For
 
 @data_app.command("list")
 def data_list() -> None:
-    """The recipes `evalfarm data build` knows, with their version and default parameters."""
-    from evalfarm.taskdata.build import builders
+    """The recipes `evalfarm data build` knows, every version (the current one last), with default parameters."""
+    from evalfarm.taskdata.build import builders, versions
 
-    for b in builders().values():
-        console.print(f"{b.name} {b.version} {dict(b.defaults)}: {b.description}", highlight=False, soft_wrap=True)
+    for name in builders():
+        for b in versions(name):
+            console.print(f"{b.name} {b.version} {dict(b.defaults)}: {b.description}", highlight=False, soft_wrap=True)

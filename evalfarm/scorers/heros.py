@@ -109,12 +109,16 @@ def read_released(path: Path) -> HerosData:
 
 
 def read_built(path: Path) -> HerosData:
-    """A file written by ``evalfarm data build heros``."""
-    from evalfarm.taskdata.build import read_rows
-    from evalfarm.taskdata.build_heros import COLUMNS, SUBSETS
+    """A file written by ``evalfarm data build heros`` (any version): the columns named in its column line, an empty
+    cell a missing pair (version 2 leaves a subset's cell empty where no right pair could be made)."""
+    from evalfarm.taskdata.build import read_table
+    from evalfarm.taskdata.build_heros import SUBSETS
 
-    rows = read_rows(path)
-    at = {c: i for i, c in enumerate(COLUMNS)}
+    columns, rows = read_table(path)
+    at = {c: i for i, c in enumerate(columns)}
+    missing = [c for c in ("original", *SUBSETS) if c not in at]
+    if missing:
+        raise ValueError(f"{path}: no column {', '.join(missing)} (columns: {', '.join(columns)})")
     return HerosData([r[at["original"]] for r in rows], {s: [r[at[s]] or None for r in rows] for s in SUBSETS})
 
 
@@ -150,7 +154,7 @@ class HerosScorer(Scorer):
         "HEROS minimal pairs: per subset the mean normalised cosine (cos - cos_avg) / (1 - cos_avg) and raw cosine"
     )
     thin_rules = (ThinRule("n_pairs", at_least=5),)
-    """Too thin under 5 pairs in a subset (the generated set: 1,000 in each)."""
+    """Too thin under 5 pairs in a subset (the generated set, version 2: 76 to 1,000 in each)."""
     views = """
 -- heros: each model's HEROS profile, one row per task and subset: the mean normalised similarity
 -- (cos - cos_avg) / (1 - cos_avg), the mean raw cosine and the number of pairs (HEROS Appendix D).

@@ -81,19 +81,37 @@ class BuildRef(BaseModel):
 
 
 _BUILDERS: dict[str, Builder] = {}
+"""The current recipe of each name: what ``evalfarm data build NAME`` builds and new task entries name."""
+_EARLIER: dict[tuple[str, str], Builder] = {}
+"""Earlier versions of a recipe, kept so that a task entry naming one still builds the same bytes (its numbers stay
+reproducible): ``(name, version) -> recipe``."""
+
+
+def _version_key(version: str) -> tuple[int, str]:
+    return (int(version), "") if version.isdigit() else (-1, version)
 
 
 def register_builder(builder: Builder) -> Builder:
-    """Add a recipe (each ``build_*`` module of this package registers its own on import)."""
-    old = _BUILDERS.get(builder.name)
-    if old is not None and old is not builder:
-        raise BuildError(f"two data builds are named {builder.name!r}")
-    _BUILDERS[builder.name] = builder
+    """Add a recipe (each ``build_*`` module of this package registers its own on import). Several versions of one
+    name may be registered: the highest is the current one, the others stay buildable by version."""
+    known = [b for b in (_BUILDERS.get(builder.name), *_EARLIER.values()) if b is not None and b.name == builder.name]
+    same = [b for b in known if b.version == builder.version]
+    if same and same[0] is not builder:
+        raise BuildError(f"two data builds are named {builder.name!r} version {builder.version}")
+    if same:
+        return builder
+    current = _BUILDERS.get(builder.name)
+    if current is None or _version_key(builder.version) > _version_key(current.version):
+        if current is not None:
+            _EARLIER[(current.name, current.version)] = current
+        _BUILDERS[builder.name] = builder
+    else:
+        _EARLIER[(builder.name, builder.version)] = builder
     return builder
 
 
 def builders() -> dict[str, Builder]:
-    """Every known recipe by name: the ``build_*`` modules of this package register theirs when imported."""
+    """The current recipe of every name: the ``build_*`` modules of this package register theirs when imported."""
     import importlib
     import pkgutil
 
@@ -105,11 +123,29 @@ def builders() -> dict[str, Builder]:
     return dict(sorted(_BUILDERS.items()))
 
 
-def builder(name: str) -> Builder:
+def versions(name: str) -> list[Builder]:
+    """Every registered version of recipe ``name``, oldest first."""
+    current = builder(name)
+    earlier = [b for (n, _), b in _EARLIER.items() if n == name]
+    return sorted([*earlier, current], key=lambda b: _version_key(b.version))
+
+
+def builder(name: str, version: str | None = None) -> Builder:
+    """Recipe ``name`` at ``version`` (default: the current one); an unknown name or version is an error naming the
+    known ones."""
     known = builders()
     if name not in known:
         raise BuildError(f"unknown data build {name!r} (known: {', '.join(known) or 'none'})")
-    return known[name]
+    current = known[name]
+    if version is None or version == current.version:
+        return current
+    if (name, version) in _EARLIER:
+        return _EARLIER[(name, version)]
+    have = sorted([current.version, *(v for (n, v) in _EARLIER if n == name)], key=_version_key)
+    raise BuildError(
+        f"data build {name}: the task names version {version}, this evalfarm builds {', '.join(have)}; "
+        "update the task's build entry (`evalfarm data build` prints it)"
+    )
 
 
 def params_key(params: Mapping[str, Any]) -> str:
@@ -169,10 +205,12 @@ def build(
     out_dir: Path | None = None,
     inputs: Mapping[str, Path] | None = None,
     force: bool = False,
+    version: str | None = None,
 ) -> Built:
-    """Build the file of recipe ``name`` (or reuse the one already in ``out_dir``: same name = same recipe, version
-    and parameters; ``force`` rebuilds). ``inputs`` replaces the data folder's files (tests)."""
-    b = builder(name)
+    """Build the file of recipe ``name`` at ``version`` (default: the current one), or reuse the one already in
+    ``out_dir`` (same name = same recipe, version and parameters; ``force`` rebuilds). ``inputs`` replaces the data
+    folder's files (tests)."""
+    b = builder(name, version)
     params = b.params(overrides)
     dest = (out_dir or default_dir(b)) / file_name(b, params)
     if dest.is_file() and not force:
@@ -185,14 +223,9 @@ def build(
 
 def built_file(ref: BuildRef, *, inputs: Mapping[str, Path] | None = None) -> Path:
     """The generated file a task entry names, built into the cache on first use and checked against its sha256."""
-    b = builder(ref.name)
-    if ref.version != b.version:
-        raise BuildError(
-            f"data build {ref.name}: the task names version {ref.version}, this evalfarm builds {b.version}; "
-            "update the task's build entry (`evalfarm data build` prints it)"
-        )
+    b = builder(ref.name, ref.version)
     out_dir = Path(os.environ["EVALFARM_BUILDS"]) if os.environ.get("EVALFARM_BUILDS") else None
-    got = build(ref.name, ref.params, out_dir=out_dir, inputs=inputs)
+    got = build(ref.name, ref.params, out_dir=out_dir, inputs=inputs, version=ref.version)
     if got.sha256 != ref.sha256:
         raise BuildError(
             f"data build {ref.name} {ref.version} {ref.params or '(defaults)'}: {got.path} has sha256 "
@@ -204,9 +237,16 @@ def built_file(ref: BuildRef, *, inputs: Mapping[str, Path] | None = None) -> Pa
 
 def read_rows(path: Path) -> list[list[str]]:
     """The tab-separated rows of a built file, its ``#`` header line and the column-name line left out."""
+    return read_table(path)[1]
+
+
+def read_table(path: Path) -> tuple[list[str], list[list[str]]]:
+    """The column names and the tab-separated rows of a built file (its ``#`` header line left out)."""
     lines = path.read_text(encoding="utf-8").splitlines()
     body = [line for line in lines if not line.startswith("#")]
-    return [line.split("\t") for line in body[1:]]
+    if not body:
+        return [], []
+    return body[0].split("\t"), [line.split("\t") for line in body[1:]]
 
 
 __all__ = [
@@ -220,5 +260,7 @@ __all__ = [
     "builders",
     "built_file",
     "read_rows",
+    "read_table",
     "register_builder",
+    "versions",
 ]

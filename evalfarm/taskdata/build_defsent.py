@@ -8,12 +8,20 @@ contain the word as a whole token (a gloss that names its word would make the re
 per synset (the first alphabetically), so no two words share a gloss. A seeded
 sample of ``n`` qualifying words (default 3,000), written in alphabetical order: ``word``, ``pos`` (n / v / a),
 ``synset`` and ``definition``.
+
+Version 2 (the default) keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
+(:func:`clean_gloss`):
+NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them, so 24 of version 1's
+3,000 definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas Jefferson",
+"put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition lost its words
+("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
 """
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -40,7 +48,63 @@ def vocabulary(inputs: Mapping[str, Path]) -> list[str]:
     return sorted(w for w in words if w.isalpha() and w.isascii())
 
 
-def first_sense(word: str) -> tuple[str, str, str] | None:
+def nltk_definition(synset: Any) -> str:
+    """Version 1's definition: NLTK's ``definition()``, quoted examples deleted and what surrounded them kept."""
+    return str(synset.definition())
+
+
+_QUOTED = re.compile(r'("[^"]*")')
+
+
+def clean_gloss(raw: str) -> str:
+    """The definition of a raw WordNet gloss (``definition; "example" - Author; ...``): everything before its first
+    example. An example is a quoted string outside parentheses (a quoted phrase inside them is part of the
+    definition: "(especially in the phrase \"make strides\")"); a ``;``-separated part holding an unbalanced quote is
+    an example whose quotes WordNet left broken and ends the definition (in the first part, the stray quote is
+    dropped: 'a local branch where postal services are available"'); trailing ``;``, ``:`` and ``,`` go, and a
+    trailing "e.g." / "i.e." / "as in" that introduced the example."""
+    text = ""
+    for part in _QUOTED.split(raw):
+        if len(part) >= 2 and part[0] == part[-1] == '"':
+            text += part if text.count("(") > text.count(")") else "\x00"
+        else:
+            text += part
+    kept: list[str] = []
+    for i, seg in enumerate(text.split("\x00", 1)[0].split(";")):
+        if seg.count('"') % 2:
+            if i == 0:
+                kept.append(seg.replace('"', ""))
+            break
+        kept.append(seg)
+    out = " ".join("; ".join(s.strip() for s in kept if s.strip()).split()).rstrip(";:, ")
+    return _LEAD_IN.sub("", out).rstrip(";:, ")
+
+
+_LEAD_IN = re.compile(r"(?:[;,:]\s*|\s+|^)(?:e\.g\.|i\.e\.|as in)$")
+"""What introduced the example just cut ("keep in a certain state, position, or activity; e.g.")."""
+
+
+@functools.cache
+def raw_glosses() -> dict[tuple[str, int], str]:
+    """``(data file, offset) -> raw gloss`` of WordNet's noun, verb and adjective data files."""
+    from evalfarm.taskdata.wordnet import wordnet_dir
+
+    out = {}
+    for name in ("noun", "verb", "adj"):
+        with open(wordnet_dir() / f"data.{name}", encoding="utf-8") as f:
+            for line in f:
+                if not line.startswith("  ") and "|" in line:
+                    out[(name, int(line.split(" ", 1)[0]))] = line.split("|", 1)[1].strip()
+    return out
+
+
+def cleaned_definition(synset: Any) -> str:
+    """Version 2's definition: :func:`clean_gloss` of the synset's raw gloss."""
+    name = {"n": "noun", "v": "verb", "a": "adj", "s": "adj"}[synset.pos()]
+    return clean_gloss(raw_glosses()[(name, synset.offset())])
+
+
+def first_sense(word: str, definition: Callable[[Any], str] = cleaned_definition) -> tuple[str, str, str] | None:
     """(pos, synset name, gloss) of ``word``'s first noun / verb / adjective sense, None where it does not qualify."""
     from evalfarm.taskdata.wordnet import wordnet
 
@@ -50,18 +114,39 @@ def first_sense(word: str) -> tuple[str, str, str] | None:
     s = synsets[0]
     if word not in {lem.name().lower() for lem in s.lemmas()}:
         return None
-    gloss = " ".join(s.definition().split())
+    gloss = " ".join(definition(s).split())
     if not gloss or word in re.findall(r"[a-z]+", gloss.lower()):
         return None
     return _POS[s.pos()], s.name(), gloss
 
 
 def make(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
+    """Version 2: version 1's words (the same qualification and seeded sample, so the two versions differ only in
+    their definitions), each with its cleaned definition; a word whose cleaned definition names it (a quoted phrase
+    NLTK had deleted: "behalf" in "(usually expressed as \"on behalf of\" ...)") is left out."""
+    from evalfarm.taskdata.wordnet import wordnet
+
+    rows = make_v1(inputs, params).splitlines()
+    out = [rows[0]]
+    for row in rows[1:]:
+        word, pos, synset, _ = row.split("\t")
+        gloss = " ".join(cleaned_definition(wordnet().synset(synset)).split())
+        if gloss and word not in re.findall(r"[a-z]+", gloss.lower()):
+            out.append("\t".join([word, pos, synset, gloss]))
+    return "\n".join(out) + "\n"
+
+
+def make_v1(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
+    """Version 1: NLTK's definitions, residue and all."""
+    return make_with(inputs, params, nltk_definition)
+
+
+def make_with(inputs: Mapping[str, Path], params: Mapping[str, Any], definition: Callable[[Any], str]) -> str:
     n, seed = int(params["n"]), int(params["seed"])
     pairs: dict[str, tuple[str, str, str]] = {}
     synsets: set[str] = set()
     for w in vocabulary(inputs):  # one word per synset (the first alphabetically): no two words share a gloss
-        got = first_sense(w)
+        got = first_sense(w, definition)
         if got is not None and got[1] not in synsets:
             synsets.add(got[1])
             pairs[w] = got
@@ -76,10 +161,36 @@ def make(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
 BUILDER = register_builder(
     Builder(
         name="defsent",
+        version="2",
+        description="WordNet 3.0 first-sense glosses (examples and their residue removed) of a seeded sample of "
+        "EvalRank pool words (DefSent-style definition -> word retrieval)",
+        make=make,
+        defaults={"n": 3000, "seed": 0},
+        inputs={
+            "pairs": BuildInput(
+                "evalrank/word_evalrank/pos_pair_5514.txt",
+                "f3dce0865c50c075a81cbe022322048421ba68581855caaf019c00acf2de8016",
+            ),
+            "background_basic": BuildInput(
+                "evalrank/word_evalrank/basic_vocab.txt",
+                "b30c502822749d56d0f3fad0151a6b711d584fa8eac944d1473fed413a7c0844",
+            ),
+            "background_wiki": BuildInput(
+                "evalrank/word_evalrank/wiki_vocab.txt",
+                "ab2c76b26cc8ca09f352d4bb70fa4b34b2e8a3a7a520a2506d664bbc75203c75",
+            ),
+        },
+        resources=resources,
+    )
+)
+
+BUILDER_V1 = register_builder(
+    Builder(
+        name="defsent",
         version="1",
         description="WordNet 3.0 first-sense glosses of a seeded sample of EvalRank pool words (DefSent-style "
         "definition -> word retrieval)",
-        make=make,
+        make=make_v1,
         defaults={"n": 3000, "seed": 0},
         inputs={
             "pairs": BuildInput(

