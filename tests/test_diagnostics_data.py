@@ -350,7 +350,12 @@ def test_both_diagnostics_run_end_to_end_on_the_toy_glove_bag_of_words(tmp_path,
     for task_id, name, n in (("heros-goemotions", "heros", 6), ("defsent-wordnet", "defsent", 30)):
         built = databuild.build(name, {"n": n})  # into the cache, where the run finds it
         task = shipped.task(task_id).model_dump(mode="json", exclude_defaults=False)
-        task["build"] = {"name": name, "version": "1", "params": {"n": n}, "sha256": built.sha256}
+        task["build"] = {
+            "name": name,
+            "version": databuild.builder(name).version,
+            "params": {"n": n},
+            "sha256": built.sha256,
+        }
         entries.append(task)
     import yaml
 
@@ -374,7 +379,8 @@ def test_both_diagnostics_run_end_to_end_on_the_toy_glove_bag_of_words(tmp_path,
         )
     )
     wh = tmp_path / "wh"
-    assert run_catalog(cat, wh, models=["bow-toy"], executor="local").ok
+    summary = run_catalog(cat, wh, models=["bow-toy"], executor="local")
+    assert summary.ok, [(o.model, o.task, o.error) for o in summary.failed]
     w = Warehouse(wh)
     heros = w.query("SELECT subset, n_pairs, normalized_similarity FROM heros ORDER BY subset").to_pylist()
     assert [r["subset"] for r in heros] == sorted(

@@ -75,6 +75,7 @@ def test_every_subpackage_and_the_data_folders_are_packaged():
         "evalfarm._catalogs": ["*.yaml"],
         "evalfarm._sql": ["*.sql"],
         "evalfarm.scorers": ["*.sql"],
+        "evalfarm.taskdata": ["*.tsv"],
         "evalfarm.templates": ["*.html.j2"],
     }
     shipped = {  # every non-Python file inside evalfarm/ (a scorer's views) is package data of its package
