@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
+from evalfarm.ranking import PAPER_TIES, TIES, TiesOrAll, check_ties, is_ties
 from evalfarm.warehouse import Warehouse, now
 from evalfarm.warehouse.store import read_again_if_replaced
 
@@ -32,7 +33,6 @@ MIN_MODELS_FOR_INTERVAL = 4
 WIDE_INTERVAL = 1.0
 """A median interval this wide (half of [-1, 1]) means the zoo cannot tell the evaluators apart: the table says so."""
 BEST_TOLERANCE = 1e-9
-TIES = ("optimistic", "pessimistic", "realistic")
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
 PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
@@ -215,7 +215,7 @@ class CorrelationTable:
 
     level: str
     exclude_postprocessed: bool
-    ties: str
+    ties: TiesOrAll
     rows: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
@@ -256,7 +256,7 @@ def _row_order(r: dict[str, Any]) -> tuple:
         r["intrinsic_task"],
         r["intrinsic_subset"],
         r["variant"],
-        TIES.index(r["ties"]) if r["ties"] in TIES else -1,
+        TIES.index(r["ties"]) if is_ties(r["ties"]) else -1,
     )
 
 
@@ -291,13 +291,14 @@ def correlation_table(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     diagnostics: bool = False,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> CorrelationTable:
     """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
-    (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
+    (default :data:`~evalfarm.ranking.PAPER_TIES`: optimistic, the paper's; ``pessimistic``, ``realistic``) or
+    ``all`` (one row per policy); rows of scorers
     without ties are always shown. ``diagnostics``: also the diagnostic kinds' rows (:func:`diagnostic_scorers`)
     and their rho with EvalRank itself (``evalrank_links``, bootstrapped now with ``n_resamples`` and ``seed``).
     Reads only: call :func:`refresh_intervals` first for current intervals."""
@@ -404,7 +405,7 @@ def diagnostics_vs_evalrank(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
@@ -463,8 +464,7 @@ _LINK_KEY = (
 def _check(level: str, ties: str) -> None:
     if level not in ("word", "sentence"):
         raise ValueError(f"level must be word or sentence, got {level!r}")
-    if ties not in (*TIES, "all"):
-        raise ValueError(f"ties must be one of {', '.join(TIES)} or all, got {ties!r}")
+    check_ties(ties, allow_all=True)
 
 
 def _sampled(r: dict[str, Any]) -> bool:
@@ -478,7 +478,7 @@ def shape_table(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     diagnostics: bool = False,
 ) -> CorrelationTable:
     """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`);

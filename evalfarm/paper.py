@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from evalfarm.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
-from evalfarm.correlations import TIES
+from evalfarm.ranking import PAPER_TIES, Ties, check_ties
 
 CITATION = (
     "Bin Wang, C.-C. Jay Kuo and Haizhou Li. 2022. Just Rank: Rethinking Evaluation with Word and Sentence "
@@ -212,7 +212,7 @@ class PaperTable:
 
     level: str
     exclude_postprocessed: bool
-    ties: str
+    ties: Ties
     downstream_variant: str | None
     rows: list[str]
     columns: list[str]
@@ -247,7 +247,7 @@ def paper_table(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
     composition: dict[str, int] | None = None,
     table: str | None = None,
@@ -261,8 +261,7 @@ def paper_table(
         level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
     if level not in COLUMNS:
         raise ValueError(f"level must be word or sentence, got {level!r}")
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}, got {ties!r}")
+    check_ties(ties)
     tdef = TABLES.get(table or _DEFAULT.get((level, exclude_postprocessed), ""))
     rows = tdef.rows if tdef else WORD_ROWS if level == "word" else SENTENCE_ROWS
     columns = tdef.columns if tdef else COLUMNS[level]
@@ -354,7 +353,7 @@ def paper_table_from(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
     table: str | None = None,
 ) -> PaperTable:
@@ -420,7 +419,7 @@ class Table10:
         lines = [
             "The paper's Table 10: the share of models whose original beats its post-processed twin (view "
             f"postprocessing_effect; downstream variant {self.downstream_variant or '(none)'}; EvalRank ties "
-            "optimistic); in brackets the paper's, over its zoo"
+            f"{PAPER_TIES}); in brackets the paper's, over its zoo"
         ]
         for cells in [head, *body]:
             pairs = enumerate(zip(cells, widths, strict=True))
@@ -492,7 +491,7 @@ class CoverageTable:
     words kept, not in the models; ``cells[(row, column)] = (protocol rho x 100, coverage rho x 100, published)``."""
 
     name: str
-    ties: str
+    ties: Ties
     downstream_variant: str
     models: list[str]
     cells: dict[tuple[str, str], tuple[float | None, float | None, float | None]]
@@ -523,7 +522,7 @@ def coverage_table(
     pairs: dict[str, int],
     *,
     name: str,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
 ) -> CoverageTable:
     """:class:`CoverageTable` from ``correlation_pairs`` rows (:data:`COVERAGE_SQL`): the compared set is the models
@@ -531,8 +530,7 @@ def coverage_table(
     ``downstream_variant`` (default: the one most rows have, as the paper layout picks)."""
     from evalfarm.correlations import spearman
 
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
+    check_ties(ties)
     variant = _pick_variant(rows, downstream_variant) or ""
     rows = [r for r in rows if r["downstream_variant"] == variant]
     models = sorted({r["model"] for r in rows if r["task"] == f"evalrank-word-{name}"})
@@ -568,7 +566,7 @@ def coverage_table(
 
 
 def coverage_table_from(
-    warehouse: Any, *, name: str, ties: str = "optimistic", downstream_variant: str | None = None
+    warehouse: Any, *, name: str, ties: Ties = PAPER_TIES, downstream_variant: str | None = None
 ) -> CoverageTable:
     """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics."""
     from evalfarm.correlations import connect

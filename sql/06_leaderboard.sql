@@ -1,6 +1,7 @@
 -- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
--- best first. Rank metrics carry their tie policy in `ties` (optimistic: the paper's); numbers computed under
--- different policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = 'realistic'.
+-- best first. Rank metrics carry their tie policy in `ties` (`tie_policies`); numbers computed under different
+-- policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = board_ties() (realistic,
+-- the boards' policy; paper_ties(): optimistic, the paper's toolkit's).
 -- ci_low, ci_high: the value's 95 % confidence interval where it is a correlation (word similarity, STS), else null.
 -- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) and thin ones (metrics.thin:
 -- too few pairs scored, too many OOV, nearly all ties, by the scorer's declared bounds) are left out: see
@@ -84,13 +85,14 @@ FROM ordered
 ORDER BY task, scorer, choice;
 
 -- board: one board per task, never two variants or tie policies mixed: the leaderboard under the task's board variant
--- (board_variants.on_board) and, for rank metrics, realistic ties (the expected rank when ties are broken at random:
--- optimistic ties reward models whose vectors collide, e.g. a pruned word table or OOV words under l2; results.md).
+-- (board_variants.on_board) and, for rank metrics, the boards' tie policy `board_ties()`: realistic, the expected
+-- rank when ties are broken at random (optimistic ties reward models whose vectors collide, e.g. a pruned word table
+-- or OOV words under l2; results.md). The same policy as each unit's line in a run and the report's boards.
 -- sample: the board is the --quick-downstream sample (the task has no full-data number). What the report shows.
 CREATE OR REPLACE VIEW board AS
 SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, l.ci_low, l.ci_high,
        v.sample
 FROM leaderboard l
 JOIN board_variants v USING (task, scorer, variant)
-WHERE v.on_board AND (l.ties IS NULL OR l.ties = 'realistic')
+WHERE v.on_board AND (l.ties IS NULL OR l.ties = board_ties())
 ORDER BY l.task, l.subset, l.position, l.model;

@@ -97,7 +97,7 @@ GROUP BY ALL;
 -- nothing (fewer than 3 models) or is undefined (every model has the same number on one side).
 -- The paper's Table 3 (word) / 6 (sentence), one SELECT:
 --   SELECT intrinsic_task, intrinsic_subset, variant, downstream_task, spearman, n_models FROM correlations
---   WHERE level = 'word' AND NOT excludes_postprocessed AND coalesce(ties, 'optimistic') = 'optimistic'
+--   WHERE level = 'word' AND NOT excludes_postprocessed AND coalesce(ties, paper_ties()) = paper_ties()
 -- and Table 11 is the same with excludes_postprocessed.
 CREATE OR REPLACE VIEW correlations AS
 WITH stored AS (

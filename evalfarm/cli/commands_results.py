@@ -12,6 +12,7 @@ import typer
 from evalfarm import api
 from evalfarm.cli.app import app, fail
 from evalfarm.cli.rendering import Format, console, out, print_correlations, print_rows, say
+from evalfarm.ranking import BOARD_TIES, PAPER_TIES, TIES, TiesOrAll, check_ties
 
 WarehouseOpt = Annotated[
     str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
@@ -119,13 +120,6 @@ class Level(StrEnum):
     word = "word"
 
 
-class TiesChoice(StrEnum):
-    optimistic = "optimistic"
-    pessimistic = "pessimistic"
-    realistic = "realistic"
-    all = "all"
-
-
 LevelOpt = Annotated[Level, typer.Option(help="which models: sentence, or word (downstream through their BoW)")]
 CellsFormatOpt = Annotated[
     Format, typer.Option("--format", "-f", help="table: the paper's shape; csv / json: one row per cell")
@@ -133,7 +127,12 @@ CellsFormatOpt = Annotated[
 ExcludeOpt = Annotated[
     bool, typer.Option("--exclude-postprocessed", help="leave out post-processed models and BoW over them (Table 11)")
 ]
-TiesOpt = Annotated[TiesChoice, typer.Option(help="EvalRank tie policy shown (optimistic: the paper's), or all")]
+# the choices are evalfarm.ranking's policies, plus all (mypy cannot read members built from a tuple)
+TiesChoice = StrEnum("TiesChoice", [(t, t) for t in (*TIES, "all")])  # type: ignore[misc]
+TiesOpt = Annotated[
+    TiesChoice,
+    typer.Option(help=f"EvalRank tie policy shown ({PAPER_TIES}: the paper's; {BOARD_TIES}: the boards'), or all"),
+]
 IntervalsOpt = Annotated[bool, typer.Option("--intervals", help="table: show the 95 % bootstrap interval")]
 RefreshOpt = Annotated[
     bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
@@ -188,7 +187,7 @@ def correlations(
     warehouse: WarehouseOpt = "warehouse",
     format: CellsFormatOpt = Format.table,
     exclude_postprocessed: ExcludeOpt = False,
-    ties: TiesOpt = TiesChoice.optimistic,
+    ties: TiesOpt = TiesChoice(PAPER_TIES),
     intervals: IntervalsOpt = False,
     refresh: RefreshOpt = True,
     resamples: ResamplesOpt = 1000,
@@ -201,12 +200,13 @@ def correlations(
     coverage: CoverageOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
+    policy = check_ties(ties.value, allow_all=True)  # typer has checked it: this narrows its type
     if coverage is not None:
-        _coverage_correlations(layout, warehouse, ties, coverage, downstream_variant)
+        _coverage_correlations(layout, warehouse, policy, coverage, downstream_variant)
         return
     if layout is Layout.paper:
         _paper_correlations(
-            level, warehouse, format, exclude_postprocessed, ties, published, downstream_variant, paper_table
+            level, warehouse, format, exclude_postprocessed, policy, published, downstream_variant, paper_table
         )
         return
     if published or paper_table:
@@ -216,7 +216,7 @@ def correlations(
             warehouse=warehouse,
             level=level.value,
             exclude_postprocessed=exclude_postprocessed,
-            ties=ties.value,
+            ties=policy,
             refresh=refresh,
             resamples=resamples,
             seed=seed,
@@ -228,14 +228,12 @@ def correlations(
 
 
 def _coverage_correlations(
-    layout: Layout, warehouse: str, ties: TiesChoice, name: str, downstream_variant: str | None
+    layout: Layout, warehouse: str, ties: TiesOrAll, name: str, downstream_variant: str | None
 ) -> None:
     """``correlations --layout paper --coverage NAME``: Table 3 both ways over the variant's compared models."""
     if layout is not Layout.paper:
         fail("--coverage lays out the paper's Table 3 both ways: add --layout paper")
-    from evalfarm.correlations import TIES
-
-    policies = list(TIES) if ties is TiesChoice.all else [ties.value]
+    policies = list(TIES) if ties == "all" else [ties]
     try:
         for policy in policies:
             table = api.paper_coverage_table(
@@ -251,7 +249,7 @@ def _paper_correlations(
     warehouse: str,
     format: Format,
     exclude_postprocessed: bool,
-    ties: TiesChoice,
+    ties: TiesOrAll,
     published: bool,
     downstream_variant: str | None,
     paper_table: str | None,
@@ -277,14 +275,14 @@ def _paper_correlations(
             )
         if level is Level.word and tdef.level != "word":
             fail(f"--level word with --table {paper_table}: the paper's {tdef.name} is a sentence-level table")
-    if ties is TiesChoice.all:
-        fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
+    if ties == "all":
+        fail(f"the paper's layout shows one tie policy: choose one of {', '.join(TIES)} ({PAPER_TIES}: the paper's)")
     try:
         table = api.paper_correlation_table(
             warehouse=warehouse,
             level=level.value,
             exclude_postprocessed=exclude_postprocessed,
-            ties=ties.value,
+            ties=ties,
             downstream_variant=downstream_variant,
             table=paper_table,
         )

@@ -33,6 +33,7 @@ import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
+from evalfarm.ranking import Ties
 from evalfarm.vocab import VocabStats
 
 if TYPE_CHECKING:
@@ -71,15 +72,15 @@ class Interval:
 @dataclass
 class MetricRow:
     """One number. ``subset`` names a part of the task ('all' when there is one), ``variant`` the scorer's choice
-    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere), ``ci`` its confidence interval
-    where the scorer computes one (correlations). ``primary`` is not the scorer's to set: :meth:`Scorer.evaluate`
-    derives it from the scorer's declaration."""
+    (similarity, protocol), ``ties`` the tie policy of a rank metric (:mod:`evalfarm.ranking`; None elsewhere),
+    ``ci`` its confidence interval where the scorer computes one (correlations). ``primary`` is not the scorer's to
+    set: :meth:`Scorer.evaluate` derives it from the scorer's declaration."""
 
     metric: str
     value: float
     subset: str = "all"
     variant: str = ""
-    ties: str | None = None
+    ties: Ties | None = None
     ci: Interval | None = None
     primary: bool = field(default=False, init=False)
 

@@ -81,10 +81,18 @@ def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+GENERATED_ORIGIN = "evalfarm.ranking (generated)"
+"""The origin of the views generated from Python, created before the core views (which read them)."""
+
+
 def view_sources() -> list[ViewSource]:
-    """Every source of views in creation order: the core ``sql/*.sql`` files by name, then each task kind's views
-    by kind name. Raises ``RegistryError`` naming both sources when two define one view."""
-    sources = []
+    """Every source of views in creation order: the generated definitions (the tie policies of
+    :func:`evalfarm.ranking.sql_definitions`), the core ``sql/*.sql`` files by name, then each task kind's views by
+    kind name. Raises ``RegistryError`` naming both sources when two define one view."""
+    from evalfarm.ranking import sql_definitions
+
+    generated = sql_definitions()
+    sources = [ViewSource(GENERATED_ORIGIN, generated, _view_names(GENERATED_ORIGIN, generated, views_only=False))]
     for path in sorted(sql_dir().glob("*.sql")):
         text = path.read_text(encoding="utf-8")
         origin = f"sql/{path.name}"
