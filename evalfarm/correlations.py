@@ -36,8 +36,8 @@ BEST_TOLERANCE = 1e-9
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
 PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
-"""EvalRank metrics the view carries beside its primary mrr for the paper's layout (``evalfarm.paper``); this
-module's table shows primary metrics only."""
+"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.paper``): what EvalRank declares as its
+``correlated_metrics``, so the view carries them; this module's table shows primary metrics only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
@@ -376,10 +376,18 @@ def variant_label(scorer: str, variant: str) -> str:
 
 
 def diagnostic_scorers() -> frozenset[str]:
-    """Names of the scorers that declare themselves diagnostics (``Scorer.diagnostic``: geometry, AG2016, HEROS)."""
+    """Names of the scorers whose declared role is diagnostic (``Scorer.role``: geometry, AG2016, HEROS, DefSent)."""
+    from evalfarm.plugins import scorer_roles
+
+    return frozenset(name for name, role in scorer_roles().items() if role == "diagnostic")
+
+
+def _beside_primary() -> set[tuple[str, str]]:
+    """(scorer, metric) of the metrics the correlation views carry beside a scorer's primary one
+    (``Scorer.correlated_metrics``: EvalRank's hits@1 / hits@3, for the paper's layout)."""
     from evalfarm.plugins import task_kinds
 
-    return frozenset(s.name for _, s in task_kinds.items() if getattr(s, "diagnostic", False))
+    return {(s.name, m) for _, s in task_kinds.items() for m in getattr(s, "correlated_metrics", ())}
 
 
 _EVALRANK_LINKS = """
@@ -486,10 +494,11 @@ def shape_table(
     _check(level, ties)
     hidden = frozenset() if diagnostics else diagnostic_scorers()
     shown = diagnostic_scorers() if diagnostics else frozenset()
+    beside = _beside_primary()
     records = [
         dict(r)
         for r in rows
-        if not (r["intrinsic_scorer"] == "evalrank" and r["intrinsic_metric"] in PAPER_EVALRANK_METRICS)
+        if (r["intrinsic_scorer"], r["intrinsic_metric"]) not in beside
         and r["level"] == level
         and r["excludes_postprocessed"] == exclude_postprocessed
         and (r["ties"] is None or ties == "all" or r["ties"] == ties)

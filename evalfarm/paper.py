@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from evalfarm.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
+from evalfarm.plugins import scorer_roles
 from evalfarm.ranking import PAPER_TIES, Ties, check_ties
 
 CITATION = (
@@ -431,7 +432,8 @@ class Table10:
 def table10(effects: list[dict[str, Any]], *, downstream_variant: str | None = None) -> Table10:
     """The ``postprocessing_effect`` view's rows in the paper's Table 10 layout: downstream tasks, then the word
     similarity sets (word level) and the STS sets (sentence level) of the paper's Tables 3 and 6."""
-    downstream = [r for r in effects if r["scorer"] == "downstream" and r["subset"] == "all"]
+    roles = scorer_roles()
+    downstream = [r for r in effects if roles.get(r["scorer"]) == "downstream" and r["subset"] == "all"]
     variant = _pick_variant([{"downstream_variant": r["variant"]} for r in downstream], downstream_variant)
     out = Table10(
         variant, [*(_DOWNSTREAM_LABELS), *(r.label for r in WORD_ROWS[:9]), *(r.label for r in SENTENCE_ROWS[:8])]

@@ -51,6 +51,14 @@ T = TypeVar("T")
 Obj = TypeVar("Obj")  # what register() is given, handed back unchanged
 
 Level = Literal["word", "sentence"]
+Role = Literal["intrinsic", "downstream", "diagnostic"]
+"""What a task kind's numbers are for (``Scorer.role``), read by the views, the correlations and the report:
+``intrinsic`` (an evaluator of the embedding space itself: EvalRank, word similarity, STS), ``downstream`` (a task the
+intrinsic evaluators are meant to predict: the SentEval-style classifiers, MTEB results; the correlations' columns),
+``diagnostic`` (a probe of the space shown on request: geometry, AG2016, HEROS, DefSent)."""
+ROLES: tuple[Role, ...] = ("intrinsic", "downstream", "diagnostic")
+DEFAULT_ROLE: Role = "intrinsic"
+"""The role of a scorer that declares none (an out-of-tree scorer written before roles existed)."""
 
 
 class RegistryError(ValueError):
@@ -369,6 +377,9 @@ def _task_kind(obj: Any) -> Scorer:
     ]
     if missing:
         raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
+    role = getattr(scorer, "role", DEFAULT_ROLE)
+    if role not in ROLES:
+        raise TypeError(f"scorer {scorer.name!r} declares role {role!r}; a role is one of {', '.join(ROLES)}")
     return cast("Scorer", scorer)  # duck-typed: an out-of-tree scorer need not subclass Scorer
 
 
@@ -402,18 +413,34 @@ def task_spec_adapter() -> TypeAdapter[Any]:
 task_kinds.on_change(task_spec_adapter.cache_clear)
 
 
+def role_of(scorer: Any) -> Role:
+    """A registered scorer's declared role (:data:`Role`; :data:`DEFAULT_ROLE` when it declares none)."""
+    return cast(Role, getattr(scorer, "role", DEFAULT_ROLE))
+
+
+def scorer_roles() -> dict[str, Role]:
+    """Every registered scorer's name and role (what the ``scorer_roles`` view, the correlations and the report
+    read: nothing names a scorer to know what its numbers are for)."""
+    return {scorer.name: role_of(scorer) for _, scorer in task_kinds.items()}
+
+
 def model_kind(name: str) -> ModelKind:
     """The model kind ``name`` (``RegistryError`` naming the known ones otherwise)."""
     return model_kinds.get(name)
 
 
 __all__ = [
+    "DEFAULT_ROLE",
+    "ROLES",
     "LoadContext",
     "ModelKind",
     "Registry",
     "RegistryError",
+    "Role",
     "model_kind",
     "model_kinds",
+    "role_of",
+    "scorer_roles",
     "task_kinds",
     "task_spec_adapter",
 ]

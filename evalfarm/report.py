@@ -45,6 +45,7 @@ from evalfarm.correlations import (
     shape_table,
     warehouse_composition,
 )
+from evalfarm.plugins import scorer_roles
 from evalfarm.ranking import BOARD_TIES, PAPER_TIES, TIES, is_ties
 from evalfarm.warehouse import Warehouse, now
 
@@ -308,7 +309,9 @@ def _figure4_section(
         return "\n".join(parts)
     chosen = {
         r["task"]: r["variant"]
-        for r in _query(con, "SELECT task, variant FROM board_variants WHERE on_board AND scorer = 'downstream'")
+        for r in _query(
+            con, "SELECT task, variant FROM board_variants WHERE on_board AND scorer_role(scorer) = 'downstream'"
+        )
     }
     parts.append(
         f"<p class='muted'>Each task's board variant (full data unless the task has only the sample), EvalRank under "
@@ -382,13 +385,14 @@ def _task_order(by_task: dict[str, list[dict[str, Any]]]) -> tuple[list[str], di
     """The tasks by level, intrinsic before downstream, by scorer then name; and each task's level."""
     level_of = {t: next((r["level"] for r in rs if r["level"]), "") for t, rs in by_task.items()}
     scorer_of = {t: rs[0]["scorer"] for t, rs in by_task.items()}
+    downstream = {t for t in by_task if scorer_roles().get(scorer_of[t]) == "downstream"}
     order = sorted(
         by_task,
         key=lambda t: (
             level_of[t] or "",
-            scorer_of[t] == "downstream",
+            t in downstream,
             SCORER_ORDER.index(scorer_of[t]) if scorer_of[t] in SCORER_ORDER else len(SCORER_ORDER),
-            column_order(t) if scorer_of[t] == "downstream" else (0, t),
+            column_order(t) if t in downstream else (0, t),
         ),
     )
     return order, level_of
@@ -422,7 +426,8 @@ def _other_variants_table(rs: list[dict[str, Any]], on_board: set[tuple], models
         {(r["subset"], r["variant"], r["ties"]) for r in others},
         key=lambda c: (c[1], TIES.index(c[2]) if is_ties(c[2]) else -1, c[0]),
     )
-    sample = {c: str(c[1]).startswith("max_train=") and others[0]["scorer"] == "downstream" for c in combos}
+    downstream = scorer_roles().get(others[0]["scorer"]) == "downstream"
+    sample = {c: str(c[1]).startswith("max_train=") and downstream for c in combos}
     values: dict[str, dict[tuple, dict[str, Any]]] = defaultdict(dict)
     for r in others:
         values[r["model"]][(r["subset"], r["variant"], r["ties"])] = r
@@ -758,10 +763,10 @@ def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
 
 # ---- diagnostics --------------------------------------------------------------------------------------------------
 def _profile_filter() -> dict[str, Any]:
-    """Diagnostic scorers by name (``Scorer.diagnostic``), whose ``in_profile`` picks the numbers the report shows."""
-    from evalfarm.plugins import task_kinds
+    """Diagnostic scorers by name (``Scorer.role``), whose ``in_profile`` picks the numbers the report shows."""
+    from evalfarm.plugins import role_of, task_kinds
 
-    return {s.name: s for _, s in task_kinds.items() if getattr(s, "diagnostic", False)}
+    return {s.name: s for _, s in task_kinds.items() if role_of(s) == "diagnostic"}
 
 
 def profile_rows(metrics: list[dict[str, Any]], scorers: dict[str, Any] | None = None) -> list[dict[str, Any]]:

@@ -30,35 +30,6 @@ FROM metrics
 WHERE is_primary
 ORDER BY task, scorer, subset, variant, ties, position, model;
 
--- evalrank: the EvalRank board, one row per (task, variant, ties, model): MRR, MR, Hits@k under that tie policy and
--- the pool's coverage figures (oov_rate, tie_rate: the share of pairs whose positive ties with some item). Degenerate
--- and thin units are left out, as on the leaderboard.
-CREATE OR REPLACE VIEW evalrank AS
-WITH ranked AS (
-    SELECT task, variant, ties, model,
-           max(value) FILTER (WHERE metric = 'mrr') AS mrr,
-           max(value) FILTER (WHERE metric = 'mr') AS mr,
-           max(value) FILTER (WHERE metric = 'hits@1') AS "hits@1",
-           max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
-           max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10"
-    FROM metrics
-    WHERE scorer = 'evalrank' AND ties IS NOT NULL AND NOT degenerate AND NOT thin
-    GROUP BY task, variant, ties, model
-),
-coverage AS (
-    SELECT task, variant, model,
-           CAST(max(value) FILTER (WHERE metric = 'n_pairs') AS BIGINT) AS n_pairs,
-           max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate,
-           max(value) FILTER (WHERE metric = 'tie_rate') AS tie_rate
-    FROM metrics
-    WHERE scorer = 'evalrank' AND ties IS NULL
-    GROUP BY task, variant, model
-)
-SELECT task, variant, ties, rank() OVER (PARTITION BY task, variant, ties ORDER BY mrr DESC NULLS LAST) AS position,
-       model, mrr, mr, "hits@1", "hits@3", "hits@10", n_pairs, oov_rate, tie_rate
-FROM ranked LEFT JOIN coverage USING (task, variant, model)
-ORDER BY task, variant, ties, position, model;
-
 -- board_variants: the variant each task's board ranks by (on_board), declared once here and used by the `board` view,
 -- the report's boards and its Figure 4. Downstream: `full` (SentEval's protocol on the full training data, the
 -- default); a `--quick-downstream` sample (`max_train=N`, sample = true) only where the task has no full-data number,
@@ -72,7 +43,7 @@ WITH present AS (
     GROUP BY task, scorer, variant
 ),
 ordered AS (
-    SELECT *, scorer = 'downstream' AND variant LIKE 'max_train=%' AS sample,
+    SELECT *, scorer_role(scorer) = 'downstream' AND variant LIKE 'max_train=%' AS sample,
            row_number() OVER (
                PARTITION BY task, scorer
                ORDER BY CASE WHEN variant IN ('full', 'cos') THEN 0 WHEN variant LIKE 'max_train=%' THEN 2 ELSE 1 END,

@@ -30,6 +30,6 @@ FROM twins t
 JOIN vals o ON o.model = t.original
 JOIN vals w ON w.model = t.twin AND w.task = o.task AND w.scorer = o.scorer AND w.subset = o.subset
            AND w.variant = o.variant AND w.metric = o.metric
-WHERE NOT t.via_bow OR o.scorer = 'downstream'
+WHERE NOT t.via_bow OR scorer_role(o.scorer) = 'downstream'
 GROUP BY ALL
 ORDER BY t.level, o.scorer, o.task, o.subset, o.variant, o.metric;

@@ -81,7 +81,7 @@ class DefSentScorer(Scorer):
     task_spec = DefSentTask
     primary_metric = "mrr"
     higher_is_better = True
-    diagnostic = True
+    role = "diagnostic"
     description = "definition -> word retrieval over WordNet glosses: MRR, Hits@1/3/10 under three tie policies"
     thin_rules = (ThinRule("n_pairs", at_least=5), ThinRule("tie_rate", at_most=0.99))
     """Too thin under 5 definitions (the generated set: 3,000), or when nearly every word ties with another candidate

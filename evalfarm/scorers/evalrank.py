@@ -194,6 +194,7 @@ class EvalRankScorer(Scorer):
     version = "1"
     task_spec = EvalRankTask
     primary_metric = "mrr"
+    correlated_metrics = ("hits@1", "hits@3")  # beside MRR in the correlation views: the paper's layout shows them
     higher_is_better = True
     thin_rules = (
         ThinRule("n_pairs", at_least=5),
