@@ -61,6 +61,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from evalfarm.config import Config, ConfigError, Settings, resolve_settings
 from evalfarm.options import RunOptionArgs
+from evalfarm.ranking import PAPER_TIES, Ties, TiesOrAll
 
 if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `import evalfarm` stays cheap
     import numpy.typing as npt
@@ -499,7 +500,7 @@ def correlation_table(
     warehouse: PathOrStr | None = None,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     refresh: bool = True,
     resamples: int = 1000,
     seed: int = 0,
@@ -683,7 +684,7 @@ def paper_correlation_table(
     warehouse: PathOrStr | None = None,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
     table: str | None = None,
     compare: bool = False,
@@ -734,7 +735,7 @@ def paper_coverage_table(
     *,
     warehouse: PathOrStr | None = None,
     name: str,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
 ) -> CoverageTable:
     """The paper's Table 3 rows over the word models compared by the coverage variant ``name`` (``evalfarm zoo

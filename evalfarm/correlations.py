@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
+from evalfarm.ranking import PAPER_TIES, TIES, TiesOrAll, check_ties, is_ties
 from evalfarm.warehouse import Warehouse, now
 from evalfarm.warehouse.store import read_again_if_replaced
 
@@ -32,12 +33,11 @@ MIN_MODELS_FOR_INTERVAL = 4
 WIDE_INTERVAL = 1.0
 """A median interval this wide (half of [-1, 1]) means the zoo cannot tell the evaluators apart: the table says so."""
 BEST_TOLERANCE = 1e-9
-TIES = ("optimistic", "pessimistic", "realistic")
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
 PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
-"""EvalRank metrics the view carries beside its primary mrr for the paper's layout (``evalfarm.paper``); this
-module's table shows primary metrics only."""
+"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.paper``): what EvalRank declares as its
+``correlated_metrics``, so the view carries them; this module's table shows primary metrics only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
@@ -220,7 +220,7 @@ class CorrelationTable:
 
     level: str
     exclude_postprocessed: bool
-    ties: str
+    ties: TiesOrAll
     rows: list[str] = field(default_factory=list)
     columns: list[str] = field(default_factory=list)
     cells: dict[tuple[str, str], Cell] = field(default_factory=dict)
@@ -261,7 +261,7 @@ def _row_order(r: dict[str, Any]) -> tuple:
         r["intrinsic_task"],
         r["intrinsic_subset"],
         r["variant"],
-        TIES.index(r["ties"]) if r["ties"] in TIES else -1,
+        TIES.index(r["ties"]) if is_ties(r["ties"]) else -1,
     )
 
 
@@ -296,13 +296,14 @@ def correlation_table(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     diagnostics: bool = False,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> CorrelationTable:
     """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
-    (``optimistic``, the paper's, ``pessimistic``, ``realistic``) or ``all`` (one row per policy); rows of scorers
+    (default :data:`~evalfarm.ranking.PAPER_TIES`: optimistic, the paper's; ``pessimistic``, ``realistic``) or
+    ``all`` (one row per policy); rows of scorers
     without ties are always shown. ``diagnostics``: also the diagnostic kinds' rows (:func:`diagnostic_scorers`)
     and their rho with EvalRank itself (``evalrank_links``, bootstrapped now with ``n_resamples`` and ``seed``).
     Reads only: call :func:`refresh_intervals` first for current intervals."""
@@ -380,10 +381,18 @@ def variant_label(scorer: str, variant: str) -> str:
 
 
 def diagnostic_scorers() -> frozenset[str]:
-    """Names of the scorers that declare themselves diagnostics (``Scorer.diagnostic``: geometry, AG2016, HEROS)."""
+    """Names of the scorers whose declared role is diagnostic (``Scorer.role``: geometry, AG2016, HEROS, DefSent)."""
+    from evalfarm.plugins import scorer_roles
+
+    return frozenset(name for name, role in scorer_roles().items() if role == "diagnostic")
+
+
+def _beside_primary() -> set[tuple[str, str]]:
+    """(scorer, metric) of the metrics the correlation views carry beside a scorer's primary one
+    (``Scorer.correlated_metrics``: EvalRank's hits@1 / hits@3, for the paper's layout)."""
     from evalfarm.plugins import task_kinds
 
-    return frozenset(s.name for _, s in task_kinds.items() if getattr(s, "diagnostic", False))
+    return {(s.name, m) for _, s in task_kinds.items() for m in getattr(s, "correlated_metrics", ())}
 
 
 _EVALRANK_LINKS = """
@@ -409,7 +418,7 @@ def diagnostics_vs_evalrank(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     n_resamples: int = DEFAULT_RESAMPLES,
     seed: int = DEFAULT_SEED,
 ) -> list[dict[str, Any]]:
@@ -468,8 +477,7 @@ _LINK_KEY = (
 def _check(level: str, ties: str) -> None:
     if level not in ("word", "sentence"):
         raise ValueError(f"level must be word or sentence, got {level!r}")
-    if ties not in (*TIES, "all"):
-        raise ValueError(f"ties must be one of {', '.join(TIES)} or all, got {ties!r}")
+    check_ties(ties, allow_all=True)
 
 
 def _sampled(r: dict[str, Any]) -> bool:
@@ -483,7 +491,7 @@ def shape_table(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: TiesOrAll = PAPER_TIES,
     diagnostics: bool = False,
 ) -> CorrelationTable:
     """The paper-shaped table of one level from rows of the ``correlations`` view (see :func:`correlation_table`);
@@ -491,10 +499,11 @@ def shape_table(
     _check(level, ties)
     hidden = frozenset() if diagnostics else diagnostic_scorers()
     shown = diagnostic_scorers() if diagnostics else frozenset()
+    beside = _beside_primary()
     records = [
         dict(r)
         for r in rows
-        if not (r["intrinsic_scorer"] == "evalrank" and r["intrinsic_metric"] in PAPER_EVALRANK_METRICS)
+        if (r["intrinsic_scorer"], r["intrinsic_metric"]) not in beside
         and r["level"] == level
         and r["excludes_postprocessed"] == exclude_postprocessed
         and (r["ties"] is None or ties == "all" or r["ties"] == ties)

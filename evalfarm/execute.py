@@ -40,6 +40,7 @@ from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
+from evalfarm.ranking import BOARD_TIES
 from evalfarm.scorers import scorer_for
 from evalfarm.scorers.base import ScoreResult, TextVectors
 from evalfarm.warehouse import Warehouse, detail_schema, now
@@ -526,12 +527,12 @@ def _score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
             raise
     except Exception as exc:
         return _fail(ctx, failed(unit.model, unit.task, Stage.SCORE, exc, t0, started))
-    summary = {  # a person reads these beside the task: variants in words (Scorer.variant_label)
+    summary = {  # a person reads these beside the task: variants in words, rank metrics under the boards' ties
         "/".join(
             x for x in (r.subset if r.subset != "all" else "", scorer.variant_label(r.variant), r.ties or "") if x
         ): r.value
         for r in result.rows
-        if r.primary and r.ties in (None, "optimistic")
+        if r.primary and r.ties in (None, BOARD_TIES)
     }
     return UnitOutcome(
         unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,

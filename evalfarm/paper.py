@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from evalfarm.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
-from evalfarm.correlations import TIES
+from evalfarm.plugins import scorer_roles
+from evalfarm.ranking import PAPER_TIES, Ties, check_ties
 
 CITATION = (
     "Bin Wang, C.-C. Jay Kuo and Haizhou Li. 2022. Just Rank: Rethinking Evaluation with Word and Sentence "
@@ -212,7 +213,7 @@ class PaperTable:
 
     level: str
     exclude_postprocessed: bool
-    ties: str
+    ties: Ties
     downstream_variant: str | None
     rows: list[str]
     columns: list[str]
@@ -255,7 +256,7 @@ def paper_table(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
     composition: dict[str, int] | None = None,
     table: str | None = None,
@@ -269,8 +270,7 @@ def paper_table(
         level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
     if level not in COLUMNS:
         raise ValueError(f"level must be word or sentence, got {level!r}")
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}, got {ties!r}")
+    check_ties(ties)
     tdef = TABLES.get(table or _DEFAULT.get((level, exclude_postprocessed), ""))
     rows = tdef.rows if tdef else WORD_ROWS if level == "word" else SENTENCE_ROWS
     columns = tdef.columns if tdef else COLUMNS[level]
@@ -399,7 +399,7 @@ def paper_table_from(
     *,
     level: str,
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
     table: str | None = None,
 ) -> PaperTable:
@@ -470,7 +470,7 @@ class Table10:
         lines = [
             "The paper's Table 10: the share of models whose original beats its post-processed twin (view "
             f"postprocessing_effect; downstream variant {self.downstream_variant or '(none)'}; EvalRank ties "
-            "optimistic); in brackets the paper's, over its zoo"
+            f"{PAPER_TIES}); in brackets the paper's, over its zoo"
         ]
         for cells in [head, *body]:
             pairs = enumerate(zip(cells, widths, strict=True))
@@ -482,7 +482,8 @@ class Table10:
 def table10(effects: list[dict[str, Any]], *, downstream_variant: str | None = None) -> Table10:
     """The ``postprocessing_effect`` view's rows in the paper's Table 10 layout: downstream tasks, then the word
     similarity sets (word level) and the STS sets (sentence level) of the paper's Tables 3 and 6."""
-    downstream = [r for r in effects if r["scorer"] == "downstream" and r["subset"] == "all"]
+    roles = scorer_roles()
+    downstream = [r for r in effects if roles.get(r["scorer"]) == "downstream" and r["subset"] == "all"]
     variant = _pick_variant([{"downstream_variant": r["variant"]} for r in downstream], downstream_variant)
     out = Table10(
         variant, [*(_DOWNSTREAM_LABELS), *(r.label for r in WORD_ROWS[:9]), *(r.label for r in SENTENCE_ROWS[:8])]
@@ -542,7 +543,7 @@ class CoverageTable:
     words kept, not in the models; ``cells[(row, column)] = (protocol rho x 100, coverage rho x 100, published)``."""
 
     name: str
-    ties: str
+    ties: Ties
     downstream_variant: str
     models: list[str]
     cells: dict[tuple[str, str], tuple[float | None, float | None, float | None]]
@@ -573,7 +574,7 @@ def coverage_table(
     pairs: dict[str, int],
     *,
     name: str,
-    ties: str = "optimistic",
+    ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
 ) -> CoverageTable:
     """:class:`CoverageTable` from ``correlation_pairs`` rows (:data:`COVERAGE_SQL`): the compared set is the models
@@ -581,8 +582,7 @@ def coverage_table(
     ``downstream_variant`` (default: the one most rows have, as the paper layout picks)."""
     from evalfarm.correlations import spearman
 
-    if ties not in TIES:
-        raise ValueError(f"ties must be one of {', '.join(TIES)}, not {ties!r}")
+    check_ties(ties)
     variant = _pick_variant(rows, downstream_variant) or ""
     rows = [r for r in rows if r["downstream_variant"] == variant]
     models = sorted({r["model"] for r in rows if r["task"] == f"evalrank-word-{name}"})
@@ -618,7 +618,7 @@ def coverage_table(
 
 
 def coverage_table_from(
-    warehouse: Any, *, name: str, ties: str = "optimistic", downstream_variant: str | None = None
+    warehouse: Any, *, name: str, ties: Ties = PAPER_TIES, downstream_variant: str | None = None
 ) -> CoverageTable:
     """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics."""
     from evalfarm.correlations import connect

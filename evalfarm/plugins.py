@@ -1,8 +1,12 @@
 """The plug-in layer: one :class:`Registry` shape for each extension axis — model kinds and task kinds.
 
-This is the lowest layer of evalfarm that knows about kinds: it imports nothing of evalfarm above it (the layer
-contract in ``pyproject.toml`` checks that). The catalog validates against these registries, the loader and the
-scheduler read model kinds from them, the executor and the warehouse read task kinds from them.
+This is the lowest layer of evalfarm that knows about kinds: it imports nothing of evalfarm, not even for type
+annotations (the layer contract in ``pyproject.toml`` and ``tests/test_layers.py`` check that, ``TYPE_CHECKING``
+imports included). The contract a plug-in meets is written here as Protocols: :class:`TaskKind` (what evalfarm
+reads of a task kind's scorer: :class:`evalfarm.scorers.base.Scorer` implements it), :class:`ModelSpecLike` (what
+every model spec has: :class:`evalfarm.catalog.specs.ModelSpec` is one) and :class:`ModelKind`. The catalog
+validates against these registries, the loader and the scheduler read model kinds from them, the executor and the
+warehouse read task kinds from them.
 
 Where kinds come from, in order:
 
@@ -39,18 +43,25 @@ import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypedDict, TypeVar, cast, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypedDict, TypeVar, cast, overload
 
-if TYPE_CHECKING:  # types only: the plug-in layer imports nothing of evalfarm at run time
+if TYPE_CHECKING:  # types of libraries only: the plug-in layer imports nothing of evalfarm
+    from collections.abc import Mapping, Sequence
+
     from pydantic import TypeAdapter
-
-    from evalfarm.catalog.specs import ModelSpec, Source
-    from evalfarm.scorers.base import Scorer
 
 T = TypeVar("T")
 Obj = TypeVar("Obj")  # what register() is given, handed back unchanged
 
 Level = Literal["word", "sentence"]
+Role = Literal["intrinsic", "downstream", "diagnostic"]
+"""What a task kind's numbers are for (``Scorer.role``), read by the views, the correlations and the report:
+``intrinsic`` (an evaluator of the embedding space itself: EvalRank, word similarity, STS), ``downstream`` (a task the
+intrinsic evaluators are meant to predict: the SentEval-style classifiers, MTEB results; the correlations' columns),
+``diagnostic`` (a probe of the space shown on request: geometry, AG2016, HEROS, DefSent)."""
+ROLES: tuple[Role, ...] = ("intrinsic", "downstream", "diagnostic")
+DEFAULT_ROLE: Role = "intrinsic"
+"""The role of a scorer that declares none (an out-of-tree scorer written before roles existed)."""
 
 
 class RegistryError(ValueError):
@@ -259,8 +270,23 @@ def _same(a: Any, b: Any) -> bool:
 
 
 # -- the model-kind axis ------------------------------------------------------------------------------------------
-Loader = Callable[["ModelSpec", "LoadContext"], tuple[Any, dict[str, Any]]]
-"""Load a model of the kind (``ModelKind.load``): returns the encoder and its provenance."""
+class ModelSpecLike(Protocol):
+    """What every model spec has, whatever its kind (:class:`evalfarm.catalog.specs.ModelSpec` is one): a kind's
+    ``load`` and ``check`` receive the validated spec, with the fields its kind declares (``ModelKind.fields``)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def level(self) -> str: ...
+    @property
+    def kind(self) -> str | None: ...
+
+
+SpecT = TypeVar("SpecT", bound=ModelSpecLike)
+
+Loader = Callable[[SpecT, "LoadContext"], tuple[Any, dict[str, Any]]]
+"""Load a model of the kind (``ModelKind.load``): the spec and the :class:`LoadContext` -> the encoder and its
+provenance."""
 
 
 @dataclass(frozen=True)
@@ -270,8 +296,8 @@ class LoadContext:
     - ``location``: where the spec's ``source`` is — a ``pathlib.Path`` of a local file or folder, or a ``str``: a
       hub id — for a kind that loads a source (``needs_source``); None for one that does not.
     - ``base_dir``: the catalog's folder (relative ``path`` sources resolve against it).
-    - ``resolve``: ``Source -> location``, as for ``location`` (another source a model names: an ONNX model's
-      tokenizer).
+    - ``resolve``: ``source -> location``, as for ``location``, for another source a model names (an ONNX model's
+      tokenizer: a ``Source`` of its spec, :class:`evalfarm.catalog.specs.Source`).
     - ``base``: the loaded base encoder, for a kind built over a base model (``ModelKind.base_levels``: bow).
     - ``libraries``: distributions the model uses besides the kind's declared ``libraries`` (a loader adds them with
       :meth:`uses`; their versions go into the model's provenance with the declared ones).
@@ -279,7 +305,7 @@ class LoadContext:
 
     location: Path | str | None = None
     base_dir: Path | None = None
-    resolve: Callable[[Source], Path | str] | None = None
+    resolve: Callable[[Any], Path | str] | None = None  # takes one of the spec's sources
     base: Any = None  # whatever the base's kind loads (a word model for bow)
     libraries: list[str] = field(default_factory=list)
 
@@ -301,7 +327,7 @@ class LoadContext:
 
 
 @dataclass(frozen=True)
-class ModelKind:
+class ModelKind(Generic[SpecT]):
     """A model family (``kind:`` in a catalog): how a spec of it is checked, loaded and scheduled.
 
     - ``load``: ``load(spec, ctx) -> (encoder, provenance)`` (None: the kind is catalogued but cannot run yet;
@@ -330,8 +356,8 @@ class ModelKind:
     name: str
     description: str
     levels: tuple[Level, ...]
-    load: Loader | None = None
-    check: Callable[[ModelSpec], None] | None = None
+    load: Loader[SpecT] | None = None
+    check: Callable[[SpecT], None] | None = None
     libraries: tuple[str, ...] = ()
     cost: float = 5.0
     gpu: bool = False
@@ -343,7 +369,7 @@ class ModelKind:
     fields: tuple[str, ...] = field(default=())
 
 
-def _model_kind(obj: Any) -> ModelKind:
+def _model_kind(obj: Any) -> ModelKind[Any]:
     if not isinstance(obj, ModelKind):
         raise TypeError(f"expected an evalfarm.plugins.ModelKind, got {type(obj).__name__}")
     if obj.load is None and obj.unsupported is None:
@@ -351,7 +377,7 @@ def _model_kind(obj: Any) -> ModelKind:
     return obj
 
 
-model_kinds: Registry[ModelKind] = Registry(
+model_kinds: Registry[ModelKind[Any]] = Registry(
     "model kind",
     group="evalfarm.model_kinds",
     builtin_packages=("evalfarm.encoders",),
@@ -362,24 +388,61 @@ model_kinds: Registry[ModelKind] = Registry(
 
 
 # -- the task-kind axis -------------------------------------------------------------------------------------------
-def _task_kind(obj: Any) -> Scorer:
+class TaskKind(Protocol):
+    """What evalfarm reads of a task kind's scorer below the scorer layer (the catalog, the warehouse, the views,
+    the correlations): :class:`evalfarm.scorers.base.Scorer` implements it and documents each member; an
+    out-of-tree scorer may duck-type it (registration checks the members it must have). The executor and the
+    planner read the whole ``Scorer`` interface (``params``, ``evaluate``, ``thin`` ...)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def version(self) -> str: ...
+    @property
+    def task_spec(self) -> type[Any]: ...  # a pydantic model: a TaskSpec subclass with ``kind: Literal[...]``
+    @property
+    def task_kind(self) -> str: ...
+    @property
+    def primary_metric(self) -> str: ...
+    @property
+    def higher_is_better(self) -> bool: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def role(self) -> Role: ...
+    @property
+    def correlated_metrics(self) -> tuple[str, ...]: ...
+    @property
+    def detail_schemas(self) -> Mapping[str, Any]: ...  # table -> pyarrow.Schema
+    @property
+    def views(self) -> str: ...
+
+    def load(self, task: Any) -> Any: ...
+    def texts(self, data: Any) -> Sequence[str]: ...
+    def variant_label(self, variant: str) -> str: ...
+
+
+def _task_kind(obj: Any) -> TaskKind:
     scorer = obj() if isinstance(obj, type) else obj
     missing = [
         a for a in ("name", "version", "task_spec", "primary_metric", "load", "score") if not hasattr(scorer, a)
     ]
     if missing:
         raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
-    return cast("Scorer", scorer)  # duck-typed: an out-of-tree scorer need not subclass Scorer
+    role = getattr(scorer, "role", DEFAULT_ROLE)
+    if role not in ROLES:
+        raise TypeError(f"scorer {scorer.name!r} declares role {role!r}; a role is one of {', '.join(ROLES)}")
+    return cast(TaskKind, scorer)  # duck-typed: an out-of-tree scorer need not subclass Scorer
 
 
-task_kinds: Registry[Scorer] = Registry(
+task_kinds: Registry[TaskKind] = Registry(
     "task kind",
     group="evalfarm.task_kinds",
     builtin_packages=("evalfarm.scorers",),
     check=_task_kind,
     key=lambda s: s.task_kind,
 )
-"""Every task kind, by ``kind:``: its :class:`~evalfarm.scorers.base.Scorer` (spec model, data reader, scorer,
+"""Every task kind, by ``kind:``: its scorer (a :class:`TaskKind`: spec model, data reader, scorer,
 detail tables, views). Built-in scorers and installed plug-ins (entry-point group ``evalfarm.task_kinds``)."""
 
 
@@ -402,18 +465,36 @@ def task_spec_adapter() -> TypeAdapter[Any]:
 task_kinds.on_change(task_spec_adapter.cache_clear)
 
 
-def model_kind(name: str) -> ModelKind:
+def role_of(scorer: Any) -> Role:
+    """A registered scorer's declared role (:data:`Role`; :data:`DEFAULT_ROLE` when it declares none)."""
+    return cast(Role, getattr(scorer, "role", DEFAULT_ROLE))
+
+
+def scorer_roles() -> dict[str, Role]:
+    """Every registered scorer's name and role (what the ``scorer_roles`` view, the correlations and the report
+    read: nothing names a scorer to know what its numbers are for)."""
+    return {scorer.name: role_of(scorer) for _, scorer in task_kinds.items()}
+
+
+def model_kind(name: str) -> ModelKind[Any]:
     """The model kind ``name`` (``RegistryError`` naming the known ones otherwise)."""
     return model_kinds.get(name)
 
 
 __all__ = [
+    "DEFAULT_ROLE",
+    "ROLES",
     "LoadContext",
     "ModelKind",
+    "ModelSpecLike",
     "Registry",
     "RegistryError",
+    "Role",
+    "TaskKind",
     "model_kind",
     "model_kinds",
+    "role_of",
+    "scorer_roles",
     "task_kinds",
     "task_spec_adapter",
 ]

@@ -26,12 +26,9 @@ import re
 import shutil
 import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from evalfarm.catalog.registry import Catalog
+from typing import Any, Protocol
 
 PACKAGES = (
     "torch",
@@ -310,7 +307,36 @@ def catalog_as_given(catalog: str | os.PathLike[str] | None) -> str | None:
     return given
 
 
-def unpinned_revisions(catalog: Catalog, models: Iterable[str] | None = None) -> list[dict[str, str | None]]:
+class _SourceRef(Protocol):
+    @property
+    def type(self) -> str: ...
+    @property
+    def ref(self) -> str: ...
+
+
+class _LineageSpec(Protocol):
+    @property
+    def id(self) -> str: ...
+    @property
+    def source(self) -> _SourceRef | None: ...
+    @property
+    def tokenizer(self) -> _SourceRef | None: ...
+    @property
+    def revision(self) -> str | None: ...
+
+
+class CatalogLike(Protocol):
+    """What provenance reads of a loaded catalog (:class:`evalfarm.catalog.registry.Catalog` is one): a Protocol, so
+    this low layer needs no import of the catalog layer above it, not even for its annotations."""
+
+    @property
+    def path(self) -> Path: ...
+    @property
+    def models(self) -> Mapping[str, Any]: ...
+    def lineage(self, model_id: str) -> Sequence[_LineageSpec]: ...
+
+
+def unpinned_revisions(catalog: CatalogLike, models: Iterable[str] | None = None) -> list[dict[str, str | None]]:
     """Hugging Face hub sources in the models' lineages without a pinned revision (a 40-hex commit hash).
 
     A hub id without one loads whatever the repository's default branch holds that day, so the same spec can
@@ -356,7 +382,7 @@ def unpinned_revisions(catalog: Catalog, models: Iterable[str] | None = None) ->
 def run_provenance(
     catalog: str | os.PathLike[str] | None = None,
     *,
-    loaded: Catalog | None = None,
+    loaded: CatalogLike | None = None,
     models: Iterable[str] | None = None,
     device: str | None = None,
 ) -> dict[str, Any]:

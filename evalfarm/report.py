@@ -54,9 +54,10 @@ from evalfarm.correlations import (
     shape_table,
     warehouse_composition,
 )
+from evalfarm.plugins import scorer_roles
+from evalfarm.ranking import BOARD_TIES, PAPER_TIES, TIES, is_ties
 from evalfarm.warehouse import Warehouse, now
 
-TIES_ORDER = ("optimistic", "pessimistic", "realistic")
 FIGURE_EVALUATORS = 6
 """Figure 4 shows every EvalRank row and, of the other evaluators, the best and worst correlated up to this many."""
 
@@ -290,9 +291,9 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
         "<p>Spearman's ρ across the models of a level between each intrinsic evaluator (rows: its primary metric) "
         "and each downstream task's accuracy (columns); a word model's downstream accuracy is its bag-of-words "
         "model's. Bold and boxed: the best of its column. <small>[low, high]</small>: the 95 % bootstrap interval "
-        "over models. EvalRank rows use optimistic ties (the paper's). The view <code>correlations</code> holds "
-        "every tie policy and variant. † in a heatmap: the cell differs from EvalRank MRR's (dashed) in its column "
-        "by a paired bootstrap over models, Holm-adjusted p &lt; 0.05 across the table (view "
+        f"over models. EvalRank rows use {esc(PAPER_TIES)} ties (the paper's). The view <code>correlations</code> "
+        "holds every tie policy and variant. † in a heatmap: the cell differs from EvalRank MRR's (dashed) in its "
+        "column by a paired bootstrap over models, Holm-adjusted p &lt; 0.05 across the table (view "
         "<code>correlation_comparisons</code>; the differences and the models a decision would need are under each "
         "table).</p>"
     )
@@ -343,7 +344,9 @@ def _figure4_section(
         return "\n".join(parts)
     chosen = {
         r["task"]: r["variant"]
-        for r in _query(con, "SELECT task, variant FROM board_variants WHERE on_board AND scorer = 'downstream'")
+        for r in _query(
+            con, "SELECT task, variant FROM board_variants WHERE on_board AND scorer_role(scorer) = 'downstream'"
+        )
     }
     parts.append(
         f"<p class='muted'>Each task's board variant (full data unless the task has only the sample), EvalRank under "
@@ -442,11 +445,6 @@ def _correlation_html(table: CorrelationTable) -> str:
     return _table(headers, rows, cls="correlations", numeric=[False] + [True] * (len(table.columns) + 1)) + notes
 
 
-BOARD_TIES = "realistic"
-"""The tie policy every board ranks rank metrics under (the ``board`` view's): the expected rank when ties are broken
-at random; optimistic ties would put a model whose vectors collide first (docs/results.md)."""
-
-
 def _combo_label(combo: tuple[str, str, Any], sample: bool) -> str:
     """A column's name: its subset, variant and tie policy; a --quick-downstream sample says so."""
     text = " · ".join(x for x in combo if x and x != "all")
@@ -457,13 +455,14 @@ def _task_order(by_task: dict[str, list[dict[str, Any]]]) -> tuple[list[str], di
     """The tasks by level, intrinsic before downstream, by scorer then name; and each task's level."""
     level_of = {t: next((r["level"] for r in rs if r["level"]), "") for t, rs in by_task.items()}
     scorer_of = {t: rs[0]["scorer"] for t, rs in by_task.items()}
+    downstream = {t for t in by_task if scorer_roles().get(scorer_of[t]) == "downstream"}
     order = sorted(
         by_task,
         key=lambda t: (
             level_of[t] or "",
-            scorer_of[t] == "downstream",
+            t in downstream,
             SCORER_ORDER.index(scorer_of[t]) if scorer_of[t] in SCORER_ORDER else len(SCORER_ORDER),
-            column_order(t) if scorer_of[t] == "downstream" else (0, t),
+            column_order(t) if t in downstream else (0, t),
         ),
     )
     return order, level_of
@@ -495,9 +494,10 @@ def _other_variants_table(rs: list[dict[str, Any]], on_board: set[tuple], models
         return ""
     combos = sorted(
         {(r["subset"], r["variant"], r["ties"]) for r in others},
-        key=lambda c: (c[1], TIES_ORDER.index(c[2]) if c[2] in TIES_ORDER else -1, c[0]),
+        key=lambda c: (c[1], TIES.index(c[2]) if is_ties(c[2]) else -1, c[0]),
     )
-    sample = {c: str(c[1]).startswith("max_train=") and others[0]["scorer"] == "downstream" for c in combos}
+    downstream = scorer_roles().get(others[0]["scorer"]) == "downstream"
+    sample = {c: str(c[1]).startswith("max_train=") and downstream for c in combos}
     values: dict[str, dict[tuple, dict[str, Any]]] = defaultdict(dict)
     for r in others:
         values[r["model"]][(r["subset"], r["variant"], r["ties"])] = r
@@ -519,7 +519,8 @@ def _other_variants_table(rs: list[dict[str, Any]], on_board: set[tuple], models
 
 
 def _leaderboard_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
-    """A board per task (the ``board`` view: its declared variant, realistic ties), then, folded, the task's
+    """A board per task (the ``board`` view: its declared variant, the boards' tie policy
+    :data:`~evalfarm.ranking.BOARD_TIES`), then, folded, the task's
     numbers under its other variants and tie policies, never ranked together with the board."""
     rows = _query(
         con,
@@ -832,10 +833,10 @@ def _model_metrics(metrics: list[dict[str, Any]]) -> list[str]:
 
 # ---- diagnostics --------------------------------------------------------------------------------------------------
 def _profile_filter() -> dict[str, Any]:
-    """Diagnostic scorers by name (``Scorer.diagnostic``), whose ``in_profile`` picks the numbers the report shows."""
-    from evalfarm.plugins import task_kinds
+    """Diagnostic scorers by name (``Scorer.role``), whose ``in_profile`` picks the numbers the report shows."""
+    from evalfarm.plugins import role_of, task_kinds
 
-    return {s.name: s for _, s in task_kinds.items() if getattr(s, "diagnostic", False)}
+    return {s.name: s for _, s in task_kinds.items() if role_of(s) == "diagnostic"}
 
 
 def profile_rows(metrics: list[dict[str, Any]], scorers: dict[str, Any] | None = None) -> list[dict[str, Any]]:
@@ -967,7 +968,7 @@ def _diagnostics_section(
 def _model_hardest(hardest: list[dict[str, Any]], n_hardest: int) -> list[str]:
     """The hardest EvalRank pairs, a table per task and variant, each with what the model put first instead."""
     parts = [
-        f"<h2>Hardest EvalRank pairs (the {n_hardest} worst realistic ranks per task and variant)</h2>",
+        f"<h2>Hardest EvalRank pairs (the {n_hardest} worst {esc(BOARD_TIES)} ranks per task and variant)</h2>",
         "<p>Each with what the model put first instead (the query's nearest background item under cosine, from "
         "the cos pass: the <code>neighbours</code> table).</p>",
     ]
@@ -980,12 +981,12 @@ def _model_hardest(hardest: list[dict[str, Any]], n_hardest: int) -> list[str]:
         parts.append(f"<h3>{esc(task)} · {esc(variant)}</h3>")
         parts.append(
             _table(
-                ["rank", "tied", "realistic rank", "score", "query", "positive", "oov", "put first", "its score"],
+                ["rank", "tied", f"{BOARD_TIES} rank", "score", "query", "positive", "oov", "put first", "its score"],
                 [
                     [
                         _num(r["rank"]),
                         _num(r["tied"]),
-                        _num(r["rank_realistic"], 1),
+                        _num(r["rank_board"], 1),
                         _num(r["score"]),
                         esc(r["query"]),
                         esc(r["positive"]),
@@ -1053,10 +1054,10 @@ HISTORY_RUNS = 10
 HISTORY_SQL = """
 SELECT h.run_id, h.model, h.task, h.subset, h.variant, h.ties, h.metric, h.value, h.computed_by
 FROM history h SEMI JOIN (SELECT run_id FROM run_points ORDER BY as_of DESC LIMIT $n) p ON h.run_id = p.run_id
-WHERE h.is_primary AND (h.ties IS NULL OR h.ties = 'realistic')
+WHERE h.is_primary AND (h.ties IS NULL OR h.ties = board_ties())
 ORDER BY h.model, h.task, h.subset, h.variant, h.metric
 """
-"""Each model's primary numbers (realistic ties, as the boards) in each of the newest runs' states."""
+"""Each model's primary numbers (the boards' tie policy) in each of the newest runs' states."""
 
 
 def _model_history(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> list[str]:
@@ -1086,8 +1087,8 @@ def _model_history(rows: list[dict[str, Any]], runs: list[dict[str, Any]]) -> li
         body.append(row)
     return [
         f"<h2>Across the last {len(shown)} runs</h2>",
-        "<p>Primary metrics (realistic ties) in each run's state: bold where the number moved, italic where it was "
-        "computed again with the same number (<code>evalfarm diff</code> says why).</p>",
+        f"<p>Primary metrics ({esc(BOARD_TIES)} ties, as the boards) in each run's state: bold where the number "
+        "moved, italic where it was computed again with the same number (<code>evalfarm diff</code> says why).</p>",
         _table(headers, body, cls="history", numeric=[False] * 4 + [True] * len(shown)),
     ]
 
@@ -1188,9 +1189,9 @@ def _read_tables(con: Any, hardest: int) -> _Tables:
     if hardest:
         for r in _query(
             con,
-            # the hardest_pairs view: worst realistic ranks first, with what the model put first (the cos
-            # pass's top neighbour) beside each pair
-            "SELECT model, task, variant, query, positive, optimistic_rank AS rank, tied, rank AS rank_realistic, "
+            # the hardest_pairs view: worst ranks under the boards' policy first, with what the model put first
+            # (the cos pass's top neighbour) beside each pair
+            "SELECT model, task, variant, query, positive, optimistic_rank AS rank, tied, rank AS rank_board, "
             "score, oov, top_neighbour, top_score FROM hardest_pairs WHERE worst <= $k "
             "ORDER BY model, task, variant, worst",
             {"k": hardest},

@@ -1,6 +1,7 @@
 -- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
--- best first. Rank metrics carry their tie policy in `ties` (optimistic: the paper's); numbers computed under
--- different policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = 'realistic'.
+-- best first. Rank metrics carry their tie policy in `ties` (`tie_policies`); numbers computed under different
+-- policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = board_ties() (realistic,
+-- the boards' policy; paper_ties(): optimistic, the paper's toolkit's).
 -- ci_low, ci_high: the value's 95 % confidence interval where it is a correlation (word similarity, STS), else null.
 -- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) and thin ones (metrics.thin:
 -- too few pairs scored, too many OOV, nearly all ties, by the scorer's declared bounds) are left out: see
@@ -29,35 +30,6 @@ FROM metrics
 WHERE is_primary
 ORDER BY task, scorer, subset, variant, ties, position, model;
 
--- evalrank: the EvalRank board, one row per (task, variant, ties, model): MRR, MR, Hits@k under that tie policy and
--- the pool's coverage figures (oov_rate, tie_rate: the share of pairs whose positive ties with some item). Degenerate
--- and thin units are left out, as on the leaderboard.
-CREATE OR REPLACE VIEW evalrank AS
-WITH ranked AS (
-    SELECT task, variant, ties, model,
-           max(value) FILTER (WHERE metric = 'mrr') AS mrr,
-           max(value) FILTER (WHERE metric = 'mr') AS mr,
-           max(value) FILTER (WHERE metric = 'hits@1') AS "hits@1",
-           max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
-           max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10"
-    FROM metrics
-    WHERE scorer = 'evalrank' AND ties IS NOT NULL AND NOT degenerate AND NOT thin
-    GROUP BY task, variant, ties, model
-),
-coverage AS (
-    SELECT task, variant, model,
-           CAST(max(value) FILTER (WHERE metric = 'n_pairs') AS BIGINT) AS n_pairs,
-           max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate,
-           max(value) FILTER (WHERE metric = 'tie_rate') AS tie_rate
-    FROM metrics
-    WHERE scorer = 'evalrank' AND ties IS NULL
-    GROUP BY task, variant, model
-)
-SELECT task, variant, ties, rank() OVER (PARTITION BY task, variant, ties ORDER BY mrr DESC NULLS LAST) AS position,
-       model, mrr, mr, "hits@1", "hits@3", "hits@10", n_pairs, oov_rate, tie_rate
-FROM ranked LEFT JOIN coverage USING (task, variant, model)
-ORDER BY task, variant, ties, position, model;
-
 -- board_variants: the variant each task's board ranks by (on_board), declared once here and used by the `board` view,
 -- the report's boards and its Figure 4. Downstream: `full` (SentEval's protocol on the full training data, the
 -- default); a `--quick-downstream` sample (`max_train=N`, sample = true) only where the task has no full-data number,
@@ -71,7 +43,7 @@ WITH present AS (
     GROUP BY task, scorer, variant
 ),
 ordered AS (
-    SELECT *, scorer = 'downstream' AND variant LIKE 'max_train=%' AS sample,
+    SELECT *, scorer_role(scorer) = 'downstream' AND variant LIKE 'max_train=%' AS sample,
            row_number() OVER (
                PARTITION BY task, scorer
                ORDER BY CASE WHEN variant IN ('full', 'cos') THEN 0 WHEN variant LIKE 'max_train=%' THEN 2 ELSE 1 END,
@@ -84,13 +56,14 @@ FROM ordered
 ORDER BY task, scorer, choice;
 
 -- board: one board per task, never two variants or tie policies mixed: the leaderboard under the task's board variant
--- (board_variants.on_board) and, for rank metrics, realistic ties (the expected rank when ties are broken at random:
--- optimistic ties reward models whose vectors collide, e.g. a pruned word table or OOV words under l2; results.md).
+-- (board_variants.on_board) and, for rank metrics, the boards' tie policy `board_ties()`: realistic, the expected
+-- rank when ties are broken at random (optimistic ties reward models whose vectors collide, e.g. a pruned word table
+-- or OOV words under l2; results.md). The same policy as each unit's line in a run and the report's boards.
 -- sample: the board is the --quick-downstream sample (the task has no full-data number). What the report shows.
 CREATE OR REPLACE VIEW board AS
 SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, l.ci_low, l.ci_high,
        v.sample
 FROM leaderboard l
 JOIN board_variants v USING (task, scorer, variant)
-WHERE v.on_board AND (l.ties IS NULL OR l.ties = 'realistic')
+WHERE v.on_board AND (l.ties IS NULL OR l.ties = board_ties())
 ORDER BY l.task, l.subset, l.position, l.model;

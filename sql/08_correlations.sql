@@ -13,9 +13,10 @@ WHERE kind = 'bow' AND level = 'sentence' AND postprocess IS NULL AND base IS NO
 GROUP BY base;
 
 -- correlation_pairs: one row per (cell, model): the model's intrinsic number (the primary metric of every scorer
--- but `downstream`, and EvalRank's hits@1 / hits@3 beside its mrr for the paper's layout, oriented so that higher
--- is better; and every descriptive number, higher_is_better NULL: a space's geometry, taken as measured) next to its
--- downstream accuracy, with their average ranks
+-- whose role is not downstream, and the metrics a scorer declares beside it, `correlated_metric`: EvalRank's
+-- hits@1 / hits@3 for the paper's layout, oriented so that higher is better; and every descriptive number,
+-- higher_is_better NULL: a space's geometry, taken as measured) next to its downstream number (the primary metric of
+-- every scorer whose role is downstream, `scorer_roles`), with their average ranks
 -- among the cell's models (ties share the mean rank, so corr() over the ranks is Spearman's rho). A cell is
 -- (level, intrinsic task / scorer / metric / subset / variant / ties, downstream task / subset / variant,
 -- excludes_postprocessed); only models that have both numbers (finite, not from a degenerate
@@ -26,13 +27,13 @@ WITH intrinsic AS (
            CASE WHEN m.higher_is_better = false THEN -m.value ELSE m.value END AS value
     FROM metrics m
     JOIN models mo USING (model)
-    WHERE (m.is_primary OR m.higher_is_better IS NULL OR (m.scorer = 'evalrank' AND m.metric IN ('hits@1', 'hits@3')))
-      AND m.scorer <> 'downstream' AND isfinite(m.value) AND NOT m.degenerate AND NOT m.thin
+    WHERE (m.is_primary OR m.higher_is_better IS NULL OR correlated_metric(m.scorer, m.metric))
+      AND scorer_role(m.scorer) <> 'downstream' AND isfinite(m.value) AND NOT m.degenerate AND NOT m.thin
 ),
 downstream AS (
     SELECT model, task, subset, variant, CASE WHEN higher_is_better THEN value ELSE -value END AS value
     FROM metrics
-    WHERE is_primary AND scorer = 'downstream' AND isfinite(value) AND NOT degenerate AND NOT thin
+    WHERE is_primary AND scorer_role(scorer) = 'downstream' AND isfinite(value) AND NOT degenerate AND NOT thin
 ),
 linked AS (  -- a sentence model's own downstream numbers; a word model's through its bag of words
     SELECT mo.model, d.model AS downstream_model, d.task, d.subset, d.variant, d.value
@@ -97,7 +98,7 @@ GROUP BY ALL;
 -- nothing (fewer than 3 models) or is undefined (every model has the same number on one side).
 -- The paper's Table 3 (word) / 6 (sentence), one SELECT:
 --   SELECT intrinsic_task, intrinsic_subset, variant, downstream_task, spearman, n_models FROM correlations
---   WHERE level = 'word' AND NOT excludes_postprocessed AND coalesce(ties, 'optimistic') = 'optimistic'
+--   WHERE level = 'word' AND NOT excludes_postprocessed AND coalesce(ties, paper_ties()) = paper_ties()
 -- and Table 11 is the same with excludes_postprocessed.
 CREATE OR REPLACE VIEW correlations AS
 WITH stored AS (

@@ -2,8 +2,8 @@
 -- twin, per level, task and primary metric. A twin pair is a post-processed model and its base (ABTT / PC removal /
 -- whitening, any level); at word level also the two bags of words over them (`downstream_link`), which carry the
 -- word models' downstream accuracies. Each pair compares the same task, scorer, subset, variant and metric (EvalRank
--- under optimistic ties, the paper's); values are oriented so that higher is better. original_wins + twin_wins +
--- ties = 1. The paper's reading: post-processing helps similarity sets, not downstream tasks.
+-- under `paper_ties()`: optimistic, the paper's); values are oriented so that higher is better. original_wins +
+-- twin_wins + ties = 1. The paper's reading: post-processing helps similarity sets, not downstream tasks.
 CREATE OR REPLACE VIEW postprocessing_effect AS
 WITH twins AS (
     SELECT model AS twin, base AS original, level, false AS via_bow
@@ -20,7 +20,7 @@ vals AS (
     SELECT model, task, scorer, subset, variant, metric,
            CASE WHEN higher_is_better THEN value ELSE -value END AS value
     FROM metrics
-    WHERE is_primary AND isfinite(value) AND NOT degenerate AND NOT thin AND coalesce(ties, 'optimistic') = 'optimistic'
+    WHERE is_primary AND isfinite(value) AND NOT degenerate AND NOT thin AND coalesce(ties, paper_ties()) = paper_ties()
 )
 SELECT t.level, o.task, o.scorer, o.subset, o.variant, o.metric, count(*) AS n_pairs,
        avg(CASE WHEN o.value > w.value THEN 1.0 ELSE 0.0 END) AS original_wins,
@@ -30,6 +30,6 @@ FROM twins t
 JOIN vals o ON o.model = t.original
 JOIN vals w ON w.model = t.twin AND w.task = o.task AND w.scorer = o.scorer AND w.subset = o.subset
            AND w.variant = o.variant AND w.metric = o.metric
-WHERE NOT t.via_bow OR o.scorer = 'downstream'
+WHERE NOT t.via_bow OR scorer_role(o.scorer) = 'downstream'
 GROUP BY ALL
 ORDER BY t.level, o.scorer, o.task, o.subset, o.variant, o.metric;

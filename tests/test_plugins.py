@@ -150,6 +150,8 @@ def test_an_installed_plugin_runs_through_evalfarm_run(tmp_path):
         "tasks:\n"
         "  - {id: toy-lengths, level: sentence, kind: length-agreement, version: '1', "
         f"files: {{texts: toy/sentences.txt}}, sha256: {{texts: {sha}}}, licence: test, source: tests}}\n"
+        "  - {id: toy-length-classes, level: sentence, kind: length-classes, version: '1', "
+        f"files: {{texts: toy/sentences.txt}}, sha256: {{texts: {sha}}}, licence: test, source: tests}}\n"
         "models:\n"
         "  - {id: toy-hash, level: sentence, kind: hashing-bow, lowercase: true}\n",
     )
@@ -162,7 +164,7 @@ def test_an_installed_plugin_runs_through_evalfarm_run(tmp_path):
     wh = tmp_path / "wh"
     cli = [sys.executable, "-m", "evalfarm.cli"]
     _run([*cli, "run", "--catalog", str(catalog), "--warehouse", str(wh), "--executor", "local"], env, tmp_path)
-    query = "SELECT model, task, metric, value, is_primary FROM metrics ORDER BY metric"
+    query = "SELECT model, task, metric, value, is_primary FROM metrics WHERE task = 'toy-lengths' ORDER BY metric"
     rows = json.loads(_run([*cli, "sql", "-f", "json", "--warehouse", str(wh), query], env, tmp_path).stdout)
     assert [(r["model"], r["task"], r["metric"]) for r in rows] == [
         ("toy-hash", "toy-lengths", "spearman"),
@@ -184,3 +186,13 @@ def test_an_installed_plugin_runs_through_evalfarm_run(tmp_path):
         _run([*cli, "sql", "-f", "json", "--warehouse", str(wh), "SELECT kind FROM models"], env, tmp_path).stdout
     )
     assert kinds == [{"kind": "hashing-bow"}]
+    # the second task kind is a downstream benchmark: its declared role is what the views read
+    query = (
+        "SELECT m.task, m.metric, m.is_primary, r.role FROM metrics m JOIN scorer_roles r USING (scorer) "
+        "WHERE m.task = 'toy-length-classes' ORDER BY m.metric"
+    )
+    rows = json.loads(_run([*cli, "sql", "-f", "json", "--warehouse", str(wh), query], env, tmp_path).stdout)
+    assert [(r["metric"], r["is_primary"], r["role"]) for r in rows] == [
+        ("accuracy", True, "downstream"),
+        ("texts", False, "downstream"),
+    ]

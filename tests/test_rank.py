@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from evalfarm.preprocess import VocabStats
+from evalfarm.ranking import rank_metrics
 from evalfarm.scorers.base import RunOptions, TextVectors
-from evalfarm.scorers.evalrank import EvalRankScorer, rank_metrics, rank_pool
+from evalfarm.scorers.evalrank import EvalRankScorer, rank_pool
 from evalfarm.scorers.rank_kernel import rank_pairs, rank_pairs_loop
 
 

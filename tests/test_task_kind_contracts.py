@@ -69,6 +69,7 @@ def test_the_evalrank_views_come_from_its_scorer():
         "ranks",
         "neighbours",
         "hardest_pairs",
+        "evalrank",  # the EvalRank board: the kind's own view, beside its detail views (issue 42)
     )
     assert set(contract.scorer("evalrank").detail_schemas) == {"ranks", "neighbours"}
 

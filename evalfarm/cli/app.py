@@ -84,7 +84,7 @@ def again() -> str:
 
 def _version_callback(value: bool) -> None:
     if value:
-        from evalfarm import __version__
+        from evalfarm._version import __version__
 
         sys.stdout.write(f"evalfarm {__version__}\n")
         raise typer.Exit()

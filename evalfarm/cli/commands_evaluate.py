@@ -15,6 +15,7 @@ from evalfarm import api
 from evalfarm.cli.app import again, app, fail, split
 from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
+from evalfarm.ranking import BOARD_TIES, TIES
 
 if TYPE_CHECKING:
     from evalfarm.runner import RunSummary
@@ -97,9 +98,9 @@ AttemptsOpt = Annotated[
 ]
 
 TIES_RETIRED = (
-    "--ties is no longer a run option: every rank metric is stored under all three tie policies (optimistic, "
-    "pessimistic, realistic) from one pass; pick one in SQL, e.g. "
-    "`evalfarm sql \"SELECT * FROM leaderboard WHERE ties = 'realistic'\"`"
+    f"--ties is no longer a run option: every rank metric is stored under all three tie policies ({', '.join(TIES)}) "
+    "from one pass; pick one in SQL, e.g. "
+    f"`evalfarm sql \"SELECT * FROM leaderboard WHERE ties = '{BOARD_TIES}'\"` (the boards' policy)"
 )
 
 

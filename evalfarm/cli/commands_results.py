@@ -23,6 +23,7 @@ from evalfarm.cli.rendering import (
 
 if TYPE_CHECKING:
     from evalfarm.paper import PaperTable
+from evalfarm.ranking import BOARD_TIES, PAPER_TIES, TIES, TiesOrAll, check_ties
 
 WarehouseOpt = Annotated[
     str, typer.Option(help="warehouse: a directory or a pyarrow URI (s3://…, gs://…), as `run` takes it")
@@ -130,13 +131,6 @@ class Level(StrEnum):
     word = "word"
 
 
-class TiesChoice(StrEnum):
-    optimistic = "optimistic"
-    pessimistic = "pessimistic"
-    realistic = "realistic"
-    all = "all"
-
-
 LevelOpt = Annotated[Level, typer.Option(help="which models: sentence, or word (downstream through their BoW)")]
 CellsFormatOpt = Annotated[
     Format, typer.Option("--format", "-f", help="table: the paper's shape; csv / json: one row per cell")
@@ -144,7 +138,12 @@ CellsFormatOpt = Annotated[
 ExcludeOpt = Annotated[
     bool, typer.Option("--exclude-postprocessed", help="leave out post-processed models and BoW over them (Table 11)")
 ]
-TiesOpt = Annotated[TiesChoice, typer.Option(help="EvalRank tie policy shown (optimistic: the paper's), or all")]
+# the choices are evalfarm.ranking's policies, plus all (mypy cannot read members built from a tuple)
+TiesChoice = StrEnum("TiesChoice", [(t, t) for t in (*TIES, "all")])  # type: ignore[misc]
+TiesOpt = Annotated[
+    TiesChoice,
+    typer.Option(help=f"EvalRank tie policy shown ({PAPER_TIES}: the paper's; {BOARD_TIES}: the boards'), or all"),
+]
 IntervalsOpt = Annotated[bool, typer.Option("--intervals", help="table: show the 95 % bootstrap interval")]
 RefreshOpt = Annotated[
     bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
@@ -210,7 +209,7 @@ def correlations(
     warehouse: WarehouseOpt = "warehouse",
     format: CellsFormatOpt = Format.table,
     exclude_postprocessed: ExcludeOpt = False,
-    ties: TiesOpt = TiesChoice.optimistic,
+    ties: TiesOpt = TiesChoice(PAPER_TIES),
     intervals: IntervalsOpt = False,
     refresh: RefreshOpt = True,
     resamples: ResamplesOpt = 1000,
@@ -224,12 +223,13 @@ def correlations(
     compare: CompareOpt = None,
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
-    if compare is not None and ties is TiesChoice.all:
+    policy = check_ties(ties.value, allow_all=True)  # typer has checked it: this narrows its type
+    if compare is not None and policy == "all":
         fail("--compare tests one table: choose one tie policy (optimistic, pessimistic or realistic), not all")
     if coverage is not None:
         if compare is not None:
             fail("--compare is for the evalfarm and paper layouts, not --coverage")
-        _coverage_correlations(layout, warehouse, ties, coverage, downstream_variant)
+        _coverage_correlations(layout, warehouse, policy, coverage, downstream_variant)
         return
     if layout is Layout.paper:
         if compare not in (None, "evalrank"):
@@ -239,7 +239,7 @@ def correlations(
             warehouse,
             format,
             exclude_postprocessed,
-            ties,
+            policy,
             published,
             downstream_variant,
             paper_table,
@@ -255,7 +255,7 @@ def correlations(
             warehouse=warehouse,
             level=level.value,
             exclude_postprocessed=exclude_postprocessed,
-            ties=ties.value,
+            ties=policy,
             refresh=refresh,
             resamples=resamples,
             seed=seed,
@@ -284,14 +284,12 @@ def correlations(
 
 
 def _coverage_correlations(
-    layout: Layout, warehouse: str, ties: TiesChoice, name: str, downstream_variant: str | None
+    layout: Layout, warehouse: str, ties: TiesOrAll, name: str, downstream_variant: str | None
 ) -> None:
     """``correlations --layout paper --coverage NAME``: Table 3 both ways over the variant's compared models."""
     if layout is not Layout.paper:
         fail("--coverage lays out the paper's Table 3 both ways: add --layout paper")
-    from evalfarm.correlations import TIES
-
-    policies = list(TIES) if ties is TiesChoice.all else [ties.value]
+    policies = list(TIES) if ties == "all" else [ties]
     try:
         for policy in policies:
             table = api.paper_coverage_table(
@@ -307,7 +305,7 @@ def _paper_correlations(
     warehouse: str,
     format: Format,
     exclude_postprocessed: bool,
-    ties: TiesChoice,
+    ties: TiesOrAll,
     published: bool,
     downstream_variant: str | None,
     paper_table: str | None,
@@ -337,8 +335,8 @@ def _paper_correlations(
             )
         if level is Level.word and tdef.level != "word":
             fail(f"--level word with --table {paper_table}: the paper's {tdef.name} is a sentence-level table")
-    if ties is TiesChoice.all:
-        fail("the paper's layout shows one tie policy: choose optimistic (the paper's), pessimistic or realistic")
+    if ties == "all":
+        fail(f"the paper's layout shows one tie policy: choose one of {', '.join(TIES)} ({PAPER_TIES}: the paper's)")
     if compare and paper_table not in (None, "3", "6", "11"):
         fail("--compare marks the paper's Tables 3, 6 and 11 (its correlation tables over the whole zoo)")
     try:
@@ -346,7 +344,7 @@ def _paper_correlations(
             warehouse=warehouse,
             level=level.value,
             exclude_postprocessed=exclude_postprocessed,
-            ties=ties.value,
+            ties=ties,
             downstream_variant=downstream_variant,
             table=paper_table,
             compare=compare,

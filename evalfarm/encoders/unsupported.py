@@ -7,16 +7,17 @@ with the paper's tables.
 
 from __future__ import annotations
 
+from evalfarm.catalog.specs import ModelSpec
 from evalfarm.plugins import ModelKind, model_kinds
 
-INFERSENT = ModelKind(
+INFERSENT: ModelKind[ModelSpec] = ModelKind(
     name="infersent",
     description="InferSent (Conneau et al. 2017): a BiLSTM-max sentence encoder trained on NLI, over word vectors.",
     levels=("sentence",),
     unsupported="the InferSent BiLSTM-max encoder (facebookresearch/InferSent models.py) and its word-vector file",
     fields=("source",),
 )
-BERT_FLOW = ModelKind(
+BERT_FLOW: ModelKind[ModelSpec] = ModelKind(
     name="bert-flow",
     description="BERT-flow (Li et al. 2020): BERT sentence vectors mapped to a Gaussian by a normalizing flow.",
     levels=("sentence",),

@@ -10,7 +10,7 @@ The registry finds every module of this package the first time it is asked, and 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from evalfarm.plugins import RegistryError, task_kinds, task_spec_adapter
 from evalfarm.scorers.base import Scorer
@@ -31,14 +31,14 @@ def register(scorer_cls: type[Scorer]) -> type[Scorer]:
 
 
 def scorers() -> dict[str, Scorer]:
-    """Every registered scorer by name."""
-    return {s.name: s for _, s in task_kinds.items()}
+    """Every registered scorer by name (the whole :class:`Scorer` interface: what the executor and planner call)."""
+    return {s.name: cast(Scorer, s) for _, s in task_kinds.items()}
 
 
 def scorer_for(kind: str) -> Scorer:
     """The scorer of a task kind."""
     try:
-        return task_kinds.get(kind)
+        return cast(Scorer, task_kinds.get(kind))  # registered as a TaskKind (plugins.py); a scorer is a Scorer
     except RegistryError:
         if kind in task_kinds:
             raise

@@ -77,7 +77,7 @@ class AG2016Scorer(Scorer):
     task_spec = AG2016Task
     primary_metric = "ag_score"
     higher_is_better = True
-    diagnostic = True
+    role = "diagnostic"
     description = (
         "Avraham & Goldberg 2016: triplet choices weighted by annotator agreement, Σmax(s,0)/Σ|s|, per file and "
         "comparison type"

@@ -10,8 +10,13 @@ declarations, each read by the framework:
 - ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
 - ``descriptive_metrics``: numbers without a direction (a space's anisotropy, its hubness): stored with
   ``higher_is_better`` NULL, never primary, so never on a leaderboard; the correlations take them as they are;
-- ``diagnostic``: the kind is a diagnostic (geometry, AG2016, HEROS): ``evalfarm correlations`` shows its rows only
-  when asked (``--diagnostics``), the report gives it its own section;
+- ``role``: what its numbers are for (:data:`evalfarm.plugins.Role`): ``intrinsic`` (the default), ``downstream``
+  (the correlations' columns, the boards' sample labels) or ``diagnostic`` (geometry, AG2016, HEROS, DefSent:
+  ``evalfarm correlations`` shows its rows only when asked, ``--diagnostics``; the report gives it its own section).
+  The views join on it (``scorer_role(scorer)``, the ``scorer_roles`` view), so a new downstream benchmark is one
+  module;
+- ``correlated_metrics``: metrics besides the primary one that the correlation views carry (EvalRank's hits@1 and
+  hits@3, for the paper's layout);
 - ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
 - ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
 - ``views``: the SQL of the views over those tables (created after the core views of ``sql/``);
@@ -33,6 +38,8 @@ import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
+from evalfarm.plugins import DEFAULT_ROLE, Role
+from evalfarm.ranking import Ties
 from evalfarm.vocab import VocabStats
 
 if TYPE_CHECKING:
@@ -71,15 +78,15 @@ class Interval:
 @dataclass
 class MetricRow:
     """One number. ``subset`` names a part of the task ('all' when there is one), ``variant`` the scorer's choice
-    (similarity, protocol), ``ties`` the tie policy of a rank metric (None elsewhere), ``ci`` its confidence interval
-    where the scorer computes one (correlations). ``primary`` is not the scorer's to set: :meth:`Scorer.evaluate`
-    derives it from the scorer's declaration."""
+    (similarity, protocol), ``ties`` the tie policy of a rank metric (:mod:`evalfarm.ranking`; None elsewhere),
+    ``ci`` its confidence interval where the scorer computes one (correlations). ``primary`` is not the scorer's to
+    set: :meth:`Scorer.evaluate` derives it from the scorer's declaration."""
 
     metric: str
     value: float
     subset: str = "all"
     variant: str = ""
-    ties: str | None = None
+    ties: Ties | None = None
     ci: Interval | None = None
     primary: bool = field(default=False, init=False)
 
@@ -133,8 +140,10 @@ class Scorer:
     descriptive_metrics: ClassVar[frozenset[str]] = frozenset()
     """Metrics without a direction: stored with ``higher_is_better`` NULL and never primary (off every
     leaderboard); the correlations view correlates them as measured (no sign flip)."""
-    diagnostic: ClassVar[bool] = False
-    """A diagnostic kind: its correlations are shown on request (``evalfarm correlations --diagnostics``)."""
+    role: ClassVar[Role] = DEFAULT_ROLE
+    """What the kind's numbers are for (module docstring): intrinsic, downstream or diagnostic."""
+    correlated_metrics: ClassVar[tuple[str, ...]] = ()
+    """Metrics besides ``primary_metric`` that the ``correlation_pairs`` view carries as intrinsic rows."""
     description: ClassVar[str] = ""
     detail_schemas: ClassVar[Mapping[str, pa.Schema]] = MappingProxyType({})
     """Per-unit detail tables the scorer writes (``ScoreResult.details``), by name: each schema has the columns

@@ -9,11 +9,12 @@ cosine of raw embeddings, counted exactly by the EvalRank kernel (:mod:`evalfarm
 
     above = #{w' != w: cos(d, w') > cos(d, w)}     tied = #{w' != w: cos(d, w') == cos(d, w)}
 
-with EvalRank's tie policies: optimistic rank 1 + above, pessimistic 1 + above + tied, realistic 1 + above +
-tied / 2. MRR and Hits@1/3/10 (DefSent's word-prediction metrics) and MR per policy; ``tie_rate`` (share of
-definitions whose word ties with another candidate) and ``oov_rate`` (texts the model cannot embed: a zero vector,
-cosine 0 with everything, so it ties) say how much the policy matters. Primary: realistic MRR (the expected rank
-under random tie-breaking: a model that maps every text to one vector scores chance, not 1).
+with EvalRank's tie policies (:mod:`evalfarm.ranking`): optimistic rank 1 + above, pessimistic 1 + above + tied,
+realistic 1 + above + tied / 2. MRR and Hits@1/3/10 (DefSent's word-prediction metrics) and MR per policy;
+``tie_rate`` (share of definitions whose word ties with another candidate) and ``oov_rate`` (texts the model cannot
+embed: a zero vector, cosine 0 with everything, so it ties) say how much the policy matters. Primary: MRR under the
+boards' policy, realistic (the expected rank under random tie-breaking: a model that maps every text to one vector
+scores chance, not 1).
 """
 
 from __future__ import annotations
@@ -25,12 +26,12 @@ import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
+from evalfarm.ranking import BOARD_TIES, DEFAULT_HITS, rank_metrics_by_ties
 from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
 from evalfarm.taskdata.build import BuildRef
 
-TIES = ("optimistic", "pessimistic", "realistic")
-HITS = (1, 3, 10)
+HITS = DEFAULT_HITS  # fingerprinted (``params``): DefSent's own choice, the same k as EvalRank's default
 
 
 class DefSentTask(TaskSpec):
@@ -80,7 +81,7 @@ class DefSentScorer(Scorer):
     task_spec = DefSentTask
     primary_metric = "mrr"
     higher_is_better = True
-    diagnostic = True
+    role = "diagnostic"
     description = "definition -> word retrieval over WordNet glosses: MRR, Hits@1/3/10 under three tie policies"
     thin_rules = (ThinRule("n_pairs", at_least=5), ThinRule("tie_rate", at_most=0.99))
     """Too thin under 5 definitions (the generated set: 3,000), or when nearly every word ties with another candidate
@@ -104,8 +105,8 @@ GROUP BY model, task, ties;
         return {"similarity": "cos", "protocol": Protocol("raw").key(), "hits": list(HITS)}
 
     def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
-        """Realistic MRR only (module docstring)."""
-        return super().is_primary(row, task, data) and row.ties == "realistic"
+        """MRR under the boards' tie policy only (module docstring)."""
+        return super().is_primary(row, task, data) and row.ties == BOARD_TIES
 
     def load(self, task: TaskSpec) -> DefSentData:
         from evalfarm.taskdata.build import built_file
@@ -130,14 +131,7 @@ GROUP BY model, task, ties;
         queries = np.array([index[d] for d in data.definitions], dtype=np.int64)
         words = np.array([index[w] for w in data.words], dtype=np.int64)
         counts = definition_ranks(x, queries, words, device=device)
-        for ties in TIES:
-            r = counts.ranks(ties)
-            n = len(r)
-            values = {
-                "mr": float(r.mean()) if n else float("nan"),
-                "mrr": float((1.0 / r).mean()) if n else float("nan"),
-            }
-            values |= {f"hits@{k}": float((r <= k).mean()) if n else float("nan") for k in hits}
+        for ties, values in rank_metrics_by_ties(1 + counts.above, counts.tied, hits).items():
             out.rows += [MetricRow(metric, value, variant="cos", ties=ties) for metric, value in values.items()]
         n = len(queries)
         out.rows += [

@@ -156,6 +156,7 @@ def variant_name(max_train: int | None) -> str:
 @register
 class DownstreamScorer(Scorer):
     name = "downstream"
+    role = "downstream"
     version = "10"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits;
     # 3: the engine's L-BFGS preconditioned (stops at other points within tol: accuracies can move by a prediction)
     # 4: a low-rank preconditioner for features of >= 1,024 dims (pair features of 256+-d encoders): other stops

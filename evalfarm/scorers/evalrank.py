@@ -7,8 +7,9 @@ the pool's level (:mod:`evalfarm.preprocess`), ranks are counted exactly by :mod
 
 One pass stores, per pair, the optimistic rank (1 + the number of background items scoring strictly above the
 positive) and the number of items tied with it; MR, MRR and Hits@k are reported under the three tie policies from
-that one pass (PyKEEN's way): ``optimistic`` (the paper's), ``pessimistic`` (rank + tied) and ``realistic``
-(rank + tied / 2, the expected rank under random tie-breaking). Variants: the similarity (``cos``, ``l2``: 1/(1+d)),
+that one pass (PyKEEN's way; :mod:`evalfarm.ranking` defines them): ``optimistic`` (the paper's), ``pessimistic``
+(rank + tied) and ``realistic`` (rank + tied / 2, the expected rank under random tie-breaking: what the boards show).
+Variants: the similarity (``cos``, ``l2``: 1/(1+d)),
 ``no-center`` and ``filter-other-positives``.
 """
 
@@ -23,6 +24,7 @@ from pydantic import Field
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.preprocess import Protocol, prepare
+from evalfarm.ranking import Ties, rank_metrics_by_ties, tie_ranks
 from evalfarm.scorers import register
 from evalfarm.scorers.base import (
     MetricRow,
@@ -35,13 +37,11 @@ from evalfarm.scorers.base import (
     packaged_sql,
 )
 
-TIES = ("optimistic", "pessimistic", "realistic")
 NEIGHBOURS = 10
 """Each query's top-k background items kept in the ``neighbours`` table (what a model confuses its queries with),
 selected from the cos pass's own score blocks (``NEIGHBOURS_SIMILARITY``): the selection costs a fraction of a
 pass, so doing it once, in one pass, keeps it a small share of a unit (benchmarks/README.md)."""
 NEIGHBOURS_SIMILARITY = "cos"
-_TIE_WEIGHT = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}
 
 DETAIL_SCHEMAS: dict[str, pa.Schema] = {
     # EvalRank per pair: the optimistic rank and the tied count, once; the views derive the other tie policies
@@ -109,37 +109,30 @@ class PairRanks:
     n_background: int
     neighbours: Any = None  # evalfarm.scorers.neighbours.Neighbours: each query's top-k background items
 
-    def ranks(self, ties: str) -> np.ndarray:
+    def ranks(self, ties: Ties) -> np.ndarray:
         """Float ranks under a tie policy, derived from the one pass."""
-        return self.rank + _TIE_WEIGHT[ties] * self.tied
+        return tie_ranks(self.rank, self.tied, ties)
 
 
-def rank_metrics(ranks: np.ndarray, hits: tuple[int, ...] = (1, 3, 10)) -> dict[str, float]:
-    """MR, MRR and Hits@k of a rank vector (empty: NaN)."""
-    n = len(ranks)
-    if n == 0:
-        return {"mr": float("nan"), "mrr": float("nan")} | {f"hits@{k}": float("nan") for k in hits}
-    r = np.asarray(ranks, dtype=np.float64)
-    return {"mr": float(r.mean()), "mrr": float((1.0 / r).mean())} | {
-        f"hits@{k}": float((r <= k).mean()) for k in hits
-    }
+def tie_policy_rows(rank: np.ndarray, tied: np.ndarray, hits: tuple[int, ...], variant: str) -> list[MetricRow]:
+    """MR, MRR and Hits@k of one variant under each tie policy (:func:`evalfarm.ranking.rank_metrics_by_ties`), from
+    the optimistic ranks and tied counts of one pass: what :meth:`EvalRankScorer.score` stores and
+    :func:`metrics_from_ranks` recomputes."""
+    return [
+        MetricRow(metric, value, variant=variant, ties=ties)
+        for ties, values in rank_metrics_by_ties(rank, tied, hits).items()
+        for metric, value in values.items()
+    ]
 
 
 def metrics_from_ranks(rank: np.ndarray, tied: np.ndarray, hits: tuple[int, ...], variant: str) -> list[MetricRow]:
     """One variant's rank metrics under each tie policy, ``n_pairs`` and ``tie_rate``, from its stored per-pair ranks
     (the ``ranks`` table: the optimistic rank and the tied count), computed as :meth:`EvalRankScorer.score` computes
-    them from its pass (:meth:`PairRanks.ranks`, :func:`rank_metrics`): what ``evalfarm verify --deep`` holds the
-    stored numbers to."""
+    them from its pass (:func:`tie_policy_rows`): what ``evalfarm verify --deep`` holds the stored numbers to."""
     n = len(rank)
-    empty_f, empty_b = np.zeros(n, np.float32), np.zeros(n, bool)
-    res = PairRanks("", np.arange(n), np.asarray(rank, np.int64), np.asarray(tied, np.int64), empty_f, empty_b, 0)
-    rows = [
-        MetricRow(metric, value, variant=variant, ties=ties)
-        for ties in TIES
-        for metric, value in rank_metrics(res.ranks(ties), hits).items()
-    ]
+    rows = tie_policy_rows(np.asarray(rank, np.int64), np.asarray(tied, np.int64), hits, variant)
     rows.append(MetricRow("n_pairs", float(n), variant=variant))
-    rows.append(MetricRow("tie_rate", float((res.tied > 0).mean()) if n else 0.0, variant=variant))
+    rows.append(MetricRow("tie_rate", float((np.asarray(tied) > 0).mean()) if n else 0.0, variant=variant))
     return rows
 
 
@@ -201,6 +194,7 @@ class EvalRankScorer(Scorer):
     version = "1"
     task_spec = EvalRankTask
     primary_metric = "mrr"
+    correlated_metrics = ("hits@1", "hits@3")  # beside MRR in the correlation views: the paper's layout shows them
     higher_is_better = True
     thin_rules = (
         ThinRule("n_pairs", at_least=5),
@@ -259,9 +253,7 @@ class EvalRankScorer(Scorer):
             variant = variant_name(
                 sim, center=params["center"], filter_other_positives=params["filter_other_positives"]
             )
-            for ties in TIES:
-                for metric, value in rank_metrics(res.ranks(ties), hits).items():
-                    out.rows.append(MetricRow(metric, value, variant=variant, ties=ties))
+            out.rows += tie_policy_rows(res.rank, res.tied, hits, variant)
             n_pairs = len(res.pair_index)
             for metric, value in {
                 "n_pairs": float(n_pairs),

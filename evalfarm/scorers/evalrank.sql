@@ -1,5 +1,6 @@
 -- ranks: EvalRank per pair, of the current results: the optimistic rank (`rank`, the paper's) and the number of
--- background items tied exactly with the positive (`tied`), stored once; the other tie policies are derived here.
+-- background items tied exactly with the positive (`tied`), stored once; the other tie policies are derived here by
+-- `tie_rank` (the `tie_policies` of evalfarm/ranking.py).
 
 -- ranks_history: every per-pair EvalRank row ever written, of current and superseded units alike.
 CREATE OR REPLACE VIEW ranks_history AS
@@ -16,7 +17,8 @@ SELECT DISTINCT model, task, variant, fingerprint, run_id FROM metrics WHERE sco
 
 CREATE OR REPLACE VIEW ranks AS
 SELECT r.model, r.task, r.variant, r.query, r.positive, CAST(r.rank AS BIGINT) AS rank, r.tied,
-       CAST(r.rank + r.tied AS BIGINT) AS rank_pessimistic, r.rank + r.tied / 2.0 AS rank_realistic,
+       CAST(tie_rank(r.rank, r.tied, 'pessimistic') AS BIGINT) AS rank_pessimistic,
+       tie_rank(r.rank, r.tied, 'realistic') AS rank_realistic,
        r.score, r.oov, r.query_id, r.positive_id, r.run_id
 FROM ranks_history r
 SEMI JOIN current_evalrank m
@@ -33,12 +35,44 @@ SEMI JOIN current_evalrank m
    AND n.run_id IS NOT DISTINCT FROM m.run_id
 WHERE n.task IS NOT NULL;
 
--- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank) with what it ranked first instead.
+-- hardest_pairs: each model's worst-ranked EvalRank pairs (realistic rank: the boards' policy, `board_ties()`) with
+-- what it ranked first instead.
 CREATE OR REPLACE VIEW hardest_pairs AS
-SELECT r.model, r.task, r.variant, r.query, r.positive, r.rank_realistic AS rank, r.score,
+SELECT r.model, r.task, r.variant, r.query, r.positive, tie_rank(r.rank, r.tied, board_ties()) AS rank, r.score,
        r.rank AS optimistic_rank, r.tied, r.oov, n.neighbour AS top_neighbour, n.score AS top_score,
-       row_number() OVER (PARTITION BY r.model, r.task, r.variant ORDER BY r.rank_realistic DESC, r.query, r.positive)
-           AS worst
+       row_number() OVER (
+           PARTITION BY r.model, r.task, r.variant
+           ORDER BY tie_rank(r.rank, r.tied, board_ties()) DESC, r.query, r.positive
+       ) AS worst
 FROM ranks r
 LEFT JOIN neighbours n ON n.model = r.model AND n.task = r.task AND n.variant = r.variant
                        AND n.query_id = r.query_id AND n.position = 1;
+
+-- evalrank: the EvalRank board, one row per (task, variant, ties, model): MRR, MR, Hits@k under that tie policy and
+-- the pool's coverage figures (oov_rate, tie_rate: the share of pairs whose positive ties with some item). Degenerate
+-- and thin units are left out, as on the leaderboard.
+CREATE OR REPLACE VIEW evalrank AS
+WITH ranked AS (
+    SELECT task, variant, ties, model,
+           max(value) FILTER (WHERE metric = 'mrr') AS mrr,
+           max(value) FILTER (WHERE metric = 'mr') AS mr,
+           max(value) FILTER (WHERE metric = 'hits@1') AS "hits@1",
+           max(value) FILTER (WHERE metric = 'hits@3') AS "hits@3",
+           max(value) FILTER (WHERE metric = 'hits@10') AS "hits@10"
+    FROM metrics
+    WHERE scorer = 'evalrank' AND ties IS NOT NULL AND NOT degenerate AND NOT thin
+    GROUP BY task, variant, ties, model
+),
+coverage AS (
+    SELECT task, variant, model,
+           CAST(max(value) FILTER (WHERE metric = 'n_pairs') AS BIGINT) AS n_pairs,
+           max(value) FILTER (WHERE metric = 'oov_rate') AS oov_rate,
+           max(value) FILTER (WHERE metric = 'tie_rate') AS tie_rate
+    FROM metrics
+    WHERE scorer = 'evalrank' AND ties IS NULL
+    GROUP BY task, variant, model
+)
+SELECT task, variant, ties, rank() OVER (PARTITION BY task, variant, ties ORDER BY mrr DESC NULLS LAST) AS position,
+       model, mrr, mr, "hits@1", "hits@3", "hits@10", n_pairs, oov_rate, tie_rate
+FROM ranked LEFT JOIN coverage USING (task, variant, model)
+ORDER BY task, variant, ties, position, model;

@@ -168,7 +168,7 @@ class GeometryScorer(Scorer):
     primary_metric = "uniformity"
     higher_is_better = True  # the counts' direction; every geometry number is descriptive (no direction)
     descriptive_metrics = frozenset(GEOMETRY_METRICS)
-    diagnostic = True
+    role = "diagnostic"
     description = (
         "raw-vector geometry over an EvalRank pool: alignment, uniformity, anisotropy, isotropy, effective rank, "
         "hubness (k-occurrence skewness, FAISS k-NN); descriptive, off the leaderboard"

@@ -149,7 +149,7 @@ class HerosScorer(Scorer):
     task_spec = HerosTask
     primary_metric = "normalized_similarity"
     higher_is_better = True
-    diagnostic = True
+    role = "diagnostic"
     description = (
         "HEROS minimal pairs: per subset the mean normalised cosine (cos - cos_avg) / (1 - cos_avg) and raw cosine"
     )

@@ -4,8 +4,8 @@ For a positive pair (x, y) and a similarity s, the kernel counts over the backgr
 
     above = #{b in B: s(x, b) > s(x, y)}        tied = #{b in B: s(x, b) == s(x, y)}
 
-and every tie policy derives from those two counts: optimistic rank = 1 + above, pessimistic = 1 + above + tied,
-realistic = 1 + above + tied / 2 (the expected rank under random tie-breaking).
+and every tie policy derives from those two counts (:mod:`evalfarm.ranking`: optimistic rank = 1 + above,
+pessimistic = 1 + above + tied, realistic = 1 + above + tied / 2, the expected rank under random tie-breaking).
 
 - s(x, y) is read from the same computed GEMM row as every s(x, b) (never recomputed separately, so the positive
   cannot outrank itself by one ulp).
@@ -50,14 +50,13 @@ from typing import TYPE_CHECKING, Literal, NamedTuple
 import numpy as np
 
 from evalfarm.options import SIMILARITIES, Similarity
+from evalfarm.ranking import PAPER_TIES, Ties, check_ties, tie_ranks
 
 if TYPE_CHECKING:
     import torch
 
     from evalfarm.scorers.neighbours import BlockTopK, Neighbours
 
-Ties = Literal["optimistic", "pessimistic", "realistic"]
-TIES: tuple[Ties, ...] = ("optimistic", "pessimistic", "realistic")
 Backend = Literal["numpy", "torch"]
 
 # Score block cap: rows x columns x 4 bytes. At the pool shapes the sweet-spot rows stay below it (512 rows x
@@ -110,12 +109,9 @@ class RankCounts:
     score: np.ndarray  # float32 [n_pairs]
     neighbours: Neighbours | None = None
 
-    def ranks(self, ties: Ties = "optimistic") -> np.ndarray:
-        """float64 ranks under a tie policy: 1 + above (+ tied, or + tied / 2)."""
-        if ties not in TIES:
-            raise ValueError(f"unknown tie policy {ties!r} (choose from {', '.join(TIES)})")
-        weight = {"optimistic": 0.0, "pessimistic": 1.0, "realistic": 0.5}[ties]
-        return 1.0 + self.above + weight * self.tied
+    def ranks(self, ties: Ties = PAPER_TIES) -> np.ndarray:
+        """float64 ranks under a tie policy (:func:`evalfarm.ranking.tie_ranks`): 1 + above (+ tied, or + tied / 2)."""
+        return tie_ranks(1 + self.above, self.tied, ties)
 
 
 def pick_device(device: str | None = None) -> str:
@@ -652,7 +648,7 @@ def rank_pairs(
     background: np.ndarray,
     similarity: Similarity,
     *,
-    ties: Ties = "optimistic",
+    ties: Ties = PAPER_TIES,
     filter_other_positives: bool = False,
     device: str | None = None,
     backend: Backend | None = None,
@@ -665,8 +661,7 @@ def rank_pairs(
     Returns ``(ranks, scores)``: float64 ranks under ``ties`` (whole numbers unless ``ties="realistic"``) and
     s(x, y) as float32. When ``tied_out`` (int64, one slot per pair) is given it receives the ``tied`` counts.
     """
-    if ties not in TIES:
-        raise ValueError(f"unknown tie policy {ties!r} (choose from {', '.join(TIES)})")
+    check_ties(ties)
     counts = rank_counts(
         emb,
         queries,
@@ -691,7 +686,7 @@ def rank_pairs_loop(
     background: np.ndarray,
     similarity: Similarity,
     *,
-    ties: Ties = "optimistic",
+    ties: Ties = PAPER_TIES,
     filter_other_positives: bool = False,
     tied_out: np.ndarray | None = None,
 ) -> np.ndarray:
@@ -716,22 +711,7 @@ def rank_pairs_loop(
         keep = ~np.isin(background, list(excluded))
         sb = sb[keep]
         above, tied = int((sb > sy).sum()), int((sb == sy).sum())
-        ranks[i] = 1 + above + {"optimistic": 0, "pessimistic": tied, "realistic": tied / 2}[ties]
+        ranks[i] = tie_ranks(np.array([1 + above]), np.array([tied]), ties)[0]
         if tied_out is not None:
             tied_out[i] = tied
     return ranks
-
-
-def rank_metrics(ranks: np.ndarray, hits: tuple[int, ...] = (1, 3, 10)) -> dict[str, float]:
-    """MR, MRR and Hits@k of a rank vector (empty: NaN metrics, n_pairs 0)."""
-    n = len(ranks)
-    out: dict[str, float] = {"n_pairs": float(n)}
-    if n == 0:
-        out.update({"mr": float("nan"), "mrr": float("nan")} | {f"hits@{k}": float("nan") for k in hits})
-        return out
-    r = ranks.astype(np.float64)
-    out["mr"] = float(r.mean())
-    out["mrr"] = float((1.0 / r).mean())
-    for k in hits:
-        out[f"hits@{k}"] = float((ranks <= k).mean())
-    return out

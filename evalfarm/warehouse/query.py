@@ -81,10 +81,54 @@ def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
+GENERATED_ORIGIN = "evalfarm (generated: evalfarm/ranking.py's tie policies, the scorers' declared roles)"
+"""The origin of the views generated from Python, created before the core views (which read them)."""
+
+
+def _sql_text(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def roles_sql() -> str:
+    """The SQL of the registered scorers' declarations that views join on instead of naming a scorer: the
+    ``scorer_roles`` view and the macros ``scorer_role(scorer)`` and ``correlated_metric(scorer, metric)``."""
+    from evalfarm.plugins import DEFAULT_ROLE, role_of
+
+    scorers = sorted(((kind, s) for kind, s in task_kinds.items()), key=lambda ks: ks[1].name)
+    rows = [
+        f"({_sql_text(s.name)}, {_sql_text(kind)}, {_sql_text(role_of(s))}, "
+        f"[{', '.join(_sql_text(m) for m in getattr(s, 'correlated_metrics', ()))}]::VARCHAR[])"
+        for kind, s in scorers
+    ]
+    values = ",\n    ".join(rows) or "(NULL, NULL, NULL, NULL)"
+    roles = " ".join(f"WHEN {_sql_text(s.name)} THEN {_sql_text(role_of(s))}" for _, s in scorers)
+    roles = f"CASE scorer {roles} ELSE {_sql_text(DEFAULT_ROLE)} END" if roles else _sql_text(DEFAULT_ROLE)
+    extra = [f"(scorer = {_sql_text(s.name)} AND metric IN ({', '.join(_sql_text(m) for m in ms)}))"
+             for _, s in scorers if (ms := tuple(getattr(s, "correlated_metrics", ())))]  # fmt: skip
+    return f"""-- scorer_roles: every registered scorer (task kind) and its declared role (Scorer.role): intrinsic (an
+-- evaluator of the space), downstream (a task the intrinsic evaluators should predict: the correlations' columns)
+-- or diagnostic (shown on request). also_correlated: metrics besides the primary one that correlation_pairs carries.
+-- Views read the role through scorer_role(scorer) ('{DEFAULT_ROLE}' for a scorer no longer registered).
+CREATE OR REPLACE VIEW scorer_roles AS
+SELECT * FROM (VALUES
+    {values}
+) AS t(scorer, task_kind, role, also_correlated)
+WHERE scorer IS NOT NULL;
+
+CREATE OR REPLACE MACRO scorer_role(scorer) AS {roles};
+CREATE OR REPLACE MACRO correlated_metric(scorer, metric) AS {" OR ".join(extra) or "false"};
+"""
+
+
 def view_sources() -> list[ViewSource]:
-    """Every source of views in creation order: the core ``sql/*.sql`` files by name, then each task kind's views
-    by kind name. Raises ``RegistryError`` naming both sources when two define one view."""
-    sources = []
+    """Every source of views in creation order: the generated definitions (the tie policies of
+    :func:`evalfarm.ranking.sql_definitions`, the scorers' roles of :func:`roles_sql`), the core ``sql/*.sql`` files
+    by name, then each task kind's views by kind name. Raises ``RegistryError`` naming both sources when two define
+    one view."""
+    from evalfarm.ranking import sql_definitions
+
+    generated = sql_definitions() + "\n" + roles_sql()
+    sources = [ViewSource(GENERATED_ORIGIN, generated, _view_names(GENERATED_ORIGIN, generated, views_only=False))]
     for path in sorted(sql_dir().glob("*.sql")):
         text = path.read_text(encoding="utf-8")
         origin = f"sql/{path.name}"

@@ -34,6 +34,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalfarm.ranking import TIES_BY_RANK, is_ties, tie_step
 from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse
 from evalfarm.warehouse.manifests import ManifestRow, manifest_index, read_manifests
 from evalfarm.warehouse.schemas import table_schemas
@@ -200,8 +201,6 @@ def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = 
 # -- --deep: the numbers against each other -----------------------------------------------------------------------
 UNIT_LABEL = "unit {fingerprint}"
 """The ``path`` of a ``--deep`` finding: a unit, not a file (the check reads views, whatever the layout)."""
-TIE_STEP = {"optimistic": 1.0, "pessimistic": 1.0, "realistic": 0.5}
-"""The smallest step between two ranks under each tie policy: whole ranks, or halves (rank + tied / 2)."""
 _EPS = 1e-9
 
 
@@ -239,12 +238,12 @@ def _range_problem(metric: str, value: float) -> str | None:
     return None
 
 
-def rank_metric_problems(ties: str, values: dict[str, float]) -> list[str]:
+def rank_metric_problems(ties: str | None, values: dict[str, float]) -> list[str]:
     """What MR, MRR and Hits@k of one tie policy cannot all be at once (ranks >= 1, whole or halves by policy):
     Hits@k grows with k; ranks up to k contribute at least 1/k to MRR; a rank above 1 contributes at most
     1 / (1 + step), one above k at most 1 / (k + step), so MRR <= (1 + Hits@1) / 2 for whole ranks; MR is at least
     1 / MRR (the arithmetic mean is at least the harmonic one) and at least what Hits@k's ranks would sum to."""
-    step = TIE_STEP.get(ties, 0.5)
+    step = tie_step(ties) if is_ties(ties) else 0.5  # the smallest step between two ranks: 1, or 1/2 (realistic)
     hits = sorted((int(m.split("@", 1)[1]), v) for m, v in values.items() if re.fullmatch(r"hits@\d+", m))
     hits = [(k, v) for k, v in hits if not math.isnan(v)]
     out = [f"hits@{k1} {v1:.6g} > hits@{k2} {v2:.6g}" for (k1, v1), (k2, v2) in zip(hits, hits[1:], strict=False)
@@ -284,10 +283,11 @@ def _mrr_problems(mrr: float, h1: float, hits: list[tuple[int, float]], step: fl
 
 
 def _tie_order_problems(by_ties: dict[str, dict[str, float]]) -> list[str]:
-    """Optimistic ranks are at most realistic ones, which are at most pessimistic ones (rank, + tied / 2, + tied):
-    MRR and Hits@k fall along that order, MR rises, and realistic MR is exactly the mean of the other two."""
+    """Optimistic ranks are at most realistic ones, which are at most pessimistic ones (rank, + tied / 2, + tied:
+    :data:`evalfarm.ranking.TIES_BY_RANK`): MRR and Hits@k fall along that order, MR rises, and realistic MR is
+    exactly the mean of the other two."""
     out: list[str] = []
-    order = [t for t in ("optimistic", "realistic", "pessimistic") if t in by_ties]
+    order = [t for t in TIES_BY_RANK if t in by_ties]
     for a, b in zip(order, order[1:], strict=False):
         for metric in set(by_ties[a]) & set(by_ties[b]):
             va, vb = by_ties[a][metric], by_ties[b][metric]
@@ -297,7 +297,7 @@ def _tie_order_problems(by_ties: dict[str, dict[str, float]]) -> list[str]:
                 out.append(f"{metric}: {b} {vb:.6g} > {a} {va:.6g}")
             elif metric == "mr" and _above(va, vb):
                 out.append(f"mr: {a} {va:.6g} > {b} {vb:.6g}")
-    mrs = [by_ties.get(t, {}).get("mr", math.nan) for t in ("optimistic", "realistic", "pessimistic")]
+    mrs = [by_ties.get(t, {}).get("mr", math.nan) for t in TIES_BY_RANK]
     if not any(math.isnan(v) for v in mrs) and abs(mrs[1] - (mrs[0] + mrs[2]) / 2) > 1e-6 * max(1.0, mrs[1]):
         out.append(
             f"mr: realistic {mrs[1]:.6g} is not the mean of optimistic {mrs[0]:.6g} and pessimistic {mrs[2]:.6g}"

@@ -1,10 +1,14 @@
-"""A toy evalfarm plug-in: a model kind and a task kind that live outside evalfarm, found through entry points.
+"""A toy evalfarm plug-in: a model kind and two task kinds that live outside evalfarm, found through entry points.
 
 - Model kind ``hashing-bow``: a sentence encoder without weights. Each text's character 3-grams (padded with a
   space; lower-cased with ``lowercase: true``) are hashed (CRC-32, the same in every process) into 64 buckets and
   counted, so the vector's norm grows with the text's length.
 - Task kind ``length-agreement``: a text file of sentences (one per line, role ``texts``); the metric is the Spearman
   correlation between each sentence's embedding norm and its length in characters.
+- Task kind ``length-classes``, a downstream benchmark (``role = "downstream"``): the same kind of file; the metric
+  is the leave-one-out accuracy of a nearest-centroid classifier telling the sentences longer than the median from
+  the others by their embeddings. Declaring the role is all it takes for evalfarm's correlation views and report to
+  treat it as a downstream task beside the SentEval-style ones.
 """
 
 from __future__ import annotations
@@ -108,3 +112,43 @@ class LengthAgreement(Scorer):
         lengths = np.array([len(t) for t in data.texts], dtype=np.float64)
         rho = float(spearmanr(norms, lengths).statistic)
         return ScoreResult([MetricRow("spearman", rho), MetricRow("texts", float(len(data.texts)))])
+
+
+class LengthClassesTask(TaskSpec):
+    """Sentences in a text file (role ``texts``), one per line: classified as longer than the median or not."""
+
+    kind: Literal["length-classes"] = "length-classes"
+
+
+class LengthClasses(Scorer):
+    """Leave-one-out nearest-centroid accuracy on long vs short sentences: a downstream benchmark."""
+
+    name = "length-classes"
+    version = "1"
+    task_spec = LengthClassesTask
+    primary_metric = "accuracy"
+    role = "downstream"
+    description = "Leave-one-out nearest-centroid accuracy telling sentences longer than the median from the rest."
+
+    def load(self, task: TaskSpec) -> Sentences:
+        return LengthAgreement().load(task)
+
+    def score(
+        self,
+        task: TaskSpec,
+        data: Sentences,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
+    ) -> ScoreResult:
+        lengths = np.array([len(t) for t in data.texts], dtype=np.float64)
+        labels = lengths > np.median(lengths)
+        x = vectors.emb.astype(np.float64)
+        right = 0
+        for i in range(len(x)):
+            keep = np.arange(len(x)) != i
+            centroids = [x[keep & (labels == c)].mean(0) for c in (False, True)]
+            guess = int(np.argmin([np.linalg.norm(x[i] - c) for c in centroids]))
+            right += int(bool(guess) == labels[i])
+        return ScoreResult([MetricRow("accuracy", right / len(x)), MetricRow("texts", float(len(x)))])
