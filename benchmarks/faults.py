@@ -393,8 +393,8 @@ class Faults:
         wh = self._wh("wh-head")
         cli = Cli(self._args(wh, "--workers", "1"), self.work / "head.log").start()
         sid = cli.proc.pid
-        metrics = wh / "tables" / "metrics"
-        _wait_for(lambda: list(metrics.glob("model=*/task=*/*.parquet")), "first unit", 300, cli)
+        # the first unit finished (its rows are staged; the run commits them in batches, and at its end)
+        _wait_for(lambda: any(ln.startswith("done ") for ln in cli.output.splitlines()), "first unit", 300, cli)
         # The workers are paused first (SIGSTOP): with a dead GCS they could otherwise still finish this small
         # catalog's last units within the seconds the driver takes to notice, on a fast machine.
         for pid, cmd in session(sid).items():
