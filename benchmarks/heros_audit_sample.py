@@ -6,12 +6,24 @@ printed as the audit file's rows with empty ``verdict`` and ``reason`` columns f
 procedure and the criteria: docs/audits/README.md).
 
     python benchmarks/heros_audit_sample.py "$(evalfarm data build heros | sed -n 's/^built: //p')" > sample.tsv
+    python benchmarks/heros_audit_sample.py --candidates > candidates.tsv
+    python benchmarks/heros_audit_sample.py --smoke --json /tmp/h.json   # a six-comment build: CI only
+
+``--json`` also writes the sample as ``{"rows": [[subset, id, original, pair], ...]}``. ``--smoke`` builds the
+recipe on 6 comments (``{"n": 6}``) into a temporary folder, with ``EVALFARM_CACHE`` there too (the user's cache is
+left alone), and samples it twice at the full size and at 3 a subset (so the draw picks among more rows than it
+keeps); its JSON holds each subset's filled row ids beside the samples and whether the two draws agreed, so
+tests/test_benchmarks_smoke.py can redraw the documented procedure.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+import json
+import os
+import tempfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -20,16 +32,20 @@ SAMPLE = 40
 SUBSETS = ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym")
 
 
-def sample(path: Path) -> list[list[str]]:
-    """``[subset, row id, original, pair]`` for the audited rows of the built file ``path``."""
+def _rows(path: Path) -> tuple[dict[str, int], list[list[str]]]:
+    """The built file's column positions and rows (its ``#`` header left out)."""
     lines = [line for line in path.read_text(encoding="utf-8").splitlines() if not line.startswith("#")]
-    columns = lines[0].split("\t")
-    at = {c: i for i, c in enumerate(columns)}
-    rows = [line.split("\t") for line in lines[1:]]
+    at = {c: i for i, c in enumerate(lines[0].split("\t"))}
+    return at, [line.split("\t") for line in lines[1:]]
+
+
+def sample(path: Path, size: int = SAMPLE) -> list[list[str]]:
+    """``[subset, row id, original, pair]`` for the audited rows of the built file ``path`` (``size`` a subset)."""
+    at, rows = _rows(path)
     out = []
     for k, subset in enumerate(SUBSETS):
         have = [r for r in rows if r[at[subset]]]
-        picked = np.random.default_rng([SEED, k]).choice(len(have), size=min(SAMPLE, len(have)), replace=False)
+        picked = np.random.default_rng([SEED, k]).choice(len(have), size=min(size, len(have)), replace=False)
         for i in sorted(int(j) for j in picked):
             r = have[i]
             out.append([subset, r[at["id"]], r[at["original"]], r[at[subset]]])
@@ -55,13 +71,48 @@ def candidates() -> None:
             print("\t".join([r[at["comment_id"]], subset, key, "", "", r[at["original"]], r[at[subset]]]))
 
 
-def main() -> None:
-    if sys.argv[1] == "--candidates":
+def smoke(tmp: Path) -> tuple[Path, dict[str, Any]]:
+    """``--smoke``: the recipe on 6 comments, built and cached under ``tmp``; the built file and what the JSON
+    holds besides the sample."""
+    os.environ["EVALFARM_CACHE"] = str(tmp / "cache")  # WordNet's index and the like: not into the user's cache
+    from evalfarm.taskdata.build import build
+
+    built = build("heros", {"n": 6}, out_dir=tmp / "built")
+    at, rows = _rows(built.path)
+    small = sample(built.path, size=3)
+    return built.path, {
+        "built": {"file": built.path.name, "sha256": built.sha256, "rows": len(rows), "params": built.params},
+        "filled_ids": {s: [r[at["id"]] for r in rows if r[at[s]]] for s in SUBSETS},
+        "small_size": 3,
+        "small": small,
+        "small_again_equal": sample(built.path, size=3) == small,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("path", nargs="?", type=Path, help="the built HEROS file")
+    ap.add_argument("--candidates", action="store_true", help="every synonym and antonym pair before the review")
+    ap.add_argument("--json", type=Path, help="write the sample here too")
+    ap.add_argument("--smoke", action="store_true", help="a six-comment build in a temporary folder: CI only")
+    args = ap.parse_args(argv)
+    if args.candidates:
         candidates()
         return
+    if args.path is None and not args.smoke:
+        ap.error("give the built file (or --candidates, or --smoke)")
+    with tempfile.TemporaryDirectory(prefix="heros-audit-") as tmp:
+        out: dict[str, Any] = {}
+        if args.smoke:
+            args.path, out = smoke(Path(tmp))
+        rows = sample(args.path)
+        out = {"sample_size": SAMPLE, "rows": rows, **out}
     print("\t".join(["subset", "id", "original", "pair", "verdict", "reason"]))
-    for row in sample(Path(sys.argv[1])):
+    for row in rows:
         print("\t".join([*row, "", ""]))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

@@ -211,6 +211,64 @@ def _check_answer_tables(out: dict[str, Any], tmp: Path) -> None:
     )
 
 
+def _check_diagnostics_versions(out: dict[str, Any], tmp: Path) -> None:
+    """The synthetic warehouse's known rhos (version 1's synonym row reversed against MR, version 2's in its order;
+    a constant row and a two-model DefSent: no rho), the others against SciPy on the numbers written."""
+    from scipy.stats import spearmanr
+
+    old, new = out["tables"]
+    assert [s.split(":", 1)[1] for s in out["specs"]] == [
+        "heros-goemotions-v1:defsent-wordnet-v1",
+        "heros-goemotions:defsent-wordnet",
+    ]
+    assert set(old) == {"HEROS synonym", "DefSent MRR"}
+    assert set(new) == {"HEROS synonym", "HEROS antonym", "HEROS typo", "DefSent MRR"}
+    assert old["HEROS synonym"]["mr"] == [pytest.approx(-1.0), 6]  # version 1 reversed against MR
+    assert new["HEROS synonym"]["mr"] == [pytest.approx(1.0), 6]  # version 2 in MR's order
+    assert new["HEROS typo"]["mr"] == [None, 6] and old["DefSent MRR"]["mr"] == [None, 2]  # constant; 2 models
+    assert new["HEROS synonym"]["cr"] == [None, 0]  # no CR accuracies
+    written = out["written"]
+    diag = {**written["diagnostics"]["heros-goemotions"], **written["diagnostics"]["defsent-wordnet"]}
+    for excluded, tables in ((False, out["tables"]), (True, out["tables_excluding_postprocessed"])):
+        for row in ("HEROS synonym", "HEROS antonym", "DefSent MRR"):
+            for task in ("mr", "sst2"):
+                models = sorted(m for m in diag[row] if not (excluded and m == "m5"))  # m5: post-processed
+                acc = written["downstream"][task]
+                expected = spearmanr([diag[row][m] for m in models], [acc[m] for m in models]).statistic
+                assert tables[1][row][task] == [pytest.approx(expected), len(models)], (excluded, row, task)
+    assert out["tables_excluding_postprocessed"][0]["HEROS synonym"]["mr"] == [pytest.approx(-1.0), 5]
+
+
+def _check_e5_prefix(out: dict[str, Any], tmp: Path) -> None:
+    """Both prefixes on every primary number of the STS13 slice, each a correlation, and the prefix changes them."""
+    import math
+
+    assert out["tasks"] == ["sts13-head"] and out["smoke"]["pairs_per_file"] * out["smoke"]["files"] == 36
+    numbers = out["numbers"]
+    assert list(numbers) == ["sts13-head spearman [wmean]"], numbers
+    for key, by_prefix in numbers.items():
+        assert set(by_prefix) == {"passage", "query"}, key
+        assert all(math.isfinite(v) and -1 <= v <= 1 for v in by_prefix.values()), (key, by_prefix)
+    assert any(v["passage"] != v["query"] for v in numbers.values()), numbers  # another prefix, other vectors
+
+
+def _check_heros_audit_sample(out: dict[str, Any], tmp: Path) -> None:
+    """The documented draw, redone here on each subset's filled rows: seeded per subset, listed in file order."""
+    import numpy as np
+
+    subsets = ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym")
+    filled = out["filled_ids"]
+    assert set(filled) == set(subsets) and len(filled["negation-main"]) == 6 and out["built"]["params"]["n"] == 6
+    assert out["small_again_equal"] is True
+    for rows, size in ((out["rows"], out["sample_size"]), (out["small"], out["small_size"])):
+        assert {r[0] for r in rows} <= set(subsets) and all(r[2] and r[3] and r[2] != r[3] for r in rows), rows
+        for k, subset in enumerate(subsets):
+            have = filled[subset]
+            picked = np.random.default_rng([43, k]).choice(len(have), size=min(size, len(have)), replace=False)
+            assert [r[1] for r in rows if r[0] == subset] == [have[i] for i in sorted(picked)], (subset, size)
+    assert len(out["small"]) < len(out["rows"])  # 3 a subset picks among more rows than it keeps
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_warehouse.py": ([], _check_warehouse),
     "bench_table_formats.py": ([], _check_table_formats),
@@ -233,6 +291,9 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "conformance.py": ([], _check_conformance),
     "faults.py": ([], _check_faults),
     "gpu_check.py": ([], _check_gpu),
+    "diagnostics_versions.py": ([], _check_diagnostics_versions),
+    "e5_prefix.py": ([], _check_e5_prefix),
+    "heros_audit_sample.py": ([], _check_heros_audit_sample),
 }
 """Each script: its arguments after ``--smoke --json OUT`` (``{tmp}``: the test's folder) and what its JSON must
 hold."""
