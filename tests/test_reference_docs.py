@@ -109,7 +109,7 @@ def _anchors(markdown: str) -> set[str]:
 def test_every_link_between_the_readme_and_the_docs_resolves() -> None:
     """A section moved or renamed in one document breaks no link to it from another."""
     pages = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")), REPO / "cluster" / "README.md"]
-    pages.append(REPO / "benchmarks" / "README.md")
+    pages += [REPO / "benchmarks" / "README.md", REPO / "benchmarks" / "results" / "HISTORY.md"]
     broken = []
     for page in pages:
         text = re.sub(r"^```.*?^```", "", page.read_text(encoding="utf-8"), flags=re.MULTILINE | re.DOTALL)
@@ -123,3 +123,45 @@ def test_every_link_between_the_readme_and_the_docs_resolves() -> None:
             elif anchor and dest.suffix == ".md" and anchor not in _anchors(dest.read_text(encoding="utf-8")):
                 broken.append(f"{page.relative_to(REPO)}: {target} (no such section)")
     assert not broken, "\n".join(broken)
+
+
+MACHINE_PATH = re.compile(r"(?<![\w.~$<>-])/(?:work|tmp|check|root|home)/[^\s`'\")\]|,;]*")
+"""An absolute path of the machine a figure was measured on, not a path inside the repository (``shared/data``)."""
+MACHINE_PATHS_ALLOWED = {
+    ("docs/operations.md", "/tmp/ray"): "Ray's own default temp dir on every machine, named to explain its mode 0777",
+    ("docs/operations.md", "/tmp/evalfarm-head-XXXXXX"): "the mktemp pattern start-head.sh uses, on any machine",
+    ("docs/evaluators.md", "/work/wh-after"): "outside issue 42's files: rewrite as `wh-after` and drop this entry",
+}
+
+
+def test_the_results_documents_name_no_path_of_the_machine_they_were_measured_on() -> None:
+    """Issue 42: a reader elsewhere cannot open /work/nightly-wh2; a document names a warehouse by a relative or
+    generic name (``nightly-wh2``, ``a copy of the warehouse``), in its commands too."""
+    pages = [*sorted((REPO / "docs").glob("*.md")), REPO / "benchmarks" / "README.md"]
+    pages.append(REPO / "benchmarks" / "results" / "HISTORY.md")
+    found, used = [], set()
+    for page in pages:
+        rel = str(page.relative_to(REPO))
+        for n, line in enumerate(page.read_text(encoding="utf-8").splitlines(), 1):
+            for m in MACHINE_PATH.finditer(line):
+                if (rel, m.group(0)) in MACHINE_PATHS_ALLOWED:
+                    used.add((rel, m.group(0)))
+                else:
+                    found.append(f"{rel}:{n}: {m.group(0)}")
+    assert not found, "absolute paths of a machine:\n" + "\n".join(found)
+    assert used == set(MACHINE_PATHS_ALLOWED), f"allowed but no longer there: {set(MACHINE_PATHS_ALLOWED) - used}"
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["--warehouse /work/nightly-wh2 --json", "(`/tmp/w13/wh`)", "cp -r /root/wh x", "in /home/me/wh", "/check/x"],
+)
+def test_the_machine_path_pattern_finds_each_kind(text: str) -> None:
+    assert MACHINE_PATH.search(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["shared/data/evalrank", "../shared/MODELS.md", "`wh-copy/`", "benchmarks/results/tmp/x", "$TMPDIR/ray"]
+)
+def test_the_machine_path_pattern_leaves_relative_paths_alone(text: str) -> None:
+    assert not MACHINE_PATH.search(text)
