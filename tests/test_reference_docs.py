@@ -130,7 +130,6 @@ MACHINE_PATH = re.compile(r"(?<![\w.~$<>-])/(?:work|tmp|check|root|home)/[^\s`'\
 MACHINE_PATHS_ALLOWED = {
     ("docs/operations.md", "/tmp/ray"): "Ray's own default temp dir on every machine, named to explain its mode 0777",
     ("docs/operations.md", "/tmp/evalfarm-head-XXXXXX"): "the mktemp pattern start-head.sh uses, on any machine",
-    ("docs/evaluators.md", "/work/wh-after"): "outside issue 42's files: rewrite as `wh-after` and drop this entry",
 }
 
 
