@@ -52,16 +52,16 @@ Backends, behind the one function:
   batches many models (``PATH_MIN_SETS``), a refit from the mean of its C's inner-fold solutions. C is chosen on
   accuracies that differ by a few predictions, so the engine must reach scikit-learn's optimum (``tol=1e-6``).
   ``dtype="mixed"`` (the default since downstream scorer version 6): the two products over the rows (and the
-  preconditioner's basis products) run in float32, on ``[X, 1]`` stored in float32, while the weights, the loss,
-  the gradient's assembly and the L-BFGS state stay in float64. The products read the matrix at half the bytes
-  (measured on one thread: 1.5–1.8× less CPU time on TREC, MRPC and SICK-E, ``benchmarks/README.md``); their
+  preconditioner's basis products) run in float32, on ``[X, 1]`` stored in float32, while the weights, the loss, the
+  gradient's assembly and the L-BFGS state stay in float64. The products read the matrix at half the bytes (measured
+  on one thread: 1.5–1.8× less CPU time on TREC, MRPC and SICK-E, ``benchmarks/results/HISTORY.md``, wave 11); their
   rounding leaves the gradient within ~5e-9 of float64's, 200 times below ``tol``, but the objective's value only
   within ~1e-9, so near the optimum the line search also accepts a step by Hager & Zhang's approximate Wolfe
-  condition (:func:`batched_lbfgs`), and every model is then checked (and if need be finished) in float64 with
-  the float64 stopping rules: each model meets float64's rule, as a float64 solve's would. ``dtype="float64"``:
-  every product in float64 (versions 2–5). ``dtype="float32"`` runs everything in float32, the optimiser's state
-  included; measured against float64 it stalls at gradients ~1e-5 (a float32 weight cannot take the last steps)
-  and moved MR's accuracy by 0.1 point (``benchmarks/README.md``), so it is an option for GPUs without fast
+  condition (:func:`batched_lbfgs`), and every model is then checked (and if need be finished) in float64 with the
+  float64 stopping rules: each model meets float64's rule, as a float64 solve's would. ``dtype="float64"``: every
+  product in float64 (versions 2–5). ``dtype="float32"`` runs everything in float32, the optimiser's state included;
+  measured against float64 it stalls at gradients ~1e-5 (a float32 weight cannot take the last steps) and moved MR's
+  accuracy by 0.1 point (``benchmarks/results/HISTORY.md``, wave 7), so it is an option for GPUs without fast
   float64, not the default. The device is ``device`` (CUDA when available).
 - ``sklearn``: the reference, ``LogisticRegression(solver="lbfgs")`` per fit, float64, on the same standardised
   features.
