@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
+from evalfarm.options import RunOptions, RunRequest
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
 from evalfarm.plan import (
     CODE_VERSIONS,
@@ -41,7 +42,6 @@ from evalfarm.plan import (
 )
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
-from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
 
 if TYPE_CHECKING:
@@ -256,20 +256,16 @@ def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptio
 def run_catalog(
     catalog: str | Path | Catalog,
     warehouse: str | Path,
+    request: RunRequest | None = None,
     *,
-    models: list[str] | None = None,
-    tasks: list[str] | None = None,
-    options: RunOptions | None = None,
-    force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    executor: str = "ray",
-    address: str | None = None,
-    workers: int | None = None,
-    max_attempts: int = 2,
     on_event: Callable[[RunEvent], None] | None = None,
     encoders: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> RunSummary:
-    """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
+    """Evaluate ``request``'s models (default: all) of ``catalog`` on its tasks (default: the catalog's) into
+    ``warehouse``. ``fields`` are :class:`~evalfarm.options.RunRequest` fields given as keywords (``models=[...]``,
+    ``executor="local"``), over ``request`` or the defaults: the one place a run's keywords become its request.
 
     ``executor``: ``ray`` (the default of ``evalfarm run`` and :func:`evalfarm.run` too) or ``local``, the
     in-process loop.
@@ -278,21 +274,8 @@ def run_catalog(
     :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
     objects (in-process executor only).
     """
-    return Run(
-        catalog,
-        warehouse,
-        models=models,
-        tasks=tasks,
-        options=options,
-        force=force,
-        progress=progress,
-        executor=executor,
-        address=address,
-        workers=workers,
-        max_attempts=max_attempts,
-        on_event=on_event,
-        encoders=encoders,
-    ).execute()
+    request = dataclasses.replace(request or RunRequest(), **fields)
+    return Run(catalog, warehouse, request, progress=progress, on_event=on_event, encoders=encoders).execute()
 
 
 class Run:
@@ -313,32 +296,26 @@ class Run:
         self,
         catalog: str | Path | Catalog,
         warehouse: str | Path,
+        request: RunRequest | None = None,
         *,
-        models: list[str] | None = None,
-        tasks: list[str] | None = None,
-        options: RunOptions | None = None,
-        force: bool = False,
         progress: Callable[[str, int, int], None] | None = None,
-        executor: str = "ray",
-        address: str | None = None,
-        workers: int | None = None,
-        max_attempts: int = 2,
         on_event: Callable[[RunEvent], None] | None = None,
         encoders: dict[str, Any] | None = None,
     ) -> None:
-        if executor not in EXECUTORS:
-            raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
-        if encoders and executor != "local":
+        request = request or RunRequest()
+        if request.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {request.executor!r}: use one of {', '.join(EXECUTORS)}")
+        if encoders and request.executor != "local":
             raise ValueError("in-memory encoder objects run in this process: use executor='local'")
+        self.request = request
         self.source = catalog  # as given: the provenance records a path, not only the loaded catalog
         self.cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.warehouse = warehouse
-        self.models, self.tasks = models, tasks
-        self.options = options or RunOptions()
-        self.force = force
+        self.models, self.tasks = request.model_ids, request.task_ids
+        self.options = request.options  # skip() adds the verified task files: the options the workers get
+        self.force, self.executor = request.force, request.executor
+        self.address, self.workers, self.max_attempts = request.address, request.workers, request.max_attempts
         self.progress = progress
-        self.executor = executor
-        self.address, self.workers, self.max_attempts = address, workers, max_attempts
         self.emit: Callable[[RunEvent], None] = on_event or (lambda e: None)
         self.encoders = encoders or {}
         # set by schedule(), read by record(): what to release and close, whatever failed in between
