@@ -212,9 +212,7 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
         skipped += [Skipped(u.model, u.task) for u in p.units if id(u) in done]
         if todo:
             share = len(todo) / len(p.units)
-            pending.append(
-                ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * share, embed_cost=p.embed_cost)
-            )
+            pending.append(dataclasses.replace(p, units=todo, cost=p.cost * share))
     return pending, skipped
 
 
