@@ -432,8 +432,7 @@ class Run:
         texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
         shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
-        derived = {p.model for p in self.pending if self.cat.model(p.model).postprocess is not None
-                   and self.cat.model(p.model).level == "sentence"}  # fmt: skip
+        derived = {p.model for p in self.pending if p.spec.postprocess is not None and p.spec.level == "sentence"}
         self.tracker.texts_planned = {
             p.model: round(sum(texts.get(u.task, 0) for u in p.units) * (1.0 - shares[p.model]))
             for p in self.pending
@@ -441,7 +440,7 @@ class Run:
         }
         units = [
             eta.PlannedUnit(
-                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
+                u.model, self._eta_key(p), u.task, p.cost / len(p.units),
                 shares[p.model],
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
@@ -489,10 +488,10 @@ class Run:
                 counts[t] = round(counts[t] * len(seen) / total) if total else 0
         return counts
 
-    def _eta_key(self, model: str) -> str:
+    def _eta_key(self, plan: ModelPlan) -> str:
         from evalfarm.eta import kind_key
 
-        return kind_key(self.cat.kind(model), self.cat.model(model).postprocess is not None)
+        return kind_key(plan.kind, plan.spec.postprocess is not None)
 
     def _announce_plan(self) -> None:
         from evalfarm.provenance import unpinned_revisions
@@ -880,7 +879,7 @@ def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
     the transformer whose forward pass embeds them too (``plan.share_forward_passes``, which sets the siblings)."""
     out: dict[str, str | None] = {}
     for p in plans:
-        spec = cat.model(p.model)
+        spec = p.spec
         out[p.model] = spec.base if (spec.base and spec.postprocess and spec.level == "sentence") else None
     for sibling, leader in share_forward_passes(cat, plans).items():
         out[sibling] = leader
@@ -913,7 +912,7 @@ def _executor(
         return LocalExecutor(ctx)
     from evalfarm.scheduler.ray_executor import RayExecutor, small_kind
 
-    kinds = {p.model: cat.kind(p.model) for p in pending}
+    kinds = {p.model: p.kind for p in pending}
     small = all(small_kind(k) for k in kinds.values())
     return RayExecutor(
         catalog=cat,
