@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfarm.catalog.registry import Catalog, CatalogError
-from evalfarm.catalog.specs import canonical_json
+from evalfarm.catalog.specs import ModelSpec, canonical_json, spec_hash
 from evalfarm.embed import EMBED_VERSION, store_key
 from evalfarm.options import RunOptions
 from evalfarm.scorers import scorer_for
@@ -45,7 +45,10 @@ class Unit:
 
 @dataclass
 class ModelPlan:
-    """All units of one model: a worker loads the model once, embeds the texts its units need, then scores them."""
+    """All units of one model: a worker loads the model once, embeds the texts its units need, then scores them.
+
+    ``lineage`` is the model's spec and its bases', nearest first (``Catalog.lineage``), as planned: the executor
+    loads, derives and describes the model from it, and never looks the model up in a catalog again."""
 
     model: str
     spec_hash: str
@@ -55,6 +58,32 @@ class ModelPlan:
     cost: float = 1.0  # relative size, for largest-first assignment
     embed_cost: float = 0.0  # the embedding's share of ``cost`` (0 for a pooling sibling: the leader embeds)
     siblings: list[ModelPlan] = field(default_factory=list)  # pooling siblings this model's forward pass embeds too
+    lineage: tuple[ModelSpec, ...] = ()
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's own spec (``lineage[0]``)."""
+        if not self.lineage:
+            raise ValueError(f"the plan of {self.model!r} carries no spec (plan it with plan_run)")
+        return self.lineage[0]
+
+    @property
+    def kind(self) -> str:
+        """The model family: its own ``kind`` or, for a derived model, its nearest base's (``Catalog.kind``)."""
+        return next(s.kind for s in self.lineage if s.kind is not None)
+
+    @property
+    def base_lineage(self) -> tuple[ModelSpec, ...]:
+        """The base's own lineage (empty for a model with no base)."""
+        return self.lineage[1:]
+
+    @property
+    def base_store(self) -> str:
+        """The base's text store key (a derived model that reuses its base's vectors reads them there)."""
+        base = self.base_lineage
+        if not base:
+            raise ValueError(f"model {self.model!r} has no base")
+        return store_key(spec_hash(base[0], *base[1:]))
 
 
 def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, params: str) -> str:
@@ -116,9 +145,10 @@ def plan_run(
         keyed[t.id] = (scorer.name, scorer.version, params)
     plans: list[ModelPlan] = []
     for m in model_ids:
-        spec = catalog.model(m)
+        chain = tuple(catalog.lineage(m))
+        spec = chain[0]
         sh = catalog.spec_hash(m)
-        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level, store=store_key(sh))
+        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level, store=store_key(sh), lineage=chain)
         for t in task_specs:
             if t.level != spec.level:
                 continue

@@ -154,12 +154,12 @@ class EvalWorker:
         finally:
             self._keep_tasks()
 
-    def score(self, unit: Any) -> list[Any]:
+    def score(self, plan: Any, unit: Any) -> list[Any]:
         from evalfarm.execute import score_unit
 
         self._context()
         try:
-            return [score_unit(unit, self.ctx)]
+            return [score_unit(plan, unit, self.ctx)]
         finally:
             self._keep_tasks()
 
@@ -923,7 +923,7 @@ class RayExecutor:
         actor = self.actors[worker]
         if job.stage == Stage.EMBED:
             return actor.embed.remote(job.plan)
-        return actor.score.remote(job.unit)
+        return actor.score.remote(job.plan, job.unit)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray
