@@ -205,27 +205,32 @@ def without_tasks(
 
 
 def forward_key(catalog: Catalog, model: str) -> str | None:
-    """What a transformer's forward pass depends on (checkpoint, revision, truncation, batching, dtype, remote code):
-    models with the same key differ only in pooling, so one pass can embed them all. None for other models (a
-    post-processed or derived one, any other kind)."""
+    """What a model's forward pass depends on, as its kind declares it (``ModelKind.forward_key``; transformers: the
+    checkpoint, revision, truncation, batching, dtype, remote code): models of one kind with the same key differ only
+    in pooling, so one pass can embed them all. None for other models (a post-processed or derived one, a kind that
+    declares no key)."""
+    from evalfarm.plugins import RegistryError, model_kind
+
     chain = catalog.lineage(model)
     spec = chain[0]
-    if len(chain) != 1 or spec.kind != "transformers" or spec.source is None or spec.postprocess is not None:
+    if len(chain) != 1 or spec.kind is None or spec.source is None or spec.postprocess is not None:
         return None
-    fields = ("revision", "max_length", "batch_size", "dtype", "trust_remote_code", "tokenizer")
-    return canonical_json(
-        {"source": spec.source.model_dump(mode="json"), **spec.model_dump(mode="json", include=set(fields))}
-    )
+    try:
+        kind = model_kind(spec.kind)
+    except RegistryError:
+        return None
+    key = kind.forward_key(spec) if kind.forward_key is not None else None
+    return canonical_json(key) if key is not None else None
 
 
 def forward_pass_groups(catalog: Catalog, plans: list[ModelPlan]) -> list[list[ModelPlan]]:
     """The pending transformers that differ only in pooling, grouped (each group's first plan is its leader);
     reads only."""
-    groups: dict[str, list[ModelPlan]] = {}
+    groups: dict[tuple[str, str], list[ModelPlan]] = {}
     for p in plans:
         key = forward_key(catalog, p.model)
         if key is not None:
-            groups.setdefault(key, []).append(p)
+            groups.setdefault((catalog.kind(p.model), key), []).append(p)
     return list(groups.values())
 
 
@@ -239,7 +244,7 @@ def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, 
         leader.siblings = list(rest)
         for sib in rest:
             waits[sib.model] = leader.model
-            sib.cost = max(0.05, sib.cost - kind_cost("transformers"))  # its encoder pass is the leader's
+            sib.cost = max(0.05, sib.cost - kind_cost(catalog.kind(sib.model)))  # its encoder pass is the leader's
             sib.embed_cost = 0.0
     return waits
 
