@@ -121,6 +121,19 @@ def estimate_cost(kind: str, level: str, units: list[Unit], postprocessed: bool 
     return embed_cost(kind, level, postprocessed) + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
 
 
+def _nothing_to_run(
+    catalog: Catalog, model_ids: list[str], task_ids: list[str], task_specs: list[Any]
+) -> CatalogError:
+    """The error of a selection whose tasks are of no selected model's level."""
+    levels = sorted({catalog.model(m).level for m in model_ids})
+    have = sorted({t.level for t in task_specs})
+    return CatalogError(
+        f"nothing to run: the selected models are {'/'.join(levels)}-level but the selected tasks "
+        f"({', '.join(task_ids) or 'none'}) are {'/'.join(have) or 'none'}-level; pick tasks of the models' level "
+        "(`evalfarm catalog list` shows each model's tasks)"
+    )
+
+
 def plan_run(
     catalog: Catalog,
     *,
@@ -172,13 +185,7 @@ def plan_run(
             mp.embed_cost = embed_cost(catalog.kind(m), spec.level, postprocessed=post)
             plans.append(mp)
     if not plans:
-        levels = sorted({catalog.model(m).level for m in model_ids})
-        have = sorted({t.level for t in task_specs})
-        raise CatalogError(
-            f"nothing to run: the selected models are {'/'.join(levels)}-level but the selected tasks "
-            f"({', '.join(task_ids) or 'none'}) are {'/'.join(have) or 'none'}-level; pick tasks of the models' level "
-            "(`evalfarm catalog list` shows each model's tasks)"
-        )
+        raise _nothing_to_run(catalog, model_ids, task_ids, task_specs)
     # Bases first: a derived sentence model can then reuse its base's embeddings.
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
     plans.sort(key=lambda p: depth[p.model])
