@@ -444,6 +444,7 @@ def _check_every_model_has_tasks(merged: Catalog, model_ids: list[str], spec_pat
         )
 
 
+# long: its signature is the submission's options; its result a 21-field SubmitPlan
 def plan_submission(
     spec: str | os.PathLike[str],
     *,

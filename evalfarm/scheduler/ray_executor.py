@@ -431,6 +431,7 @@ def _target_address(address: str | None) -> str | None:
     return address
 
 
+# long: docstring: the local head's security; token/loopback steps must wrap ray.init in order
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
     ``auto`` is :func:`resolve_auto_address`'s choice (evalfarm's recorded head first; fails fast when unsure).
