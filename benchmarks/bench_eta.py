@@ -248,10 +248,12 @@ def first_eta(
 ) -> dict[str, Any]:
     """The first ETA a run of ``catalog`` into an empty warehouse prints (evalfarm.runner.Run's plan and skip
     steps: the tasks' texts counted, nothing embedded or scored), against ``wall`` seconds measured elsewhere."""
+    from evalfarm.options import RunRequest
     from evalfarm.runner import Run
 
     events: list[Any] = []
-    run = Run(catalog, tmp / "first-eta-wh", models=models, tasks=tasks, workers=workers, on_event=events.append)
+    request = RunRequest(models=models, tasks=tasks, workers=workers)
+    run = Run(catalog, tmp / "first-eta-wh", request, on_event=events.append)
     run.plan()
     run.skip()
     first = run.summary.first_eta or {}

@@ -85,18 +85,21 @@ def main() -> None:
             (r["model"], r["task"]): r["seconds"]
             for r in wh.query("SELECT model, task, seconds FROM units WHERE stage = 'embed'").to_pylist()
         }
-        units = {(u.model, u.task): u for p in plan_run(catalog, models=models, tasks=tasks) for u in p.units}
+        plans = plan_run(catalog, models=models, tasks=tasks)
+        units = {(u.model, u.task): u for p in plans for u in p.units}
+        plan_of = {p.model: p for p in plans}
         ctx = ExecContext(catalog, wh, run_id="bench-neighbours")
         for key in chosen:
             unit = units[key]
             params = json.loads(unit.params)
             without = dataclasses.replace(unit, params=json.dumps({**params, "neighbours": 0}))
             times: dict[str, list[float]] = {"with": [], "without": []}
-            score_unit(unit, ctx)  # warm: task data read, work buffers allocated, FAISS imported
+            plan = plan_of[unit.model]
+            score_unit(plan, unit, ctx)  # warm: task data read, work buffers allocated, FAISS imported
             for _ in range(args.repeats):
                 for label, u in (("with", unit), ("without", without)):
                     t0 = time.process_time()
-                    out = score_unit(u, ctx)
+                    out = score_unit(plan, u, ctx)
                     times[label].append(time.process_time() - t0)
                     if out.status.value != "done":
                         raise SystemExit(f"{key}: {out.error}")

@@ -12,6 +12,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import ConfigError as ConfigError
     from evalfarm.api import EvaluationFailed as EvaluationFailed
     from evalfarm.api import RunOptionArgs as RunOptionArgs
+    from evalfarm.api import RunRequest as RunRequest
     from evalfarm.api import Settings as Settings
     from evalfarm.api import TextEncoder as TextEncoder
     from evalfarm.api import ZooBuild as ZooBuild
@@ -31,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import plan_submission as plan_submission
     from evalfarm.api import query as query
     from evalfarm.api import run as run
+    from evalfarm.api import run_request as run_request
     from evalfarm.api import run_status as run_status
     from evalfarm.api import set_config as set_config
     from evalfarm.api import settings as settings
@@ -48,6 +50,7 @@ _API = (
     "ConfigError",
     "EvaluationFailed",
     "RunOptionArgs",
+    "RunRequest",
     "Settings",
     "TextEncoder",
     "ZooBuild",
@@ -67,6 +70,7 @@ _API = (
     "plan_submission",
     "query",
     "run",
+    "run_request",
     "run_status",
     "set_config",
     "settings",

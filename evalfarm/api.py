@@ -60,7 +60,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from evalfarm.config import Config, ConfigError, Settings, resolve_settings
-from evalfarm.options import RunOptionArgs
+from evalfarm.options import DEFAULT_EXECUTOR, RunOptionArgs, RunRequest
 from evalfarm.ranking import PAPER_TIES, Ties, TiesOrAll
 
 if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `import evalfarm` stays cheap
@@ -86,7 +86,6 @@ if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `im
 
 PathOrStr = str | os.PathLike[str]
 
-DEFAULT_EXECUTOR = "ray"
 """The executor of :func:`run` and of ``evalfarm run``: worker actors on a local (or the given) Ray cluster."""
 
 log = logging.getLogger("evalfarm")
@@ -183,28 +182,43 @@ def run(
     degenerate and thin units, wall time, what moved) as JSON on stdin, also for a failed or interrupted run
     (default: the ``notify`` setting, ``EVALFARM_NOTIFY``); what it did is ``summary.notified``
     (:mod:`evalfarm.notify`: a failing hook is logged, never raised)."""
+    request = RunRequest(
+        models=models,
+        tasks=tasks,
+        options=_run_options(options),
+        force=force,
+        executor=executor,
+        address=address,
+        workers=workers,
+        max_attempts=max_attempts,
+    )
+    return run_request(
+        request, catalog, warehouse=warehouse, data=data, check=check, on_event=on_event, progress=progress,
+        notify=notify,
+    )  # fmt: skip
+
+
+def run_request(
+    request: RunRequest,
+    catalog: PathOrStr | None = None,
+    *,
+    warehouse: PathOrStr | None = None,
+    data: PathOrStr | None = None,
+    check: bool = True,
+    on_event: Callable[[RunEvent], None] | None = None,
+    progress: Callable[[str, int, int], None] | None = None,
+    notify: str | None = None,
+) -> RunSummary:
+    """:func:`run` for a :class:`~evalfarm.options.RunRequest` already built (what ``evalfarm run`` does): the same
+    settings, hooks, result and errors."""
     from evalfarm.runner import RunInterrupted, run_catalog
     from evalfarm.taskdata.data import data_dir
 
     cfg = resolve_settings(data=data, warehouse=warehouse, catalog=catalog, notify=notify)
-    run_options = _run_options(options)
     with cfg.data_exported():
         data_dir()  # a data folder that is not one fails now, not in every unit
         try:
-            summary = run_catalog(
-                cfg.catalog,
-                cfg.warehouse,
-                models=list(models) if models else None,
-                tasks=list(tasks) if tasks else None,
-                options=run_options,
-                force=force,
-                progress=progress,
-                executor=executor,
-                address=address,
-                workers=workers,
-                max_attempts=max_attempts,
-                on_event=on_event,
-            )
+            summary = run_catalog(cfg.catalog, cfg.warehouse, request, progress=progress, on_event=on_event)
         except RunInterrupted as exc:  # recorded: its owner hears of it too
             _notify(cfg.notify, exc.summary)
             raise
@@ -270,16 +284,8 @@ def evaluate(
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="evalfarm-evaluate-"))) / "wh"
         else:
             root = Path(warehouse)
-        summary = run_catalog(
-            cat,
-            root,
-            models=[name],
-            tasks=list(tasks) if tasks else None,
-            options=_run_options(options),
-            force=force,
-            executor="local",
-            encoders={name: encoder},
-        )
+        request = RunRequest(models=[name], tasks=tasks, options=_run_options(options), force=force, executor="local")
+        summary = run_catalog(cat, root, request, encoders={name: encoder})
         if summary.failed:
             raise EvaluationFailed(summary, f"evaluating {name!r} failed")
         name_sql = name.replace("'", "''")
@@ -901,6 +907,7 @@ __all__ = [
     "ConfigError",
     "EvaluationFailed",
     "RunOptionArgs",
+    "RunRequest",
     "Settings",
     "TextEncoder",
     "ZooBuild",
@@ -924,6 +931,7 @@ __all__ = [
     "plan_submission",
     "query",
     "run",
+    "run_request",
     "run_status",
     "set_config",
     "settings",

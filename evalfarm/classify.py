@@ -627,6 +627,7 @@ def _solve_sklearn(
 TORCH_BATCH_ELEMENTS = 1 << 24
 
 
+# long: the batched solver's one pass (conditioning, C-path rounds), kept whole; bit-identical
 def _solve_torch(
     X: np.ndarray,
     y: np.ndarray,
@@ -861,6 +862,7 @@ class _Problem:
                 self.bases[s] = (E, U, E[-1])
         return self.bases[s]
 
+    # long: numerical kernel (Kronecker Hessian approximation), whole to read with its derivation; bit-identical
     def preconditioner(
         self, sets: np.ndarray, lam: torch.Tensor, products: torch.dtype | None = None
     ) -> Callable | None:
@@ -1004,6 +1006,7 @@ class _Problem:
             )
         return theta.to(torch.float64).cpu().numpy(), int((~converged).sum())
 
+    # long: numerical kernel (batched loss and gradient), whole with its derivation; bit-identical
     def _objective(
         self, sets: np.ndarray, Mn: torch.Tensor, lam: torch.Tensor, dtype: torch.dtype,
         products: torch.dtype | None = None,
@@ -1176,6 +1179,7 @@ def _class_curvature(prior: torch.Tensor, K: int) -> tuple[torch.Tensor, torch.T
     return alpha, V, inv_alpha
 
 
+# long: numerical kernel (batched L-BFGS), kept whole to read as the algorithm; bit-identical
 def batched_lbfgs(
     fg: Callable,
     theta,

@@ -414,6 +414,29 @@ class Settings:
         return rows
 
 
+def _choose(
+    given: Mapping[str, PathOrStr | None], file_values: Mapping[str, str], path: Path | None
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Each key's value and where it came from: ``given`` (not None), its environment variable, the config file
+    at ``path`` (``file_values``), the default."""
+    chosen: dict[str, str] = {}
+    sources: dict[str, str] = {}
+    for key in KEYS:
+        raw = given.get(key)
+        if raw is not None:
+            value, source = os.fspath(raw), OPTION
+            if key == "data" and value:
+                value = str(Path(value).expanduser().resolve())  # absolute: workers may start elsewhere
+        elif ENV_VARS[key] in os.environ:
+            value, source = os.environ[ENV_VARS[key]], ENV_VARS[key]
+        elif key in file_values:
+            value, source = file_values[key], str(path)
+        else:
+            value, source = DEFAULTS[key], DEFAULT
+        chosen[key], sources[key] = value, source
+    return chosen, sources
+
+
 def resolve_settings(
     *,
     data: PathOrStr | None = None,
@@ -444,21 +467,7 @@ def resolve_settings(
         "sql_max_rows": None if sql_max_rows is None else str(sql_max_rows),
         "sql_max_bytes": sql_max_bytes,
     }
-    chosen: dict[str, str] = {}
-    sources: dict[str, str] = {}
-    for key in KEYS:
-        raw = given.get(key)
-        if raw is not None:
-            value, source = os.fspath(raw), OPTION
-            if key == "data" and value:
-                value = str(Path(value).expanduser().resolve())  # absolute: workers may start elsewhere
-        elif ENV_VARS[key] in os.environ:
-            value, source = os.environ[ENV_VARS[key]], ENV_VARS[key]
-        elif key in file_values:
-            value, source = file_values[key], str(path)
-        else:
-            value, source = DEFAULTS[key], DEFAULT
-        chosen[key], sources[key] = value, source
+    chosen, sources = _choose(given, file_values, path)
     return Settings(
         data=Path(chosen["data"]).expanduser() if chosen["data"] else None,
         warehouse=chosen["warehouse"] or DEFAULT_WAREHOUSE,

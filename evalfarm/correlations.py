@@ -486,6 +486,28 @@ def _sampled(r: dict[str, Any]) -> bool:
     return str(r["downstream_variant"]).startswith("max_train=")
 
 
+def _no_correlations_note(level: str) -> str:
+    """What an empty table of ``level`` needs, and the command that computes it."""
+    run = f"evalfarm run --tasks {','.join(PAPER_DOWNSTREAM)}" + (
+        "" if level == "sentence" else " --models <the bag-of-words models over your word models>"
+    )
+    return (
+        f"no correlations for level {level}: they need downstream accuracies (scorer `downstream`) and "
+        "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's). "
+        f"Compute the downstream units with `{run}` (add --quick-downstream for a 1,000-row training sample), "
+        "then `evalfarm correlations` again"
+    )
+
+
+def _mark_best(table: CorrelationTable) -> None:
+    """Mark each column's best cells (highest Spearman)."""
+    for column in table.columns:
+        scored = [(c, c.spearman) for (_, col), c in table.cells.items() if col == column and c.spearman is not None]
+        top = max((rho for _, rho in scored), default=None)
+        for c, rho in scored:  # ties for best within float noise (corr of ranks: 1 - 2e-16) are all marked
+            c.best = top is not None and rho >= top - BEST_TOLERANCE
+
+
 def shape_table(
     rows: list[dict[str, Any]],
     *,
@@ -513,15 +535,7 @@ def shape_table(
         level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, diagnostics=diagnostics
     )
     if not records:
-        run = f"evalfarm run --tasks {','.join(PAPER_DOWNSTREAM)}" + (
-            "" if level == "sentence" else " --models <the bag-of-words models over your word models>"
-        )
-        table.notes.append(
-            f"no correlations for level {level}: they need downstream accuracies (scorer `downstream`) and "
-            "intrinsic metrics of the same models (a word model's downstream numbers are its bag-of-words model's). "
-            f"Compute the downstream units with `{run}` (add --quick-downstream for a 1,000-row training sample), "
-            "then `evalfarm correlations` again"
-        )
+        table.notes.append(_no_correlations_note(level))
         return table
     many_dsubsets = len({r["downstream_subset"] for r in records}) > 1
     many_dvariants = len({r["downstream_variant"] for r in records}) > 1
@@ -544,11 +558,7 @@ def shape_table(
             table.rows.append(label)
         table.cells[(label, column)] = Cell(r["spearman"], r["n_models"], r["ci_low"], r["ci_high"], r["ci_status"])
     table.columns = sorted({r["column"] for r in records}, key=column_order)
-    for column in table.columns:
-        scored = [(c, c.spearman) for (_, col), c in table.cells.items() if col == column and c.spearman is not None]
-        top = max((rho for _, rho in scored), default=None)
-        for c, rho in scored:  # ties for best within float noise (corr of ranks: 1 - 2e-16) are all marked
-            c.best = top is not None and rho >= top - BEST_TOLERANCE
+    _mark_best(table)
     for r in records:
         r["best"] = table.cells[(r["row"], r["column"])].best
     table.records = records

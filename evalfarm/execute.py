@@ -12,6 +12,7 @@ the caller (the scheduler, which retries) writes the ``failures`` rows itself, o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -26,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from evalfarm.catalog.registry import Catalog
-from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, ModelSpec, PostProcess
+from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, ModelSpec, PostProcess, spec_hash
 from evalfarm.embed import (
     EmbeddingQualityError,
     Encoded,
@@ -34,7 +35,6 @@ from evalfarm.embed import (
     check_quality,
     encode_poolings,
     encode_texts,
-    store_key,
 )
 from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
@@ -103,8 +103,9 @@ class ExecContext:
         spec = self.catalog.task(task_id)
         return list(scorer_for(spec.kind).texts(self.task_data(task_id)))
 
-    def store(self, model: str) -> TextStore:
-        return TextStore(self.warehouse, model, store_key(self.catalog.spec_hash(model)))
+    def store(self, plan: ModelPlan) -> TextStore:
+        """The model's text store, keyed as planned."""
+        return TextStore(self.warehouse, plan.model, plan.store)
 
 
 def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
@@ -131,9 +132,9 @@ def execute_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     if not todo:
         return outcomes
     by_task = {u.task: u for u in todo}
-    for o in embed_model(ModelPlan(plan.model, plan.spec_hash, plan.level, plan.store, todo, plan.cost), ctx):
+    for o in embed_model(dataclasses.replace(plan, units=todo, siblings=[]), ctx):
         if o.status is Status.EMBEDDED:
-            r = score_unit(by_task[o.task], ctx)
+            r = score_unit(plan, by_task[o.task], ctx)
             r.seconds += o.seconds
             outcomes.append(r)
         else:
@@ -163,7 +164,7 @@ def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     ok = [u for u in plan.units if u.task not in outcomes]
     dim = None
     if ok:
-        store = ctx.store(plan.model)
+        store = ctx.store(plan)
         texts = list(needed)
         missing = texts if ctx.force else store.missing(texts)
         for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
@@ -220,9 +221,9 @@ class PassMeter:
             log.debug("progress report dropped (%s: %s)", type(exc).__name__, exc)
 
 
-def _reused_base(spec: ModelSpec) -> tuple[PostProcess, str] | None:
+def _reused_base(spec: ModelSpec) -> PostProcess | None:
     """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads: its
-    transform and its base model then, else None."""
+    transform then, else None."""
     from evalfarm.encoders.loader import _OVERRIDABLE
 
     if (
@@ -231,7 +232,7 @@ def _reused_base(spec: ModelSpec) -> tuple[PostProcess, str] | None:
         and spec.base is not None
         and not (set(_OVERRIDABLE) | {"kind", "source"}) & spec.model_fields_set
     ):
-        return spec.postprocess, spec.base
+        return spec.postprocess
     return None
 
 
@@ -243,10 +244,10 @@ def _embed_missing(
     from evalfarm.provenance import process_device
 
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
-    reused = _reused_base(ctx.catalog.lineage(plan.model)[0])
+    reused = _reused_base(plan.spec)
     if reused is not None:  # from the base's stored vectors: fast, one shard
         meter = PassMeter(ctx, plan.model, f"{plan.model} · {len(missing)} texts", len(missing), derived=True)
-        out = _embed_from_base(ctx, *reused, missing, state, provenance)
+        out = _embed_from_base(ctx, plan, reused, missing, state, provenance)
         meter(len(missing))
         provenance["device"] = process_device(ctx.options.device)
         _publish(ctx, plan, store, missing, out, provenance)
@@ -310,7 +311,7 @@ def _publish_siblings(
     its own (its own embed task finds the texts missing)."""
     for sib, sib_store, sib_texts, sib_out in shared:
         try:
-            sib_spec = ctx.catalog.model(sib.model)
+            sib_spec = sib.spec
             layer = {} if sib_spec.layer is None else {"layer": sib_spec.layer}
             leaders = {k: v for k, v in provenance.items() if k != "layer"}  # the leader's layer is not the sibling's
             _publish(
@@ -325,8 +326,8 @@ def _publish_siblings(
 
 def _embed_from_base(
     ctx: ExecContext,
+    plan: ModelPlan,
     postprocess: PostProcess,
-    base: str,
     missing: list[str],
     state: dict[str, Stage],
     provenance: dict[str, Any],
@@ -337,7 +338,8 @@ def _embed_from_base(
 
     fit_task = postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
     fit_texts = ctx.texts(fit_task)
-    base_emb, base_oov = _base_vectors(ctx, base, [*missing, *fit_texts])
+    base = plan.base_lineage[0].id
+    base_emb, base_oov = _base_vectors(ctx, plan, [*missing, *fit_texts])
     fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
     state["stage"] = Stage.EMBED
     transform = fit_postprocess(fit_emb[~fit_oov], postprocess)
@@ -359,7 +361,7 @@ def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stag
         encoder = ctx.encoders[plan.model]
         provenance["python_object"] = type(encoder).__module__ + "." + type(encoder).__qualname__
     else:
-        encoder = load_encoder(ctx.catalog.lineage(plan.model), base_dir=ctx.catalog.path.parent)
+        encoder = load_encoder(plan.lineage, base_dir=ctx.catalog.path.parent)
     provenance.update(getattr(encoder, "provenance", {}) or {})
     provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
     state["stage"] = Stage.EMBED
@@ -385,7 +387,7 @@ def _publish(
             plan.model,
             None,
             str(Stage.EMBED_QUALITY),
-            f"{out.zero_count} all-zero vectors (handled as OOV under policy {ctx.catalog.model(plan.model).oov!r})",
+            f"{out.zero_count} all-zero vectors (handled as OOV under policy {plan.spec.oov!r})",
         )
 
 
@@ -396,7 +398,7 @@ def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> list[tuple[ModelPlan, Te
     for sib in [] if ctx.force else plan.siblings:
         try:
             texts = list(dict.fromkeys(t for u in sib.units for t in ctx.texts(u.task)))
-            sib_store = ctx.store(sib.model)
+            sib_store = ctx.store(sib)
             missing = sib_store.missing(texts)
         except Exception as exc:
             log.warning("%s: pooling sibling %s left to its own embed task (%s)", plan.model, sib.model, exc)
@@ -418,7 +420,7 @@ def _encode_with_siblings(
     vectors are checked here (a failure is its own); each sibling's when it is stored."""
     union = list(dict.fromkeys([*missing, *(t for _, _, texts in siblings for t in texts)]))
     own = getattr(encoder, "pooling_key", encoder.pooling)
-    sibling_pooling = {s.model: _pooling(ctx, s.model) for s, _, _ in siblings}
+    sibling_pooling = {s.model: _pooling(s) for s, _, _ in siblings}
     poolings = list(dict.fromkeys([own, *sibling_pooling.values()]))
     arrays = encode_poolings(encoder, union, poolings, progress=progress)
     row = {t: i for i, t in enumerate(union)}
@@ -439,36 +441,38 @@ def _encode_with_siblings(
     return out, shared
 
 
-def _pooling(ctx: ExecContext, model: str) -> str:
+def _pooling(plan: ModelPlan) -> str:
     """A pooling sibling's pooling key (``mean``, ``cls@3``): plan.share_forward_passes groups only models that name
     a pooling."""
-    spec = ctx.catalog.model(model)
+    spec = plan.spec
     if spec.pooling is None:
-        raise ValueError(f"model {model!r} shares a forward pass but names no pooling")
+        raise ValueError(f"model {plan.model!r} shares a forward pass but names no pooling")
     return spec.pooling if spec.layer is None else f"{spec.pooling}@{spec.layer}"
 
 
-def _base_vectors(ctx: ExecContext, base: str, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The base model's vectors of ``texts``, embedding (and storing) the ones its store lacks."""
+def _base_vectors(ctx: ExecContext, plan: ModelPlan, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """The base model's vectors of ``texts`` (``plan`` is the derived model's: its lineage holds the base's),
+    embedding (and storing) the ones the base's store lacks."""
     from evalfarm.encoders.loader import load_encoder
 
-    store = ctx.store(base)
+    chain = plan.base_lineage
+    base = chain[0].id
+    store = TextStore(ctx.warehouse, base, plan.base_store)
     missing = store.missing(texts)
     if missing:
-        encoder = load_encoder(ctx.catalog.lineage(base), base_dir=ctx.catalog.path.parent)
+        encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
         out = encode_texts(encoder, missing)
-        store.write(missing, out, {"model": base, "spec_hash": ctx.catalog.spec_hash(base), "store": store.key})
+        store.write(missing, out, {"model": base, "spec_hash": spec_hash(*chain), "store": store.key})
     emb, oov, _ = store.vectors(texts)
     return emb, oov
 
 
 def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: dict[str, Any]) -> dict[str, Any]:
-    spec = ctx.catalog.model(plan.model)
-    chain = ctx.catalog.lineage(plan.model)
+    spec, chain = plan.spec, plan.lineage
     return {
         "model": plan.model,
         "level": spec.level,
-        "kind": ctx.catalog.kind(plan.model),
+        "kind": plan.kind,
         "dim": dim,
         "spec_hash": plan.spec_hash,
         "base": spec.base,
@@ -483,14 +487,14 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
 
 
 # ---- score ------------------------------------------------------------------------------------------------------
-def score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
+def score_unit(plan: ModelPlan, unit: Unit, ctx: ExecContext) -> UnitOutcome:
     """Score stage of one unit: read the task's vectors from the model's store, run the scorer, write detail tables,
     then metrics (the completion marker). Runs anywhere the warehouse is visible: a GPU worker, a CPU task. In a
     deferred warehouse the unit's staged files travel on the outcome (``staged``)."""
-    return with_staged(ctx, [_score_unit(unit, ctx)])[0]
+    return with_staged(ctx, [_score_unit(plan, unit, ctx)])[0]
 
 
-def _score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
+def _score_unit(plan: ModelPlan, unit: Unit, ctx: ExecContext) -> UnitOutcome:
     t0 = time.perf_counter()
     started = now()
     try:
@@ -507,13 +511,13 @@ def _score_unit(unit: Unit, ctx: ExecContext) -> UnitOutcome:
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
         threads = thread_counts()  # recorded in the unit's `units` row (issue 23.5)
         texts = list(scorer.texts(data))
-        emb, oov, meta = ctx.store(unit.model).vectors(texts)
+        emb, oov, meta = ctx.store(plan).vectors(texts)
         vectors = TextVectors(
             level=unit.level,  # type: ignore[arg-type]
             emb=emb,
             oov=oov,
             vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
-            oov_policy=ctx.catalog.model(unit.model).oov,
+            oov_policy=plan.spec.oov,
         )
         quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
         result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)

@@ -490,61 +490,74 @@ def _import_files(
         # a model the warehouse knows keeps its spec (the `conflicts` view would otherwise list it twice)
         spec_hash = known.get(model) or _fingerprint("mteb-model", folder_name, model_rev or "")
         at = now()
-        table = wh.typed(
-            "metrics",
-            [
-                {
-                    "run_id": run_id,
-                    "model": model,
-                    "task": task,
-                    "scorer": scorer,
-                    "subset": subset,
-                    "variant": VARIANT,
-                    "ties": None,
-                    "metric": metric,
-                    "value": value,
-                    "is_primary": primary,
-                    "higher_is_better": True,
-                    "fingerprint": fp,
-                    "spec_hash": spec_hash,
-                    "task_checksum": revision,
-                    "scorer_version": f"mteb {version}" if version else "mteb",
-                    "params": json.dumps(params, sort_keys=True),
-                    "created_at": at,
-                    "degenerate": False,
-                    "thin": False,
-                }
-                for subset, metric, value, primary in rows
-            ],
-        )
+        records = _metric_records(rows, run_id, model, task, scorer, fp, spec_hash, revision, version, params, at)
+        table = wh.typed("metrics", records)
         wh.write("metrics", table, run_id=run_id, unit=(model, task, fp))
         imported += 1
         result.imported.setdefault(model, []).append(task)
         if model not in known:
-            new_models[model] = {
-                "model": model,
-                "level": "sentence",
-                "kind": "mteb",
-                "spec_hash": spec_hash,
-                "source": json.dumps({"type": "mteb-results", "name": params["model"], "revision": model_rev}),
-                "provenance": json.dumps({"imported_from": str(root), "run_id": run_id}),
-                "spec": json.dumps(
-                    [
-                        {
-                            "id": model,
-                            "kind": "mteb",
-                            "mteb_name": params["model"],
-                            "revision": model_rev,
-                            "postprocess": None,
-                        }
-                    ]
-                ),  # fmt: skip
-                "run_id": run_id,
-                "created_at": at,
-            }
+            new_models[model] = _model_row(model, spec_hash, params["model"], model_rev, root, run_id, at)
     if new_models:
         wh.write("models", list(new_models.values()), run_id=run_id)
     return imported
+
+
+def _metric_records(
+    rows: list[tuple[str, str, float, bool]],
+    run_id: str,
+    model: str,
+    task: str,
+    scorer: str,
+    fp: str,
+    spec_hash: str,
+    revision: str | None,
+    version: str | None,
+    params: dict[str, Any],
+    at: Any,
+) -> list[dict[str, Any]]:
+    """One file's ``metrics`` rows: one a (subset, metric) of its scores."""
+    return [
+        {
+            "run_id": run_id,
+            "model": model,
+            "task": task,
+            "scorer": scorer,
+            "subset": subset,
+            "variant": VARIANT,
+            "ties": None,
+            "metric": metric,
+            "value": value,
+            "is_primary": primary,
+            "higher_is_better": True,
+            "fingerprint": fp,
+            "spec_hash": spec_hash,
+            "task_checksum": revision,
+            "scorer_version": f"mteb {version}" if version else "mteb",
+            "params": json.dumps(params, sort_keys=True),
+            "created_at": at,
+            "degenerate": False,
+            "thin": False,
+        }
+        for subset, metric, value, primary in rows
+    ]
+
+
+def _model_row(
+    model: str, spec_hash: str, name: str | None, model_rev: str | None, root: Path, run_id: str, at: Any
+) -> dict[str, Any]:
+    """The ``models`` row of a model the warehouse did not know, imported from MTEB results under ``root``."""
+    spec = {"id": model, "kind": "mteb", "mteb_name": name, "revision": model_rev, "postprocess": None}
+    return {
+        "model": model,
+        "level": "sentence",
+        "kind": "mteb",
+        "spec_hash": spec_hash,
+        "source": json.dumps({"type": "mteb-results", "name": name, "revision": model_rev}),
+        "provenance": json.dumps({"imported_from": str(root), "run_id": run_id}),
+        "spec": json.dumps([spec]),
+        "run_id": run_id,
+        "created_at": at,
+    }
 
 
 __all__ = [

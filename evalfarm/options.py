@@ -1,13 +1,14 @@
-"""What a user chooses for a run: :class:`RunOptions`.
+"""What a user chooses for a run: :class:`RunRequest` (which models, which tasks, how to run) and within it
+:class:`RunOptions` (what changes numbers).
 
-A low module (it imports nothing of evalfarm): the CLI, the API, the planner, the executor and every scorer read
-run options, so they live below all of them rather than in the scorer layer.
+A low module (it imports nothing of evalfarm): the CLI, the API, the runner, the planner, the executor and every
+scorer read them, so they live below all of them rather than in the scorer layer.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal, TypedDict
 
 Similarity = Literal["cos", "l2"]
@@ -53,4 +54,45 @@ class RunOptionArgs(TypedDict, total=False):
     quick_downstream: bool
 
 
-__all__ = ["SIMILARITIES", "RunOptionArgs", "RunOptions", "Similarity"]
+DEFAULT_EXECUTOR = "ray"
+"""Where a run's jobs run unless told: ``ray`` (``evalfarm run``, :func:`evalfarm.run`, ``run_catalog`` alike)."""
+
+
+@dataclass(frozen=True)
+class RunRequest:
+    """One run as a caller asks for it, its fields declared here only: the CLI builds one, :func:`evalfarm.run`
+    builds one from its keywords, ``run_catalog`` from its own, and the runner (``evalfarm.runner.Run``) reads it.
+    Where the run reads and writes (catalog, warehouse) and the hooks it reports to are the runner's arguments.
+
+    ``models`` / ``tasks``: ids (any sequence; kept as a tuple; empty or None: the catalog's models, its default
+    tasks); ``options``: what changes numbers; ``force``: recompute finished units; ``executor``: ``ray`` or
+    ``local``; ``address``: a Ray cluster's; ``workers``: how many (None: the executor's choice);
+    ``max_attempts``: tries per job before a unit fails."""
+
+    models: Sequence[str] | None = None
+    tasks: Sequence[str] | None = None
+    options: RunOptions = field(default_factory=RunOptions)
+    force: bool = False
+    executor: str = DEFAULT_EXECUTOR
+    address: str | None = None
+    workers: int | None = None
+    max_attempts: int = 2
+
+    def __post_init__(self) -> None:  # the same selection however it was spelt: a tuple, or None for all
+        object.__setattr__(self, "models", tuple(self.models) if self.models else None)
+        object.__setattr__(self, "tasks", tuple(self.tasks) if self.tasks else None)
+        if self.options is None:  # run_catalog(..., options=None): the defaults
+            object.__setattr__(self, "options", RunOptions())
+
+    @property
+    def model_ids(self) -> list[str] | None:
+        """``models`` as the planner takes them (None: every model of the catalog)."""
+        return list(self.models) if self.models else None
+
+    @property
+    def task_ids(self) -> list[str] | None:
+        """``tasks`` as the planner takes them (None: the catalog's default tasks)."""
+        return list(self.tasks) if self.tasks else None
+
+
+__all__ = ["DEFAULT_EXECUTOR", "SIMILARITIES", "RunOptionArgs", "RunOptions", "RunRequest", "Similarity"]

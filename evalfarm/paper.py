@@ -14,6 +14,7 @@ variant a table used are part of it and printed with it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +252,30 @@ def _pick_variant(records: list[dict[str, Any]], wanted: str | None) -> str | No
     return sorted(counts, key=lambda v: (-counts[v], v))[0]
 
 
+def _fill_cells(
+    out: PaperTable,
+    rows: Sequence[PaperRow],
+    columns: Sequence[tuple[str, str]],
+    index: dict,
+    primary: set,
+    published: dict,
+) -> list[str]:
+    """Fill ``out``'s cells (Spearman x 100, models, the published value) and cell keys; returns the rows without
+    a measured cell."""
+    missing: list[str] = []
+    for row in rows:
+        for col_label, task in columns:
+            hit = _find(index, primary, row, task)
+            rho = None if hit is None or hit["spearman"] is None else round(100 * hit["spearman"], 2)
+            n = 0 if hit is None else int(hit["n_models"])
+            out.cells[(row.label, col_label)] = (rho, n, published.get((row.label, col_label)))
+            if hit is not None and hit.get("cell_key"):
+                out.keys[(row.label, col_label)] = str(hit["cell_key"])
+        if all(out.cells[(row.label, c)][1] == 0 for c in out.columns):
+            missing.append(row.label)
+    return missing
+
+
 def paper_table(
     records: list[dict[str, Any]],
     *,
@@ -300,17 +325,7 @@ def paper_table(
         if r["downstream_variant"] == variant
     }
     primary = {k[:4] for k in index if k[3] not in PAPER_METRICS}
-    missing: list[str] = []
-    for row in rows:
-        for col_label, task in columns:
-            hit = _find(index, primary, row, task)
-            rho = None if hit is None or hit["spearman"] is None else round(100 * hit["spearman"], 2)
-            n = 0 if hit is None else int(hit["n_models"])
-            out.cells[(row.label, col_label)] = (rho, n, published.get((row.label, col_label)))
-            if hit is not None and hit.get("cell_key"):
-                out.keys[(row.label, col_label)] = str(hit["cell_key"])
-        if all(out.cells[(row.label, c)][1] == 0 for c in out.columns):
-            missing.append(row.label)
+    missing = _fill_cells(out, rows, columns, index, primary, published)
     if missing:
         out.notes.append(f"not measured in this warehouse: {', '.join(missing)}")
     if name is None:

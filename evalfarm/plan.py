@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evalfarm.catalog.registry import Catalog, CatalogError
-from evalfarm.catalog.specs import canonical_json
+from evalfarm.catalog.specs import ModelSpec, canonical_json, spec_hash
 from evalfarm.embed import EMBED_VERSION, store_key
 from evalfarm.options import RunOptions
 from evalfarm.scorers import scorer_for
@@ -45,7 +45,10 @@ class Unit:
 
 @dataclass
 class ModelPlan:
-    """All units of one model: a worker loads the model once, embeds the texts its units need, then scores them."""
+    """All units of one model: a worker loads the model once, embeds the texts its units need, then scores them.
+
+    ``lineage`` is the model's spec and its bases', nearest first (``Catalog.lineage``), as planned: the executor
+    loads, derives and describes the model from it, and never looks the model up in a catalog again."""
 
     model: str
     spec_hash: str
@@ -55,6 +58,32 @@ class ModelPlan:
     cost: float = 1.0  # relative size, for largest-first assignment
     embed_cost: float = 0.0  # the embedding's share of ``cost`` (0 for a pooling sibling: the leader embeds)
     siblings: list[ModelPlan] = field(default_factory=list)  # pooling siblings this model's forward pass embeds too
+    lineage: tuple[ModelSpec, ...] = ()
+
+    @property
+    def spec(self) -> ModelSpec:
+        """The model's own spec (``lineage[0]``)."""
+        if not self.lineage:
+            raise ValueError(f"the plan of {self.model!r} carries no spec (plan it with plan_run)")
+        return self.lineage[0]
+
+    @property
+    def kind(self) -> str:
+        """The model family: its own ``kind`` or, for a derived model, its nearest base's (``Catalog.kind``)."""
+        return next(s.kind for s in self.lineage if s.kind is not None)
+
+    @property
+    def base_lineage(self) -> tuple[ModelSpec, ...]:
+        """The base's own lineage (empty for a model with no base)."""
+        return self.lineage[1:]
+
+    @property
+    def base_store(self) -> str:
+        """The base's text store key (a derived model that reuses its base's vectors reads them there)."""
+        base = self.base_lineage
+        if not base:
+            raise ValueError(f"model {self.model!r} has no base")
+        return store_key(spec_hash(base[0], *base[1:]))
 
 
 def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, params: str) -> str:
@@ -92,6 +121,19 @@ def estimate_cost(kind: str, level: str, units: list[Unit], postprocessed: bool 
     return embed_cost(kind, level, postprocessed) + sum(SCORE_COST.get((u.scorer, level), 0.05) for u in units)
 
 
+def _nothing_to_run(
+    catalog: Catalog, model_ids: list[str], task_ids: list[str], task_specs: list[Any]
+) -> CatalogError:
+    """The error of a selection whose tasks are of no selected model's level."""
+    levels = sorted({catalog.model(m).level for m in model_ids})
+    have = sorted({t.level for t in task_specs})
+    return CatalogError(
+        f"nothing to run: the selected models are {'/'.join(levels)}-level but the selected tasks "
+        f"({', '.join(task_ids) or 'none'}) are {'/'.join(have) or 'none'}-level; pick tasks of the models' level "
+        "(`evalfarm catalog list` shows each model's tasks)"
+    )
+
+
 def plan_run(
     catalog: Catalog,
     *,
@@ -116,9 +158,10 @@ def plan_run(
         keyed[t.id] = (scorer.name, scorer.version, params)
     plans: list[ModelPlan] = []
     for m in model_ids:
-        spec = catalog.model(m)
+        chain = tuple(catalog.lineage(m))
+        spec = chain[0]
         sh = catalog.spec_hash(m)
-        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level, store=store_key(sh))
+        mp = ModelPlan(model=m, spec_hash=sh, level=spec.level, store=store_key(sh), lineage=chain)
         for t in task_specs:
             if t.level != spec.level:
                 continue
@@ -142,13 +185,7 @@ def plan_run(
             mp.embed_cost = embed_cost(catalog.kind(m), spec.level, postprocessed=post)
             plans.append(mp)
     if not plans:
-        levels = sorted({catalog.model(m).level for m in model_ids})
-        have = sorted({t.level for t in task_specs})
-        raise CatalogError(
-            f"nothing to run: the selected models are {'/'.join(levels)}-level but the selected tasks "
-            f"({', '.join(task_ids) or 'none'}) are {'/'.join(have) or 'none'}-level; pick tasks of the models' level "
-            "(`evalfarm catalog list` shows each model's tasks)"
-        )
+        raise _nothing_to_run(catalog, model_ids, task_ids, task_specs)
     # Bases first: a derived sentence model can then reuse its base's embeddings.
     depth = {m: len(catalog.lineage(m)) for m in model_ids}
     plans.sort(key=lambda p: depth[p.model])
@@ -175,27 +212,32 @@ def without_tasks(
 
 
 def forward_key(catalog: Catalog, model: str) -> str | None:
-    """What a transformer's forward pass depends on (checkpoint, revision, truncation, batching, dtype, remote code):
-    models with the same key differ only in pooling, so one pass can embed them all. None for other models (a
-    post-processed or derived one, any other kind)."""
+    """What a model's forward pass depends on, as its kind declares it (``ModelKind.forward_key``; transformers: the
+    checkpoint, revision, truncation, batching, dtype, remote code): models of one kind with the same key differ only
+    in pooling, so one pass can embed them all. None for other models (a post-processed or derived one, a kind that
+    declares no key)."""
+    from evalfarm.plugins import RegistryError, model_kind
+
     chain = catalog.lineage(model)
     spec = chain[0]
-    if len(chain) != 1 or spec.kind != "transformers" or spec.source is None or spec.postprocess is not None:
+    if len(chain) != 1 or spec.kind is None or spec.source is None or spec.postprocess is not None:
         return None
-    fields = ("revision", "max_length", "batch_size", "dtype", "trust_remote_code", "tokenizer")
-    return canonical_json(
-        {"source": spec.source.model_dump(mode="json"), **spec.model_dump(mode="json", include=set(fields))}
-    )
+    try:
+        kind = model_kind(spec.kind)
+    except RegistryError:
+        return None
+    key = kind.forward_key(spec) if kind.forward_key is not None else None
+    return canonical_json(key) if key is not None else None
 
 
 def forward_pass_groups(catalog: Catalog, plans: list[ModelPlan]) -> list[list[ModelPlan]]:
     """The pending transformers that differ only in pooling, grouped (each group's first plan is its leader);
     reads only."""
-    groups: dict[str, list[ModelPlan]] = {}
+    groups: dict[tuple[str, str], list[ModelPlan]] = {}
     for p in plans:
         key = forward_key(catalog, p.model)
         if key is not None:
-            groups.setdefault(key, []).append(p)
+            groups.setdefault((catalog.kind(p.model), key), []).append(p)
     return list(groups.values())
 
 
@@ -209,7 +251,7 @@ def share_forward_passes(catalog: Catalog, plans: list[ModelPlan]) -> dict[str, 
         leader.siblings = list(rest)
         for sib in rest:
             waits[sib.model] = leader.model
-            sib.cost = max(0.05, sib.cost - kind_cost("transformers"))  # its encoder pass is the leader's
+            sib.cost = max(0.05, sib.cost - kind_cost(catalog.kind(sib.model)))  # its encoder pass is the leader's
             sib.embed_cost = 0.0
     return waits
 

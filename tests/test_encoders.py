@@ -706,11 +706,13 @@ def test_the_prefix_changes_the_e5_spec_hash_and_no_other_models():
     from evalfarm.catalog.registry import load_catalog
 
     zoo = load_catalog("zoo-local")
-    assert zoo.model("multilingual-e5-small-q4").prefix == "query"
+    assert zoo.model("multilingual-e5-small-q4").options.prefix == "query"
     assert zoo.spec_hash("multilingual-e5-small-q4") != "35d5943e6750093b"  # the passage-prefixed spec's hash
     assert zoo.spec_hash("all-minilm-l6-v2") == "2ed21aa4a8ddb62f"
-    passage = zoo.model("multilingual-e5-small-q4").model_copy(update={"prefix": "passage"})
-    from evalfarm.catalog.specs import spec_hash
+    from evalfarm.catalog.specs import ModelSpec, spec_hash
+
+    passage = ModelSpec.model_validate({**zoo.model("multilingual-e5-small-q4").model_dump(), "prefix": "passage"})
+    assert passage.options.prefix == "passage"
 
     assert spec_hash(passage) != zoo.spec_hash("multilingual-e5-small-q4")
 

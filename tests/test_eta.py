@@ -377,6 +377,7 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
 def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) -> None:
     """Without history the run counts its tasks' texts on the driver for the first ETA, each level's counts scaled
     by its share of distinct texts (words two word-similarity sets share are embedded once)."""
+    from evalfarm.options import RunRequest
     from evalfarm.runner import Run
     from evalfarm.scorers import scorer_for
     from evalfarm.scorers.base import RunOptions
@@ -388,7 +389,7 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
         "  - {id: toy, level: word, kind: word-vectors, format: glove-text,\n"
         f"     source: {{type: path, ref: {toy_glove}}}}}\n"
     )
-    run = Run(cat, tmp_path / "wh", executor="local")
+    run = Run(cat, tmp_path / "wh", RunRequest(executor="local"))
     run.plan()  # the planned tasks (all of them: done units' texts are in the stores), the warehouse and run id
     loaded = run.cat
     words = {}

@@ -483,15 +483,16 @@ def test_pooling_siblings_share_one_forward_pass(small_sentence_pool, tmp_path, 
     assert "forward_pass_of" not in prov["mini-cls"] and "forward_pass_of" not in prov["mini-short"]
 
     ctx = ExecContext(catalog=cat, warehouse=wh, run_id="check")
+    by_id = {p.model: p for p in plans}
     texts = ctx.texts("sent-small")[:400]
     for model in ("mini-mean", "mini-fla", "mini-mean-l3"):
-        stored, oov, _ = ctx.store(model).vectors(texts)
+        stored, oov, _ = ctx.store(by_id[model]).vectors(texts)
         alone = encode_texts(load_encoder(cat.lineage(model)), texts).emb
         assert not oov.any()
         # the same weights over the same batches: equal up to float reassociation across batch shapes
         np.testing.assert_allclose(stored, alone, rtol=0, atol=2e-5)
-    cls, _, _ = ctx.store("mini-cls").vectors(texts)
-    short, _, _ = ctx.store("mini-short").vectors(texts)
+    cls, _, _ = ctx.store(by_id["mini-cls"]).vectors(texts)
+    short, _, _ = ctx.store(by_id["mini-short"]).vectors(texts)
     assert np.abs(cls - short).max() > 1e-3  # truncation to 16 tokens changes long sentences: its own pass
     board = {
         r["model"]: r["mrr"]

@@ -123,6 +123,76 @@ def test_the_toy_plugin_kind_keeps_the_model_kind_contract(monkeypatch):
     assert kind_cost("hashing-bow") == 0.01 and small_kind("hashing-bow") and not gpu_kind("hashing-bow")
 
 
+def _ngrams_module(monkeypatch: pytest.MonkeyPatch):
+    """The toy plug-in's second model kind (options of its own, one module), imported from its source folder."""
+    monkeypatch.syspath_prepend(str(TOY))
+    monkeypatch.setitem(sys.modules, "evalfarm_toy_ngrams", None)
+    del sys.modules["evalfarm_toy_ngrams"]
+    import evalfarm_toy_ngrams
+
+    return evalfarm_toy_ngrams
+
+
+@pytest.fixture
+def kinds_restored():
+    state = model_kinds.snapshot()
+    yield
+    model_kinds.restore(state)
+
+
+def test_a_kind_with_its_own_options_is_one_module(tmp_path, monkeypatch, kinds_restored):
+    """A plug-in kind declares its options (a KindOptions model): catalog keys of its entries, validated by it, read
+    by its loader; an option at its default leaves the spec hash alone, and nothing in evalfarm names them."""
+    from evalfarm.encoders.loader import load_encoder
+
+    toy = _ngrams_module(monkeypatch)
+    model_kinds.register(toy.HASHING_NGRAMS)
+    kind = model_kinds.get("hashing-ngrams")
+    case = KindCase({"id": "toy-ngrams", "level": "sentence", "kind": "hashing-ngrams", "n": 2}, slow=False)
+    check_declaration("hashing-ngrams", kind)
+    check_validation("hashing-ngrams", kind, case)
+    check_loading("hashing-ngrams", kind, case)
+
+    entry = "  - {{id: {id}, level: sentence, kind: hashing-ngrams{opts}}}\n"
+    cat = load_catalog(
+        _catalog(
+            tmp_path,
+            "models:\n"
+            + entry.format(id="bigrams", opts=", n: 2, buckets: 32")
+            + entry.format(id="plain", opts="")
+            + entry.format(id="explicit", opts=", n: 3, buckets: 64"),
+        )
+    )
+    opts = cat.model("bigrams").options
+    assert isinstance(opts, toy.NgramOptions) and (opts.n, opts.buckets) == (2, 32)
+    # the options are keys of the entry again when dumped (and hashed), each only where it is not the default
+    assert cat.model("bigrams").model_dump()["n"] == 2 and "n" not in cat.model("plain").model_dump()
+    assert cat.model("explicit").model_dump() == {**cat.model("plain").model_dump(), "id": "explicit"}
+    same = {m: cat.model(m).model_copy(update={"id": "x"}) for m in ("plain", "explicit", "bigrams")}
+    from evalfarm.catalog.specs import spec_hash
+
+    assert spec_hash(same["plain"]) == spec_hash(same["explicit"]) != spec_hash(same["bigrams"])
+
+    enc = load_encoder(cat.lineage("bigrams"))
+    out = enc.encode(SENTENCES)
+    assert out.shape == (len(SENTENCES), 32) and out.dtype == np.float32
+    assert np.array_equal(out, toy.HashingNgrams(n=2, buckets=32).encode(SENTENCES))
+    assert enc.provenance["ngram"] == 2 and enc.provenance["kind"] == "hashing-ngrams"
+
+    bad = [
+        (", n: 9", "model 'bad': kind 'hashing-ngrams' option 'n': Input should be less than or equal to 5"),
+        (", buckets: many", "model 'bad': kind 'hashing-ngrams' option 'buckets': Input should be a valid integer"),
+        (", ngram: 2", "(id 'bad').ngram: Extra inputs are not permitted"),  # a typo is no option
+    ]
+    for opts_text, message in bad:
+        with pytest.raises(CatalogError) as err:
+            load_catalog(_catalog(tmp_path, "models:\n" + entry.format(id="bad", opts=opts_text)))
+        assert message in str(err.value).replace("\n", " "), str(err.value)
+    # another kind's entry may not carry them: the message names the kind that reads it
+    with pytest.raises(CatalogError, match="model 'w': only kind hashing-ngrams reads 'n': drop it"):
+        load_catalog(_catalog(tmp_path, "models:\n  - {id: w, level: sentence, kind: onnx-strings, n: 2}\n"))
+
+
 # -- the installed plug-in, end to end (slow) ----------------------------------------------------------------------
 def _run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     proc = subprocess.run(args, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
@@ -153,7 +223,8 @@ def test_an_installed_plugin_runs_through_evalfarm_run(tmp_path):
         "  - {id: toy-length-classes, level: sentence, kind: length-classes, version: '1', "
         f"files: {{texts: toy/sentences.txt}}, sha256: {{texts: {sha}}}, licence: test, source: tests}}\n"
         "models:\n"
-        "  - {id: toy-hash, level: sentence, kind: hashing-bow, lowercase: true}\n",
+        "  - {id: toy-hash, level: sentence, kind: hashing-bow, lowercase: true}\n"
+        "  - {id: toy-ngrams, level: sentence, kind: hashing-ngrams, n: 2, buckets: 32}\n",
     )
     env.update(
         PYTHONPATH=os.pathsep.join([str(site), str(REPO)]),
@@ -164,32 +235,40 @@ def test_an_installed_plugin_runs_through_evalfarm_run(tmp_path):
     wh = tmp_path / "wh"
     cli = [sys.executable, "-m", "evalfarm.cli"]
     _run([*cli, "run", "--catalog", str(catalog), "--warehouse", str(wh), "--executor", "local"], env, tmp_path)
-    query = "SELECT model, task, metric, value, is_primary FROM metrics WHERE task = 'toy-lengths' ORDER BY metric"
+    query = (
+        "SELECT model, task, metric, value, is_primary FROM metrics WHERE task = 'toy-lengths' ORDER BY model, metric"
+    )
     rows = json.loads(_run([*cli, "sql", "-f", "json", "--warehouse", str(wh), query], env, tmp_path).stdout)
     assert [(r["model"], r["task"], r["metric"]) for r in rows] == [
         ("toy-hash", "toy-lengths", "spearman"),
         ("toy-hash", "toy-lengths", "texts"),
+        ("toy-ngrams", "toy-lengths", "spearman"),  # the kind with its own options, from its entry point
+        ("toy-ngrams", "toy-lengths", "texts"),
     ]
     sys.path.insert(0, str(site))  # the expected value, from the installed module itself
     try:
+        import evalfarm_toy_ngrams as toy_ngrams
         import evalfarm_toy_plugin as toy
         from scipy.stats import spearmanr
 
         emb = toy.HashingBow(lowercase=True).encode(SENTENCES)
         expected = spearmanr(np.linalg.norm(emb, axis=1), [len(s) for s in SENTENCES]).statistic
+        emb = toy_ngrams.HashingNgrams(n=2, buckets=32).encode(SENTENCES)
+        expected_ngrams = spearmanr(np.linalg.norm(emb, axis=1), [len(s) for s in SENTENCES]).statistic
     finally:
         sys.path.remove(str(site))
         sys.modules.pop("evalfarm_toy_plugin", None)
+        sys.modules.pop("evalfarm_toy_ngrams", None)
     assert rows[0]["value"] == pytest.approx(expected, abs=1e-6) and rows[0]["value"] > 0.8 and rows[0]["is_primary"]
     assert rows[1]["value"] == len(SENTENCES)
-    kinds = json.loads(
-        _run([*cli, "sql", "-f", "json", "--warehouse", str(wh), "SELECT kind FROM models"], env, tmp_path).stdout
-    )
-    assert kinds == [{"kind": "hashing-bow"}]
+    assert rows[2]["value"] == pytest.approx(expected_ngrams, abs=1e-6)
+    query = "SELECT kind FROM models ORDER BY kind"
+    kinds = json.loads(_run([*cli, "sql", "-f", "json", "--warehouse", str(wh), query], env, tmp_path).stdout)
+    assert kinds == [{"kind": "hashing-bow"}, {"kind": "hashing-ngrams"}]
     # the second task kind is a downstream benchmark: its declared role is what the views read
     query = (
         "SELECT m.task, m.metric, m.is_primary, r.role FROM metrics m JOIN scorer_roles r USING (scorer) "
-        "WHERE m.task = 'toy-length-classes' ORDER BY m.metric"
+        "WHERE m.task = 'toy-length-classes' AND m.model = 'toy-hash' ORDER BY m.metric"
     )
     rows = json.loads(_run([*cli, "sql", "-f", "json", "--warehouse", str(wh), query], env, tmp_path).stdout)
     assert [(r["metric"], r["is_primary"], r["role"]) for r in rows] == [

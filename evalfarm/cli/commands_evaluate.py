@@ -15,6 +15,7 @@ from evalfarm import api
 from evalfarm.cli.app import again, app, fail, split
 from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
+from evalfarm.options import RunOptions, RunRequest
 from evalfarm.ranking import BOARD_TIES, TIES
 
 if TYPE_CHECKING:
@@ -139,19 +140,25 @@ def run(
         if quick_downstream:
             fail("--full-downstream and --quick-downstream contradict each other")
         typer.echo("note: --full-downstream is the default now (every training row); it will go", err=True)
-    options: dict[str, Any] = {
-        "center": center,
-        "filter_other_positives": filter_other_positives,
-        "quick_downstream": quick_downstream,
-        "device": device,
-    }
-    if split(similarity):
-        options["similarities"] = split(similarity)
-    run_args: dict[str, Any] = {"models": split(models), "tasks": split(tasks), "executor": executor.value}
-    run_args |= {"address": address, "workers": workers, "force": force, "max_attempts": max_attempts, **options}
-    run_args["notify"] = notify
+    chosen: dict[str, Any] = {"similarities": tuple(sims)} if (sims := split(similarity)) else {}
+    try:  # a bad --similarity is a usage error (2), said before anything runs
+        options = RunOptions(
+            center=center,
+            filter_other_positives=filter_other_positives,
+            quick_downstream=quick_downstream,
+            device=device,
+            **chosen,
+        )
+    except ValueError as exc:
+        fail(str(exc))
+    request = RunRequest(
+        models=split(models), tasks=split(tasks), options=options, force=force, executor=executor.value,
+        address=address, workers=workers, max_attempts=max_attempts,
+    )  # fmt: skip
     as_json = output_format is RunFormat.json
-    summary = _evaluate(catalog, warehouse, run_args, in_process=executor is Executor.local, json_out=as_json)
+    summary = _evaluate(
+        catalog, warehouse, request, notify=notify, in_process=executor is Executor.local, json_out=as_json
+    )
     print_summary(summary)
     if as_json:
         sys.stdout.write(json.dumps({"event": "summary", **summary.to_dict()}, default=str) + "\n")
@@ -159,11 +166,17 @@ def run(
 
 
 def _evaluate(
-    catalog: str, warehouse: str, run_args: dict[str, Any], *, in_process: bool, json_out: bool = False
+    catalog: str,
+    warehouse: str,
+    request: RunRequest,
+    *,
+    notify: str | None,
+    in_process: bool,
+    json_out: bool = False,
 ) -> RunSummary:
-    """:func:`evalfarm.api.run` with the live output; its errors as the CLI's exit codes: 2 for what stops a run
-    before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with failed
-    units returns its summary (the caller prints the failures and exits 1)."""
+    """:func:`evalfarm.api.run_request` with the live output; its errors as the CLI's exit codes: 2 for what stops a
+    run before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with
+    failed units returns its summary (the caller prints the failures and exits 1)."""
     from evalfarm.device import DeviceUnavailable
     from evalfarm.runner import RunInterrupted
     from evalfarm.taskdata.data import TaskDataError
@@ -173,7 +186,9 @@ def _evaluate(
     try:
         with RunPrinter(json_out=sys.stdout if json_out else None) as printer:
             progress = printer.on_progress if in_process else None
-            return api.run(catalog, warehouse=warehouse, on_event=printer.on_event, progress=progress, **run_args)
+            return api.run_request(
+                request, catalog, warehouse=warehouse, notify=notify, on_event=printer.on_event, progress=progress
+            )
     except api.EvaluationFailed as exc:
         return exc.summary
     except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError, LegacyWarehouse) as exc:

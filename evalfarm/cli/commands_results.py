@@ -56,6 +56,7 @@ def _sql_help() -> str:
     return "\n".join(lines)
 
 
+# long: a typer command: its signature is its options (one annotated parameter with its help each)
 @app.command(help=_sql_help())
 def sql(
     query: Annotated[
@@ -203,6 +204,7 @@ DownstreamVariantOpt = Annotated[
 ]
 
 
+# long: a typer command: its signature is its options (one parameter each), the body a dispatch over them
 @app.command()
 def correlations(
     level: LevelOpt = Level.sentence,

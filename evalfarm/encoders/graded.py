@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import Grade, ModelSpec, Source
+from evalfarm.catalog.specs import Grade, KindOptions, ModelSpec, Source, kind_options
 from evalfarm.encoders.postprocess import _moments, _top_eigvecs
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.encoders.word_vectors import WordVectors
@@ -185,9 +186,15 @@ def _relative_error(X: np.ndarray, Y: np.ndarray) -> float:
     return float(np.sqrt(num / den)) if den else 0.0
 
 
+class GradedOptions(KindOptions):
+    """The kind's own option: ``grade``, what is done to the base (required)."""
+
+    grade: Grade | None = Field(default=None, description="how the base's matrix is degraded")
+
+
 def check_spec(spec: ModelSpec) -> None:
     """A graded model names what is done to its base."""
-    if spec.grade is None:
+    if kind_options(spec, GradedOptions).grade is None:
         raise ValueError(f"model {spec.id!r}: word-graded needs 'grade' (op: truncate, pca, pq, sq or noise)")
 
 
@@ -199,10 +206,11 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str
             f"model {spec.id!r}: word-graded needs a word-vectors base with a matrix; {spec.base!r} is "
             f"{type(base).__name__}"
         )
-    assert spec.grade is not None
-    enc, info = grade_vectors(base, spec.grade, ctx)
+    grade = kind_options(spec, GradedOptions).grade
+    assert grade is not None
+    enc, info = grade_vectors(base, grade, ctx)
     enc.name = spec.id
-    prov = {"grade": spec.grade.model_dump(exclude_unset=True), "vocab_size": enc.vocab_size(), "dim": enc.dim, **info}
+    prov = {"grade": grade.model_dump(exclude_unset=True), "vocab_size": enc.vocab_size(), "dim": enc.dim, **info}
     return enc, prov
 
 
@@ -218,6 +226,7 @@ KIND = ModelKind(
     small=True,
     needs_source=False,
     base_levels=("word",),
-    fields=("base", "grade"),
+    fields=("base",),
+    options=GradedOptions,
 )
 model_kinds.register(KIND)

@@ -194,6 +194,15 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder
     return enc, {**prov, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
 
 
+def forward_key(spec: ModelSpec) -> dict[str, Any]:
+    """What a model's forward pass depends on (checkpoint, revision, truncation, batching, dtype, remote code, its
+    tokenizer): models with equal keys differ only in pooling and layer, so one pass embeds them all
+    (:meth:`HFTransformersEncoder.encode_poolings`)."""
+    assert spec.source is not None
+    fields = {"revision", "max_length", "batch_size", "dtype", "trust_remote_code", "tokenizer"}
+    return {"source": spec.source.model_dump(mode="json"), **spec.model_dump(mode="json", include=fields)}
+
+
 KIND = ModelKind(
     name="transformers",
     description="A Hugging Face transformers checkpoint (AutoModel + AutoTokenizer) with an explicit pooling "
@@ -205,5 +214,6 @@ KIND = ModelKind(
     cost=10.0,
     gpu=True,
     fields=("source", "revision", "pooling", "layer", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    forward_key=forward_key,
 )
 model_kinds.register(KIND)

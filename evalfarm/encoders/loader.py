@@ -12,7 +12,8 @@ first (``Catalog.lineage(id)``). Derivations:
   pool's embedded texts by the embed stage (``fit_and_encode``), never silently on something else.
 
 A derived spec may also override loading fields of its base (``pooling``, ``max_length``, ``batch_size``,
-``dtype``, ...); only fields set explicitly in the derived spec override. Its kind may switch between
+``dtype``, ...) and the options its kind declares (``ModelKind.options``); only fields set explicitly in the derived
+spec override. Its kind may switch between
 ``transformers`` and ``sentence-transformers`` (same checkpoint folder, different pooling).
 
 Heavy libraries (torch, transformers, onnxruntime, spaCy) are imported only when a model needs them. Every
@@ -35,7 +36,7 @@ from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 __all__ = ["SentencePostProcessed", "library_versions", "load_encoder"]
 
-_OVERRIDABLE = (
+_OVERRIDABLE = (  # the generic loading fields; a kind's own options (ModelKind.options) come from the kind
     "pooling",
     "layer",
     "batch_size",
@@ -220,7 +221,11 @@ def _wrap_postprocess(spec: ModelSpec, base: Any) -> Any:
 
 def _overlay(base: ModelSpec, derived: ModelSpec) -> ModelSpec:
     """``base`` with the loading fields that ``derived`` sets explicitly."""
-    update = {f: getattr(derived, f) for f in _OVERRIDABLE if f in derived.model_fields_set}
+    update: dict[str, Any] = {f: getattr(derived, f) for f in _OVERRIDABLE if f in derived.model_fields_set}
+    if derived.options is not None:  # options the derived entry sets over its base's (validated by its kind)
+        own = derived.options.model_dump(include=derived.options.model_fields_set)
+        same = type(base.options) is type(derived.options)
+        update["options"] = base.options.model_copy(update=own) if same else derived.options
     if derived.kind is not None and derived.kind != base.kind:
         if {derived.kind, base.kind} <= _SWITCHABLE_KINDS:
             update["kind"] = derived.kind

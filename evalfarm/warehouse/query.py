@@ -187,6 +187,7 @@ def glob_escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
+# long: its docstring is the confinement argument; the body builds one class from closures over its arguments
 def prefix_filesystem(
     fs: pafs.FileSystem,
     scheme: str,

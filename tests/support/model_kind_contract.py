@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import KindOptions, ModelSpec
 from evalfarm.encoders.loader import load_encoder
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import ModelKind, model_kind, model_kinds
@@ -191,6 +191,11 @@ def check_declaration(name: str, kind: ModelKind) -> None:
     assert all(isinstance(lib, str) and lib for lib in kind.libraries), f"{name}: libraries {kind.libraries}"
     unknown = set(kind.fields) - set(ModelSpec.model_fields)
     assert not unknown, f"{name}: fields {sorted(unknown)} are not ModelSpec fields"
+    if kind.options is not None:  # the kind's own options: its model, beside (never over) the generic fields
+        assert isinstance(kind.options, type) and issubclass(kind.options, KindOptions), f"{name}: options"
+        clash = set(kind.options.model_fields) & set(ModelSpec.model_fields)
+        assert not clash, f"{name}: options {sorted(clash)} shadow ModelSpec fields"
+    assert kind.forward_key is None or callable(kind.forward_key)
     assert not (kind.small and kind.gpu), f"{name}: a small kind does not wait for GPU workers"
 
 
@@ -198,6 +203,8 @@ def check_validation(name: str, kind: ModelKind, case: KindCase) -> None:
     """The minimal spec validates; breaking a declared rule is refused, by the catalog's validation."""
     spec = ModelSpec(**case.spec)
     assert spec.kind == name and spec.level in kind.levels
+    with pytest.raises(ValidationError, match="Extra inputs are not permitted"):  # a typo is not an option
+        ModelSpec(**{**case.spec, "no_such_option": 1})
     for level in {"word", "sentence"} - set(kind.levels):
         with pytest.raises(ValidationError, match=f"{name} model is .*-level"):
             ModelSpec(**{**case.spec, "level": level})
