@@ -146,7 +146,7 @@ def test_row_blocked_objective_equals_the_whole_matrix_one(n_classes, monkeypatc
     Mn = torch.from_numpy(mask / mask.sum(0))
     lam = torch.from_numpy(lams)
     for block_bytes in (8, 1 << 30):  # the floor of 64 rows a block: 64, 64, 64 and 11 rows; one block of 203
-        monkeypatch.setattr(classify, "ROW_BLOCK_BYTES", block_bytes)
+        monkeypatch.setattr(classify.engine, "ROW_BLOCK_BYTES", block_bytes)
         fg = _problem(X, y, K, sets)._objective(np.arange(B), Mn, lam, torch.float64)
         for models in (torch.arange(B), torch.tensor([2, 0])):
             f1, g1 = fg(torch.from_numpy(theta[models.numpy()]), models)
@@ -310,8 +310,8 @@ def test_eigen_floor_cuts_the_iterations_of_features_near_a_rotated_subspace(mon
 
             return solve(fg_counted, theta, **kw)
 
-        monkeypatch.setattr(classify, "EIGEN_FLOOR", floor)
-        monkeypatch.setattr(classify, "batched_lbfgs", counting)
+        monkeypatch.setattr(classify.engine, "EIGEN_FLOOR", floor)
+        monkeypatch.setattr(classify.engine, "batched_lbfgs", counting)
         result = evaluate({"cv": (X, y)}, k=5, inner_k=3, threads=1, backend="torch")
         return calls[0], result.metrics()["accuracy"]
 
@@ -384,7 +384,7 @@ def test_mixed_precision_reaches_the_float64_optimum(n_classes, monkeypatch):
         phases.append(f"{theta.dtype} noise={kw.get('noise', 0.0)}")
         return solve(fg, theta, **kw)
 
-    monkeypatch.setattr(classify, "batched_lbfgs", recording)
+    monkeypatch.setattr(classify.engine, "batched_lbfgs", recording)
     ref = decision_values(X, y, fits, n_classes=n_classes, backend="torch", dtype="float64", threads=1)
     assert phases == ["torch.float64 noise=0.0"]
     phases.clear()
@@ -482,7 +482,7 @@ def test_many_training_sets_share_the_unions_basis(n_classes, monkeypatch):
     to the penalty alone (``q / lam``)."""
     import evalfarm.classify as classify
 
-    monkeypatch.setattr(classify, "SHARED_BASIS_MIN_SETS", 2)
+    monkeypatch.setattr(classify.engine, "SHARED_BASIS_MIN_SETS", 2)
     rng = np.random.default_rng(6)
     n, d = 90, 5
     X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
@@ -519,8 +519,8 @@ def test_lowrank_preconditioner_is_exact_at_full_rank(n_classes, monkeypatch):
     import evalfarm.classify as classify
 
     d = 6
-    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", 2)
-    monkeypatch.setattr(classify, "LOWRANK_RANK", d)
+    monkeypatch.setattr(classify.engine, "LOWRANK_MIN_DIM", 2)
+    monkeypatch.setattr(classify.engine, "LOWRANK_RANK", d)
     rng = np.random.default_rng(4)
     n = 80
     X = rng.normal(size=(n, d)) @ rng.normal(size=(d, d)) + rng.normal(size=d)
@@ -727,8 +727,8 @@ def test_lowrank_path_agrees_with_sklearn_on_the_pair_tasks(name, data_dir, glov
     GloVe's 200-d pair features at a rank well below d: the same optimum as scikit-learn, so the same accuracy."""
     import evalfarm.classify as classify
 
-    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", 128)
-    monkeypatch.setattr(classify, "LOWRANK_RANK", 32)
+    monkeypatch.setattr(classify.engine, "LOWRANK_MIN_DIM", 128)
+    monkeypatch.setattr(classify.engine, "LOWRANK_RANK", 32)
     task = load_downstream_task(name, data_dir / "downstream" / name).subsample_train(AGREEMENT_MAX_TRAIN)
     data = task_features(task, glove_bow)
     assert data["train"][0].shape[1] == 200
@@ -752,8 +752,8 @@ def test_preconditioner_only_where_rows_per_dimension_pay(d, lowrank_from, preco
 
     import evalfarm.classify as classify
 
-    monkeypatch.setattr(classify, "LOWRANK_MIN_DIM", lowrank_from)
-    monkeypatch.setattr(classify, "LOWRANK_RANK", 4)
+    monkeypatch.setattr(classify.engine, "LOWRANK_MIN_DIM", lowrank_from)
+    monkeypatch.setattr(classify.engine, "LOWRANK_RANK", 4)
     rng = np.random.default_rng(5)
     X = rng.normal(size=(60, d))
     y = np.arange(60) % 2
