@@ -661,7 +661,8 @@ def _armijo(fg: Callable, ids, theta, f, g, direction, gd, max_cuts: int, noise:
         curve = fc - f[idx] - gd[idx] * t
         trial = torch.where(curve > 0, -gd[idx] * t * t / (2 * curve.clamp(min=1e-300)), 0.5 * t)
         trial = torch.where(torch.isfinite(fc), trial, 0.1 * t)  # an overflowing step: the largest cut
-        step[idx] = torch.minimum(torch.maximum(trial, 0.1 * t), 0.5 * t)
+        # in the step's own dtype: under dtype="float32" the trial comes out in float64 (from the objective's side)
+        step[idx] = torch.minimum(torch.maximum(trial, 0.1 * t), 0.5 * t).to(step.dtype)
     return new_theta, new_f, new_g, pending
 
 
