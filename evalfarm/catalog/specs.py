@@ -360,7 +360,8 @@ class ModelSpec(_Strict):
         if self.options is not None and (kind.options is None or not isinstance(self.options, kind.options)):
             raise ValueError(f"model {self.id!r}: options {self.options!r} are not kind {kind.name!r}'s")
         if self.layer is not None and "layer" not in kind.fields:
-            raise ValueError(f"model {self.id!r}: 'layer' chooses a hidden state of a transformers model, not of a "
+            readers = " or ".join(_kinds_where(lambda k: "layer" in k.fields))
+            raise ValueError(f"model {self.id!r}: 'layer' chooses a hidden state of a {readers} model, not of a "
                              f"{kind.name} model")  # fmt: skip
         if self.level not in kind.levels:
             raise ValueError(f"model {self.id!r}: a {kind.name} model is {'- or '.join(kind.levels)}-level")

@@ -213,6 +213,7 @@ KIND = ModelKind(
     libraries=("torch", "transformers", "tokenizers"),
     cost=10.0,
     gpu=True,
+    checkpoint="hf",
     fields=("source", "revision", "pooling", "layer", "max_length", "batch_size", "dtype", "trust_remote_code"),
     forward_key=forward_key,
 )

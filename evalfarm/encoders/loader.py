@@ -13,8 +13,9 @@ first (``Catalog.lineage(id)``). Derivations:
 
 A derived spec may also override loading fields of its base (``pooling``, ``max_length``, ``batch_size``,
 ``dtype``, ...) and the options its kind declares (``ModelKind.options``); only fields set explicitly in the derived
-spec override. Its kind may switch between
-``transformers`` and ``sentence-transformers`` (same checkpoint folder, different pooling).
+spec override. Its kind may switch to
+another kind that declares the same checkpoint format (``ModelKind.checkpoint``: ``transformers`` and
+``sentence-transformers`` read one Hugging Face folder, pooled differently).
 
 Heavy libraries (torch, transformers, onnxruntime, spaCy) are imported only when a model needs them. Every
 returned encoder carries ``spec_id`` and ``provenance`` (library versions, source identity, device, dtype).
@@ -50,7 +51,13 @@ _OVERRIDABLE = (  # the generic loading fields; a kind's own options (ModelKind.
     "format",
     "vocab",
 )
-_SWITCHABLE_KINDS = {"transformers", "sentence-transformers"}
+
+
+def _switchable(a: str, b: str) -> bool:
+    """Whether a derived model may switch between kinds ``a`` and ``b``: both declare one checkpoint format
+    (``ModelKind.checkpoint``)."""
+    fmt = model_kinds.get(a).checkpoint
+    return fmt is not None and fmt == model_kinds.get(b).checkpoint
 
 
 def library_versions(*names: str) -> dict[str, str | None]:
@@ -227,7 +234,7 @@ def _overlay(base: ModelSpec, derived: ModelSpec) -> ModelSpec:
         same = type(base.options) is type(derived.options)
         update["options"] = base.options.model_copy(update=own) if same else derived.options
     if derived.kind is not None and derived.kind != base.kind:
-        if {derived.kind, base.kind} <= _SWITCHABLE_KINDS:
+        if base.kind is not None and _switchable(derived.kind, base.kind):
             update["kind"] = derived.kind
         else:
             raise ModelLoadError(

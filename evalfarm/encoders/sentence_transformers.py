@@ -103,6 +103,7 @@ KIND = ModelKind(
     libraries=("torch", "transformers", "sentence-transformers"),
     cost=10.0,
     gpu=True,
+    checkpoint="hf",
     fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
 )
 model_kinds.register(KIND)
