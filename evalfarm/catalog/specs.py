@@ -243,7 +243,6 @@ class ModelSpec(_Strict):
         "layers wrap a PyTorch model (torch.load), which runs any code the file carries: only for files you trust; "
         "convert to word2vec-binary or numpy-vocab instead",
     )
-    onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
     tokenizer: Source | None = None
     description: str = ""
     licence: str | None = None
@@ -561,6 +560,19 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
 
+_HASH_LEGACY_FIELDS: dict[str, Any] = {
+    "onnx_output": None,
+}
+"""Model options that were general ``ModelSpec`` fields, dumped and hashed in every model's spec (every kind's), even
+as null, before they moved into the options of the kinds that read them (``onnx_output``: onnx). A kind option at its
+default stays out of the dump, so :func:`spec_hash` writes each back at its old null where a model's dump lacks it:
+the hash of every model, of any kind, stays what it was."""
+
+
+def _with_legacy_fields(spec: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:
+    return {**_HASH_LEGACY_FIELDS, **dump} if isinstance(spec, ModelSpec) else dump
+
+
 def _omit_defaults(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {
@@ -579,7 +591,8 @@ def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:
     ``provenance`` counts when set (it names the corpus / package version behind the weights).
     """
     payload = [
-        _omit_defaults(s.model_dump(mode="json", exclude={"description", "tags", "licence"})) for s in (spec, *parents)
+        _omit_defaults(_with_legacy_fields(s, s.model_dump(mode="json", exclude={"description", "tags", "licence"})))
+        for s in (spec, *parents)
     ]
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 

@@ -1,7 +1,7 @@
 """onnxruntime encoder for exported transformer graphs.
 
 Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, when present, ``token_type_ids``
-(fed as zeros, single-segment input). The output is ``spec.onnx_output`` (index, default 0): a 3-D output is
+(fed as zeros, single-segment input). The output is the ``onnx_output`` option (index, default 0): a 3-D output is
 token states and is pooled with the attention mask as ``spec.pooling`` says (``mean``, the default; ``cls``: the
 first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
 
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import KindOptions, ModelSpec, kind_options
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -170,6 +171,14 @@ def _pool(states: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
 
 
 # -- the model kind -------------------------------------------------------------------------------------------------
+class OnnxOptions(KindOptions):
+    """An onnx model's own options (top-level keys of its catalog entry)."""
+
+    onnx_output: int | None = Field(
+        default=None, ge=0, description="the graph output read (index; default 0); token states are pooled"
+    )
+
+
 def check_spec(spec: ModelSpec) -> None:
     """An ONNX graph's token states pool by cls, mean or max; the graph has no hidden states to choose from."""
     if spec.pooling is not None and spec.pooling not in _POOLINGS:
@@ -197,7 +206,7 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
     enc = OnnxEncoder(
         model_path,
         tok_path,
-        output=spec.onnx_output,
+        output=kind_options(spec, OnnxOptions).onnx_output,
         pooling=spec.pooling or "mean",
         max_length=spec.max_length,
         batch_size=spec.batch_size,
@@ -230,6 +239,7 @@ KIND = ModelKind(
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "tokenizer", "onnx_output", "pooling", "max_length", "batch_size"),
+    fields=("source", "tokenizer", "pooling", "max_length", "batch_size"),
+    options=OnnxOptions,
 )
 model_kinds.register(KIND)
