@@ -153,3 +153,20 @@ def test_onnx_options_are_the_onnx_kinds_and_keep_every_models_hash():
         ModelSpec(id="o", level="sentence", kind="onnx", source=source, onnx_output="two")
     plain = ModelSpec(id="o", level="sentence", kind="onnx", source=source)
     assert "onnx_output" not in plain.model_dump() and spec_hash(plain) != spec_hash(spec)
+
+
+def test_an_onnx_tokenizer_is_an_option_and_one_of_the_models_sources():
+    """``tokenizer`` moved into the onnx kind's options: it is still a top-level key, a source the generic readers
+    see (``ModelSpec.sources``: provenance, submit's absolute paths), and refused on a kind that does not read it."""
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.submit import _with_absolute_paths
+
+    source = {"type": "path", "ref": "m.onnx"}
+    tok = {"type": "path", "ref": "tok.json"}
+    spec = ModelSpec(id="o", level="sentence", kind="onnx", source=source, tokenizer=tok)
+    assert [(role, s.ref) for role, s in spec.sources()] == [("source", "m.onnx"), ("tokenizer", "tok.json")]
+    assert spec.model_dump(mode="json")["tokenizer"] == {**spec.options.tokenizer.model_dump(mode="json")}
+    moved = _with_absolute_paths(spec, Path("/cat"))
+    assert [s.ref for _, s in moved.sources()] == ["/cat/m.onnx", "/cat/tok.json"]
+    with pytest.raises(ValueError, match="model 's': only kind onnx reads 'tokenizer': drop it"):
+        ModelSpec(id="s", level="sentence", kind="sentence-transformers", source=source, tokenizer=tok)

@@ -243,7 +243,6 @@ class ModelSpec(_Strict):
         "layers wrap a PyTorch model (torch.load), which runs any code the file carries: only for files you trust; "
         "convert to word2vec-binary or numpy-vocab instead",
     )
-    tokenizer: Source | None = None
     description: str = ""
     licence: str | None = None
     tags: tuple[str, ...] = ()
@@ -299,6 +298,25 @@ class ModelSpec(_Strict):
         if isinstance(out, dict) and isinstance(self.options, KindOptions):
             out.update(self.options.non_defaults(mode=info.mode))
         return out
+
+    def sources(self) -> list[tuple[str, Source]]:
+        """Every source the model reads, by role: ``source``, then each source its kind's options name (onnx's
+        ``tokenizer``), for the generic readers (provenance, submit) whatever the kind."""
+        out = [("source", self.source)] if self.source is not None else []
+        if isinstance(self.options, KindOptions):
+            out += [(k, v) for k, v in self.options if isinstance(v, Source)]
+        return out
+
+    def map_sources(self, fn: Callable[[Source], Source]) -> ModelSpec:
+        """A copy with every source (:meth:`sources`) replaced by ``fn(source)``; ``self`` when none changes."""
+        update: dict[str, Any] = {}
+        if self.source is not None and (src := fn(self.source)) is not self.source:
+            update["source"] = src
+        if isinstance(self.options, KindOptions):
+            opts = {k: new for k, v in self.options if isinstance(v, Source) and (new := fn(v)) is not v}
+            if opts:
+                update["options"] = self.options.model_copy(update=opts)
+        return self.model_copy(update=update) if update else self
 
     @field_validator("vocab")
     @classmethod
@@ -562,11 +580,12 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
 
 _HASH_LEGACY_FIELDS: dict[str, Any] = {
     "onnx_output": None,
+    "tokenizer": None,
 }
-"""Model options that were general ``ModelSpec`` fields, dumped and hashed in every model's spec (every kind's), even
-as null, before they moved into the options of the kinds that read them (``onnx_output``: onnx). A kind option at its
-default stays out of the dump, so :func:`spec_hash` writes each back at its old null where a model's dump lacks it:
-the hash of every model, of any kind, stays what it was."""
+"""Model options that were general ``ModelSpec`` fields, dumped and hashed in every model's spec (every kind's),
+even as null, before they moved into the options of the kinds that read them (``onnx_output``, ``tokenizer``: onnx).
+A kind option at its default stays out of the dump, so :func:`spec_hash` writes each back at its old null where a
+model's dump lacks it: the hash of every model, of any kind, stays what it was."""
 
 
 def _with_legacy_fields(spec: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:

@@ -44,7 +44,6 @@ _OVERRIDABLE = (  # the generic loading fields; a kind's own options (ModelKind.
     "max_length",
     "dtype",
     "lowercase",
-    "tokenizer",
     "trust_remote_code",
     "revision",
     "format",

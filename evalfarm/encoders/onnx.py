@@ -5,9 +5,9 @@ Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, w
 token states and is pooled with the attention mask as ``spec.pooling`` says (``mean``, the default; ``cls``: the
 first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
 
-The tokenizer comes from ``spec.tokenizer`` (a ``tokenizer.json`` file, or a folder with one, or a folder that
-``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file. Padding and
-truncation settings stored in a ``tokenizer.json`` are replaced: truncation to ``max_length``, padding per
+The tokenizer comes from the ``tokenizer`` option (a source: a ``tokenizer.json`` file, or a folder with one, or a
+folder that ``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file.
+Padding and truncation settings stored in a ``tokenizer.json`` are replaced: truncation to ``max_length``, padding per
 batch to the longest sequence (texts are sorted by length first).
 
 The packaged paraphrase-MiniLM-L3-v2 graph ships no tokenizer. It uses the uncased BERT WordPiece vocabulary of
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from evalfarm.catalog.specs import KindOptions, ModelSpec, kind_options
+from evalfarm.catalog.specs import KindOptions, ModelSpec, Source, kind_options
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -177,6 +177,9 @@ class OnnxOptions(KindOptions):
     onnx_output: int | None = Field(
         default=None, ge=0, description="the graph output read (index; default 0); token states are pooled"
     )
+    tokenizer: Source | None = Field(
+        default=None, description="the tokenizer's source (default: a tokenizer.json next to the graph)"
+    )
 
 
 def check_spec(spec: ModelSpec) -> None:
@@ -196,17 +199,18 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
     model_path = _single_onnx(ctx.local_path)
     tok_path = None
     prov: dict[str, Any] = {}
-    if spec.tokenizer is not None:
+    opts = kind_options(spec, OnnxOptions)
+    if opts.tokenizer is not None:
         assert ctx.resolve is not None
-        tok_loc = ctx.resolve(spec.tokenizer)
+        tok_loc = ctx.resolve(opts.tokenizer)
         if isinstance(tok_loc, str):
             raise NotSupportedYet(f"model {spec.id!r}: hub tokenizers for ONNX models are not supported yet")
         tok_path = tok_loc
-        prov["tokenizer"] = source_provenance(spec.tokenizer)
+        prov["tokenizer"] = source_provenance(opts.tokenizer)
     enc = OnnxEncoder(
         model_path,
         tok_path,
-        output=kind_options(spec, OnnxOptions).onnx_output,
+        output=opts.onnx_output,
         pooling=spec.pooling or "mean",
         max_length=spec.max_length,
         batch_size=spec.batch_size,
@@ -239,7 +243,7 @@ KIND = ModelKind(
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "tokenizer", "pooling", "max_length", "batch_size"),
+    fields=("source", "pooling", "max_length", "batch_size"),
     options=OnnxOptions,
 )
 model_kinds.register(KIND)
