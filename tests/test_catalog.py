@@ -170,3 +170,30 @@ def test_an_onnx_tokenizer_is_an_option_and_one_of_the_models_sources():
     assert [s.ref for _, s in moved.sources()] == ["/cat/m.onnx", "/cat/tok.json"]
     with pytest.raises(ValueError, match="model 's': only kind onnx reads 'tokenizer': drop it"):
         ModelSpec(id="s", level="sentence", kind="sentence-transformers", source=source, tokenizer=tok)
+
+
+def test_pooling_and_layer_are_the_options_of_the_kinds_that_read_them():
+    """``pooling`` is declared by each kind that pools token states (transformers, onnx, bert-flow: one shared
+    options model), ``layer`` by transformers alone; any other kind's entry is refused naming the model and the
+    option, and a kind switch (transformers <-> sentence-transformers) is allowed by their declared checkpoint."""
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.encoders.loader import _overlay
+    from evalfarm.encoders.pooled import PooledOptions
+
+    source = {"type": "hf", "ref": "a/b"}
+    spec = ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="max", layer=3)
+    assert (spec.option("pooling"), spec.option("layer")) == ("max", 3)
+    assert isinstance(spec.options, PooledOptions) and spec.model_dump()["layer"] == 3
+    onnx = ModelSpec(id="o", level="sentence", kind="onnx", source=source, pooling="cls")
+    assert isinstance(onnx.options, PooledOptions) and onnx.option("pooling") == "cls"
+    assert ModelSpec(id="b", level="sentence", kind="bert-flow", source=source, pooling="mean").option("pooling")
+    with pytest.raises(ValueError, match="model 'o': only kind transformers reads 'layer': drop it"):
+        ModelSpec(id="o", level="sentence", kind="onnx", source=source, pooling="cls", layer=2)
+    with pytest.raises(ValueError, match="model 's': only kind .*transformers.* reads 'pooling': drop it"):
+        ModelSpec(id="s", level="sentence", kind="sentence-transformers", source=source, pooling="mean")
+    with pytest.raises(ValueError, match="pooling 'last-2-avg' names its own layers"):
+        ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="last-2-avg", layer=2)
+    st = ModelSpec(id="st", level="sentence", kind="sentence-transformers", source=source)
+    whitened = {"level": "sentence", "base": "st", "postprocess": {"method": "whitening"}}
+    switched = _overlay(st, ModelSpec(id="t2", kind="transformers", pooling="cls", **whitened))
+    assert switched.kind == "transformers" and switched.option("pooling") == "cls"

@@ -11,7 +11,7 @@ first (``Catalog.lineage(id)``). Derivations:
 - ``base`` + ``postprocess``, sentence level: :class:`SentencePostProcessed`; the transform is fitted on the
   pool's embedded texts by the embed stage (``fit_and_encode``), never silently on something else.
 
-A derived spec may also override loading fields of its base (``pooling``, ``max_length``, ``batch_size``,
+A derived spec may also override loading fields of its base (``max_length``, ``batch_size``,
 ``dtype``, ...) and the options its kind declares (``ModelKind.options``); only fields set explicitly in the derived
 spec override. Its kind may switch to
 another kind that declares the same checkpoint format (``ModelKind.checkpoint``: ``transformers`` and
@@ -38,8 +38,6 @@ from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 __all__ = ["SentencePostProcessed", "library_versions", "load_encoder"]
 
 _OVERRIDABLE = (  # the generic loading fields; a kind's own options (ModelKind.options) come from the kind
-    "pooling",
-    "layer",
     "batch_size",
     "max_length",
     "dtype",

@@ -2,7 +2,7 @@
 
 Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, when present, ``token_type_ids``
 (fed as zeros, single-segment input). The output is the ``onnx_output`` option (index, default 0): a 3-D output is
-token states and is pooled with the attention mask as ``spec.pooling`` says (``mean``, the default; ``cls``: the
+token states and is pooled with the attention mask as the ``pooling`` option says (``mean``, the default; ``cls``: the
 first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
 
 The tokenizer comes from the ``tokenizer`` option (a source: a ``tokenizer.json`` file, or a folder with one, or a
@@ -25,7 +25,8 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
-from evalfarm.catalog.specs import KindOptions, ModelSpec, Source, kind_options
+from evalfarm.catalog.specs import ModelSpec, Source, kind_options
+from evalfarm.encoders.pooled import PooledOptions
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -171,8 +172,9 @@ def _pool(states: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
 
 
 # -- the model kind -------------------------------------------------------------------------------------------------
-class OnnxOptions(KindOptions):
-    """An onnx model's own options (top-level keys of its catalog entry)."""
+class OnnxOptions(PooledOptions):
+    """An onnx model's own options (top-level keys of its catalog entry): ``pooling`` (cls, mean, max), the graph's
+    output, its tokenizer."""
 
     onnx_output: int | None = Field(
         default=None, ge=0, description="the graph output read (index; default 0); token states are pooled"
@@ -184,7 +186,7 @@ class OnnxOptions(KindOptions):
 
 def check_spec(spec: ModelSpec) -> None:
     """An ONNX graph's token states pool by cls, mean or max; the graph has no hidden states to choose from."""
-    if spec.pooling is not None and spec.pooling not in _POOLINGS:
+    if (pooling := kind_options(spec, OnnxOptions).pooling) is not None and pooling not in _POOLINGS:
         raise ValueError(f"model {spec.id!r}: an onnx model's token states pool by {', '.join(_POOLINGS)}")
 
 
@@ -211,13 +213,13 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
         model_path,
         tok_path,
         output=opts.onnx_output,
-        pooling=spec.pooling or "mean",
+        pooling=opts.pooling or "mean",
         max_length=spec.max_length,
         batch_size=spec.batch_size,
     )
     prov.update(providers=enc.providers, output=enc.output_name, max_length=spec.max_length)
-    if spec.pooling is not None:
-        prov["pooling"] = spec.pooling
+    if opts.pooling is not None:
+        prov["pooling"] = opts.pooling
     return enc, prov
 
 
@@ -243,7 +245,7 @@ KIND = ModelKind(
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "pooling", "max_length", "batch_size"),
+    fields=("source", "max_length", "batch_size"),
     options=OnnxOptions,
 )
 model_kinds.register(KIND)
