@@ -675,7 +675,7 @@ def list_models(catalog: PathOrStr | Catalog | None = None) -> list[dict[str, st
                 "level": m.level,
                 "kind": cat.kind(m.id),
                 "base": m.base or "",
-                "pooling": m.pooling or "",
+                "pooling": m.option("pooling") or "",
                 "postprocess": m.postprocess.method if m.postprocess else "",
                 "source": f"{src.type}:{src.ref}" if src else "",
                 "spec_hash": cat.spec_hash(m.id),

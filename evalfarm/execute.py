@@ -312,11 +312,11 @@ def _publish_siblings(
     for sib, sib_store, sib_texts, sib_out in shared:
         try:
             sib_spec = sib.spec
-            layer = {} if sib_spec.layer is None else {"layer": sib_spec.layer}
+            layer = {} if sib_spec.option("layer") is None else {"layer": sib_spec.option("layer")}
             leaders = {k: v for k, v in provenance.items() if k != "layer"}  # the leader's layer is not the sibling's
             _publish(
                 ctx, sib, sib_store, sib_texts, check_quality(sib_texts, sib_out),
-                {**leaders, "pooling": sib_spec.pooling, **layer, "forward_pass_of": plan.model},
+                {**leaders, "pooling": sib_spec.option("pooling"), **layer, "forward_pass_of": plan.model},
             )  # fmt: skip
         except Exception as exc:  # the sibling's own embed task computes it
             log.warning(
@@ -445,9 +445,10 @@ def _pooling(plan: ModelPlan) -> str:
     """A pooling sibling's pooling key (``mean``, ``cls@3``): plan.share_forward_passes groups only models that name
     a pooling."""
     spec = plan.spec
-    if spec.pooling is None:
+    pooling, layer = spec.option("pooling"), spec.option("layer")
+    if pooling is None:
         raise ValueError(f"model {plan.model!r} shares a forward pass but names no pooling")
-    return spec.pooling if spec.layer is None else f"{spec.pooling}@{spec.layer}"
+    return str(pooling) if layer is None else f"{pooling}@{layer}"
 
 
 def _base_vectors(ctx: ExecContext, plan: ModelPlan, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
@@ -476,7 +477,7 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
         "dim": dim,
         "spec_hash": plan.spec_hash,
         "base": spec.base,
-        "pooling": spec.pooling,
+        "pooling": spec.option("pooling"),
         "postprocess": spec.postprocess.model_dump_json() if spec.postprocess else None,
         "source": next((s.source.model_dump_json() for s in chain if s.source), None),
         "provenance": json.dumps(provenance, default=str),

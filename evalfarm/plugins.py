@@ -358,6 +358,9 @@ class ModelKind(Generic[SpecT]):
     - ``forward_key``: ``forward_key(spec) -> dict | None``: what one forward pass of a model of the kind depends on;
       models of the kind with equal keys differ only in how the pass is pooled, so one pass embeds them all (the
       leader's encoder has ``encode_poolings``). None (the default): every model embeds on its own.
+    - ``checkpoint``: the format of checkpoint the kind loads from its source (``"hf"``: a Hugging Face model
+      folder); a derived model may switch its kind to another kind that declares the same format (same folder,
+      other loader). None (the default): a derived model keeps its base's kind.
     """
 
     name: str
@@ -376,6 +379,7 @@ class ModelKind(Generic[SpecT]):
     fields: tuple[str, ...] = field(default=())
     options: type[Any] | None = None  # a pydantic model (KindOptions subclass)
     forward_key: Callable[[SpecT], Mapping[str, Any] | None] | None = None
+    checkpoint: str | None = None
 
 
 def _model_kind(obj: Any) -> ModelKind[Any]:

@@ -319,8 +319,7 @@ class _LineageSpec(Protocol):
     def id(self) -> str: ...
     @property
     def source(self) -> _SourceRef | None: ...
-    @property
-    def tokenizer(self) -> _SourceRef | None: ...
+    def sources(self) -> Sequence[tuple[str, _SourceRef]]: ...
     @property
     def revision(self) -> str | None: ...
 
@@ -348,8 +347,8 @@ def unpinned_revisions(catalog: CatalogLike, models: Iterable[str] | None = None
     out: list[dict[str, str | None]] = []
     for model in ids:
         for spec in catalog.lineage(model):
-            for role, src in (("source", spec.source), ("tokenizer", spec.tokenizer)):
-                if src is None or src.type != "hf":
+            for role, src in spec.sources():
+                if src.type != "hf":
                     continue
                 rev = spec.revision
                 if rev is not None and _COMMIT.match(rev):

@@ -197,23 +197,16 @@ def _validate_tasks(path: Path, raw_tasks: list[Any], errors: list[str]) -> list
 # -- merging with the base catalog --------------------------------------------------------------------------
 
 
-def _absolute_source(src: Source | None, base_dir: Path) -> Source | None:
-    if src is None or src.type != "path" or Path(src.ref).expanduser().is_absolute():
+def _absolute_source(src: Source, base_dir: Path) -> Source:
+    if src.type != "path" or Path(src.ref).expanduser().is_absolute():
         return src
     return src.model_copy(update={"ref": str((base_dir / src.ref).resolve())})
 
 
 def _with_absolute_paths(spec: ModelSpec, base_dir: Path) -> ModelSpec:
-    """Relative ``path`` sources resolve against the file they came from, not the job's working_dir."""
-    update = {
-        k: v
-        for k, v in (
-            ("source", _absolute_source(spec.source, base_dir)),
-            ("tokenizer", _absolute_source(spec.tokenizer, base_dir)),
-        )
-        if v is not getattr(spec, k)
-    }
-    return spec.model_copy(update=update) if update else spec
+    """Relative ``path`` sources (the model's and those its kind's options name) resolve against the file they came
+    from, not the job's working_dir."""
+    return spec.map_sources(lambda src: _absolute_source(src, base_dir))
 
 
 def _dump(spec: ModelSpec | TaskSpec) -> dict[str, Any]:
@@ -574,9 +567,7 @@ def _review_models(merged: Catalog, model_ids: list[str], trust_remote_code: boo
     unpinned = unpinned_revisions(merged, model_ids)
     warnings += [str(u["message"]) for u in unpinned]
     requirements: list[str] = []
-    for src, model in ((src, s.id) for m in model_ids for s in merged.lineage(m) for src in (s.source, s.tokenizer)):
-        if src is None:
-            continue
+    for src, model in ((src, s.id) for m in model_ids for s in merged.lineage(m) for _, src in s.sources()):
         if src.type == "package" and src.requirement and src.requirement not in requirements:
             requirements.append(src.requirement)
         if src.type == "path":

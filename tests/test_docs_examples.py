@@ -94,10 +94,12 @@ def test_the_examples_register_their_kinds_and_a_catalog_validates_against_them(
     catalog.write_text(good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    n: 9"))
     with pytest.raises(CatalogError, match="model 'my-ngrams': kind 'hashed-ngrams' option 'n': Input should be less"):
         load_catalog(catalog)
-    bad = good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    pooling: mean")
-    catalog.write_text(bad)
-    with pytest.raises(CatalogError, match="hashed-ngrams averages table rows; it has no 'pooling'"):
-        load_catalog(catalog)
+    catalog.write_text(good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    max_length: 16"))
+    with pytest.raises(CatalogError, match="hashed-ngrams hashes every n-gram; it truncates nothing"):
+        load_catalog(catalog)  # the kind's own check
+    catalog.write_text(good.replace("kind: hashed-ngrams", "kind: hashed-ngrams\n    pooling: mean"))
+    with pytest.raises(CatalogError, match="model 'my-ngrams': only kind .* reads 'pooling': drop it"):
+        load_catalog(catalog)  # another kind's option
 
 
 @pytest.mark.slow  # an end-to-end run (in process, ~1 s)

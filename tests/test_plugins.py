@@ -118,8 +118,10 @@ def test_the_toy_plugin_kind_keeps_the_model_kind_contract(monkeypatch):
     check_declaration("hashing-bow", kind)
     check_validation("hashing-bow", kind, case)
     check_loading("hashing-bow", kind, case)
-    with pytest.raises(ValueError, match="no 'pooling'"):  # the kind's own check runs in the catalog's validation
-        ModelSpec(id="x", level="sentence", kind="hashing-bow", pooling="mean")
+    with pytest.raises(ValueError, match="truncates nothing"):  # the kind's own check runs in the catalog's validation
+        ModelSpec(id="x", level="sentence", kind="hashing-bow", max_length=16)
+    with pytest.raises(ValueError, match="model 'x': only kind .*transformers.* reads 'pooling': drop it"):
+        ModelSpec(id="x", level="sentence", kind="hashing-bow", pooling="mean")  # another kind's option
     assert kind_cost("hashing-bow") == 0.01 and small_kind("hashing-bow") and not gpu_kind("hashing-bow")
 
 

@@ -50,7 +50,7 @@ def test_a_checkpoints_pooling_and_layer_members_share_one_forward_pass(zoo):
     assert forward_key(zoo, next(iter(mpnet))) != forward_key(zoo, next(iter(minilm)))
     assert forward_key(zoo, "all-mpnet-base-v2-first-last-avg-whiten") is None  # fitted, not a forward pass
     layered = zoo.model("all-minilm-l6-v2-max-l3")
-    assert (layered.pooling, layered.layer) == ("max", 3)
+    assert (layered.options.pooling, layered.options.layer) == ("max", 3)
     assert "layer 3 of 6" in layered.description
     assert not any(m.startswith("all-minilm-l6-v2-cls-l") for m in zoo.models)  # degenerate: left out
 
@@ -64,7 +64,7 @@ def test_pooling_keys_and_layer_rules():
     base = {"id": "m", "level": "sentence", "source": GT}
     with pytest.raises(ValueError, match="names its own layers"):
         ModelSpec.model_validate({**base, "kind": "transformers", "pooling": "last-2-avg", "layer": 2})
-    with pytest.raises(ValueError, match="not of a onnx model"):
+    with pytest.raises(ValueError, match="only kind transformers reads .layer.: drop it"):
         ModelSpec.model_validate({**base, "kind": "onnx", "layer": 2})
     with pytest.raises(ValueError, match="token states pool by"):
         ModelSpec.model_validate({**base, "kind": "onnx", "pooling": "first-last-avg"})

@@ -107,9 +107,6 @@ class Source(_Strict):
         return self
 
 
-Pooling = Literal["cls", "mean", "max", "first-last-avg", "last-2-avg"]
-
-
 class PostProcess(_Strict):
     """A transform fitted on the base model's own embeddings, deriving a new model.
 
@@ -198,6 +195,14 @@ PICKLE_FORMATS = ("gensim-kv",)
 """Word formats whose loader unpickles the file: a spec must opt in with ``allow_pickle: true``."""
 
 
+class _InvalidOptions:
+    """Options a model's kind refused: ``_split_options`` hands the message to the ``options`` field, so it is reported
+    with the errors of the entry's other fields instead of alone."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
 class ModelSpec(_Strict):
     """One model of the zoo. ``base`` + ``postprocess`` (or ``kind: bow``) derive a model from another."""
 
@@ -222,14 +227,6 @@ class ModelSpec(_Strict):
         description="word-vectors: the declared dimension, checked against the file (a text file is then read with "
         "it instead of the dimension most lines share); part of the spec hash when set",
     )
-    pooling: Pooling | None = None
-    layer: int | None = Field(
-        default=None,
-        strict=True,
-        description="transformers: the hidden state that cls / mean / max pool (0 = the embedding layer, 1..L = the "
-        "layers' outputs, negative counts from the end); unset: the last layer. The paper's layer-choice family: "
-        "models that differ only in pooling and layer share one forward pass",
-    )
     postprocess: PostProcess | None = None
     batch_size: int = Field(default=64, ge=1)
     max_length: int = Field(default=128, ge=1)
@@ -243,8 +240,6 @@ class ModelSpec(_Strict):
         "layers wrap a PyTorch model (torch.load), which runs any code the file carries: only for files you trust; "
         "convert to word2vec-binary or numpy-vocab instead",
     )
-    onnx_output: int | None = Field(default=None, description="ONNX output index; token states are mean-pooled")
-    tokenizer: Source | None = None
     description: str = ""
     licence: str | None = None
     tags: tuple[str, ...] = ()
@@ -288,9 +283,16 @@ class ModelSpec(_Strict):
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "options"
-            raise ValueError(f"model {ident!r}: kind {kind.name!r} option {where!r}: {err['msg']}") from None
+            opts = _InvalidOptions(f"model {ident!r}: kind {kind.name!r} option {where!r}: {err['msg']}")
         rest = {k: v for k, v in data.items() if k not in mine}
         return {**rest, "options": opts}
+
+    @field_validator("options")
+    @classmethod
+    def _valid_options(cls, v: Any) -> Any:
+        if isinstance(v, _InvalidOptions):  # reported here, beside the other fields' errors
+            raise ValueError(v.message)
+        return v
 
     @model_serializer(mode="wrap")
     def _dump_options(self, handler: SerializerFunctionWrapHandler, info: SerializationInfo) -> Any:
@@ -298,8 +300,34 @@ class ModelSpec(_Strict):
         omits defaults: a kind that adds an option keeps its models' hashes)."""
         out = handler(self)
         if isinstance(out, dict) and isinstance(self.options, KindOptions):
-            out.update(self.options.non_defaults(mode=info.mode))
+            opts = self.options.non_defaults(mode=info.mode)
+            keep = set(opts) if info.include is None else set(opts) & set(info.include)  # include / exclude name them
+            out.update({k: v for k, v in opts.items() if k in keep and k not in (info.exclude or ())})
         return out
+
+    def sources(self) -> list[tuple[str, Source]]:
+        """Every source the model reads, by role: ``source``, then each source its kind's options name (onnx's
+        ``tokenizer``), for the generic readers (provenance, submit) whatever the kind."""
+        out = [("source", self.source)] if self.source is not None else []
+        if isinstance(self.options, KindOptions):
+            out += [(k, v) for k, v in self.options if isinstance(v, Source)]
+        return out
+
+    def option(self, name: str) -> Any:
+        """The kind option ``name`` (``pooling``, ``layer``), for the generic readers that show or group by it
+        whatever the kind; None where the kind does not declare it or the entry leaves it at its default."""
+        return getattr(self.options, name, None) if isinstance(self.options, KindOptions) else None
+
+    def map_sources(self, fn: Callable[[Source], Source]) -> ModelSpec:
+        """A copy with every source (:meth:`sources`) replaced by ``fn(source)``; ``self`` when none changes."""
+        update: dict[str, Any] = {}
+        if self.source is not None and (src := fn(self.source)) is not self.source:
+            update["source"] = src
+        if isinstance(self.options, KindOptions):
+            opts = {k: new for k, v in self.options if isinstance(v, Source) and (new := fn(v)) is not v}
+            if opts:
+                update["options"] = self.options.model_copy(update=opts)
+        return self.model_copy(update=update) if update else self
 
     @field_validator("vocab")
     @classmethod
@@ -359,9 +387,6 @@ class ModelSpec(_Strict):
             return
         if self.options is not None and (kind.options is None or not isinstance(self.options, kind.options)):
             raise ValueError(f"model {self.id!r}: options {self.options!r} are not kind {kind.name!r}'s")
-        if self.layer is not None and "layer" not in kind.fields:
-            raise ValueError(f"model {self.id!r}: 'layer' chooses a hidden state of a transformers model, not of a "
-                             f"{kind.name} model")  # fmt: skip
         if self.level not in kind.levels:
             raise ValueError(f"model {self.id!r}: a {kind.name} model is {'- or '.join(kind.levels)}-level")
         if kind.base_levels and self.base is None:
@@ -560,6 +585,22 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
 
+_HASH_LEGACY_FIELDS: dict[str, Any] = {
+    "pooling": None,
+    "onnx_output": None,
+    "tokenizer": None,
+}
+"""Model options that were general ``ModelSpec`` fields, dumped and hashed in every model's spec (every kind's),
+even as null, before they moved into the options of the kinds that read them (``pooling``: transformers,
+onnx, bert-flow; ``onnx_output``, ``tokenizer``: onnx).
+A kind option at its default stays out of the dump, so :func:`spec_hash` writes each back at its old null where a
+model's dump lacks it: the hash of every model, of any kind, stays what it was."""
+
+
+def _with_legacy_fields(spec: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:
+    return {**_HASH_LEGACY_FIELDS, **dump} if isinstance(spec, ModelSpec) else dump
+
+
 def _omit_defaults(obj: Any) -> Any:
     if isinstance(obj, dict):
         return {
@@ -578,7 +619,8 @@ def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:
     ``provenance`` counts when set (it names the corpus / package version behind the weights).
     """
     payload = [
-        _omit_defaults(s.model_dump(mode="json", exclude={"description", "tags", "licence"})) for s in (spec, *parents)
+        _omit_defaults(_with_legacy_fields(s, s.model_dump(mode="json", exclude={"description", "tags", "licence"})))
+        for s in (spec, *parents)
     ]
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 

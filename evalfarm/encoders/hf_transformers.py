@@ -26,12 +26,13 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import ModelSpec, kind_options
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+from evalfarm.encoders.pooled import PooledOptions, Pooling
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
-Pooling = Literal["cls", "mean", "max", "first-last-avg", "last-2-avg"]
 POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "first-last-avg", "last-2-avg")
 _LAYERED = ("cls", "mean", "max")
 """Poolings over one hidden state, which ``layer`` may choose; the two averages name their own layers."""
@@ -163,44 +164,61 @@ class HFTransformersEncoder:
 
 
 # -- the model kind -------------------------------------------------------------------------------------------------
+class TransformersOptions(PooledOptions):
+    """A transformers model's own options (top-level keys of its catalog entry): ``pooling`` and ``layer``."""
+
+    layer: int | None = Field(
+        default=None,
+        strict=True,
+        description="the hidden state that cls / mean / max pool (0 = the embedding layer, 1..L = the layers' "
+        "outputs, negative counts from the end); unset: the last layer. The paper's layer-choice family: models that "
+        "differ only in pooling and layer share one forward pass",
+    )
+
+
 def check_spec(spec: ModelSpec) -> None:
     """A transformers model chooses its pooling (a derived one may inherit its base's); ``layer`` only with a
     pooling over one hidden state."""
-    if spec.pooling is None and spec.base is None:
+    opts = kind_options(spec, TransformersOptions)
+    if opts.pooling is None and spec.base is None:
         raise ValueError(f"model {spec.id!r}: transformers needs 'pooling' ({', '.join(POOLINGS)})")
-    if spec.layer is not None and spec.pooling is not None and spec.pooling not in _LAYERED:
+    if opts.layer is not None and opts.pooling is not None and opts.pooling not in _LAYERED:
         raise ValueError(
-            f"model {spec.id!r}: pooling {spec.pooling!r} names its own layers; 'layer' applies to "
+            f"model {spec.id!r}: pooling {opts.pooling!r} names its own layers; 'layer' applies to "
             f"{', '.join(_LAYERED)}"
         )
 
 
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder, dict[str, Any]]:
     """A checkpoint folder or hub id through ``AutoModel``, pooled as the spec says."""
-    assert spec.pooling is not None
+    opts = kind_options(spec, TransformersOptions)
+    assert opts.pooling is not None
     enc = HFTransformersEncoder(
         str(ctx.location),
-        pooling=spec.pooling,
-        layer=spec.layer,
+        pooling=opts.pooling,
+        layer=opts.layer,
         revision=spec.revision if ctx.is_hub else None,
         max_length=spec.max_length,
         batch_size=spec.batch_size,
         dtype=spec.dtype,
         trust_remote_code=spec.trust_remote_code,
     )
-    prov: dict[str, Any] = {"pooling": spec.pooling}
-    if spec.layer is not None:
-        prov["layer"] = spec.layer
+    prov: dict[str, Any] = {"pooling": opts.pooling}
+    if opts.layer is not None:
+        prov["layer"] = opts.layer
     return enc, {**prov, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
 
 
 def forward_key(spec: ModelSpec) -> dict[str, Any]:
-    """What a model's forward pass depends on (checkpoint, revision, truncation, batching, dtype, remote code, its
-    tokenizer): models with equal keys differ only in pooling and layer, so one pass embeds them all
+    """What a model's forward pass depends on (checkpoint, with its tokenizer; revision, truncation, batching, dtype,
+    remote code): models with equal keys differ only in pooling and layer, so one pass embeds them all
     (:meth:`HFTransformersEncoder.encode_poolings`)."""
     assert spec.source is not None
-    fields = {"revision", "max_length", "batch_size", "dtype", "trust_remote_code", "tokenizer"}
-    return {"source": spec.source.model_dump(mode="json"), **spec.model_dump(mode="json", include=fields)}
+    fields = {"revision", "max_length", "batch_size", "dtype", "trust_remote_code"}
+    # "tokenizer": the null the key held while 'tokenizer' was a ModelSpec field (it is onnx's option now): the key
+    # keeps its old form, so forward-pass groups keyed before stay the same (tests/test_spec_hash_golden.py)
+    dump = spec.model_dump(mode="json", include=fields)
+    return {"source": spec.source.model_dump(mode="json"), "tokenizer": None, **dump}
 
 
 KIND = ModelKind(
@@ -213,7 +231,9 @@ KIND = ModelKind(
     libraries=("torch", "transformers", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "revision", "pooling", "layer", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    checkpoint="hf",
+    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    options=TransformersOptions,
     forward_key=forward_key,
 )
 model_kinds.register(KIND)

@@ -11,10 +11,11 @@ first (``Catalog.lineage(id)``). Derivations:
 - ``base`` + ``postprocess``, sentence level: :class:`SentencePostProcessed`; the transform is fitted on the
   pool's embedded texts by the embed stage (``fit_and_encode``), never silently on something else.
 
-A derived spec may also override loading fields of its base (``pooling``, ``max_length``, ``batch_size``,
+A derived spec may also override loading fields of its base (``max_length``, ``batch_size``,
 ``dtype``, ...) and the options its kind declares (``ModelKind.options``); only fields set explicitly in the derived
-spec override. Its kind may switch between
-``transformers`` and ``sentence-transformers`` (same checkpoint folder, different pooling).
+spec override. Its kind may switch to
+another kind that declares the same checkpoint format (``ModelKind.checkpoint``: ``transformers`` and
+``sentence-transformers`` read one Hugging Face folder, pooled differently).
 
 Heavy libraries (torch, transformers, onnxruntime, spaCy) are imported only when a model needs them. Every
 returned encoder carries ``spec_id`` and ``provenance`` (library versions, source identity, device, dtype).
@@ -37,20 +38,22 @@ from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 __all__ = ["SentencePostProcessed", "library_versions", "load_encoder"]
 
 _OVERRIDABLE = (  # the generic loading fields; a kind's own options (ModelKind.options) come from the kind
-    "pooling",
-    "layer",
     "batch_size",
     "max_length",
     "dtype",
     "lowercase",
-    "onnx_output",
-    "tokenizer",
     "trust_remote_code",
     "revision",
     "format",
     "vocab",
 )
-_SWITCHABLE_KINDS = {"transformers", "sentence-transformers"}
+
+
+def _switchable(a: str, b: str) -> bool:
+    """Whether a derived model may switch between kinds ``a`` and ``b``: both declare one checkpoint format
+    (``ModelKind.checkpoint``)."""
+    fmt = model_kinds.get(a).checkpoint
+    return fmt is not None and fmt == model_kinds.get(b).checkpoint
 
 
 def library_versions(*names: str) -> dict[str, str | None]:
@@ -227,7 +230,7 @@ def _overlay(base: ModelSpec, derived: ModelSpec) -> ModelSpec:
         same = type(base.options) is type(derived.options)
         update["options"] = base.options.model_copy(update=own) if same else derived.options
     if derived.kind is not None and derived.kind != base.kind:
-        if {derived.kind, base.kind} <= _SWITCHABLE_KINDS:
+        if base.kind is not None and _switchable(derived.kind, base.kind):
             update["kind"] = derived.kind
         else:
             raise ModelLoadError(

@@ -1,13 +1,13 @@
 """onnxruntime encoder for exported transformer graphs.
 
 Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, when present, ``token_type_ids``
-(fed as zeros, single-segment input). The output is ``spec.onnx_output`` (index, default 0): a 3-D output is
-token states and is pooled with the attention mask as ``spec.pooling`` says (``mean``, the default; ``cls``: the
+(fed as zeros, single-segment input). The output is the ``onnx_output`` option (index, default 0): a 3-D output is
+token states and is pooled with the attention mask as the ``pooling`` option says (``mean``, the default; ``cls``: the
 first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
 
-The tokenizer comes from ``spec.tokenizer`` (a ``tokenizer.json`` file, or a folder with one, or a folder that
-``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file. Padding and
-truncation settings stored in a ``tokenizer.json`` are replaced: truncation to ``max_length``, padding per
+The tokenizer comes from the ``tokenizer`` option (a source: a ``tokenizer.json`` file, or a folder with one, or a
+folder that ``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file.
+Padding and truncation settings stored in a ``tokenizer.json`` are replaced: truncation to ``max_length``, padding per
 batch to the longest sequence (texts are sorted by length first).
 
 The packaged paraphrase-MiniLM-L3-v2 graph ships no tokenizer. It uses the uncased BERT WordPiece vocabulary of
@@ -23,8 +23,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
+from pydantic import Field
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import ModelSpec, Source, kind_options
+from evalfarm.encoders.pooled import PooledOptions
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -170,9 +172,21 @@ def _pool(states: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
 
 
 # -- the model kind -------------------------------------------------------------------------------------------------
+class OnnxOptions(PooledOptions):
+    """An onnx model's own options (top-level keys of its catalog entry): ``pooling`` (cls, mean, max), the graph's
+    output, its tokenizer."""
+
+    onnx_output: int | None = Field(
+        default=None, ge=0, description="the graph output read (index; default 0); token states are pooled"
+    )
+    tokenizer: Source | None = Field(
+        default=None, description="the tokenizer's source (default: a tokenizer.json next to the graph)"
+    )
+
+
 def check_spec(spec: ModelSpec) -> None:
     """An ONNX graph's token states pool by cls, mean or max; the graph has no hidden states to choose from."""
-    if spec.pooling is not None and spec.pooling not in _POOLINGS:
+    if (pooling := kind_options(spec, OnnxOptions).pooling) is not None and pooling not in _POOLINGS:
         raise ValueError(f"model {spec.id!r}: an onnx model's token states pool by {', '.join(_POOLINGS)}")
 
 
@@ -187,24 +201,25 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str
     model_path = _single_onnx(ctx.local_path)
     tok_path = None
     prov: dict[str, Any] = {}
-    if spec.tokenizer is not None:
+    opts = kind_options(spec, OnnxOptions)
+    if opts.tokenizer is not None:
         assert ctx.resolve is not None
-        tok_loc = ctx.resolve(spec.tokenizer)
+        tok_loc = ctx.resolve(opts.tokenizer)
         if isinstance(tok_loc, str):
             raise NotSupportedYet(f"model {spec.id!r}: hub tokenizers for ONNX models are not supported yet")
         tok_path = tok_loc
-        prov["tokenizer"] = source_provenance(spec.tokenizer)
+        prov["tokenizer"] = source_provenance(opts.tokenizer)
     enc = OnnxEncoder(
         model_path,
         tok_path,
-        output=spec.onnx_output,
-        pooling=spec.pooling or "mean",
+        output=opts.onnx_output,
+        pooling=opts.pooling or "mean",
         max_length=spec.max_length,
         batch_size=spec.batch_size,
     )
     prov.update(providers=enc.providers, output=enc.output_name, max_length=spec.max_length)
-    if spec.pooling is not None:
-        prov["pooling"] = spec.pooling
+    if opts.pooling is not None:
+        prov["pooling"] = opts.pooling
     return enc, prov
 
 
@@ -230,6 +245,7 @@ KIND = ModelKind(
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "tokenizer", "onnx_output", "pooling", "max_length", "batch_size"),
+    fields=("source", "max_length", "batch_size"),
+    options=OnnxOptions,
 )
 model_kinds.register(KIND)

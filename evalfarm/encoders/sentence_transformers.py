@@ -73,7 +73,7 @@ class SentenceTransformerEncoder:
 # -- the model kind -------------------------------------------------------------------------------------------------
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SentenceTransformerEncoder, dict[str, Any]]:
     """A sentence-transformers model folder or hub id, with the model's own pooling."""
-    if spec.pooling is not None:
+    if spec.option("pooling") is not None:  # a derived model switched from a transformers base that pools
         raise ModelLoadError(
             f"model {spec.id!r}: sentence-transformers models pool by their own config; "
             "use kind 'transformers' to choose a pooling"
@@ -103,6 +103,7 @@ KIND = ModelKind(
     libraries=("torch", "transformers", "sentence-transformers"),
     cost=10.0,
     gpu=True,
+    checkpoint="hf",
     fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
 )
 model_kinds.register(KIND)

@@ -8,6 +8,7 @@ with the paper's tables.
 from __future__ import annotations
 
 from evalfarm.catalog.specs import ModelSpec
+from evalfarm.encoders.pooled import PooledOptions
 from evalfarm.plugins import ModelKind, model_kinds
 
 INFERSENT: ModelKind[ModelSpec] = ModelKind(
@@ -22,7 +23,8 @@ BERT_FLOW: ModelKind[ModelSpec] = ModelKind(
     description="BERT-flow (Li et al. 2020): BERT sentence vectors mapped to a Gaussian by a normalizing flow.",
     levels=("sentence",),
     unsupported="the BERT-flow normalizing flow (Li et al. 2020), which must be trained on the target sentences",
-    fields=("source", "pooling"),
+    fields=("source",),
+    options=PooledOptions,
 )
 
 model_kinds.register(INFERSENT)

@@ -49,8 +49,8 @@ class HashingBow:
 
 
 def _check(spec: ModelSpec) -> None:
-    if spec.pooling is not None:
-        raise ValueError(f"model {spec.id!r}: hashing-bow counts n-grams; it has no 'pooling'")
+    if "max_length" in spec.model_fields_set:
+        raise ValueError(f"model {spec.id!r}: hashing-bow counts every n-gram; it truncates nothing ('max_length')")
 
 
 def _load(spec: ModelSpec, ctx: LoadContext) -> tuple[HashingBow, dict[str, Any]]:
