@@ -158,6 +158,20 @@ def make_with(inputs: Mapping[str, Path], params: Mapping[str, Any], definition:
     return "\n".join(rows) + "\n"
 
 
+INPUTS = {
+    "pairs": BuildInput(
+        "evalrank/word_evalrank/pos_pair_5514.txt", "f3dce0865c50c075a81cbe022322048421ba68581855caaf019c00acf2de8016"
+    ),
+    "background_basic": BuildInput(
+        "evalrank/word_evalrank/basic_vocab.txt", "b30c502822749d56d0f3fad0151a6b711d584fa8eac944d1473fed413a7c0844"
+    ),
+    "background_wiki": BuildInput(
+        "evalrank/word_evalrank/wiki_vocab.txt", "ab2c76b26cc8ca09f352d4bb70fa4b34b2e8a3a7a520a2506d664bbc75203c75"
+    ),
+}
+"""The EvalRank word pool both versions sample from (verified by sha256)."""
+
+
 BUILDER = register_builder(
     Builder(
         name="defsent",
@@ -166,20 +180,7 @@ BUILDER = register_builder(
         "EvalRank pool words (DefSent-style definition -> word retrieval)",
         make=make,
         defaults={"n": 3000, "seed": 0},
-        inputs={
-            "pairs": BuildInput(
-                "evalrank/word_evalrank/pos_pair_5514.txt",
-                "f3dce0865c50c075a81cbe022322048421ba68581855caaf019c00acf2de8016",
-            ),
-            "background_basic": BuildInput(
-                "evalrank/word_evalrank/basic_vocab.txt",
-                "b30c502822749d56d0f3fad0151a6b711d584fa8eac944d1473fed413a7c0844",
-            ),
-            "background_wiki": BuildInput(
-                "evalrank/word_evalrank/wiki_vocab.txt",
-                "ab2c76b26cc8ca09f352d4bb70fa4b34b2e8a3a7a520a2506d664bbc75203c75",
-            ),
-        },
+        inputs=INPUTS,
         resources=resources,
     )
 )
@@ -192,20 +193,7 @@ BUILDER_V1 = register_builder(
         "definition -> word retrieval)",
         make=make_v1,
         defaults={"n": 3000, "seed": 0},
-        inputs={
-            "pairs": BuildInput(
-                "evalrank/word_evalrank/pos_pair_5514.txt",
-                "f3dce0865c50c075a81cbe022322048421ba68581855caaf019c00acf2de8016",
-            ),
-            "background_basic": BuildInput(
-                "evalrank/word_evalrank/basic_vocab.txt",
-                "b30c502822749d56d0f3fad0151a6b711d584fa8eac944d1473fed413a7c0844",
-            ),
-            "background_wiki": BuildInput(
-                "evalrank/word_evalrank/wiki_vocab.txt",
-                "ab2c76b26cc8ca09f352d4bb70fa4b34b2e8a3a7a520a2506d664bbc75203c75",
-            ),
-        },
+        inputs=INPUTS,
         resources=resources,
     )
 )

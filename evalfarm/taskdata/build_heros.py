@@ -45,6 +45,7 @@ from evalfarm.taskdata.build import Builder, BuildError, BuildInput, register_bu
 from evalfarm.taskdata.build_heros_v1 import (
     _CONTRACTED,
     _DO,
+    GOEMOTIONS_INPUTS,
     MAX_TOKENS,
     MIN_TOKENS,
     SUBSETS,
@@ -610,13 +611,7 @@ BUILDER = register_builder(
         make=make,
         defaults={"n": 1000, "seed": 0},
         inputs={
-            "dev": BuildInput(
-                "heros/goemotions_fallback/dev.tsv", "575489c079c9de1097062a01738f998590d6b7ead66dd1c9fd1d2ba01fd8bc62"
-            ),
-            "test": BuildInput(
-                "heros/goemotions_fallback/test.tsv",
-                "0587b2dd8b27b97352adbfc3fb083d46005c8946657fdc2b1ca8b1cc7f1f8be4",
-            ),
+            **GOEMOTIONS_INPUTS,
             "wordlist_wiki": BuildInput(
                 "evalrank/word_evalrank/wiki_vocab.txt",
                 "ab2c76b26cc8ca09f352d4bb70fa4b34b2e8a3a7a520a2506d664bbc75203c75",

@@ -340,6 +340,17 @@ def make(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
     raise BuildError(f"data build heros: only {len(rows) - 1} of GoEmotions dev/test qualify, {n} asked")
 
 
+GOEMOTIONS_INPUTS = {
+    "dev": BuildInput(
+        "heros/goemotions_fallback/dev.tsv", "575489c079c9de1097062a01738f998590d6b7ead66dd1c9fd1d2ba01fd8bc62"
+    ),
+    "test": BuildInput(
+        "heros/goemotions_fallback/test.tsv", "0587b2dd8b27b97352adbfc3fb083d46005c8946657fdc2b1ca8b1cc7f1f8be4"
+    ),
+}
+"""GoEmotions' dev and test splits, the source sentences of every HEROS-style version (verified by sha256)."""
+
+
 BUILDER = register_builder(
     Builder(
         name="heros",
@@ -348,15 +359,7 @@ BUILDER = register_builder(
         "negation-antonym) from GoEmotions dev/test, spaCy en_core_web_sm, WordNet 3.0, LemmInflect",
         make=make,
         defaults={"n": 1000, "seed": 0},
-        inputs={
-            "dev": BuildInput(
-                "heros/goemotions_fallback/dev.tsv", "575489c079c9de1097062a01738f998590d6b7ead66dd1c9fd1d2ba01fd8bc62"
-            ),
-            "test": BuildInput(
-                "heros/goemotions_fallback/test.tsv",
-                "0587b2dd8b27b97352adbfc3fb083d46005c8946657fdc2b1ca8b1cc7f1f8be4",
-            ),
-        },
+        inputs=GOEMOTIONS_INPUTS,
         resources=resources,
     )
 )
