@@ -1088,6 +1088,37 @@ def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     assert proc.returncode != 0
 
 
+_EARLY_CTRL_C = f"""
+import os, signal, threading, time
+import duckdb
+from evalfarm.warehouse import query
+
+real_fetch = query._fetch
+ended = threading.Event()
+def late_fetch(con, statement, limits):  # Ctrl-C while the main thread waits, then the statement starts
+    time.sleep(0.2)
+    os.kill(os.getpid(), signal.SIGINT)
+    time.sleep(0.5)
+    try:
+        return real_fetch(con, statement, limits)
+    finally:
+        ended.set()
+query._fetch = late_fetch
+try:
+    query.run_limited(duckdb.connect(), {_CROSS_JOIN!r}, 0)
+except KeyboardInterrupt:
+    print("stopped", "and ended" if ended.is_set() else "but still running")
+"""
+
+
+def test_a_ctrl_c_before_the_query_starts_still_stops_it():
+    """A Ctrl-C in the moment before the statement starts (CI sent one while the CLI was starting its query) let
+    the cross join run on past the test's 30 s: DuckDB drops an interrupt that comes before its statement, and
+    Python 3.11's interrupted ``join()`` marks the running thread stopped, so nothing waited for it to end."""
+    proc = subprocess.run([sys.executable, "-c", _EARLY_CTRL_C], capture_output=True, text=True, cwd=REPO, timeout=60)
+    assert proc.stdout.strip() == "stopped and ended", proc.stderr
+
+
 def test_sql_cannot_read_duckdbs_temp_directory(warehouse, tmp_path, monkeypatch):
     """DuckDB's default spill folder, ``<cwd>/.tmp/``, was readable under the lock: a query could read any file a
     user (or another program) kept in the current folder's ``.tmp/``."""

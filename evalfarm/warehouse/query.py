@@ -682,23 +682,24 @@ def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float
     result: list[pa.Table] = []
     error: list[BaseException] = []
 
+    ended = threading.Event()  # not worker.is_alive(): an interrupted join() marks a running thread stopped
+
     def work() -> None:
         try:
             result.append(_fetch(con, statement, limits))
         except BaseException as exc:  # handed to the waiting thread
             error.append(exc)
+        finally:
+            ended.set()
 
-    worker = threading.Thread(target=work, name="evalfarm-sql", daemon=True)
-    worker.start()
+    threading.Thread(target=work, name="evalfarm-sql", daemon=True).start()
     try:
-        worker.join(timeout_s)
+        ended.wait(timeout_s)
     except BaseException:  # KeyboardInterrupt (or any signal handler's exception): stop the query, then re-raise
-        con.interrupt()
-        worker.join()
+        _stop(con, ended)
         raise
-    if worker.is_alive():
-        con.interrupt()
-        worker.join()
+    if not ended.is_set():
+        _stop(con, ended)
         raise TimeoutError(
             f"the query ran past its {timeout_s:g} s limit and was stopped (raise it with --timeout, "
             f"or {TIMEOUT_ENV}; 0 means no limit)"
@@ -711,6 +712,16 @@ def run_limited(con: duckdb.DuckDBPyConnection, statement: str, timeout_s: float
             raise MemoryError(f"{exc} (raise the cap with --memory-limit, or {MEMORY_LIMIT_ENV}, e.g. 16GB)") from exc
         raise exc
     return result[0]
+
+
+def _stop(con: duckdb.DuckDBPyConnection, ended: threading.Event) -> None:
+    """Interrupt ``con`` until its query's thread has ``ended``. One ``interrupt()`` is not enough: DuckDB drops an
+    interrupt that arrives before the statement has started (a Ctrl-C in the moment between the thread's start and
+    its ``con.sql``), and the query then ran on while the process exited (CI saw it outlive its 30 s). Nor is the
+    thread's ``join()``: on Python 3.11 a ``join()`` that a Ctrl-C interrupted marks the running thread stopped, so
+    a second ``join()`` returns at once. A second Ctrl-C while this waits leaves at once."""
+    while not ended.wait(0.05):
+        con.interrupt()
 
 
 _PRIVATE_DIR: list[str] = []
