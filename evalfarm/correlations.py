@@ -364,8 +364,8 @@ def word_model_stats(con: duckdb.DuckDBPyConnection) -> list[dict[str, Any]]:
         elif r["coverage"] is not None:
             cover.setdefault(r["model"], []).append(float(r["coverage"]))
     for model, values in cover.items():
-        out[model]["wordsim coverage"] = float(np.mean(values))
-        out[model]["wordsim sets"] = len(values)
+        out[model]["word-similarity coverage"] = float(np.mean(values))
+        out[model]["word-similarity sets"] = len(values)
     return [out[k] for k in sorted(out)]
 
 

@@ -444,6 +444,12 @@ def _task_kind(obj: Any) -> TaskKind:
     ]
     if missing:
         raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
+    kind = scorer.task_spec.model_fields["kind"].default
+    if scorer.name != kind:  # one name per kind: the catalog's ``kind:`` is the warehouse's ``scorer``
+        raise TypeError(
+            f"scorer {scorer.name!r} scores task kind {kind!r}: a scorer's name is its kind's (rename one of them; "
+            "a renamed kind lists its old names in its spec's former_kinds)"
+        )
     role = getattr(scorer, "role", DEFAULT_ROLE)
     if role not in ROLES:
         raise TypeError(f"scorer {scorer.name!r} declares role {role!r}; a role is one of {', '.join(ROLES)}")

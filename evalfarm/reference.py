@@ -100,8 +100,7 @@ def task_kinds_section() -> str:
         tables = _detail_tables(scorer)
         rows.append(
             (
-                _code(kind),
-                _code(scorer.name),
+                _code(kind) + "".join(f" (first named {_code(f)})" for f in scorer.task_spec.former_kinds[:1]),
                 scorer.version,
                 _code(scorer.primary_metric),
                 "descriptive (no direction)"
@@ -119,7 +118,7 @@ def task_kinds_section() -> str:
                 cols = ", ".join(f"`{c}` {t}".rstrip() for c, t in _columns(schema))
                 details.append(f"- `{name}` (task kind `{kind}`): {cols}")
     text = table(
-        ("kind", "scorer", "version", "primary metric", "direction", "spec fields", "detail tables", "description"),
+        ("kind = scorer", "version", "primary metric", "direction", "spec fields", "detail tables", "description"),
         rows,
     )
     if details:

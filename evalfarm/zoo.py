@@ -1003,7 +1003,7 @@ def _word_tasks(cat: Any) -> list[Any]:
     return [
         t
         for t in cat.tasks.values()
-        if t.level == "word" and t.kind in ("evalrank", "wordsim") and COMMON_VOCAB_ROLE not in t.files
+        if t.level == "word" and t.kind in ("evalrank", "word-similarity") and COMMON_VOCAB_ROLE not in t.files
     ]
 
 
@@ -1029,7 +1029,7 @@ def coverage_catalog(
     cat = load_catalog(catalog)
     tasks = _word_tasks(cat)
     if not tasks:
-        raise ValueError(f"catalog {cat.name!r} has no word-level evalrank or wordsim task")
+        raise ValueError(f"catalog {cat.name!r} has no word-level evalrank or word-similarity task")
     full = {t.id: task_kinds.get(t.kind).load(t) for t in tasks}
     candidates = sorted({w.lower() for data in full.values() for w in data.texts})
     known, per_model = _known_by_all(cat, models, candidates, progress)

@@ -105,7 +105,7 @@ tasks:
   - {{id: tiny-evalrank, level: word, kind: evalrank, format: evalrank-word, version: "1", licence: test, source: test,
       files: {{pairs: pairs.txt, background: background.txt}},
       sha256: {{pairs: {sha("pairs.txt")}, background: {sha("background.txt")}}}}}
-  - {{id: tiny-wordsim, level: word, kind: wordsim, version: "1", licence: test, source: test,
+  - {{id: tiny-wordsim, level: word, kind: word-similarity, version: "1", licence: test, source: test,
       files: {{pairs: sim.txt}}, sha256: {{pairs: {sha("sim.txt")}}}}}
 models:
 {models}"""

@@ -51,7 +51,7 @@ class _SquaresTask(TaskSpec):
 
 
 class _Squares(Scorer):
-    name, version = "reference-squares", "7"
+    name, version = "reference-test", "7"
     task_spec = _SquaresTask
     primary_metric = "mean_square"
     higher_is_better = False
@@ -63,7 +63,7 @@ def test_a_registered_task_kind_appears_with_what_it_declares() -> None:
     task_kinds.register(_Squares)  # the conftest fixture takes it out again
     row = next(ln for ln in reference.task_kinds_section().splitlines() if ln.startswith("| `reference-test`"))
     assert row == (
-        "| `reference-test` | `reference-squares` | 7 | `mean_square` | lower is better | `squares` | `squares` | "
+        "| `reference-test` | 7 | `mean_square` | lower is better | `squares` | `squares` | "
         "a kind registered by tests/test_reference_docs.py |"
     )
     assert "- `squares` (task kind `reference-test`): `query` string, `square` double" in reference.render()

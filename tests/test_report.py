@@ -293,7 +293,7 @@ def test_a_degenerate_units_numbers_are_flagged_on_its_model_page(browser, tmp_p
     sha = hashlib.sha256((tmp_path / "sim.txt").read_bytes()).hexdigest()
     (tmp_path / "cat.yaml").write_text(f"""
 tasks:
-  - {{id: sim, level: word, kind: wordsim, version: "1", licence: test, source: test,
+  - {{id: sim, level: word, kind: word-similarity, version: "1", licence: test, source: test,
       files: {{pairs: sim.txt}}, sha256: {{pairs: {sha}}}}}
 models:
   - {{id: clean, level: word, kind: word-vectors, format: glove-text,

@@ -25,7 +25,7 @@ from evalfarm.scorers.similarity import (
 
 def test_registry_knows_every_scorer_and_refuses_duplicates():
     assert {"evalrank", "word-similarity", "sts", "similarity-bands"} <= set(scorers())
-    assert scorer_for("wordsim").name == "word-similarity"
+    assert scorer_for("word-similarity").name == "word-similarity"
 
     class Clone(WordSimilarityScorer):  # same name, same task kind
         pass

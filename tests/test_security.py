@@ -700,7 +700,7 @@ SECRET = "TOPSECRET first line of a file outside the data folder"
 def _entry(files: str, *, sha: str, url: str | None = None, tid: str = "evil", version: str = '"1"') -> str:
     urls = f", urls: {{pairs: '{url}'}}" if url else ""
     return (
-        f"  - {{id: '{tid}', level: word, kind: wordsim, version: {version}, licence: x, source: x,\n"
+        f"  - {{id: '{tid}', level: word, kind: word-similarity, version: {version}, licence: x, source: x,\n"
         f"      files: {{pairs: '{files}'}}, sha256: {{pairs: {sha}}}{urls}}}\n"
     )
 

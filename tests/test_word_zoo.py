@@ -218,7 +218,7 @@ def test_coverage_variant_keeps_only_the_pairs_every_compared_model_knows(tmp_pa
     pool = task_kinds.get("evalrank").load(variant)
     assert 0 < pool.n_pairs < task_kinds.get("evalrank").load(full).n_pairs
     assert {w.lower() for w in pool.items} <= vocab  # background too
-    sims = task_kinds.get("wordsim").load(cat.task("wordsim-simlex-999-common"))
+    sims = task_kinds.get("word-similarity").load(cat.task("wordsim-simlex-999-common"))
     w1, w2, _ = sims.subsets["all"]
     assert 0 < len(w1) < 999 and all(a in vocab and b in vocab for a, b in zip(w1, w2, strict=True))
     assert "evalrank-word-common" in res.output and "pairs kept" in res.output
@@ -253,7 +253,7 @@ def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
     stats = {s["model"]: s for s in correlation_table(wh, level="word").model_stats}
     assert stats["w1"]["evalrank-word oov_rate"] == 0.25 and stats["w0"]["evalrank-word oov_rate"] == 0.0
     assert stats["w3"]["evalrank-word tie_rate"] == 0.5 and stats["w3"]["evalrank-word n_pairs"] == 5514
-    assert stats["w2"]["wordsim coverage"] == pytest.approx(0.7) and stats["w2"]["wordsim sets"] == 2
+    assert stats["w2"]["word-similarity coverage"] == pytest.approx(0.7) and stats["w2"]["word-similarity sets"] == 2
     assert correlation_table(wh, level="sentence").model_stats == []
     res = CliRunner().invoke(app, ["correlations", "--warehouse", str(wh.root), "--level", "word", "--no-refresh"])
     assert res.exit_code == 0, res.output

@@ -292,12 +292,44 @@ def warn_pools_key(where: object) -> None:
     warnings.warn(f"{where}: {POOLS_DEPRECATION}", FutureWarning, stacklevel=3)
 
 
+def former_kind_names() -> dict[str, str]:
+    """{a task kind's former name: its name} over the registered kinds (``TaskSpec.former_kinds``); kinds that do
+    not load are left out (a catalog naming one fails at that entry)."""
+    from evalfarm.plugins import RegistryError, task_kinds
+
+    out: dict[str, str] = {}
+    for name in task_kinds.names():
+        try:
+            out.update(dict.fromkeys(task_kinds.get(name).task_spec.former_kinds, name))
+        except RegistryError:
+            continue
+    return out
+
+
+def _current_kind(path: Path, entry: dict[str, Any], where: str) -> dict[str, Any]:
+    """``entry`` with a renamed kind's former name replaced by its name, and a warning naming the file."""
+    import warnings
+
+    kind = entry.get("kind")
+    renamed = former_kind_names().get(kind) if isinstance(kind, str) else None
+    if renamed is None:
+        return entry
+    warnings.warn(
+        f"{path}: {where}: task kind {kind!r} is now called {renamed!r}: rename it (the old name goes in evalfarm "
+        "0.3; the task's checksum is the same under both, so nothing is recomputed)",
+        FutureWarning,
+        stacklevel=4,
+    )
+    return {**entry, "kind": renamed}
+
+
 def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskSpec:
     from evalfarm.plugins import RegistryError, task_kinds
 
     kinds = task_kinds.names()
     ident = entry.get("id")
     where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
+    entry = _current_kind(path, entry, where)
     if entry.get("kind") not in kinds:
         raise CatalogError(f"{path}: {where}: unknown task kind {entry.get('kind')!r} (known: {', '.join(kinds)})")
     try:  # only this entry's kind is loaded: a plug-in that does not load fails the catalogs that name it

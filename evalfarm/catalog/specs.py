@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -506,6 +506,10 @@ class TaskSpec(_Strict):
     licence: str
     source: str
     description: str = ""
+
+    former_kinds: ClassVar[tuple[str, ...]] = ()
+    """Names the kind had before (the first first): a catalog that still uses one loads, with a warning naming the
+    file, and a task's checksum names its kind by the first, so renaming a kind recomputes nothing."""
 
     @field_validator("files")
     @classmethod

@@ -3,18 +3,19 @@
 Each scores a model by the rank correlation between the cosine of its embeddings of two texts and a human gold
 score. Three task kinds, one scorer each:
 
-- ``wordsim`` (words): one word-similarity set (``w1 w2 score`` per line, lower-cased as the EvalRank toolkit reads
-  it). Spearman and Pearson of cosine vs gold over the pairs whose two words the model knows (OOV pairs are skipped;
-  ``coverage`` = share of pairs scored is always reported). Two variants: ``evalrank-word`` (the EvalRank protocol's
-  vectors: centred on the vocabulary mean, normalised — what the paper's toolkit correlates;
-  ``evalrank-word/no-center`` under ``center=False``) and ``raw`` (the model's raw vectors: the usual
-  word-similarity protocol).
+- ``word-similarity`` (words; first named ``wordsim``, which a catalog may still use): one word-similarity set
+  (``w1 w2 score`` per line, lower-cased as the EvalRank toolkit reads it). Spearman and Pearson of cosine vs gold over
+  the pairs whose two words the model knows (OOV pairs are skipped; ``coverage`` = share of pairs scored is always
+  reported). Two variants: ``evalrank-word`` (the EvalRank protocol's vectors: centred on the vocabulary mean,
+  normalised — what the paper's toolkit correlates; ``evalrank-word/no-center`` under ``center=False``) and ``raw``
+  (the model's raw vectors: the usual word-similarity protocol).
 - ``sts`` (sentences): STS12–16 (each subset; the pooled ``all``; ``mean`` and ``wmean``, SentEval's mean and
   pair-weighted mean of the subsets' correlations — the toolkit reports ``wmean``), STS-B and SICK-R (train / dev /
   test and pooled ``all``), STR. Spearman and Pearson of the raw cosine vs gold (SentEval's protocol).
-- ``sts-bands`` (sentences; the paper's Figure 2): STS-B pairs split by gold score into overlapping bands ([3, 5],
-  [2, 4], [1, 3], [0, 2] by default, both ends inclusive), each band an equal-size seeded sample (the smallest band's
-  size), Spearman per band: how well a model orders pairs that are all similar, or all dissimilar.
+- ``similarity-bands`` (sentences; the paper's Figure 2; first named ``sts-bands``, which a catalog may still use):
+  STS-B pairs split by gold score into overlapping bands ([3, 5], [2, 4], [1, 3], [0, 2] by default, both ends
+  inclusive), each band an equal-size seeded sample (the smallest band's size), Spearman per band: how well a model
+  orders pairs that are all similar, or all dissimilar.
 
 Correlations are NaN when fewer than 3 pairs are scored or either side is constant. Every Spearman and Pearson row
 carries its 95 % confidence interval (``MetricRow.ci``: :func:`correlation_interval`, Fisher's z; for STS's ``mean``
@@ -146,8 +147,9 @@ class PairData:
 class WordSimTask(TaskSpec):
     """One word-similarity set: ``files: {pairs: ...}``."""
 
-    kind: Literal["wordsim"] = "wordsim"
+    kind: Literal["word-similarity"] = "word-similarity"
     level: Literal["word"] = "word"
+    former_kinds = ("wordsim",)
 
 
 @register
@@ -355,8 +357,9 @@ def _ci(r: float, n: int, rank: bool) -> Interval | None:
 class STSBandsTask(TaskSpec):
     """STS-B's train/dev/test pairs (``files`` as the ``stsb`` task), split into gold-score bands."""
 
-    kind: Literal["sts-bands"] = "sts-bands"
+    kind: Literal["similarity-bands"] = "similarity-bands"
     level: Literal["sentence"] = "sentence"
+    former_kinds = ("sts-bands",)
     bands: tuple[tuple[float, float], ...] = ((3.0, 5.0), (2.0, 4.0), (1.0, 3.0), (0.0, 2.0))
     sample: int | None = None  # pairs per band (default: the smallest band's size)
     seed: int = 0

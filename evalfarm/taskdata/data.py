@@ -192,4 +192,6 @@ def task_checksum(task: TaskSpec) -> str:
     changes the numbers (band edges, sample sizes, seeds, ...). Paths, URLs, licence and descriptions do not count."""
     payload = task.model_dump(mode="json", exclude={"files", "urls", "licence", "source", "description"})
     payload = {k: v for k, v in payload.items() if not (k in _OMIT_AT_DEFAULT and v == _OMIT_AT_DEFAULT[k])}
+    if type(task).former_kinds:  # a renamed kind: its first name, as every unit scored under it was fingerprinted
+        payload["kind"] = type(task).former_kinds[0]
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]

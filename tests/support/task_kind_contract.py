@@ -36,9 +36,9 @@ class Case:
 CASES: dict[str, Case] = {
     # the real word pool (22,207 items, 5,514 pairs): ranks and neighbours of the cos pass (~4 s)
     "evalrank": Case("evalrank-word", RunOptions(similarities=("cos",)), slow=True),
-    "wordsim": Case("wordsim-mc-30"),
+    "word-similarity": Case("wordsim-mc-30"),
     "sts": Case("sts12"),  # five subsets: the primary number is the weighted mean's Spearman only
-    "sts-bands": Case("sts-bands"),
+    "similarity-bands": Case("sts-bands"),
     "downstream": Case("sick-e"),  # pair features, a dev split: its seeded 1,000-row training sample
     "ag2016": Case("ag2016-word"),  # the 11 Hebrew triplet files, 5,723 comparisons
     # the real word pool's 22,207 items: a FAISS k-NN over all of them, an eigendecomposition, an SVD (~2 s)
