@@ -230,7 +230,7 @@ def _reused_base(spec: ModelSpec) -> PostProcess | None:
         spec.level == "sentence"
         and spec.postprocess is not None
         and spec.base is not None
-        and not (set(_OVERRIDABLE) | {"kind", "source"}) & spec.model_fields_set
+        and not (set(_OVERRIDABLE) | {"kind", "source", "options"}) & spec.model_fields_set
     ):
         return spec.postprocess
     return None

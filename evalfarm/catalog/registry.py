@@ -17,7 +17,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, CatalogFile, ModelSpec, TaskSpec, spec_hash
+from evalfarm.catalog.specs import (
+    DEFAULT_SENTENCE_FIT_TASK,
+    LINEAGE,
+    CatalogFile,
+    ModelSpec,
+    TaskSpec,
+    spec_hash,
+)
 
 
 class CatalogError(ValueError):
@@ -148,7 +155,7 @@ def _read_text(path: Path) -> str:
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _parse_file(path: Path) -> CatalogFile:
+def _read_file(path: Path) -> dict[str, Any]:
     try:
         raw = yaml.load(_read_text(path), Loader=_YAML_LOADER) or {}
     except yaml.YAMLError as exc:
@@ -157,8 +164,25 @@ def _parse_file(path: Path) -> CatalogFile:
         raise CatalogError(f"{path}{where}: not valid YAML: {exc}") from exc
     if not isinstance(raw, dict):
         raise CatalogError(f"{path}: a catalog is a mapping with 'models' and 'tasks' keys")
+    return raw
+
+
+def _raw_lineage(raw: dict[str, Any]) -> dict[str, tuple[str | None, str | None]]:
+    """{model id: (kind, base)} of a parsed file's well-formed model entries (the others fail validation)."""
+    models = raw.get("models")
+    entries = [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
+    return {
+        m["id"]: (m.get("kind") if isinstance(m.get("kind"), str) else None, m.get("base"))
+        for m in entries
+        if isinstance(m.get("id"), str)
+    }
+
+
+def _parse_file(path: Path, raw: dict[str, Any], lineage: dict[str, tuple[str | None, str | None]]) -> CatalogFile:
+    """``raw`` validated; ``lineage`` (the included catalogs' models and this file's) lets an entry without a kind
+    set options of the kind its base has."""
     try:
-        return CatalogFile.model_validate(raw)
+        return CatalogFile.model_validate(raw, context={LINEAGE: {**lineage, **_raw_lineage(raw)}})
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
@@ -350,11 +374,20 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
     path = resolve_catalog_path(name_or_path)
     if path in _seen:
         raise CatalogError(f"{path}: include cycle through {' -> '.join(str(p) for p in _seen)}")
-    parsed = _parse_file(path)
+    raw = _read_file(path)
+    includes = raw.get("include")
+    subs = [
+        load_catalog(
+            inc if not inc.endswith((".yaml", ".yml")) else str((path.parent / inc).resolve()), _seen=(*_seen, path)
+        )
+        for inc in (includes if isinstance(includes, list) else [])
+        if isinstance(inc, str)
+    ]  # first: an entry of this file may derive from an included model, and inherit its kind's options
+    lineage = {m.id: (m.kind, m.base) for sub in subs for m in sub.models.values()}
+    parsed = _parse_file(path, raw, lineage)
     cat = Catalog(path=path)
-    for inc in parsed.include:
-        target = inc if not inc.endswith((".yaml", ".yml")) else str((path.parent / inc).resolve())
-        _merge_included(cat, load_catalog(target, _seen=(*_seen, path)))
+    for sub in subs:
+        _merge_included(cat, sub)
     if parsed.pools:
         warn_pools_key(path)  # here: the warning names load_catalog's caller
     local_default = _add_tasks(cat, path, parsed.task_entries, "tasks" if parsed.tasks else "pools")

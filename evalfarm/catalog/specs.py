@@ -20,6 +20,7 @@ from pydantic import (
     SerializationInfo,
     SerializerFunctionWrapHandler,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_serializer,
     model_validator,
@@ -258,8 +259,10 @@ class ModelSpec(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _split_options(cls, data: Any) -> Any:
-        """Take the keys the model's kind declares as its own options out of the entry, validated by the kind."""
+    def _split_options(cls, data: Any, info: ValidationInfo) -> Any:
+        """Take the keys the model's kind declares as its own options out of the entry, validated by the kind. An
+        entry without a kind (``base`` + ``postprocess``) sets options of the kind it inherits, when the catalog
+        passes its models' lineage (``context={LINEAGE: ...}``: :func:`inherited_kind`)."""
         if not isinstance(data, dict):
             return data
         ident = data.get("id")
@@ -268,7 +271,10 @@ class ModelSpec(_Strict):
         own = {k: v for k, v in data.items() if k not in cls.model_fields}
         if not own:
             return data
-        kind = _kind_or_none(data.get("kind"))
+        name = data.get("kind")
+        if name is None and isinstance(info.context, dict) and LINEAGE in info.context:
+            name = inherited_kind(data.get("base"), info.context[LINEAGE])
+        kind = _kind_or_none(name)
         declared = kind.options if kind is not None else None
         fields = declared.model_fields if declared is not None else {}
         for key in own:
@@ -301,6 +307,8 @@ class ModelSpec(_Strict):
         out = handler(self)
         if isinstance(out, dict) and isinstance(self.options, KindOptions):
             opts = self.options.non_defaults(mode=info.mode)
+            if self.kind is None:  # over an inherited kind, each option set overrides the base's: default or not
+                opts = self.options.model_dump(mode=info.mode, include=self.options.model_fields_set)
             keep = set(opts) if info.include is None else set(opts) & set(info.include)  # include / exclude name them
             out.update({k: v for k, v in opts.items() if k in keep and k not in (info.exclude or ())})
         return out
@@ -417,6 +425,22 @@ def _kind(name: str) -> ModelKind:
     from evalfarm.plugins import model_kinds
 
     return model_kinds.get(name)
+
+
+LINEAGE = "lineage"
+"""The validation context key of a catalog's models' lineage: ``{model id: (kind, base)}``."""
+
+
+def inherited_kind(base: Any, lineage: dict[str, tuple[str | None, str | None]]) -> str | None:
+    """The kind a model without one inherits: its nearest base's that has one (None when no base in ``lineage``
+    has one, or the chain loops)."""
+    seen: set[str] = set()
+    while isinstance(base, str) and base in lineage and base not in seen:
+        seen.add(base)
+        kind, base = lineage[base]
+        if kind is not None:
+            return kind
+    return None
 
 
 def _kind_or_none(name: Any) -> ModelKind | None:
