@@ -240,3 +240,20 @@ def test_pooling_and_layer_are_the_options_of_the_kinds_that_read_them():
     whitened = {"level": "sentence", "base": "st", "postprocess": {"method": "whitening"}}
     switched = _overlay(st, ModelSpec(id="t2", kind="transformers", pooling="cls", **whitened))
     assert switched.kind == "transformers" and switched.option("pooling") == "cls"
+
+
+def test_a_field_that_moved_into_a_kinds_options_still_reads_with_a_warning():
+    """An out-of-tree plug-in written against the first release reads ``spec.pooling``: it gets the option, and a
+    DeprecationWarning naming ``spec.option``; a name that never was a field is still an AttributeError."""
+    from evalfarm.catalog.specs import ModelSpec
+
+    source = {"type": "hf", "ref": "a/b"}
+    spec = ModelSpec(id="t", level="sentence", kind="transformers", source=source, pooling="max", layer=3)
+    with pytest.warns(DeprecationWarning, match=r"spec\.option\('layer'\)"):
+        assert spec.layer == 3
+    with pytest.warns(DeprecationWarning, match=r"spec\.option\('pooling'\)"):
+        assert spec.pooling == "max"
+    with pytest.warns(DeprecationWarning, match=r"spec\.option\('tokenizer'\)"):
+        assert spec.tokenizer is None  # an option transformers does not declare
+    with pytest.raises(AttributeError, match="no attribute 'poolng'"):
+        spec.poolng  # noqa: B018

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import warnings
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal, TypeVar
 
@@ -321,6 +322,20 @@ class ModelSpec(_Strict):
             out += [(k, v) for k, v in self.options if isinstance(v, Source)]
         return out
 
+    def __getattr__(self, name: str) -> Any:
+        """``spec.pooling`` and the other fields that moved into kinds' options (:data:`MOVED_TO_OPTIONS`) still read,
+        with a warning: an out-of-tree plug-in written against the first release keeps working while it moves to
+        :meth:`option`."""
+        if name in MOVED_TO_OPTIONS:
+            warnings.warn(
+                f"ModelSpec.{name} is now an option of the kinds that read it: use spec.option({name!r}) (the "
+                "attribute goes in evalfarm 0.3)",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return self.option(name)
+        return super().__getattr__(name)  # type: ignore[misc]  # pydantic's: private attributes, extras
+
     def option(self, name: str) -> Any:
         """The kind option ``name`` (``pooling``, ``layer``), for the generic readers that show or group by it
         whatever the kind; None where the kind does not declare it or the entry leaves it at its default."""
@@ -426,6 +441,9 @@ def _kind(name: str) -> ModelKind:
 
     return model_kinds.get(name)
 
+
+MOVED_TO_OPTIONS = frozenset({"pooling", "layer", "onnx_output", "tokenizer", "prefix", "grade", "static"})
+"""``ModelSpec`` fields of the first release that are now kinds' own options (``ModelKind.options``)."""
 
 LINEAGE = "lineage"
 """The validation context key of a catalog's models' lineage: ``{model id: (kind, base)}``."""
