@@ -34,6 +34,13 @@ def _zoo(wh: Warehouse, n: int = 16, *, seed: int = 0, skip: str | None = None) 
         "sts-noise": rng.uniform(0, 1, size=n),
         "sts-near": er + rng.normal(0, 0.05, size=n),
     }
+    with wh.deferring():  # one commit per table, not one per row (the rows are the same)
+        _add_zoo(wh, vals, n, skip)
+    return vals
+
+
+def _add_zoo(wh: Warehouse, vals: dict[str, np.ndarray], n: int, skip: str | None) -> None:
+    er, mr = vals["evalrank"], vals["mr"]
     for i in range(n):
         m = f"m{i:02d}"
         add_model(wh, m, "sentence", "static")
@@ -44,7 +51,6 @@ def _zoo(wh: Warehouse, n: int = 16, *, seed: int = 0, skip: str | None = None) 
             add_metric(wh, m, task, "sts", float(vals[task][i]), metric="spearman", subset="test")
         add_accuracy(wh, m, "mr", float(mr[i]))
         add_accuracy(wh, m, "sst2", float(vals["sst2"][i]))
-    return vals
 
 
 def _rows(wh: Warehouse, ties: str = "optimistic") -> list[dict]:
@@ -149,14 +155,15 @@ def _paper_zoo(wh: Warehouse, n: int = 14) -> None:
     mr = rng.uniform(0.6, 0.9, size=n)
     er = mr + rng.normal(0, 0.01, size=n)
     noise = rng.uniform(0, 1, size=n)
-    for i in range(n):
-        m = f"p{i:02d}"
-        add_model(wh, m, "sentence", "static")
-        add_evalrank(wh, m, "evalrank-sentence", {"optimistic": float(er[i])})
-        add_metric(wh, m, "stsb", "sts", float(noise[i]), metric="spearman", subset="test")
-        add_metric(wh, m, "str", "sts", float(er[i]), metric="spearman", subset="test")
-        add_accuracy(wh, m, "mr", float(mr[i]))
-        add_accuracy(wh, m, "sst2", float(mr[i] + rng.normal(0, 0.01)))
+    with wh.deferring():  # one commit per table
+        for i in range(n):
+            m = f"p{i:02d}"
+            add_model(wh, m, "sentence", "static")
+            add_evalrank(wh, m, "evalrank-sentence", {"optimistic": float(er[i])})
+            add_metric(wh, m, "stsb", "sts", float(noise[i]), metric="spearman", subset="test")
+            add_metric(wh, m, "str", "sts", float(er[i]), metric="spearman", subset="test")
+            add_accuracy(wh, m, "mr", float(mr[i]))
+            add_accuracy(wh, m, "sst2", float(mr[i] + rng.normal(0, 0.01)))
 
 
 def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> None:
