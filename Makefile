@@ -108,7 +108,8 @@ test: install
 	$(PY) -m pytest -q $(XDIST)
 
 # The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Executor), small real files; every
-# test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. About 2½ minutes on 2 cores (2:24 measured 2026-11-29), most of it warehouse tests opening DuckDB connections.
+# test marked `slow` (a real Ray cluster, a subprocess, a real model, an end-to-end run) left out. About 2½ minutes
+# on 2 cores (2:24 measured 2026-11-29), most of it warehouse tests opening DuckDB connections.
 test-fast: install
 	$(PY) -m pytest -q -m "not slow" $(XDIST)
 
