@@ -1072,13 +1072,34 @@ def test_the_statement_check_does_not_parse_a_200000_term_query(warehouse, monke
     assert check_read_only("SELECT 1 WHERE " + " OR ".join(["1 = 1"] * 5_000)).startswith("SELECT")
 
 
+_TAKES_CTRL_C = (
+    "import os, signal, sys; "
+    "ignored, blocked = signal.getsignal(signal.SIGINT) is signal.SIG_IGN, "
+    "signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, []); "
+    "print(f'inherited SIGINT: ignored={ignored} blocked={blocked}', file=sys.stderr, flush=True); "
+    "signal.signal(signal.SIGINT, signal.SIG_DFL); signal.pthread_sigmask(signal.SIG_UNBLOCK, [signal.SIGINT]); "
+    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])"
+)
+
+
+def _taking_ctrl_c(cmd: list[str]) -> list[str]:
+    """``cmd`` (``sys.executable`` and its arguments) run as a terminal would: Ctrl-C neither ignored nor blocked.
+    A process started in the background by a non-interactive shell ignores SIGINT, and so does every process it
+    starts (Python then installs no KeyboardInterrupt handler): the Ctrl-C tests timed out in such a suite. The
+    launcher says what it inherited on stderr, sets SIGINT back and execs ``cmd`` (the same pid)."""
+    assert cmd[0] == sys.executable
+    return [sys.executable, "-c", _TAKES_CTRL_C, *cmd[1:]]
+
+
 @pytest.mark.slow  # a child process running a query until it is stopped (seconds)
 def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
     """Ctrl-C stops a running cross join within a second (it took 111 s when DuckDB had to notice the signal)."""
     cmd = [sys.executable, "-m", "evalfarm.cli", "sql", "--warehouse", str(warehouse.root)]
     proc = subprocess.run([*cmd, "--timeout", "1", _CROSS_JOIN], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode != 0 and "1 s limit" in proc.stderr, proc.stderr
-    proc = subprocess.Popen([*cmd, "--timeout", "0", _CROSS_JOIN], cwd=REPO, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        _taking_ctrl_c([*cmd, "--timeout", "0", _CROSS_JOIN]), cwd=REPO, stderr=subprocess.PIPE, text=True
+    )
     time.sleep(8)  # the interpreter starts, opens the warehouse and runs the join
     assert proc.poll() is None
     t0 = time.monotonic()
@@ -1115,7 +1136,8 @@ def test_a_ctrl_c_before_the_query_starts_still_stops_it():
     """A Ctrl-C in the moment before the statement starts (CI sent one while the CLI was starting its query) let
     the cross join run on past the test's 30 s: DuckDB drops an interrupt that comes before its statement, and
     Python 3.11's interrupted ``join()`` marks the running thread stopped, so nothing waited for it to end."""
-    proc = subprocess.run([sys.executable, "-c", _EARLY_CTRL_C], capture_output=True, text=True, cwd=REPO, timeout=60)
+    cmd = _taking_ctrl_c([sys.executable, "-c", _EARLY_CTRL_C])
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, timeout=60)
     assert proc.stdout.strip() == "stopped and ended", proc.stderr
 
 
