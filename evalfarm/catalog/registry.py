@@ -330,12 +330,14 @@ def former_kind_names() -> dict[str, str]:
     return out
 
 
-def _current_kind(path: Path, entry: dict[str, Any], where: str) -> dict[str, Any]:
+def _current_kind(path: Path, entry: dict[str, Any], where: str, kinds: list[str]) -> dict[str, Any]:
     """``entry`` with a renamed kind's former name replaced by its name, and a warning naming the file."""
     import warnings
 
     kind = entry.get("kind")
-    renamed = former_kind_names().get(kind) if isinstance(kind, str) else None
+    if not isinstance(kind, str) or kind in kinds:  # a current name: no other kind is loaded to look it up
+        return entry
+    renamed = former_kind_names().get(kind)
     if renamed is None:
         return entry
     warnings.warn(
@@ -353,7 +355,7 @@ def _validate_task(path: Path, entry: dict[str, Any], i: int, key: str) -> TaskS
     kinds = task_kinds.names()
     ident = entry.get("id")
     where = f"{key}[{i}]" + (f" (id {ident!r})" if ident else "")
-    entry = _current_kind(path, entry, where)
+    entry = _current_kind(path, entry, where, kinds)
     if entry.get("kind") not in kinds:
         raise CatalogError(f"{path}: {where}: unknown task kind {entry.get('kind')!r} (known: {', '.join(kinds)})")
     try:  # only this entry's kind is loaded: a plug-in that does not load fails the catalogs that name it
