@@ -166,8 +166,15 @@ def test_a_derived_catalog_entry_sets_options_of_the_kind_it_inherits(tmp_path):
     assert [cat.model(m).option("pooling") for m in ("t-w", "t-w-cls", "t-w-w-max")] == [None, "cls", "max"]
     assert _overlay(cat.model("t"), cat.model("t-w-cls")).option("pooling") == "cls"
     assert cat.model("t-w-null").model_dump()["pooling"] is None  # set to the default: kept, it overrides "mean"
-    hashes = {cat.spec_hash(m) for m in ("t-w", "t-w-cls", "t-w-null")}
-    assert len(hashes) == 3
+    same_id = {}  # the entry t-w as written three ways: no override, pooling: cls, pooling: null (a legacy null)
+    for name, extra in (("none", ""), ("cls", ", pooling: cls"), ("null", ", pooling: null")):
+        one = tmp_path / f"same-{name}.yaml"
+        one.write_text(
+            f"include: [{TASKS}]\n" + _BASE_T + f"  - {{id: t-w, level: sentence, base: t, {whiten}{extra}}}\n"
+        )
+        same_id[name] = load_catalog(one).spec_hash("t-w")
+    assert same_id["none"] == cat.spec_hash("t-w")
+    assert len(set(same_id.values())) == 3
     assert _reused_base(cat.model("t-w")) is not None and _reused_base(cat.model("t-w-cls")) is None
     outer = tmp_path / "outer.yaml"  # the base in an included catalog
     outer.write_text(f"include: [{p}]\nmodels:\n  - {{id: o-cls, level: sentence, base: t, {whiten}, pooling: cls}}\n")

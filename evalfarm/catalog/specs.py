@@ -307,9 +307,10 @@ class ModelSpec(_Strict):
         omits defaults: a kind that adds an option keeps its models' hashes)."""
         out = handler(self)
         if isinstance(out, dict) and isinstance(self.options, KindOptions):
-            opts = self.options.non_defaults(mode=info.mode)
             if self.kind is None:  # over an inherited kind, each option set overrides the base's: default or not
                 opts = self.options.model_dump(mode=info.mode, include=self.options.model_fields_set)
+            else:
+                opts = self.options.non_defaults(mode=info.mode)
             keep = set(opts) if info.include is None else set(opts) & set(info.include)  # include / exclude name them
             out.update({k: v for k, v in opts.items() if k in keep and k not in (info.exclude or ())})
         return out
@@ -644,7 +645,15 @@ model's dump lacks it: the hash of every model, of any kind, stays what it was."
 
 
 def _with_legacy_fields(spec: BaseModel, dump: dict[str, Any]) -> dict[str, Any]:
-    return {**_HASH_LEGACY_FIELDS, **dump} if isinstance(spec, ModelSpec) else dump
+    """``dump`` as :func:`spec_hash` reads it: the legacy nulls filled in, and for an entry that sets options over
+    an inherited kind, their names: such an option at a legacy null (``pooling: null`` over a base's ``cls``)
+    overrides the base, and must not hash as the same entry without it."""
+    if not isinstance(spec, ModelSpec):
+        return dump
+    out = {**_HASH_LEGACY_FIELDS, **dump}
+    if spec.kind is None and isinstance(spec.options, KindOptions):
+        out["inherited_options_set"] = sorted(spec.options.model_fields_set)
+    return out
 
 
 def _omit_defaults(obj: Any) -> Any:
