@@ -43,7 +43,7 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from evalfarm.catalog.registry import Catalog, CatalogError, load_catalog
+from evalfarm.catalog.registry import Catalog, CatalogError, Lineage, lineage_of, load_catalog
 from evalfarm.catalog.specs import LINEAGE, ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.plugins import task_spec_adapter as _task_adapter
@@ -138,8 +138,7 @@ def load_spec_file(
     if not entries:
         raise SubmitError(f"{path}: no model entries")
     errors: list[str] = []
-    lineage = {m.id: (m.kind, m.base) for m in base.models.values()} if base is not None else {}
-    lineage.update((e["id"], (e.get("kind"), e.get("base"))) for e in entries if isinstance(e, dict) and "id" in e)
+    lineage = lineage_of(base.models.values() if base is not None else (), entries)
     models = _validate_models(path, entries, errors, lineage)
     tasks = _validate_tasks(path, raw_tasks, errors)
     if errors:
@@ -171,9 +170,7 @@ def _spec_entries(path: Path, raw: Any) -> tuple[list[Any], list[Any]]:
     return entries, raw_tasks
 
 
-def _validate_models(
-    path: Path, entries: list[Any], errors: list[str], lineage: dict[str, tuple[Any, Any]]
-) -> list[ModelSpec]:
+def _validate_models(path: Path, entries: list[Any], errors: list[str], lineage: Lineage) -> list[ModelSpec]:
     """The valid model entries; every invalid one adds its messages to ``errors`` (all are reported at once)."""
     models: list[ModelSpec] = []
     for i, entry in enumerate(entries):

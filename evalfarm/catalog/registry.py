@@ -10,6 +10,7 @@ catalog of a hundred entries is unreadable otherwise.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -167,22 +168,25 @@ def _read_file(path: Path) -> dict[str, Any]:
     return raw
 
 
-def _raw_lineage(raw: dict[str, Any]) -> dict[str, tuple[str | None, str | None]]:
-    """{model id: (kind, base)} of a parsed file's well-formed model entries (the others fail validation)."""
-    models = raw.get("models")
-    entries = [m for m in models if isinstance(m, dict)] if isinstance(models, list) else []
-    return {
-        m["id"]: (m.get("kind") if isinstance(m.get("kind"), str) else None, m.get("base"))
-        for m in entries
-        if isinstance(m.get("id"), str)
-    }
+Lineage = dict[str, tuple[str | None, str | None]]
+"""{model id: (kind, base)}: what validation needs to know of the other models (:data:`LINEAGE`)."""
 
 
-def _parse_file(path: Path, raw: dict[str, Any], lineage: dict[str, tuple[str | None, str | None]]) -> CatalogFile:
+def lineage_of(models: Iterable[ModelSpec], entries: Any = ()) -> Lineage:
+    """The :data:`Lineage` of validated ``models``, then of raw ``entries`` (a catalog file's or a submit spec's:
+    the well-formed ones; the others fail their own validation)."""
+    out: Lineage = {m.id: (m.kind, m.base) for m in models}
+    for e in entries if isinstance(entries, list) else []:
+        if isinstance(e, dict) and isinstance(e.get("id"), str):
+            out[e["id"]] = (e.get("kind") if isinstance(e.get("kind"), str) else None, e.get("base"))
+    return out
+
+
+def _parse_file(path: Path, raw: dict[str, Any], lineage: Lineage) -> CatalogFile:
     """``raw`` validated; ``lineage`` (the included catalogs' models and this file's) lets an entry without a kind
     set options of the kind its base has."""
     try:
-        return CatalogFile.model_validate(raw, context={LINEAGE: {**lineage, **_raw_lineage(raw)}})
+        return CatalogFile.model_validate(raw, context={LINEAGE: lineage})
     except ValidationError as exc:
         msgs = []
         for err in exc.errors():
@@ -385,7 +389,7 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
         for inc in (includes if isinstance(includes, list) else [])
         if isinstance(inc, str)
     ]  # first: an entry of this file may derive from an included model, and inherit its kind's options
-    lineage = {m.id: (m.kind, m.base) for sub in subs for m in sub.models.values()}
+    lineage = lineage_of((m for sub in subs for m in sub.models.values()), raw.get("models"))
     parsed = _parse_file(path, raw, lineage)
     cat = Catalog(path=path)
     for sub in subs:
