@@ -193,7 +193,10 @@ def test_the_eta_counts_down_and_a_finished_model_corrects_the_rest() -> None:
     fc = Forecast(est, workers=1, clock=clock)
     assert fc.eta() == pytest.approx(60.0)
     clock.t = 15.0
-    assert fc.eta() == pytest.approx(45.0)  # counting down while the first unit runs
+    assert fc.eta() == pytest.approx(60.0)  # nothing began: the clock never eats work nobody does
+    fc.begin("a", "t1")
+    clock.t = 20.0
+    assert fc.eta() == pytest.approx(55.0)  # counting down while the first unit runs
     fc.finish("a", "t1", 30.0)  # 30 s for a predicted 10: what is left is longer, shrunk towards 1 (little known)
     ratio = (30.0 + eta.SHRINK_REST_S) / (10.0 + eta.SHRINK_REST_S)
     assert fc.rest_ratio() == pytest.approx(ratio) and fc.eta() == pytest.approx(50.0 * ratio)
@@ -201,9 +204,39 @@ def test_the_eta_counts_down_and_a_finished_model_corrects_the_rest() -> None:
     ratio = (40.0 + eta.SHRINK_REST_S) / (20.0 + eta.SHRINK_REST_S)
     assert fc.eta() == pytest.approx(40.0 * ratio) and fc.ratio() == pytest.approx(ratio)
     clock.t = 200.0
-    assert fc.eta() == 1.0  # late: never 0 while a unit is left
+    assert fc.eta() == pytest.approx(40.0 * ratio)  # b has not begun: its whole estimate is left
+    fc.begin("b", "t1")
+    clock.t = 400.0
+    assert fc.eta() == 1.0  # b is late: never 0 while a unit is left
     fc.finish("b", "t1", None)
     assert fc.eta() == 0.0
+
+
+def test_the_eta_never_runs_down_with_everything_to_do() -> None:
+    """Seen in every slow run: once the elapsed time passed the estimate, the line read ``ETA 1s`` with 0 of 128k
+    texts embedded and 64 of 64 units left. Work that has not begun keeps its estimate; a model loading counts only
+    its load down; a model embedding is its texts left at its own rate."""
+    clock = Clock()
+    est = {(m, "t"): Estimate(110.0, "built-in", embed=100.0, load=20.0) for m in ("m1", "m2", "m3", "m4")}
+    fc = Forecast(est, workers=2, clock=clock, start_up=30.0)
+    assert fc.total == pytest.approx(30.0 + 220.0)
+    clock.t = 10.0
+    assert fc.eta() == pytest.approx(20.0 + 220.0)  # Ray starting: its start-up counts down
+    clock.t = 100.0
+    assert fc.eta() == pytest.approx(220.0)  # a late start-up: the work is all left, never less
+    fc.begin("m1")
+    fc.begin("m2")
+    fc.observe({"m1": LivePass(0, 10_000, 0.0, loading=True), "m2": LivePass(0, 10_000, 0.0, loading=True)})
+    clock.t = 110.0
+    assert fc.eta() == pytest.approx((10.0 + 90.0) * 2 / 2 + 110.0 * 2 / 2)  # loads 10 s left each, the rest waits
+    clock.t = 1000.0
+    assert fc.eta() == pytest.approx((80.0 + 10.0) * 2 / 2 + 110.0 * 2 / 2)  # loads late: texts and scoring left
+    fc.observe({"m1": LivePass(1000, 10_000, 900.0), "m2": LivePass(0, 10_000, 900.0, loading=True)})
+    clock.t = 1010.0
+    fc.observe({"m1": LivePass(2000, 10_000, 910.0), "m2": LivePass(0, 10_000, 910.0, loading=True)})
+    m1 = 8000 * 10.0 / 1000 + 10.0  # its texts left at 1,000 per 10 s, then its scoring
+    k = fc.embed_ratios()[0]["?"]  # 10 s measured for a predicted 8: the others' texts a little longer
+    assert k > 1.0 and fc.eta() == pytest.approx((m1 + (80.0 * k + 10.0) + 2 * (20.0 + 80.0 * k + 10.0)) / 2)
 
 
 def test_a_small_model_ten_times_its_estimate_does_not_make_an_encoder_ten_times_longer() -> None:
@@ -223,13 +256,14 @@ def test_a_small_model_ten_times_its_estimate_does_not_make_an_encoder_ten_times
 def test_a_pass_being_embedded_is_timed_by_its_own_rate() -> None:
     clock = Clock()
     fc = Forecast({("enc", "t"): Estimate(110.0, "built-in", embed=100.0)}, keys={"enc": "k"}, clock=clock)
-    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=2.0)})  # too early to trust a rate
-    assert fc.eta() == pytest.approx(110.0 - 2.0)  # loading and the first seconds count down the estimate
-    clock.t = 20.0
-    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=20.0)})  # 50 texts/s: 180 s for the 9,000 left
-    assert fc.eta() == pytest.approx(180.0 + 10.0)
+    clock.t = 2.0
+    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=2.0)})  # its first texts: no rate yet
+    assert fc.eta() == pytest.approx(100.0 * 0.9 + 10.0)  # the estimate of the texts left, and the scoring
+    clock.t = 22.0
+    fc.observe({"enc": LivePass(done=2000, total=10_000, seconds=22.0)})  # 1,000 texts in 20 s since its first
+    assert fc.eta() == pytest.approx(8000 * 0.02 + 10.0)  # 160 s for the 8,000 left
     clock.t = 25.0
-    assert fc.eta() == pytest.approx(185.0)  # counting down between reports
+    assert fc.eta() == pytest.approx(170.0)  # between two reports (a second apart) it stands
     fc.observe({"enc": LivePass(done=10_000, total=10_000, seconds=200.0, finished=True)}, embedded={"enc"})
     assert fc.eta() == pytest.approx(10.0)  # scoring is left
 
@@ -257,16 +291,16 @@ def test_failed_units_leave_the_calibration() -> None:
 def test_the_progress_line_shows_the_forecasts_eta_before_any_unit() -> None:
     clock = Clock()
     tracker = ProgressTracker(total=2, cost_total=2.0)
-    assert tracker.line().endswith("ETA ?")
+    assert " · ETA ? · " in tracker.line()
     tracker.forecast = Forecast(
         {("a", "t"): Estimate(90.0, "history"), ("b", "t"): Estimate(30.0, "history")}, clock=clock
     )
-    assert tracker.line().endswith("ETA 2m00s")
+    assert " · ETA 2m00s · " in tracker.line()
     tracker.workers = 2  # live workers: model a alone takes 90 s
-    assert tracker.line().endswith("ETA 1m30s")
+    assert " · ETA 1m30s · " in tracker.line()
     tracker.finish(Status.DONE, 1.0, unit=("b", "t"), seconds=15.0)
     ratio = (15.0 + eta.SHRINK_REST_S) / (30.0 + eta.SHRINK_REST_S)  # b took half its estimate: a will be shorter
-    assert tracker.line().endswith("ETA " + fmt_seconds(90.0 * ratio))
+    assert f" · ETA {fmt_seconds(90.0 * ratio)} · " in tracker.line()
 
 
 def _write_history(wh: Warehouse) -> None:
