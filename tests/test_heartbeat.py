@@ -31,7 +31,8 @@ def _event(kind: str, tracker: ProgressTracker) -> SimpleNamespace:
 
 def test_the_progress_line_counts_units_texts_and_their_rate() -> None:
     line = _tracker().line()
-    assert line.startswith("units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s · 2 workers alive")
+    assert line.startswith("units 0/3 · 0 done · 3 remaining · ETA ? · elapsed 0s · texts 41k/176k · 2.0k texts/s")
+    assert line.endswith(" · 2 workers alive")
     snap = _tracker().snapshot()
     assert snap["texts"] == {"done": 41_049, "total": 176_049, "per_second": 2050.0}
     assert snap["workers"]["doing"] == {
@@ -48,7 +49,7 @@ def test_embedding_and_waiting_print_a_heartbeat_once_the_interval_passed(capsys
     err = capsys.readouterr().err
     beats = [ln for ln in err.splitlines() if ln.startswith("heartbeat")]
     assert len(beats) == 2 and beats[0] == beats[1]
-    assert beats[0].startswith("heartbeat · units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s")
+    assert beats[0].startswith("heartbeat · units 0/3 · 0 done · 3 remaining · ETA ? · elapsed 0s · texts 41k/176k")
     assert beats[0].endswith(
         " · w0: embedding all-minilm-l6-v2 41k/176k texts · w1: scoring glove-6b-50d · wordsim-rg-65"
     )
