@@ -96,7 +96,7 @@ def test_the_correlation_table_comes_in_parts_rather_than_cut_headers(monkeypatc
 
 def test_a_word_similarity_variant_never_reads_as_the_evalrank_task() -> None:
     table = shape_table(_records(), level="word")
-    assert "wordsim-simverb-3500 (EvalRank word protocol)" in table.rows
+    assert "wordsim-simverb-3500 (protocol vectors)" in table.rows
     assert "wordsim-simlex-999 (raw vectors)" in table.rows and "evalrank-word (cos)" in table.rows
 
 
