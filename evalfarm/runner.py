@@ -51,7 +51,14 @@ from evalfarm.scheduler.progress import (
     fmt_count,
     fmt_seconds,
 )
-from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
+from evalfarm.warehouse import (
+    Quarantined,
+    Warehouse,
+    WarehouseWriteError,
+    new_run_id,
+    now,
+    sweep_temp_files,
+)
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
@@ -382,6 +389,9 @@ class Run:
         (``<warehouse>/leases/runs/<run_id>.json``: run id, host, pid, the command, what the planner does now), so
         ``evalfarm status`` follows it from the start and never calls it dead while it plans. A warehouse that
         cannot be written gets no heartbeat (an error only once there turns out to be work: :meth:`skip`)."""
+        from evalfarm.environment import quiet_third_party_bars
+
+        quiet_third_party_bars()  # before any worker starts: a local Ray's workers inherit this environment
         self.wh = Warehouse(self.warehouse)
         self.run_id = new_run_id()
         self.t0 = time.perf_counter()
@@ -476,7 +486,9 @@ class Run:
             self.wh.write_run_event(self.run_id, "start", status="running", provenance=prov, **self.common)
         except OSError as exc:  # a read-only warehouse: fine when there is nothing to compute
             self.summary.recorded = False
-            return exc
+            if isinstance(exc, WarehouseWriteError):
+                return exc
+            return WarehouseWriteError(exc.filename or str(self.wh.root), exc)  # one line: the path and the cause
         return None
 
     # -- skip ---------------------------------------------------------------------------------------------------
@@ -509,7 +521,7 @@ class Run:
         ``eta`` event, and the progress line's ETA from then on."""
         from evalfarm import eta
 
-        stored = self.wh.stored_texts({p.model for p in self.pending})
+        stored = {} if self.force else self.wh.stored_texts({p.model for p in self.pending})  # --force embeds anew
         siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
         variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
         texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them

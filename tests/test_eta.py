@@ -409,8 +409,8 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
 
 @pytest.mark.slow
 def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) -> None:
-    """Without history the run counts its tasks' texts on the driver for the first ETA, each level's counts scaled
-    by its share of distinct texts (words two word-similarity sets share are embedded once)."""
+    """Without history the run counts its tasks' distinct texts for the first ETA, each level's counts scaled by its
+    share of distinct texts (words two word-similarity sets share are embedded once)."""
     from evalfarm.options import RunRequest
     from evalfarm.runner import Run
     from evalfarm.scorers import scorer_for
@@ -424,12 +424,13 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
         f"     source: {{type: path, ref: {toy_glove}}}}}\n"
     )
     run = Run(cat, tmp_path / "wh", RunRequest(executor="local"))
+    run.begin()
     run.plan()  # the planned tasks (all of them: done units' texts are in the stores), the warehouse and run id
     loaded = run.cat
     words = {}
     for t in tasks:
         spec = loaded.task(t)
-        words[t] = list(scorer_for(spec.kind).texts(scorer_for(spec.kind).load_for(spec, RunOptions())))
+        words[t] = set(scorer_for(spec.kind).texts(scorer_for(spec.kind).load_for(spec, RunOptions())))
     union = len(set(words[tasks[0]]) | set(words[tasks[1]]))
     total = len(words[tasks[0]]) + len(words[tasks[1]])
     assert union < total  # the sets share words

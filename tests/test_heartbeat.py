@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -124,3 +125,48 @@ def test_quiet_run_prints_the_summary_but_no_unit_lines(tmp_path, data_dir) -> N
     assert "done toy · wordsim-rg-65" in loud.stderr and "units 2/2" in loud.stderr
     assert "done toy · wordsim-rg-65" not in quiet.stderr and "units 2/2" not in quiet.stderr
     assert "2 done, 0 skipped, 0 failed" in quiet.stderr
+
+
+def test_the_end_summary_counts_what_moved_and_gives_the_diff_command(capsys) -> None:
+    """The end of a run printed "moved since the previous run" as one line of raw JSON with every changed value
+    (4.6 KB for 4 units); it counts them by reason and names the command that lists each one."""
+    from evalfarm.cli.events import moved_line, print_summary
+    from evalfarm.runner import RunSummary
+
+    changes = [
+        {"model": "m", "task": f"t{i}", "value_a": 0.1, "value_b": 0.2, "reason": "spec changed"} for i in range(20)
+    ]
+    moved = {"since": "r1", "counts": {"new model": 3, "spec changed": 40}, "nondeterministic": 1, "changes": changes}
+    line = moved_line(moved, "r2", "wh")
+    assert line == (
+        "moved since run r1: 43 values (40 spec changed, 3 new model); 1 under an unchanged fingerprint "
+        "(nondeterminism); every one: evalfarm diff r1 r2 --warehouse wh"
+    )
+    assert moved_line({**moved, "counts": {}, "nondeterministic": 0}, "r2", "wh") == (
+        "nothing moved since run r1 (evalfarm diff r1 r2 --warehouse wh)"
+    )
+    assert moved_line(None, "r2", "wh") is None
+    summary = RunSummary(run_id="r2", warehouse="wh", n_units=1, report={"moved": moved})
+    print_summary(summary)
+    err = capsys.readouterr().err
+    assert "every one: evalfarm diff r1 r2 --warehouse wh" in err and "{" not in err and "value_a" not in err
+
+
+@pytest.mark.slow  # loads a real transformer (all-MiniLM-L6-v2's weights) in a fresh process
+def test_third_party_progress_bars_stay_out_of_the_log(tmp_path) -> None:
+    """transformers' own `Loading weights` tqdm bar leaked into run logs, carriage returns and all."""
+    import subprocess
+    import sys
+
+    code = (
+        "from evalfarm.catalog.registry import load_catalog\n"
+        "from evalfarm.encoders.loader import load_encoder\n"
+        "cat = load_catalog('zoo-starter')\n"
+        "load_encoder(cat.lineage('all-minilm-l6-v2-cls'), base_dir=cat.path.parent).encode(['a sentence'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+    got = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "Loading weights" not in got.stderr and "\r" not in got.stderr and "it/s" not in got.stderr, got.stderr
