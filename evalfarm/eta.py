@@ -40,10 +40,14 @@ import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from evalfarm.warehouse import Warehouse
+
+class Readable(Protocol):
+    """What the loaders read the views through: a :class:`~evalfarm.warehouse.Warehouse`, or one connection of it
+    that a run's planner reads all three with (each ``Warehouse.query`` opens a connection of its own)."""
+
+    def query(self, sql: str) -> Any: ...
 
 log = logging.getLogger(__name__)
 
@@ -679,7 +683,7 @@ def record_cost(r: Mapping[str, Any], n_units: int) -> float:
     return static_cost(r.get("kind"), r.get("level") or "", r.get("scorer") or "", bool(r.get("post")), n_units)
 
 
-def load_history(wh: Warehouse, *, exclude_run: str | None = None) -> list[PastUnit]:
+def load_history(wh: Readable, *, exclude_run: str | None = None) -> list[PastUnit]:
     """The warehouse's computed units, oldest first (the ``units``, ``models``, ``quality`` and ``metrics``
     views). An empty list when the warehouse has none or cannot be read: the ETA then falls back, the run goes on."""
     try:
@@ -700,7 +704,7 @@ WHERE TRY_CAST(json_extract_string(provenance, '$.load_seconds') AS DOUBLE) IS N
 """Each model's last load (the ``models`` view: its newest row), in seconds, and the size of its files."""
 
 
-def load_loads(wh: Warehouse) -> list[PastLoad]:
+def load_loads(wh: Readable) -> list[PastLoad]:
     """The warehouse's recorded model loads (:data:`LOADS_SQL`); empty when it has none or cannot be read."""
     try:
         rows = wh.query(LOADS_SQL).to_pylist()
@@ -730,7 +734,7 @@ def start_up_where(executor: str, address: str | None) -> str:
     return "cluster" if (address or os.environ.get("RAY_ADDRESS")) else "local-ray"
 
 
-def start_up_seconds(wh: Warehouse, where: str) -> tuple[float, str]:
+def start_up_seconds(wh: Readable, where: str) -> tuple[float, str]:
     """(seconds, source) of a run's start-up (:func:`start_up_where`): the median of the newest
     :data:`START_UP_RUNS` runs' recorded ones (their end summaries' ``start_up_s``), else
     :data:`BUILTIN_START_UP_S`."""

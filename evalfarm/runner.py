@@ -526,7 +526,8 @@ class Run:
         variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
         texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
         self._step("reading the warehouse's timings")
-        history = eta.History(eta.load_history(self.wh), eta.load_loads(self.wh))
+        views = _OneConnection(self.wh)  # the three reads below on one connection
+        history = eta.History(eta.load_history(views), eta.load_loads(views))
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
         shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
         derived = {p.model for p in self.pending if p.spec.postprocess is not None and p.spec.level == "sentence"}
@@ -550,7 +551,8 @@ class Run:
         ]  # fmt: skip
         workers = _planned_workers(self.executor, self.address, self.workers)
         where = eta.start_up_where(self.executor, self.address)
-        start_up, _ = (0.0, "warm") if _ray_running(self.executor) else eta.start_up_seconds(self.wh, where)
+        start_up, _ = (0.0, "warm") if _ray_running(self.executor) else eta.start_up_seconds(views, where)
+        views.close()
         self.start_up = {"where": where, "predicted_s": round(start_up, 1)}
         fc = eta.forecast(units, history, workers=workers, texts=texts, start_up=start_up)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
@@ -999,6 +1001,25 @@ def _stored_share(
         return 1.0
     left = max(0, sum(counts.get(t, 0) for t in every_task) - rows)
     return 1.0 - min(1.0, left / pending)
+
+
+class _OneConnection:
+    """The warehouse's views on one DuckDB connection, opened at the first read (each ``Warehouse.query`` opens one
+    of its own: about a second each on a loaded 2-core machine, three of them in a run's planning). For the
+    planner's own statements only: they are constants of :mod:`evalfarm.eta`, not a user's SQL."""
+
+    def __init__(self, wh: Warehouse) -> None:
+        self.wh = wh
+        self.con: Any = None
+
+    def query(self, sql: str) -> Any:
+        if self.con is None:
+            self.con = self.wh.connect()
+        return self.con.execute(sql).fetch_arrow_table()
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
 
 
 def _source_bytes(cat: Catalog, plan: ModelPlan) -> int | None:
