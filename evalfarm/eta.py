@@ -49,6 +49,7 @@ class Readable(Protocol):
 
     def query(self, sql: str) -> Any: ...
 
+
 log = logging.getLogger(__name__)
 
 SOURCES = ("history", "history-kind", "history-task", "model", "built-in")
