@@ -1015,7 +1015,7 @@ class _OneConnection:
     def query(self, sql: str) -> Any:
         if self.con is None:
             self.con = self.wh.connect()
-        return self.con.execute(sql).fetch_arrow_table()
+        return self.con.sql(sql).to_arrow_table()
 
     def close(self) -> None:
         if self.con is not None:

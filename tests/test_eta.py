@@ -334,6 +334,42 @@ def test_load_history_reads_the_units_view_with_kinds_and_text_counts(tmp_path) 
     assert eta.load_history(Warehouse(tmp_path / "none")) == []  # nothing there: no history, no error
 
 
+def test_the_planner_reads_its_history_loads_and_start_ups_on_one_connection(tmp_path) -> None:
+    from evalfarm.runner import _OneConnection
+
+    wh = Warehouse(tmp_path / "wh")
+    _write_history(wh)
+    views = _OneConnection(wh)
+    got = eta.load_history(views)
+    assert len(got) == 2 and got == eta.load_history(wh)
+    assert eta.load_loads(views) == eta.load_loads(wh) == []  # no load recorded in this history
+    assert eta.start_up_seconds(views, "local-ray") == (eta.BUILTIN_START_UP_S["local-ray"], "built-in")
+    views.close()
+
+
+def test_loads_and_start_ups_are_read_from_what_runs_recorded(tmp_path) -> None:
+    import json
+
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh")
+    wh.init()
+    prov = json.dumps({"load_seconds": 47.5, "source_bytes": 57_000_000})
+    wh.write_model({"model": "spacy", "level": "word", "kind": "word-vectors", "spec_hash": "h", "created_at": at,
+                    "provenance": prov})  # fmt: skip
+    for i, (where, seconds) in enumerate((("local-ray", 80.0), ("local-ray", 60.0), ("cluster", 3.0))):
+        summary = json.dumps({"start_up": {"where": where, "seconds": seconds}})
+        wh.write_run_event(f"r{i}", "start", status="running", n_units=1)
+        wh.write_run_event(f"r{i}", "end", status="ok", n_units=1, summary=summary)
+    (load,) = eta.load_loads(wh)
+    assert load == eta.PastLoad("spacy", "word-vectors", 47.5, 57_000_000)
+    h = History([], [load])
+    assert h.load("spacy", "word-vectors", None) == 47.5  # the model itself
+    assert h.load("glove", "word-vectors", 114_000_000) == pytest.approx(95.0)  # its kind, by size
+    assert h.load("glove", "word-vectors", None) == 47.5 and h.load("m", "onnx", 10) is None
+    assert eta.start_up_seconds(wh, "local-ray") == (80.0, "history")  # the median of the newest ones
+    assert eta.start_up_seconds(wh, "cluster") == (3.0, "history") and eta.start_up_seconds(wh, "local")[0] == 0.0
+
+
 def test_load_history_keys_downstream_units_on_their_training_sample(tmp_path) -> None:
     """A quick-profile run and a full-data run of one (model, task) are two history units, each with its own text
     count (the unit's ``quality`` row) and scoring time."""
