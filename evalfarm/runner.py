@@ -225,11 +225,13 @@ class Skipped:
 
 @dataclass
 class RunEvent:
-    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, a ``warning`` per
-    selected model left out for want of a task of its level and per unpinned revision, ``skipped`` (units already
-    done), ``eta`` (the first ETA, from the warehouse's history; when there is work), then the scheduler's events
-    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``waiting``, ``tick``), then a
-    ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
+    """What ``run_catalog`` reports: ``begin`` (its first second: the run id, before it plans), ``planning`` at each
+    planning step (the step in ``message``), ``quarantined`` (a corrupt file moved aside), ``planned``, a
+    ``warning`` per selected model left out for want of a task of its level and per unpinned revision, ``skipped``
+    (units already done), ``eta`` (the first ETA, from the warehouse's history; when there is work), ``starting``
+    (Ray's workers start), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``,
+    ``worker-ready``, ``waiting``, ``tick``), then a ``warning`` per later entry of ``RunSummary.warnings``.
+    ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -515,6 +517,8 @@ class Run:
             self._record_skipped(skipped)
         if self.pending:
             self._forecast()
+        else:  # nothing to schedule: the plan was the run
+            self.tracker.phase, self.tracker.step = RUNNING, ""
 
     def _forecast(self) -> None:
         """The first ETA, from the warehouse's history of unit times, loads and start-ups (``evalfarm.eta``): an

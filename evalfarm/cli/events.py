@@ -265,7 +265,7 @@ class RunPrinter:
             unit = {"model": o.model, "task": o.task, "status": str(o.status), "seconds": round(o.seconds, 3),
                     "stage": None if o.stage is None else str(o.stage), "error": o.error}  # fmt: skip
             self._json("unit", unit=unit)
-        elif e.kind in ("eta", "dashboard", "warning", "quarantined", "worker-lost", "retry"):
+        elif e.kind in ("begin", "starting", "eta", "dashboard", "warning", "quarantined", "worker-lost", "retry"):
             self._json(e.kind, message=e.message)
 
 
