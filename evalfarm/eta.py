@@ -22,14 +22,23 @@ it starts:
 - a model's embed seconds (recorded on its first unit) are spread over its tasks by their text counts, so a unit's
   seconds are its share of the embedding plus its scoring; a model whose text store holds vectors already (a rerun,
   ``--force``, a new task, a run stopped mid-model) is estimated with the share of its texts still to embed;
-- the run's ETA is the remaining units' seconds over the workers, but never less than the largest remaining
-  model (one worker embeds a model). While it runs, what the workers report corrects it (:class:`Forecast`): a
-  model being embedded has its texts left at its measured rate; a model not started yet its estimate times its
-  kind's measured / predicted embedding time (shrunk towards the run's overall ratio, and that towards 1, while
-  little has been measured: one small model that took 6 s for a predicted 0.6 s says nothing of an encoder's
-  minutes); the rest (scoring, loading) by the finished units' actual / predicted seconds, shrunk the same way.
+- each model's load is priced apart, once (:func:`_with_load`): its own last load in the warehouse (the ``models``
+  view's ``load_seconds``, :data:`LOADS_SQL`), else its kind's seconds per byte times its files' size, else its
+  kind's mean load, else :func:`builtin_load`; the history's embed seconds have their loads taken out, so a word
+  model's estimate is its load plus its texts, not its texts at a rate that hid a load;
+- the run's start-up comes first (:func:`start_up_seconds`: a local Ray or a cluster connection, as the newest runs
+  of that kind recorded it in their end summaries; built-in otherwise);
+- the run's ETA is the start-up, then the remaining units' seconds over the workers, but never less than the
+  largest remaining model (one worker embeds a model). While it runs it is what is left *now* (:class:`Forecast`):
+  work not begun keeps its estimate (the clock never eats work nobody does: no ``ETA 1s`` with everything to do);
+  a start-up, a load and a scoring count down from when they began; a model being embedded is its texts left at
+  the rate it measured since its first text. What is measured corrects what is not begun: a model not started yet
+  takes its estimate times its kind's measured / predicted embedding time (shrunk towards the run's overall ratio,
+  and that towards 1, while little has been measured: one small model that took 6 s for a predicted 0.6 s says
+  nothing of an encoder's minutes); scoring the finished units' actual / predicted seconds, shrunk the same way.
 
-This module is pure (no warehouse, no Ray) except :func:`load_history`, which reads the views.
+This module is pure (no warehouse, no Ray) except :func:`load_history`, :func:`load_loads` and
+:func:`start_up_seconds`, which read the views.
 """
 
 from __future__ import annotations

@@ -7,11 +7,13 @@ access: on a read-only warehouse it is simply not recorded). Executors:
 CLI's default). Both share ``scheduler.core.Scheduler``, so they produce identical warehouses. Progress (counts,
 cost-weighted ETA) is tracked here and handed to ``on_event`` with every event, so front ends only render it.
 
-The run's lifecycle in ``runs``: a ``start`` event (written once the plan is known; a failure to write it is the one
-clear error of an unwritable warehouse), then an ``end`` event with the counts and a status: ``ok``, ``failed``, or
-``interrupted`` (Ctrl-C, or the Ray cluster's head lost: then :class:`RunInterrupted` is raised after the record,
-and running the same command again resumes, skipping every finished unit). Concurrent runs on one warehouse split
-the work through leases (``evalfarm.leases``).
+From its first second, before it plans, a run has a heartbeat in the warehouse (its id, host, pid, the command,
+its phase and planning step: ``evalfarm status`` follows it, never calls it dead while it plans), removed once its end
+is recorded. The run's lifecycle in ``runs``: a ``start`` event (written once the plan is known; a failure to write
+it is the one clear error of an unwritable warehouse), then an ``end`` event with the counts and a status: ``ok``,
+``failed``, or ``interrupted`` (Ctrl-C, or the Ray cluster's head lost: then :class:`RunInterrupted` is raised
+after the record, and running the same command again resumes, skipping every finished unit). Concurrent runs on one
+warehouse split the work through leases (``evalfarm.leases``).
 """
 
 from __future__ import annotations
