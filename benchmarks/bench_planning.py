@@ -5,12 +5,13 @@
 
 Each case starts ``evalfarm run --catalog C --warehouse <empty folder>`` in a process group of its own and reads its
 stderr line by line: the seconds to its first line (the run's id and how to follow it: before it plans), to its
-first ETA line, and the planning steps its heartbeat file said meanwhile; then the group is killed (the first ETA
+first ETA line, and the CPU seconds the driver had used by then (``/proc``: on a shared machine the wall time is
+mostly waiting for a core); then the group is killed (the first ETA
 comes before any worker starts: nothing is computed). Two caches: ``warm`` (the text counts of an earlier run in the
 cache, what every run after the first meets) and ``cold`` (an empty ``EVALFARM_CACHE``: the counts computed, no
 generated task built to count it). The floor, measured in the same run: ``python -m evalfarm --version`` (the
-interpreter and the CLI's imports), and the machine's load (``os.getloadavg``) beside each figure: the machine is
-shared, so compare a case with its floor, not with another day's figure.
+interpreter and the CLI's imports, wall and CPU), and the machine's load (``os.getloadavg``) beside each figure:
+the machine is shared, so compare a case with its floor, not with another day's figure.
 """
 
 from __future__ import annotations
@@ -38,10 +39,22 @@ def _env(cache: Path | None) -> dict[str, str]:
     return env
 
 
-def floor() -> float:
+def floor() -> tuple[float, float]:
+    """(wall, CPU) seconds of ``python -m evalfarm --version``: the interpreter and the CLI's imports."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     subprocess.run([sys.executable, "-m", "evalfarm", "--version"], check=True, capture_output=True, env=_env(None))
-    return time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return time.perf_counter() - t0, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU seconds (user + system) process ``pid`` has used so far (/proc/PID/stat): what a run's planning
+    costs whatever the machine's load, where its wall time is mostly waiting for a core."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def first_eta(catalog: str, warehouse: Path, cache: Path | None, extra: list[str], timeout: float) -> dict[str, Any]:
@@ -55,7 +68,7 @@ def first_eta(catalog: str, warehouse: Path, cache: Path | None, extra: list[str
     sel = selectors.DefaultSelector()
     sel.register(proc.stderr, selectors.EVENT_READ)
     first_line = eta_s = None
-    eta_line = ""
+    eta_line, cpu = "", 0.0
     lines: list[str] = []
     try:
         while eta_s is None and time.perf_counter() - t0 < timeout:
@@ -70,30 +83,32 @@ def first_eta(catalog: str, warehouse: Path, cache: Path | None, extra: list[str
             now = time.perf_counter() - t0
             first_line = now if first_line is None else first_line
             if line.startswith("first ETA"):
-                eta_s, eta_line = now, line.strip()
+                eta_s, eta_line, cpu = now, line.strip(), cpu_seconds(proc.pid)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     if eta_s is None:
         raise SystemExit(f"{' '.join(cmd)}: no first ETA within {timeout:.0f} s:\n" + "\n".join(lines[-20:]))
-    return {"first_line_s": round(first_line or 0.0, 2), "first_eta_s": round(eta_s, 2), "load": round(load, 2),
-            "line": eta_line}  # fmt: skip
+    return {"first_line_s": round(first_line or 0.0, 2), "first_eta_s": round(eta_s, 2),
+            "first_eta_cpu_s": round(cpu, 2), "load": round(load, 2), "line": eta_line}  # fmt: skip
 
 
 def measure(catalog: str, repeats: int, extra: list[str], tmp: Path, timeout: float) -> dict[str, Any]:
     rows: dict[str, list[dict[str, Any]]] = {"cold": [], "warm": []}
-    floors = []
+    floors: list[tuple[float, float]] = []
     for i in range(repeats):
         floors.append(floor())
         cold = tmp / f"cache-{catalog.replace('/', '_')}-{i}"
         rows["cold"].append(first_eta(catalog, tmp / f"wh-cold-{i}", cold, extra, timeout))
         rows["warm"].append(first_eta(catalog, tmp / f"wh-warm-{i}", None, extra, timeout))  # the user's cache
-    out: dict[str, Any] = {"catalog": catalog, "floor_s": round(min(floors), 2), "runs": rows}
+    out: dict[str, Any] = {"catalog": catalog, "floor_s": round(min(f[0] for f in floors), 2),
+                           "floor_cpu_s": round(min(f[1] for f in floors), 2), "runs": rows}  # fmt: skip
     for name, rs in rows.items():
         out[name] = {
             "first_line_s": round(min(r["first_line_s"] for r in rs), 2),
             "first_eta_s": round(min(r["first_eta_s"] for r in rs), 2),
             "first_eta_median_s": round(statistics.median(r["first_eta_s"] for r in rs), 2),
+            "first_eta_cpu_s": round(min(r["first_eta_cpu_s"] for r in rs), 2),
             "load": [r["load"] for r in rs],
         }
     return out

@@ -169,10 +169,11 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
 
 def _check_planning(out: dict[str, Any], tmp: Path) -> None:
     (case,) = out["cases"]
-    assert case["floor_s"] > 0 and set(case["runs"]) == {"cold", "warm"}
+    assert case["floor_s"] > 0 and case["floor_cpu_s"] > 0 and set(case["runs"]) == {"cold", "warm"}
     for name in ("cold", "warm"):
         (run,) = case["runs"][name]
         assert 0 < run["first_line_s"] <= run["first_eta_s"] and run["line"].startswith("first ETA "), run
+        assert 0 < run["first_eta_cpu_s"] <= run["first_eta_s"] * 2, run  # two cores at most
 
 
 def _check_warehouse(out: dict[str, Any], tmp: Path) -> None:
