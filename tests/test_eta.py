@@ -366,6 +366,12 @@ def test_loads_and_start_ups_are_read_from_what_runs_recorded(tmp_path) -> None:
     assert h.load("spacy", "word-vectors", None) == 47.5  # the model itself
     assert h.load("glove", "word-vectors", 114_000_000) == pytest.approx(95.0)  # its kind, by size
     assert h.load("glove", "word-vectors", None) == 47.5 and h.load("m", "onnx", 10) is None
+    # a word model's estimate carries its load (it did not: GloVe's 400k vectors read `ETA 1s` for minutes)
+    unit = PlannedUnit("glove", "word-vectors", "wordsim-rg-65", 0.02, embed_cost=0.02, load_bytes=114_000_000)
+    (e,) = eta.estimate([unit], h, texts={"wordsim-rg-65": 49})
+    assert e.load == pytest.approx(95.0) and e.seconds >= e.embed >= e.load
+    (fresh,) = eta.estimate([unit], History([]), texts={"wordsim-rg-65": 49})  # nothing loaded yet: by its size
+    assert fresh.load == pytest.approx(eta.builtin_load("word-vectors", 114_000_000)) == pytest.approx(11.4)
     assert eta.start_up_seconds(wh, "local-ray") == (80.0, "history")  # the median of the newest ones
     assert eta.start_up_seconds(wh, "cluster") == (3.0, "history") and eta.start_up_seconds(wh, "local")[0] == 0.0
 
