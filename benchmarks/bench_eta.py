@@ -254,8 +254,12 @@ def first_eta(
     events: list[Any] = []
     request = RunRequest(models=models, tasks=tasks, workers=workers)
     run = Run(catalog, tmp / "first-eta-wh", request, on_event=events.append)
-    run.plan()
-    run.skip()
+    run.begin()
+    try:
+        run.plan()
+        run.skip()
+    finally:
+        run._abandon()  # its heartbeat goes: nothing is scheduled
     first = run.summary.first_eta or {}
     line = next((e.message for e in events if e.kind == "eta"), None)
     return {

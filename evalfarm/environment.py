@@ -36,3 +36,26 @@ SUBMIT_ENV: tuple[str, ...] = MODE_ENV
 def forwarded(names: tuple[str, ...]) -> dict[str, str]:
     """The variables of ``names`` that are set (non-empty) in this process's environment."""
     return {k: os.environ[k] for k in names if os.environ.get(k)}
+
+
+QUIET_BARS_ENV: dict[str, str] = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1"}
+"""Third-party progress bars off (the hub's and transformers' ``Loading weights``, every tqdm): in a log they are
+carriage returns and noise; a run shows its own progress. Set only where the user has not set them."""
+
+
+def quiet_third_party_bars() -> None:
+    """Turn the third-party progress bars off in this process and those it starts (a local Ray's workers inherit
+    its environment): :data:`QUIET_BARS_ENV` where unset, and the libraries' own switches when they are imported
+    already (they read the variables once, at import)."""
+    import sys
+
+    for key, value in QUIET_BARS_ENV.items():
+        os.environ.setdefault(key, value)
+    if os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS") != "1":
+        return
+    if "huggingface_hub" in sys.modules:
+        sys.modules["huggingface_hub"].utils.disable_progress_bars()
+    if "transformers" in sys.modules:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()

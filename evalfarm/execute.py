@@ -86,6 +86,7 @@ class ExecContext:
     encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
     _tasks: dict[str, Any] = field(default_factory=dict)
     _model_rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # models rows of the job under way
+    _counted: set[str] = field(default_factory=set)  # text counts this context has checked (remember_count)
 
     def task_data(self, task_id: str) -> Any:
         """A task's loaded, verified data (cached: a worker reads each task's files once; checksums the driver
@@ -102,6 +103,18 @@ class ExecContext:
     def texts(self, task_id: str) -> list[str]:
         spec = self.catalog.task(task_id)
         return list(scorer_for(spec.kind).texts(self.task_data(task_id)))
+
+    def remember_count(self, unit: Unit) -> None:
+        """Keep the unit's task's text count in the cache (:mod:`evalfarm.textcounts`), once per task: the next
+        run's planner then counts it without loading the task (a generated one is built here, on the worker)."""
+        from evalfarm import textcounts
+
+        key = textcounts.key_of(unit.task, unit)
+        if key.digest in self._counted:
+            return
+        self._counted.add(key.digest)
+        if textcounts.cached(key) is None:
+            textcounts.remember(key, self.texts(unit.task))
 
     def store(self, plan: ModelPlan) -> TextStore:
         """The model's text store, keyed as planned."""
@@ -159,6 +172,7 @@ def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     for u in plan.units:
         try:
             needed.update(dict.fromkeys(ctx.texts(u.task)))
+            _remember_count(ctx, u)
         except Exception as exc:
             outcomes[u.task] = _fail(ctx, failed(u.model, u.task, Stage.TASK, exc, t0, started))
     ok = [u for u in plan.units if u.task not in outcomes]
@@ -183,6 +197,14 @@ def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
         outcomes[u.task] = UnitOutcome(u.model, u.task, Status.EMBEDDED, seconds, dim=dim, started_at=started)
         seconds = 0.0
     return [outcomes[u.task] for u in plan.units]
+
+
+def _remember_count(ctx: ExecContext, unit: Unit) -> None:
+    """:meth:`ExecContext.remember_count`, never a reason for a unit to fail (a count is a report)."""
+    try:
+        ctx.remember_count(unit)
+    except Exception as exc:
+        log.debug("text count of %s not kept (%s)", unit.task, exc)
 
 
 class PassMeter:
@@ -364,6 +386,10 @@ def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stag
         encoder = load_encoder(plan.lineage, base_dir=ctx.catalog.path.parent)
     provenance.update(getattr(encoder, "provenance", {}) or {})
     provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
+    if plan.model not in ctx.encoders:  # the size its load took that long for: what the next ETA prices loads by
+        from evalfarm.encoders.sources import source_bytes
+
+        provenance["source_bytes"] = source_bytes(plan.lineage)
     state["stage"] = Stage.EMBED
     if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
         fit_task = encoder.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK  # the spec's, as loaded
@@ -377,7 +403,8 @@ def _publish(
 ) -> None:
     """Write a model's new shard, an informational row for its all-zero vectors, and its ``models`` row."""
     # the shard keeps what made its vectors (deterministic: no host, no timing); the models row keeps everything
-    content = {k: v for k, v in provenance.items() if k not in ("host", "device", "load_seconds", "code_versions")}
+    skip = ("host", "device", "load_seconds", "source_bytes", "code_versions")
+    content = {k: v for k, v in provenance.items() if k not in skip}
     meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store, "provenance": content}
     store.write(texts, out, meta)
     ctx._model_rows[plan.model] = _model_row(ctx, plan, int(out.emb.shape[1]), provenance)  # written with the job
@@ -539,9 +566,11 @@ def _score_unit(plan: ModelPlan, unit: Unit, ctx: ExecContext) -> UnitOutcome:
         for r in result.rows
         if r.primary and r.ties in (None, BOARD_TIES)
     }
+    metrics = {r.metric for r in result.rows if r.primary and r.ties in (None, BOARD_TIES)}
     return UnitOutcome(
         unit.model, unit.task, Status.DONE, time.perf_counter() - t0, summary=summary, dim=vectors.dim,
         started_at=started, degenerate=quality.reason, thin=thin, threads=threads,
+        metric=metrics.pop() if len(metrics) == 1 else None,
     )  # fmt: skip
 
 

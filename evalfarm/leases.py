@@ -203,15 +203,19 @@ class Leases:
             except OSError:  # the warehouse went away or read-only: other runs will take over after the timeout
                 pass
 
-    def stop(self) -> None:
-        """Release every lease this run holds and remove its heartbeat (best effort: a read-only or lost warehouse
-        keeps them, and other runs take them over once the heartbeat is seen to stop)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
+    def release_all(self) -> None:
+        """Release every lease this run holds; the heartbeat goes on (the run still records its end)."""
         for key in list(self.held):
             with contextlib.suppress(OSError):
                 self.release(key)
+
+    def stop(self) -> None:
+        """Release every lease this run holds and remove its heartbeat (best effort: a read-only or lost warehouse
+        keeps them, and other runs take them over once the heartbeat is seen to stop). Twice is once."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self.release_all()
         with contextlib.suppress(OSError):
             self._delete(self._beat_path(self.run_id))
 

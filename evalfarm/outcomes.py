@@ -43,6 +43,7 @@ class UnitOutcome:
     error: str | None = None
     stage: Stage | None = None
     summary: dict[str, float] = field(default_factory=dict)  # the scorer's primary metric(s), for the CLI
+    metric: str | None = None  # the name of the summary's metric (the scorer's primary one), said before its numbers
     dim: int | None = None
     detail: str = ""
     started_at: datetime | None = None

@@ -7,15 +7,18 @@ access: on a read-only warehouse it is simply not recorded). Executors:
 CLI's default). Both share ``scheduler.core.Scheduler``, so they produce identical warehouses. Progress (counts,
 cost-weighted ETA) is tracked here and handed to ``on_event`` with every event, so front ends only render it.
 
-The run's lifecycle in ``runs``: a ``start`` event (written once the plan is known; a failure to write it is the one
-clear error of an unwritable warehouse), then an ``end`` event with the counts and a status: ``ok``, ``failed``, or
-``interrupted`` (Ctrl-C, or the Ray cluster's head lost: then :class:`RunInterrupted` is raised after the record,
-and running the same command again resumes, skipping every finished unit). Concurrent runs on one warehouse split
-the work through leases (``evalfarm.leases``).
+From its first second, before it plans, a run has a heartbeat in the warehouse (its id, host, pid, the command,
+its phase and planning step: ``evalfarm status`` follows it, never calls it dead while it plans), removed once its end
+is recorded. The run's lifecycle in ``runs``: a ``start`` event (written once the plan is known; a failure to write
+it is the one clear error of an unwritable warehouse), then an ``end`` event with the counts and a status: ``ok``,
+``failed``, or ``interrupted`` (Ctrl-C, or the Ray cluster's head lost: then :class:`RunInterrupted` is raised
+after the record, and running the same command again resumes, skipping every finished unit). Concurrent runs on one
+warehouse split the work through leases (``evalfarm.leases``).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -41,8 +44,23 @@ from evalfarm.plan import (
     without_tasks,
 )
 from evalfarm.scheduler import EXECUTORS
-from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
-from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
+from evalfarm.scheduler.progress import (
+    PLANNING,
+    RUNNING,
+    STARTING,
+    ProgressTracker,
+    TextBoard,
+    fmt_count,
+    fmt_seconds,
+)
+from evalfarm.warehouse import (
+    Quarantined,
+    Warehouse,
+    WarehouseWriteError,
+    new_run_id,
+    now,
+    sweep_temp_files,
+)
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
@@ -57,17 +75,28 @@ TEXT_POLL_S = 1.0
 """How often the driver reads the Ray workers' embedding progress (one small actor call)."""
 
 
-def first_eta_line(seconds: float, units: int, workers: int, texts: int, sources: Mapping[str, int]) -> str:
+def first_eta_line(
+    seconds: float,
+    units: int,
+    workers: int,
+    texts: int,
+    sources: Mapping[str, int],
+    *,
+    start_up: float = 0.0,
+    where: str = "local",
+) -> str:
     """The first ETA as a user reads it: how long, for how much work, and what it rests on, in words (the
     estimate's internal source names stay in ``-v`` and ``run --format json``)."""
     from evalfarm.eta import SOURCE_WORDS
 
-    work = f"{units} units" + (f" ({fmt_count(texts)} texts to embed)" if texts else "")
+    work = f"{units} unit{'s' if units != 1 else ''}" + (f" ({fmt_count(texts)} texts to embed)" if texts else "")
     basis = "; ".join(
         (f"{n} units from " if len(sources) > 1 else "") + SOURCE_WORDS.get(s, s) for s, n in sources.items()
     )
+    start = f" after {fmt_seconds(start_up)} starting Ray" if start_up and where == "local-ray" else ""
+    start = start or (f" after {fmt_seconds(start_up)} connecting to Ray" if start_up and where == "cluster" else "")
     return (
-        f"first ETA {fmt_seconds(seconds)} for {work} on {workers} worker{'s' if workers != 1 else ''}, from "
+        f"first ETA {fmt_seconds(seconds)} for {work} on {workers} worker{'s' if workers != 1 else ''}{start}, from "
         f"{basis}; it follows the rates the workers measure"
     )
 
@@ -85,6 +114,18 @@ class RunInterrupted(RuntimeError):
             f"run {summary.run_id} interrupted: {reason}. {c['done'] + c['skipped']} of {summary.n_units} units are "
             f"in the warehouse, {left} not computed" + (f", {c['failed']} failed" if c["failed"] else "")
         )
+
+
+class RayStartFailed(RuntimeError):
+    """Ray did not start (a local Ray under load, a temp folder it cannot use, a cluster whose workers never come
+    up): no worker was ever ready. The run is recorded as interrupted; ``str()`` is the one line a user reads (the
+    cause's type and first line); ``cause`` keeps the rest (``-v`` shows its traceback)."""
+
+    def __init__(self, cause: BaseException, address: str | None = None) -> None:
+        self.cause = cause
+        lines = str(cause).strip().splitlines()
+        where = f"the Ray cluster at {address}" if address else "a local Ray"
+        super().__init__(f"could not start {where}: {type(cause).__name__}: {lines[0] if lines else 'no message'}")
 
 
 @dataclass
@@ -186,11 +227,13 @@ class Skipped:
 
 @dataclass
 class RunEvent:
-    """What ``run_catalog`` reports: ``quarantined`` (a corrupt file moved aside), ``planned``, a ``warning`` per
-    selected model left out for want of a task of its level and per unpinned revision, ``skipped`` (units already
-    done), ``eta`` (the first ETA, from the warehouse's history; when there is work), then the scheduler's events
-    (``dispatch``, ``unit``, ``retry``, ``worker-lost``, ``worker-ready``, ``waiting``, ``tick``), then a
-    ``warning`` per later entry of ``RunSummary.warnings``. ``progress`` is current."""
+    """What ``run_catalog`` reports: ``begin`` (its first second: the run id, before it plans), ``planning`` at each
+    planning step (the step in ``message``), ``quarantined`` (a corrupt file moved aside), ``planned``, a
+    ``warning`` per selected model left out for want of a task of its level and per unpinned revision, ``skipped``
+    (units already done), ``eta`` (the first ETA, from the warehouse's history; when there is work), ``starting``
+    (Ray's workers start), then the scheduler's events (``dispatch``, ``unit``, ``retry``, ``worker-lost``,
+    ``worker-ready``, ``waiting``, ``tick``), then a ``warning`` per later entry of ``RunSummary.warnings``.
+    ``progress`` is current."""
 
     kind: str
     progress: ProgressTracker
@@ -307,7 +350,7 @@ class Run:
             raise ValueError("in-memory encoder objects run in this process: use executor='local'")
         self.request = request
         self.source = catalog  # as given: the provenance records a path, not only the loaded catalog
-        self.cat = catalog if isinstance(catalog, Catalog) else load_catalog(catalog)
+        self.cat: Catalog = catalog if isinstance(catalog, Catalog) else None  # type: ignore[assignment]  # plan()
         self.warehouse = warehouse
         self.models, self.tasks = request.model_ids, request.task_ids
         self.options = request.options  # skip() adds the verified task files: the options the workers get
@@ -324,29 +367,82 @@ class Run:
         self.board = TextBoard()  # the in-process executor's embedding passes (Ray's workers post to an actor)
         self._next_text_poll = 0.0
         self.dashboard: str | None = None  # the Ray dashboard's address, when the cluster has one
+        self.start_up: dict[str, Any] = {}  # where the workers started (start_up_where) and how long it took
+        self._starting = 0.0  # perf_counter() when the workers began to start
 
     def execute(self) -> RunSummary:
-        self.plan()
+        self.begin()
         try:
-            self.skip()
-        except Exception as exc:  # e.g. no data folder and no network: the run ends before it starts, recorded
-            if self.summary.recorded:
-                self.record(exc)
+            self.plan()
+            try:
+                self.skip()
+            except Exception as exc:  # e.g. no data folder and no network: the run ends before it starts, recorded
+                if self.summary.recorded:
+                    self.record(exc)
+                raise
+        except BaseException:
+            self._abandon()
             raise
         self.schedule()
         return self.finish()
 
-    # -- plan ---------------------------------------------------------------------------------------------------
+    # -- begin --------------------------------------------------------------------------------------------------
 
-    def plan(self) -> None:
-        """Plan the units (nothing computed, nothing read from the warehouse), then record the start."""
-        self.plans = plan_run(self.cat, models=self.models, tasks=self.tasks, options=self.options)
-        _check_device(self.options, self.executor, self.address)
+    def begin(self) -> None:
+        """The run's first second, before it plans: its id, its progress (phase ``planning``) and its heartbeat
+        (``<warehouse>/leases/runs/<run_id>.json``: run id, host, pid, the command, what the planner does now), so
+        ``evalfarm status`` follows it from the start and never calls it dead while it plans. A warehouse that
+        cannot be written gets no heartbeat (an error only once there turns out to be work: :meth:`skip`)."""
+        from evalfarm.environment import quiet_third_party_bars
+
+        quiet_third_party_bars()  # before any worker starts: a local Ray's workers inherit this environment
         self.wh = Warehouse(self.warehouse)
         self.run_id = new_run_id()
         self.t0 = time.perf_counter()
+        self.tracker = ProgressTracker(total=0, run_id=self.run_id, phase=PLANNING, step="loading the catalog")
+        self._connect_first()
+        from evalfarm.leases import Leases
+
+        try:
+            self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
+        except OSError as exc:
+            logging.getLogger(__name__).info("no heartbeat for run %s (%s)", self.run_id, exc)
+        self.emit(RunEvent("begin", self.tracker, message=f"run {self.run_id} on {platform.node()}: planning; "
+                           f"`evalfarm status {self.run_id}` follows it from another shell"))  # fmt: skip
+
+    def _step(self, step: str) -> None:
+        """The planner moved on: the heartbeat (rewritten now) and the progress line say so (``planning · <step>``)."""
+        self.tracker.step = step
+        if self.leases is not None:
+            with contextlib.suppress(OSError):
+                self.leases.beat()
+        self.emit(RunEvent("planning", self.tracker, message=step))
+
+    def _abandon(self) -> None:
+        """The run stops before its schedule (a bad catalog, a failed plan, Ctrl-C): its heartbeat goes (its start,
+        when it was recorded, has its end through :meth:`record`), and a cluster connected for it is left."""
+        if self.leases is not None:
+            with contextlib.suppress(OSError):
+                self.leases.stop()
+        if self.connected is not None and self.connected[1] and self.executor_obj is None:
+            import ray
+
+            with contextlib.suppress(Exception):
+                ray.shutdown()
+            self.connected = None
+
+    # -- plan ---------------------------------------------------------------------------------------------------
+
+    def plan(self) -> None:
+        """Load the catalog and plan the units (nothing computed, nothing read from the warehouse), then record the
+        start."""
+        if self.cat is None:
+            self.cat = load_catalog(self.source)
+        self._step("planning units")
+        self.plans = plan_run(self.cat, models=self.models, tasks=self.tasks, options=self.options)
+        _check_device(self.options, self.executor, self.address)
         n_units = sum(len(p.units) for p in self.plans)
-        self.tracker = ProgressTracker(total=n_units, run_id=self.run_id, cost_total=sum(p.cost for p in self.plans))
+        self.tracker.total, self.tracker.cost_total = n_units, sum(p.cost for p in self.plans)
         self.unit_cost = {p.model: p.cost / len(p.units) for p in self.plans}
         self.common = {
             "catalog": str(self.cat.path),
@@ -363,7 +459,7 @@ class Run:
         left_out = without_tasks(self.cat, models=self.models, tasks=self.tasks)  # said when planned, and counted
         self.summary.not_evaluated, self.summary.warnings = list(left_out), list(left_out.values())
         self.planned_warnings = len(self.summary.warnings)  # the later ones are said after the run
-        self._connect_first()
+        self._step("recording the start")
         self.unwritable = self._record_start()
 
     def _connect_first(self) -> None:
@@ -394,7 +490,9 @@ class Run:
             self.wh.write_run_event(self.run_id, "start", status="running", provenance=prov, **self.common)
         except OSError as exc:  # a read-only warehouse: fine when there is nothing to compute
             self.summary.recorded = False
-            return exc
+            if isinstance(exc, WarehouseWriteError):
+                return exc
+            return WarehouseWriteError(exc.filename or str(self.wh.root), exc)  # one line: the path and the cause
         return None
 
     # -- skip ---------------------------------------------------------------------------------------------------
@@ -402,6 +500,7 @@ class Run:
     def skip(self) -> None:
         """Quarantine corrupt files, then split the plan into what is pending and what is already computed."""
         summary = self.summary
+        self._step("checking the warehouse's units")
         if summary.recorded:
             summary.quarantined = quarantine_corrupt_files(self.wh, self.run_id, self.emit, self.tracker)
         self.pending, skipped = split_done(self.plans, self.wh, self.force)  # reads only: may be read-only
@@ -412,6 +511,7 @@ class Run:
                 f"every unit was already computed; this run is not recorded in runs ({self.unwritable})"
             )
         if self.pending:
+            self._step("verifying the task files")
             self.options = _verify_task_files(self.cat, self.pending, self.options)
         self._announce_plan()
         summary.outcomes.extend(skipped)
@@ -419,17 +519,21 @@ class Run:
             self._record_skipped(skipped)
         if self.pending:
             self._forecast()
+        else:  # nothing to schedule: the plan was the run
+            self.tracker.phase, self.tracker.step = RUNNING, ""
 
     def _forecast(self) -> None:
-        """The first ETA, from the warehouse's history of unit times (``evalfarm.eta``): an ``eta`` event, and the
-        progress line's ETA from then on."""
+        """The first ETA, from the warehouse's history of unit times, loads and start-ups (``evalfarm.eta``): an
+        ``eta`` event, and the progress line's ETA from then on."""
         from evalfarm import eta
 
-        stored = self.wh.stored_texts({p.model for p in self.pending})
+        stored = {} if self.force else self.wh.stored_texts({p.model for p in self.pending})  # --force embeds anew
         siblings = {s.model for _, *rest in forward_pass_groups(self.cat, self.pending) for s in rest}
         variants = {(u.scorer, u.params): eta.cost_variant(u.scorer, u.params) for p in self.pending for u in p.units}
-        history = eta.History(eta.load_history(self.wh))
         texts = self._text_counts()  # the progress line's texts to embed, and the ETA's counts where it lacks them
+        self._step("reading the warehouse's timings")
+        views = _OneConnection(self.wh)  # the three reads below on one connection
+        history = eta.History(eta.load_history(views), eta.load_loads(views))
         every_task = {p.model: [u.task for u in p.units] for p in self.plans}  # done units' texts are stored too
         shares = {p.model: _stored_share(p, every_task[p.model], stored, texts) for p in self.pending}
         derived = {p.model for p in self.pending if p.spec.postprocess is not None and p.spec.level == "sentence"}
@@ -438,6 +542,7 @@ class Run:
             for p in self.pending
             if p.model not in siblings and p.model not in derived
         }
+        sizes = {p.model: _source_bytes(self.cat, p) for p in self.pending}
         units = [
             eta.PlannedUnit(
                 u.model, self._eta_key(p), u.task, p.cost / len(p.units),
@@ -445,48 +550,58 @@ class Run:
                 embed_cost=0.0 if p.model in siblings else p.embed_cost,  # a sibling's texts: its leader's pass
                 variant=variants[(u.scorer, u.params)],
                 score_cost=SCORE_COST.get((u.scorer, p.level), 0.05),
+                load_bytes=sizes[p.model],
             )
             for p in self.pending
             for u in p.units
         ]  # fmt: skip
         workers = _planned_workers(self.executor, self.address, self.workers)
-        fc = eta.forecast(units, history, workers=workers, texts=texts)
+        where = eta.start_up_where(self.executor, self.address)
+        start_up, _ = (0.0, "warm") if _ray_running(self.executor) else eta.start_up_seconds(views, where)
+        views.close()
+        self.start_up = {"where": where, "predicted_s": round(start_up, 1)}
+        fc = eta.forecast(units, history, workers=workers, texts=texts, start_up=start_up)
         self.tracker.forecast, self.tracker.planned_workers = fc, workers
         counts = eta.sources(fc.estimates.values())
         _, n_texts = self.tracker.texts()
-        first = {"seconds": round(fc.total, 1), "workers": workers, "sources": counts, "texts": n_texts}
+        first = {
+            "seconds": round(fc.total, 1),
+            "workers": workers,
+            "sources": counts,
+            "texts": n_texts,
+            "start_up_s": round(start_up, 1),
+            "load_s": round(sum(e.load for e in fc.estimates.values()), 1),
+        }
         self.summary.first_eta = first
-        line = first_eta_line(fc.total, len(units), workers, n_texts, counts)
+        line = first_eta_line(fc.total, len(units), workers, n_texts, counts, start_up=start_up, where=where)
         self.emit(RunEvent("eta", self.tracker, message=line))
 
     def _text_counts(self) -> dict[str, int]:
         """The planned tasks' text counts under this run's options, for a first ETA whose history has not seen some
         of its task labels (a new warehouse, a new task, the first full-data run after quick ones: the embedding
-        estimate scales with them) or whose models have stored texts (:func:`_stored_share`): each task loaded on
-        the driver as a worker loads it, then each level's counts scaled by its share of distinct texts (a pool that
-        holds another task's sentences embeds them once). Loaded through the workers' own
-        :class:`~evalfarm.execute.ExecContext`, which trusts the checksums the driver verified this run. A task that
-        does not load is left out: its unit fails on the worker, with the reason."""
+        estimate scales with them) or whose models have stored texts (:func:`_stored_share`): each task's count
+        from the cache (:mod:`evalfarm.textcounts`: computed once per task content), else the task loaded on the
+        driver as a worker loads it (through the workers' own :class:`~evalfarm.execute.ExecContext`, which trusts
+        the checksums the driver verified this run); a generated task not built yet is not built here. Each level's
+        counts are scaled by its share of distinct texts. A task that does not load is left out: its unit fails on
+        the worker, with the reason."""
+        from evalfarm import textcounts
         from evalfarm.execute import ExecContext
 
         ctx = ExecContext(catalog=self.cat, warehouse=self.wh, run_id=self.run_id, options=self.options)
-        counts: dict[str, int] = {}
-        distinct: dict[str, set[str]] = {}
-        for task in sorted({u.task for p in self.plans for u in p.units}):
-            spec = self.cat.task(task)
-            try:
-                texts = ctx.texts(task)
-            except Exception as exc:  # reported by the unit itself
-                logging.getLogger(__name__).debug("ETA: could not count %s texts (%s)", task, exc)
-                continue
-            counts[task] = len(texts)
-            distinct.setdefault(spec.level, set()).update(texts)
-        for level, seen in distinct.items():
-            of_level = [t for t in counts if self.cat.task(t).level == level]
-            total = sum(counts[t] for t in of_level)
-            for t in of_level:
-                counts[t] = round(counts[t] * len(seen) / total) if total else 0
-        return counts
+        first_unit = {u.task: u for p in reversed(self.plans) for u in p.units}
+        keys = {t: textcounts.key_of(t, u) for t, u in first_unit.items()}
+        specs = {t: self.cat.task(t) for t in keys}
+
+        def counted(done: int, total: int) -> None:
+            if done == total or time.monotonic() >= self._next_text_poll:  # a step a second at most
+                self._next_text_poll = time.monotonic() + 1.0
+                self._step(f"tasks {done}/{total} counted")
+
+        self._step(f"tasks 0/{len(keys)} counted")
+        out = textcounts.counts(keys, specs, ctx.texts, on_task=counted)
+        self._next_text_poll = 0.0
+        return out
 
     def _eta_key(self, plan: ModelPlan) -> str:
         from evalfarm.eta import kind_key
@@ -540,7 +655,9 @@ class Run:
         from evalfarm.scheduler.core import ClusterLost, Scheduler
 
         base_of = _bases(self.cat, self.pending)  # sets each forward-pass leader's siblings before any plan is sent
-        self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
+        if self.leases is None:  # begin() could not write the heartbeat then; it can now (the start is recorded)
+            self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
+        self._start_workers()
         self.executor_obj = _executor(
             self.executor, self.cat, self.wh, self.run_id, self.options, self.force, self.progress, self.pending,
             self.address, self.workers, self.encoders, self.connected, self._on_texts,
@@ -560,10 +677,35 @@ class Run:
             sched.run()
         except ClusterLost as exc:
             return str(exc)
+        except Exception as exc:
+            if self.tracker.phase == STARTING and not isinstance(exc, ConnectionError):  # no worker was ever ready
+                raise RayStartFailed(exc, self.address) from exc
+            raise
         finally:
             self.summary.outcomes.extend(sched.outcomes)
             self.summary.workers = len(sched.workers)
         return None
+
+    def _start_workers(self) -> None:
+        """The workers begin to start: the phase says ``starting Ray`` (a Ray this run starts, or a cluster it
+        connects to) until the first worker is ready (:meth:`_workers_ready`); the in-process loop runs at once."""
+        self._starting = time.perf_counter()
+        if self.executor == "local":
+            self.tracker.phase, self.tracker.step = RUNNING, ""
+            return
+        self.tracker.phase = STARTING
+        self.tracker.step = "connecting to the cluster" if self.start_up.get("where") == "cluster" else ""
+        self.emit(RunEvent("starting", self.tracker, message="starting Ray"))
+
+    def _workers_ready(self) -> None:
+        """The first worker is ready: the start-up is over (its seconds go into the end summary: the next run's
+        ETA prices its own start-up by them)."""
+        if self.tracker.phase != STARTING:
+            return
+        self.tracker.phase, self.tracker.step = RUNNING, ""
+        self.start_up["seconds"] = round(time.perf_counter() - self._starting, 1)
+        if self.tracker.forecast is not None:
+            self.tracker.forecast.ready()
 
     def _on_texts(self, tick: Any) -> None:
         """An in-process embedding pass moved (the local executor runs it in this thread): the tracker's texts."""
@@ -595,8 +737,10 @@ class Run:
                 continue
         else:
             progress = {}
-        body: dict[str, Any] = {"progress": progress, "first_eta": self.summary.first_eta}
-        body |= {"catalog": self.common.get("catalog"), "executor": self.executor, "argv": sys.argv}
+        summary = getattr(self, "summary", None)  # None while it plans
+        body: dict[str, Any] = {"progress": progress, "first_eta": None if summary is None else summary.first_eta}
+        catalog = getattr(self, "common", {}).get("catalog") or str(getattr(self.source, "path", self.source))
+        body |= {"catalog": catalog, "executor": self.executor, "argv": sys.argv, "phase": self.tracker.phase}
         if self.dashboard:
             body["dashboard"] = self.dashboard
         return body
@@ -616,8 +760,10 @@ class Run:
         elif e.kind == "dispatch" and e.job is not None and e.worker is not None:
             task = e.job.unit.task if e.job.unit is not None else ""
             tracker.job(e.worker.name, str(e.job.stage), e.job.plan.model, task)
-        elif e.kind == "worker-ready" and not self.dashboard:
-            self._find_dashboard()
+        elif e.kind == "worker-ready":
+            self._workers_ready()
+            if not self.dashboard:
+                self._find_dashboard()
         if e.kind == "unit":
             o = e.outcome
             self._poll_texts()  # the pass's last texts before the count moves on
@@ -651,7 +797,7 @@ class Run:
                 summary.warnings.append(f"{what}: {type(exc).__name__}: {exc}")
 
         if self.leases is not None:
-            attempt(self.leases.stop, "releasing leases")
+            attempt(self.leases.release_all, "releasing leases")  # the heartbeat goes on until the end is recorded
         summary.seconds = time.perf_counter() - self.t0
         c = summary.counts()
         if reason is not None or error is not None or len(summary.outcomes) < summary.n_units:
@@ -675,8 +821,10 @@ class Run:
                 ),
                 "recording the end of the run",
             )  # fmt: skip
-            if c["done"]:  # merge the small files the run added past the threshold (the same rows: a new version),
-                attempt(self._compact, "compacting the warehouse")  # and checkpoint the tables' logs
+        if self.leases is not None:  # the end is recorded: `evalfarm status` reads it from the runs view now
+            attempt(self.leases.stop, "removing the run's heartbeat")
+        if summary.recorded and c["done"]:  # merge the small files the run added past the threshold (the same
+            attempt(self._compact, "compacting the warehouse")  # rows: a new version), checkpoint the tables' logs
         if self.executor_obj is not None:
             attempt(self.executor_obj.close, "closing the executor")
         elif self.connected is not None and self.connected[1]:  # connected first, then failed before the executor
@@ -746,6 +894,8 @@ class Run:
             if slowest is None
             else {"model": slowest[1], "task": slowest[2], "seconds": round(slowest[0], 1)},  # fmt: skip
             "first_eta_s": None if s.first_eta is None else s.first_eta["seconds"],
+            "executor": s.executor,
+            "start_up": dict(self.start_up) or None,
             "moved": _moved_since_previous(self.wh, s.run_id),
         }
 
@@ -857,6 +1007,39 @@ def _stored_share(
         return 1.0
     left = max(0, sum(counts.get(t, 0) for t in every_task) - rows)
     return 1.0 - min(1.0, left / pending)
+
+
+class _OneConnection:
+    """The warehouse's views on one DuckDB connection, opened at the first read (each ``Warehouse.query`` opens one
+    of its own: about a second each on a loaded 2-core machine, three of them in a run's planning). For the
+    planner's own statements only: they are constants of :mod:`evalfarm.eta`, not a user's SQL."""
+
+    def __init__(self, wh: Warehouse) -> None:
+        self.wh = wh
+        self.con: Any = None
+
+    def query(self, sql: str) -> Any:
+        if self.con is None:
+            self.con = self.wh.connect()
+        return self.con.sql(sql).to_arrow_table()
+
+    def close(self) -> None:
+        if self.con is not None:
+            self.con.close()
+
+
+def _source_bytes(cat: Catalog, plan: ModelPlan) -> int | None:
+    """The size of the files ``plan``'s model loads (:func:`evalfarm.encoders.sources.source_bytes`): what its load
+    is priced by."""
+    from evalfarm.encoders.sources import source_bytes
+
+    return source_bytes(plan.lineage)
+
+
+def _ray_running(executor: str) -> bool:
+    """This process is connected to Ray already (a notebook's second run, a test's cluster): no start-up."""
+    ray = sys.modules.get("ray")
+    return executor == "ray" and ray is not None and bool(ray.is_initialized())
 
 
 def _planned_workers(executor: str, address: str | None, workers: int | None) -> int:

@@ -10,8 +10,11 @@ node sees:
 - the ``runs`` view says when it started and, once it ended, how (and its end summary);
 - ``units`` says what each worker computed and how long each unit took; ``failures`` what failed, and why.
 
-A run with neither an end event nor a live heartbeat died without recording its end (killed): ``state`` says so.
-Read-only: nothing here writes.
+A run writes its heartbeat from its first second, before it plans, and removes it only once its end is recorded:
+while it plans, ``status`` says ``planning`` and what step it is at. A run is ``died`` only when its driver is gone:
+its heartbeat's pid no longer runs on this host, or (a driver on another host) its heartbeat has not been rewritten
+for :data:`DEAD_AFTER_S` seconds; or it has a start event but neither an end event nor a heartbeat. ``why`` says
+which. Read-only: nothing here writes.
 """
 
 from __future__ import annotations
@@ -22,8 +25,13 @@ from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from evalfarm.leases import heartbeats, is_live
-from evalfarm.scheduler.progress import fmt_count, fmt_seconds
+from evalfarm.leases import HOST, LEASE_TIMEOUT, heartbeats, is_live
+from evalfarm.scheduler.progress import PLANNING, RUNNING, fmt_seconds, progress_line
+
+DEAD_AFTER_S = max(120.0, 4 * LEASE_TIMEOUT)
+"""A driver on another host is called dead once its heartbeat (rewritten every few seconds, also while it plans)
+has not changed for this long: 2 minutes, or four lease timeouts (``EVALFARM_LEASE_TIMEOUT``) when those are
+longer. On the driver's own host its pid decides, at once."""
 
 if TYPE_CHECKING:
     from evalfarm.warehouse import Warehouse
@@ -38,7 +46,10 @@ class RunStatus:
     """One run as the warehouse shows it now (see the module docstring); ``to_dict()`` is ``--format json``."""
 
     run_id: str
-    state: str  # running | ok | failed | interrupted | died (no end recorded, no live heartbeat)
+    state: str  # running | ok | failed | interrupted | died (no end recorded, its driver gone: see why)
+    phase: str | None = None  # a running run's phase: planning | starting Ray | running
+    step: str = ""  # what a planning run does now ("tasks 12/40 counted")
+    why: str | None = None  # a died run: how that is known
     started_at: str | None = None
     finished_at: str | None = None
     host: str | None = None
@@ -81,15 +92,18 @@ class RunStatus:
         if self.dashboard:
             out.append(f"Ray dashboard: {self.dashboard}")
         if self.state == "died":
-            out.append("no end recorded and no heartbeat: the driver was killed; run the same command again to resume")
+            out.append(f"{self.why or 'no end recorded'}: the driver was killed; run the same command again to "
+                       "resume (finished units are skipped)")  # fmt: skip
         if self.other_live:
             out.append(f"also running in this warehouse: {', '.join(self.other_live)} (evalfarm status RUN_ID)")
         return out
 
     def _head(self) -> str:
-        head = f"run {self.run_id} · {self.state}"
+        state = self.phase if self.state == "running" and self.phase else self.state
+        head = f"run {self.run_id} · {state}"
         if self.host:
-            head += f" on {self.host}" + (f" (pid {self.pid})" if self.pid and self.state == "running" else "")
+            shown = self.pid and self.state in ("running", "died")
+            head += f" on {self.host}" + (f" (pid {self.pid})" if shown else "")
         if self.started_at:
             head += f" · started {self.started_at}"
         if self.finished_at:
@@ -99,25 +113,17 @@ class RunStatus:
         return head
 
     def _counts(self) -> str:
-        """The same fields, in the same order, as the run's own progress line."""
-        u = self.units
-        counts = [f"units {u.get('done', 0) + u.get('skipped', 0) + u.get('failed', 0)}/{u.get('total', 0)}"]
-        shown = ("done", "skipped", "failed", "remaining")
-        counts += [f"{u.get(k, 0)} {k}" for k in shown if u.get(k) or k in ("done", "remaining")]
-        if self.texts and self.texts.get("total"):
-            counts.append(f"texts {fmt_count(self.texts['done'])}/{fmt_count(self.texts['total'])}")
-            if self.texts.get("per_second"):
-                counts.append(f"{fmt_count(self.texts['per_second'])} texts/s")
-        alive, restarting = self.workers.get("alive"), self.workers.get("restarting")
-        if alive or restarting:
-            counts.append(f"{alive or 0} worker{'s' if alive != 1 else ''} alive")
-        if restarting:
-            counts.append(f"{restarting} restarting")
-        if self.elapsed_s is not None:
-            counts.append(f"elapsed {fmt_seconds(self.elapsed_s)}")
-        if self.state == "running":
-            counts.append("ETA " + ("?" if self.eta_s is None else fmt_seconds(self.eta_s)))
-        return " · ".join(counts)
+        """The same fields, in the same order, as the run's own progress line (one function lays out both)."""
+        snap = {
+            "phase": self.phase or RUNNING,
+            "step": self.step,
+            "units": self.units,
+            "texts": self.texts,
+            "workers": self.workers,
+            "elapsed_s": self.elapsed_s,
+            "eta_s": self.eta_s,
+        }
+        return progress_line(snap, eta=self.state == "running")
 
 
 def _sql_text(value: str) -> str:
@@ -147,7 +153,7 @@ def _elapsed(started: Any, finished: Any) -> float | None:
 def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
     """The status of run ``run_id`` (default: the newest run with a live heartbeat, else the newest run)."""
     beats = heartbeats(wh)
-    live = {r: b for r, b in beats.items() if is_live(b)}
+    live = {r: b for r, b in beats.items() if is_live(b, DEAD_AFTER_S)}
     try:
         runs = {r["run_id"]: r for r in wh.query("SELECT * FROM runs ORDER BY started_at").to_pylist()}
     except Exception:  # a warehouse without a runs table yet (nothing recorded)
@@ -180,7 +186,7 @@ def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
     if beat is not None and (row is None or row["status"] == "running"):
         _from_heartbeat(st, beat, live=run_id in live)
     elif row is not None and row["status"] == "running":
-        st.state = "died"
+        st.state, st.why = "died", "no end recorded and no heartbeat"
     _from_views(wh, st)
     st.other_live = sorted(r for r in live if r != run_id)
     return st
@@ -191,7 +197,11 @@ def _from_heartbeat(st: RunStatus, beat: dict[str, Any], *, live: bool) -> None:
     progress = beat.get("progress") or {}
     age = beat.get("age_s")
     st.state = "running" if live else "died"
+    st.phase = progress.get("phase") or beat.get("phase") or RUNNING
+    st.step = str(progress.get("step") or "")
     st.host, st.pid = beat.get("host") or st.host, beat.get("pid")
+    if not live:
+        st.why = _why_dead(beat)
     st.started_at = st.started_at or beat.get("started")
     st.catalog, st.argv = st.catalog or beat.get("catalog"), st.argv or beat.get("argv")
     st.heartbeat_age_s = age
@@ -203,8 +213,18 @@ def _from_heartbeat(st: RunStatus, beat: dict[str, Any], *, live: bool) -> None:
     if progress.get("elapsed_s") is not None:
         st.elapsed_s = float(progress["elapsed_s"]) + float(age or 0.0)
     eta = progress.get("eta_s")
-    if eta is not None:
+    if eta is not None and st.phase != PLANNING:
         st.eta_s = max(1.0 if st.units.get("remaining") else 0.0, float(eta) - float(age or 0.0))
+
+
+def _why_dead(beat: dict[str, Any]) -> str:
+    """How a heartbeat shows its driver is gone: its pid on this host, or its age on another."""
+    host, pid, age = beat.get("host"), beat.get("pid"), beat.get("age_s")
+    if host == HOST and pid:
+        return f"no end recorded and process {pid} is gone on {host}"
+    quiet = "never" if age is None else f"{fmt_seconds(float(age))} ago"
+    return (f"no end recorded and its heartbeat from {host or 'another host'} was last written {quiet} "
+            f"(a driver on another host is taken for dead after {fmt_seconds(DEAD_AFTER_S)} without one)")  # fmt: skip
 
 
 def _from_views(wh: Warehouse, st: RunStatus) -> None:
@@ -237,7 +257,7 @@ def _from_views(wh: Warehouse, st: RunStatus) -> None:
 
 def watch(wh: Warehouse, run_id: str | None, every: float, show: Any, *, stop: Any = None) -> RunStatus:
     """``evalfarm status --watch``: ``show(status)`` every ``every`` seconds until the run is no longer running
-    (or ``stop()`` says so); returns the last status."""
+    (planning, starting Ray and running are all running), or ``stop()`` says so; returns the last status."""
     while True:
         st = run_status(wh, run_id)
         run_id = st.run_id  # follow this run, not a newer one that starts meanwhile

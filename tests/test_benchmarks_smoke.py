@@ -167,6 +167,15 @@ def _check_eta(out: dict[str, Any], tmp: Path) -> None:
     assert first["first_eta"]["sources"] == {"built-in": 6} and first["line"].startswith("first ETA ")
 
 
+def _check_planning(out: dict[str, Any], tmp: Path) -> None:
+    (case,) = out["cases"]
+    assert case["floor_s"] > 0 and case["floor_cpu_s"] > 0 and set(case["runs"]) == {"cold", "warm"}
+    for name in ("cold", "warm"):
+        (run,) = case["runs"][name]
+        assert 0 < run["first_line_s"] <= run["first_eta_s"] and run["line"].startswith("first ETA "), run
+        assert 0 < run["first_eta_cpu_s"] <= run["first_eta_s"] * 2, run  # two cores at most
+
+
 def _check_warehouse(out: dict[str, Any], tmp: Path) -> None:
     cases = {(c["layout"], c["store"]): c for c in out["cases"]}
     assert set(cases) == {(1, "local"), (2, "local")}, cases
@@ -275,6 +284,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "answer_tables.py": (["--out", "{tmp}/answer"], _check_answer_tables),
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
+    "bench_planning.py": ([], _check_planning),
     "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
     "diag_curvature_refresh.py": ([], _check_curvature_refresh),
     "bench_neighbours.py": ([], _check_neighbours),

@@ -193,7 +193,10 @@ def test_the_eta_counts_down_and_a_finished_model_corrects_the_rest() -> None:
     fc = Forecast(est, workers=1, clock=clock)
     assert fc.eta() == pytest.approx(60.0)
     clock.t = 15.0
-    assert fc.eta() == pytest.approx(45.0)  # counting down while the first unit runs
+    assert fc.eta() == pytest.approx(60.0)  # nothing began: the clock never eats work nobody does
+    fc.begin("a", "t1")
+    clock.t = 20.0
+    assert fc.eta() == pytest.approx(55.0)  # counting down while the first unit runs
     fc.finish("a", "t1", 30.0)  # 30 s for a predicted 10: what is left is longer, shrunk towards 1 (little known)
     ratio = (30.0 + eta.SHRINK_REST_S) / (10.0 + eta.SHRINK_REST_S)
     assert fc.rest_ratio() == pytest.approx(ratio) and fc.eta() == pytest.approx(50.0 * ratio)
@@ -201,9 +204,39 @@ def test_the_eta_counts_down_and_a_finished_model_corrects_the_rest() -> None:
     ratio = (40.0 + eta.SHRINK_REST_S) / (20.0 + eta.SHRINK_REST_S)
     assert fc.eta() == pytest.approx(40.0 * ratio) and fc.ratio() == pytest.approx(ratio)
     clock.t = 200.0
-    assert fc.eta() == 1.0  # late: never 0 while a unit is left
+    assert fc.eta() == pytest.approx(40.0 * ratio)  # b has not begun: its whole estimate is left
+    fc.begin("b", "t1")
+    clock.t = 400.0
+    assert fc.eta() == 1.0  # b is late: never 0 while a unit is left
     fc.finish("b", "t1", None)
     assert fc.eta() == 0.0
+
+
+def test_the_eta_never_runs_down_with_everything_to_do() -> None:
+    """Seen in every slow run: once the elapsed time passed the estimate, the line read ``ETA 1s`` with 0 of 128k
+    texts embedded and 64 of 64 units left. Work that has not begun keeps its estimate; a model loading counts only
+    its load down; a model embedding is its texts left at its own rate."""
+    clock = Clock()
+    est = {(m, "t"): Estimate(110.0, "built-in", embed=100.0, load=20.0) for m in ("m1", "m2", "m3", "m4")}
+    fc = Forecast(est, workers=2, clock=clock, start_up=30.0)
+    assert fc.total == pytest.approx(30.0 + 220.0)
+    clock.t = 10.0
+    assert fc.eta() == pytest.approx(20.0 + 220.0)  # Ray starting: its start-up counts down
+    clock.t = 100.0
+    assert fc.eta() == pytest.approx(220.0)  # a late start-up: the work is all left, never less
+    fc.begin("m1")
+    fc.begin("m2")
+    fc.observe({"m1": LivePass(0, 10_000, 0.0, loading=True), "m2": LivePass(0, 10_000, 0.0, loading=True)})
+    clock.t = 110.0
+    assert fc.eta() == pytest.approx((10.0 + 90.0) * 2 / 2 + 110.0 * 2 / 2)  # loads 10 s left each, the rest waits
+    clock.t = 1000.0
+    assert fc.eta() == pytest.approx((80.0 + 10.0) * 2 / 2 + 110.0 * 2 / 2)  # loads late: texts and scoring left
+    fc.observe({"m1": LivePass(1000, 10_000, 900.0), "m2": LivePass(0, 10_000, 900.0, loading=True)})
+    clock.t = 1010.0
+    fc.observe({"m1": LivePass(2000, 10_000, 910.0), "m2": LivePass(0, 10_000, 910.0, loading=True)})
+    m1 = 8000 * 10.0 / 1000 + 10.0  # its texts left at 1,000 per 10 s, then its scoring
+    k = fc.embed_ratios()[0]["?"]  # 10 s measured for a predicted 8: the others' texts a little longer
+    assert k > 1.0 and fc.eta() == pytest.approx((m1 + (80.0 * k + 10.0) + 2 * (20.0 + 80.0 * k + 10.0)) / 2)
 
 
 def test_a_small_model_ten_times_its_estimate_does_not_make_an_encoder_ten_times_longer() -> None:
@@ -223,13 +256,14 @@ def test_a_small_model_ten_times_its_estimate_does_not_make_an_encoder_ten_times
 def test_a_pass_being_embedded_is_timed_by_its_own_rate() -> None:
     clock = Clock()
     fc = Forecast({("enc", "t"): Estimate(110.0, "built-in", embed=100.0)}, keys={"enc": "k"}, clock=clock)
-    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=2.0)})  # too early to trust a rate
-    assert fc.eta() == pytest.approx(110.0 - 2.0)  # loading and the first seconds count down the estimate
-    clock.t = 20.0
-    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=20.0)})  # 50 texts/s: 180 s for the 9,000 left
-    assert fc.eta() == pytest.approx(180.0 + 10.0)
+    clock.t = 2.0
+    fc.observe({"enc": LivePass(done=1000, total=10_000, seconds=2.0)})  # its first texts: no rate yet
+    assert fc.eta() == pytest.approx(100.0 * 0.9 + 10.0)  # the estimate of the texts left, and the scoring
+    clock.t = 22.0
+    fc.observe({"enc": LivePass(done=2000, total=10_000, seconds=22.0)})  # 1,000 texts in 20 s since its first
+    assert fc.eta() == pytest.approx(8000 * 0.02 + 10.0)  # 160 s for the 8,000 left
     clock.t = 25.0
-    assert fc.eta() == pytest.approx(185.0)  # counting down between reports
+    assert fc.eta() == pytest.approx(170.0)  # between two reports (a second apart) it stands
     fc.observe({"enc": LivePass(done=10_000, total=10_000, seconds=200.0, finished=True)}, embedded={"enc"})
     assert fc.eta() == pytest.approx(10.0)  # scoring is left
 
@@ -257,16 +291,16 @@ def test_failed_units_leave_the_calibration() -> None:
 def test_the_progress_line_shows_the_forecasts_eta_before_any_unit() -> None:
     clock = Clock()
     tracker = ProgressTracker(total=2, cost_total=2.0)
-    assert tracker.line().endswith("ETA ?")
+    assert " · ETA ? · " in tracker.line()
     tracker.forecast = Forecast(
         {("a", "t"): Estimate(90.0, "history"), ("b", "t"): Estimate(30.0, "history")}, clock=clock
     )
-    assert tracker.line().endswith("ETA 2m00s")
+    assert " · ETA 2m00s · " in tracker.line()
     tracker.workers = 2  # live workers: model a alone takes 90 s
-    assert tracker.line().endswith("ETA 1m30s")
+    assert " · ETA 1m30s · " in tracker.line()
     tracker.finish(Status.DONE, 1.0, unit=("b", "t"), seconds=15.0)
     ratio = (15.0 + eta.SHRINK_REST_S) / (30.0 + eta.SHRINK_REST_S)  # b took half its estimate: a will be shorter
-    assert tracker.line().endswith("ETA " + fmt_seconds(90.0 * ratio))
+    assert f" · ETA {fmt_seconds(90.0 * ratio)} · " in tracker.line()
 
 
 def _write_history(wh: Warehouse) -> None:
@@ -298,6 +332,48 @@ def test_load_history_reads_the_units_view_with_kinds_and_text_counts(tmp_path) 
     assert got["wordsim"].cost == pytest.approx(eta.static_cost("word-vectors", "word", "s", False, 2))
     assert eta.load_history(wh, exclude_run="r1") == []
     assert eta.load_history(Warehouse(tmp_path / "none")) == []  # nothing there: no history, no error
+
+
+def test_the_planner_reads_its_history_loads_and_start_ups_on_one_connection(tmp_path) -> None:
+    from evalfarm.runner import _OneConnection
+
+    wh = Warehouse(tmp_path / "wh")
+    _write_history(wh)
+    views = _OneConnection(wh)
+    got = eta.load_history(views)
+    assert len(got) == 2 and got == eta.load_history(wh)
+    assert eta.load_loads(views) == eta.load_loads(wh) == []  # no load recorded in this history
+    assert eta.start_up_seconds(views, "local-ray") == (eta.BUILTIN_START_UP_S["local-ray"], "built-in")
+    views.close()
+
+
+def test_loads_and_start_ups_are_read_from_what_runs_recorded(tmp_path) -> None:
+    import json
+
+    at = datetime(2026, 11, 25, tzinfo=UTC)
+    wh = Warehouse(tmp_path / "wh")
+    wh.init()
+    prov = json.dumps({"load_seconds": 47.5, "source_bytes": 57_000_000})
+    wh.write_model({"model": "spacy", "level": "word", "kind": "word-vectors", "spec_hash": "h", "created_at": at,
+                    "provenance": prov})  # fmt: skip
+    for i, (where, seconds) in enumerate((("local-ray", 80.0), ("local-ray", 60.0), ("cluster", 3.0))):
+        summary = json.dumps({"start_up": {"where": where, "seconds": seconds}})
+        wh.write_run_event(f"r{i}", "start", status="running", n_units=1)
+        wh.write_run_event(f"r{i}", "end", status="ok", n_units=1, summary=summary)
+    (load,) = eta.load_loads(wh)
+    assert load == eta.PastLoad("spacy", "word-vectors", 47.5, 57_000_000)
+    h = History([], [load])
+    assert h.load("spacy", "word-vectors", None) == 47.5  # the model itself
+    assert h.load("glove", "word-vectors", 114_000_000) == pytest.approx(95.0)  # its kind, by size
+    assert h.load("glove", "word-vectors", None) == 47.5 and h.load("m", "onnx", 10) is None
+    # a word model's estimate carries its load (it did not: GloVe's 400k vectors read `ETA 1s` for minutes)
+    unit = PlannedUnit("glove", "word-vectors", "wordsim-rg-65", 0.02, embed_cost=0.02, load_bytes=114_000_000)
+    (e,) = eta.estimate([unit], h, texts={"wordsim-rg-65": 49})
+    assert e.load == pytest.approx(95.0) and e.seconds >= e.embed >= e.load
+    (fresh,) = eta.estimate([unit], History([]), texts={"wordsim-rg-65": 49})  # nothing loaded yet: by its size
+    assert fresh.load == pytest.approx(eta.builtin_load("word-vectors", 114_000_000)) == pytest.approx(11.4)
+    assert eta.start_up_seconds(wh, "local-ray") == (80.0, "history")  # the median of the newest ones
+    assert eta.start_up_seconds(wh, "cluster") == (3.0, "history") and eta.start_up_seconds(wh, "local")[0] == 0.0
 
 
 def test_load_history_keys_downstream_units_on_their_training_sample(tmp_path) -> None:
@@ -375,8 +451,8 @@ def test_a_second_run_estimates_from_the_first(tmp_path, toy_glove) -> None:
 
 @pytest.mark.slow
 def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) -> None:
-    """Without history the run counts its tasks' texts on the driver for the first ETA, each level's counts scaled
-    by its share of distinct texts (words two word-similarity sets share are embedded once)."""
+    """Without history the run counts its tasks' distinct texts for the first ETA, each level's counts scaled by its
+    share of distinct texts (words two word-similarity sets share are embedded once)."""
     from evalfarm.options import RunRequest
     from evalfarm.runner import Run
     from evalfarm.scorers import scorer_for
@@ -390,12 +466,13 @@ def test_the_first_run_counts_each_levels_distinct_texts(tmp_path, toy_glove) ->
         f"     source: {{type: path, ref: {toy_glove}}}}}\n"
     )
     run = Run(cat, tmp_path / "wh", RunRequest(executor="local"))
+    run.begin()
     run.plan()  # the planned tasks (all of them: done units' texts are in the stores), the warehouse and run id
     loaded = run.cat
     words = {}
     for t in tasks:
         spec = loaded.task(t)
-        words[t] = list(scorer_for(spec.kind).texts(scorer_for(spec.kind).load_for(spec, RunOptions())))
+        words[t] = set(scorer_for(spec.kind).texts(scorer_for(spec.kind).load_for(spec, RunOptions())))
     union = len(set(words[tasks[0]]) | set(words[tasks[1]]))
     total = len(words[tasks[0]]) + len(words[tasks[1]])
     assert union < total  # the sets share words

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from types import SimpleNamespace
 
 import pytest
@@ -31,7 +32,8 @@ def _event(kind: str, tracker: ProgressTracker) -> SimpleNamespace:
 
 def test_the_progress_line_counts_units_texts_and_their_rate() -> None:
     line = _tracker().line()
-    assert line.startswith("units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s · 2 workers alive")
+    assert line.startswith("units 0/3 · 0 done · 3 remaining · ETA ? · elapsed 0s · texts 41k/176k · 2.0k texts/s")
+    assert line.endswith(" · 2 workers alive")
     snap = _tracker().snapshot()
     assert snap["texts"] == {"done": 41_049, "total": 176_049, "per_second": 2050.0}
     assert snap["workers"]["doing"] == {
@@ -48,7 +50,7 @@ def test_embedding_and_waiting_print_a_heartbeat_once_the_interval_passed(capsys
     err = capsys.readouterr().err
     beats = [ln for ln in err.splitlines() if ln.startswith("heartbeat")]
     assert len(beats) == 2 and beats[0] == beats[1]
-    assert beats[0].startswith("heartbeat · units 0/3 · 0 done · 3 remaining · texts 41k/176k · 2.0k texts/s")
+    assert beats[0].startswith("heartbeat · units 0/3 · 0 done · 3 remaining · ETA ? · elapsed 0s · texts 41k/176k")
     assert beats[0].endswith(
         " · w0: embedding all-minilm-l6-v2 41k/176k texts · w1: scoring glove-6b-50d · wordsim-rg-65"
     )
@@ -123,3 +125,48 @@ def test_quiet_run_prints_the_summary_but_no_unit_lines(tmp_path, data_dir) -> N
     assert "done toy · wordsim-rg-65" in loud.stderr and "units 2/2" in loud.stderr
     assert "done toy · wordsim-rg-65" not in quiet.stderr and "units 2/2" not in quiet.stderr
     assert "2 done, 0 skipped, 0 failed" in quiet.stderr
+
+
+def test_the_end_summary_counts_what_moved_and_gives_the_diff_command(capsys) -> None:
+    """The end of a run printed "moved since the previous run" as one line of raw JSON with every changed value
+    (4.6 KB for 4 units); it counts them by reason and names the command that lists each one."""
+    from evalfarm.cli.events import moved_line, print_summary
+    from evalfarm.runner import RunSummary
+
+    changes = [
+        {"model": "m", "task": f"t{i}", "value_a": 0.1, "value_b": 0.2, "reason": "spec changed"} for i in range(20)
+    ]
+    moved = {"since": "r1", "counts": {"new model": 3, "spec changed": 40}, "nondeterministic": 1, "changes": changes}
+    line = moved_line(moved, "r2", "wh")
+    assert line == (
+        "moved since run r1: 43 values (40 spec changed, 3 new model); 1 under an unchanged fingerprint "
+        "(nondeterminism); every one: evalfarm diff r1 r2 --warehouse wh"
+    )
+    assert moved_line({**moved, "counts": {}, "nondeterministic": 0}, "r2", "wh") == (
+        "nothing moved since run r1 (evalfarm diff r1 r2 --warehouse wh)"
+    )
+    assert moved_line(None, "r2", "wh") is None
+    summary = RunSummary(run_id="r2", warehouse="wh", n_units=1, report={"moved": moved})
+    print_summary(summary)
+    err = capsys.readouterr().err
+    assert "every one: evalfarm diff r1 r2 --warehouse wh" in err and "{" not in err and "value_a" not in err
+
+
+@pytest.mark.slow  # loads a real transformer (all-MiniLM-L6-v2's weights) in a fresh process
+def test_third_party_progress_bars_stay_out_of_the_log(tmp_path) -> None:
+    """transformers' own `Loading weights` tqdm bar leaked into run logs, carriage returns and all."""
+    import subprocess
+    import sys
+
+    code = (
+        "from evalfarm.catalog.registry import load_catalog\n"
+        "from evalfarm.encoders.loader import load_encoder\n"
+        "cat = load_catalog('zoo-starter')\n"
+        "load_encoder(cat.lineage('all-minilm-l6-v2-cls'), base_dir=cat.path.parent).encode(['a sentence'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_DISABLE_PROGRESS_BARS", "TQDM_DISABLE")}
+    got = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600
+    )
+    assert got.returncode == 0, got.stderr[-2000:]
+    assert "Loading weights" not in got.stderr and "\r" not in got.stderr and "it/s" not in got.stderr, got.stderr

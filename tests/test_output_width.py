@@ -96,10 +96,76 @@ def test_the_correlation_table_comes_in_parts_rather_than_cut_headers(monkeypatc
 
 def test_a_word_similarity_variant_never_reads_as_the_evalrank_task() -> None:
     table = shape_table(_records(), level="word")
-    assert "wordsim-simverb-3500 (EvalRank word protocol)" in table.rows
+    assert "wordsim-simverb-3500 (protocol vectors)" in table.rows
     assert "wordsim-simlex-999 (raw vectors)" in table.rows and "evalrank-word (cos)" in table.rows
 
 
 def test_no_correlations_names_the_command_that_computes_them() -> None:
     (note,) = shape_table([], level="sentence").notes
     assert "`evalfarm run --tasks mr,cr,subj,mpqa,sst2,sst5,trec,mrpc,sick-e,scicite`" in note
+
+
+def _busy_tracker():
+    """A run in the middle of its embedding: 64 units, a failure, texts moving on two workers, one restarting."""
+    from evalfarm.eta import Estimate, Forecast
+    from evalfarm.scheduler.progress import ProgressTracker
+
+    t = ProgressTracker(total=64, run_id="r", texts_planned={"all-minilm-l6-v2": 128_000, "glove": 400})
+    t.forecast = Forecast({("all-minilm-l6-v2", f"t{i}"): Estimate(600.0, "history", embed=500.0) for i in range(64)})
+    t.done, t.failed, t.retries, t.workers, t.reviving = 11, 1, 2, 2, 1
+    t.observe_texts(
+        {"p": {"pass_id": "p", "model": "all-minilm-l6-v2", "label": "", "done": 41_000, "total": 128_000,
+               "phase": "embed", "seconds": 20.0, "derived": False, "worker": "w0", "at": 1.0}}
+    )  # fmt: skip
+    return t
+
+
+@pytest.mark.parametrize("width", (40, 60, 80, 100, 120, 150))
+def test_the_progress_line_fits_the_terminal_and_never_cuts_the_eta_or_the_units(width: int) -> None:
+    """At 120 columns the live line was cut at 113 characters for the whole embedding phase: `… · elapsed 10m52s ·
+    ET…`. Now it is laid out for the width: the ETA and the units first, whole; the least useful fields go first."""
+    import re
+
+    from evalfarm.cli.events import RunPrinter
+
+    t = _busy_tracker()
+    full = t.line()
+    assert full.startswith("units 12/64 · 11 done · 1 failed · 52 remaining · ETA ") and "workers alive" in full
+    line = t.line(width)
+    assert len(line) <= width or width < 40, line
+    assert line.startswith("units 12/64 · ") and re.search(r" · ETA \d+[hms]", line), line
+    parts = line.split(" · ")
+    assert all(p in full.split(" · ") for p in parts)  # whole fields, in the full line's order
+    assert parts == [p for p in full.split(" · ") if p in parts]
+    if width >= 100:
+        assert "1 failed" in parts and any(p.startswith("texts ") for p in parts)
+    printer = RunPrinter()
+    printer.tracker = t
+    assert printer.live_line(width) == line  # the terminal's live line is this very line
+
+
+def test_the_fields_go_least_useful_first() -> None:
+    from evalfarm.scheduler.progress import FIELD_PRIORITY, fit_fields
+
+    fields = [(name, name * 3) for name in ("units", "done", "remaining", "eta", "elapsed", "texts", "workers")]
+    widths = range(len(" · ".join(t for _, t in fields)), 0, -1)
+    order: list[str] = []
+    for w in widths:
+        order += [t for _, t in fields if t not in fit_fields(fields, w).split(" · ") and t not in order]
+    assert order == ["donedonedone", "remainingremainingremaining", "workersworkersworkers", "elapsedelapsedelapsed",
+                     "textstextstexts"]  # fmt: skip
+    assert [FIELD_PRIORITY[n] for n in ("done", "remaining", "workers", "elapsed", "texts")] == sorted(
+        (FIELD_PRIORITY[n] for n in ("done", "remaining", "workers", "elapsed", "texts")), reverse=True
+    )
+    assert fit_fields(fields, 5) == "unitsunitsunits · etaetaeta"  # never below the units and the ETA
+
+
+def test_status_and_the_run_lay_out_the_same_line() -> None:
+    from evalfarm.scheduler.progress import progress_line
+    from evalfarm.status import RunStatus
+
+    t = _busy_tracker()
+    snap = t.snapshot()
+    st = RunStatus(run_id="r", state="running", phase="running", units=snap["units"], texts=snap["texts"],
+                   workers=snap["workers"], elapsed_s=snap["elapsed_s"], eta_s=snap["eta_s"])  # fmt: skip
+    assert st.lines()[1] == progress_line({**snap, "retries": 0})

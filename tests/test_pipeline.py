@@ -321,6 +321,9 @@ def test_a_second_variant_or_evaluator_never_hides_another(word_catalog, tmp_pat
             " GROUP BY variant ORDER BY variant"
         ).to_pylist()
         assert rows == [{"variant": v, "n": n_pairs, "n_keys": n_pairs} for v in ("cos", "l2")], view
+    # `tied` is a count on every row (0: nothing ties), never NULL: the user guide's ranks row says so
+    (nulls,) = w.query("SELECT count(*) FILTER (WHERE tied IS NULL OR tied < 0) AS n FROM ranks").to_pylist()
+    assert nulls["n"] == 0
     # neighbours come from the cos pass: one list of 10 per query, of the second run's unit
     rows = w.query(
         "SELECT count(*) AS n, count(DISTINCT (query_id, position)) AS n_keys, count(DISTINCT run_id) AS runs,"

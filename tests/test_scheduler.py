@@ -393,13 +393,13 @@ def test_progress_line_counts_and_eta():
     """The ETA extrapolates from the cost finished in this run: 10 s for 1 of the 3 cost units left after a skip
     (which costs nothing) leaves 20 s for the other 2."""
     t = ProgressTracker(total=4, cost_total=4.0, started=time.perf_counter() - 10.0)
-    assert t.line().endswith("ETA ?")  # nothing finished yet: no rate to extrapolate from
+    assert " · ETA ? · " in t.line()  # nothing finished yet: no rate to extrapolate from
     t.finish("skipped")  # costs nothing: its share leaves the total
     assert t.cost_total == 3.0
     t.finish("done", 1.0)
     line = t.line()
     assert "units 2/4" in line and "1 done" in line and "2 remaining" in line, line
-    assert 20 <= int(re.search(r"ETA (\d+)s$", line).group(1)) <= 21, line  # 20 s, plus this test's own time
+    assert 20 <= int(re.search(r"ETA (\d+)s · ", line).group(1)) <= 21, line  # 20 s, plus this test's own time
     t.finish("done", 1.0)
     t.finish("failed", 1.0)
-    assert "units 4/4" in t.line() and "1 failed" in t.line() and t.line().endswith("ETA 0s")
+    assert "units 4/4" in t.line() and "1 failed" in t.line() and " · ETA 0s · " in t.line()

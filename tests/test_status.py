@@ -36,7 +36,7 @@ def test_a_running_runs_heartbeat_carries_its_progress_and_status_reads_it(tmp_p
     assert (st.run_id, st.state, st.units, st.texts) == ("r1", "running", snap["units"], snap["texts"])
     assert st.workers["doing"] == {"w0": "embedding m 400/1k texts"} and st.dashboard == "http://127.0.0.1:8265"
     text = "\n".join(st.lines())
-    assert "units 0/5 · 0 done · 5 remaining · texts 400/1k · 50 texts/s · 1 worker alive" in text
+    assert "units 0/5 · 0 done · 5 remaining · ETA ? · elapsed 0s · texts 400/1k · 50 texts/s · 1 worker alive" in text
     assert "  w0: embedding m 400/1k texts" in text and "Ray dashboard: http://127.0.0.1:8265" in text
     assert set(heartbeats(wh)) == {"r1"}
 
@@ -132,3 +132,114 @@ def test_watch_looks_until_the_run_is_no_longer_running(tmp_path: Path) -> None:
 
     last = watch(wh, None, 0.01, show)
     assert shown == ["running", "running", "ok"] and last.state == "ok" and last.units["done"] == 1
+
+
+def test_a_heartbeat_from_another_host_is_live_until_it_is_older_than_the_stated_bound(tmp_path: Path) -> None:
+    from evalfarm.status import DEAD_AFTER_S
+
+    wh = Warehouse(tmp_path / "wh").init()
+    beat = tmp_path / "wh" / "leases" / "runs" / "r3.json"
+    beat.parent.mkdir(parents=True)
+    progress = {**ProgressTracker(total=0, run_id="r3", phase="planning", step="tasks 3/40 counted").snapshot()}
+    beat.write_text(json.dumps({"run_id": "r3", "host": "elsewhere", "pid": 1, "progress": progress}))
+    wh.write_run_event("r3", "start", status="running", n_units=0, host="elsewhere")
+    st = run_status(wh, "r3")
+    assert (st.state, st.phase, st.step) == ("running", "planning", "tasks 3/40 counted")
+    assert st.lines()[0].startswith("run r3 · planning on elsewhere") and st.lines()[1].startswith(
+        "planning · tasks 3/40"
+    )
+    old = time.time() - DEAD_AFTER_S + 10
+    os.utime(beat, (old, old))
+    assert run_status(wh, "r3").state == "running"  # late, not dead: a loaded driver misses some beats
+    old = time.time() - DEAD_AFTER_S - 10
+    os.utime(beat, (old, old))
+    st = run_status(wh, "r3")
+    assert st.state == "died" and "from elsewhere was last written" in st.why and "without one" in st.why
+
+
+def _catalog(tmp_path: Path, toy_glove: Path) -> Path:
+    cat = tmp_path / "cat.yaml"
+    cat.write_text(
+        f"include: [{REPO / 'catalog' / 'tasks.yaml'}]\ntasks: [wordsim-rg-65, wordsim-mc-30]\nmodels:\n"
+        "  - {id: toy, level: word, kind: word-vectors, format: glove-text,\n"
+        f"     source: {{type: path, ref: {toy_glove}}}}}\n"
+    )
+    return cat
+
+
+def _status(wh: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "evalfarm", "status", "--warehouse", str(wh), *args],
+                          capture_output=True, text=True, env=env, timeout=300)  # fmt: skip
+
+
+@pytest.mark.slow  # an in-process run held in its planning while `evalfarm status` and `status --watch` look at it
+def test_a_run_that_plans_slowly_is_planning_never_dead_and_watch_follows_it(tmp_path: Path, toy_glove: Path) -> None:
+    """The issue: until its first heartbeat, a planning run read `died … the driver was killed; run the same command
+    again`, and `status --watch` printed that once and exited. A run now writes its heartbeat before it plans."""
+    from evalfarm.runner import run_catalog
+
+    wh = tmp_path / "wh"
+    held, release = threading.Event(), threading.Event()
+
+    def on_event(e) -> None:  # the planner stops at its text counts until the test has looked
+        if e.kind == "planning" and e.message.startswith("tasks 0/"):
+            held.set()
+            release.wait(240)
+
+    done: list = []
+    runner = threading.Thread(
+        target=lambda: done.append(
+            run_catalog(_catalog(tmp_path, toy_glove), wh, executor="local", on_event=on_event)
+        ),
+        daemon=True,
+    )
+    runner.start()
+    assert held.wait(120), "the run never reached its text counts"
+    got = _status(wh, "--format", "json")
+    st = json.loads(got.stdout)
+    assert (st["state"], st["phase"], st["step"], st["pid"]) == (
+        "running",
+        "planning",
+        "tasks 0/2 counted",
+        os.getpid(),
+    )
+    text = _status(wh).stdout
+    assert f"· planning on {st['host']} (pid {os.getpid()})" in text and "planning · tasks 0/2 counted" in text
+    assert "died" not in text and "killed" not in text
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ["status", "--warehouse", str(wh), "--watch", "--every", "0.5", "--format", "json"]
+    watch = subprocess.Popen([sys.executable, "-m", "evalfarm", *args], stdout=subprocess.PIPE, text=True, env=env)
+    time.sleep(8)
+    assert watch.poll() is None, "status --watch stopped while the run planned"
+    release.set()
+    runner.join(timeout=300)
+    out, _ = watch.communicate(timeout=120)
+    states = [(s["state"], s["phase"]) for s in map(json.loads, out.splitlines())]
+    assert watch.returncode == 0 and states[0] == ("running", "planning") and states[-1][0] == "ok", states
+    (summary,) = done
+    assert summary.ok and run_status(Warehouse(wh), summary.run_id).state == "ok"
+
+
+@pytest.mark.slow  # `evalfarm run` in a subprocess, killed with SIGKILL; then `evalfarm status`
+def test_a_killed_run_is_dead_because_its_process_is_gone(tmp_path: Path, toy_glove: Path) -> None:
+    import signal
+
+    wh = tmp_path / "wh"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    args = ["run", "--catalog", str(_catalog(tmp_path, toy_glove)), "--warehouse", str(wh), "--executor", "local"]
+    proc = subprocess.Popen([sys.executable, "-m", "evalfarm", *args], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 180
+    seen = None
+    while time.monotonic() < deadline and seen is None:  # its heartbeat: from its first second, before it plans
+        beats = heartbeats(Warehouse(wh)) if (wh / "leases").is_dir() else {}
+        seen = next(iter(beats.values()), None)
+        time.sleep(0.2)
+    assert seen is not None and seen["pid"] == proc.pid
+    assert run_status(Warehouse(wh)).state == "running"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=60)
+    st = run_status(Warehouse(wh), seen["run_id"])
+    assert st.state == "died" and st.why == f"no end recorded and process {proc.pid} is gone on {seen['host']}"
+    text = "\n".join(st.lines())
+    assert f"· died on {seen['host']} (pid {proc.pid})" in text and "run the same command again to resume" in text

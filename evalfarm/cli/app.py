@@ -70,6 +70,19 @@ def fail(msg: str, code: int = 2) -> NoReturn:
     raise typer.Exit(code)
 
 
+def fail_from(exc: BaseException, msg: str, code: int = 2) -> NoReturn:
+    """:func:`fail` for an exception: its traceback first with ``-v`` (only then), then the one-line message."""
+    from evalfarm.cli.rendering import Output
+
+    if Output.verbose:
+        import traceback
+
+        cause = getattr(exc, "cause", None)
+        shown = cause if isinstance(cause, BaseException) else exc
+        sys.stderr.write("".join(traceback.format_exception(shown)))
+    fail(msg, code)
+
+
 def split(values: list[str] | None) -> list[str] | None:
     """Repeated and comma-separated values as one list (None when none)."""
     if not values:

@@ -7,12 +7,12 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from evalfarm import api
-from evalfarm.cli.app import again, app, fail, split
+from evalfarm.cli.app import again, app, fail, fail_from, split
 from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
 from evalfarm.options import RunOptions, RunRequest
@@ -178,7 +178,7 @@ def _evaluate(
     run before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with
     failed units returns its summary (the caller prints the failures and exits 1)."""
     from evalfarm.device import DeviceUnavailable
-    from evalfarm.runner import RunInterrupted
+    from evalfarm.runner import RayStartFailed, RunInterrupted
     from evalfarm.taskdata.data import TaskDataError
     from evalfarm.warehouse import LegacyWarehouse, WarehouseWriteError
 
@@ -196,11 +196,48 @@ def _evaluate(
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
         print_notified(exc.summary)
-        fail(f"{exc}. {resume}", code=3)
+        _exit_promptly(f"{exc}. {resume}", code=3)
+    except RayStartFailed as exc:
+        local = again() if "--executor" in sys.argv else f"{again()} --executor local"
+        fail_from(exc, f"{exc}. Run it without Ray: {local}; or run the same command again once the machine is "
+                  f"less busy (finished units are skipped)", code=3)  # fmt: skip
     except KeyboardInterrupt:
         fail(f"interrupted. {resume}", 130)
-    except OSError as exc:  # an unwritable warehouse (WarehouseWriteError names the path), a vanished file
-        fail(str(exc) if isinstance(exc, WarehouseWriteError) else f"{type(exc).__name__}: {exc}")
+    except WarehouseWriteError as exc:  # a full disk, no permission, a read-only mount: the path and the cause
+        fail_from(exc, f"{exc}. {_write_hint(exc)}, then run the same command again (finished units are skipped): "
+                  f"{again()}")  # fmt: skip
+    except OSError as exc:  # a vanished file, a network file system gone
+        fail_from(exc, f"{type(exc).__name__}: {exc}. {resume}")
+
+
+def _write_hint(exc: OSError) -> str:
+    """What to do about a warehouse that cannot be written, by the error's cause."""
+    import errno
+
+    if exc.errno == errno.ENOSPC:
+        return "Free space on that disk (or give another --warehouse)"
+    if exc.errno in (errno.EACCES, errno.EPERM):
+        return "Give this user write access to the warehouse folder (or give another --warehouse)"
+    if exc.errno == errno.EROFS:
+        return "Mount it writable (or give another --warehouse)"
+    return "Make the warehouse writable (or give another --warehouse)"
+
+
+def _exit_promptly(msg: str, code: int) -> NoReturn:
+    """The message, then exit now: after a lost Ray head, Ray's own exit handler waits on the head that is gone
+    (a driver once sat 6 minutes in interpreter shutdown). The run is recorded and its executor closed; what the
+    exit handlers would remove (this run's Ray processes and token folder) the watchdog removes when this process
+    ends. Without Ray in this process, an ordinary exit."""
+    import os
+
+    if "ray" not in sys.modules:
+        fail(msg, code)
+    try:
+        fail(msg, code)
+    except typer.Exit:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 # -- submit ------------------------------------------------------------------------------------------------------

@@ -1,17 +1,22 @@
 """The live output of ``evalfarm run`` and ``evalfarm zoo build``: one line per finished unit (or model), retries,
 lost workers and warnings as they happen, a progress line in a terminal, then the run's summary.
 
-A terminal gets a transient progress line and a bar of the texts embedded (and a bar per embedding pass for the
-in-process executor); a log gets the same progress line printed after each unit and whenever the workers change, so
-a log of a long run shows where it is, and a heartbeat at a steady interval (:data:`HEARTBEAT_S`) while nothing else
-is printed: the progress line (units, texts done / to do, texts/s, workers, elapsed, ETA) and what each worker is on
-(``w0: embedding all-minilm-l6-v2 41k/176k texts``), in process and under Ray alike.
+A terminal gets a transient progress line, redrawn four times a second from the run's progress (so its elapsed
+time and ETA move while nothing happens: planning, Ray starting, a model loading) and fitted to the terminal's width
+(:func:`evalfarm.scheduler.progress.progress_line`: the ETA and the units are never cut, narrower terminals drop the
+least useful fields), and below it a bar of the texts embedded (and a bar per embedding pass for the in-process
+executor). A log gets the run's id and how to follow it at its first second, the same progress line after each unit
+and whenever the workers change, and a heartbeat at a steady interval (:data:`HEARTBEAT_S`, from a thread of its
+own: also while the run plans or Ray starts) while nothing else is printed: the progress line and what each worker is
+on (``w0: embedding all-minilm-l6-v2 41k/176k texts``), in process and under Ray alike.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
+from collections.abc import Callable, Iterable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -43,7 +48,9 @@ def unit_line(o: Any) -> str:
     mark = {Status.DONE: "[green]done", Status.FAILED: "[red]FAILED", Status.SKIPPED: "[dim]skipped"}.get(
         o.status, f"[dim]{o.status}"
     )
-    shown = ", ".join(f"{k} {v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
+    shown = ", ".join(f"{k} {v:.4g}" if k else f"{v:.4g}" for k, v in list(o.summary.items())[:2]) if o.summary else ""
+    metric = getattr(o, "metric", None)
+    shown = f"{metric}: {shown}" if shown and metric else shown  # `spearman: protocol vectors 0.59, raw vectors 0.60`
     return (
         f"{mark}[/] {o.model} · {o.task} ({o.seconds:.1f}s)"
         + (f" {shown}" if shown else "")
@@ -66,7 +73,7 @@ def event_line(e: RunEvent) -> str | None:
     if e.kind == "worker-lost":
         assert e.worker is not None  # and a lost worker, the worker
         return f"[yellow]worker lost[/] {e.worker.name}: {escape(str(e.message))}"
-    if e.kind in ("skipped", "eta", "dashboard"):
+    if e.kind in ("skipped", "eta", "dashboard", "begin", "starting"):
         return f"[dim]{escape(str(e.message))}[/]"
     if e.kind == "warning":  # RunSummary.warnings among them: each is printed here, once
         return f"[yellow]warning:[/] {escape(str(e.message))}"
@@ -88,9 +95,23 @@ class _Bar(ProgressColumn):
         return self.bar.render(task) if task.fields.get("bar") else Text("")
 
 
+class _LiveProgress(Progress):
+    """rich's Progress with the run's line above its bars, as wide as the terminal: the line is drawn afresh at
+    every refresh by ``line(width)``, not cut to the bars' table columns."""
+
+    def __init__(self, line: Callable[[int], str], *columns: ProgressColumn, **kwargs: Any) -> None:
+        self._line = line
+        self._width_of = kwargs.get("console") or console  # rich asks for renderables before its Live exists
+        super().__init__(*columns, **kwargs)
+
+    def get_renderables(self) -> Iterable[RenderableType]:
+        yield Text(self._line(max(20, self._width_of.width - 1)))
+        yield self.make_tasks_table(self.tasks)
+
+
 class RunPrinter:
     """The ``on_event`` and ``progress`` callbacks of a run, printing as the run goes; a context manager around
-    the run (the live progress line and bars on a terminal).
+    the run (the live progress line and bars on a terminal, the heartbeat's thread in a log).
 
     ``json_out``: a stream for ``run --format json``'s events, one JSON object a line (``eta``, ``dashboard``,
     ``unit``, ``warning``, ``progress`` at every heartbeat): the same counts as the heartbeat's."""
@@ -102,7 +123,8 @@ class RunPrinter:
         self.last_json = time.monotonic()  # when the JSON stream last got a progress event
         self.last_progress = "planning"  # the progress line of the last event
         self.tracker: Any = None  # the run's ProgressTracker, from its first event
-        self.prog = Progress(
+        self.prog = _LiveProgress(
+            self.live_line,
             TextColumn("{task.description}"),
             _Bar(bar_width=30),
             TextColumn("{task.fields[info]}"),
@@ -111,17 +133,44 @@ class RunPrinter:
             refresh_per_second=4,
             disable=not console.is_terminal or Output.quiet,
         )
-        self.line = self.prog.add_task("planning", info="")
         self.texts_bar = self.prog.add_task("texts", total=None, visible=False, bar=True, info="")
         self.embed_bars: dict[str, Any] = {}
         self.ready_once: set[str] = set()  # workers that were ready: a second worker-ready is a restarted one
+        self._lock = threading.Lock()  # the heartbeat's thread and the run's print to the same streams
+        self._done = threading.Event()
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> RunPrinter:
         self.prog.__enter__()
+        if not (console.is_terminal or Output.quiet) or self.json_out is not None:
+            self._thread = threading.Thread(target=self._beat_loop, name="evalfarm-log-heartbeat", daemon=True)
+            self._thread.start()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self._done.set()
+        if self._thread is not None:
+            self._thread.join(timeout=2)
         self.prog.__exit__(kind, exc, tb)
+
+    def _beat_loop(self) -> None:
+        """A log's heartbeat (and the JSON stream's progress event) at its interval even while no event comes: the
+        run plans, Ray starts, a model loads. Never lets an error of its own stop the run."""
+        while not self._done.wait(1.0):
+            try:
+                self._beat()
+            except Exception:
+                pass
+
+    def live_line(self, width: int) -> str:
+        """The terminal's progress line now, fitted to ``width`` (the run's tracker changes under this thread: on a
+        clash the last line stays)."""
+        if self.tracker is not None:
+            try:
+                self.last_progress = self.tracker.line(width)
+            except RuntimeError:  # a dict changed size during the read: the next refresh reads again
+                pass
+        return self.last_progress
 
     def on_progress(self, label: str, advance: int, total: int) -> None:
         """The in-process executor's embedding progress: one bar per pass; in a log, a heartbeat (the scheduler's
@@ -133,11 +182,10 @@ class RunPrinter:
         self._beat()
 
     def _refresh(self) -> None:
-        """The live line and the texts bar from the tracker as it is now."""
+        """The texts bar from the tracker as it is now (the line is drawn at every refresh: :meth:`live_line`)."""
         if self.tracker is None:
             return
         self.last_progress = self.tracker.line()
-        self.prog.update(self.line, description=self.last_progress)
         done, total = self.tracker.texts()
         if total:
             rate = self.tracker.text_rate()
@@ -156,24 +204,36 @@ class RunPrinter:
             self._log(self.heartbeat_line())
 
     def heartbeat_line(self) -> str:
-        """``heartbeat · <progress line> · <worker>: <what it does> · …``."""
-        doing = self.tracker.doing() if self.tracker is not None else {}
+        """``heartbeat · <progress line> · <worker>: <what it does> · …``, as the run stands now."""
+        doing: dict[str, str] = {}
+        if self.tracker is not None:
+            try:
+                self.last_progress, doing = self.tracker.line(), self.tracker.doing()
+            except RuntimeError:  # the run's thread changed a dict under this one: the last line stays
+                pass
         return " · ".join(["heartbeat", self.last_progress, *(f"{w}: {what}" for w, what in doing.items())])
 
     def _log(self, text: str) -> None:
-        console.print(text, highlight=False, markup=False)
-        self.last_printed = time.monotonic()
+        with self._lock:
+            console.print(text, highlight=False, markup=False)
+            self.last_printed = time.monotonic()
 
     def _json(self, kind: str, **fields: Any) -> None:
         if self.json_out is None:
             return
         body: dict[str, Any] = {"event": kind, **fields}
         if self.tracker is not None:
-            body.update(self.tracker.snapshot())
-        self.json_out.write(json.dumps(body, default=str) + "\n")
-        self.json_out.flush()
-        if kind == "progress":
-            self.last_json = time.monotonic()
+            for _ in range(3):
+                try:
+                    body.update(self.tracker.snapshot())
+                    break
+                except RuntimeError:  # the run's thread changed a dict under this one: read again
+                    continue
+        with self._lock:
+            self.json_out.write(json.dumps(body, default=str) + "\n")
+            self.json_out.flush()
+            if kind == "progress":
+                self.last_json = time.monotonic()
 
     def on_event(self, e: RunEvent) -> None:
         self.tracker = e.progress
@@ -181,8 +241,9 @@ class RunPrinter:
         if Output.quiet and e.kind != "warning":
             text = None  # --quiet: warnings only; the summary follows the run
         if text is not None:
-            self.prog.console.print(text, highlight=False)
-            self.last_printed = time.monotonic()
+            with self._lock:
+                self.prog.console.print(text, highlight=False)
+                self.last_printed = time.monotonic()
         self._refresh()
         self._json_event(e)
         # without a live line (a log), the line is printed after each unit and whenever the workers change after a
@@ -204,7 +265,7 @@ class RunPrinter:
             unit = {"model": o.model, "task": o.task, "status": str(o.status), "seconds": round(o.seconds, 3),
                     "stage": None if o.stage is None else str(o.stage), "error": o.error}  # fmt: skip
             self._json("unit", unit=unit)
-        elif e.kind in ("eta", "dashboard", "warning", "quarantined", "worker-lost", "retry"):
+        elif e.kind in ("begin", "starting", "eta", "dashboard", "warning", "quarantined", "worker-lost", "retry"):
             self._json(e.kind, message=e.message)
 
 
@@ -260,8 +321,9 @@ def print_summary(summary: RunSummary) -> None:
     if report.get("slowest"):
         s = report["slowest"]
         console.print(f"slowest unit: {s['model']} · {s['task']} ({s['seconds']:.1f}s)", highlight=False, markup=False)
-    if report.get("moved") is not None:
-        console.print(f"moved since the previous run: {json.dumps(report['moved'], default=str)}", markup=False)
+    moved = moved_line(report.get("moved"), summary.run_id, summary.warehouse)
+    if moved:
+        console.print(moved, highlight=False, markup=False, soft_wrap=True)
     if report and summary.recorded:
         console.print(
             f"summary recorded: evalfarm status {summary.run_id} (the runs view's summary column)",
@@ -269,6 +331,23 @@ def print_summary(summary: RunSummary) -> None:
             markup=False,
         )
     print_notified(summary)
+
+
+def moved_line(moved: dict[str, Any] | None, run_id: str, warehouse: Any) -> str | None:
+    """What moved since the previous run, counted by reason, and the command that lists every change (the end
+    summary's ``moved``: the full list is in ``evalfarm diff``, not in the run's log)."""
+    if not moved or not moved.get("since"):
+        return None
+    since = moved["since"]
+    counts = moved.get("counts") or {}
+    total = sum(counts.values())
+    diff = f"evalfarm diff {since} {run_id} --warehouse {warehouse}"
+    if not total:
+        return f"nothing moved since run {since} ({diff})"
+    why = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+    odd = moved.get("nondeterministic") or 0
+    flag = f"; {odd} under an unchanged fingerprint (nondeterminism)" if odd else ""
+    return f"moved since run {since}: {total} value{'s' if total != 1 else ''} ({why}){flag}; every one: {diff}"
 
 
 def print_notified(summary: RunSummary) -> None:

@@ -47,6 +47,7 @@ class Output:
     (warnings, errors and a run's summary stay)."""
 
     quiet = False
+    verbose = 0  # -v: a failure's traceback is printed before its one-line message
 
 
 class _StderrHandler(logging.StreamHandler):
@@ -65,7 +66,7 @@ def configure_output(*, quiet: bool = False, verbose: int = 0) -> None:
     """``--quiet`` / ``--verbose``: the live output's level and the standard ``logging`` of the ``evalfarm``
     loggers, to stderr: ERROR with --quiet, INFO with -v, DEBUG with -vv; without either, logging is left as
     Python sets it (warnings to stderr)."""
-    Output.quiet = quiet
+    Output.quiet, Output.verbose = quiet, verbose
     if not quiet and not verbose:
         return
     logger = logging.getLogger("evalfarm")

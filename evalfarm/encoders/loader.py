@@ -111,6 +111,9 @@ def load_encoder(chain: Sequence[ModelSpec], *, base_dir: Path | None = None) ->
     """
     if not chain:
         raise ValueError("load_encoder needs at least one spec")
+    from evalfarm.environment import quiet_third_party_bars
+
+    quiet_third_party_bars()  # a worker's log gets no `Loading weights` bar (its driver shows the run's progress)
     spec = chain[0]
     if spec.base is not None and (len(chain) < 2 or chain[1].id != spec.base):
         got = chain[1].id if len(chain) > 1 else None

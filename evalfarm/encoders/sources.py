@@ -321,3 +321,24 @@ def source_provenance(source: Source | None, *, revision: str | None = None) -> 
     elif source.type == "hf":
         out["revision"] = revision
     return out
+
+
+def source_bytes(chain: Any) -> int | None:
+    """The size of a model's files, for pricing its load (the ETA) without loading it: the first source of its
+    lineage (``chain``: ModelSpecs, the model first) when it is an installed package (the sizes its RECORD lists:
+    nothing is read or hashed) or a model of the local zoo (inside the cache); None for every other source (a
+    download, a path the loader alone may check, a hub id). Never raises."""
+    source = next((s.source for s in chain if getattr(s, "source", None) is not None), None)
+    try:
+        if source is None:
+            return None
+        if source.type == "package":
+            files = importlib.metadata.distribution(source.ref).files or []
+            return sum(int(f.size or 0) for f in files) or None
+        if source.type == "zoo":
+            root = _resolve_zoo(source)
+            paths = [root] if root.is_file() else [p for p in root.rglob("*") if p.is_file()]
+            return sum(p.stat().st_size for p in paths) or None
+    except Exception:
+        return None
+    return None

@@ -9,6 +9,12 @@ plain data: what the heartbeat file publishes (``evalfarm status``) and ``run --
 With a :class:`~evalfarm.eta.Forecast` (the runner makes one from the warehouse's history of unit times), the ETA
 is known before the first unit and follows what the workers measure. Without one it extrapolates from units finished
 *in this run* (skipped ones cost nothing and would make it optimistic), weighted by the planner's relative cost.
+
+A run is in one of three phases (:data:`PHASES`): ``planning`` (from its first second: the heartbeat says which step,
+``planning · tasks 12/40 counted``), ``starting Ray`` (the workers are not ready yet) and ``running``.
+:func:`progress_line` is the one place the line is laid out, for the run's live line, its log and ``evalfarm
+status``: the phase, the units and the ETA first, then the counts, texts and workers; given a width (a terminal), it
+drops the least useful fields first (:data:`FIELD_PRIORITY`) and never cuts one.
 """
 
 from __future__ import annotations
@@ -21,6 +27,11 @@ from typing import Any
 
 from evalfarm.eta import Forecast, LivePass
 from evalfarm.outcomes import Status
+
+PLANNING, STARTING, RUNNING = "planning", "starting Ray", "running"
+PHASES = (PLANNING, STARTING, RUNNING)
+"""A run's phases as its line and ``evalfarm status`` name them: planning (catalog, units, the warehouse's done units,
+text counts, the first ETA), starting Ray (no worker ready yet: the ETA counts the start-up down), running."""
 
 
 def fmt_seconds(s: float) -> str:
@@ -103,6 +114,8 @@ class ProgressTracker:
     jobs: dict[str, tuple[str, str, str]] = field(default_factory=dict)  # worker -> (stage, model, task) it runs
     slowest: tuple[float, str, str] | None = None  # (seconds, model, task) of the slowest unit computed so far
     finished: set[tuple[str, str]] = field(default_factory=set)  # (model, task) of every unit that ended
+    phase: str = RUNNING  # one of PHASES
+    step: str = ""  # what the phase does now, in words (planning: "tasks 12/40 counted")
 
     @property
     def remaining(self) -> int:
@@ -134,8 +147,11 @@ class ProgressTracker:
 
     # -- texts ----------------------------------------------------------------------------------------------------
     def job(self, worker: str, stage: str, model: str, task: str = "") -> None:
-        """A job went to a worker; a score job says its model's embedding is over."""
+        """A job went to a worker; a score job says its model's embedding is over. The forecast hears of both: a
+        job under way counts its own time down, work not started yet never does."""
         self.jobs[worker] = (stage, model, task)
+        if self.forecast is not None:
+            self.forecast.begin(model, task if stage == "score" else None)
         if stage == "score":
             self.embedded.add(model)
             self._observe()
@@ -160,7 +176,7 @@ class ProgressTracker:
         if self.forecast is None:
             return
         live = {
-            m: LivePass(int(p["done"]), int(p["total"]), float(p["seconds"]), _finished(p))
+            m: LivePass(int(p["done"]), int(p["total"]), float(p["seconds"]), _finished(p), p["phase"] == "load")
             for m, p in self._latest().items()
         }
         self.forecast.observe(live, self.embedded)
@@ -230,33 +246,18 @@ class ProgressTracker:
         elapsed = time.perf_counter() - self.started
         return elapsed * max(self.cost_total - self.cost_finished, 0.0) / self.cost_finished
 
-    def line(self) -> str:
-        eta = self.eta()
-        parts = [f"units {self.done + self.skipped + self.failed}/{self.total}", f"{self.done} done"]
-        parts += [f"{n} {what}" for n, what in ((self.skipped, "skipped"), (self.failed, "failed")) if n]
-        parts.append(f"{self.remaining} remaining")
-        done, total = self.texts()
-        if total:
-            parts.append(f"texts {fmt_count(done)}/{fmt_count(total)}")
-            rate = self.text_rate()
-            if rate > 0:
-                parts.append(f"{fmt_count(rate)} texts/s")
-        if self.retries:
-            parts.append(f"{self.retries} retried")
-        if self.workers or self.reviving:
-            parts.append(f"{self.workers} worker{'s' if self.workers != 1 else ''} alive")
-        if self.reviving:
-            parts.append(f"{self.reviving} restarting")
-        parts.append(f"elapsed {fmt_seconds(time.perf_counter() - self.started)}")
-        parts.append("ETA " + ("?" if eta is None else fmt_seconds(eta)))
-        return " · ".join(parts)
+    def line(self, width: int | None = None) -> str:
+        """The progress line (:func:`progress_line`), fitted to ``width`` columns when given (a terminal)."""
+        return progress_line(self.snapshot(), width)
 
     def snapshot(self) -> dict[str, Any]:
         """The same counts as plain data (JSON): units, texts, rate, each worker's job, the slowest unit, the ETA."""
         done, total = self.texts()
-        eta = self.eta()
+        eta = self.eta() if self.phase != PLANNING else None
         return {
             "run_id": self.run_id,
+            "phase": self.phase,
+            "step": self.step,
             "units": {
                 "total": self.total,
                 "done": self.done,
@@ -273,3 +274,73 @@ class ProgressTracker:
             "elapsed_s": round(time.perf_counter() - self.started, 1),
             "eta_s": None if eta is None else round(eta, 1),
         }
+
+
+FIELD_PRIORITY = {
+    "phase": 0, "units": 0, "eta": 0, "step": 1, "failed": 1, "restarting": 2, "texts": 3, "elapsed": 4,
+    "workers": 5, "skipped": 6, "remaining": 7, "rate": 7, "retried": 7, "done": 8,
+}  # fmt: skip
+"""Which fields of the line a narrow terminal keeps longest (0: always; the highest number goes first): the phase,
+the units and the ETA are never dropped; the counts a user can work out from ``units x/N`` go first."""
+
+
+def line_fields(snap: Mapping[str, Any], *, eta: bool = True) -> list[tuple[str, str]]:
+    """The progress line's fields, in the order it shows them: (name, text). ``snap`` is
+    :meth:`ProgressTracker.snapshot` (or the same keys read back from a heartbeat); ``eta``: show the ETA (a run
+    that ended has none)."""
+    out: list[tuple[str, str]] = []
+    phase = snap.get("phase") or RUNNING
+    if phase != RUNNING:
+        out.append(("phase", phase))
+        if snap.get("step"):
+            out.append(("step", str(snap["step"])))
+    if phase == PLANNING:
+        if snap.get("elapsed_s") is not None:
+            out.append(("elapsed", f"elapsed {fmt_seconds(float(snap['elapsed_s']))}"))
+        return out
+    u = snap.get("units") or {}
+    n = {k: int(u.get(k) or 0) for k in ("total", "done", "skipped", "failed", "remaining")}
+    out.append(("units", f"units {n['done'] + n['skipped'] + n['failed']}/{n['total']}"))
+    out.append(("done", f"{n['done']} done"))
+    out += [(k, f"{n[k]} {k}") for k in ("skipped", "failed") if n[k]]
+    out.append(("remaining", f"{n['remaining']} remaining"))
+    if eta:
+        eta_s = snap.get("eta_s")
+        out.append(("eta", "ETA " + ("?" if eta_s is None else fmt_seconds(float(eta_s)))))
+    if snap.get("elapsed_s") is not None:
+        out.append(("elapsed", f"elapsed {fmt_seconds(float(snap['elapsed_s']))}"))
+    texts = snap.get("texts") or {}
+    if texts.get("total"):
+        out.append(("texts", f"texts {fmt_count(texts['done'])}/{fmt_count(texts['total'])}"))
+        if texts.get("per_second"):
+            out.append(("rate", f"{fmt_count(texts['per_second'])} texts/s"))
+    if snap.get("retries"):
+        out.append(("retried", f"{snap['retries']} retried"))
+    w = snap.get("workers") or {}
+    alive, restarting = int(w.get("alive") or 0), int(w.get("restarting") or 0)
+    if alive or restarting:
+        out.append(("workers", f"{alive} worker{'s' if alive != 1 else ''} alive"))
+    if restarting:
+        out.append(("restarting", f"{restarting} restarting"))
+    return out
+
+
+SEPARATOR = " · "
+
+
+def fit_fields(fields: list[tuple[str, str]], width: int | None) -> str:
+    """The fields joined, within ``width`` columns when given: the least useful (:data:`FIELD_PRIORITY`, the last
+    of equals first) are dropped whole until the rest fits; those of priority 0 stay whatever the width."""
+    kept = list(fields)
+    while width is not None and len(SEPARATOR.join(t for _, t in kept)) > width:
+        droppable = [i for i, (name, _) in enumerate(kept) if FIELD_PRIORITY.get(name, 9) > 0]
+        if not droppable:
+            break
+        worst = max(droppable, key=lambda i: (FIELD_PRIORITY.get(kept[i][0], 9), i))
+        del kept[worst]
+    return SEPARATOR.join(t for _, t in kept)
+
+
+def progress_line(snap: Mapping[str, Any], width: int | None = None, *, eta: bool = True) -> str:
+    """The progress line of a snapshot (:func:`line_fields`), fitted to ``width`` (:func:`fit_fields`)."""
+    return fit_fields(line_fields(snap, eta=eta), width)

@@ -165,11 +165,13 @@ class WordSimilarityScorer(Scorer):
     loosest that stop the reported case: the 5000-word toy GloVe of the tests scores 6 RG-65 pairs (0.092)."""
 
     VARIANT_LABELS: ClassVar[dict[str, str]] = {
-        "evalrank-word": "EvalRank word protocol",
-        "evalrank-word/no-center": "EvalRank word protocol, not centred",
+        "evalrank-word": "protocol vectors",
+        "evalrank-word/no-center": "protocol vectors, not centred",
         "raw": "raw vectors",
     }
-    """The variants in words: ``evalrank-word`` beside a word-similarity set reads as the EvalRank task's score."""
+    """The variants in words: the vectors each correlation is taken on (the EvalRank word protocol's preprocessing:
+    centred on the vocabulary mean, normalised; or the model's raw vectors). Not the protocol's name: beside a
+    word-similarity set's Spearman, ``EvalRank word protocol 0.59`` read as an EvalRank score."""
 
     def variant_label(self, variant: str) -> str:
         return self.VARIANT_LABELS.get(variant, variant)

@@ -212,7 +212,7 @@ def build(
     folder's files (tests)."""
     b = builder(name, version)
     params = b.params(overrides)
-    dest = (out_dir or default_dir(b)) / file_name(b, params)
+    dest = _dest(b, params, out_dir)
     if dest.is_file() and not force:
         return Built(dest, sha256_file(dest), params, rebuilt=False)
     paths = dict(inputs) if inputs is not None else resolve_inputs(b)
@@ -221,11 +221,25 @@ def build(
     return Built(dest, hashlib.sha256(text.encode("utf-8")).hexdigest(), params, rebuilt=True)
 
 
+def _dest(b: Builder, params: Mapping[str, Any], out_dir: Path | None) -> Path:
+    return (out_dir or default_dir(b)) / file_name(b, params)
+
+
+def _builds_dir() -> Path | None:
+    return Path(os.environ["EVALFARM_BUILDS"]) if os.environ.get("EVALFARM_BUILDS") else None
+
+
+def is_built(ref: BuildRef) -> bool:
+    """Whether the generated file a task entry names is there already (nothing built, nothing hashed): a planner
+    that only counts texts leaves a task whose file is not built yet to the workers, which build it."""
+    b = builder(ref.name, ref.version)
+    return _dest(b, b.params(ref.params), _builds_dir()).is_file()
+
+
 def built_file(ref: BuildRef, *, inputs: Mapping[str, Path] | None = None) -> Path:
     """The generated file a task entry names, built into the cache on first use and checked against its sha256."""
     b = builder(ref.name, ref.version)
-    out_dir = Path(os.environ["EVALFARM_BUILDS"]) if os.environ.get("EVALFARM_BUILDS") else None
-    got = build(ref.name, ref.params, out_dir=out_dir, inputs=inputs, version=ref.version)
+    got = build(ref.name, ref.params, out_dir=_builds_dir(), inputs=inputs, version=ref.version)
     if got.sha256 != ref.sha256:
         raise BuildError(
             f"data build {ref.name} {ref.version} {ref.params or '(defaults)'}: {got.path} has sha256 "
@@ -259,6 +273,7 @@ __all__ = [
     "builder",
     "builders",
     "built_file",
+    "is_built",
     "read_rows",
     "read_table",
     "register_builder",

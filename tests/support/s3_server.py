@@ -2,8 +2,8 @@
 
 ``s3_server()`` starts :mod:`tests.support.s3_serve` (moto's S3, bound to 127.0.0.1 on a free port, with a
 request count) under an interpreter that has ``moto[server]``: ``$EVALFARM_TEST_S3_PYTHON`` when set, else the
-checkout's ``.venv-s3`` (``make install`` builds it from constraints-s3.txt), else the first of ``python3.11`` /
-``python3`` on the PATH that imports it. moto cannot live in evalfarm's venv (it needs
+checkout's ``.venv-s3`` (``make test`` and ``make install-dev`` build it from constraints-s3.txt), else the first of
+``python3.11`` / ``python3`` on the PATH that imports it. moto cannot live in evalfarm's venv (it needs
 botocore, whose python-dateutil bound conflicts with evalfarm's pinned python-dateutil), so it is a separate
 process under its own Python, as a real object store is a separate service. Without such an interpreter the
 tests that need it skip, naming what to install (``make s3-venv``).
@@ -36,7 +36,7 @@ INSTALL_HINT = "an interpreter with moto's server (make s3-venv), or set " + PYT
 def moto_python() -> str | None:
     """The interpreter that runs the server, or None when none on this machine has ``moto[server]``."""
     chosen = os.environ.get(PYTHON_ENV)
-    own = Path(__file__).resolve().parents[2] / ".venv-s3" / "bin" / "python"  # `make install` builds it
+    own = Path(__file__).resolve().parents[2] / ".venv-s3" / "bin" / "python"  # `make test` builds it
     candidates = (
         [chosen] if chosen else [str(own), *(shutil.which(n) for n in ("python3.11", "python3", "python3.12"))]
     )
