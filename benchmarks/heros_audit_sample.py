@@ -56,7 +56,7 @@ def candidates() -> None:
     """Every synonym and antonym pair the rules make, before the review (``--candidates``): the rows a review
     judges, in evalfarm/taskdata/heros_review.tsv's columns, with the texts after them for the reader."""
     from evalfarm.taskdata import build
-    from evalfarm.taskdata.build_heros import COLUMNS, make_rows
+    from evalfarm.taskdata.build_heros_v2 import COLUMNS, make_rows
 
     b = build.builder("heros")
     text = make_rows(build.resolve_inputs(b), b.params(), None)

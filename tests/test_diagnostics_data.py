@@ -224,7 +224,7 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
     assert one.sha256 == two.sha256 and one.path.read_bytes() == two.path.read_bytes()
     rows = databuild.read_rows(one.path)
     if name == "heros":  # version 2: a subset's cell is filled where a right pair could be made, n pairs at most
-        from evalfarm.taskdata.build_heros import COLUMNS, SUBSETS
+        from evalfarm.taskdata.build_heros_v2 import COLUMNS, SUBSETS
 
         at = {c: i for i, c in enumerate(COLUMNS)}
         filled = {s: sum(bool(row[at[s]]) for row in rows) for s in SUBSETS}
@@ -252,7 +252,7 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
     ],
 )
 def test_the_main_verb_is_negated_or_its_negation_removed(sentence, negated):
-    from evalfarm.taskdata.build_heros import negate, nlp, render
+    from evalfarm.taskdata.build_heros_v2 import negate, nlp, render
 
     doc = nlp()(sentence)
     root = next(t for t in doc if t.dep_ == "ROOT")
@@ -436,7 +436,7 @@ def test_a_quoted_row_left_open_or_with_a_wrong_column_count_names_its_line(tmp_
 
 @pytest.mark.slow
 def test_the_real_goemotions_dev_and_test_files_read_unquoted(data_dir):
-    from evalfarm.taskdata.build_heros import read_goemotions
+    from evalfarm.taskdata.build_heros_v2 import read_goemotions
 
     for split, quoted in (("dev", 137), ("test", 149)):
         rows = read_goemotions(data_dir / "heros" / "goemotions_fallback" / f"{split}.tsv")
@@ -562,7 +562,7 @@ def test_a_built_heros_file_reads_by_its_column_line_and_an_empty_cell_is_no_pai
     ],
 )
 def test_version_2_negates_the_main_verb_where_version_1_went_wrong(sentence, negated):
-    from evalfarm.taskdata.build_heros import main_negation, nlp, render
+    from evalfarm.taskdata.build_heros_v2 import main_negation, nlp, render
 
     doc = nlp()(sentence)
     edits = main_negation(doc)
@@ -576,7 +576,7 @@ def test_version_2_chooses_the_sense_in_context_and_keeps_the_slot_grammatical()
     import numpy as np
 
     from evalfarm.taskdata import lexical
-    from evalfarm.taskdata.build_heros import Word, nlp, qualifies, random_word, slot_frames, synonym_of, typo
+    from evalfarm.taskdata.build_heros_v2 import Word, nlp, qualifies, random_word, slot_frames, synonym_of, typo
 
     def word(sentence: str, text: str) -> Word:
         doc = nlp()(sentence)
@@ -605,7 +605,7 @@ def test_version_2_chooses_the_sense_in_context_and_keeps_the_slot_grammatical()
 def test_a_synonym_or_antonym_pair_enters_only_with_a_right_verdict_in_the_review(tmp_path):
     """make_rows with the review: a reviewed-wrong pair and an unreviewed one are left out; without it (the
     candidates a review reads), both are there."""
-    from evalfarm.taskdata.build_heros import COLUMNS, make_rows
+    from evalfarm.taskdata.build_heros_v2 import COLUMNS, make_rows
 
     dev = tmp_path / "dev.tsv"
     dev.write_text("At least she tried to be prepared for this.\t1\tc1\nThey agree with your statement.\t1\tc2\n")
