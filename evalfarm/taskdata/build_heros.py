@@ -89,6 +89,9 @@ _UNPINNED = frozenset({"dative", "acomp", "attr", "oprd", "prt", "agent", "csubj
 """Complements that make a verb's slot one the lexicon's slot names do not describe."""
 _GAPPED = frozenset({"relcl", "acl", "amod", "pcomp", "csubj", "compound", "conj"})
 """A verb in one of these relations may have its object elsewhere (a relative clause's gap)."""
+COPULAS = frozenset({"be", "seem", "look", "sound", "feel", "appear", "become", "remain", "stay"})
+"""Verbs whose adjective complement is a ``pred`` slot; "get big" (grow) and "having fewer" are not."""
+_WOULD = frozenset({"would", "'d", "\u2019d"})
 FLOATING = frozenset({"all", "both", "each"})
 """Floating quantifiers: "They are all good" negates as "not all good", not "all not good"."""
 PERSONAL = frozenset({"i", "you", "we", "he", "she", "they", "u", "ya", "y'all", "y’all"})
@@ -203,12 +206,12 @@ def verb_slots(tok: Any) -> frozenset[str] | None:
 
 
 def adjective_slot(tok: Any) -> str | None:
-    """``pred`` for the complement of a copular verb ("I'm glad", "seems odd"), ``attr`` for a noun's modifier ("a
+    """``pred`` for the complement of a copular verb (:data:`COPULAS`: "I'm glad", "seems odd"), ``attr`` for a noun's modifier ("a
     terrible idea"), None otherwise: a vocative ("Hey beautiful!"), a bare exclamation, a small clause ("makes me
     happy"), whose swaps the reader found unreliable."""
     if tok.dep_ == "conj" and tok.head.pos_ == "ADJ":
         return adjective_slot(tok.head)
-    if tok.dep_ == "acomp" and tok.head.pos_ in ("VERB", "AUX"):
+    if tok.dep_ == "acomp" and tok.head.lemma_.lower() in COPULAS and tok.head.i < tok.i:
         return "pred"
     if tok.dep_ == "amod" and tok.head.pos_ == "NOUN" and tok.head.i > tok.i:
         return "attr"
@@ -243,6 +246,8 @@ def entry_fits(e: Entry, tok: Any) -> bool:
     slots = verb_slots(tok)
     if slots is None or any(t.lower_ in NPI for t in tok.subtree):
         return False
+    if any(c.dep_ == "aux" and c.lower_ in _WOULD for c in tok.children):
+        return False  # "I'd like a coffee" is wanting, "I'd love to" an offer: no antonym or synonym reads
     kinds = slots & VERB_SLOTS
     preps = slots - VERB_SLOTS
     return bool(kinds & e.slots) and preps <= e.slots

@@ -67,6 +67,8 @@ PPI = frozenset(
 """Positive-polarity words and degree words whose reading changes under negation: a clause holding one is left
 alone ("so happy" -> "not so happy" weakens rather than negates). "rather" is allowed right after the auxiliary
 ("I'd rather not")."""
+BE_CLITICS = frozenset({"'s", "\u2019s", "'re", "\u2019re", "'m", "\u2019m"})
+"""Contracted *be*, either apostrophe: spaCy tags the curly ones as verbs with themselves as lemma."""
 SLANG_AUXILIARIES = frozenset({"imma", "ima", "finna", "tryna", "boutta"})
 """Fused subject-auxiliaries the tagger misreads ("imma set goals" -> "imma did not set goals"): left alone."""
 FORMULAIC = frozenset({"thank", "let", "bless", "fuck", "damn", "screw", "mind", "please", "welcome", "lol"})
@@ -123,7 +125,7 @@ def own_negator(doc: Any, verb: Any) -> Any | None:
     ``not`` elsewhere ("I forgot not everyone ...") negates something else."""
     aux = [c for c in verb.children if c.dep_ in ("aux", "auxpass") and c.i < verb.i]
     hosts = [aux[0]] if aux else []
-    if verb.lemma_.lower() == "be" or verb.pos_ == "AUX":
+    if verb.lemma_.lower() == "be" or verb.lower_ in BE_CLITICS or verb.pos_ == "AUX":
         hosts.append(verb)
     for host in hosts:
         if host.i + 1 < len(doc) and is_negator(doc[host.i + 1]):
@@ -151,7 +153,7 @@ def finite_clause(doc: Any, verb: Any) -> bool:
     if subject:
         return finite
     first = next((t for t in doc if not t.is_punct and t.lower_ not in ("please", "just", "so", "and", "but")), None)
-    return verb.tag_ == "VB" and not aux and first is verb  # an imperative opening the sentence
+    return verb.tag_ == "VB" and not aux and first is not None and first.i == verb.i  # an imperative opening it
 
 
 def negate_clause(doc: Any, verb: Any) -> dict[int, str] | None:
@@ -173,12 +175,33 @@ def negate_clause(doc: Any, verb: Any) -> dict[int, str] | None:
         return None
     if aux:
         return _after_auxiliary(doc, aux[0])
-    if verb.lemma_.lower() == "be" or (verb.pos_ == "AUX" and verb.tag_ in _FINITE):
+    if verb.lemma_.lower() == "be" or verb.lower_ in BE_CLITICS or (verb.pos_ == "AUX" and verb.tag_ in _FINITE):
         return _after_auxiliary(doc, verb)
-    do = _DO.get(verb.tag_)
-    if do is None or verb.pos_ != "VERB" or not verb.lemma_.isalpha():
+    got = do_support(verb)
+    if got is None or verb.pos_ != "VERB":
         return None
-    return {verb.i: f"{cased(doc, do, verb.text)} {cased(doc, 'not')} {cased(doc, verb.lemma_.lower())}"}
+    do, lemma = got
+    return {verb.i: f"{cased(doc, do, verb.text)} {cased(doc, 'not')} {cased(doc, lemma)}"}
+
+
+def do_support(verb: Any) -> tuple[str, str] | None:
+    """``(do form, lemma)`` for a verb without an auxiliary, read from the word itself (LemmInflect) rather than
+    the tagger, which misreads capitals ("I THOUGHT" tagged as a present: "I DO not thought"): a past form takes
+    *did*, a third-person present *does*, a plain form *do* (or the tag's choice)."""
+    from lemminflect import getInflection, getLemma
+
+    word = verb.lower_
+    lemmas = getLemma(word, upos="VERB")
+    if not lemmas or not lemmas[0].isalpha():
+        return None
+    lemma = lemmas[0].lower()
+    if word != lemma and word in getInflection(lemma, tag="VBD"):
+        return "did", lemma
+    if word != lemma and word in getInflection(lemma, tag="VBZ"):
+        return "does", lemma
+    if word == lemma and verb.tag_ in ("VBP", "VB"):
+        return "do", lemma
+    return None
 
 
 def _has_ppi(doc: Any, clause: list[Any], aux: list[Any]) -> bool:
@@ -200,6 +223,8 @@ def _unnegate(doc: Any, neg: Any, clause: list[Any]) -> dict[int, str] | None:
     word leans on it, another negative word is in the clause, or the contraction has no positive form."""
     if any(t.lower_ in NPI for t in doc[neg.i + 1 :]):
         return None
+    if neg.i + 1 < len(doc) and doc[neg.i + 1].lower_ in ("only", "just", "even"):
+        return None  # "not only ... but", "not just", "not even": a focus construction, not the clause's negation
     if any(t.lower_ in NEGATIVE_WORDS or (is_negator(t) and t.i != neg.i) for t in clause):
         return None  # "isn't not", "don't never"
     if neg.lower_ == "not":
