@@ -9,10 +9,9 @@ per synset (the first alphabetically), so no two words share a gloss. A seeded
 sample of ``n`` qualifying words (default 3,000), written in alphabetical order: ``word``, ``pos`` (n / v / a),
 ``synset`` and ``definition``.
 
-Version 2 (the default) keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
-(:func:`clean_gloss`):
-NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them, so 24 of version 1's
-3,000 definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas Jefferson",
+Version 2 keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
+(:func:`clean_gloss`): NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them,
+so some of version 1's definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas Jefferson",
 "put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition lost its words
 ("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
 
@@ -247,6 +246,27 @@ def names_its_word(word: str, definition: str) -> tuple[str, str] | None:
         if len(token) > 2 and shares_stem(token, word):
             return "stem", token
     return None
+
+
+def leak_summary(rows: list[list[str]], examples: int = 3) -> str:
+    """What version 3 removes from version 2's rows (``word, pos, synset, definition``), as the docs state it: the
+    count of each kind of leak and its first ``examples`` words (alphabetical) with the token that names them.
+    Generated: tests/test_diagnostics_data.py compares docs/evaluators.md with it."""
+    found: dict[str, list[tuple[str, str]]] = {kind: [] for kind in LEAK_KINDS}
+    for word, _, _, definition in rows:
+        got = names_its_word(word, definition)
+        if got is not None:
+            found[got[0]].append((word, got[1]))
+    total = sum(len(v) for v in found.values())
+    parts = []
+    for kind in LEAK_KINDS:
+        shown = ", ".join(f"*{w}* ({t})" for w, t in found[kind][:examples])
+        parts.append(f"{len(found[kind])} by {kind} ({shown}, …)")
+    return (
+        f"{total:,} of version 2's {len(rows):,} definitions name their word in another form — "
+        + "; ".join(parts)
+        + f" — and are removed: version 3 has {len(rows) - total:,} definitions."
+    )
 
 
 def make_v3(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
