@@ -713,7 +713,7 @@ def test_the_version_3_audit_table_in_the_docs_is_generated_from_the_audit_file(
         assert len(got) == min(meta["per_subset"], meta["sizes"][subset]), subset
         repeated = [(reason, k) for reason, k in Counter(r["reason_1"] for r in got).items() if k > 3]
         assert not repeated, (subset, repeated)
-    table = markdown_table(rates(rows, subsets), meta["sizes"])
+    table = markdown_table(rates(rows, subsets), meta["sizes"], meta["substitutions"])
     evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
     assert _marked(evaluators, "heros-v3-audit") == table, "\n" + table
     low, high = min(meta["sizes"].values()), max(meta["sizes"].values())

@@ -108,17 +108,23 @@ def rates(rows: list[dict[str, str]], subsets: Sequence[str]) -> list[SubsetRate
     return out
 
 
-def markdown_table(rs: list[SubsetRate], sizes: dict[str, int]) -> str:
-    """The docs' table of subset sizes and audited rates (generated: the test compares the docs with it)."""
+def markdown_table(
+    rs: list[SubsetRate], sizes: dict[str, int], substitutions: dict[str, dict[str, int]] | None = None
+) -> str:
+    """The docs' table of subset sizes, substitution spread and audited rates (generated: the test compares the
+    docs with it)."""
+    subs = substitutions or {}
     lines = [
-        "| subset | pairs in the built file | audited | clearly wrong | 95 % Wilson interval | also doubtful | passes |",
-        "|---|---:|---:|---:|---|---:|---|",
+        "| subset | pairs | distinct substitutions (largest) | audited | clearly wrong | 95 % Wilson interval | "
+        "also doubtful | passes |",
+        "|---|---:|---|---:|---:|---|---:|---|",
     ]
     for r in rs:
         agree = f"2 (κ = {r.kappa:.2f}, {r.disagreements} disagreements)" if r.passes == 2 else "1 (pass 2 pending)"
+        spread = f"{subs[r.subset]['distinct']} ({subs[r.subset]['largest']})" if r.subset in subs else "—"
         lines.append(
-            f"| `{r.subset}` | {sizes.get(r.subset, 0):,} | {r.n} | {r.wrong} ({100 * r.wrong / r.n:.1f} %) | "
-            f"{100 * r.low:.1f}–{100 * r.high:.1f} % | {r.doubtful} | {agree} |"
+            f"| `{r.subset}` | {sizes.get(r.subset, 0):,} | {spread} | {r.n} | {r.wrong} ({100 * r.wrong / r.n:.1f} %) "
+            f"| {100 * r.low:.1f}–{100 * r.high:.1f} % | {r.doubtful} | {agree} |"
         )
     return "\n".join(lines)
 
