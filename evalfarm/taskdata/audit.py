@@ -122,8 +122,9 @@ def markdown_table(
     for r in rs:
         agree = f"2 (κ = {r.kappa:.2f}, {r.disagreements} disagreements)" if r.passes == 2 else "1 (pass 2 pending)"
         spread = f"{subs[r.subset]['distinct']} ({subs[r.subset]['largest']})" if r.subset in subs else "—"
+        wrong = f"{r.wrong} ({100 * r.wrong / r.n:.1f} %)"
         lines.append(
-            f"| `{r.subset}` | {sizes.get(r.subset, 0):,} | {spread} | {r.n} | {r.wrong} ({100 * r.wrong / r.n:.1f} %) "
+            f"| `{r.subset}` | {sizes.get(r.subset, 0):,} | {spread} | {r.n} | {wrong} "
             f"| {100 * r.low:.1f}–{100 * r.high:.1f} % | {r.doubtful} | {agree} |"
         )
     return "\n".join(lines)
@@ -145,4 +146,14 @@ def read_sidecar(path: Path) -> dict[str, Any]:
     return dict(json.loads(path.with_suffix(".json").read_text(encoding="utf-8")))
 
 
-__all__ = ["COLUMNS", "VERDICTS", "AuditError", "cohen_kappa", "draw", "markdown_table", "rates", "read_audit", "wilson"]
+__all__ = [
+    "COLUMNS",
+    "VERDICTS",
+    "AuditError",
+    "cohen_kappa",
+    "draw",
+    "markdown_table",
+    "rates",
+    "read_audit",
+    "wilson",
+]

@@ -11,9 +11,9 @@ sample of ``n`` qualifying words (default 3,000), written in alphabetical order:
 
 Version 2 keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
 (:func:`clean_gloss`): NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them,
-so some of version 1's definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas Jefferson",
-"put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition lost its words
-("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
+so some of version 1's definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas
+Jefferson", "put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition
+lost its words ("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
 
 Version 3 (the default, issue 53) keeps version 2's rows less every definition that names its word in *another
 form* (:func:`names_its_word`): version 2 checked the exact word only, so "scan" kept "the act of scanning",

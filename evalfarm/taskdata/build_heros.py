@@ -206,9 +206,9 @@ def verb_slots(tok: Any) -> frozenset[str] | None:
 
 
 def adjective_slot(tok: Any) -> str | None:
-    """``pred`` for the complement of a copular verb (:data:`COPULAS`: "I'm glad", "seems odd"), ``attr`` for a noun's modifier ("a
-    terrible idea"), None otherwise: a vocative ("Hey beautiful!"), a bare exclamation, a small clause ("makes me
-    happy"), whose swaps the reader found unreliable."""
+    """``pred`` for the complement of a copular verb (:data:`COPULAS`: "I'm glad", "seems odd"), ``attr`` for a
+    noun's modifier ("a terrible idea"), None otherwise: a vocative ("Hey beautiful!"), a bare exclamation, a small
+    clause ("makes me happy"), whose swaps the reader found unreliable."""
     if tok.dep_ == "conj" and tok.head.pos_ == "ADJ":
         return adjective_slot(tok.head)
     if tok.dep_ == "acomp" and tok.head.lemma_.lower() in COPULAS and tok.head.i < tok.i:
@@ -383,8 +383,11 @@ def random_word(doc: Any, tok: Any, avoid: set[str], rng: np.random.Generator, w
     pool = [
         n
         for n in lexical.random_pool(pos, level, frames)
-        if n not in avoid and n not in NO_RANDOM and all(lexical._edit_distance(n, a) > 2 for a in avoid)
-        and not nlp().vocab[n].like_num and (frames is None or _only_frames(n, frames))
+        if n not in avoid
+        and n not in NO_RANDOM
+        and all(lexical._edit_distance(n, a) > 2 for a in avoid)
+        and not nlp().vocab[n].like_num
+        and (frames is None or _only_frames(n, frames))
     ]
     for k in rng.permutation(len(pool))[:20] if pool else []:
         name = pool[int(k)]
@@ -417,41 +420,16 @@ def minimal_pairs(
     if "?" in doc.text or not MIN_TOKENS <= len(doc) <= MAX_TOKENS:
         return None
     out: dict[str, Edit] = {}
-    root = next((t for t in doc if t.dep_ == "ROOT"), None)
-    if root is not None and sum(t.dep_ == "ROOT" for t in doc) == 1:
-        neg = negate_clause(doc, root)
-        key = f"{root.lemma_.lower()}:{'-' if own_negator(doc, root) is not None else '+'}"
-        if neg is not None and allowed("negation-main", key):
-            out["negation-main"] = Edit(render(doc, neg), f"{root.text}: negated", key)
+    _main_negation(doc, allowed, out)
     words = [t for t in doc if word_ok(doc, t)]
-    anchor = None
-    for tok in _order(words, None, rng):
-        got = lexicon_edit(doc, tok, "antonym", allowed)
-        if got is None:
-            continue
-        neg = negate_in_place(doc, tok)
-        if neg is None or not allowed("negation-antonym", got[1].key):
-            continue
-        out["antonym"] = got[0]
-        out["negation-antonym"] = Edit(render(doc, neg), f"{tok.text}: negated in place", got[1].key)
-        anchor = tok
-        break
+    anchor = _antonym_pairs(doc, words, rng, allowed, out)
     for tok in _order(words, anchor, rng):
         got = lexicon_edit(doc, tok, "synonym", allowed)
         if got is not None:
             out["synonym"] = got[0]
             anchor = anchor or tok
             break
-    targets = [t for t in doc if t.pos_ in ("VERB", "ADJ", "NOUN") and word_or_noun_ok(doc, t)]
-    for tok in _order(targets, anchor, rng):
-        lemma = tok.lemma_.lower()
-        if not allowed("random-word", lemma):
-            continue
-        avoid = {lemma, *(e.substitute for es in _by_word().values() for e in es if e.lemma == lemma)}
-        form = random_word(doc, tok, avoid, rng, wordlist)
-        if form is not None:
-            out["random-word"] = Edit(render(doc, swap(doc, tok, form)), f"{tok.text} -> {form}", lemma)
-            break
+    _random_pair(doc, anchor, rng, wordlist, allowed, out)
     typos = [t for t in doc if typo_target(doc, t)]
     for tok in _order(typos, anchor, rng):
         lemma = tok.lemma_.lower()
@@ -461,6 +439,55 @@ def minimal_pairs(
             break
     original = doc.text.strip()
     return {name: e for name, e in out.items() if e.text != original}
+
+
+def _main_negation(doc: Any, allowed: Callable[[str, str], bool], out: dict[str, Edit]) -> None:
+    """``negation-main`` into ``out`` where the sentence has one root and :func:`negate_clause` is sure."""
+    root = next((t for t in doc if t.dep_ == "ROOT"), None)
+    if root is None or sum(t.dep_ == "ROOT" for t in doc) != 1:
+        return
+    neg = negate_clause(doc, root)
+    key = f"{root.lemma_.lower()}:{'-' if own_negator(doc, root) is not None else '+'}"
+    if neg is not None and allowed("negation-main", key):
+        out["negation-main"] = Edit(render(doc, neg), f"{root.text}: negated", key)
+
+
+def _antonym_pairs(
+    doc: Any, words: list[Any], rng: np.random.Generator, allowed: Callable[[str, str], bool], out: dict[str, Edit]
+) -> Any | None:
+    """``antonym`` and ``negation-antonym`` on the first word (seeded order) that has both; that word, or None."""
+    for tok in _order(words, None, rng):
+        got = lexicon_edit(doc, tok, "antonym", allowed)
+        if got is None:
+            continue
+        neg = negate_in_place(doc, tok)
+        if neg is None or not allowed("negation-antonym", got[1].key):
+            continue
+        out["antonym"] = got[0]
+        out["negation-antonym"] = Edit(render(doc, neg), f"{tok.text}: negated in place", got[1].key)
+        return tok
+    return None
+
+
+def _random_pair(
+    doc: Any,
+    anchor: Any | None,
+    rng: np.random.Generator,
+    wordlist: frozenset[str],
+    allowed: Callable[[str, str], bool],
+    out: dict[str, Edit],
+) -> None:
+    """``random-word`` into ``out``: the first target (the anchor first) a random word fits."""
+    targets = [t for t in doc if t.pos_ in ("VERB", "ADJ", "NOUN") and word_or_noun_ok(doc, t)]
+    for tok in _order(targets, anchor, rng):
+        lemma = tok.lemma_.lower()
+        if not allowed("random-word", lemma):
+            continue
+        avoid = {lemma, *(e.substitute for es in _by_word().values() for e in es if e.lemma == lemma)}
+        form = random_word(doc, tok, avoid, rng, wordlist)
+        if form is not None:
+            out["random-word"] = Edit(render(doc, swap(doc, tok, form)), f"{tok.text} -> {form}", lemma)
+            return
 
 
 def word_or_noun_ok(doc: Any, tok: Any) -> bool:
