@@ -207,3 +207,26 @@ def test_a_lexicon_substitution_is_made_only_in_the_slots_its_entry_allows(sente
     tok = next(t for t in doc if t.text == word)
     got = lexicon_edit(doc, tok, subset, lambda s, k: True)
     assert (got[0].text if got else None) == pair
+
+
+@pytest.mark.parametrize(
+    ("sentence", "negated"),
+    [
+        ("Wonder what [NAME] [NAME] thinks about all this", None),  # "I" dropped: no imperative
+        ("Hope he gets rich from this!", None),
+        ("Guess I\u2019m heading back to the kitchen :)", None),
+        ("Dude the speed which the cop came running is amazing", None),  # an interjection taken for a verb
+        ("A billion more [NAME] saves and I\u2019ll have [NAME]!", None),  # a plural noun taken for a verb
+        ("They were barely given a chance", None),  # a negative adverb: no "not barely"
+        ("Mine do honestly, but I try not to.", None),  # do as a pro-verb
+        ("[NAME] forbid someone make a joke around YOU", None),  # God forbid, masked
+        ("I do it all the time.", "I do not do it all the time."),
+        ("Check that rabid post history lol", "Do not check that rabid post history lol"),
+    ],
+)
+def test_negation_main_leaves_alone_what_the_version_3_audit_found_wrong(sentence, negated):
+    """The audit's wrong negation-main rows (docs/audits/heros-v3.tsv), each a rule of `main_clause_doubtful`."""
+    from evalfarm.taskdata.build_heros import minimal_pairs
+
+    got = minimal_pairs(_doc(sentence), np.random.default_rng(0), frozenset())
+    assert (got["negation-main"].text if got and "negation-main" in got else None) == negated

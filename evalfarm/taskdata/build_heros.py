@@ -69,6 +69,7 @@ from evalfarm.taskdata.negation import (
     NPI,
     PPI,
     cased,
+    main_clause_doubtful,
     negate_clause,
     own_negator,
     render,
@@ -444,7 +445,7 @@ def minimal_pairs(
 def _main_negation(doc: Any, allowed: Callable[[str, str], bool], out: dict[str, Edit]) -> None:
     """``negation-main`` into ``out`` where the sentence has one root and :func:`negate_clause` is sure."""
     root = next((t for t in doc if t.dep_ == "ROOT"), None)
-    if root is None or sum(t.dep_ == "ROOT" for t in doc) != 1:
+    if root is None or sum(t.dep_ == "ROOT" for t in doc) != 1 or main_clause_doubtful(doc, root):
         return
     neg = negate_clause(doc, root)
     key = f"{root.lemma_.lower()}:{'-' if own_negator(doc, root) is not None else '+'}"

@@ -83,6 +83,37 @@ _CLITIC_FULL = {"'ve": "have", "\u2019ve": "have", "ve": "have"}
 """Clitics glued after an auxiliary that a ``not`` must not split ("could've" -> "could not have")."""
 
 
+DROPPED_I = frozenset(
+    {"wonder", "hope", "guess", "think", "wish", "suppose", "bet", "reckon", "agree", "disagree", "love", "hate",
+     "like", "need", "want", "feel", "mean", "know", "believe", "imagine", "miss", "appreciate", "doubt", "forbid"}
+)  # fmt: skip
+"""Verbs that open a sentence with "I" dropped ("Wonder if …", "Hope he …", "Guess I'm …"): not imperatives, so a
+main clause opening with one is left alone (:func:`main_clause_doubtful`)."""
+NEGATIVE_ADVERBS = frozenset({"barely", "hardly", "scarcely", "seldom", "rarely"})
+"""Adverbs that are negative already: "not barely" is no negation of "barely"."""
+INTERJECTIONS = frozenset({"dude", "bro", "lol", "lmao", "omg", "wow", "yeah", "yes", "damn", "man", "ugh"})
+"""Words the tagger takes for a sentence-opening verb ("Dude the speed …" -> "Do not dude the speed …")."""
+
+
+def main_clause_doubtful(doc: Any, root: Any) -> bool:
+    """Extra doubts for the *main* clause only (``negation-main``), from the version-3 audit: a sentence-opening
+    verb of thinking or hoping with "I" dropped (:data:`DROPPED_I`), an interjection the tagger took for a verb
+    (:data:`INTERJECTIONS`), a "verb" with a determiner (a plural noun: "A billion more saves"), a negative adverb
+    in the clause (:data:`NEGATIVE_ADVERBS`), *do* as a pro-verb with nothing after it ("Mine do honestly"), and
+    a masked name before the verb ("[NAME] forbid": God forbid)."""
+    kids = list(root.children)
+    subject = any(c.dep_ in _SUBJECT for c in kids)
+    first = next((t for t in doc if not t.is_punct), None)
+    opening = first is not None and first.i == root.i
+    if opening and not subject and (root.lemma_.lower() in DROPPED_I or root.lower_ in INTERJECTIONS):
+        return True
+    if any(c.dep_ == "det" for c in kids) or any(t.lower_ in NEGATIVE_ADVERBS for t in _clause(root)):
+        return True
+    if root.lemma_.lower() == "do" and not any(c.dep_ in ("dobj", "xcomp", "ccomp", "acomp", "attr") for c in kids):
+        return True
+    return root.i > 0 and doc[root.i - 1].text == "]"
+
+
 def is_negator(tok: Any) -> bool:
     return tok.lower_ in NEGATORS
 
@@ -270,4 +301,14 @@ def render(doc: Any, edits: Mapping[int, str]) -> str:
     return "".join(out).replace("  ", " ").strip()
 
 
-__all__ = ["NEGATIVE_WORDS", "NPI", "PPI", "all_caps", "cased", "finite_clause", "negate_clause", "render"]
+__all__ = [
+    "NEGATIVE_WORDS",
+    "NPI",
+    "PPI",
+    "all_caps",
+    "cased",
+    "finite_clause",
+    "main_clause_doubtful",
+    "negate_clause",
+    "render",
+]
