@@ -27,7 +27,8 @@ per-row review by a **reviewed lexicon of substitution types** and rules that ch
   having a WordNet frame of that kind; a noun only where the substitute is countable like the slot (its plural is a
   word of the EvalRank vocabulary: never "an information", "an admiration").
 - **negation-main**: the main clause's finite verb negated, or its negation removed, by
-  :func:`evalfarm.taskdata.negation.negate_clause`; a sentence is left alone where that rule is unsure.
+  :func:`evalfarm.taskdata.negation.negate_clause`; a sentence is left alone where that rule is unsure, or where
+  :func:`evalfarm.taskdata.negation.main_clause_doubtful` doubts the parse of its main clause (the audit's finds).
 - **negation-antonym**: the antonym's word negated in place: an adjective gets ``not`` before it, or its copula's
   negation removed ("isn't dead" -> "is dead", never "isn't not dead"); a verb's clause is negated as above.
 - **No single substitution** makes more than 2 % of a subset (:data:`MAX_SHARE` of ``n``): the key is
