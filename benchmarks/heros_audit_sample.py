@@ -8,6 +8,14 @@ procedure and the criteria: docs/audits/README.md).
     python benchmarks/heros_audit_sample.py "$(evalfarm data build heros | sed -n 's/^built: //p')" > sample.tsv
     python benchmarks/heros_audit_sample.py --candidates > candidates.tsv
     python benchmarks/heros_audit_sample.py --smoke --json /tmp/h.json   # a six-comment build: CI only
+    python benchmarks/heros_audit_sample.py "$f" --two-pass docs/audits/heros-v3.tsv   # version 3's audit
+
+``--two-pass FILE`` writes version 3's audit instead (docs/audits/README.md): ``AUDIT_SIZE`` (170) rows a subset,
+drawn with seed ``AUDIT_SEED`` (53) by :func:`evalfarm.taskdata.audit.draw` from the *built* file, in the two-pass
+format (``verdict_1`` / ``reason_1`` / ``verdict_2`` / ``reason_2`` left empty), and its sidecar ``FILE.json``
+(the built file's recipe, version, sha256 and each subset's size). 170 is the smallest sample at which an exact
+one-sided binomial test tells a 10 % error rate from 5 % (at most 5 % false alarms, at least 80 % power: reject
+"≤ 5 %" at 14 or more wrong).
 
 ``--json`` also writes the sample as ``{"rows": [[subset, id, original, pair], ...]}``. ``--smoke`` builds the
 recipe on 6 comments (``{"n": 6}``) into a temporary folder, with ``EVALFARM_CACHE`` there too (the user's cache is
@@ -29,6 +37,8 @@ import numpy as np
 
 SEED = 43
 SAMPLE = 40
+AUDIT_SEED = 53
+AUDIT_SIZE = 170
 SUBSETS = ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym")
 
 
@@ -56,9 +66,9 @@ def candidates() -> None:
     """Every synonym and antonym pair the rules make, before the review (``--candidates``): the rows a review
     judges, in evalfarm/taskdata/heros_review.tsv's columns, with the texts after them for the reader."""
     from evalfarm.taskdata import build
-    from evalfarm.taskdata.build_heros import COLUMNS, make_rows
+    from evalfarm.taskdata.build_heros_v2 import COLUMNS, make_rows
 
-    b = build.builder("heros")
+    b = build.builder("heros", "2")
     text = make_rows(build.resolve_inputs(b), b.params(), None)
     at = {c: i for i, c in enumerate(COLUMNS)}
     for line in text.splitlines()[1:]:
@@ -69,6 +79,44 @@ def candidates() -> None:
             note = next(e for e in r[at["edits"]].split("; ") if e.startswith(f"{subset}: "))
             key = note.removeprefix(f"{subset}: ").split(" (")[0]
             print("\t".join([r[at["comment_id"]], subset, key, "", "", r[at["original"]], r[at[subset]]]))
+
+
+def _substitutions(rows: list[list[str]], at: dict[str, int], subset: str) -> dict[str, Any]:
+    """How many distinct substitutions (``lemma>substitute``) fill a subset, and the largest one's count."""
+    from collections import Counter
+
+    keys = Counter(
+        e.removeprefix(f"{subset}: ").split(" (")[0]
+        for r in rows
+        for e in r[at["edits"]].split("; ")
+        if e.startswith(f"{subset}: ")
+    )
+    top = keys.most_common(1)
+    return {"distinct": len(keys), "largest": top[0][1] if top else 0}
+
+
+def two_pass(path: Path, out: Path) -> None:
+    """``--two-pass``: version 3's audit file and its sidecar, drawn from the built file ``path``."""
+    from evalfarm.cache import sha256_file
+    from evalfarm.taskdata.audit import COLUMNS, draw
+
+    at, rows = _rows(path)
+    header = path.read_text(encoding="utf-8").splitlines()[0].split(" ")
+    picked = draw(rows, at, SUBSETS, AUDIT_SEED, AUDIT_SIZE)
+    lines = ["\t".join(COLUMNS)]
+    for subset, r in picked:
+        note = next((e for e in r[at["edits"]].split("; ") if e.startswith(f"{subset}: ")), "")
+        cells = [subset, r[at["id"]], r[at["original"]], r[at[subset]], note.removeprefix(f"{subset}: ")]
+        lines.append("\t".join([*cells, "", "", "", ""]))
+    out.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    meta = {
+        "built": {"recipe": header[4], "version": header[5], "file": path.name, "sha256": sha256_file(path)},
+        "seed": AUDIT_SEED,
+        "per_subset": AUDIT_SIZE,
+        "sizes": {s: sum(bool(r[at[s]]) for r in rows) for s in SUBSETS},
+        "substitutions": {s: _substitutions(rows, at, s) for s in ("synonym", "antonym")},
+    }
+    out.with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n", encoding="utf-8")
 
 
 def smoke(tmp: Path) -> tuple[Path, dict[str, Any]]:
@@ -95,7 +143,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--candidates", action="store_true", help="every synonym and antonym pair before the review")
     ap.add_argument("--json", type=Path, help="write the sample here too")
     ap.add_argument("--smoke", action="store_true", help="a six-comment build in a temporary folder: CI only")
+    ap.add_argument("--two-pass", type=Path, help="write version 3's two-pass audit file (and its .json) here")
     args = ap.parse_args(argv)
+    if args.two_pass is not None:
+        if args.path is None:
+            ap.error("--two-pass needs the built file")
+        two_pass(args.path, args.two_pass)
+        return
     if args.candidates:
         candidates()
         return

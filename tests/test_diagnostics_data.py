@@ -223,8 +223,8 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
     two = databuild.build(name, {"n": n}, out_dir=tmp_path / "b", force=True)
     assert one.sha256 == two.sha256 and one.path.read_bytes() == two.path.read_bytes()
     rows = databuild.read_rows(one.path)
-    if name == "heros":  # version 2: a subset's cell is filled where a right pair could be made, n pairs at most
-        from evalfarm.taskdata.build_heros import COLUMNS, SUBSETS
+    if name == "heros":  # v2, v3: a subset's cell is filled where a right pair could be made, n pairs at most
+        from evalfarm.taskdata.build_heros_v2 import COLUMNS, SUBSETS
 
         at = {c: i for i, c in enumerate(COLUMNS)}
         filled = {s: sum(bool(row[at[s]]) for row in rows) for s in SUBSETS}
@@ -233,10 +233,10 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
             original = row[at["original"]]
             assert "?" not in original and any(row[at[s]] for s in SUBSETS)
             assert all(row[at[s]] != original for s in SUBSETS), row
-    else:
-        assert len(rows) == n and all(all(cell.strip() for cell in row) for row in rows)
+    else:  # version 3: version 2's n rows less those whose definition names the word in another form
+        assert 0 < len(rows) <= n and all(all(cell.strip() for cell in row) for row in rows)
         words = [r[0] for r in rows]
-        assert words == sorted(set(words)) and len({r[3] for r in rows}) == n  # one word per gloss
+        assert words == sorted(set(words)) and len({r[3] for r in rows}) == len(rows)  # one word per gloss
 
 
 @pytest.mark.slow
@@ -252,7 +252,7 @@ def test_a_real_recipe_builds_byte_identical_twice(name, n, tmp_path, monkeypatc
     ],
 )
 def test_the_main_verb_is_negated_or_its_negation_removed(sentence, negated):
-    from evalfarm.taskdata.build_heros import negate, nlp, render
+    from evalfarm.taskdata.build_heros_v2 import negate, nlp, render
 
     doc = nlp()(sentence)
     root = next(t for t in doc if t.dep_ == "ROOT")
@@ -436,7 +436,7 @@ def test_a_quoted_row_left_open_or_with_a_wrong_column_count_names_its_line(tmp_
 
 @pytest.mark.slow
 def test_the_real_goemotions_dev_and_test_files_read_unquoted(data_dir):
-    from evalfarm.taskdata.build_heros import read_goemotions
+    from evalfarm.taskdata.build_heros_v2 import read_goemotions
 
     for split, quoted in (("dev", 137), ("test", 149)):
         rows = read_goemotions(data_dir / "heros" / "goemotions_fallback" / f"{split}.tsv")
@@ -562,7 +562,7 @@ def test_a_built_heros_file_reads_by_its_column_line_and_an_empty_cell_is_no_pai
     ],
 )
 def test_version_2_negates_the_main_verb_where_version_1_went_wrong(sentence, negated):
-    from evalfarm.taskdata.build_heros import main_negation, nlp, render
+    from evalfarm.taskdata.build_heros_v2 import main_negation, nlp, render
 
     doc = nlp()(sentence)
     edits = main_negation(doc)
@@ -576,7 +576,7 @@ def test_version_2_chooses_the_sense_in_context_and_keeps_the_slot_grammatical()
     import numpy as np
 
     from evalfarm.taskdata import lexical
-    from evalfarm.taskdata.build_heros import Word, nlp, qualifies, random_word, slot_frames, synonym_of, typo
+    from evalfarm.taskdata.build_heros_v2 import Word, nlp, qualifies, random_word, slot_frames, synonym_of, typo
 
     def word(sentence: str, text: str) -> Word:
         doc = nlp()(sentence)
@@ -605,7 +605,7 @@ def test_version_2_chooses_the_sense_in_context_and_keeps_the_slot_grammatical()
 def test_a_synonym_or_antonym_pair_enters_only_with_a_right_verdict_in_the_review(tmp_path):
     """make_rows with the review: a reviewed-wrong pair and an unreviewed one are left out; without it (the
     candidates a review reads), both are there."""
-    from evalfarm.taskdata.build_heros import COLUMNS, make_rows
+    from evalfarm.taskdata.build_heros_v2 import COLUMNS, make_rows
 
     dev = tmp_path / "dev.tsv"
     dev.write_text("At least she tried to be prepared for this.\t1\tc1\nThey agree with your statement.\t1\tc2\n")
@@ -683,7 +683,124 @@ def test_the_audit_rates_in_the_docs_are_the_audit_files():
         line = next(x for x in readme.splitlines() if re.match(rf"\| {subset} \| \d", x))  # the rates table
         v1, v2 = counts[("v1", subset)][0], counts[("v2", subset)][0]
         assert re.fullmatch(rf"\| {subset} \| {v1} (\(.*\) )?\| {v2}( .*)? \|", line), line
-        row = next(x for x in evaluators.splitlines() if x.startswith(f"| `{subset}` |"))
-        assert f"v1: {v1} of 40" in row and (f"{v2} of 40" in row), row
+        row = next(x for x in evaluators.splitlines() if re.match(rf"\| `{subset}` \| \d+ of 40", x))
+        assert row.startswith(f"| `{subset}` | {v2} of 40") and row.endswith(f"| {v1} of 40 |"), row
     for subset in ("synonym", "antonym"):
         assert f"{wrong[subset]} of {total[subset]}" in readme
+
+
+def _marked(text: str, name: str) -> str:
+    """The text between ``<!-- name -->`` and ``<!-- /name -->`` in a doc."""
+    start, end = f"<!-- {name} -->\n", f"\n<!-- /{name} -->"
+    return text[text.index(start) + len(start) : text.index(end)]
+
+
+def test_the_version_3_audit_table_in_the_docs_is_generated_from_the_audit_file():
+    """docs/evaluators.md's version-3 table is `markdown_table` of docs/audits/heros-v3.tsv and its sidecar; every
+    audited row has a verdict and a reason of its own (none used for more than three rows of a subset); the
+    overview table's size range is the sidecar's."""
+    from collections import Counter
+
+    from evalfarm.taskdata.audit import markdown_table, rates, read_audit, read_sidecar
+
+    repo = Path(__file__).resolve().parents[1]
+    path = repo / "docs" / "audits" / "heros-v3.tsv"
+    rows, meta = read_audit(path), read_sidecar(path)
+    subsets = ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym")
+    assert all(r["verdict_1"] and r["reason_1"] for r in rows)
+    for subset in subsets:
+        got = [r for r in rows if r["subset"] == subset]
+        assert len(got) == min(meta["per_subset"], meta["sizes"][subset]), subset
+        repeated = [(reason, k) for reason, k in Counter(r["reason_1"] for r in got).items() if k > 3]
+        assert not repeated, (subset, repeated)
+    table = markdown_table(rates(rows, subsets), meta["sizes"], meta["substitutions"])
+    evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
+    assert _marked(evaluators, "heros-v3-audit") == table, "\n" + table
+    low, high = min(meta["sizes"].values()), max(meta["sizes"].values())
+    assert f"(generated, version 3: GoEmotions minimal pairs, {low:,}–{high:,} per subset, audited)" in evaluators
+    assert meta["built"]["version"] == "3"
+
+
+def test_an_audit_file_needs_a_reason_with_every_verdict_and_counts_either_readers_wrong(tmp_path):
+    from evalfarm.taskdata.audit import COLUMNS, AuditError, cohen_kappa, rates, read_audit, wilson
+
+    f = tmp_path / "a.tsv"
+    head = "\t".join(COLUMNS) + "\n"
+    f.write_text(head + "synonym\t1\ta\tb\te\tok\t\t\t\n")
+    with pytest.raises(AuditError, match=r"a\.tsv:2: pass 1 needs both"):
+        read_audit(f)
+    f.write_text(head + "synonym\t1\ta\tb\te\tfine\tx\t\t\n")
+    with pytest.raises(AuditError, match="verdict_1 must be one of"):
+        read_audit(f)
+    f.write_text(
+        head
+        + "synonym\t1\ta\tb\te\tok\tsame sense\twrong\tregister\n"
+        + "synonym\t2\ta\tc\te\twrong\tidiom broken\twrong\tidiom\n"
+        + "synonym\t3\ta\td\te\tdoubtful\todd\tok\tfine\n"
+    )
+    (r,) = rates(read_audit(f), ["synonym"])
+    assert (r.n, r.wrong, r.doubtful, r.passes, r.disagreements) == (3, 2, 1, 2, 2)
+    assert r.kappa == pytest.approx(cohen_kappa(["ok", "wrong", "doubtful"], ["wrong", "wrong", "ok"]))
+    lo, hi = wilson(5, 170)  # 2.9 %: 1.3-6.7 % (Wilson 1927)
+    assert round(lo, 3) == 0.013 and round(hi, 3) == 0.067
+    assert wilson(0, 10)[0] == 0.0 and cohen_kappa(["ok", "wrong"], ["ok", "wrong"]) == 1.0
+
+
+@pytest.mark.slow
+def test_the_version_3_audit_was_drawn_from_the_final_built_file():
+    """The audited rows are the documented draw from the file the catalog's task builds: built (or found in the
+    cache, where the task-kind contract's run of the same task leaves it) and checked against the catalog's sha256,
+    which is the sidecar's; the draw gives the audit file's rows."""
+    import yaml
+
+    from evalfarm.taskdata.audit import draw, read_audit, read_sidecar
+
+    repo = Path(__file__).resolve().parents[1]
+    path = repo / "docs" / "audits" / "heros-v3.tsv"
+    meta = read_sidecar(path)
+    tasks = yaml.safe_load((repo / "catalog" / "tasks.yaml").read_text())["tasks"]
+    entry = next(t for t in tasks if t["id"] == "heros-goemotions")
+    assert meta["built"]["sha256"] == entry["build"]["sha256"]
+    built = databuild.built_file(databuild.BuildRef(**entry["build"]))  # raises on a different sha256
+    cols, rows = databuild.read_table(built)
+    at = {c: i for i, c in enumerate(cols)}
+    subsets = ("synonym", "antonym", "typo", "random-word", "negation-main", "negation-antonym")
+    assert {s: sum(bool(r[at[s]]) for r in rows) for s in subsets} == meta["sizes"]
+    want = [(s, r[at["id"]], r[at["original"]], r[at[s]]) for s, r in draw(rows, at, subsets, 53, 170)]
+    got = [(r["subset"], r["id"], r["original"], r["pair"]) for r in read_audit(path)]
+    assert got == want
+
+
+@pytest.mark.slow
+def test_the_defsent_counts_in_the_docs_are_the_built_files(tmp_path, monkeypatch):
+    """docs/evaluators.md's DefSent leak counts and examples are `leak_summary` of the built version 2; version 3
+    is version 2 less exactly those rows, and none of its definitions names its word in any form."""
+    from evalfarm.taskdata.build_defsent import leak_summary, names_its_word
+
+    monkeypatch.setenv("EVALFARM_CACHE", str(tmp_path / "cache"))
+    v2 = databuild.read_rows(databuild.build("defsent", version="2", out_dir=tmp_path / "b").path)
+    v3 = databuild.read_rows(databuild.build("defsent", out_dir=tmp_path / "b").path)
+    repo = Path(__file__).resolve().parents[1]
+    evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
+    assert _marked(evaluators, "defsent-leaks") == leak_summary(v2)
+    assert [r for r in v2 if names_its_word(r[0], r[3]) is None] == v3
+    assert f"version 3: {len(v3):,} WordNet first-sense glosses" in evaluators
+    for word, definition in (("scan", "the act of scanning"), ("nightly", "happening every night")):
+        assert names_its_word(word, definition) is not None
+    assert names_its_word("dog", "a domesticated carnivorous mammal") is None
+
+
+@pytest.mark.slow
+def test_the_version_2_sizes_in_the_docs_are_its_built_file():
+    """Version 2 stays buildable byte for byte (the catalog's sha256), and the sizes the docs state are its file's."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    tasks = yaml.safe_load((repo / "catalog" / "diagnostics-v2.yaml").read_text())["tasks"]
+    entry = next(t for t in tasks if t["id"] == "heros-goemotions-v2")
+    ref = databuild.BuildRef(**entry["build"])
+    cols, rows = databuild.read_table(databuild.built_file(ref))
+    at = {c: i for i, c in enumerate(cols)}
+    n = {s: sum(bool(r[at[s]]) for r in rows) for s in ("synonym", "antonym")}
+    evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
+    assert f"({n['synonym']} synonym and {n['antonym']} antonym pairs)" in evaluators

@@ -9,12 +9,19 @@ per synset (the first alphabetically), so no two words share a gloss. A seeded
 sample of ``n`` qualifying words (default 3,000), written in alphabetical order: ``word``, ``pos`` (n / v / a),
 ``synset`` and ``definition``.
 
-Version 2 (the default) keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
-(:func:`clean_gloss`):
-NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them, so 24 of version 1's
-3,000 definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas Jefferson",
-"put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition lost its words
-("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
+Version 2 keeps version 1's words and reads each definition from the raw gloss of WordNet's data file
+(:func:`clean_gloss`): NLTK's ``definition()`` deletes the quoted examples but keeps what sat between and after them,
+so some of version 1's definitions end in example residue ("having or showing distrust; ; - B.N.Cardozo; - Thomas
+Jefferson", "put together ...; ; ; He manufactured a popular cereal\"") and a quoted phrase inside a definition
+lost its words ("(especially in the phrase )"). Version 1 stays buildable (``--version 1``) for numbers computed on it.
+
+Version 3 (the default, issue 53) keeps version 2's rows less every definition that names its word in *another
+form* (:func:`names_its_word`): version 2 checked the exact word only, so "scan" kept "the act of scanning",
+"nightly" kept "...night", "tunisian" kept "Tunisia". A definition's token names the word when one is an inflection
+of the other (WordNet's morphy, LemmInflect), a derivation of it (WordNet's derivationally related forms and
+pertainyms of any of the word's senses, with their inflections), or when they share a stem (NLTK's Snowball or
+Porter stemmer; or a common prefix of at least five letters covering the shorter word but for its last letter:
+"office" / "official"). Such rows are removed, not rewritten (a rewritten gloss would no longer be WordNet's).
 """
 
 from __future__ import annotations
@@ -37,6 +44,14 @@ def resources() -> dict[str, str]:
     from evalfarm.taskdata.wordnet import wordnet_identity
 
     return {"wordnet": wordnet_identity()}
+
+
+def leak_check_resources() -> dict[str, str]:
+    """What version 3's leak check reads besides WordNet: NLTK (its stemmers) and LemmInflect."""
+    import lemminflect
+    import nltk
+
+    return {"nltk": nltk.__version__, "lemminflect": getattr(lemminflect, "__version__", "?")}
 
 
 def vocabulary(inputs: Mapping[str, Path]) -> list[str]:
@@ -136,6 +151,135 @@ def make(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
+LEAK_KINDS = ("inflection", "derivation", "stem")
+"""How a definition's token can name its word (:func:`names_its_word`), in the order they are tried."""
+MIN_SHARED_PREFIX = 5
+
+
+@functools.cache
+def _stemmers() -> tuple[Any, Any]:
+    from nltk.stem import PorterStemmer
+    from nltk.stem.snowball import SnowballStemmer
+
+    return SnowballStemmer("english"), PorterStemmer()
+
+
+@functools.cache
+def base_forms(token: str) -> frozenset[str]:
+    """``token`` and its lemmas: WordNet's morphy in every part of speech and LemmInflect's lemmas."""
+    from lemminflect import getAllLemmas
+
+    from evalfarm.taskdata.wordnet import wordnet
+
+    out = {token}
+    for pos in ("n", "v", "a", "r"):
+        got = wordnet().morphy(token, pos)
+        if got:
+            out.add(got.lower())
+    for lemmas in getAllLemmas(token).values():
+        out.update(lem.lower() for lem in lemmas)
+    return frozenset(out)
+
+
+@functools.cache
+def inflections(word: str) -> frozenset[str]:
+    """``word``, its base forms and every inflection LemmInflect knows of them."""
+    from lemminflect import getAllInflections
+
+    out = set(base_forms(word))
+    for base in list(out):
+        for forms in getAllInflections(base).values():
+            out.update(f.lower() for f in forms)
+    return frozenset(out)
+
+
+@functools.cache
+def derivations(word: str) -> frozenset[str]:
+    """WordNet's derivationally related forms and pertainyms of ``word`` in any of its senses (single words), and
+    their inflections: "scan" -> "scanning", "scanner"; "nightly" -> "night"."""
+    from evalfarm.taskdata.wordnet import wordnet
+
+    related: set[str] = set()
+    for base in base_forms(word):
+        for synset in wordnet().synsets(base):
+            for lem in synset.lemmas():
+                if lem.name().lower() != base:
+                    continue
+                for other in [*lem.derivationally_related_forms(), *lem.pertainyms()]:
+                    name = other.name().lower()
+                    if name.isalpha():
+                        related.add(name)
+    out: set[str] = set()
+    for name in related:
+        out |= inflections(name)
+    return frozenset(out)
+
+
+def shares_stem(a: str, b: str) -> bool:
+    """Whether ``a`` and ``b`` share a stem: the same Snowball or Porter stem, or a common prefix of at least
+    :data:`MIN_SHARED_PREFIX` letters that covers the shorter word but for its last letter ("office" / "official",
+    "tunisia" / "tunisian")."""
+    snowball, porter = _stemmers()
+    if snowball.stem(a) == snowball.stem(b) or porter.stem(a) == porter.stem(b):
+        return True
+    prefix = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        prefix += 1
+    return prefix >= max(MIN_SHARED_PREFIX, min(len(a), len(b)) - 1)
+
+
+def names_its_word(word: str, definition: str) -> tuple[str, str] | None:
+    """``(kind, token)`` where ``definition`` names ``word`` through another form (:data:`LEAK_KINDS`: an
+    inflection either way, a WordNet derivation, a shared stem), None where no token does."""
+    tokens = re.findall(r"[a-z]+", definition.lower())
+    forms = inflections(word)
+    for token in tokens:
+        if token == word or base_forms(token) & forms or inflections(token) & {word}:
+            return "inflection", token
+    derived = derivations(word)
+    for token in tokens:
+        if token in derived or base_forms(token) & derived or word in derivations(token):
+            return "derivation", token
+    for token in tokens:
+        if len(token) > 2 and shares_stem(token, word):
+            return "stem", token
+    return None
+
+
+def leak_summary(rows: list[list[str]], examples: int = 3) -> str:
+    """What version 3 removes from version 2's rows (``word, pos, synset, definition``), as the docs state it: the
+    count of each kind of leak and its first ``examples`` words (alphabetical) with the token that names them.
+    Generated: tests/test_diagnostics_data.py compares docs/evaluators.md with it."""
+    found: dict[str, list[tuple[str, str]]] = {kind: [] for kind in LEAK_KINDS}
+    for word, _, _, definition in rows:
+        got = names_its_word(word, definition)
+        if got is not None:
+            found[got[0]].append((word, got[1]))
+    total = sum(len(v) for v in found.values())
+    parts = []
+    for kind in LEAK_KINDS:
+        shown = ", ".join(f"*{w}* ({t})" for w, t in found[kind][:examples])
+        parts.append(f"{len(found[kind])} by {kind} ({shown}, …)")
+    return (
+        f"{total:,} of version 2's {len(rows):,} definitions name their word in another form — "
+        + "; ".join(parts)
+        + f" — and are removed: version 3 has {len(rows) - total:,} definitions."
+    )
+
+
+def make_v3(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
+    """Version 3: version 2's rows less each definition that names its word in any form (:func:`names_its_word`)."""
+    rows = make(inputs, params).splitlines()
+    out = [rows[0]]
+    for row in rows[1:]:
+        word, _, _, definition = row.split("\t")
+        if names_its_word(word, definition) is None:
+            out.append(row)
+    return "\n".join(out) + "\n"
+
+
 def make_v1(inputs: Mapping[str, Path], params: Mapping[str, Any]) -> str:
     """Version 1: NLTK's definitions, residue and all."""
     return make_with(inputs, params, nltk_definition)
@@ -171,6 +315,20 @@ INPUTS = {
 }
 """The EvalRank word pool both versions sample from (verified by sha256)."""
 
+
+BUILDER_V3 = register_builder(
+    Builder(
+        name="defsent",
+        version="3",
+        description="WordNet 3.0 first-sense glosses (examples removed; none naming its word in any inflection, "
+        "derivation or shared stem) of a seeded sample of EvalRank pool words (DefSent-style definition -> word "
+        "retrieval)",
+        make=make_v3,
+        defaults={"n": 3000, "seed": 0},
+        inputs=INPUTS,
+        resources=lambda: {**resources(), **leak_check_resources()},
+    )
+)
 
 BUILDER = register_builder(
     Builder(
