@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -287,3 +288,63 @@ models:
     assert outside(place) == before, text
     assert proc.returncode == 2 and "Traceback" not in text, text
     assert "table 'metrics' is damaged: add '../../../victim/secret.parquet'" in text, text
+
+
+# -- HIGH 2: vacuum never follows a link, never deletes outside its table ------------------------------------------
+LINKS = {
+    "in-data": "tables/metrics/data/evil",
+    "at-the-table-root": "tables/metrics/evil",
+    "over-a-run-folder": "tables/metrics/data/r9",
+}
+
+
+@pytest.mark.parametrize("where", list(LINKS))
+def test_vacuum_deletes_nothing_through_a_planted_link(place, where):
+    """A writer plants ``tables/metrics/data/evil -> <victim folder>`` (or at the table's root): the owner's
+    ``vacuum --keep 1h`` deleted every file under the link older than the retention on main (delta-rs' full vacuum
+    lists the table following links). Now the table is refused, named, and nothing outside is touched."""
+    from evalfarm.warehouse.maintenance import vacuum
+
+    root, victim = place["root"], place["victim"]
+    os.symlink(victim, root / LINKS[where])
+    before = tree(victim)
+    try:
+        done = vacuum(Warehouse(root), keep=timedelta(hours=1))
+        refused = [getattr(v, "refused", None) for v in done if v.table == "metrics"]
+    except Exception as exc:  # what it says is checked below
+        refused = [str(exc)]
+    assert tree(victim) == before  # not a byte of the victim's folder deleted
+    assert os.path.islink(root / LINKS[where])  # nor the link itself (it is the table's owner's to look at)
+    assert refused and refused[0] and "link" in refused[0] and LINKS[where].split("/")[-1] in refused[0], refused
+
+
+@pytest.mark.parametrize("kind", ["fifo", "link-to-a-file"])
+def test_vacuum_refuses_a_table_holding_a_fifo_or_a_link_to_a_file(place, kind):
+    from evalfarm.warehouse.maintenance import vacuum
+
+    root, victim = place["root"], place["victim"]
+    planted = root / "tables" / "metrics" / "data" / "old.parquet"
+    if kind == "fifo":
+        os.mkfifo(planted)
+    else:
+        os.symlink(victim / "secret.parquet", planted)
+    before = tree(victim)
+    (m,) = [v for v in vacuum(Warehouse(root), keep=timedelta(hours=1)) if v.table == "metrics"]
+    assert tree(victim) == before and (planted.is_symlink() or planted.exists())
+    assert m.refused and "old.parquet" in m.refused and not m.files
+
+
+def test_vacuum_deletes_nothing_a_forged_remove_names(place):
+    """A forged ``remove`` of a path outside the table, old enough to expire: vacuum computes its deletions from
+    the snapshots and a no-follow walk of the table, so the remove's path is never a deletion (and makes the table
+    damaged: named, refused)."""
+    from evalfarm.warehouse.maintenance import vacuum
+
+    root, victim = place["root"], place["victim"]
+    forge(root, "metrics", {"remove": {"path": "../../../victim/id_ed25519", "deletionTimestamp": 0,
+                                       "dataChange": True, "size": 12}})  # fmt: skip
+    before = tree(victim)
+    done = vacuum(Warehouse(root), keep=timedelta(hours=1), now=time.time() + 7200)
+    assert tree(victim) == before
+    (m,) = [v for v in done if v.table == "metrics"]
+    assert m.refused and "remove '../../../victim/id_ed25519'" in m.refused

@@ -482,6 +482,7 @@ class Warehouse:
                     continue
                 dt = self.tables.open(table)
                 if int(dt.version()) - self.tables.last_checkpoint(table) >= every:
+                    self.tables.snapshot(table)  # every path validated first: a checkpoint copies what the log says
                     dt.create_checkpoint()
                     done.append(table)
             except Exception as exc:  # a best-effort speed-up, never a run's failure

@@ -579,6 +579,58 @@ class DeltaTables:
                 "are reader version 1 (no deletion vectors, no column mapping)",
             )  # fmt: skip
 
+    def added_between(self, table: str, first: int, last: int) -> set[str]:
+        """The data files (full paths) the commits ``first`` to ``last`` of ``table`` add, each add's and remove's
+        path validated (:func:`data_file_path`) as a snapshot's are: what ``vacuum`` keeps besides the files of the
+        version before ``first``. Read by evalfarm, not delta-rs, each commit within :data:`MAX_LOG_ENTRY_BYTES`;
+        :class:`DamagedTable` naming a bad entry, a commit that is gone, or one that does not parse."""
+        folder = self.folder(table)
+        out: set[str] = set()
+        for version in range(first, last + 1):
+            name = f"{LOG_DIR}/{version:020d}.json"
+            for n, action in enumerate(self._commit(table, name), 1):
+                for kind in ("add", "remove"):
+                    body = action.get(kind)
+                    if body is None:
+                        continue
+                    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+                        raise DamagedTable(table, f"{name} line {n}", f"a {kind} action without a path")
+                    path = data_file_path(table, folder, body["path"], what=kind)
+                    if kind == "add":
+                        out.add(path)
+        return out
+
+    def _commit(self, table: str, name: str) -> list[dict[str, Any]]:
+        """The actions of the commit ``_delta_log/<version>.json`` (``name``), read within its size limit."""
+        from evalfarm.warehouse.base import safe_open
+
+        path = f"{self.folder(table)}/{name}"
+        try:
+            if self.local:
+                with open(safe_open(path, self.base), "rb", closefd=True) as fh:
+                    body = fh.read(MAX_LOG_ENTRY_BYTES + 1)
+            else:
+                with self.fs.open_input_stream(path) as fh:
+                    body = bytes(fh.read(MAX_LOG_ENTRY_BYTES + 1))
+        except FileNotFoundError as exc:
+            raise DamagedTable(table, name, "gone: the versions after it cannot be replayed") from exc
+        except OSError as exc:
+            raise DamagedTable(table, name, f"unreadable: {exc}") from exc
+        if len(body) > MAX_LOG_ENTRY_BYTES:
+            raise DamagedTable(table, name, f"past the {MAX_LOG_ENTRY_BYTES:,} bytes a log entry may hold")
+        actions = []
+        for n, line in enumerate(body.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+            except ValueError as exc:
+                raise DamagedTable(table, name, f"line {n} is not JSON ({exc})") from exc
+            if not isinstance(action, dict):
+                raise DamagedTable(table, name, f"line {n} is not a Delta action")
+            actions.append(action)
+        return actions
+
     @staticmethod
     def _created_ms(dt: Any) -> int | None:
         try:
