@@ -379,7 +379,7 @@ def test_a_huge_log_entry_is_refused_before_a_reader_parses_it(place):
     log = root / "tables" / "runs" / "_delta_log"
     version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
     with open(log / f"{version:020d}.json", "w") as f:
-        f.write('{"commitInfo":{"timestamp":%d,"pad":"' % int(time.time() * 1000))
+        f.write('{"commitInfo":{"timestamp":' + str(int(time.time() * 1000)) + ',"pad":"')
         for _ in range(80):
             f.write("x" * (1 << 20))
         f.write('"}}\n')
@@ -387,4 +387,5 @@ def test_a_huge_log_entry_is_refused_before_a_reader_parses_it(place):
     print(f"reader peak: {clean['peak_mb']:.0f} MB clean, {planted['peak_mb']:.0f} MB with an 80 MB entry")
     assert planted["rows"] == [1]
     assert planted["peak_mb"] - clean["peak_mb"] < 40, (clean, planted)
-    assert planted["damaged"] and "past the" in planted["damaged"][0] and f"{version:020d}.json" in planted["damaged"][0]
+    (damaged,) = planted["damaged"]
+    assert "past the" in damaged and f"{version:020d}.json" in damaged
