@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -389,3 +390,18 @@ def test_a_huge_log_entry_is_refused_before_a_reader_parses_it(place):
     assert planted["peak_mb"] - clean["peak_mb"] < 40, (clean, planted)
     (damaged,) = planted["damaged"]
     assert "past the" in damaged and f"{version:020d}.json" in damaged
+
+
+def test_vacuum_removes_no_expired_pin_through_a_linked_readers_folder(place):
+    """``_readers`` (where readers pin snapshots) replaced by a link to a folder holding an expired-looking pin:
+    vacuum removes expired pins on the way, and on main removed the victim's file through the link."""
+    from evalfarm.warehouse.maintenance import vacuum
+
+    root, victim = place["root"], place["victim"]
+    (victim / "settings.json").write_text(json.dumps({"versions": {}, "expires": 0}))
+    if (root / "_readers").exists():
+        shutil.rmtree(root / "_readers")
+    os.symlink(victim, root / "_readers")
+    before = tree(victim)
+    vacuum(Warehouse(root), keep=timedelta(hours=1))
+    assert tree(victim) == before
