@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evalfarm.warehouse.base import MANIFEST_TABLE, WarehouseWriteError, now
-from evalfarm.warehouse.tables import DamagedTable, FileEntry, StagedFile, TableError
+from evalfarm.warehouse.tables import FileEntry, StagedFile, TableError
 
 ROW_GROUP_ROWS = 128 * 1024
 """Rows per row group in rewritten files: with rows sorted by model, a filter on one model reads few groups."""
@@ -58,8 +58,6 @@ def rewrite(
             manifest = wh.tables.stage(MANIFEST_TABLE, wh.typed(MANIFEST_TABLE, rows), folder=operation)
             wh.tables.commit(MANIFEST_TABLE, [manifest], metadata=_meta(operation, run_id))
         wh.tables.commit(table, staged, removes=removes, data_change=data_change, metadata=_meta(operation, run_id))
-    except DamagedTable:
-        raise
     except TableError as exc:
         raise WarehouseWriteError(wh.tables.folder(table), OSError(5, str(exc))) from exc
     return staged
