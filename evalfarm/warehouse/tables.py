@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalfarm.warehouse.base import safe_open, walk_inside, write_inside
+from evalfarm.warehouse.base import open_folder_inside, safe_open, walk_inside, write_inside
 
 LOG_DIR = "_delta_log"
 DATA_DIR = "data"
@@ -375,8 +375,8 @@ class DeltaTables:
         if not self.exists(table):
             from deltalake.transaction import create_table_with_add_actions
 
-            if self.local:
-                Path(self.folder(table)).mkdir(parents=True, exist_ok=True)
+            if self.local:  # made inside the root through no link: delta-rs then writes the new log there
+                os.close(open_folder_inside(self.base, f"tables/{table}/{LOG_DIR}", create=True))
             try:
                 create_table_with_add_actions(
                     self.uri(table), dl.Schema.from_arrow(schema), [], mode="ignore",
