@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from evalfarm.config import resolve_settings
+from tests.support.trees import toy_catalog
 
 pytestmark = pytest.mark.faults  # `make faults`
 
@@ -103,13 +104,7 @@ def test_another_users_notify_never_runs_as_you(shared, tmp_path, toy_glove):
     _plant(shared, f'notify = "touch {shared}/pwned"\n')
     work = shared / "work"
     work.mkdir()
-    catalog = work / "toy.yaml"
-    catalog.write_text(f"""
-include: [{REPO / "catalog" / "tasks.yaml"}]
-tasks: [wordsim-rg-65]
-models:
-  - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}
-""")
+    catalog = toy_catalog(work / "toy.yaml", toy_glove)
     proc = _evalfarm("run", "--catalog", str(catalog), "--executor", "local", "--warehouse", str(work / "wh"),
                      cwd=work, env=_env(tmp_path / "home"))  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -40,6 +40,7 @@ from evalfarm.status import NoRun, run_status
 from evalfarm.warehouse import TableError, Warehouse, WarehouseWriteError, table_schemas, verify_warehouse
 from evalfarm.warehouse.maintenance import compact, vacuum
 from evalfarm.warehouse.tables import MAX_LOG_ENTRY_BYTES
+from tests.support.trees import tree
 
 pytestmark = pytest.mark.faults  # `make faults`
 
@@ -260,15 +261,7 @@ def _hashes(folder: Path) -> set[str]:
 
 
 def _outside(base: Path) -> dict[str, bytes | str]:
-    out: dict[str, bytes | str] = {}
-    for dirpath, dirs, files in os.walk(base):
-        for name in dirs + files:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(base))
-            if rel == "wh" or rel.startswith("wh/"):
-                continue
-            out[rel] = ("-> " + os.readlink(p)) if p.is_symlink() else "dir" if p.is_dir() else p.read_bytes()
-    return out
+    return tree(base, skip=lambda rel: rel == "wh" or rel.startswith("wh/"))
 
 
 def _contains_secret(folder: Path) -> list[str]:

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalfarm.warehouse import Warehouse, verify_warehouse
+from tests.support.trees import toy_catalog, tree
 
 pytestmark = pytest.mark.faults  # `make faults`
 
@@ -61,25 +62,9 @@ def place(tmp_path: Path) -> dict[str, Path]:
     return {"root": tmp_path / "wh", "victim": victim, "tmp": tmp_path}
 
 
-def tree(folder: Path) -> dict[str, bytes | str]:
-    """Every entry under ``folder`` (links not followed): a file's bytes, a link's target, a folder's mark."""
-    out: dict[str, bytes | str] = {}
-    for dirpath, dirs, files in os.walk(folder):
-        for name in dirs + files:
-            p = Path(dirpath) / name
-            rel = str(p.relative_to(folder))
-            if p.is_symlink():
-                out[rel] = "-> " + os.readlink(p)
-            elif p.is_dir():
-                out[rel] = "dir"
-            elif p.is_file():
-                out[rel] = p.read_bytes()
-    return out
-
-
 def outside(place: dict[str, Path]) -> dict[str, bytes | str]:
     """Everything beside the warehouse (the victim's folder, and anything created next to the warehouse)."""
-    return {k: v for k, v in tree(place["tmp"]).items() if not k.startswith("wh/") and k != "wh"}
+    return tree(place["tmp"], skip=lambda rel: rel == "wh" or rel.startswith("wh/"))
 
 
 def forge(root: Path, table: str, *actions: dict[str, Any]) -> Path:
@@ -273,13 +258,7 @@ def test_status_and_verify_say_a_damaged_table_in_one_line_not_a_traceback(place
 def test_run_meets_a_forged_log_entry_with_one_line_and_moves_nothing(place, toy_glove):
     """`evalfarm run` into a warehouse whose metrics log names ``../../../victim/secret.parquet``: exit 2 with one
     line naming the table and the entry, no traceback; the victim's file stays (on main the run moved it)."""
-    catalog = place["tmp"] / "toy.yaml"
-    catalog.write_text(f"""
-include: [{REPO / "catalog" / "tasks.yaml"}]
-tasks: [wordsim-rg-65]
-models:
-  - {{id: toy, level: word, kind: word-vectors, format: glove-text, source: {{type: path, ref: {toy_glove}}}}}
-""")
+    catalog = toy_catalog(place["tmp"] / "toy.yaml", toy_glove)
     size = (place["victim"] / "secret.parquet").stat().st_size
     forge(place["root"], "metrics", add("../../../victim/secret.parquet", size))
     before = outside(place)

@@ -139,6 +139,20 @@ def log_path_problem(path: str) -> str | None:
     return None
 
 
+def _action_problem(action: Any) -> str | None:
+    """Why one line of a commit is not a Delta action evalfarm can replay, else None: one object with one key, an
+    add or a remove with a path, an add with a size that is a whole number >= 0."""
+    if not isinstance(action, dict) or len(action) != 1:
+        return "not one Delta action (an object with one key)"
+    kind, body = next(iter(action.items()))
+    if kind in ("add", "remove") and not (isinstance(body, dict) and isinstance(body.get("path"), str)):
+        return f"a {kind} action without a path"
+    size = body.get("size") if kind == "add" else 0
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        return f"an add action of size {size!r}"
+    return None
+
+
 def data_file_path(table: str, folder: str, path: str, *, what: str = "add") -> str:
     """The data file a log entry's ``path`` names, inside the table's ``folder``, once :func:`log_path_problem`
     finds nothing wrong with it; :class:`DamagedTable` naming the entry otherwise. ``what``: the action (``add``,
@@ -296,28 +310,9 @@ class DeltaTables:
             names = sorted(i.base_name for i in self.fs.get_file_info(sel) if _COMMIT.fullmatch(i.base_name))
         for name in names:
             try:
-                if self.local:
-                    body = Path(f"{log}/{name}").read_bytes()
-                else:
-                    with self.fs.open_input_stream(f"{log}/{name}") as fh:
-                        body = bytes(fh.read())
-            except OSError:
-                continue
-            for n, line in enumerate(body.splitlines(), 1):
-                if not line.strip():
-                    continue
-                try:
-                    action = json.loads(line)
-                except ValueError as exc:
-                    return f"{LOG_DIR}/{name}", f"line {n} is not JSON ({exc}): truncated or garbled"
-                if not isinstance(action, dict) or len(action) != 1:
-                    return f"{LOG_DIR}/{name}", f"line {n} is not one Delta action (an object with one key)"
-                (kind, body), where = next(iter(action.items())), f"{LOG_DIR}/{name}"
-                if kind in ("add", "remove") and not (isinstance(body, dict) and isinstance(body.get("path"), str)):
-                    return where, f"line {n}: a {kind} action without a path"
-                size = body.get("size") if kind == "add" else 0
-                if not isinstance(size, int) or isinstance(size, bool) or size < 0:
-                    return where, f"line {n}: an add action of size {size!r}"
+                self._commit(table, f"{LOG_DIR}/{name}")
+            except DamagedTable as exc:
+                return exc.entry, exc.why
         return None
 
     def _check_log(self, table: str) -> None:
@@ -599,14 +594,9 @@ class DeltaTables:
         folder = self.folder(table)
         out: set[str] = set()
         for version in range(first, last + 1):
-            name = f"{LOG_DIR}/{version:020d}.json"
-            for n, action in enumerate(self._commit(table, name), 1):
-                for kind in ("add", "remove"):
-                    body = action.get(kind)
-                    if body is None:
-                        continue
-                    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
-                        raise DamagedTable(table, f"{name} line {n}", f"a {kind} action without a path")
+            for action in self._commit(table, f"{LOG_DIR}/{version:020d}.json"):
+                kind, body = next(iter(action.items()))
+                if kind in ("add", "remove"):
                     path = data_file_path(table, folder, body["path"], what=kind)
                     if kind == "add":
                         out.add(path)
@@ -635,9 +625,9 @@ class DeltaTables:
             try:
                 action = json.loads(line)
             except ValueError as exc:
-                raise DamagedTable(table, name, f"line {n} is not JSON ({exc})") from exc
-            if not isinstance(action, dict):
-                raise DamagedTable(table, name, f"line {n} is not a Delta action")
+                raise DamagedTable(table, name, f"line {n} is not JSON ({exc}): truncated or garbled") from exc
+            if why := _action_problem(action):
+                raise DamagedTable(table, name, f"line {n}: {why}")
             actions.append(action)
         return actions
 
