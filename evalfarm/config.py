@@ -23,7 +23,10 @@ checkout, so the commands the README shows next work in a fresh shell, without `
 ``--warehouse``. The file that applies is the first of:
 
 1. ``$EVALFARM_CONFIG`` (a path; empty: no file at all),
-2. ``.evalfarm.toml`` in the current folder or the nearest parent that has one (like ``pyproject.toml``),
+2. ``.evalfarm.toml`` in the current folder or the nearest parent that has one (like ``pyproject.toml``), when it
+   and the folders above it are the user's or root's and writable by no one else, the search stopping after the
+   user's home and at a change of owner or filesystem (:func:`find_config`: a file another user could have written
+   is refused and named),
 3. the user-level file, for every folder: ``config.toml`` in the user config folder (platformdirs:
    ``$XDG_CONFIG_HOME/evalfarm/config.toml``, default ``~/.config/evalfarm/config.toml``; :func:`user_config_path`),
    written by ``evalfarm config set --user``.
@@ -39,7 +42,8 @@ works from any subfolder):
 - ``sql_timeout``: how long one ``evalfarm sql`` / ``evalfarm.query`` may run, in seconds (a number; 0: no limit).
 - ``sql_memory_limit``: DuckDB's memory cap for the same queries, a size such as ``"16GB"``.
 - ``notify``: a shell command ``evalfarm run`` runs at its end with the run's summary as JSON on stdin
-  (:mod:`evalfarm.notify`; ``--notify`` and ``EVALFARM_NOTIFY`` too).
+  (:mod:`evalfarm.notify`; ``--notify`` and ``EVALFARM_NOTIFY`` too). Like ``model_paths`` and ``data``, taken only
+  from a file the user owns (:data:`TRUSTED_ONLY`).
 - ``sql_max_rows`` / ``sql_max_bytes``: the most rows / Arrow bytes such a query may return (0: no limit); the result
   is fetched in batches under the timeout and the query stops at the batch that passes either.
 - ``model_paths``: the folders (separated by ``:``) that ``path`` model sources may read besides the data folder and
