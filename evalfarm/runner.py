@@ -42,7 +42,7 @@ from evalfarm.plan import (
 )
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
-from evalfarm.warehouse import Quarantined, TableError, Warehouse, new_run_id, now, sweep_temp_files
+from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
@@ -658,6 +658,8 @@ class Run:
             summary.status = "interrupted"
         else:
             summary.status = "ok" if c["failed"] == 0 else "failed"
+        from evalfarm.warehouse import TableError
+
         try:
             summary.warnings += spec_conflicts(self.wh, self.plans)
         except (OSError, TableError):  # an unreadable `models` table: no warning, the run's own error stands
