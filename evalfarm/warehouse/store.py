@@ -37,9 +37,13 @@ from evalfarm.warehouse.base import (
     MANIFEST_TABLE,
     LegacyWarehouse,
     WarehouseWriteError,
+    move_inside,
     new_run_id,
     now,
+    relative_parts,
     safe_open,
+    walk_inside,
+    write_inside,
 )
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
@@ -50,7 +54,15 @@ from evalfarm.warehouse.query import (
     run_limited,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
-from evalfarm.warehouse.tables import DeltaTables, FileEntry, Snapshot, StagedFile, TableError, group_by_table
+from evalfarm.warehouse.tables import (
+    DamagedTable,
+    DeltaTables,
+    FileEntry,
+    Snapshot,
+    StagedFile,
+    TableError,
+    group_by_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +73,7 @@ FORMAT_FILE = "warehouse.json"
 VERIFIED_MANIFEST = "verified-files.json"
 """``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
 QUARANTINE_DIR = "quarantine"
+_WARNED: set[str] = set()
 
 
 def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -327,9 +340,10 @@ class Warehouse:
         with self.fs.open_input_stream(path) as fh:
             return bytes(fh.read())
 
-    def _put(self, path: str, body: bytes) -> None:
+    def _put(self, path: str, body: bytes, *, fsync: bool = True) -> None:
+        """A small file of the warehouse, published whole; on a local disk through no link (:func:`write_inside`)."""
         if self.local:
-            atomic.write_bytes(Path(path), body)
+            write_inside(self.base, self.relative(path), lambda f: f.write(body), fsync=fsync)
         else:
             with self.fs.open_output_stream(path) as out:
                 out.write(body)
@@ -385,6 +399,8 @@ class Warehouse:
         try:
             self.tables.ensure(table, SCHEMAS[table])
             staged = self.tables.stage(table, typed, run_id=run_id, unit=unit)
+        except DamagedTable:  # its own one line: the log, not the disk, is the trouble
+            raise
         except TableError as exc:
             raise WarehouseWriteError(self._p("tables", table), OSError(13, str(exc))) from exc
         except OSError as exc:
@@ -455,6 +471,8 @@ class Warehouse:
                         "evalfarm.commit": uuid.uuid4().hex}  # fmt: skip
                 self.tables.ensure(table, SCHEMAS[table]) if table in SCHEMAS else None
                 self.tables.commit(table, by_table[table], metadata=meta)
+        except DamagedTable:
+            raise
         except TableError as exc:
             raise WarehouseWriteError(self._p("tables"), OSError(5, str(exc))) from exc
 
@@ -470,6 +488,7 @@ class Warehouse:
                     continue
                 dt = self.tables.open(table)
                 if int(dt.version()) - self.tables.last_checkpoint(table) >= every:
+                    self.tables.snapshot(table)  # every path validated first: a checkpoint copies what the log says
                     dt.create_checkpoint()
                     done.append(table)
             except Exception as exc:  # a best-effort speed-up, never a run's failure
@@ -547,7 +566,14 @@ class Warehouse:
         )
 
     def write_table(self, table: pa.Table, path: str, **kwargs: Any) -> str:
-        """A plain Parquet file at ``path``, published atomically (text-store shards: outside the Delta tables)."""
+        """A plain Parquet file at ``path``, published atomically (text-store shards: outside the Delta tables); on a
+        local disk through no link (:func:`write_inside`)."""
+        if self.local and path.startswith(self.base + "/"):
+            try:
+                write_inside(self.base, self.relative(path), lambda f: pq.write_table(table, f, **kwargs))
+            except OSError as exc:
+                raise WarehouseWriteError(path, exc) from exc
+            return path
         return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
 
     def read_table(self, path: str) -> pa.Table:
@@ -578,27 +604,42 @@ class Warehouse:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
 
     # -- snapshots and reads --------------------------------------------------------------------------------
-    def snapshot(self, as_of: Any = None) -> dict[str, Snapshot]:
+    def snapshot(self, as_of: Any = None, *, leave_out_damaged: bool = False) -> dict[str, Snapshot]:
         """Every table's snapshot: the newest (``as_of`` None), a run's (its id: the versions its end event recorded,
         or for a run that never ended the state at its last commit) or the state at a time (a ``datetime``, or an
-        ISO 8601 text). Tables that did not exist then are empty snapshots."""
+        ISO 8601 text). Tables that did not exist then are empty snapshots. A table whose log cannot be trusted
+        raises :class:`DamagedTable`, or with ``leave_out_damaged`` (readers) is an empty snapshot, with its error
+        in :attr:`damaged` and a warning naming it: the other tables stay readable."""
         from concurrent.futures import ThreadPoolExecutor
 
         from evalfarm.warehouse.history import resolve_as_of
 
         point = resolve_as_of(self, as_of) if as_of is not None else None
 
-        def one(name: str) -> Snapshot:
-            if point is None:
-                return self.tables.snapshot(name)
-            if point.versions is not None and name in point.versions:
-                version = point.versions[name]
-                return self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
-            return self.tables.snapshot(name, as_of=point.at)
+        def one(name: str) -> Snapshot | DamagedTable:
+            try:
+                if point is None:
+                    return self.tables.snapshot(name)
+                if point.versions is not None and name in point.versions:
+                    version = point.versions[name]
+                    return self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
+                return self.tables.snapshot(name, as_of=point.at)
+            except DamagedTable as exc:
+                if not leave_out_damaged:
+                    raise
+                return exc
 
         names = list(table_schemas())
         with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
-            return dict(zip(names, pool.map(one, names), strict=True))
+            got = dict(zip(names, pool.map(one, names), strict=True))
+        damaged = tuple(v for v in got.values() if isinstance(v, DamagedTable))
+        if leave_out_damaged:
+            self.damaged = damaged
+        for exc in damaged:
+            if str(exc) not in _WARNED:  # once a process: a command connects many times
+                _WARNED.add(str(exc))
+                log.warning("%s: left out of the views (the other tables are read)", exc)
+        return {n: Snapshot(n, None) if isinstance(v, DamagedTable) else v for n, v in got.items()}
 
     def connect(
         self, *, read_only: bool = True, memory_limit: str | None = None, as_of: Any = None
@@ -631,7 +672,7 @@ class Warehouse:
             from evalfarm.warehouse.legacy import legacy_connect
 
             return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
-        snaps = self.snapshot(as_of)
+        snaps = self.snapshot(as_of, leave_out_damaged=True)
         files = {t: [f.path for f in s.files] for t, s in snaps.items()}
         try:
             return self._connect(read_only, files, snaps, memory_limit)
@@ -732,6 +773,8 @@ class Warehouse:
     # recomputed, not skipped). Views skip unreadable files.
     excluded: tuple[Quarantined, ...] = ()
     """Files :meth:`connect` left out of the views because they could not be read (not moved: it is read-only)."""
+    damaged: tuple[DamagedTable, ...] = ()
+    """Tables :meth:`connect` left out of the views because their logs cannot be trusted (:class:`DamagedTable`)."""
 
     def check_root(self) -> None:
         """A one-line error for a warehouse path that is an existing file (``mkdir`` would fail with a traceback)."""
@@ -757,22 +800,18 @@ class Warehouse:
         size -1 so a caller that expects a file there can tell it is not one)."""
         out: list[tuple[str, int, int | None]] = []
         if self.local:
-            stack = [folder]
-            while stack:
-                try:
-                    entries = list(os.scandir(stack.pop()))
-                except (FileNotFoundError, NotADirectoryError):
+            rel = self.relative(folder)
+            try:  # from the root, no link followed: a folder replaced by a link is not walked into
+                entries = walk_inside(self.base, rel, skip=lambda name: name.startswith(".") or name == "_delta_log")
+            except (PermissionError, NotADirectoryError):
+                return out
+            for e in entries:
+                if not e.path.endswith(".parquet"):
                     continue
-                for e in entries:
-                    if e.name.startswith(".") or e.name == "_delta_log":
-                        continue
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                    elif e.name.endswith(".parquet") and e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        out.append((e.path, st.st_size, st.st_mtime_ns))
-                    elif files and e.name.endswith(".parquet"):
-                        out.append((e.path, -1, None))
+                if e.kind == "file":
+                    out.append((f"{folder}/{e.path}", e.size, e.mtime_ns))
+                elif files:
+                    out.append((f"{folder}/{e.path}", -1, None))
             return out
         sel = pafs.FileSelector(folder, recursive=True, allow_not_found=True)
         for i in self.fs.get_file_info(sel):
@@ -813,10 +852,7 @@ class Warehouse:
         """Best effort (it is a cache: a lost update costs a reread next time, never a wrong answer)."""
         body = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
         try:
-            if self.local:
-                atomic.write_bytes(Path(self._p(VERIFIED_MANIFEST)), body, fsync=False)
-            else:
-                self._put(self._p(VERIFIED_MANIFEST), body)
+            self._put(self._p(VERIFIED_MANIFEST), body, fsync=False)
         except OSError:
             pass
 
@@ -905,22 +941,32 @@ class Warehouse:
     def quarantine(
         self, path: str, why: str, run_id: str | None = None, *, units: tuple[tuple[str, str], ...] = ()
     ) -> Quarantined:
-        """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it."""
+        """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it.
+
+        Only a regular file inside the warehouse moves, to a destination inside it: on a local disk the move walks
+        both folders from the root without following a link and renames between their descriptors
+        (:func:`~evalfarm.warehouse.base.move_inside`), so a folder replaced by a link (``tables/metrics/data ->
+        /home/you``) moves nothing of what it leads to. Anything else stays where it is (``moved_to`` None, the
+        reason saying why)."""
         rel = self.relative(path)
-        dest = self._p(QUARANTINE_DIR, run_id or new_run_id(), rel)
+        dest_rel = f"{QUARANTINE_DIR}/{run_id or new_run_id()}/{rel}"
+        dest = self._p(dest_rel)
         note = f"{rel}: {why}\n".encode()
         try:
+            if rel == path:
+                raise PermissionError(f"{path} is not inside the warehouse {self.base}")
             if self.local:
-                Path(dest).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, dest)
-                Path(dest + ".why.txt").write_bytes(note)
+                move_inside(self.base, rel, dest_rel, note=note)
             else:
+                relative_parts(rel), relative_parts(dest_rel)  # no "..": an object store resolves it
                 self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
                 self.fs.move(path, dest)
                 with self.fs.open_output_stream(dest + ".why.txt") as out:
                     out.write(note)
         except FileNotFoundError:  # another process moved it first
             return Quarantined(path, None, why, units)
+        except PermissionError as exc:  # a link, a FIFO, a folder, or a link on the way: never followed, never moved
+            return Quarantined(path, None, f"{why}; not moved: {exc}", units)
         return Quarantined(path, dest, why, units)
 
 

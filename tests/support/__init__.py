@@ -9,6 +9,7 @@
 - ``http_files``: a folder served over http on 127.0.0.1 (download tests; with ``EVALFARM_ALLOW_HTTP=1``); a flaky
   first answer and redirects on request.
 - ``wheel_venv``: the evalfarm wheel built from a clean copy of the sources and installed into a fresh venv.
+- ``trees``: a folder's entries (links not followed) to compare before and after an attack; the toy catalog.
 
 Tests import ``tests.support.<module>`` (pytest puts the repository root on ``sys.path``: ``tests`` is a package);
 a benchmark script puts the repository root on ``sys.path`` once, at its top, for ``evalfarm`` and this package.
