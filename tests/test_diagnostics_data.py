@@ -711,8 +711,10 @@ def test_the_version_3_audit_table_in_the_docs_is_generated_from_the_audit_file(
     for subset in subsets:
         got = [r for r in rows if r["subset"] == subset]
         assert len(got) == min(meta["per_subset"], meta["sizes"][subset]), subset
-        repeated = [(reason, k) for reason, k in Counter(r["reason_1"] for r in got).items() if k > 3]
-        assert not repeated, (subset, repeated)
+        for k in ("1", "2"):  # each pass's reasons are its own (pass 2: once it is filled)
+            said = Counter(r[f"reason_{k}"] for r in got if r[f"verdict_{k}"])
+            repeated = [(reason, n) for reason, n in said.items() if n > 3]
+            assert not repeated, (subset, k, repeated)
     table = markdown_table(rates(rows, subsets), meta["sizes"], meta["substitutions"])
     evaluators = (repo / "docs" / "evaluators.md").read_text(encoding="utf-8")
     assert _marked(evaluators, "heros-v3-audit") == table, "\n" + table
