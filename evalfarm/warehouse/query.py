@@ -60,8 +60,19 @@ _CREATE_VIEW = re.compile(
 )
 
 
+_NAMES: dict[tuple[str, str, bool], tuple[str, ...]] = {}
+
+
 def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
-    """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error."""
+    """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error.
+    Parsed once per process and text (every connection lists the sources)."""
+    key = (origin, sql, views_only)
+    if key not in _NAMES:
+        _NAMES[key] = _parse_view_names(origin, sql, views_only=views_only)
+    return _NAMES[key]
+
+
+def _parse_view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
         raise ValueError(
             f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
@@ -147,6 +158,94 @@ def view_sources() -> list[ViewSource]:
     return sources
 
 
+TABLES_SCHEMA = "_tables"
+"""The schema that holds one relation per warehouse table a connection binds (``_tables.metrics``: the files of the
+table's snapshot, read once by name): the views read those, not the files. Not listed by ``SHOW TABLES``."""
+CURRENT_METRICS = f"{TABLES_SCHEMA}.metrics_current"
+"""The relation a view reads the newest computations of the metrics table from (the ``metrics`` view): the table's
+current files when nothing was committed since they were written, else ``ranked_computations`` over them and the
+files committed since (:mod:`evalfarm.warehouse.current`). Bound by the connection, before the first statement that
+names it."""
+_TABLE_READ = re.compile(
+    r"read_parquet\(\s*'\{root\}/tables/(\w+)/\*\*/\*\.parquet'\s*,\s*union_by_name\s*=\s*true\s*,"
+    r"\s*hive_partitioning\s*=\s*false\s*\)",
+    re.IGNORECASE,
+)
+_TABLE_GLOB = re.compile(r"\{root\}/tables/(\w+)/")
+_CREATE_NAME = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(?:VIEW|MACRO|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One statement of a view source: the view or macro it creates (None: another statement, always run), the
+    names it mentions (what it may depend on), and the warehouse tables it reads."""
+
+    origin: str
+    text: str
+    name: str | None
+    words: frozenset[str]
+    tables: frozenset[str]
+    reads_current: bool = False
+
+
+_PARSED: dict[tuple[str, str], tuple[_Statement, ...]] = {}
+
+
+def _statements(source: ViewSource) -> tuple[_Statement, ...]:
+    """``source``'s statements, parsed once per process (the same text parses the same)."""
+    key = (source.origin, source.sql)
+    if key not in _PARSED:
+        out = []
+        for st in duckdb.extract_statements(source.sql):
+            code = _without_comments(st.query)
+            m = _CREATE_NAME.match(code)
+            words = frozenset(w.lower() for w in _WORD.findall(code))
+            tables = set(_TABLE_GLOB.findall(code))
+            current = CURRENT_METRICS in code
+            if current:
+                tables.add("metrics")
+                words |= {"ranked_computations"}
+            name = m.group(1).lower() if m else None
+            out.append(_Statement(source.origin, st.query, name, words, frozenset(tables), current))
+        _PARSED[key] = tuple(out)
+    return _PARSED[key]
+
+
+def _without_comments(text: str) -> str:
+    """``text`` less its comments (a statement's text carries the comments around it: they name views too)."""
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    return "".join(
+        text[pos:end] for (pos, kind), end in zip(tokens, ends, strict=True) if kind != duckdb.token_type.comment
+    )
+
+
+def needed_statements(sources: Sequence[ViewSource], needs: Sequence[str] | None) -> list[_Statement]:
+    """The statements of ``sources`` a connection for the queries ``needs`` must run, in creation order: those that
+    create a view or macro a query names, and what those name in turn. ``needs`` None, or queries that name no view
+    or macro at all (``SHOW TABLES``, ``SELECT 1``): every statement."""
+    every = [st for source in sources for st in _statements(source)]
+    if needs is None:
+        return every
+    known = {st.name: st for st in every if st.name is not None}
+    words = {w.lower() for text in needs for w in _WORD.findall(text)}
+    todo = [name for name in known if name in words]
+    if not todo:
+        return every
+    wanted: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        todo += [w for w in known[name].words if w in known and w not in wanted]
+    return [st for st in every if st.name is None or st.name in wanted]
+
+
 def create_views(
     con: duckdb.DuckDBPyConnection,
     root: str,
@@ -155,29 +254,110 @@ def create_views(
     duck_path: Callable[[str], str] = lambda p: p,
     schema_files: Mapping[str, str] | None = None,
     snapshot_only: bool = False,
+    current: tuple[list[str], list[str]] | None = None,
+    needs: Sequence[str] | None = None,
 ) -> None:
-    """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
+    """Create the views (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it): every
+    one, or (``needs``: the queries the connection is for) only those the queries name and what they read
+    (:func:`needed_statements`).
 
     ``files``: table -> the files its views read instead of the table's glob (a Delta snapshot's files, less any
-    unreadable one); ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a
-    local typed empty Parquet file read along with the table's ``files`` (so every column exists; such a table must
-    be in ``files``). ``snapshot_only``: every table's files are given, and a view that still globs a folder under
+    unreadable one); ``duck_path`` turns such a file's path into what DuckDB opens. Each such table a created view
+    reads is bound once, as the relation ``_tables.<table>`` (:data:`TABLES_SCHEMA`), which the views read.
+    ``schema_files``: table -> a local typed empty Parquet file read along with the table's ``files`` (so every
+    column exists; such a table must be in ``files``). ``current``: the metrics table's current files and the files
+    committed since (:mod:`evalfarm.warehouse.current`), of ``files["metrics"]``; None: none are current, every file
+    is a candidate. ``snapshot_only``: every table's files are given, and a view that still globs a folder under
     ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted).
     """
     lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
-    for table, schema_file in (schema_files or {}).items():
-        lists[table] = [*lists[table], schema_file]
-    for source in view_sources():
-        text = source.sql
-        for table, listed in lists.items():
-            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
-            text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
+    extra = {t: [f] for t, f in (schema_files or {}).items()}
+    bound: set[str] = set()
+    quoted_root = glob_escape(root).replace("'", "''")
+
+    def relation(name: str, listed: list[str]) -> None:
+        as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
+        con.execute(
+            f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.{name} AS SELECT * FROM read_parquet({as_list}, "
+            "union_by_name = true, hive_partitioning = false)"
+        )
+
+    def bind(table: str) -> None:
+        if table in bound or table not in lists or not (lists[table] or extra.get(table)):
+            return
+        if not bound:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {TABLES_SCHEMA}")
+        bound.add(table)
+        relation(table, lists[table] + extra.get(table, []))
+
+    for st in needed_statements(view_sources(), needs):
+        for table in sorted(st.tables):
+            bind(table)
+        text = _bound_text(st, bound, {t: lists[t] + extra.get(t, []) for t in st.tables & lists.keys()})
+        if st.reads_current:
+            if "metrics" not in bound:
+                raise RegistryError(f"{st.origin}: {CURRENT_METRICS} needs the metrics table's files")
+            if "metrics_current" not in bound:  # after ranked_computations, which comes first in its file
+                bound.add("metrics_current")
+                _bind_current(con, lists["metrics"], extra.get("metrics", []), current, duck_path, relation)
         if snapshot_only and "{root}/tables/" in text:
             raise RegistryError(
-                f"{source.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "
+                f"{st.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "
                 "not a warehouse table's glob ('{root}/tables/<table>/**/*.parquet' of a table evalfarm declares)"
             )
-        con.execute(text.replace("{root}", glob_escape(root).replace("'", "''")))
+        con.execute(text.replace("{root}", quoted_root))
+
+
+def _bound_text(st: _Statement, bound: set[str], lists: Mapping[str, list[str]]) -> str:
+    """``st``'s text reading the relations of the ``bound`` tables (the standard ``read_parquet`` call of a table's
+    glob), and any other read of a table's glob with its files (``lists``) inline."""
+    text = _TABLE_READ.sub(lambda m: f"{TABLES_SCHEMA}.{m.group(1)}" if m.group(1) in bound else m.group(0), st.text)
+    for table, listed in sorted(lists.items()):
+        glob = f"'{{root}}/tables/{table}/**/*.parquet'"
+        if glob in text:
+            text = text.replace(glob, "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]")
+    return text
+
+
+def _bind_current(
+    con: duckdb.DuckDBPyConnection,
+    every: list[str],
+    stand_in: list[str],
+    current: tuple[list[str], list[str]] | None,
+    duck_path: Callable[[str], str],
+    relation: Callable[[str, list[str]], None],
+) -> None:
+    """``_tables.metrics_current`` (:data:`CURRENT_METRICS`): the current files themselves when nothing is pending;
+    else their rows of the keys nothing pending touches, and for the keys pending rows touch the newest computations
+    (``ranked_computations``, created before any view that reads this) among those keys' current and pending rows.
+    The window runs over what was committed since the current rows were written, not over the history; with no
+    current files (a warehouse not refreshed yet) every file is pending."""
+    s = TABLES_SCHEMA
+    if current is not None and not current[1]:
+        relation("metrics_current", [duck_path(f) for f in current[0]] + stand_in)
+        return
+    if current is None:
+        now, pending = [], every
+    else:
+        now, pending = [duck_path(f) for f in current[0]], [duck_path(f) for f in current[1]]
+    relation("metrics_current_files", now + stand_in)
+    relation("metrics_pending", pending + stand_in)
+    keys = ("model", "task", "scorer", "subset", "variant")
+    same_key = " AND ".join(f"c.{k} IS NOT DISTINCT FROM t.{k}" for k in keys)
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_touched AS SELECT DISTINCT model, task, scorer, subset, variant "
+        f"FROM {s}.metrics_pending WHERE task IS NOT NULL"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_candidates AS SELECT c.* FROM {s}.metrics_current_files c "
+        f"SEMI JOIN {s}.metrics_touched t ON {same_key} UNION ALL BY NAME SELECT * FROM {s}.metrics_pending"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_current AS SELECT c.* FROM {s}.metrics_current_files c "
+        f"ANTI JOIN {s}.metrics_touched t ON {same_key} WHERE c.task IS NOT NULL UNION ALL BY NAME "
+        f"SELECT * EXCLUDE (computation_age) FROM main.ranked_computations('{s}.metrics_candidates') "
+        "WHERE computation_age = 1"
+    )
 
 
 def glob_escape(path: str) -> str:
@@ -496,11 +676,13 @@ def open_connection(
     schema_files: Mapping[str, str] | None = None,
     known: Mapping[str, tuple[int, int]] | None = None,
     local_root: str | None = None,
+    current: tuple[list[str], list[str]] | None = None,
+    needs: Sequence[str] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
+    """An in-memory DuckDB with the views over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's pyarrow filesystem, which DuckDB reads
     ``root`` (``scheme://bucket/prefix``) through (:func:`prefix_filesystem`; no extension needed); ``files``,
-    ``duck_path``: see :func:`create_views` (the folders of ``schema_files`` are
+    ``duck_path``, ``current``, ``needs``: see :func:`create_views` (the folders of ``schema_files`` are
     opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
@@ -522,7 +704,10 @@ def open_connection(
             )
         if read_only:
             lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
-        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None)
+        create_views(
+            con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None,
+            current=current, needs=needs,
+        )  # fmt: skip
     except BaseException:
         con.close()
         raise
@@ -857,6 +1042,7 @@ def _check_explain(text: str) -> None:
 
 
 __all__ = [
+    "CURRENT_METRICS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ROWS",
     "DEFAULT_MEMORY_LIMIT",
@@ -865,6 +1051,7 @@ __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_ROWS_ENV",
     "MEMORY_LIMIT_ENV",
+    "TABLES_SCHEMA",
     "TIMEOUT_ENV",
     "QueryLimits",
     "ResultTooLarge",
@@ -873,6 +1060,7 @@ __all__ = [
     "create_views",
     "glob_escape",
     "lock_down",
+    "needed_statements",
     "open_connection",
     "prefix_filesystem",
     "private_schema_file",

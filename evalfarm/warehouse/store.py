@@ -18,7 +18,7 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -45,9 +45,11 @@ from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
     QueryLimits,
     check_read_only,
+    needed_statements,
     open_connection,
     private_schema_file,
     run_limited,
+    view_sources,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 from evalfarm.warehouse.tables import DeltaTables, FileEntry, Snapshot, StagedFile, TableError, group_by_table
@@ -578,10 +580,10 @@ class Warehouse:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
 
     # -- snapshots and reads --------------------------------------------------------------------------------
-    def snapshot(self, as_of: Any = None) -> dict[str, Snapshot]:
-        """Every table's snapshot: the newest (``as_of`` None), a run's (its id: the versions its end event recorded,
-        or for a run that never ended the state at its last commit) or the state at a time (a ``datetime``, or an
-        ISO 8601 text). Tables that did not exist then are empty snapshots."""
+    def snapshot(self, as_of: Any = None, *, tables: Iterable[str] | None = None) -> dict[str, Snapshot]:
+        """Every table's snapshot (or ``tables``'): the newest (``as_of`` None), a run's (its id: the versions its
+        end event recorded, or for a run that never ended the state at its last commit) or the state at a time (a
+        ``datetime``, or an ISO 8601 text). Tables that did not exist then are empty snapshots."""
         from concurrent.futures import ThreadPoolExecutor
 
         from evalfarm.warehouse.history import resolve_as_of
@@ -596,19 +598,30 @@ class Warehouse:
                 return self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
             return self.tables.snapshot(name, as_of=point.at)
 
-        names = list(table_schemas())
+        names = list(table_schemas()) if tables is None else [t for t in table_schemas() if t in set(tables)]
+        if len(names) <= 1:
+            return {n: one(n) for n in names}
         with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
             return dict(zip(names, pool.map(one, names), strict=True))
 
     def connect(
-        self, *, read_only: bool = True, memory_limit: str | None = None, as_of: Any = None
+        self,
+        *,
+        read_only: bool = True,
+        memory_limit: str | None = None,
+        as_of: Any = None,
+        needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse's snapshot (the newest, or ``as_of``:
-        see :meth:`snapshot`).
+        see :meth:`snapshot`): every view, or (``needs``: the queries the connection is for) only the views and
+        macros those name and what they read in turn, with only the snapshots of the tables those read
+        (:func:`~evalfarm.warehouse.query.needed_statements`: ``board`` reads one table's log, not eleven).
 
-        Each table's view reads exactly the Parquet files its Delta snapshot names (no folder is listed), plus a
-        private typed empty file so every column exists. Read-only (the default, and what ``evalfarm sql`` uses)
-        locks the connection down before any view exists: only files under the warehouse root can be opened,
+        Each table a view reads is bound once, as one relation over exactly the Parquet files its Delta snapshot
+        names (no folder is listed), plus a private typed empty file so every column exists; ``metrics`` reads the
+        metrics table's current rows (:mod:`~evalfarm.warehouse.current`). Read-only (the default, and what
+        ``evalfarm sql`` uses) locks the connection down before any view exists: only files under the warehouse root
+        can be opened,
         external access and extension installs are off, and the configuration is locked so a query cannot lift
         those limits. A local warehouse is then read through a read-only filesystem (``local-ro://``,
         :meth:`_reader`) that opens regular files only, so even a statement run on the connection directly cannot
@@ -631,17 +644,19 @@ class Warehouse:
             from evalfarm.warehouse.legacy import legacy_connect
 
             return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
-        snaps = self.snapshot(as_of)
+        tables = None if needs is None else sorted(set().union(*(st.tables for st in needed_statements(
+            view_sources(), needs))))  # fmt: skip
+        snaps = self.snapshot(as_of, tables=tables)
         files = {t: [f.path for f in s.files] for t, s in snaps.items()}
         try:
-            return self._connect(read_only, files, snaps, memory_limit)
+            return self._connect(read_only, files, snaps, memory_limit, needs)
         except duckdb.Error:  # one unreadable file breaks every view over its table: leave such files out
             self.excluded = tuple(self.scan(quarantine=False, snapshots=snaps))
             if not self.excluded:
                 raise
         bad = {q.path for q in self.excluded}
         return self._connect(read_only, {t: [p for p in fs if p not in bad] for t, fs in files.items()}, snaps,
-                             memory_limit)  # fmt: skip
+                             memory_limit, needs)  # fmt: skip
 
     def _connect(
         self,
@@ -649,10 +664,18 @@ class Warehouse:
         files: dict[str, list[str]],
         snaps: dict[str, Snapshot],
         memory_limit: str | None,
+        needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
+        from evalfarm.warehouse.current import current_split
+
         stand_ins = {name: private_schema_file(name, schema) for name, schema in table_schemas().items()}
         known = {f.path: (f.size, f.modified_ms) for s in snaps.values() for f in s.files}
         root, remote, duck_path = self._reader(read_only)
+        split = None
+        if "metrics" in snaps:
+            listed = set(files.get("metrics", ()))
+            now, pending = current_split(snaps["metrics"], self.tables.folder("metrics"))
+            split = ([p for p in now if p in listed], [p for p in pending if p in listed])
         return open_connection(
             root,
             read_only=read_only,
@@ -663,6 +686,8 @@ class Warehouse:
             schema_files=stand_ins,
             known=known,
             local_root=self.base if self.local else None,
+            current=split,
+            needs=needs,
         )
 
     def _reader(self, read_only: bool) -> tuple[str, pafs.FileSystem | None, Callable[[str], str]]:
@@ -705,13 +730,31 @@ class Warehouse:
         :data:`QUERY_ATTEMPTS` times. A query ``as_of`` a snapshot pins it while it runs
         (:func:`~evalfarm.warehouse.maintenance.pinned`): a vacuum then keeps its files.
         """
-        statement = check_read_only(sql)
+        (table,) = self.queries([sql], timeout_s=timeout_s, memory_limit=memory_limit, as_of=as_of,
+                                max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
+        return table
+
+    def queries(
+        self,
+        sqls: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        as_of: Any = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[pa.Table]:
+        """Run several read-only statements (each as :meth:`query` runs one, under the same limits each) on one
+        connection to one snapshot, with the views and tables they need bound once: what a reader that asks several
+        questions at a time (``evalfarm status``, each refresh of ``--watch``) uses. Every statement is checked
+        before anything is opened."""
+        statements = [check_read_only(sql) for sql in sqls]
         limits = QueryLimits.resolve(timeout_s, memory_limit, max_rows, max_bytes)
 
-        def run() -> pa.Table:
+        def run() -> list[pa.Table]:
             return read_again_if_replaced(
-                lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of),
-                lambda con: run_limited(con, statement, limits),
+                lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of, needs=statements),
+                lambda con: [run_limited(con, statement, limits) for statement in statements],
                 "warehouse query",
             )
 
@@ -897,7 +940,7 @@ class Warehouse:
             self.tables.commit(table, [], removes=fs, metadata={"evalfarm.operation": "quarantine",
                                                                "evalfarm.run_id": run_id})  # fmt: skip
         if lost:
-            from evalfarm.warehouse.rewrite import drop_units
+            from evalfarm.warehouse.current import drop_units
 
             drop_units(self, lost, run_id=run_id)
         return [self.quarantine(p, why, run_id, units=units.get(p, ())) for p, why in sorted(bad.items())]
