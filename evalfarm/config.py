@@ -58,14 +58,19 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import re
+import stat
 import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evalfarm import atomic
+
+log = logging.getLogger(__name__)
+_WARNED: set[str] = set()
 
 ENV = "EVALFARM_CONFIG"
 FILE_NAME = ".evalfarm.toml"
@@ -214,18 +219,132 @@ def check_value(key: str, value: str) -> str | None:
     return None
 
 
-def config_path(cwd: Path | None = None) -> Path | None:
-    """The config file that applies (see the module docstring), or None; the file need not exist for 1."""
+TRUSTED_ONLY = ("notify", "model_paths", "data")
+"""Settings that run a command or widen what evalfarm reads (the end-of-run hook, the folders ``path`` sources may
+read, the data folder): taken only from the user's own file (owned by the user, not root), the environment or the
+command line; a file of root's (a shared checkout) gives the others."""
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """Which config file applies (``path``, None: none) and the files refused on the way (``refused``: one line
+    each, naming the file and why), as :func:`find_config` decides."""
+
+    path: Path | None
+    refused: tuple[str, ...] = ()
+
+
+def _owner(uid: int) -> str:
+    import pwd
+
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def _unsafe(st: os.stat_result, *, folder: bool) -> str | None:
+    """Why a file or folder with ``st`` could be written by someone other than this user, else None: owned by
+    another user (root's is fine: root can write anything anyway), or writable by every user, or by a group that
+    is not this user's own. A folder whose sticky bit is set (``/tmp``) is fine though writable by all: nobody but
+    an entry's owner may rename or delete it, so what this user owns in it stays theirs."""
+    if st.st_uid not in (os.getuid(), 0):
+        return f"is owned by {_owner(st.st_uid)}, not by you or root"
+    others = bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP and st.st_gid != os.getgid())
+    if others and not (folder and st.st_mode & stat.S_ISVTX):
+        return "is writable by other users"
+    return None
+
+
+def _file_problem(path: Path, stop_at: Path | None) -> str | None:
+    """Why the config file ``path`` cannot be trusted, else None: the file (and a link's target) and every folder
+    above it, up to where the search stops (the user's home, a change of filesystem, a folder owned by root above
+    one of the user's), must be the user's or root's and writable by no one else (:func:`_unsafe`)."""
+    try:
+        st = path.lstat()
+        if stat.S_ISLNK(st.st_mode):
+            if why := _unsafe(st, folder=False):
+                return f"the link {why}"
+            st = path.stat()
+        if not stat.S_ISREG(st.st_mode):
+            return "is not a regular file"
+        if why := _unsafe(st, folder=False):
+            return why
+        folder = path.resolve().parent
+        below = None
+        for f in (folder, *folder.parents):
+            fst = f.stat()
+            if below is not None and (fst.st_dev != below.st_dev or (fst.st_uid == 0 != below.st_uid)):
+                return None  # the search stops at a change of filesystem, or of owner to root (/home, /tmp)
+            if why := _unsafe(fst, folder=True):
+                return f"is in {f}, which {why}"
+            if stop_at is not None and f == stop_at:
+                return None
+            below = fst
+    except OSError as exc:
+        return f"cannot be checked ({exc.strerror or exc})"
+    return None
+
+
+def _home() -> Path | None:
+    try:
+        return Path.home().resolve()
+    except (RuntimeError, OSError):
+        return None
+
+
+def find_config(cwd: Path | None = None) -> Discovery:
+    """The config file that applies (see the module docstring) and the ones refused, as git finds its own after
+    CVE-2022-24765: ``.evalfarm.toml`` is looked for from the current folder up, stopping after the user's home
+    and at a change of filesystem or of owner; the nearest found is used only if it and every folder above it
+    (:func:`_file_problem`) are the user's or root's and writable by no one else. A refused file is named (its
+    line in ``refused``: a warning, and ``evalfarm config show``), and the search ends there: the user-level file
+    (checked the same way) applies instead. ``$EVALFARM_CONFIG`` names a file explicitly and is taken as it is."""
     env = os.environ.get(ENV)
     if env is not None:
-        return Path(env).expanduser() if env else None
+        return Discovery(Path(env).expanduser() if env else None)
     here = (cwd or Path.cwd()).resolve()
+    home = _home()
+    refused: list[str] = []
+    below: os.stat_result | None = None
     for folder in (here, *here.parents):
+        try:
+            st = folder.stat()
+        except OSError:
+            break
+        if below is not None and (st.st_dev != below.st_dev or st.st_uid != below.st_uid):
+            break  # a change of filesystem or of owner: no file above it is looked at
         cand = folder / FILE_NAME
-        if cand.is_file():
-            return cand
-    cand = user_config_path()
-    return cand if cand.is_file() else None
+        if os.path.lexists(cand):
+            why = _file_problem(cand, home)
+            if why is None:
+                return Discovery(cand)
+            refused.append(f"{cand} {why}: refused, its settings are not used")
+            break
+        if folder == home:
+            break
+        below = st
+    user = user_config_path()
+    if user.is_file():
+        why = _file_problem(user, home)
+        if why is None:
+            return Discovery(user, tuple(refused))
+        refused.append(f"{user} {why}: refused, its settings are not used")
+    return Discovery(None, tuple(refused))
+
+
+def config_path(cwd: Path | None = None) -> Path | None:
+    """The config file that applies (see :func:`find_config`), or None; the file need not exist for 1."""
+    return find_config(cwd).path
+
+
+def owns(path: Path) -> bool:
+    """Whether ``path`` (and a link's target) belongs to this user: what lets a file give :data:`TRUSTED_ONLY`
+    settings (root's shared file gives the rest)."""
+    try:
+        return path.lstat().st_uid == os.getuid() and path.stat().st_uid == os.getuid()
+    except OSError:
+        return False
 
 
 def user_config_path() -> Path:
@@ -343,6 +462,8 @@ class Settings:
     archive_max_size: str = DEFAULT_ARCHIVE_MAX_SIZE
     archive_max_ratio: str = DEFAULTS["archive_max_ratio"]
     archive_max_members: str = DEFAULTS["archive_max_members"]
+    refused: tuple[str, ...] = ()
+    """Config files, or settings of one, not used (:func:`find_config`, :data:`TRUSTED_ONLY`): a line each."""
 
     def _checked(self, *keys: str) -> None:
         """A malformed value (from the environment: the file's are checked when it is read) is a
@@ -455,8 +576,20 @@ def resolve_settings(
     environment variable (:data:`ENV_VARS`), then the config file (``config_file``, else :func:`config_path` from
     ``cwd``), then the default. ``data=""`` means "download the tasks into the cache". Raises :class:`ConfigError`
     for a config file that cannot be read."""
-    path = Path(config_file).expanduser() if config_file is not None else config_path(cwd)
+    found = Discovery(Path(config_file).expanduser()) if config_file is not None else find_config(cwd)
+    path, refused = found.path, list(found.refused)
     file_values = load_config(path).values if path is not None else {}
+    if path is not None and path.exists() and not owns(path):
+        for key in [k for k in TRUSTED_ONLY if k in file_values]:
+            del file_values[key]
+            refused.append(
+                f"{key} in {path}: refused, the file is not yours ({_owner(path.stat().st_uid)}); {key} is taken "
+                f"only from your own file, {ENV_VARS[key]} or the command line"
+            )
+    for line in refused:
+        if line not in _WARNED:  # once a process: a command resolves its settings more than once
+            _WARNED.add(line)
+            log.warning("%s", line)
     given = {
         "data": data,
         "warehouse": warehouse,
@@ -483,4 +616,5 @@ def resolve_settings(
         archive_max_size=chosen["archive_max_size"].strip() or DEFAULTS["archive_max_size"],
         archive_max_ratio=chosen["archive_max_ratio"].strip() or DEFAULTS["archive_max_ratio"],
         archive_max_members=chosen["archive_max_members"].strip() or DEFAULTS["archive_max_members"],
+        refused=tuple(refused),
     )

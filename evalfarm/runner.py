@@ -42,7 +42,7 @@ from evalfarm.plan import (
 )
 from evalfarm.scheduler import EXECUTORS
 from evalfarm.scheduler.progress import ProgressTracker, TextBoard, fmt_count, fmt_seconds
-from evalfarm.warehouse import Quarantined, Warehouse, new_run_id, now, sweep_temp_files
+from evalfarm.warehouse import Quarantined, TableError, Warehouse, new_run_id, now, sweep_temp_files
 
 if TYPE_CHECKING:
     from evalfarm.scheduler.core import Job, WorkerInfo
@@ -660,7 +660,7 @@ class Run:
             summary.status = "ok" if c["failed"] == 0 else "failed"
         try:
             summary.warnings += spec_conflicts(self.wh, self.plans)
-        except OSError:
+        except (OSError, TableError):  # an unreadable `models` table: no warning, the run's own error stands
             pass
         why = reason or (f"{type(error).__name__}: {error}" if error else None)
         summary.report = self.end_report(why)
@@ -687,9 +687,15 @@ class Run:
     def _snapshot_versions(self) -> dict[str, int | None]:
         """The version of every table now that the run's last batch is committed: its snapshot (the ``runs`` table
         itself is read at the end event's commit, :func:`~evalfarm.warehouse.history.resolve_as_of`)."""
-        from evalfarm.warehouse import table_schemas
+        from evalfarm.warehouse import DamagedTable, table_schemas
 
-        return {t: self.wh.tables.snapshot(t).version for t in table_schemas() if t != "runs"}
+        def version(table: str) -> int | None:
+            try:
+                return self.wh.tables.snapshot(table).version
+            except DamagedTable:  # its log cannot be trusted: no version of it is this run's
+                return None
+
+        return {t: version(t) for t in table_schemas() if t != "runs"}
 
     def _compact(self) -> None:
         from evalfarm.warehouse.maintenance import compact_if_needed

@@ -57,6 +57,7 @@ class RunStatus:
     dashboard: str | None = None
     summary: dict[str, Any] | None = None  # the end event's summary (a finished run)
     other_live: list[str] = field(default_factory=list)  # other runs with a live heartbeat in this warehouse
+    damaged: list[str] = field(default_factory=list)  # tables left out of the views: their logs cannot be trusted
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -84,6 +85,7 @@ class RunStatus:
             out.append("no end recorded and no heartbeat: the driver was killed; run the same command again to resume")
         if self.other_live:
             out.append(f"also running in this warehouse: {', '.join(self.other_live)} (evalfarm status RUN_ID)")
+        out += [f"warning: {d} (left out; `evalfarm verify` names it)" for d in self.damaged]
         return out
 
     def _head(self) -> str:
@@ -152,13 +154,14 @@ def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
         runs = {r["run_id"]: r for r in wh.query("SELECT * FROM runs ORDER BY started_at").to_pylist()}
     except Exception:  # a warehouse without a runs table yet (nothing recorded)
         runs = {}
+    damaged = [str(d) for d in wh.damaged]  # tables the views left out: one line each, never a traceback
     if run_id is None:
         if live:
             run_id = max(live, key=lambda r: str(live[r].get("started") or ""))
         elif runs:
             run_id = list(runs)[-1]
         else:
-            raise NoRun(f"no run recorded in the warehouse {wh.uri}")
+            raise NoRun(f"no run recorded in the warehouse {wh.uri}" + "".join(f"; {d}" for d in damaged))
     row = runs.get(run_id)
     beat = beats.get(run_id)
     if row is None and beat is None:
@@ -183,6 +186,7 @@ def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
         st.state = "died"
     _from_views(wh, st)
     st.other_live = sorted(r for r in live if r != run_id)
+    st.damaged = sorted(set(damaged) | {str(d) for d in wh.damaged})
     return st
 
 

@@ -337,6 +337,22 @@ def test_an_archive_of_too_many_members_is_refused(place, monkeypatch) -> None:
     assert _left_behind(place) == []
 
 
+def test_a_zips_member_count_is_checked_before_anything_is_written(place, tmp_path) -> None:
+    """Issue 48: a zip's central directory gives its member count first, so 101 empty members under a limit of 100
+    are refused with nothing created (on main: 100 files written, then the error, then removed by the caller)."""
+    from evalfarm.encoders.archives import unpack
+
+    archive = place["models"] / "model.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        for i in range(101):
+            zf.writestr(f"f{i}", b"")
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    with pytest.raises(ArchiveError, match=r"model\.zip: holds more than 100 members"):
+        unpack(archive, dest, ArchiveLimits(max_members=100))
+    assert list(dest.iterdir()) == []
+
+
 def test_the_archive_limits_are_settings_of_the_config_file(tmp_path, monkeypatch) -> None:
     from evalfarm.config import ConfigError, resolve_settings
 

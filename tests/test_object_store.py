@@ -375,3 +375,39 @@ def test_concurrent_writers_on_the_bucket_lose_and_duplicate_no_row(s3, s3_env):
         pool.map(_append_to_bucket, [(uri, s3_env, w, 10) for w in range(4)])
     rows = Warehouse(uri).query("SELECT run_id, model FROM units").to_pylist()
     assert len(rows) == 40 and len({(r["run_id"], r["model"]) for r in rows}) == 40
+
+
+@pytest.mark.slow
+def test_vacuum_on_a_bucket_deletes_only_under_the_tables_own_prefix(s3, s3_env):
+    """Issue 48: vacuum computes its deletions from the log and the keys under each table's own prefix: a key
+    beside the table (a neighbouring prefix, the warehouse's other folders, another bucket) is never deleted, however
+    old; a forged log entry naming ``../`` makes the table refused, not a deletion."""
+    import time
+    from datetime import timedelta
+
+    from evalfarm.warehouse.maintenance import vacuum
+
+    uri = "s3://evalfarm/vac"
+    wh = Warehouse(uri).init()
+    wh.write("units", [{"run_id": "a", "model": "m"}])
+    fs = wh.fs
+    planted = ["evalfarm/vac/tables/unitsX/old.parquet", "evalfarm/vac/quarantine/old.parquet",
+               "evalfarm/victim/old.parquet", "other-bucket/vac/tables/units/data/old.parquet"]  # fmt: skip
+    orphan = "evalfarm/vac/tables/units/data/killed/x.parquet"
+    for key in [*planted, orphan]:
+        with fs.open_output_stream(key) as out:
+            out.write(b"PAR1 old PAR1")
+    later = time.time() + 7200
+    (units,) = [v for v in vacuum(wh, keep=timedelta(hours=1), now=later) if v.table == "units"]
+    assert units.refused is None and units.files == ["data/killed/x.parquet"]
+    left = {**_keys(s3, "evalfarm"), **_keys(s3, "other-bucket")}
+    assert all(k in left for k in planted) and orphan not in left
+    assert wh.query("SELECT model FROM units").column(0).to_pylist() == ["m"]
+    log = "evalfarm/vac/tables/units/_delta_log"
+    version = max(int(k.rsplit("/", 1)[1][:20]) for k in _keys(s3, log) if k.endswith(".json"))
+    with fs.open_output_stream(f"{log}/{version + 1:020d}.json") as out:
+        out.write(b'{"add":{"path":"../../../victim/old.parquet","size":13,"partitionValues":{},'
+                  b'"modificationTime":0,"dataChange":true}}\n')  # fmt: skip
+    (units,) = [v for v in vacuum(wh, keep=timedelta(hours=1), now=later) if v.table == "units"]
+    assert units.refused and "add '../../../victim/old.parquet'" in units.refused
+    assert "evalfarm/victim/old.parquet" in _keys(s3, "evalfarm")

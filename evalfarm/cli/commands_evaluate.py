@@ -180,7 +180,7 @@ def _evaluate(
     from evalfarm.device import DeviceUnavailable
     from evalfarm.runner import RunInterrupted
     from evalfarm.taskdata.data import TaskDataError
-    from evalfarm.warehouse import LegacyWarehouse, WarehouseWriteError
+    from evalfarm.warehouse import DamagedTable, LegacyWarehouse, WarehouseWriteError
 
     resume = f"To resume, run the same command again (finished units are skipped): {again()}"
     try:
@@ -193,6 +193,9 @@ def _evaluate(
         return exc.summary
     except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError, LegacyWarehouse) as exc:
         fail(str(exc))  # CatalogError and ConfigError are ValueErrors; LegacyWarehouse names `warehouse migrate`
+    except DamagedTable as exc:  # a table whose log cannot be trusted: nothing it names was touched
+        fail(f"warehouse {warehouse}: {exc}. Nothing the table names was read, moved or deleted; `evalfarm verify` "
+             "names it, docs/operations.md (\"A damaged table\") says how to repair it")  # fmt: skip
     except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
         print_notified(exc.summary)

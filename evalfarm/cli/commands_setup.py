@@ -58,13 +58,17 @@ def catalog_validate(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Fo
 def config_show(format: FormatOpt = Format.table) -> None:
     """Print each setting (data folder, warehouse, catalog, the SQL limits), its value and where it comes from: the
     environment (EVALFARM_DATA, EVALFARM_WAREHOUSE, EVALFARM_CATALOG, EVALFARM_SQL_TIMEOUT, EVALFARM_SQL_MEMORY_LIMIT),
-    the config file that applies here, or the default."""
+    the config file that applies here, or the default; and each config file refused (owned or writable by another
+    user: its settings are not used)."""
     try:
         settings = api.settings()
     except api.ConfigError as exc:
         fail(str(exc))
     title = f"config: {settings.config_file or '(no file)'}"
     print_rows(["key", "value", "from"], settings.rows(), format, title=title)
+    if format is Format.table:
+        for line in settings.refused:  # a file (or its settings) another user could have written: not used
+            out.print(f"refused: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 SettingsArg = Annotated[

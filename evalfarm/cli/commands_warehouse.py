@@ -117,7 +117,8 @@ def vacuum(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="say what would be deleted, delete nothing")] = False,
 ) -> None:
     """Expire snapshots older than --keep: the data files only they need, files no commit names (a killed worker's),
-    and their log entries. Never a snapshot a reader has pinned (sql --as-of, diff, report)."""
+    and their log entries. Never a snapshot a reader has pinned (sql --as-of, diff, report). A table holding a link,
+    FIFO or device, or whose log is damaged, is left as it is and named (exit 1): vacuum follows no link."""
     try:
         done = api.vacuum_warehouse(warehouse=warehouse, keep=keep, dry_run=dry_run)
     except ERRORS as exc:
@@ -129,6 +130,11 @@ def vacuum(
             kept = f"; pinned versions kept: {v.pinned}" if v.pinned else ""
             console.print(f"{v.table}: {verb} {len(v.files)} file(s){kept}", highlight=False)
     console.print(f"vacuum (keep {keep}): {verb} {total} file(s)", highlight=False)
+    refused = [v for v in done if v.refused]
+    for v in refused:  # left exactly as they were: nothing deleted in them
+        console.print(f"{v.table}: refused, nothing deleted: {v.refused}", highlight=False, markup=False)
+    if refused:
+        raise typer.Exit(1)
 
 
 @warehouse_app.command("migrate")

@@ -15,7 +15,8 @@ member is checked here, by its name and type alone, before a byte is written:
 - limits (:class:`ArchiveLimits`): the total unpacked size, its ratio to the archive's size and the member count,
   checked on each member's header before its data is read, and on the bytes actually written; the first one passed
   stops the unpacking (a 1 KB archive that would unpack to 1 GB stops at its first header) with an error naming the
-  archive, the limit and the setting that raises it.
+  archive, the limit and the setting that raises it. A zip's member count is its central directory's, checked
+  before the first member is written.
 
 Files are created with ``O_EXCL | O_NOFOLLOW`` in a fresh folder whose every entry this module made, and are never
 executable; the caller publishes the folder only when all of it is written (:func:`evalfarm.atomic.publish_dir`).
@@ -101,6 +102,7 @@ def unpack(archive: Path, dest: Path, limits: ArchiveLimits | None = None) -> No
     try:
         if archive.name.lower().endswith(".zip"):
             with zipfile.ZipFile(archive) as zf:
+                _Budget(archive, limits).members_at_most(len(zf.infolist()))  # the central directory, read first
                 _write(archive, dest, _zip_members(archive, zf), limits)
         else:
             with tarfile.open(archive) as tf:
@@ -188,7 +190,12 @@ class _Budget:
 
     def member(self) -> None:
         self.members += 1
-        if self.limits.max_members and self.members > self.limits.max_members:
+        self.members_at_most(self.members)
+
+    def members_at_most(self, count: int) -> None:
+        """Refuse an archive of more than ``max_members`` members: a zip's count is its central directory's, known
+        before anything is written; a tar's grows header by header (the count stops it at the first too many)."""
+        if self.limits.max_members and count > self.limits.max_members:
             raise ArchiveError(
                 f"{self.archive}: holds more than {self.limits.max_members} members (the archive limit; raise it "
                 f"with {ENV_VARS['archive_max_members']} or archive_max_members in .evalfarm.toml); refused"

@@ -70,7 +70,7 @@ from evalfarm.warehouse.store import (
     resolve_filesystem,
     sweep_temp_files,
 )
-from evalfarm.warehouse.tables import FileEntry, Snapshot, StagedFile, TableError
+from evalfarm.warehouse.tables import DamagedTable, FileEntry, Snapshot, StagedFile, TableError
 from evalfarm.warehouse.verify import Finding, VerifyResult, verify_warehouse
 
 __all__ = [
@@ -87,6 +87,7 @@ __all__ = [
     "UNIT_TABLES",
     "VERIFIED_MANIFEST",
     "CommitBatcher",
+    "DamagedTable",
     "FileEntry",
     "Finding",
     "LegacyWarehouse",

@@ -6,9 +6,13 @@ Kept apart so the modules that build on the Delta layer (manifests, rewrites, pi
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
 import stat
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -77,7 +81,7 @@ def safe_open(path: str, root: str) -> int:
     try:
         fd = os.open(path, flags)
     except OSError as exc:
-        if exc.errno == 40:  # ELOOP: the final component is a symlink
+        if exc.errno == errno.ELOOP:  # the final component is a symlink
             raise PermissionError(f"{path} is a symbolic link; warehouse readers open regular files only") from exc
         raise
     try:
@@ -92,4 +96,162 @@ def safe_open(path: str, root: str) -> int:
     return fd
 
 
-__all__ = ["MANIFEST_TABLE", "LegacyWarehouse", "WarehouseWriteError", "new_run_id", "now", "safe_open"]
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
+def relative_parts(rel: str) -> list[str]:
+    """``rel``'s names, when it is a plain relative path (no empty, ``.`` or ``..`` name, no NUL); else
+    ``PermissionError``."""
+    parts = rel.split("/")
+    if not rel or any(p in ("", ".", "..") or "\0" in p for p in parts):
+        raise PermissionError(f"{rel!r} is not a plain relative path inside the warehouse")
+    return parts
+
+
+def open_folder_inside(root: str, rel: str, *, create: bool = False) -> int:
+    """A descriptor of the folder ``root/rel``, reached one name at a time from ``root`` without following a link
+    (``O_NOFOLLOW | O_DIRECTORY`` on each, relative to the one before): whatever the folders are renamed or replaced
+    with meanwhile, the descriptor is a folder inside ``root``. ``create``: make the missing folders on the way.
+    ``PermissionError`` naming the first name that is a link or not a folder. ``rel`` "" is ``root`` itself."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    done = root.rstrip("/")
+    try:
+        for part in relative_parts(rel) if rel else []:
+            done = f"{done}/{part}"
+            try:
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                with contextlib.suppress(FileExistsError):  # another writer made it meanwhile
+                    os.mkdir(part, 0o777, dir_fd=fd)  # as mkdir(1): the umask decides
+                nxt = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                    raise PermissionError(f"{done} is a link or not a folder: not followed") from exc
+                raise
+            os.close(fd)
+            fd = nxt
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _regular_in(folder_fd: int, name: str, shown: str) -> os.stat_result:
+    st = os.stat(name, dir_fd=folder_fd, follow_symlinks=False)
+    if not stat.S_ISREG(st.st_mode):
+        raise PermissionError(f"{shown} is not a regular file (a link, a FIFO, a device or a folder): left alone")
+    return st
+
+
+def move_inside(root: str, src: str, dest: str, *, note: bytes | None = None) -> None:
+    """Rename ``root/src`` to ``root/dest`` (both relative to ``root``), proving both inside ``root``: each folder on
+    either way is opened without following a link (:func:`open_folder_inside`; ``dest``'s are created), the source
+    must be a regular file (not followed: a link is not moved, its target even less), and the rename is made
+    between the two folders' descriptors. ``note``: written beside the destination as ``<dest>.why.txt`` (a new
+    file, never through a link). ``FileNotFoundError`` when the source is gone; ``PermissionError`` when a link or
+    anything but a folder is on the way, or the source is not a regular file."""
+    src_parts, dest_parts = relative_parts(src), relative_parts(dest)
+    src_fd = open_folder_inside(root, "/".join(src_parts[:-1]))
+    try:
+        _regular_in(src_fd, src_parts[-1], f"{root}/{src}")
+        dest_fd = open_folder_inside(root, "/".join(dest_parts[:-1]), create=True)
+        try:
+            os.rename(src_parts[-1], dest_parts[-1], src_dir_fd=src_fd, dst_dir_fd=dest_fd)
+            if note is not None:
+                flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC
+                fd = os.open(dest_parts[-1] + ".why.txt", flags, 0o644, dir_fd=dest_fd)
+                with os.fdopen(fd, "wb") as out:
+                    out.write(note)
+        finally:
+            os.close(dest_fd)
+    finally:
+        os.close(src_fd)
+
+
+def remove_inside(root: str, rel: str) -> None:
+    """Delete the regular file ``root/rel`` (relative to ``root``), proving it inside: its folder reached without
+    following a link (:func:`open_folder_inside`), the file itself a regular file, unlinked through the folder's
+    descriptor. ``FileNotFoundError`` when it is gone; ``PermissionError`` for a link or anything but a file."""
+    parts = relative_parts(rel)
+    fd = open_folder_inside(root, "/".join(parts[:-1]))
+    try:
+        _regular_in(fd, parts[-1], f"{root}/{rel}")
+        os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class WalkEntry:
+    """What :func:`walk_inside` met: a path relative to the folder walked, its kind (``file``, ``link``, ``fifo``,
+    ``device``, ``socket``, ``other``), size and modification time (ns) as ``lstat`` gives them."""
+
+    path: str
+    kind: str
+    size: int
+    mtime_ns: int
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISREG(mode):
+        return "file"
+    if stat.S_ISLNK(mode):
+        return "link"
+    if stat.S_ISFIFO(mode):
+        return "fifo"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "device"
+    return "socket" if stat.S_ISSOCK(mode) else "other"
+
+
+def walk_inside(root: str, rel: str, *, skip: Callable[[str], bool] = lambda name: False) -> list[WalkEntry]:
+    """Every entry under the folder ``root/rel`` but folders (which are walked), never following a link: each folder
+    is opened through its parent's descriptor (:func:`open_folder_inside`'s way), and a link, FIFO or device is
+    listed as what it is, not opened. ``skip(name)``: names (of files and folders) to leave out. [] when the folder
+    does not exist; ``PermissionError`` when a link or a file stands where a folder of ``rel`` should be."""
+    try:
+        top = open_folder_inside(root, rel)
+    except FileNotFoundError:
+        return []
+    out: list[WalkEntry] = []
+    stack: list[tuple[int, str]] = [(top, "")]
+    while stack:
+        fd, prefix = stack.pop()
+        try:
+            with os.scandir(fd) as entries:
+                listed = list(entries)
+            for e in listed:
+                if skip(e.name):
+                    continue
+                st = e.stat(follow_symlinks=False)
+                path = f"{prefix}{e.name}"
+                if stat.S_ISDIR(st.st_mode):
+                    try:
+                        stack.append((os.open(e.name, _DIR_FLAGS, dir_fd=fd), f"{path}/"))
+                    except FileNotFoundError:
+                        continue
+                    except OSError:  # replaced by a link (or a file) since it was listed: that is what it is now
+                        out.append(WalkEntry(path, "link", 0, 0))
+                else:
+                    out.append(WalkEntry(path, _kind(st.st_mode), st.st_size, st.st_mtime_ns))
+        finally:
+            os.close(fd)
+    return sorted(out, key=lambda w: w.path)
+
+
+__all__ = [
+    "MANIFEST_TABLE",
+    "LegacyWarehouse",
+    "WalkEntry",
+    "WarehouseWriteError",
+    "move_inside",
+    "new_run_id",
+    "now",
+    "open_folder_inside",
+    "relative_parts",
+    "remove_inside",
+    "safe_open",
+    "walk_inside",
+]

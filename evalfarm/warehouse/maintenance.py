@@ -20,20 +20,22 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from evalfarm.warehouse import current
-from evalfarm.warehouse.base import WarehouseWriteError
+from evalfarm.warehouse.base import WarehouseWriteError, relative_parts, remove_inside, walk_inside
 from evalfarm.warehouse.current import drop_units
 from evalfarm.warehouse.pins import PIN_SECONDS, READERS_DIR, live_pins, pinned
 from evalfarm.warehouse.rewrite import rewrite
 from evalfarm.warehouse.schemas import table_schemas
 from evalfarm.warehouse.store import Warehouse
-from evalfarm.warehouse.tables import FileEntry, RewriteConflict
+from evalfarm.warehouse.tables import LOG_DIR, DamagedTable, FileEntry, RewriteConflict, TableError
 
 log = logging.getLogger(__name__)
 
@@ -229,19 +231,29 @@ def parse_duration(text: str) -> timedelta:
 
 @dataclass
 class Vacuumed:
-    """What :func:`vacuum` removed (or would remove, ``dry_run``) from one table."""
+    """What :func:`vacuum` removed (or would remove, ``dry_run``) from one table (``files``: paths relative to the
+    table's folder); ``refused``: why the table was left as it was (a link, FIFO or device in it, a damaged log)."""
 
     table: str
     files: list[str] = field(default_factory=list)
     versions_before: int | None = None
     oldest_version_after: int | None = None
     pinned: list[int] = field(default_factory=list)
+    refused: str | None = None
 
 
-def vacuum(wh: Warehouse, *, keep: timedelta, dry_run: bool = False) -> list[Vacuumed]:
+def vacuum(wh: Warehouse, *, keep: timedelta, dry_run: bool = False, now: float | None = None) -> list[Vacuumed]:
     """Expire snapshots older than ``keep``: delete the data files no version within ``keep`` (or pinned) needs
     and files no commit names that are older than ``keep``, then the log entries before the newest checkpoint older
-    than ``keep``. ``dry_run``: say what would go, change nothing."""
+    than ``keep``. ``dry_run``: say what would go, change nothing. ``now``: the time to count ``keep`` back from
+    (epoch seconds; default: now).
+
+    The deletions are computed here, never by delta-rs (whose full vacuum lists a table following links and deletes
+    what it finds under them): the files to keep come from the log (every path validated, :meth:`DeltaTables.
+    added_between`), the candidates from a walk of the table that follows no link (:func:`walk_inside`; on an object
+    store, the keys under the table's own prefix), and each deletion proves its file a regular file inside the
+    table (:func:`remove_inside`). A table holding a link, a FIFO or a device, or whose log is damaged, is refused
+    (``Vacuumed.refused`` says why) and left exactly as it was; the other tables are vacuumed."""
     if keep < MIN_KEEP:
         raise ValueError(
             f"--keep {keep} is shorter than {MIN_KEEP}: a run's staged files and a query's snapshot must outlive "
@@ -249,27 +261,93 @@ def vacuum(wh: Warehouse, *, keep: timedelta, dry_run: bool = False) -> list[Vac
         )
     pins = live_pins(wh)
     hours = max(1, math.ceil(keep.total_seconds() / 3600))
+    cutoff_ms = int(((time.time() if now is None else now) - keep.total_seconds()) * 1000)
     out = []
     for table in table_schemas():
         if not wh.tables.exists(table):
             continue
-        dt = wh.tables.open(table)
-        kept = sorted(pins.get(table, set()))
+        result = Vacuumed(table, pinned=sorted(pins.get(table, set())))
+        out.append(result)
         try:
-            files = dt.vacuum(  # full: also files no commit names (staged by a worker or run that was killed)
-                retention_hours=hours,
-                dry_run=dry_run,
-                enforce_retention_duration=False,
-                keep_versions=kept or None,
-                full=True,
-            )
+            result.versions_before, doomed = _doomed(wh, table, cutoff_ms, result.pinned)
+        except (TableError, PermissionError) as exc:  # DamagedTable, a link or FIFO in the table: left as it is
+            result.refused = str(exc)
+            continue
+        result.files = [wh.relative(p).split("/", 2)[2] for p in doomed]
+        if dry_run:
+            continue
+        for path in doomed:
+            _delete(wh, path)
+        try:
+            result.oldest_version_after = _expire_log(wh, table, hours)
         except Exception as exc:
             raise WarehouseWriteError(wh.tables.folder(table), OSError(5, f"vacuum of {table}: {exc}")) from exc
-        result = Vacuumed(table, sorted(files), int(dt.version()), None, kept)
-        if not dry_run:
-            result.oldest_version_after = _expire_log(wh, table, hours)
-        out.append(result)
     return out
+
+
+def _doomed(wh: Warehouse, table: str, cutoff_ms: int, pinned: list[int]) -> tuple[int, list[str]]:
+    """(the table's version, the files a vacuum deletes): every data file under the table that no version since
+    ``cutoff_ms`` (the one current then, and each after it) nor a ``pinned`` one names, last modified before the
+    cutoff. ``PermissionError`` naming the first link, FIFO or device in the table; ``DamagedTable`` for a bad log."""
+    newest = wh.tables.snapshot(table)
+    version = int(newest.version or 0)
+    history = sorted((int(h["version"]), int(h.get("timestamp") or 0)) for h in wh.tables.history(table))
+    at_cutoff = max((v for v, ms in history if ms <= cutoff_ms), default=history[0][0] if history else version)
+    keep = {f.path for f in wh.tables.snapshot(table, at_cutoff).files} if at_cutoff < version else set()
+    keep |= {f.path for f in newest.files} | wh.tables.added_between(table, at_cutoff + 1, version)
+    wh.tables.added_between(table, wh.tables.last_checkpoint(table) + 1, at_cutoff)  # each path checked all the same
+    for v in pinned:
+        try:
+            keep |= {f.path for f in wh.tables.snapshot(table, v).files}
+        except TableError as exc:
+            if isinstance(exc, DamagedTable):
+                raise
+            continue  # a pin of a version already gone: nothing of it to keep
+    doomed = []
+    for path, kind, mtime_ms in _table_files(wh, table):
+        if kind != "file":
+            raise PermissionError(
+                f"{wh.relative(path)} is a {kind}: vacuum follows no link and refuses a table holding links, "
+                "FIFOs or devices (remove it, then vacuum again)"
+            )
+        hidden = any(part[:1] in "._" for part in wh.relative(path).split("/")[3:])
+        if path not in keep and mtime_ms < cutoff_ms and not hidden:
+            doomed.append(path)
+    return version, sorted(doomed)
+
+
+def _table_files(wh: Warehouse, table: str) -> list[tuple[str, str, int]]:
+    """(path, kind, mtime in ms) of everything under the table's folder but its log: on a local disk by a walk that
+    follows no link (:func:`walk_inside`: links, FIFOs and devices listed as what they are); on an object store
+    the keys under the table's own prefix only."""
+    folder = wh.tables.folder(table)
+    if wh.local:
+        entries = walk_inside(wh.base, wh.relative(folder), skip=lambda name: name == LOG_DIR)
+        return [(f"{folder}/{e.path}", e.kind, e.mtime_ns // 1_000_000) for e in entries]
+    out = []
+    for info in wh.fs.get_file_info(pafs.FileSelector(folder, recursive=True, allow_not_found=True)):
+        rel = info.path[len(folder) + 1 :] if info.path.startswith(folder + "/") else None
+        if info.type != pafs.FileType.File or rel is None or rel.split("/")[0] == LOG_DIR:
+            continue
+        relative_parts(rel)  # a key with a "." or ".." name: an object store would resolve it elsewhere
+        out.append((info.path, "file", int(info.mtime_ns or 0) // 1_000_000))
+    return out
+
+
+def _delete(wh: Warehouse, path: str) -> None:
+    """Delete one data file of a table: on a local disk only a regular file reached without a link
+    (:func:`remove_inside`); on an object store only a key under the warehouse's prefix. Gone already: fine."""
+    rel = wh.relative(path)
+    relative_parts(rel)
+    try:
+        if wh.local:
+            remove_inside(wh.base, rel)
+        else:
+            wh.fs.delete_file(path)
+    except FileNotFoundError:
+        pass
+    except PermissionError as exc:  # replaced by a link since the walk: left alone
+        log.warning("vacuum left %s alone: %s", rel, exc)
 
 
 def _expire_log(wh: Warehouse, table: str, hours: int) -> int | None:

@@ -26,7 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute
 
-from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse, WarehouseWriteError
+from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse, WarehouseWriteError, move_inside
 from evalfarm.warehouse.legacy import legacy_connect, legacy_files
 from evalfarm.warehouse.rewrite import rewrite
 from evalfarm.warehouse.schemas import table_schemas
@@ -148,9 +148,8 @@ def _park_legacy(wh: Warehouse, files: dict[str, list[str]]) -> str:
                 continue
             dest = f"{dest_root}/{wh.relative(path)}"
             try:
-                if wh.local:
-                    Path(dest).parent.mkdir(parents=True, exist_ok=True)
-                    os.replace(path, dest)
+                if wh.local:  # a regular file inside the warehouse, to a folder inside it, no link followed
+                    move_inside(wh.base, wh.relative(path), wh.relative(dest))
                 else:
                     wh.fs.move(path, dest)
             except OSError as exc:

@@ -37,9 +37,12 @@ from evalfarm.warehouse.base import (
     MANIFEST_TABLE,
     LegacyWarehouse,
     WarehouseWriteError,
+    move_inside,
     new_run_id,
     now,
+    relative_parts,
     safe_open,
+    walk_inside,
 )
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
@@ -52,7 +55,15 @@ from evalfarm.warehouse.query import (
     view_sources,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
-from evalfarm.warehouse.tables import DeltaTables, FileEntry, Snapshot, StagedFile, TableError, group_by_table
+from evalfarm.warehouse.tables import (
+    DamagedTable,
+    DeltaTables,
+    FileEntry,
+    Snapshot,
+    StagedFile,
+    TableError,
+    group_by_table,
+)
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +74,7 @@ FORMAT_FILE = "warehouse.json"
 VERIFIED_MANIFEST = "verified-files.json"
 """``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
 QUARANTINE_DIR = "quarantine"
+_WARNED: set[str] = set()
 
 
 def resolve_filesystem(root: str | os.PathLike[str]) -> tuple[pafs.FileSystem, str]:
@@ -472,6 +484,7 @@ class Warehouse:
                     continue
                 dt = self.tables.open(table)
                 if int(dt.version()) - self.tables.last_checkpoint(table) >= every:
+                    self.tables.snapshot(table)  # every path validated first: a checkpoint copies what the log says
                     dt.create_checkpoint()
                     done.append(table)
             except Exception as exc:  # a best-effort speed-up, never a run's failure
@@ -580,29 +593,47 @@ class Warehouse:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
 
     # -- snapshots and reads --------------------------------------------------------------------------------
-    def snapshot(self, as_of: Any = None, *, tables: Iterable[str] | None = None) -> dict[str, Snapshot]:
+    def snapshot(
+        self, as_of: Any = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
+    ) -> dict[str, Snapshot]:
         """Every table's snapshot (or ``tables``'): the newest (``as_of`` None), a run's (its id: the versions its
         end event recorded, or for a run that never ended the state at its last commit) or the state at a time (a
-        ``datetime``, or an ISO 8601 text). Tables that did not exist then are empty snapshots."""
+        ``datetime``, or an ISO 8601 text). Tables that did not exist then are empty snapshots. A table whose log
+        cannot be trusted raises :class:`DamagedTable`, or with ``leave_out_damaged`` (readers) is an empty snapshot,
+        with its error in :attr:`damaged` and a warning naming it: the other tables stay readable."""
         from concurrent.futures import ThreadPoolExecutor
 
         from evalfarm.warehouse.history import resolve_as_of
 
         point = resolve_as_of(self, as_of) if as_of is not None else None
 
-        def one(name: str) -> Snapshot:
-            if point is None:
-                return self.tables.snapshot(name)
-            if point.versions is not None and name in point.versions:
-                version = point.versions[name]
-                return self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
-            return self.tables.snapshot(name, as_of=point.at)
+        def one(name: str) -> Snapshot | DamagedTable:
+            try:
+                if point is None:
+                    return self.tables.snapshot(name)
+                if point.versions is not None and name in point.versions:
+                    version = point.versions[name]
+                    return self.tables.snapshot(name, version) if version is not None else Snapshot(name, None)
+                return self.tables.snapshot(name, as_of=point.at)
+            except DamagedTable as exc:
+                if not leave_out_damaged:
+                    raise
+                return exc
 
         names = list(table_schemas()) if tables is None else [t for t in table_schemas() if t in set(tables)]
         if len(names) <= 1:
-            return {n: one(n) for n in names}
-        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
-            return dict(zip(names, pool.map(one, names), strict=True))
+            got = {n: one(n) for n in names}
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
+                got = dict(zip(names, pool.map(one, names), strict=True))
+        damaged = tuple(v for v in got.values() if isinstance(v, DamagedTable))
+        if leave_out_damaged:
+            self.damaged = damaged
+        for exc in damaged:
+            if str(exc) not in _WARNED:  # once a process: a command connects many times
+                _WARNED.add(str(exc))
+                log.warning("%s: left out of the views (the other tables are read)", exc)
+        return {n: Snapshot(n, None) if isinstance(v, DamagedTable) else v for n, v in got.items()}
 
     def connect(
         self,
@@ -646,7 +677,7 @@ class Warehouse:
             return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
         tables = None if needs is None else sorted(set().union(*(st.tables for st in needed_statements(
             view_sources(), needs))))  # fmt: skip
-        snaps = self.snapshot(as_of, tables=tables)
+        snaps = self.snapshot(as_of, tables=tables, leave_out_damaged=True)
         files = {t: [f.path for f in s.files] for t, s in snaps.items()}
         try:
             return self._connect(read_only, files, snaps, memory_limit, needs)
@@ -775,6 +806,8 @@ class Warehouse:
     # recomputed, not skipped). Views skip unreadable files.
     excluded: tuple[Quarantined, ...] = ()
     """Files :meth:`connect` left out of the views because they could not be read (not moved: it is read-only)."""
+    damaged: tuple[DamagedTable, ...] = ()
+    """Tables :meth:`connect` left out of the views because their logs cannot be trusted (:class:`DamagedTable`)."""
 
     def check_root(self) -> None:
         """A one-line error for a warehouse path that is an existing file (``mkdir`` would fail with a traceback)."""
@@ -800,22 +833,18 @@ class Warehouse:
         size -1 so a caller that expects a file there can tell it is not one)."""
         out: list[tuple[str, int, int | None]] = []
         if self.local:
-            stack = [folder]
-            while stack:
-                try:
-                    entries = list(os.scandir(stack.pop()))
-                except (FileNotFoundError, NotADirectoryError):
+            rel = self.relative(folder)
+            try:  # from the root, no link followed: a folder replaced by a link is not walked into
+                entries = walk_inside(self.base, rel, skip=lambda name: name.startswith(".") or name == "_delta_log")
+            except (PermissionError, NotADirectoryError):
+                return out
+            for e in entries:
+                if not e.path.endswith(".parquet"):
                     continue
-                for e in entries:
-                    if e.name.startswith(".") or e.name == "_delta_log":
-                        continue
-                    if e.is_dir(follow_symlinks=False):
-                        stack.append(e.path)
-                    elif e.name.endswith(".parquet") and e.is_file(follow_symlinks=False):
-                        st = e.stat(follow_symlinks=False)
-                        out.append((e.path, st.st_size, st.st_mtime_ns))
-                    elif files and e.name.endswith(".parquet"):
-                        out.append((e.path, -1, None))
+                if e.kind == "file":
+                    out.append((f"{folder}/{e.path}", e.size, e.mtime_ns))
+                elif files:
+                    out.append((f"{folder}/{e.path}", -1, None))
             return out
         sel = pafs.FileSelector(folder, recursive=True, allow_not_found=True)
         for i in self.fs.get_file_info(sel):
@@ -948,22 +977,32 @@ class Warehouse:
     def quarantine(
         self, path: str, why: str, run_id: str | None = None, *, units: tuple[tuple[str, str], ...] = ()
     ) -> Quarantined:
-        """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it."""
+        """Move ``path`` to ``<root>/quarantine/<run_id or time>/<its path>`` with ``<name>.why.txt`` beside it.
+
+        Only a regular file inside the warehouse moves, to a destination inside it: on a local disk the move walks
+        both folders from the root without following a link and renames between their descriptors
+        (:func:`~evalfarm.warehouse.base.move_inside`), so a folder replaced by a link (``tables/metrics/data ->
+        /home/you``) moves nothing of what it leads to. Anything else stays where it is (``moved_to`` None, the
+        reason saying why)."""
         rel = self.relative(path)
-        dest = self._p(QUARANTINE_DIR, run_id or new_run_id(), rel)
+        dest_rel = f"{QUARANTINE_DIR}/{run_id or new_run_id()}/{rel}"
+        dest = self._p(dest_rel)
         note = f"{rel}: {why}\n".encode()
         try:
+            if rel == path:
+                raise PermissionError(f"{path} is not inside the warehouse {self.base}")
             if self.local:
-                Path(dest).parent.mkdir(parents=True, exist_ok=True)
-                os.replace(path, dest)
-                Path(dest + ".why.txt").write_bytes(note)
+                move_inside(self.base, rel, dest_rel, note=note)
             else:
+                relative_parts(rel), relative_parts(dest_rel)  # no "..": an object store resolves it
                 self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
                 self.fs.move(path, dest)
                 with self.fs.open_output_stream(dest + ".why.txt") as out:
                     out.write(note)
         except FileNotFoundError:  # another process moved it first
             return Quarantined(path, None, why, units)
+        except PermissionError as exc:  # a link, a FIFO, a folder, or a link on the way: never followed, never moved
+            return Quarantined(path, None, f"{why}; not moved: {exc}", units)
         return Quarantined(path, dest, why, units)
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import time
 import urllib.parse
@@ -63,6 +64,19 @@ STATS_COLUMNS = ("model", "task", "run_id", "fingerprint")
 skip files by model or run without opening them."""
 
 
+MAX_LOG_ENTRY_BYTES = 64 * 2**20
+"""The largest commit (``_delta_log/<version>.json``) a reader parses; a larger one makes its table damaged, and is
+never read. A reader holds about four times an entry's size while parsing it (a 300 MB entry cost 1.1 GB); the
+largest evalfarm writes, a compaction of 250,000 small files, is about 60 MB."""
+MAX_CHECKPOINT_BYTES = 512 * 2**20
+"""The largest checkpoint file (``_delta_log/<version>.checkpoint*.parquet``) a reader opens: a few hundred bytes of
+Parquet per data file, so a table of millions of files (evalfarm compacts them: thousands at most)."""
+MAX_SMALL_LOG_FILE_BYTES = 2**20
+"""The largest other file of a log (``_last_checkpoint``: a line of JSON)."""
+MAX_PATH_CHARS = 4096
+"""The longest data file path a log entry may name (evalfarm's are under 100 characters)."""
+
+
 class TableError(RuntimeError):
     """A Delta table that cannot be read or committed to: one line naming the table and why."""
 
@@ -76,6 +90,66 @@ class RewriteConflict(TableError):
 REMOVE_ATTEMPTS = 20
 """How often a commit that removes files is tried again when another writer's commit took its version: each try
 reopens the newest version and checks that every file it removes is still there."""
+
+
+class DamagedTable(TableError):
+    """A table whose log cannot be trusted, with the entry that says so: a path that is not a data file inside the
+    table (absolute, a URL, a ``..`` after percent-decoding, a hidden name), a link or anything but a folder on the
+    way to its files or its log, a log file past its size limit or not a regular file, a feature evalfarm's tables
+    never use (deletion vectors, a reader protocol above 1). Nothing the table names is then opened, moved or
+    deleted: readers leave it out of the views (with a warning naming it), writers and maintenance refuse it."""
+
+    def __init__(self, table: str, entry: str, why: str) -> None:
+        self.table, self.entry, self.why = table, entry, why
+        super().__init__(f"table {table!r} is damaged: {entry}: {why}")
+
+    def __reduce__(self) -> tuple[Any, ...]:  # crosses process boundaries (Ray workers) intact
+        return (DamagedTable, (self.table, self.entry, self.why))
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_COMMIT = re.compile(r"\d{20}\.json")
+_LOG_DAMAGE_MARKS = ("Json error", "Parquet error", "Arrow error", "Schema error", "Invalid checkpoint", "checkpoint")
+"""What delta-rs says of a log it cannot parse (as opposed to one it cannot reach: a store's error, a version gone)."""
+
+
+def log_path_problem(path: str) -> str | None:
+    """Why ``path``, a data file's path as a Delta log entry spells it (relative to its table, URI-encoded), cannot
+    name a file inside the table, else None: it must be relative, with no scheme (``file:``, ``s3:``), no empty,
+    ``.`` or ``..`` segment and no hidden name (``.`` or ``_`` first: the log's own folder, temp files) after
+    percent-decoding, and no NUL or backslash. The one check of every path a log names (add, remove, checkpoint):
+    :func:`data_file_path` applies it."""
+    if not isinstance(path, str) or not path:
+        return "an empty path"
+    if len(path) > MAX_PATH_CHARS:
+        return f"a path of {len(path):,} characters (at most {MAX_PATH_CHARS:,})"
+    try:
+        decoded = urllib.parse.unquote(path, errors="strict")
+    except UnicodeDecodeError:
+        return "a path whose percent-encoding is not UTF-8"
+    for text, how in ((path, ""), (decoded, " after percent-decoding")):
+        if _SCHEME.match(text):
+            return f"a URL (a path with a scheme{how}), not a path inside the table"
+        if text.startswith("/"):
+            return f"an absolute path{how}, not a path inside the table"
+        if "\\" in text or any(ord(c) < 32 for c in text):
+            return f"a path with a backslash or a control character{how}"
+        for part in text.split("/"):
+            if part in ("", ".", ".."):
+                return f"a path with a {part or 'empty'!r} segment{how}"
+            if part[0] in "._":
+                return f"a path through the hidden name {part!r}{how} (the log's folder, a temp file)"
+    return None
+
+
+def data_file_path(table: str, folder: str, path: str, *, what: str = "add") -> str:
+    """The data file a log entry's ``path`` names, inside the table's ``folder``, once :func:`log_path_problem`
+    finds nothing wrong with it; :class:`DamagedTable` naming the entry otherwise. ``what``: the action (``add``,
+    ``remove``) for the message."""
+    why = log_path_problem(path)
+    if why is not None:
+        raise DamagedTable(table, f"{what} {path[:200]!r}", why)
+    return f"{folder}/{urllib.parse.unquote(path)}"
 
 
 @dataclass(frozen=True)
@@ -201,22 +275,94 @@ class DeltaTables:
             return _delta().DeltaTable(self.uri(table), version=version, storage_options=self.options or None)
         except Exception as exc:
             what = f"version {version} of " if version is not None else ""
-            raise TableError(f"cannot read {what}table {table!r} at {self.uri(table)}: {_first_line(exc)}") from exc
+            text = _first_line(exc)
+            if type(exc).__name__ != "TableNotFoundError":
+                broken = self._broken_entry(table)
+                if broken is not None:
+                    raise DamagedTable(table, *broken) from exc
+                if any(mark in text for mark in _LOG_DAMAGE_MARKS):
+                    raise DamagedTable(table, LOG_DIR, f"delta-rs cannot parse it: {text}") from exc
+            raise TableError(f"cannot read {what}table {table!r} at {self.uri(table)}: {text}") from exc
+
+    def _broken_entry(self, table: str) -> tuple[str, str] | None:
+        """(entry, why) of the first commit of ``table``'s log that is not JSON lines of actions, each an object
+        (a truncated or garbled entry), or None: what names the entry when delta-rs' own error does not. Read only
+        once delta-rs failed; each entry is within :data:`MAX_LOG_ENTRY_BYTES` (:meth:`_check_log`)."""
+        log = f"{self.folder(table)}/{LOG_DIR}"
+        if self.local:
+            try:
+                names = sorted(n for n in os.listdir(log) if _COMMIT.fullmatch(n))
+            except OSError:
+                return None
+        else:
+            sel = pafs.FileSelector(log, recursive=False, allow_not_found=True)
+            names = sorted(i.base_name for i in self.fs.get_file_info(sel) if _COMMIT.fullmatch(i.base_name))
+        for name in names:
+            try:
+                if self.local:
+                    body = Path(f"{log}/{name}").read_bytes()
+                else:
+                    with self.fs.open_input_stream(f"{log}/{name}") as fh:
+                        body = bytes(fh.read())
+            except OSError:
+                continue
+            for n, line in enumerate(body.splitlines(), 1):
+                if not line.strip():
+                    continue
+                try:
+                    action = json.loads(line)
+                except ValueError as exc:
+                    return f"{LOG_DIR}/{name}", f"line {n} is not JSON ({exc}): truncated or garbled"
+                if not isinstance(action, dict) or len(action) != 1:
+                    return f"{LOG_DIR}/{name}", f"line {n} is not one Delta action (an object with one key)"
+        return None
 
     def _check_log(self, table: str) -> None:
-        """Refuse a log with anything but regular files (a symlink out of the warehouse, a FIFO that would hang the
-        reader): a local warehouse is another user's writable folder as much as ours."""
-        if not self.local:
-            return
+        """Refuse a log that a reader must not parse (:class:`DamagedTable`, naming the file): anything in it but
+        regular files (a symlink out of the warehouse, a FIFO that would hang the reader), the table's folder or its
+        log reached through a link, or a file past its size limit (:data:`MAX_LOG_ENTRY_BYTES`,
+        :data:`MAX_CHECKPOINT_BYTES`) — checked before delta-rs reads a byte of it. A local warehouse is another
+        user's writable folder as much as ours; an object store's keys are checked for their sizes."""
         log = f"{self.folder(table)}/{LOG_DIR}"
-        try:
-            entries = list(os.scandir(log))
-        except FileNotFoundError:
+        if not self.local:
+            sel = pafs.FileSelector(log, recursive=True, allow_not_found=True)
+            for info in self.fs.get_file_info(sel):
+                if info.type == pafs.FileType.File:
+                    self._check_log_size(table, info.path[len(log) + 1 :], int(info.size or 0))
             return
+        for rel in ("tables", f"tables/{table}", f"tables/{table}/{LOG_DIR}"):
+            try:
+                mode = os.lstat(f"{self.base}/{rel}").st_mode
+            except FileNotFoundError:
+                return
+            if not stat.S_ISDIR(mode):
+                raise DamagedTable(table, rel, "a link or not a folder: the log is refused, not followed")
+        from evalfarm.warehouse.base import walk_inside
+
+        try:
+            entries = walk_inside(self.base, f"tables/{table}/{LOG_DIR}")
+        except PermissionError as exc:  # replaced by a link since it was checked
+            raise DamagedTable(table, LOG_DIR, str(exc)) from exc
         for e in entries:
-            mode = e.stat(follow_symlinks=False).st_mode
-            if not (stat.S_ISREG(mode) or (stat.S_ISDIR(mode) and e.name.startswith("_"))):
-                raise TableError(f"table {table!r}: {e.path} is not a regular file; the log is refused")
+            if e.kind != "file":
+                raise DamagedTable(table, f"{LOG_DIR}/{e.path}", "not a regular file; the log is refused")
+            self._check_log_size(table, e.path, e.size)
+
+    @staticmethod
+    def _check_log_size(table: str, name: str, size: int) -> None:
+        base = name.rsplit("/", 1)[-1]
+        if base.endswith(".json") and base[:1].isdigit():
+            limit = MAX_LOG_ENTRY_BYTES
+        elif ".checkpoint" in base and base.endswith(".parquet"):
+            limit = MAX_CHECKPOINT_BYTES
+        elif base == "_last_checkpoint":
+            limit = MAX_SMALL_LOG_FILE_BYTES
+        else:
+            return  # not read by a reader (a writer's temp file, a crc)
+        if size > limit:
+            raise DamagedTable(
+                table, f"{LOG_DIR}/{name}", f"{size:,} bytes, past the {limit:,} a log file may hold; not parsed"
+            )
 
     def ensure(self, table: str, schema: pa.Schema) -> None:
         """Create the table with ``schema`` when it does not exist, else add the columns ``schema`` has and the
@@ -414,20 +560,126 @@ class DeltaTables:
         return Snapshot(table, int(dt.version()), self._files(table, dt))
 
     def _files(self, table: str, dt: Any) -> tuple[FileEntry, ...]:
-        """The data files of the loaded version of ``dt`` (a ``DeltaTable`` of ``table``), sorted by path."""
+        """The data files of the loaded version of ``dt`` (a ``DeltaTable`` of ``table``), validated
+        (:meth:`data_files`), sorted by path."""
+        self._check_protocol(table, dt)
         # through the Arrow stream interface, not pa.table(): that first asks whether it is a pandas DataFrame,
         # which imports pandas (0.9-1.3 s of every reading process's first snapshot, measured)
         adds = pa.RecordBatchReader.from_stream(dt.get_add_actions(flatten=True)).read_all()
         times = adds.column("modification_time")
         if pa.types.is_timestamp(times.type):  # as epoch ms: no datetime objects (the first costs a tz database load)
             times = pc.cast(pc.cast(times, pa.timestamp("ms")), pa.int64())
+        return self.data_files(table, adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
+                               times.to_pylist())  # fmt: skip
+
+    def data_files(
+        self, table: str, paths: Sequence[str], sizes: Sequence[int | None], times_ms: Sequence[int | None]
+    ) -> tuple[FileEntry, ...]:
+        """The snapshot's files, each log path validated before any use (the one home of that check, for readers,
+        the start-of-run scan, the quarantine and maintenance alike): :func:`data_file_path` (relative, no scheme,
+        no ``.``/``..`` after percent-decoding), named once, and on a local disk every folder between the warehouse
+        root and the file a real folder, not a link (:meth:`_check_route`). :class:`DamagedTable` naming the first
+        entry that fails. A file that is missing, or is a link, a FIFO or a device where the entry says a file is, is
+        not the table's damage but the file's: readers leave it out (:func:`~evalfarm.warehouse.base.safe_open`
+        opens regular files only), the scan removes it from the table, and nothing follows it."""
         folder = self.folder(table)
-        files = tuple(
-            FileEntry(_absolute(folder, path), int(size), int(ms or 0))
-            for path, size, ms in zip(adds.column("path").to_pylist(), adds.column("size_bytes").to_pylist(),
-                                      times.to_pylist(), strict=True)
-        )  # fmt: skip
-        return tuple(sorted(files, key=lambda f: f.path))
+        folders: set[str] = set()
+        files: dict[str, FileEntry] = {}
+        for path, size, ms in zip(paths, sizes, times_ms, strict=True):
+            full = data_file_path(table, folder, path)
+            if size is None or int(size) < 0:
+                raise DamagedTable(table, f"add {path[:200]!r}", f"a size of {size!r}")
+            if full in files:  # added again without a remove (a retried commit that had landed): one file
+                if files[full].size != int(size):
+                    raise DamagedTable(table, f"add {path[:200]!r}", "added twice with two different sizes")
+                continue
+            if self.local:
+                self._check_route(table, full, folders)
+            files[full] = FileEntry(full, int(size), int(ms or 0))
+        return tuple(sorted(files.values(), key=lambda f: f.path))
+
+    def _check_route(self, table: str, path: str, checked: set[str]) -> None:
+        """Every folder from the warehouse root down to ``path``'s is a real folder (``lstat``: a link is not
+        followed), or :class:`DamagedTable` naming the first that is not; a folder that does not exist is fine (the
+        file is then missing). ``checked``: folders already found real (one ``lstat`` per folder a snapshot)."""
+        rel = path[len(self.base) + 1 :].split("/")[:-1]
+        for i in range(1, len(rel) + 1):
+            folder = "/".join(rel[:i])
+            if folder in checked:
+                continue
+            try:
+                mode = os.lstat(f"{self.base}/{folder}").st_mode
+            except (FileNotFoundError, NotADirectoryError):
+                return
+            if not stat.S_ISDIR(mode):
+                why = "a link or not a folder on the way to the table's files: not followed"
+                raise DamagedTable(table, folder, why)
+            checked.add(folder)
+
+    @staticmethod
+    def _check_protocol(table: str, dt: Any) -> None:
+        """Reader protocol 1 only: evalfarm's tables use no deletion vectors and no column mapping, so the Parquet
+        files a version names are its rows (what DuckDB reads). A log that raises it (deletion vectors, whose paths
+        would point anywhere) is refused, not half-read."""
+        p = dt.protocol()
+        if int(p.min_reader_version) > 1 or p.reader_features:
+            features = ", ".join(p.reader_features or []) or "none named"
+            raise DamagedTable(
+                table, "protocol", f"reader version {p.min_reader_version} (features: {features}); evalfarm's tables "
+                "are reader version 1 (no deletion vectors, no column mapping)",
+            )  # fmt: skip
+
+    def added_between(self, table: str, first: int, last: int) -> set[str]:
+        """The data files (full paths) the commits ``first`` to ``last`` of ``table`` add, each add's and remove's
+        path validated (:func:`data_file_path`) as a snapshot's are: what ``vacuum`` keeps besides the files of the
+        version before ``first``. Read by evalfarm, not delta-rs, each commit within :data:`MAX_LOG_ENTRY_BYTES`;
+        :class:`DamagedTable` naming a bad entry, a commit that is gone, or one that does not parse."""
+        folder = self.folder(table)
+        out: set[str] = set()
+        for version in range(first, last + 1):
+            name = f"{LOG_DIR}/{version:020d}.json"
+            for n, action in enumerate(self._commit(table, name), 1):
+                for kind in ("add", "remove"):
+                    body = action.get(kind)
+                    if body is None:
+                        continue
+                    if not isinstance(body, dict) or not isinstance(body.get("path"), str):
+                        raise DamagedTable(table, f"{name} line {n}", f"a {kind} action without a path")
+                    path = data_file_path(table, folder, body["path"], what=kind)
+                    if kind == "add":
+                        out.add(path)
+        return out
+
+    def _commit(self, table: str, name: str) -> list[dict[str, Any]]:
+        """The actions of the commit ``_delta_log/<version>.json`` (``name``), read within its size limit."""
+        from evalfarm.warehouse.base import safe_open
+
+        path = f"{self.folder(table)}/{name}"
+        try:
+            if self.local:
+                with open(safe_open(path, self.base), "rb", closefd=True) as fh:
+                    body = fh.read(MAX_LOG_ENTRY_BYTES + 1)
+            else:
+                with self.fs.open_input_stream(path) as fh:
+                    body = bytes(fh.read(MAX_LOG_ENTRY_BYTES + 1))
+        except FileNotFoundError as exc:
+            raise DamagedTable(table, name, "gone: the versions after it cannot be replayed") from exc
+        except OSError as exc:
+            raise DamagedTable(table, name, f"unreadable: {exc}") from exc
+        if len(body) > MAX_LOG_ENTRY_BYTES:
+            raise DamagedTable(table, name, f"past the {MAX_LOG_ENTRY_BYTES:,} bytes a log entry may hold")
+        actions = []
+        for n, line in enumerate(body.splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                action = json.loads(line)
+            except ValueError as exc:
+                raise DamagedTable(table, name, f"line {n} is not JSON ({exc})") from exc
+            if not isinstance(action, dict):
+                raise DamagedTable(table, name, f"line {n} is not a Delta action")
+            actions.append(action)
+        return actions
 
     @staticmethod
     def _created_ms(dt: Any) -> int | None:
@@ -453,13 +705,6 @@ def _quote(path: str) -> str:
     return urllib.parse.quote(path, safe="/")
 
 
-def _absolute(folder: str, path: str) -> str:
-    """An add action's path (relative to the table, URI-encoded; or an absolute URI) as a filesystem path."""
-    if "://" in path:
-        return urllib.parse.unquote(path.split("://", 1)[1])
-    return f"{folder}/{urllib.parse.unquote(path)}"
-
-
 def _first_line(exc: BaseException | None) -> str:
     text = str(exc or "").strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -477,6 +722,9 @@ __all__ = [
     "DATA_DIR",
     "LOG_DIR",
     "REMOVE_ATTEMPTS",
+    "MAX_CHECKPOINT_BYTES",
+    "MAX_LOG_ENTRY_BYTES",
+    "DamagedTable",
     "DeltaTables",
     "FileEntry",
     "RewriteConflict",
@@ -484,6 +732,8 @@ __all__ = [
     "StagedFile",
     "TableError",
     "file_stats",
+    "data_file_path",
     "group_by_table",
+    "log_path_problem",
     "storage_options",
 ]

@@ -11,7 +11,10 @@ what does not match:
 - ``damaged``: the file is not whole Parquet (:meth:`Warehouse.file_problem`), or a unit's file holds rows of
   another unit than its manifest names;
 - ``unrecorded``: a file no manifest names (committed by hand, or by another tool); an error only with ``strict``;
-- ``bad-manifest``: a manifest file that cannot be read.
+- ``bad-manifest``: a manifest file that cannot be read;
+- ``damaged`` on a table (``tables/<table>``): its log cannot be trusted (an entry naming a path outside the
+  table, a link on the way, a log file too large or not JSON: :class:`~evalfarm.warehouse.tables.DamagedTable`);
+  none of its files is read.
 
 It detects edits by anyone who changes a data file without also rewriting the manifests; the manifests live in the
 same warehouse, so a writer who rewrites both is not caught by this check (see docs/operations.md, "Security").
@@ -39,6 +42,7 @@ from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse
 from evalfarm.warehouse.manifests import ManifestRow, manifest_index, read_manifests
 from evalfarm.warehouse.schemas import table_schemas
 from evalfarm.warehouse.store import Warehouse
+from evalfarm.warehouse.tables import DamagedTable
 
 DEEP_ERRORS = ("inconsistent", "disagrees-with-ranks", "disagrees-with-embeddings")
 """What ``--deep`` finds: a number that contradicts another of its unit (or its fingerprint), one that its unit's
@@ -178,13 +182,23 @@ def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = 
         raise FileNotFoundError(f"no warehouse at {wh.uri}")
     if layout == "legacy":
         raise LegacyWarehouse(wh.uri)
-    newest, unreadable = read_manifests(wh)
-    findings = [Finding(path, "bad-manifest", why) for path, why in unreadable]
+    findings: list[Finding] = []
+    try:
+        newest, unreadable = read_manifests(wh)
+    except DamagedTable as exc:
+        newest, unreadable = {}, []
+        findings.append(_damaged(exc))
+    findings += [Finding(path, "bad-manifest", why) for path, why in unreadable]
     checked = verified = 0
     for table in table_schemas():
         if table == MANIFEST_TABLE:
             continue
-        for f in wh.tables.snapshot(table).files:
+        try:
+            files = wh.tables.snapshot(table).files
+        except DamagedTable as exc:
+            findings.append(_damaged(exc))
+            continue
+        for f in files:
             entry = newest.get(wh.relative(f.path))
             if model is not None and not any(u[0] == model for u in (entry.units if entry else ())):
                 continue
@@ -196,6 +210,13 @@ def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = 
                 findings.append(finding)
     findings.sort(key=lambda f: (f.path, f.problem))
     return VerifyResult(wh.uri, checked, verified, tuple(findings), strict)
+
+
+def _damaged(exc: DamagedTable) -> Finding:
+    """A table whose log cannot be trusted, as one finding: the table's folder, the entry and why (none of its
+    files was read)."""
+    detail = f"its log cannot be trusted: {exc.entry}: {exc.why}; none of its files was read"
+    return Finding(f"tables/{exc.table}", "damaged", detail, exc.table)
 
 
 # -- --deep: the numbers against each other -----------------------------------------------------------------------
