@@ -145,6 +145,7 @@ def refresh_current(wh: Any, *, run_id: str | None = None, min_pending: int = 1)
     except RewriteConflict as exc:
         log.info("the current rows were refreshed by another writer meanwhile (%s)", exc)
         return None
+    wh.declare_version()  # the metrics table now keeps current rows apart: schema version 3
     return Refreshed(len(files.candidates), current.num_rows, superseded.num_rows)
 
 
@@ -224,6 +225,43 @@ def _release_superseded(
         folders += [SUPERSEDED, "drop-units"]
 
 
+def current_findings(wh: Any) -> list[str]:
+    """Where the rows ``metrics`` reads (the metrics table's current files, and the newest among them and the pending
+    ones) differ from the newest computations of the table's whole history (``ranked_computations`` over every
+    file: what ``metrics`` was before the current rows were kept): one line per way they differ, [] when they are
+    the same rows. What ``evalfarm verify`` checks; a warehouse with no current files has nothing to check."""
+    if not wh.tables.exists(TABLE):
+        return []
+    snap = wh.tables.snapshot(TABLE)
+    files = split_files(snap, wh.tables.folder(TABLE))
+    if not files.current:
+        return []
+    root, remote, duck_path = wh._reader(read_only=True)
+    con = open_connection(
+        root, remote=remote, files={TABLE: [f.path for f in snap.files]}, duck_path=duck_path,
+        schema_files={TABLE: private_schema_file(TABLE, SCHEMAS[TABLE])},
+        known={f.path: (f.size, f.modified_ms) for f in snap.files} if remote is not None else None,
+        local_root=wh.base if wh.local else None, current=current_split(snap, wh.tables.folder(TABLE)),
+        needs=["metrics"],
+    )  # fmt: skip
+    cols = ", ".join(f'"{c}"' for c in SCHEMAS[TABLE].names)
+    truth = f"SELECT {cols} FROM ranked_computations('{TABLES_SCHEMA}.{TABLE}') WHERE computation_age = 1"
+    fast = f"SELECT {cols} FROM {TABLES_SCHEMA}.metrics_current"
+    try:
+        ((missing, extra),) = con.sql(
+            f"SELECT (SELECT count(*) FROM ({truth} EXCEPT ALL {fast})), (SELECT count(*) FROM ({fast} EXCEPT ALL "
+            f"{truth}))"
+        ).fetchall()
+    finally:
+        con.close()
+    out = []
+    if missing:
+        out.append(f"{missing} row(s) of the newest computations are not among the current rows")
+    if extra:
+        out.append(f"{extra} current row(s) are not the newest computation of their key")
+    return out
+
+
 def pending_files(wh: Any, snapshot: Snapshot | None = None) -> list[FileEntry]:
     """The metrics table's pending files (of ``snapshot``, default the newest)."""
     snap = snapshot if snapshot is not None else wh.tables.snapshot(TABLE)
@@ -252,6 +290,7 @@ __all__ = [
     "MetricsFiles",
     "Refreshed",
     "check_split",
+    "current_findings",
     "current_split",
     "drop_units",
     "kind_of",

@@ -20,10 +20,13 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -216,6 +219,39 @@ def _maintain(
     return ([refreshed] if refreshed is not None else []) + (compact(wh, tables=due, run_id=run_id) if due else [])
 
 
+class BackgroundCompaction:
+    """:func:`compact_during_run` after a run's batch commits, in a thread of its own (a compaction or a refresh of
+    the current rows must not stall the driver's loop): :meth:`poke` starts one unless one is running (a batch that
+    lands meanwhile is seen by the next), :meth:`close` waits for it. Reads and writes through a warehouse object
+    of its own. Its errors are logged, never raised: compaction is a speed-up, a run never fails over it."""
+
+    def __init__(self, root: str | os.PathLike[str], run_id: str | None = None, **options: Any) -> None:
+        self.root, self.run_id, self.options = root, run_id, options
+        self._thread: threading.Thread | None = None
+        self.done: list[Compacted] = []
+
+    def poke(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._work, name="evalfarm-compaction", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            got = compact_during_run(Warehouse(self.root), run_id=self.run_id, **self.options)
+        except Exception as exc:  # a speed-up: the end of the run compacts again
+            log.warning("compaction during the run failed (%s: %s); the run goes on", type(exc).__name__, exc)
+            return
+        self.done += got
+        if got:
+            log.info("compacted %s", ", ".join(f"{c.table} ({c.files_before} -> {c.files_after} files)" for c in got))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+
 # -- retention ----------------------------------------------------------------------------------------------------
 def parse_duration(text: str) -> timedelta:
     """``90d``, ``12h``, ``30m``, ``2w`` (or a plain number of days) as a duration."""
@@ -370,6 +406,7 @@ __all__ = [
     "REFRESH_SHARE",
     "READERS_DIR",
     "TARGET_BYTES",
+    "BackgroundCompaction",
     "Compacted",
     "Vacuumed",
     "compact",

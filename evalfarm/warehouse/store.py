@@ -67,9 +67,18 @@ from evalfarm.warehouse.tables import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-"""The warehouse's layout version, in ``<root>/warehouse.json``: 1 was one Parquet file per unit and table under
-``model=…/task=…`` folders (read-only now: ``evalfarm warehouse migrate`` converts it), 2 a Delta table per table."""
+SCHEMA_VERSION = 3
+"""The warehouse's layout version, in ``<root>/warehouse.json``, one line per version (``evalfarm warehouse migrate``
+brings an older one up to this):
+
+1. one Parquet file per unit and table under ``model=…/task=…`` folders (read-only now; migrate converts it);
+2. a Delta table per table;
+3. the metrics table keeps the newest computation of every key apart, in ``data/current/`` (and what older
+   computations hold in ``data/superseded/``: :mod:`~evalfarm.warehouse.current`). The same tables and rows as 2:
+   an evalfarm of version 2 reads a version-3 warehouse right, but must not rewrite its metrics table (its
+   quarantine would hide an older computation that ought to become current again); this one reads a version-2
+   warehouse right (nothing current yet: every metrics file pending), and its first refresh of the current rows
+   (the end of a run, ``compact``, ``migrate``) declares 3. A warehouse of a newer version is refused for writes."""
 FORMAT_FILE = "warehouse.json"
 VERIFIED_MANIFEST = "verified-files.json"
 """``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
@@ -192,6 +201,37 @@ def read_again_if_replaced(
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+class ReadSession:
+    """One read-only connection that :meth:`Warehouse.session` hands out: :meth:`query` runs a checked statement
+    on it (under the session's limits); a read that met a file replaced meanwhile reconnects and runs again, as
+    :func:`read_again_if_replaced` does. The connection is opened by the first query."""
+
+    def __init__(self, connect: Callable[[], duckdb.DuckDBPyConnection], limits: QueryLimits) -> None:
+        self._connect, self.limits = connect, limits
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.connections = 0
+
+    def query(self, sql: str) -> pa.Table:
+        statement = check_read_only(sql)
+        for attempt in range(1, QUERY_ATTEMPTS + 1):
+            if self._con is None:
+                self._con = self._connect()
+                self.connections += 1
+            try:
+                return run_limited(self._con, statement, self.limits)
+            except duckdb.Error as exc:
+                if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
+                    raise
+                log.info("status read: a file changed while it was read (%s); reading again", exc)
+                self.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
 @dataclass(frozen=True)
 class Quarantined:
     """A file that failed :meth:`Warehouse.file_problem`: where it was, where it went (None: left in place), why."""
@@ -299,6 +339,12 @@ class Warehouse:
         layout = self.layout()
         if layout in ("legacy", "migrating"):
             raise LegacyWarehouse(self.uri, migrating=layout == "migrating")
+        declared = self.schema_version() if layout == "delta" else None
+        if declared is not None and declared > SCHEMA_VERSION:
+            raise PermissionError(
+                f"warehouse {self.uri} is of schema version {declared}, written by a newer evalfarm (this one writes "
+                f"version {SCHEMA_VERSION}): upgrade evalfarm to run into it (reading it works)"
+            )
         try:
             for name, schema in table_schemas().items():
                 if self.tables.exists(name):
@@ -324,6 +370,12 @@ class Warehouse:
 
         body = {"schema_version": SCHEMA_VERSION, "format": "delta", "created_by": f"evalfarm {__version__}"}
         return (json.dumps(body, indent=2) + "\n").encode()
+
+    def declare_version(self) -> None:
+        """Write the format file of this evalfarm's :data:`SCHEMA_VERSION` when the warehouse declares an older one
+        (what a writer does once it wrote what the newer version means)."""
+        if self.layout() == "delta" and (self.schema_version() or 0) < SCHEMA_VERSION:
+            self._put(self._p(FORMAT_FILE), self._format_body())
 
     def schema_version(self) -> int | None:
         """The layout version the warehouse declares (None: no warehouse; 1: a layout-1 one, which declares none)."""
@@ -765,6 +817,29 @@ class Warehouse:
                                 max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
         return table
 
+    @contextmanager
+    def session(
+        self,
+        needs: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Iterator[ReadSession]:
+        """A read-only connection for several queries asked one after the other, each depending on the one before
+        (``evalfarm status``: which run, then its workers, then its failures): one connection (one snapshot, the
+        views and tables of ``needs``, the queries it may run, bound once), closed at the block's end. Each
+        query is checked and limited as :meth:`query`'s."""
+        for sql in needs:
+            check_read_only(sql)
+        limits = QueryLimits.resolve(timeout_s, memory_limit, max_rows, max_bytes)
+        session = ReadSession(lambda: self.connect(memory_limit=limits.memory_limit, needs=needs), limits)
+        try:
+            yield session
+        finally:
+            session.close()
+
     def queries(
         self,
         sqls: Sequence[str],
@@ -1070,6 +1145,7 @@ __all__ = [
     "VERIFIED_MANIFEST",
     "LegacyWarehouse",
     "Quarantined",
+    "ReadSession",
     "Warehouse",
     "WarehouseWriteError",
     "atomic_write_table",
