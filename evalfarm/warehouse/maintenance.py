@@ -155,6 +155,19 @@ def compact(
     return out
 
 
+def compact_warehouse(
+    wh: Warehouse, *, tables: Iterable[str] | None = None, min_files: int = 2, run_id: str | None = None
+) -> list[Compacted]:
+    """``evalfarm warehouse compact``: the metrics table's current rows refreshed when anything is pending (when it is
+    among ``tables``), then each table's small files merged (:func:`compact`)."""
+    names = list(tables) if tables is not None else list(table_schemas())
+    out: list[Compacted] = []
+    if current.TABLE in names:
+        got = refresh_if_due(wh, threshold=1, share=0.0, run_id=run_id)
+        out += [got] if got is not None else []
+    return out + compact(wh, tables=names, min_files=min_files, run_id=run_id)
+
+
 def compact_if_needed(
     wh: Warehouse, *, threshold: int = COMPACT_AT, run_id: str | None = None, refresh_share: float = END_SHARE
 ) -> list[Compacted]:
@@ -411,6 +424,7 @@ __all__ = [
     "Vacuumed",
     "compact",
     "compact_during_run",
+    "compact_warehouse",
     "compact_if_needed",
     "refresh_if_due",
     "drop_units",

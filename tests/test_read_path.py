@@ -1,0 +1,128 @@
+"""The warehouse's read path costs what a query reads: a connection binds the views and tables the query names (one
+relation a table), ``history_of`` and ``run_diff`` build the history of what they are asked for, and ``evalfarm
+status`` reads one connection a refresh. Each checked for the same rows as the full path gives."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from evalfarm.warehouse import Warehouse
+from evalfarm.warehouse.query import TABLES_SCHEMA, needed_statements, view_sources
+
+T0 = datetime(2026, 11, 1, tzinfo=UTC)
+
+
+def _night(wh: Warehouse, night: int, models: list[str]) -> None:
+    run = f"2026110{night}T000000-{night:08d}"
+    at = T0 + timedelta(days=night)
+    wh.write_run_event(run, "start", status="running")
+    for m in models:
+        fp = f"{m}-{night}"
+        rows = [{"run_id": run, "model": m, "task": "t", "scorer": "similarity", "subset": None, "variant": v,
+                 "ties": None, "metric": "spearman", "value": 0.1 * night + (0.01 if v == "l2" else 0),
+                 "is_primary": True, "higher_is_better": True, "fingerprint": fp, "created_at": at}
+                for v in ("cos", "l2")]  # fmt: skip
+        wh.write("metrics", rows, run_id=run, unit=(m, "t", fp))
+        wh.write_units(run, [{"model": m, "task": "t", "stage": "score", "status": "done", "seconds": 1.0}])
+    wh.write_run_event(run, "end", status="ok", at=at + timedelta(hours=1))
+
+
+@pytest.fixture(scope="module")
+def nights(tmp_path_factory: pytest.TempPathFactory) -> Warehouse:
+    wh = Warehouse(tmp_path_factory.mktemp("read") / "wh").init()
+    _night(wh, 1, ["a", "b", "c"])
+    _night(wh, 2, ["b"])
+    _night(wh, 3, ["a", "d"])
+    return wh
+
+
+def test_a_query_binds_only_what_it_names(nights, monkeypatch):
+    read: list[str] = []
+    real = nights.tables.snapshot
+
+    def counted(table: str, *args: Any, **kwargs: Any) -> Any:
+        read.append(table)
+        return real(table, *args, **kwargs)
+
+    monkeypatch.setattr(nights.tables, "snapshot", counted)
+    con = nights.connect(needs=["SELECT * FROM board"])
+    try:
+        assert read == ["metrics"]  # one table's log, not every table's
+        views = {r[0] for r in con.sql("SELECT view_name FROM duckdb_views() WHERE NOT internal").fetchall()}
+        assert {"board", "leaderboard", "board_variants", "metrics"} <= views
+        assert not views & {"history", "correlations", "units", "runs", "ranks"}
+        relations = {r[0] for r in con.sql(f"SELECT view_name FROM duckdb_views() WHERE schema_name = "
+                                           f"'{TABLES_SCHEMA}'").fetchall()}  # fmt: skip
+        assert "metrics" in relations and "units" not in relations
+        board = con.sql("SELECT * FROM board ORDER BY ALL").fetchall()
+    finally:
+        con.close()
+    read.clear()
+    full = nights.connect()  # every view, as a library user's connect() gets
+    try:
+        assert full.sql("SELECT * FROM board ORDER BY ALL").fetchall() == board
+        assert "units" in read and "runs" in read
+    finally:
+        full.close()
+    assert nights.query("SHOW TABLES").num_rows > 30  # a statement that names no view gets them all
+
+
+def test_the_views_a_statement_needs_follow_what_they_read():
+    every = needed_statements(view_sources(), None)
+    names = {st.name for st in needed_statements(view_sources(), ["select * from run_diff('a', 'b')"])}
+    assert {"run_diff", "history_of", "run_points", "runs", "run_events", "metrics_history"} <= names
+    assert "board" not in names and len(names) < len({st.name for st in every})
+    # a name inside a string or a comment binds more than needed, never less
+    more = {st.name for st in needed_statements(view_sources(), ["SELECT 'board' -- units\nFROM metrics"])}
+    assert {"metrics", "board", "units"} <= more
+
+
+def test_history_of_gives_the_history_views_rows_of_what_it_is_asked(nights):
+    cols = "run_id, model, task, variant, metric, value, computed_by, fingerprint"
+    whole = nights.query(f"SELECT {cols} FROM history ORDER BY ALL").to_pylist()
+    assert len(whole) == 3 * 2 * 4 - 2 * 2 * 1  # 3 runs x 2 variants x models known by then (3, 3, 4 models)
+    for model in ("a", "b", "d"):
+        one = nights.query(f"SELECT {cols} FROM history_of(models := ['{model}']) ORDER BY ALL").to_pylist()
+        assert one == [r for r in whole if r["model"] == model] and one
+    runs = sorted({r["run_id"] for r in whole})
+    two = nights.query(f"SELECT {cols} FROM history_of(runs := ['{runs[0]}', '{runs[2]}']) ORDER BY ALL").to_pylist()
+    assert two == [r for r in whole if r["run_id"] in (runs[0], runs[2])]
+    both = nights.query(f"SELECT {cols} FROM history_of(models := ['a'], tasks := ['t'], runs := ['{runs[1]}']) "
+                        "ORDER BY ALL").to_pylist()  # fmt: skip
+    assert both == [r for r in whole if r["model"] == "a" and r["run_id"] == runs[1]]
+    assert nights.query("SELECT count(*) AS n FROM history_of(tasks := ['nope'])").to_pylist() == [{"n": 0}]
+
+
+def test_status_reads_one_connection_a_refresh(nights, monkeypatch):
+    from evalfarm.status import run_status
+
+    opened: list[Any] = []
+    real = Warehouse.connect
+
+    def counted(self: Warehouse, **kwargs: Any) -> Any:
+        opened.append(kwargs.get("needs"))
+        return real(self, **kwargs)
+
+    monkeypatch.setattr(Warehouse, "connect", counted)
+    st = run_status(nights)
+    assert len(opened) == 1 and opened[0] is not None  # the tables its queries name, bound once
+    assert st.state == "ok" and st.per_worker and st.per_worker[0]["units"] == 2
+
+
+def test_the_first_snapshot_of_a_process_does_not_import_pandas(tmp_path: Path):
+    """pyarrow's pa.table() asks whether its argument is a pandas DataFrame, which imports pandas: 0.9-1.3 s of
+    every reading process (`evalfarm sql`, `status`, the report's) before the first query, measured."""
+    import subprocess
+    import sys
+
+    wh = Warehouse(tmp_path / "wh").init()
+    _night(wh, 1, ["a"])
+    code = (f"import sys; from evalfarm.warehouse import Warehouse; w = Warehouse({str(wh.root)!r}); "
+            "w.tables.snapshot('metrics'); w.query('SELECT * FROM board'); "
+            "print('pandas' in sys.modules)")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False", out.stderr
