@@ -30,7 +30,7 @@ both land: the second finds its files removed and stops (:class:`~evalfarm.wareh
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -38,7 +38,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from evalfarm.warehouse.query import TABLES_SCHEMA, open_connection, private_schema_file
-from evalfarm.warehouse.rewrite import rewrite
+from evalfarm.warehouse.rewrite import commit_rewrite, rewrite, stage
 from evalfarm.warehouse.schemas import SCHEMAS
 from evalfarm.warehouse.tables import DATA_DIR, FileEntry, RewriteConflict, Snapshot
 
@@ -85,29 +85,59 @@ def split_files(snapshot: Snapshot, folder: str) -> MetricsFiles:
     return MetricsFiles(tuple(kinds[CURRENT]), tuple(kinds[SUPERSEDED]), tuple(kinds["pending"]))
 
 
-def read_ranked(wh: Any, files: Sequence[FileEntry]) -> pa.Table:
-    """Every row of ``files`` (metrics files) in the table's schema, with ``computation_age`` (1: its key's newest
-    computation among these rows; null: a row without a task, in no view): ``ranked_computations`` of
-    ``sql/01_metrics.sql`` over them, on a connection of their own."""
-    paths = [f.path for f in files]
+def _connection(wh: Any, files: Sequence[FileEntry], **kwargs: Any) -> Any:
+    """A read-only connection with the metrics table bound to ``files`` (and the macros, the views ``needs`` name)."""
     root, remote, duck_path = wh._reader(read_only=True)
-    con = open_connection(
-        root, remote=remote, files={TABLE: paths}, duck_path=duck_path,
+    return open_connection(
+        root, remote=remote, files={TABLE: [f.path for f in files]}, duck_path=duck_path,
         schema_files={TABLE: private_schema_file(TABLE, SCHEMAS[TABLE])},
         known={f.path: (f.size, f.modified_ms) for f in files} if remote is not None else None,
-        local_root=wh.base if wh.local else None, needs=["ranked_computations", "metrics_history"],
+        local_root=wh.base if wh.local else None, **kwargs,
     )  # fmt: skip
+
+
+def read_ranked(
+    wh: Any, files: Sequence[FileEntry], *, rows_per_part: int = CURRENT_ROWS_PER_FILE
+) -> Iterator[pa.Table]:
+    """Every row of ``files`` (metrics files) in the table's schema, with ``computation_age`` (1: its key's newest
+    computation among these rows; null: a row without a task, in no view): ``ranked_computations`` of
+    ``sql/01_metrics.sql`` over them, on a connection of their own. Yields one table per range of models of about
+    ``rows_per_part`` rows, in model order (a key's computations are all in one range: memory stays that of a part,
+    whatever the warehouse's size)."""
+    con = _connection(wh, files, needs=["ranked_computations", "metrics_history"])
+    rel = f"{TABLES_SCHEMA}.{TABLE}"
     try:
-        ranked = con.sql(
-            f"SELECT * FROM ranked_computations('{TABLES_SCHEMA}.{TABLE}') UNION ALL BY NAME "
-            f"SELECT *, NULL::BIGINT AS computation_age FROM {TABLES_SCHEMA}.{TABLE} WHERE task IS NULL"
-        ).arrow()
+        counts = con.sql(f"SELECT model, count(*) AS n FROM {rel} GROUP BY model ORDER BY model NULLS LAST").fetchall()
+        bounds: list[tuple[Any, Any]] = []
+        size, lo = 0, None
+        for i, (model, n) in enumerate(counts):
+            lo = model if size == 0 else lo
+            size += n
+            if size >= rows_per_part or i == len(counts) - 1:
+                bounds.append((lo, model))
+                size = 0
+        for lo, hi in bounds:
+            where = "model IS NULL" if lo is None else f"model BETWEEN {_sql(lo)} AND {_sql(hi)}"
+            if hi is None and lo is not None:
+                where = f"(model >= {_sql(lo)} OR model IS NULL)"
+            con.execute(f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.metrics_part AS SELECT * FROM {rel} WHERE {where}")
+            ranked = _arrow(con.sql(
+                f"SELECT * FROM ranked_computations('{TABLES_SCHEMA}.metrics_part') UNION ALL BY NAME "
+                f"SELECT *, NULL::BIGINT AS computation_age FROM {TABLES_SCHEMA}.metrics_part WHERE task IS NULL"
+            ))  # fmt: skip
+            age = ranked.column("computation_age")
+            yield wh.typed(TABLE, ranked).append_column("computation_age", age)
     finally:
         con.close()
-    if not isinstance(ranked, pa.Table):  # a RecordBatchReader in some DuckDB versions
-        ranked = ranked.read_all()
-    age = ranked.column("computation_age")
-    return wh.typed(TABLE, ranked).append_column("computation_age", age)
+
+
+def _sql(text: str) -> str:
+    return "'" + str(text).replace("'", "''") + "'"
+
+
+def _arrow(rel: Any) -> pa.Table:
+    got = rel.arrow()
+    return got if isinstance(got, pa.Table) else got.read_all()  # a RecordBatchReader in some DuckDB versions
 
 
 @dataclass(frozen=True)
@@ -123,30 +153,33 @@ class Refreshed:
 def refresh_current(wh: Any, *, run_id: str | None = None, min_pending: int = 1) -> Refreshed | None:
     """Rewrite the metrics table's current and pending files (:func:`split_files`) as current and superseded files,
     in one commit; None when fewer than ``min_pending`` files are pending (nothing to do), or when another writer
-    rewrote some of them first (its commit did the same work)."""
+    rewrote some of them first (its commit did the same work). The new files are written a range of models at a
+    time (:func:`read_ranked`), sorted by model and task: a reader of one model opens one file."""
     if not wh.tables.exists(TABLE):
         return None
     files = split_files(wh.tables.snapshot(TABLE), wh.tables.folder(TABLE))
     if len(files.pending) < max(1, min_pending):
         return None
-    ranked = read_ranked(wh, files.candidates)
-    newest = pc.equal(ranked.column("computation_age"), 1)
-    keep = pc.fill_null(newest, False)
-    current = ranked.filter(keep).drop_columns(["computation_age"])
-    current = current.sort_by([(c, "ascending") for c in ("model", "task", "scorer", "subset", "variant", "ties",
-                                                          "metric")])  # fmt: skip
-    superseded = ranked.filter(pc.invert(keep)).drop_columns(["computation_age"])
-    chunks = [current.slice(i, CURRENT_ROWS_PER_FILE) for i in range(0, current.num_rows, CURRENT_ROWS_PER_FILE)]
-    tables = [*chunks, superseded]
-    folders = [CURRENT] * len(chunks) + [SUPERSEDED]
+    staged = []
+    n_current = n_superseded = 0
+    for ranked in read_ranked(wh, files.candidates):
+        keep = pc.fill_null(pc.equal(ranked.column("computation_age"), 1), False)
+        now = ranked.filter(keep).drop_columns(["computation_age"])
+        now = now.sort_by([(c, "ascending") for c in ("model", "task", "scorer", "subset", "variant", "ties",
+                                                      "metric")])  # fmt: skip
+        older = ranked.filter(pc.invert(keep)).drop_columns(["computation_age"])
+        del ranked
+        staged += [stage(wh, TABLE, t, folder, run_id) for t, folder in ((now, CURRENT), (older, SUPERSEDED))
+                   if t.num_rows]  # fmt: skip
+        n_current, n_superseded = n_current + now.num_rows, n_superseded + older.num_rows
     try:
-        rewrite(wh, TABLE, tables, files.candidates, operation="refresh-current", data_change=False, run_id=run_id,
-                folders=folders)  # fmt: skip
+        commit_rewrite(wh, TABLE, staged, files.candidates, operation="refresh-current", data_change=False,
+                       run_id=run_id)  # fmt: skip
     except RewriteConflict as exc:
         log.info("the current rows were refreshed by another writer meanwhile (%s)", exc)
         return None
     wh.declare_version()  # the metrics table now keeps current rows apart: schema version 3
-    return Refreshed(len(files.candidates), current.num_rows, superseded.num_rows)
+    return Refreshed(len(files.candidates), n_current, n_superseded)
 
 
 def _keys(t: pa.Table) -> list[tuple[Any, ...]]:
@@ -236,14 +269,7 @@ def current_findings(wh: Any) -> list[str]:
     files = split_files(snap, wh.tables.folder(TABLE))
     if not files.current:
         return []
-    root, remote, duck_path = wh._reader(read_only=True)
-    con = open_connection(
-        root, remote=remote, files={TABLE: [f.path for f in snap.files]}, duck_path=duck_path,
-        schema_files={TABLE: private_schema_file(TABLE, SCHEMAS[TABLE])},
-        known={f.path: (f.size, f.modified_ms) for f in snap.files} if remote is not None else None,
-        local_root=wh.base if wh.local else None, current=current_split(snap, wh.tables.folder(TABLE)),
-        needs=["metrics"],
-    )  # fmt: skip
+    con = _connection(wh, snap.files, current=current_split(snap, wh.tables.folder(TABLE)), needs=["metrics"])
     cols = ", ".join(f'"{c}"' for c in SCHEMAS[TABLE].names)
     truth = f"SELECT {cols} FROM ranked_computations('{TABLES_SCHEMA}.{TABLE}') WHERE computation_age = 1"
     fast = f"SELECT {cols} FROM {TABLES_SCHEMA}.metrics_current"
