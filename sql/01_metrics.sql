@@ -32,9 +32,9 @@ WHERE task IS NOT NULL;
 -- created_at; a unit computed again under the same fingerprint replaces the older computation here). A second
 -- scorer or variant never hides another's numbers (a run with --similarity cos keeps the l2 rows of an earlier one).
 -- Degenerate and thin units are here, flagged (degenerate, degenerate_reason, thin, thin_reason); the leaderboard
--- leaves them out. `_tables.metrics_current` is bound by the connection (evalfarm/warehouse/query.py): the metrics
--- table's current rows (kept apart when it is compacted), or the newest (ranked_computations) among them and the rows
--- committed since; never a window over the whole history.
+-- leaves them out. Read from the metrics table's current rows (set apart when it is compacted) and the newest of
+-- the rows committed since (ranked_computations over their keys), never a window over the whole history: the
+-- relation _tables.metrics_current, which each connection binds (evalfarm/warehouse/current.py).
 CREATE OR REPLACE VIEW metrics AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
        spec_hash, scorer_version, params, created_at, coalesce(degenerate, false) AS degenerate, degenerate_reason,

@@ -49,8 +49,8 @@ JOIN rows_of m
 -- history: every value of every (model, task, scorer, subset, variant, ties, metric) in every run's state: the
 -- newest computation of its unit (a unit's rows for one scorer, subset and variant) computed by the run's `as_of`,
 -- whether that run computed it (computed_by = run_id) or an earlier one did (the run skipped it: same fingerprint).
--- One row per run and value. To read one line of it, ask history_of (above): `FROM history_of(models := ['…'])`, or
--- `runs := ['…']`, `tasks := ['…']`, costs what it returns; a WHERE on this view builds every line first.
+-- One row per run and value. To read one line of it, ask the table macro history_of: `FROM history_of(models :=
+-- ['…'])`, or `runs := ['…']`, `tasks := ['…']`, costs what it returns; a WHERE on this view builds every line first.
 CREATE OR REPLACE VIEW history AS
 SELECT * FROM history_of();
 
