@@ -142,6 +142,8 @@ def _check_compare_warehouses(out: dict[str, Any], tmp: Path) -> None:
     assert out["rows_before"] == out["rows_after"] > 0 and (out["models"], out["tasks"]) == (1, 2), out
     assert not (out["only_before"] or out["only_after"] or out["value_differs"] or out["identity_differs"]), out
     assert out["ranks"] == {"pairs_before": 5514 * 2, "pairs_after": 5514 * 2, "identical": True}
+    views = out["views"]  # every view and run_diff, compared as multisets of rows
+    assert views["differs"] == [] and {"board", "metrics", "history", "ranks", "correlations"} <= set(views["views"])
 
 
 def _check_gpu(out: dict[str, Any], tmp: Path) -> None:
@@ -284,7 +286,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "answer_tables.py": (["--out", "{tmp}/answer"], _check_answer_tables),
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
-    "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
+    "compare_warehouses.py": (["--ranks", "--views"], _check_compare_warehouses),
     "diag_curvature_refresh.py": ([], _check_curvature_refresh),
     "bench_neighbours.py": ([], _check_neighbours),
     "bench_nightly.py": (["--warehouse", "{tmp}/wh"], _check_nightly),
