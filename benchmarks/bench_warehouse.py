@@ -565,6 +565,12 @@ def main() -> None:
     ap.add_argument("--profile", type=Path, default=PROFILE)
     ap.add_argument("--write-profile", metavar="WAREHOUSE")
     ap.add_argument("--keep", type=Path, help="write the warehouses here and keep them (default: a temp folder)")
+    ap.add_argument(
+        "--reuse",
+        action="store_true",
+        help="measure the warehouses --keep holds from an earlier run instead of writing them again",
+    )
+    ap.add_argument("--fill-only", action="store_true", help="write the warehouses (into --keep), measure nothing")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
@@ -627,11 +633,18 @@ def _case(base: Path, store: str, s3: Any, n: int, layout: int, args: Any, profi
           f"{_uptime()}", flush=True)  # fmt: skip
     if s3 is not None:
         s3.reset()
-    wrote = fill(root, layout, n, args.nights, profile, churn=args.churn, growth=args.growth, seed=args.seed,
-                 batch_units=args.batch_units)  # fmt: skip
+    done = base / f"{store}-l{layout}-m{n}.written.json"
+    if args.reuse and s3 is None and done.exists():
+        wrote = {**json.loads(done.read_text()), "reused": True}
+    else:
+        wrote = fill(root, layout, n, args.nights, profile, churn=args.churn, growth=args.growth, seed=args.seed,
+                     batch_units=args.batch_units)  # fmt: skip
+        done.write_text(json.dumps(wrote) + "\n")
     if s3 is not None:
         wrote["requests"] = s3.counts()
     print(f"  written: {wrote}", flush=True)
+    if args.fill_only:
+        return {"store": store, "layout": layout, "models": n, "write": wrote, "files": files_per_table(root)}
     case: dict[str, Any] = {"store": store, "layout": layout, "models": n, "write": wrote,
                             "files": files_per_table(root), "uptime": _uptime()}  # fmt: skip
     t0 = time.perf_counter()

@@ -153,8 +153,8 @@ class Refreshed:
 def refresh_current(wh: Any, *, run_id: str | None = None, min_pending: int = 1) -> Refreshed | None:
     """Rewrite the metrics table's current and pending files (:func:`split_files`) as current and superseded files,
     in one commit; None when fewer than ``min_pending`` files are pending (0: rewrite the current files anyway), or
-    when another writer rewrote some of them first (its commit did the same work). The new files are written a range of models at a
-    time (:func:`read_ranked`), sorted by model and task: a reader of one model opens one file."""
+    when another writer rewrote some of them first (its commit did the same work). The new files are written a range
+    of models at a time (:func:`read_ranked`), sorted by model and task: a reader of one model opens one file."""
     if not wh.tables.exists(TABLE):
         return None
     files = split_files(wh.tables.snapshot(TABLE), wh.tables.folder(TABLE))

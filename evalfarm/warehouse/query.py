@@ -191,6 +191,12 @@ class _Statement:
     tables: frozenset[str]
     reads_current: bool = False
 
+    @property
+    def reads(self) -> frozenset[str]:
+        """The warehouse tables whose files the statement reads: those it globs, and the metrics table for its
+        current rows."""
+        return self.tables | ({"metrics"} if self.reads_current else set())
+
 
 _PARSED: dict[tuple[str, str], tuple[_Statement, ...]] = {}
 
@@ -207,7 +213,6 @@ def _statements(source: ViewSource) -> tuple[_Statement, ...]:
             tables = set(_TABLE_GLOB.findall(code))
             current = CURRENT_METRICS in code
             if current:
-                tables.add("metrics")
                 words |= {"ranked_computations"}
             name = m.group(1).lower() if m else None
             out.append(_Statement(source.origin, st.query, name, words, frozenset(tables), current))
@@ -294,12 +299,13 @@ def create_views(
         for table in sorted(st.tables):
             bind(table)
         text = _bound_text(st, bound, {t: lists[t] + extra.get(t, []) for t in st.tables & lists.keys()})
-        if st.reads_current:
-            if "metrics" not in bound:
+        if st.reads_current and "metrics_current" not in bound:  # after ranked_computations, first in its file
+            if "metrics" not in lists:
                 raise RegistryError(f"{st.origin}: {CURRENT_METRICS} needs the metrics table's files")
-            if "metrics_current" not in bound:  # after ranked_computations, which comes first in its file
-                bound.add("metrics_current")
-                _bind_current(con, lists["metrics"], extra.get("metrics", []), current, duck_path, relation)
+            if not bound:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {TABLES_SCHEMA}")
+            bound.add("metrics_current")
+            _bind_current(con, lists["metrics"], extra.get("metrics", []), current, duck_path, relation)
         if snapshot_only and "{root}/tables/" in text:
             raise RegistryError(
                 f"{st.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "

@@ -727,7 +727,7 @@ class Warehouse:
             from evalfarm.warehouse.legacy import legacy_connect
 
             return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
-        tables = None if needs is None else sorted(set().union(*(st.tables for st in needed_statements(
+        tables = None if needs is None else sorted(set().union(*(st.reads for st in needed_statements(
             view_sources(), needs))))  # fmt: skip
         snaps = self.snapshot(as_of, tables=tables, leave_out_damaged=True)
         files = {t: [f.path for f in s.files] for t, s in snaps.items()}
