@@ -251,6 +251,10 @@ from evalfarm.warehouse import Warehouse, table_schemas
 import deltalake, duckdb
 table_schemas()  # the kinds' registries: imports every scorer (a fixed cost of any reading process)
 what, root, arg = sys.argv[2], sys.argv[3], sys.stdin.read()  # arg: a unit list past ARG_MAX
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+c0 = cpu()
 t0 = time.perf_counter()
 wh = Warehouse(root)
 if what == "sql":
@@ -291,15 +295,19 @@ def hwm_mb():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-print("PROBE " + json.dumps({"seconds": end - t0, "process_seconds": end - start, "rows": rows,
-                  "peak_rss_mb": hwm_mb()}))
+print("PROBE " + json.dumps({"seconds": end - t0, "cpu_seconds": cpu() - c0, "process_seconds": end - start,
+                             "rows": rows, "peak_rss_mb": hwm_mb()}))
 """
 
 FLOOR = r"""
-import json, sys, time
+import json, resource, sys, time
 start = time.perf_counter()
 import duckdb
 script, queries = json.loads(sys.stdin.read())
+def cpu():
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+c0 = cpu()
 t0 = time.perf_counter()
 con = duckdb.connect()
 for statement in script:
@@ -312,8 +320,8 @@ def hwm_mb():
     for line in open("/proc/self/status"):
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / 1024
-print("PROBE " + json.dumps({"seconds": end - t0, "process_seconds": end - start, "rows": rows,
-                  "peak_rss_mb": hwm_mb()}))
+print("PROBE " + json.dumps({"seconds": end - t0, "cpu_seconds": cpu() - c0, "process_seconds": end - start,
+                             "rows": rows, "peak_rss_mb": hwm_mb()}))
 """
 
 
@@ -321,10 +329,11 @@ def _run(code: list[str], stdin: str, env: dict[str, str]) -> dict[str, Any]:
     load = os.getloadavg()[0]
     proc = subprocess.run([sys.executable, "-c", *code], input=stdin, capture_output=True, text=True, env=env,
                           timeout=3600)  # fmt: skip
-    if proc.returncode != 0:
-        return {"error": proc.stderr.strip().splitlines()[-1][:300], "load": load}
-    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("PROBE ")]  # the answer's own output aside
-    return {**json.loads(line.removeprefix("PROBE ")), "load": round(load, 2)}
+    lines = [x for x in proc.stdout.splitlines() if x.startswith("PROBE ")]  # the answer's own output aside
+    if proc.returncode != 0 or len(lines) != 1:
+        why = (proc.stderr.strip() or proc.stdout.strip() or f"exit {proc.returncode}").splitlines()[-1][:300]
+        return {"error": why, "load": round(load, 2)}
+    return {**json.loads(lines[0].removeprefix("PROBE ")), "load": round(load, 2)}
 
 
 def probe(what: str, root: str, arg: str, env: dict[str, str]) -> dict[str, Any]:
@@ -487,12 +496,20 @@ def measure(root: str, layout: int, env: dict[str, str], s3: Any, floor: dict[st
         if name in hand:
             jobs.append(("hand", lambda q=hand[name]: probe_floor([], q)))
         got = _timed(jobs, repeats)
-        for f in ("floor", "hand"):
-            if f in got and "error" not in got[f] and "error" not in got["evalfarm"]:
-                got[f"ratio_to_{f}"] = round(got["evalfarm"]["seconds"] / max(got[f]["seconds"], 1e-9), 2)
+        _ratios(got)
         out[name] = got
         print(f"    {name}: {_line(got)}", flush=True)
     return out
+
+
+def _ratios(got: dict[str, Any]) -> None:
+    """``ratio_to_<floor>`` (seconds, each side's fastest) and ``cpu_ratio_to_<floor>`` (CPU seconds: what a loaded
+    machine distorts least) of evalfarm to each floor measured beside it."""
+    ours = got["evalfarm"]
+    for f in ("floor", "hand"):
+        if f in got and "error" not in got[f] and "error" not in ours:
+            got[f"ratio_to_{f}"] = round(ours["seconds"] / max(got[f]["seconds"], 1e-9), 2)
+            got[f"cpu_ratio_to_{f}"] = round(ours["cpu_seconds"] / max(got[f]["cpu_seconds"], 1e-9), 2)
 
 
 def _line(got: dict[str, Any]) -> str:
@@ -500,7 +517,8 @@ def _line(got: dict[str, Any]) -> str:
     for k in ("evalfarm", "floor", "hand"):
         if k in got:
             g = got[k]
-            text = f"{k} {g.get('seconds', float('nan')):.3f} s" if "error" not in g else f"{k} ERROR {g['error']}"
+            text = (f"{k} {g.get('seconds', float('nan')):.3f} s, {g.get('cpu_seconds', float('nan')):.2f} CPU-s"
+                    if "error" not in g else f"{k} ERROR {g['error']}")  # fmt: skip
             if "requests_total" in g:
                 text += f" ({g['requests_total']} requests)"
             parts.append(text + f" [{g.get('rows')} rows, {g.get('peak_rss_mb', 0):.0f} MB, load {g.get('load')}]")
@@ -540,8 +558,7 @@ def measure_status(root: str, env: dict[str, str], s3: Any, n_files: int, repeat
 
     queries = [q.replace("''", f"'{run}'") for q in STATUS_QUERIES]
     got = _timed([("evalfarm", ours), ("floor", lambda: probe_floor(script, *queries))], repeats)
-    if "error" not in got["evalfarm"] and "error" not in got["floor"]:
-        got["ratio_to_floor"] = round(got["evalfarm"]["seconds"] / max(got["floor"]["seconds"], 1e-9), 2)
+    _ratios(got)
     got["unit_files"] = len(Warehouse(root).tables.snapshot("units").files)
     got["writing_s"] = wrote
     print(f"    status with {n_files} uncompacted unit files: {_line(got)}", flush=True)

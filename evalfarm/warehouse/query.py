@@ -60,35 +60,16 @@ _CREATE_VIEW = re.compile(
 )
 
 
-_NAMES: dict[tuple[str, str, bool], tuple[str, ...]] = {}
-
-
 def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error.
-    Parsed once per process and text (every connection lists the sources)."""
-    key = (origin, sql, views_only)
-    if key not in _NAMES:
-        _NAMES[key] = _parse_view_names(origin, sql, views_only=views_only)
-    return _NAMES[key]
-
-
-def _parse_view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
-    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
-        raise ValueError(
-            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
-            "query this long is generated: put its list in a table or a view)"
-        )
-    try:
-        statements = duckdb.extract_statements(sql)
-    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
-        raise RegistryError(f"{origin}: its views do not parse: {exc}") from exc
+    From the one parse of each source (:func:`_parse`: every connection lists the sources)."""
     names: list[str] = []
-    for st in statements:
-        m = _CREATE_VIEW.match(st.query) if st.type.name == "CREATE" else None
+    for st in _parse(origin, sql):
+        m = _CREATE_VIEW.match(st.text) if st.kind == "CREATE" else None
         if m is not None:
             names.append(m.group(1))
         elif views_only:
-            raise RegistryError(f"{origin}: its views hold a {st.type.name} statement; only CREATE VIEW is allowed")
+            raise RegistryError(f"{origin}: its views hold a {st.kind} statement; only CREATE VIEW is allowed")
     return tuple(dict.fromkeys(names))
 
 
@@ -190,6 +171,7 @@ class _Statement:
     words: frozenset[str]
     tables: frozenset[str]
     reads_current: bool = False
+    kind: str = "CREATE"
 
     @property
     def reads(self) -> frozenset[str]:
@@ -201,23 +183,39 @@ class _Statement:
 _PARSED: dict[tuple[str, str], tuple[_Statement, ...]] = {}
 
 
-def _statements(source: ViewSource) -> tuple[_Statement, ...]:
-    """``source``'s statements, parsed once per process (the same text parses the same)."""
-    key = (source.origin, source.sql)
-    if key not in _PARSED:
-        out = []
-        for st in duckdb.extract_statements(source.sql):
-            code = _without_comments(st.query)
-            m = _CREATE_NAME.match(code)
-            words = frozenset(w.lower() for w in _WORD.findall(code))
-            tables = set(_TABLE_GLOB.findall(code))
-            current = CURRENT_METRICS in code
-            if current:
-                words |= {"ranked_computations"}
-            name = m.group(1).lower() if m else None
-            out.append(_Statement(source.origin, st.query, name, words, frozenset(tables), current))
-        _PARSED[key] = tuple(out)
+def _parse(origin: str, sql: str) -> tuple[_Statement, ...]:
+    """The statements of a view source's ``sql``, parsed once per process and text (DuckDB's parser: 50 ms of CPU for
+    the core views, which every reading process pays once)."""
+    key = (origin, sql)
+    if key in _PARSED:
+        return _PARSED[key]
+    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
+        raise ValueError(
+            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
+            "query this long is generated: put its list in a table or a view)"
+        )
+    try:
+        parsed = duckdb.extract_statements(sql)
+    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
+        raise RegistryError(f"{origin}: its views do not parse: {exc}") from exc
+    out = []
+    for st in parsed:
+        code = _without_comments(st.query)
+        m = _CREATE_NAME.match(code)
+        words = frozenset(w.lower() for w in _WORD.findall(code))
+        current = CURRENT_METRICS in code
+        if current:
+            words |= {"ranked_computations"}
+        name = m.group(1).lower() if m else None
+        tables = frozenset(_TABLE_GLOB.findall(code))
+        out.append(_Statement(origin, st.query, name, words, tables, current, st.type.name))
+    _PARSED[key] = tuple(out)
     return _PARSED[key]
+
+
+def _statements(source: ViewSource) -> tuple[_Statement, ...]:
+    """``source``'s statements (:func:`_parse`)."""
+    return _parse(source.origin, source.sql)
 
 
 def _without_comments(text: str) -> str:
