@@ -310,6 +310,7 @@ def cpu():
 c0 = cpu()
 t0 = time.perf_counter()
 con = duckdb.connect()
+con.execute("SET enable_progress_bar=false")  # as evalfarm's connections: no bar drawn on stdout
 for statement in script:
     con.execute(statement)
 rows = 0

@@ -90,9 +90,17 @@ WHERE previous_run_id IS NULL OR value IS DISTINCT FROM previous_value;
 -- run_diff(run_a, run_b): what differs between two runs' states (the `history` view's rows of each): one row per
 -- value that is new in run_b, gone from it, of another number, or computed under another fingerprint, with
 -- value_a, value_b, change, both fingerprints, the runs that computed each, and the reason (as in `changes`, plus
--- `removed`). `evalfarm diff RUN_A RUN_B` prints it (and leaves out moves below its --tolerance).
+-- `removed`). `evalfarm diff RUN_A RUN_B` prints it (and leaves out moves below its --tolerance). Built for the
+-- models computed between the two runs' states only (history_of): what it costs is what moved, and one pass over
+-- the history's times.
 CREATE OR REPLACE MACRO run_diff(run_a, run_b) AS TABLE
-WITH both_runs AS (SELECT * FROM history_of(runs := [run_a, run_b])),
+WITH points AS (SELECT min(as_of) AS lo, max(as_of) AS hi FROM run_points WHERE run_id IN (run_a, run_b)),
+moved AS (  -- the models computed between the two runs' states: no other model's values can differ between them
+    SELECT coalesce(list(DISTINCT m.model), []) AS models
+    FROM metrics_history m, points p
+    WHERE m.created_at > p.lo AND m.created_at <= p.hi
+),
+both_runs AS (SELECT * FROM history_of(models := (SELECT models FROM moved), runs := [run_a, run_b])),
 a AS (SELECT * FROM both_runs WHERE run_id = run_a),
 b AS (SELECT * FROM both_runs WHERE run_id = run_b),
 joined AS (
