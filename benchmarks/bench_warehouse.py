@@ -527,10 +527,15 @@ def _line(got: dict[str, Any]) -> str:
     return "; ".join(parts + ratios)
 
 
-def running_run(root: str, n_files: int, *, run_id: str = "bench-running") -> str:
+def running_run(root: str, n_files: int) -> str:
     """A run still going whose ``n_files`` unit files are not compacted yet (one commit each, as a batch commits
-    them): what ``evalfarm status`` reads during a nightly before the run compacts. Returns its id."""
+    them): what ``evalfarm status`` reads during a nightly before the run compacts. Returns its id. The units table is
+    compacted first (a warehouse measured again holds the files of the last measurement's run)."""
+    from evalfarm.warehouse.maintenance import compact
+
     wh = Warehouse(root)
+    compact(wh, tables=["units"])
+    run_id = f"bench-running-{uuid.uuid4().hex[:8]}"
     wh.write_run_event(run_id, "start", status="running")
     for i in range(n_files):
         wh.write_units(run_id, [{"model": _model(i), "task": "t", "stage": "score", "status": "done",
