@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from evalfarm.leases import heartbeats, is_live
 from evalfarm.scheduler.progress import fmt_count, fmt_seconds
+from evalfarm.warehouse.query import rows_of
 
 if TYPE_CHECKING:
     from evalfarm.warehouse import Warehouse
@@ -176,7 +177,7 @@ STATUS_QUERIES = [q.format(rid="''") for q in (RUNS_SQL, PER_WORKER_SQL, SLOWEST
 def _status(wh: Warehouse, session: ReadSession, beats: dict[str, Any], run_id: str | None) -> RunStatus:
     live = {r: b for r, b in beats.items() if is_live(b)}
     try:
-        runs = {r["run_id"]: r for r in session.query(RUNS_SQL).to_pylist()}
+        runs = {r["run_id"]: r for r in rows_of(session.query(RUNS_SQL))}
     except Exception:  # a warehouse without a runs table yet (nothing recorded)
         runs = {}
     damaged = [str(d) for d in wh.damaged]  # tables the views left out: one line each, never a traceback
@@ -240,11 +241,11 @@ def _from_views(session: ReadSession, st: RunStatus) -> None:
     """What the run recorded so far: units per worker, its slowest unit, its failures (first line of each)."""
     rid = _sql_text(st.run_id)
     try:
-        st.per_worker = session.query(PER_WORKER_SQL.format(rid=rid)).to_pylist()
+        st.per_worker = rows_of(session.query(PER_WORKER_SQL.format(rid=rid)))
         if st.slowest is None:
-            rows = session.query(SLOWEST_SQL.format(rid=rid)).to_pylist()
+            rows = rows_of(session.query(SLOWEST_SQL.format(rid=rid)))
             st.slowest = rows[0] if rows else None
-        failures = session.query(FAILURES_SQL.format(rid=rid)).to_pylist()
+        failures = rows_of(session.query(FAILURES_SQL.format(rid=rid)))
     except Exception:  # a warehouse that recorded nothing yet
         return
     st.failures = [{**f, "error": _first_line(f["error"])} for f in failures]

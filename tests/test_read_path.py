@@ -126,3 +126,27 @@ def test_the_first_snapshot_of_a_process_does_not_import_pandas(tmp_path: Path):
             "print('pandas' in sys.modules)")  # fmt: skip
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False", out.stderr
+
+
+def test_rows_of_is_to_pylist_without_pandas():
+    """A reading command's rows (status, diff, the run list): the same values as pyarrow's ``to_pylist``, whose
+    timestamps import pandas (0.4 CPU-s a process, measured)."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from datetime import UTC, datetime
+import pyarrow as pa
+from evalfarm.warehouse.query import rows_of
+t = pa.table({"at": pa.array([datetime(2026, 1, 1, 2, 3, 4, 567891, tzinfo=UTC), None], pa.timestamp("us", tz="UTC")),
+              "naive": pa.array([datetime(1969, 12, 31, 23, 59, 59, 1), None], pa.timestamp("ms")),
+              "x": [1.5, None], "s": ["a", None]})
+got = rows_of(t)
+print("pandas" in sys.modules)
+assert got == t.to_pylist(), (got, t.to_pylist())
+assert got[0]["at"].utcoffset().total_seconds() == 0 and got[0]["naive"].tzinfo is None
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"

@@ -23,6 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalfarm.warehouse.query import rows_of
+
 REASONS = (
     "new model",
     "new",
@@ -69,7 +71,7 @@ def run_events(wh: Any) -> list[dict[str, Any]]:
     cols = ["run_id", "event", "at", "status", "snapshot", "catalog"]
     rows: list[dict[str, Any]] = []
     for f in snap.files:
-        rows += wh.read_columns(f.path, cols).to_pylist()
+        rows += rows_of(wh.read_columns(f.path, cols))  # no pandas: pyarrow's own timestamps import it
     return rows
 
 
@@ -205,7 +207,7 @@ def diff_runs(
             raise ValueError(f'no run {r!r} in warehouse {wh.uri} (`evalfarm sql "SELECT * FROM runs"` lists them)')
     # run_diff reads history_of with the two runs: their grid only, not every run's (sql/12_history.sql)
     table: pa.Table = wh.query(f"SELECT * FROM run_diff('{_quoted(run_a)}', '{_quoted(run_b)}')")
-    rows = [r for r in table.to_pylist() if r["reason"] != "same" and _kept(r, tolerance)]
+    rows = [r for r in rows_of(table) if r["reason"] != "same" and _kept(r, tolerance)]
     rows.sort(key=lambda r: (REASONS.index(r["reason"]) if r["reason"] in REASONS else 99, r["model"], r["task"],
                              str(r["metric"])))  # fmt: skip
     return Diff(run_a, run_b, rows, tolerance)
