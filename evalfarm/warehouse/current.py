@@ -269,7 +269,9 @@ def current_findings(wh: Any) -> list[str]:
     files = split_files(snap, wh.tables.folder(TABLE))
     if not files.current:
         return []
-    con = _connection(wh, snap.files, current=current_split(snap, wh.tables.folder(TABLE)), needs=["metrics"])
+    con = _connection(
+        wh, snap.files, current=current_split(snap, wh.tables.folder(TABLE)), needs=["metrics", "metrics_history"]
+    )  # the current rows, and every file as one relation (what metrics_history reads)
     cols = ", ".join(f'"{c}"' for c in SCHEMAS[TABLE].names)
     truth = f"SELECT {cols} FROM ranked_computations('{TABLES_SCHEMA}.{TABLE}') WHERE computation_age = 1"
     fast = f"SELECT {cols} FROM {TABLES_SCHEMA}.metrics_current"
