@@ -156,3 +156,30 @@ assert got[0]["at"].utcoffset().total_seconds() == 0 and got[0]["naive"].tzinfo 
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_a_table_of_many_small_files_is_read_once_with_the_same_rows(tmp_path: Path):
+    """Mid-run, before its compaction, a table holds a file per batch: a connection reads such a table once (every
+    view and query over it then reads memory), and gets the rows a view over the files gives, older shapes included."""
+    from evalfarm.warehouse.query import READ_ONCE_FILES, TABLES_SCHEMA
+
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(READ_ONCE_FILES + 3):
+        row: dict[str, Any] = {"model": f"m{i}", "task": "t", "stage": "score", "status": "done", "seconds": i * 0.5}
+        if i % 2:
+            row["worker"] = f"w{i % 3}"
+        wh.write_units("r1", [row])
+    sql = "SELECT * FROM units ORDER BY model"
+    con = wh.connect(needs=[sql])
+    try:
+        kinds = dict(con.sql(f"SELECT table_name, table_type FROM information_schema.tables WHERE table_schema = "
+                             f"'{TABLES_SCHEMA}'").fetchall())  # fmt: skip
+        assert kinds["units"] == "BASE TABLE"  # read once
+        once = con.sql(sql).fetchall()
+    finally:
+        con.close()
+    view = wh.connect(read_only=False)  # no reader of small files: a view over them
+    try:
+        assert view.sql(sql).fetchall() == once and len(once) == READ_ONCE_FILES + 3
+    finally:
+        view.close()

@@ -261,6 +261,8 @@ def create_views(
     snapshot_only: bool = False,
     current: tuple[list[str], list[str]] | None = None,
     needs: Sequence[str] | None = None,
+    sizes: Mapping[str, int] | None = None,
+    read_small: Callable[[Sequence[str]], pa.Table] | None = None,
 ) -> None:
     """Create the views (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it): every
     one, or (``needs``: the queries the connection is for) only those the queries name and what they read
@@ -273,19 +275,18 @@ def create_views(
     column exists; such a table must be in ``files``). ``current``: the metrics table's current files and the files
     committed since (:mod:`evalfarm.warehouse.current`), of ``files["metrics"]``; None: none are current, every file
     is a candidate. ``snapshot_only``: every table's files are given, and a view that still globs a folder under
-    ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted).
+    ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted). ``sizes``: the
+    files' sizes (of ``files``' paths), and ``read_small``: their rows read by the caller (files -> one table), which
+    let a relation over many small files be read once (:func:`_relation`).
     """
     lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
     extra = {t: [f] for t, f in (schema_files or {}).items()}
+    raw = {duck_path(f): (f, n) for f, n in (sizes or {}).items()}
     bound: set[str] = set()
     quoted_root = glob_escape(root).replace("'", "''")
 
     def relation(name: str, listed: list[str]) -> None:
-        as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
-        con.execute(
-            f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.{name} AS SELECT * FROM read_parquet({as_list}, "
-            "union_by_name = true, hive_partitioning = false)"
-        )
+        _relation(con, name, listed, raw, read_small)
 
     def bind(table: str) -> None:
         if table in bound or table not in lists or not (lists[table] or extra.get(table)):
@@ -312,6 +313,47 @@ def create_views(
                 "not a warehouse table's glob ('{root}/tables/<table>/**/*.parquet' of a table evalfarm declares)"
             )
         con.execute(text.replace("{root}", quoted_root))
+
+
+READ_ONCE_FILES = 32
+"""A relation over more files than this (a table mid-run, before its compaction: a batch commits a file per table)
+whose files hold at most :data:`READ_ONCE_BYTES` is read once per connection into memory: DuckDB binds a view's
+files again each time a view or query over it is bound (their footers cached, the calls through the warehouse's
+filesystem not), which for 500 files cost a status refresh more than its queries (measured)."""
+READ_ONCE_BYTES = 32 * 2**20
+"""The most bytes of Parquet a relation read once per connection may hold (the memory it takes is a few times this)."""
+
+
+def _relation(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    listed: list[str],
+    raw: Mapping[str, tuple[str, int]],
+    read_small: Callable[[Sequence[str]], pa.Table] | None,
+) -> None:
+    """``_tables.<name>``: the rows of ``listed`` (DuckDB paths; ``raw``: each one's path in the warehouse and size,
+    where known) as a view; or, when the files are many and small (:data:`READ_ONCE_FILES`), as a table read once,
+    by ``read_small`` (their rows in one Arrow table, columns united by name as DuckDB's ``union_by_name``) along with
+    the rest of ``listed`` (a stand-in schema file) by DuckDB."""
+    known = [raw[f] for f in listed if f in raw]
+    if read_small is None or len(known) <= READ_ONCE_FILES or sum(n for _, n in known) > READ_ONCE_BYTES:
+        as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
+        con.execute(
+            f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.{name} AS SELECT * FROM read_parquet({as_list}, "
+            "union_by_name = true, hive_partitioning = false)"
+        )
+        return
+    rows = read_small([p for p, _ in known])
+    rest = [f for f in listed if f not in raw]
+    con.register("_evalfarm_read_once", rows)
+    try:
+        body = "SELECT * FROM _evalfarm_read_once"
+        if rest:
+            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in rest) + "]"
+            body += f" UNION ALL BY NAME SELECT * FROM read_parquet({as_list}, union_by_name = true)"
+        con.execute(f"CREATE OR REPLACE TABLE {TABLES_SCHEMA}.{name} AS {body}")
+    finally:
+        con.unregister("_evalfarm_read_once")
 
 
 def _bound_text(st: _Statement, bound: set[str], lists: Mapping[str, list[str]]) -> str:
@@ -684,12 +726,13 @@ def open_connection(
     local_root: str | None = None,
     current: tuple[list[str], list[str]] | None = None,
     needs: Sequence[str] | None = None,
+    read_small: Callable[[Sequence[str]], pa.Table] | None = None,
 ) -> duckdb.DuckDBPyConnection:
     """An in-memory DuckDB with the views over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's pyarrow filesystem, which DuckDB reads
     ``root`` (``scheme://bucket/prefix``) through (:func:`prefix_filesystem`; no extension needed); ``files``,
-    ``duck_path``, ``current``, ``needs``: see :func:`create_views` (the folders of ``schema_files`` are
-    opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
+    ``duck_path``, ``current``, ``needs``, ``read_small``: see :func:`create_views` (the folders of ``schema_files``
+    are opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
         if memory_limit is not None:
@@ -712,7 +755,7 @@ def open_connection(
             lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
         create_views(
             con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None,
-            current=current, needs=needs,
+            current=current, needs=needs, sizes={p: v[0] for p, v in (known or {}).items()}, read_small=read_small,
         )  # fmt: skip
     except BaseException:
         con.close()
@@ -1077,6 +1120,8 @@ __all__ = [
     "MAX_BYTES_ENV",
     "MAX_QUERY_CHARS",
     "MAX_ROWS_ENV",
+    "READ_ONCE_BYTES",
+    "READ_ONCE_FILES",
     "MEMORY_LIMIT_ENV",
     "TABLES_SCHEMA",
     "TIMEOUT_ENV",
