@@ -1,4 +1,4 @@
-"""docs/operations.md's tables of issue 23's and issue 40's attacks name tests that exist and `make faults` runs."""
+"""docs/operations.md's tables of issue 23's, 40's and 48's attacks name tests that exist and `make faults` runs."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ TESTS = REPO / "tests"
 def _table_rows() -> list[str]:
     text = (REPO / "docs" / "operations.md").read_text(encoding="utf-8")
     section = text.split("### The fault-and-attack suite (`make faults`)", 1)[1].split("\n## ", 1)[0]
-    return [line for line in section.splitlines() if re.match(r"\| (40\.)?\d+ \|", line)]
+    return [line for line in section.splitlines() if re.match(r"\| (40\.|48\.)?\d+ \|", line)]
 
 
 def _named(cell: str) -> list[tuple[str, str]]:
@@ -52,7 +52,7 @@ def _faults_marked(source: str, name: str) -> bool:
 def test_every_numbered_item_names_tests_that_exist_and_are_marked_faults() -> None:
     rows = _table_rows()
     items = [r.split("|")[1].strip() for r in rows]
-    assert items == [str(i) for i in range(1, 8)] + [f"40.{i}" for i in range(1, 8)]  # issue 23's, then issue 40's
+    assert items == [str(i) for i in range(1, 8)] + [f"40.{i}" for i in range(1, 8)] + [f"48.{i}" for i in range(1, 7)]
     for row in rows:
         for file, pattern in _named(row.split("|")[3]):
             source = (TESTS / file).read_text(encoding="utf-8")

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -350,3 +351,59 @@ def test_vacuum_deletes_nothing_a_forged_remove_names(place):
     assert tree(victim) == before
     (m,) = [v for v in done if v.table == "metrics"]
     assert m.refused and "remove '../../../victim/id_ed25519'" in m.refused
+
+
+# -- a log entry's size is bounded before it is parsed -------------------------------------------------------------
+READER = """
+import json, resource, sys
+from evalfarm.warehouse import Warehouse
+wh = Warehouse(sys.argv[1])
+rows = wh.query("SELECT count(*) AS n FROM units").column(0).to_pylist()
+print(json.dumps({"rows": rows, "damaged": [str(d) for d in getattr(wh, "damaged", ())],
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def _reader_peak(root: Path) -> dict[str, Any]:
+    proc = subprocess.run([sys.executable, "-c", READER, str(root)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.slow
+def test_a_huge_log_entry_is_refused_before_a_reader_parses_it(place):
+    """A writer appends an 80 MB commit to ``runs``: a reader of the warehouse paid about three times that on main
+    (a 300 MB entry: 1.1 GB) before any query ran. Now its size is checked first (``MAX_LOG_ENTRY_BYTES``): the
+    table is damaged, named, the others read, and the reader's peak is what it is without the entry."""
+    root = place["root"]
+    Warehouse(root).write("units", [{"run_id": "a", "model": "m"}])
+    clean = _reader_peak(root)
+    log = root / "tables" / "runs" / "_delta_log"
+    version = max(int(p.name[:20]) for p in log.glob("*.json")) + 1
+    with open(log / f"{version:020d}.json", "w") as f:
+        f.write('{"commitInfo":{"timestamp":' + str(int(time.time() * 1000)) + ',"pad":"')
+        for _ in range(80):
+            f.write("x" * (1 << 20))
+        f.write('"}}\n')
+    planted = _reader_peak(root)
+    print(f"reader peak: {clean['peak_mb']:.0f} MB clean, {planted['peak_mb']:.0f} MB with an 80 MB entry")
+    assert planted["rows"] == [1]
+    assert planted["peak_mb"] - clean["peak_mb"] < 40, (clean, planted)
+    (damaged,) = planted["damaged"]
+    assert "past the" in damaged and f"{version:020d}.json" in damaged
+
+
+def test_vacuum_removes_no_expired_pin_through_a_linked_readers_folder(place):
+    """``_readers`` (where readers pin snapshots) replaced by a link to a folder holding an expired-looking pin:
+    vacuum removes expired pins on the way, and on main removed the victim's file through the link."""
+    from evalfarm.warehouse.maintenance import vacuum
+
+    root, victim = place["root"], place["victim"]
+    (victim / "settings.json").write_text(json.dumps({"versions": {}, "expires": 0}))
+    if (root / "_readers").exists():
+        shutil.rmtree(root / "_readers")
+    os.symlink(victim, root / "_readers")
+    before = tree(victim)
+    vacuum(Warehouse(root), keep=timedelta(hours=1))
+    assert tree(victim) == before

@@ -378,6 +378,7 @@ def test_concurrent_writers_on_the_bucket_lose_and_duplicate_no_row(s3, s3_env):
 
 
 @pytest.mark.slow
+@pytest.mark.faults
 def test_vacuum_on_a_bucket_deletes_only_under_the_tables_own_prefix(s3, s3_env):
     """Issue 48: vacuum computes its deletions from the log and the keys under each table's own prefix: a key
     beside the table (a neighbouring prefix, the warehouse's other folders, another bucket) is never deleted, however

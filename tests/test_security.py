@@ -1379,3 +1379,34 @@ def test_a_read_only_warehouse_file_reads_at_each_threads_own_position(tmp_path)
     handle.seek(0, 2)
     assert handle.tell() == 1024 and handle.read(5) == b""
     handle.close()
+
+
+# -- issue 48: printing a result is bounded like the result -------------------------------------------------------
+PRINTED = """
+import resource, subprocess, sys
+cmd = [sys.executable, "-m", "evalfarm", "sql", sys.argv[1], "--warehouse", sys.argv[2], "-f", sys.argv[3]]
+subprocess.run(cmd, stdout=subprocess.DEVNULL, check=True)
+print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024)
+"""
+
+
+def _printing_peak_mb(warehouse: Warehouse, sql: str, fmt: str) -> float:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, "-c", PRINTED, sql, str(warehouse.root), fmt], capture_output=True,
+                          text=True, env=env, timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return float(proc.stdout.strip())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_printing_a_result_holds_a_chunk_not_the_whole_result_as_python_objects(warehouse, fmt):
+    """``evalfarm sql`` of a million rows (36 MB of Arrow, under the default limits): the CLI made every row a dict
+    of Python values first, 0.5 GB (CSV) and 1.2 GB (JSON) over a one-row query's peak on main. Now it prints
+    RENDER_ROWS rows at a time: its peak is the result's size and a chunk's over the small query's."""
+    big = "SELECT range AS i, 'row ' || range::VARCHAR AS s, range * 0.5 AS x FROM range(1000000)"
+    result_mb = duckdb.sql(big).to_arrow_table().nbytes / 2**20
+    small = _printing_peak_mb(warehouse, "SELECT 1 AS i", fmt)
+    peak = _printing_peak_mb(warehouse, big, fmt)
+    print(f"{fmt}: {result_mb:.0f} MB result, printing peak {peak:.0f} MB, a one-row query's {small:.0f} MB")
+    assert peak - small < 3 * result_mb, (peak, small, result_mb)

@@ -15,6 +15,7 @@ from evalfarm.cli.rendering import (
     Format,
     console,
     out,
+    print_arrow,
     print_comparisons,
     print_correlations,
     print_rows,
@@ -124,7 +125,7 @@ def sql(
         )
         for q in wh.excluded:
             console.print(f"  {q.path}: {q.reason}", highlight=False, markup=False)
-    print_rows(table.column_names, table.to_pylist(), format)
+    print_arrow(table, format)  # a chunk of rows at a time: never the whole result as Python objects
 
 
 class Level(StrEnum):

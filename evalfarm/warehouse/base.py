@@ -14,7 +14,8 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 MANIFEST_TABLE = "manifests"
 """The table of data files' content hashes (committed with every batch; ``evalfarm verify`` reads it)."""
@@ -112,7 +113,10 @@ def open_folder_inside(root: str, rel: str, *, create: bool = False) -> int:
     """A descriptor of the folder ``root/rel``, reached one name at a time from ``root`` without following a link
     (``O_NOFOLLOW | O_DIRECTORY`` on each, relative to the one before): whatever the folders are renamed or replaced
     with meanwhile, the descriptor is a folder inside ``root``. ``create``: make the missing folders on the way.
-    ``PermissionError`` naming the first name that is a link or not a folder. ``rel`` "" is ``root`` itself."""
+    ``PermissionError`` naming the first name that is a link or not a folder. ``rel`` "" is ``root`` itself (the
+    folder the user named: made when missing with ``create``, and reached as named)."""
+    if create:
+        os.makedirs(root, exist_ok=True)
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
     done = root.rstrip("/")
     try:
@@ -179,6 +183,34 @@ def remove_inside(root: str, rel: str) -> None:
     try:
         _regular_in(fd, parts[-1], f"{root}/{rel}")
         os.unlink(parts[-1], dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
+def write_inside(root: str, rel: str, write: Callable[[BinaryIO], object], *, fsync: bool = True) -> None:
+    """Publish ``root/rel`` atomically, proving it inside ``root``: its folder reached (and made) without following
+    a link (:func:`open_folder_inside`), ``write(file)`` filling a new hidden temp file there (``O_EXCL |
+    O_NOFOLLOW``, named as :func:`evalfarm.atomic.temp_name` names it, so a killed writer's is swept), then renamed
+    over ``rel`` through the folder's descriptor. A folder replaced by a link (``tables/metrics/data -> /home/you``)
+    gets nothing written through it: ``PermissionError`` naming it."""
+    from evalfarm import atomic
+
+    parts = relative_parts(rel)
+    fd = open_folder_inside(root, "/".join(parts[:-1]), create=True)
+    tmp = atomic.temp_name(Path(parts[-1])).name
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+        out = os.open(tmp, flags, 0o666, dir_fd=fd)  # as open(): the umask decides
+        try:
+            with os.fdopen(out, "wb") as f:
+                write(f)
+                if fsync:
+                    f.flush()
+                    os.fsync(f.fileno())
+            os.rename(tmp, parts[-1], src_dir_fd=fd, dst_dir_fd=fd)
+        finally:
+            with contextlib.suppress(OSError):  # renamed: gone already; else never mask the first error
+                os.unlink(tmp, dir_fd=fd)
     finally:
         os.close(fd)
 
@@ -254,4 +286,5 @@ __all__ = [
     "remove_inside",
     "safe_open",
     "walk_inside",
+    "write_inside",
 ]

@@ -45,33 +45,50 @@ def pinned(
 
 
 def _remove(wh: Any, path: str) -> None:
+    """Remove a pin: on a local disk only a regular file reached without a link (``_readers`` replaced by a link to
+    someone's folder loses nothing of theirs)."""
+    from evalfarm.warehouse.base import remove_inside
+
     try:
         if wh.local:
-            os.unlink(path)
+            remove_inside(wh.base, wh.relative(path))
         else:
             wh.fs.delete_file(path)
     except OSError:
         pass
 
 
-def live_pins(wh: Any, *, now_s: float | None = None) -> dict[str, set[int]]:
-    """Table -> the versions unexpired pins hold (expired pins are removed on the way)."""
+def _pin_files(wh: Any) -> list[str]:
+    """The pins' files: on a local disk the regular files of ``_readers/`` itself, not followed if it is a link."""
     import pyarrow.fs as pafs
 
+    if wh.local:
+        from evalfarm.warehouse.base import walk_inside
+
+        try:
+            entries = walk_inside(wh.base, READERS_DIR)
+        except OSError:
+            return []
+        return [wh._p(READERS_DIR, e.path) for e in entries if e.kind == "file" and "/" not in e.path]
+    sel = pafs.FileSelector(wh._p(READERS_DIR), recursive=False, allow_not_found=True)
+    return [i.path for i in wh.fs.get_file_info(sel) if i.type == pafs.FileType.File]
+
+
+def live_pins(wh: Any, *, now_s: float | None = None) -> dict[str, set[int]]:
+    """Table -> the versions unexpired pins hold (expired pins are removed on the way)."""
     t = time.time() if now_s is None else now_s
     out: dict[str, set[int]] = {}
-    sel = pafs.FileSelector(wh._p(READERS_DIR), recursive=False, allow_not_found=True)
-    for info in wh.fs.get_file_info(sel):
-        if not info.path.endswith(".json"):
+    for path in _pin_files(wh):
+        if not path.endswith(".json"):
             continue
         try:
-            body = json.loads(wh._get(info.path))
+            body = json.loads(wh._get(path))
             expires = float(body["expires"])
             versions = dict(body["versions"])
         except (OSError, ValueError, KeyError, TypeError):
             continue
         if expires < t:
-            _remove(wh, info.path)
+            _remove(wh, path)
             continue
         for table, v in versions.items():
             if v is not None:

@@ -43,6 +43,7 @@ from evalfarm.warehouse.base import (
     relative_parts,
     safe_open,
     walk_inside,
+    write_inside,
 )
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
@@ -393,9 +394,10 @@ class Warehouse:
         with self.fs.open_input_stream(path) as fh:
             return bytes(fh.read())
 
-    def _put(self, path: str, body: bytes) -> None:
+    def _put(self, path: str, body: bytes, *, fsync: bool = True) -> None:
+        """A small file of the warehouse, published whole; on a local disk through no link (:func:`write_inside`)."""
         if self.local:
-            atomic.write_bytes(Path(path), body)
+            write_inside(self.base, self.relative(path), lambda f: f.write(body), fsync=fsync)
         else:
             with self.fs.open_output_stream(path) as out:
                 out.write(body)
@@ -451,6 +453,8 @@ class Warehouse:
         try:
             self.tables.ensure(table, SCHEMAS[table])
             staged = self.tables.stage(table, typed, run_id=run_id, unit=unit)
+        except DamagedTable:  # its own one line: the log, not the disk, is the trouble
+            raise
         except TableError as exc:
             raise WarehouseWriteError(self._p("tables", table), OSError(13, str(exc))) from exc
         except OSError as exc:
@@ -521,6 +525,8 @@ class Warehouse:
                         "evalfarm.commit": uuid.uuid4().hex}  # fmt: skip
                 self.tables.ensure(table, SCHEMAS[table]) if table in SCHEMAS else None
                 self.tables.commit(table, by_table[table], metadata=meta)
+        except DamagedTable:
+            raise
         except TableError as exc:
             raise WarehouseWriteError(self._p("tables"), OSError(5, str(exc))) from exc
 
@@ -614,7 +620,14 @@ class Warehouse:
         )
 
     def write_table(self, table: pa.Table, path: str, **kwargs: Any) -> str:
-        """A plain Parquet file at ``path``, published atomically (text-store shards: outside the Delta tables)."""
+        """A plain Parquet file at ``path``, published atomically (text-store shards: outside the Delta tables); on a
+        local disk through no link (:func:`write_inside`)."""
+        if self.local and path.startswith(self.base + "/"):
+            try:
+                write_inside(self.base, self.relative(path), lambda f: pq.write_table(table, f, **kwargs))
+            except OSError as exc:
+                raise WarehouseWriteError(path, exc) from exc
+            return path
         return os.fspath(atomic_write_table(table, path, filesystem=self.fs, **kwargs))
 
     def read_table(self, path: str) -> pa.Table:
@@ -972,10 +985,7 @@ class Warehouse:
         """Best effort (it is a cache: a lost update costs a reread next time, never a wrong answer)."""
         body = json.dumps({"version": 1, "files": files}, separators=(",", ":")).encode()
         try:
-            if self.local:
-                atomic.write_bytes(Path(self._p(VERIFIED_MANIFEST)), body, fsync=False)
-            else:
-                self._put(self._p(VERIFIED_MANIFEST), body)
+            self._put(self._p(VERIFIED_MANIFEST), body, fsync=False)
         except OSError:
             pass
 

@@ -45,7 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from evalfarm import atomic
+from evalfarm.warehouse.base import open_folder_inside, safe_open, walk_inside, write_inside
 
 LOG_DIR = "_delta_log"
 DATA_DIR = "data"
@@ -109,7 +109,15 @@ class DamagedTable(TableError):
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
 _COMMIT = re.compile(r"\d{20}\.json")
-_LOG_DAMAGE_MARKS = ("Json error", "Parquet error", "Arrow error", "Schema error", "Invalid checkpoint", "checkpoint")
+_LOG_DAMAGE_MARKS = (
+    "Kernel error",
+    "Json error",
+    "Parquet error",
+    "Arrow error",
+    "Schema error",
+    "checkpoint",
+    "Unsupported",
+)
 """What delta-rs says of a log it cannot parse (as opposed to one it cannot reach: a store's error, a version gone)."""
 
 
@@ -276,7 +284,7 @@ class DeltaTables:
         except Exception as exc:
             what = f"version {version} of " if version is not None else ""
             text = _first_line(exc)
-            if type(exc).__name__ != "TableNotFoundError":
+            if version is None and type(exc).__name__ != "TableNotFoundError":  # (a version gone is no damage)
                 broken = self._broken_entry(table)
                 if broken is not None:
                     raise DamagedTable(table, *broken) from exc
@@ -315,6 +323,12 @@ class DeltaTables:
                     return f"{LOG_DIR}/{name}", f"line {n} is not JSON ({exc}): truncated or garbled"
                 if not isinstance(action, dict) or len(action) != 1:
                     return f"{LOG_DIR}/{name}", f"line {n} is not one Delta action (an object with one key)"
+                (kind, body), where = next(iter(action.items())), f"{LOG_DIR}/{name}"
+                if kind in ("add", "remove") and not (isinstance(body, dict) and isinstance(body.get("path"), str)):
+                    return where, f"line {n}: a {kind} action without a path"
+                size = body.get("size") if kind == "add" else 0
+                if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+                    return where, f"line {n}: an add action of size {size!r}"
         return None
 
     def _check_log(self, table: str) -> None:
@@ -337,8 +351,6 @@ class DeltaTables:
                 return
             if not stat.S_ISDIR(mode):
                 raise DamagedTable(table, rel, "a link or not a folder: the log is refused, not followed")
-        from evalfarm.warehouse.base import walk_inside
-
         try:
             entries = walk_inside(self.base, f"tables/{table}/{LOG_DIR}")
         except PermissionError as exc:  # replaced by a link since it was checked
@@ -374,8 +386,8 @@ class DeltaTables:
         if not self.exists(table):
             from deltalake.transaction import create_table_with_add_actions
 
-            if self.local:
-                Path(self.folder(table)).mkdir(parents=True, exist_ok=True)
+            if self.local:  # made inside the root through no link: delta-rs then writes the new log there
+                os.close(open_folder_inside(self.base, f"tables/{table}/{LOG_DIR}", create=True))
             try:
                 create_table_with_add_actions(
                     self.uri(table), dl.Schema.from_arrow(schema), [], mode="ignore",
@@ -426,8 +438,8 @@ class DeltaTables:
         sub = folder or run_id or "unbatched"
         rel = f"tables/{table}/{DATA_DIR}/{sub}/{uuid.uuid4().hex}.parquet"
         path = f"{self.base}/{rel}"
-        if self.local:
-            atomic.write_bytes(Path(path), body)
+        if self.local:  # no link followed on the way: a table's folder replaced by one gets nothing written through it
+            write_inside(self.base, rel, lambda f: f.write(body))
         else:
             with self.fs.open_output_stream(path) as out:
                 out.write(body)
@@ -652,8 +664,6 @@ class DeltaTables:
 
     def _commit(self, table: str, name: str) -> list[dict[str, Any]]:
         """The actions of the commit ``_delta_log/<version>.json`` (``name``), read within its size limit."""
-        from evalfarm.warehouse.base import safe_open
-
         path = f"{self.folder(table)}/{name}"
         try:
             if self.local:
