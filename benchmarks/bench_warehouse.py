@@ -594,6 +594,9 @@ def main() -> None:
         help="measure the warehouses --keep holds from an earlier run instead of writing them again",
     )
     ap.add_argument("--fill-only", action="store_true", help="write the warehouses (into --keep), measure nothing")
+    ap.add_argument("--s3-from-local", action="store_true",
+                    help="an S3 case uploads the local warehouse of its size (written first) instead of writing its "
+                         "nights through S3: the same tables, the reads measured alike, the writes' requests not")
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true")
     args = ap.parse_args()
@@ -634,6 +637,26 @@ def main() -> None:
         args.json.write_text(json.dumps(results, indent=1) + "\n")
 
 
+def upload(local: str, root: str) -> dict[str, Any]:
+    """Copy the warehouse at ``local`` to ``root`` (an object store): the format file, every table's log, and the data
+    files of each table's newest snapshot (files only older versions name are left behind, as after a vacuum)."""
+    t0 = time.perf_counter()
+    src, dest = Warehouse(local), Warehouse(root)
+    paths = [f"{src.base}/warehouse.json"]
+    for table in table_schemas():
+        if src.tables.exists(table):
+            log = f"{src.tables.folder(table)}/_delta_log"
+            paths += [f"{log}/{name}" for name in os.listdir(log) if os.path.isfile(f"{log}/{name}")]
+            paths += [f.path for f in src.tables.snapshot(table).files]
+    size = 0
+    for path in paths:
+        body = Path(path).read_bytes()
+        size += len(body)
+        with dest.fs.open_output_stream(f"{dest.base}/{src.relative(path)}") as out:
+            out.write(body)
+    return {"files": len(paths), "bytes": size, "seconds": round(time.perf_counter() - t0, 1)}
+
+
 def _uptime() -> str:
     return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
@@ -657,8 +680,11 @@ def _case(base: Path, store: str, s3: Any, n: int, layout: int, args: Any, profi
     if s3 is not None:
         s3.reset()
     done = base / f"{store}-l{layout}-m{n}.written.json"
+    local = base / f"l{layout}-m{n}"
     if args.reuse and s3 is None and done.exists():
         wrote = {**json.loads(done.read_text()), "reused": True}
+    elif s3 is not None and args.s3_from_local and local.is_dir():
+        wrote = {"uploaded_from": str(local), **upload(str(local), root)}
     else:
         wrote = fill(root, layout, n, args.nights, profile, churn=args.churn, growth=args.growth, seed=args.seed,
                      batch_units=args.batch_units)  # fmt: skip
