@@ -571,7 +571,7 @@ def measure_status(root: str, env: dict[str, str], s3: Any, n_files: int, repeat
     return got
 
 
-def main() -> None:
+def _args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--models", type=int, nargs="+", default=[100, 1000, 10000])
     ap.add_argument("--nights", type=int, default=30)
@@ -594,12 +594,19 @@ def main() -> None:
         help="measure the warehouses --keep holds from an earlier run instead of writing them again",
     )
     ap.add_argument("--fill-only", action="store_true", help="write the warehouses (into --keep), measure nothing")
-    ap.add_argument("--s3-from-local", action="store_true",
-                    help="an S3 case uploads the local warehouse of its size (written first) instead of writing its "
-                         "nights through S3: the same tables, the reads measured alike, the writes' requests not")
+    ap.add_argument(
+        "--s3-from-local",
+        action="store_true",
+        help="an S3 case uploads the local warehouse of its size (written first) instead of writing its "
+        "nights through S3: the same tables, the reads measured alike, the writes' requests not",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> None:
+    args = _args()
     if args.write_profile:
         p = write_profile(args.write_profile, args.profile)
         print(f"profile of {len(p['tasks'])} tasks -> {args.profile}")
