@@ -258,7 +258,7 @@ c0 = cpu()
 t0 = time.perf_counter()
 wh = Warehouse(root)
 if what == "sql":
-    rows = wh.query(arg, timeout_s=0, memory_limit="8GB", max_rows=0, max_bytes=0).num_rows
+    rows = wh.query(arg, timeout_s=0, memory_limit="4GB", max_rows=0, max_bytes=0).num_rows
 elif what == "diff":
     from evalfarm.warehouse.history import diff_runs
     rows = len(diff_runs(wh).rows)
@@ -311,6 +311,7 @@ c0 = cpu()
 t0 = time.perf_counter()
 con = duckdb.connect()
 con.execute("SET enable_progress_bar=false")  # as evalfarm's connections: no bar drawn on stdout
+con.execute("SET memory_limit='4GB'")  # the cap the evalfarm side runs under
 for statement in script:
     con.execute(statement)
 rows = 0
