@@ -183,3 +183,23 @@ def test_a_table_of_many_small_files_is_read_once_with_the_same_rows(tmp_path: P
         assert view.sql(sql).fetchall() == once and len(once) == READ_ONCE_FILES + 3
     finally:
         view.close()
+
+
+def test_a_link_among_many_small_files_is_left_out_and_not_followed(tmp_path: Path):
+    """The reader of many small files opens each as a regular file through its folder, never through a link: a data
+    file replaced by a link to a file outside the warehouse is left out of the views (and named), never read."""
+    import pyarrow.parquet as pq
+
+    from evalfarm.warehouse.query import READ_ONCE_FILES
+
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(READ_ONCE_FILES + 3):
+        wh.write_units("r1", [{"model": f"m{i}", "task": "t", "stage": "score", "status": "done", "seconds": 1.0}])
+    secret = tmp_path / "secret.parquet"
+    pq.write_table(wh.typed("units", [{"run_id": "r1", "model": "SECRET", "task": "t"}]), secret)
+    victim = Path(wh.tables.snapshot("units").files[0].path)
+    victim.unlink()
+    victim.symlink_to(secret)
+    models = wh.query("SELECT model FROM units").column("model").to_pylist()
+    assert "SECRET" not in models and len(models) == READ_ONCE_FILES + 2
+    assert [q.path for q in wh.excluded] == [str(victim)]

@@ -336,14 +336,19 @@ def _relation(
     by ``read_small`` (their rows in one Arrow table, columns united by name as DuckDB's ``union_by_name``) along with
     the rest of ``listed`` (a stand-in schema file) by DuckDB."""
     known = [raw[f] for f in listed if f in raw]
-    if read_small is None or len(known) <= READ_ONCE_FILES or sum(n for _, n in known) > READ_ONCE_BYTES:
+    rows = None
+    if read_small is not None and len(known) > READ_ONCE_FILES and sum(n for _, n in known) <= READ_ONCE_BYTES:
+        try:
+            rows = read_small([p for p, _ in known])
+        except (OSError, pa.ArrowException):  # a file that is not whole or not a regular file: DuckDB meets it as a
+            rows = None  # view's file, and the connection leaves it out (Warehouse.connect)
+    if rows is None:
         as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
         con.execute(
             f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.{name} AS SELECT * FROM read_parquet({as_list}, "
             "union_by_name = true, hive_partitioning = false)"
         )
         return
-    rows = read_small([p for p, _ in known])
     rest = [f for f in listed if f not in raw]
     con.register("_evalfarm_read_once", rows)
     try:
