@@ -1,4 +1,4 @@
-"""Compare two warehouses number for number: the check that a refactoring changed no result.
+"""Compare two warehouses number for number, and view for view: the check that a refactoring changed no result.
 
 Reads each warehouse's ``metrics`` view (the public interface) through evalfarm's read-only query path and joins
 them on (model, task, scorer, subset, variant, ties, metric). Reported: rows only in one, rows whose value differs
@@ -6,8 +6,18 @@ them on (model, task, scorer, subset, variant, ties, metric). Reported: rows onl
 direction or parameters differ (the same number computed under another identity would make the next run
 recompute it). With ``--ranks`` the per-pair EvalRank ranks are compared too.
 
-    python benchmarks/compare_warehouses.py WAREHOUSE_BEFORE WAREHOUSE_AFTER [--json out.json]
-    python benchmarks/compare_warehouses.py --smoke --ranks   # two runs of a toy catalog: identical
+With ``--views``, every view of the warehouse (each core view, each task kind's, and ``run_diff`` of the last two
+runs that ended) is compared as a multiset of rows: the same columns, the same rows (floating-point numbers within
+``--float-tolerance`` relative, where an aggregate sums in another order). ``--dump DIR`` writes every view's rows of
+one warehouse to ``DIR/<view>.parquet`` instead, and ``--dumps A B`` compares two such folders: how the views of
+one evalfarm (``PYTHONPATH=/path/to/old/checkout``) are compared with another's over the same warehouse, before
+and after a migration.
+
+    python benchmarks/compare_warehouses.py WAREHOUSE_BEFORE WAREHOUSE_AFTER [--views] [--json out.json]
+    PYTHONPATH=../main python benchmarks/compare_warehouses.py --dump before-views WAREHOUSE_BEFORE
+    python benchmarks/compare_warehouses.py --dump after-views WAREHOUSE_AFTER
+    python benchmarks/compare_warehouses.py --dumps before-views after-views [--json out.json]
+    python benchmarks/compare_warehouses.py --smoke --ranks --views  # two runs of a toy catalog: identical
 
 Exits 1 when anything differs.
 """
@@ -66,6 +76,109 @@ def compare_ranks(before: str, after: str) -> dict[str, Any]:
     return {"pairs_before": len(a), "pairs_after": len(b), "identical": a == b}
 
 
+RUN_DIFF = "run_diff (last two runs)"
+"""The name ``--views`` gives the ``run_diff`` macro of the warehouse's two newest runs that ended."""
+
+
+def view_names() -> list[str]:
+    """Every view this evalfarm creates, in creation order."""
+    from evalfarm.warehouse import view_sources
+
+    return [name for source in view_sources() for name in source.views]
+
+
+def view_rows(warehouse: str) -> dict[str, Any]:
+    """Every view's rows (a ``pyarrow.Table``; a view that fails: its error's text), and ``run_diff`` of the last two
+    runs that ended."""
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.history import last_two_runs
+
+    wh = Warehouse(warehouse)
+    out: dict[str, Any] = {}
+    sqls = {name: f'SELECT * FROM "{name}"' for name in view_names()}
+    try:
+        a, b = last_two_runs(wh)
+        sqls[RUN_DIFF] = f"SELECT * FROM run_diff('{a}', '{b}')"
+    except ValueError:
+        pass
+    for name, sql in sqls.items():
+        try:
+            out[name] = wh.query(sql, timeout_s=0, max_rows=0, max_bytes=0)
+        except Exception as exc:  # a view that fails on one side and not the other is a difference
+            out[name] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+    return out
+
+
+def _canonical(t: Any) -> Any:
+    """``t``'s columns by name, its rows sorted by every column that sorts (a multiset of rows, made comparable)."""
+    import pyarrow as pa
+
+    t = t.select(sorted(t.column_names))
+    keys = [c for c in t.column_names if not pa.types.is_nested(t.schema.field(c).type)]
+    return t.sort_by([(c, "ascending") for c in keys]) if keys and t.num_rows else t
+
+
+def _column_differs(a: Any, b: Any, tolerance: float) -> int:
+    """Rows whose values differ between two columns of the same length (floats within ``tolerance`` relative)."""
+    import numpy as np
+    import pyarrow as pa
+
+    if pa.types.is_floating(a.type) and pa.types.is_floating(b.type):
+        x = np.asarray(a.to_numpy(zero_copy_only=False), dtype=float)
+        y = np.asarray(b.to_numpy(zero_copy_only=False), dtype=float)
+        same = np.isclose(x, y, rtol=tolerance, atol=tolerance, equal_nan=True) | (np.isnan(x) & np.isnan(y))
+        return int((~same).sum())
+    return sum(1 for u, v in zip(a.to_pylist(), b.to_pylist(), strict=True) if u != v)
+
+
+def compare_tables(a: Any, b: Any, *, tolerance: float = 1e-12) -> dict[str, Any]:
+    """Two views' rows (tables, or error texts) compared: identical, or what differs."""
+    if isinstance(a, str) or isinstance(b, str):
+        return {"identical": a == b, "before": a if isinstance(a, str) else a.num_rows,
+                "after": b if isinstance(b, str) else b.num_rows}  # fmt: skip
+    out: dict[str, Any] = {"rows_before": a.num_rows, "rows_after": b.num_rows}
+    if set(a.column_names) != set(b.column_names):
+        out["columns_only_before"] = sorted(set(a.column_names) - set(b.column_names))
+        out["columns_only_after"] = sorted(set(b.column_names) - set(a.column_names))
+        return {**out, "identical": False}
+    if a.num_rows != b.num_rows:
+        return {**out, "identical": False}
+    a, b = _canonical(a), _canonical(b)
+    differs = {c: n for c in a.column_names if (n := _column_differs(a.column(c), b.column(c), tolerance))}
+    return {**out, "values_differ": differs, "identical": not differs}
+
+
+def compare_views(before: dict[str, Any], after: dict[str, Any], *, tolerance: float = 1e-12) -> dict[str, Any]:
+    """Every view's rows of two warehouses (or dumps) compared; ``differs``: the names of those that are not
+    identical."""
+    names = list(dict.fromkeys([*before, *after]))
+    views = {n: compare_tables(before.get(n, "missing"), after.get(n, "missing"), tolerance=tolerance)
+             for n in names}  # fmt: skip
+    return {"views": views, "differs": [n for n, v in views.items() if not v["identical"]]}
+
+
+def dump_views(warehouse: str, folder: Path) -> dict[str, Any]:
+    """Write every view's rows of ``warehouse`` to ``folder/<name>.parquet`` (a view that fails: ``<name>.error``)."""
+    import pyarrow.parquet as pq
+
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = view_rows(warehouse)
+    for name, t in rows.items():
+        if isinstance(t, str):
+            (folder / f"{name}.error").write_text(t + "\n")
+        else:
+            pq.write_table(t, folder / f"{name}.parquet")
+    return {n: (t if isinstance(t, str) else t.num_rows) for n, t in rows.items()}
+
+
+def read_dump(folder: Path) -> dict[str, Any]:
+    import pyarrow.parquet as pq
+
+    out: dict[str, Any] = {p.stem: pq.read_table(p) for p in sorted(folder.glob("*.parquet"))}
+    out.update({p.stem: p.read_text().strip() for p in sorted(folder.glob("*.error"))})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("before", nargs="?")
@@ -73,19 +186,60 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.0, help="largest absolute difference that counts as equal")
     ap.add_argument("--ranks", action="store_true", help="compare the per-pair EvalRank ranks too")
     ap.add_argument("--json", type=Path, help="write the full comparison here")
+    ap.add_argument("--views", action="store_true", help="compare every view's rows too")
+    ap.add_argument(
+        "--float-tolerance",
+        type=float,
+        default=1e-12,
+        help="relative difference of two floating-point numbers that counts as equal in --views",
+    )
+    ap.add_argument(
+        "--dump", type=Path, metavar="DIR", help="write every view's rows of BEFORE into DIR, nothing else"
+    )
+    ap.add_argument("--dumps", type=Path, nargs=2, metavar=("A", "B"), help="compare two --dump folders")
     ap.add_argument(
         "--smoke",
         action="store_true",
         help="a tiny run for CI (tests/test_benchmarks_smoke.py): without BEFORE and AFTER, two warehouses of one "
-        "toy catalog, which must compare identical",
+        "toy catalog, which must compare identical (and --views: the first and a rewritten copy of it)",
     )
     args = ap.parse_args(argv)
+    if args.dump is not None:
+        if args.before is None:
+            ap.error("--dump DIR needs the warehouse")
+        print(json.dumps(dump_views(args.before, args.dump)))
+        return 0
+    if args.dumps is not None:
+        out = compare_views(read_dump(args.dumps[0]), read_dump(args.dumps[1]), tolerance=args.float_tolerance)
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
+        print(f"views: {len(out['views'])} compared, differing: {out['differs'] or 'none'}")
+        return 1 if out["differs"] else 0
     if args.after is None and not args.smoke:
         ap.error("BEFORE and AFTER are required")
     with tempfile.TemporaryDirectory() as tmp:
+        args.views_of = None
         if args.after is None:
             args.before, args.after = (smoke_warehouse(Path(tmp), name) for name in ("before", "after"))
+            # two runs' views differ in their run ids and times: the views are compared between the first
+            # warehouse and a copy of it rewritten (every table compacted, the current rows set apart anew)
+            args.views_of = (args.before, rewritten_copy(args.before, Path(tmp) / "rewritten"))
         return report(args)
+
+
+def rewritten_copy(warehouse: str, dest: Path) -> str:
+    """A copy of ``warehouse`` with every table's files rewritten: what a migration or a compaction does."""
+    import shutil
+
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.current import refresh_current
+    from evalfarm.warehouse.maintenance import compact
+
+    shutil.copytree(warehouse, dest)
+    wh = Warehouse(dest)
+    refresh_current(wh, min_pending=0)
+    compact(wh)
+    return str(dest)
 
 
 def smoke_warehouse(d: Path, name: str) -> str:
@@ -107,10 +261,13 @@ def report(args: argparse.Namespace) -> int:
     out = compare_metrics(args.before, args.after, tolerance=args.tolerance)
     if args.ranks:
         out["ranks"] = compare_ranks(args.before, args.after)
+    if args.views:
+        before, after = getattr(args, "views_of", None) or (args.before, args.after)
+        out["views"] = compare_views(view_rows(before), view_rows(after), tolerance=args.float_tolerance)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
     differs = out["only_before"] or out["only_after"] or out["value_differs"] or out["identity_differs"]
-    differs = differs or (args.ranks and not out["ranks"]["identical"])
+    differs = differs or (args.ranks and not out["ranks"]["identical"]) or (args.views and out["views"]["differs"])
     print(
         f"metrics rows: {out['rows_before']} before, {out['rows_after']} after ({out['models']} models, "
         f"{out['tasks']} tasks); only before {len(out['only_before'])}, only after {len(out['only_after'])}, "
@@ -119,6 +276,11 @@ def report(args: argparse.Namespace) -> int:
         + (
             f"; ranks identical: {out['ranks']['identical']} ({out['ranks']['pairs_after']} pairs)"
             if args.ranks
+            else ""
+        )
+        + (
+            f"; views: {len(out['views']['views'])} compared, differing: {out['views']['differs'] or 'none'}"
+            if args.views
             else ""
         )
     )

@@ -353,17 +353,18 @@ def diff(
     from evalfarm.warehouse.maintenance import pinned
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    with pinned(wh, label="diff"):
+    with pinned(wh, label="diff", tables=("metrics", "runs")):  # what run_diff reads
         return diff_runs(wh, run_a, run_b, tolerance=DEFAULT_TOLERANCE if tolerance is None else tolerance)
 
 
 def compact_warehouse(
     *, warehouse: PathOrStr | Warehouse | None = None, tables: Sequence[str] | None = None, min_files: int = 2
 ) -> list[Compacted]:
-    """Merge each table's small files (every table, or ``tables``) into files of up to 64 MB sorted by model: the
-    same rows in fewer files (a commit per table; a run appending meanwhile is not disturbed)."""
+    """Merge each table's small files (every table, or ``tables``) into files of up to 64 MB sorted by model, and
+    set the metrics table's newest computations apart as its current rows: the same rows in fewer files (a commit
+    per table; a run appending meanwhile is not disturbed)."""
     from evalfarm.warehouse import Warehouse
-    from evalfarm.warehouse.maintenance import compact
+    from evalfarm.warehouse.maintenance import compact_warehouse as compact
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     _require_delta(wh)

@@ -26,7 +26,8 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.leases import HOST, LEASE_TIMEOUT, heartbeats, is_live
-from evalfarm.scheduler.progress import PLANNING, RUNNING, fmt_seconds, progress_line
+from evalfarm.scheduler.progress import PLANNING, RUNNING, fmt_count, fmt_seconds, progress_line
+from evalfarm.warehouse.query import rows_of
 
 DEAD_AFTER_S = max(120.0, 4 * LEASE_TIMEOUT)
 """A driver on another host is called dead once its heartbeat (rewritten every few seconds, also while it plans)
@@ -35,6 +36,7 @@ longer. On the driver's own host its pid decides, at once."""
 
 if TYPE_CHECKING:
     from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.store import ReadSession
 
 
 class NoRun(LookupError):
@@ -155,9 +157,33 @@ def _elapsed(started: Any, finished: Any) -> float | None:
 def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
     """The status of run ``run_id`` (default: the newest run with a live heartbeat, else the newest run)."""
     beats = heartbeats(wh)
+    with wh.session(STATUS_QUERIES) as session:  # one connection a refresh: the runs, units and failures tables
+        return _status(wh, session, beats, run_id)
+
+
+RUNS_SQL = "SELECT * FROM runs ORDER BY started_at"
+PER_WORKER_SQL = (
+    "SELECT worker, any_value(node) AS node, count(*) FILTER (WHERE stage = 'score' AND status = 'done') "
+    "AS units, round(sum(seconds), 1) AS seconds FROM units "
+    "WHERE run_id = {rid} AND stage IN ('embed', 'score') GROUP BY worker ORDER BY worker"
+)
+SLOWEST_SQL = (
+    "SELECT model, task, round(sum(seconds), 1) AS seconds FROM units "
+    "WHERE run_id = {rid} AND stage IN ('embed', 'score') AND status = 'done' "
+    "GROUP BY model, task ORDER BY seconds DESC LIMIT 1"
+)
+FAILURES_SQL = (
+    "SELECT model, task, stage, error FROM failures WHERE run_id = {rid} "
+    "AND stage <> 'embed-quality' ORDER BY model, task"
+)
+STATUS_QUERIES = [q.format(rid="''") for q in (RUNS_SQL, PER_WORKER_SQL, SLOWEST_SQL, FAILURES_SQL)]
+"""What a status refresh asks the warehouse (the connection binds the views and tables these name, no more)."""
+
+
+def _status(wh: Warehouse, session: ReadSession, beats: dict[str, Any], run_id: str | None) -> RunStatus:
     live = {r: b for r, b in beats.items() if is_live(b, DEAD_AFTER_S)}
     try:
-        runs = {r["run_id"]: r for r in wh.query("SELECT * FROM runs ORDER BY started_at").to_pylist()}
+        runs = {r["run_id"]: r for r in rows_of(session.query(RUNS_SQL))}
     except Exception:  # a warehouse without a runs table yet (nothing recorded)
         runs = {}
     damaged = [str(d) for d in wh.damaged]  # tables the views left out: one line each, never a traceback
@@ -190,7 +216,7 @@ def run_status(wh: Warehouse, run_id: str | None = None) -> RunStatus:
         _from_heartbeat(st, beat, live=run_id in live)
     elif row is not None and row["status"] == "running":
         st.state, st.why = "died", "no end recorded and no heartbeat"
-    _from_views(wh, st)
+    _from_views(session, st)
     st.other_live = sorted(r for r in live if r != run_id)
     st.damaged = sorted(set(damaged) | {str(d) for d in wh.damaged})
     return st
@@ -231,26 +257,15 @@ def _why_dead(beat: dict[str, Any]) -> str:
             f"(a driver on another host is taken for dead after {fmt_seconds(DEAD_AFTER_S)} without one)")  # fmt: skip
 
 
-def _from_views(wh: Warehouse, st: RunStatus) -> None:
+def _from_views(session: ReadSession, st: RunStatus) -> None:
     """What the run recorded so far: units per worker, its slowest unit, its failures (first line of each)."""
     rid = _sql_text(st.run_id)
     try:
-        st.per_worker = wh.query(
-            "SELECT worker, any_value(node) AS node, count(*) FILTER (WHERE stage = 'score' AND status = 'done') "
-            "AS units, round(sum(seconds), 1) AS seconds FROM units "
-            f"WHERE run_id = {rid} AND stage IN ('embed', 'score') GROUP BY worker ORDER BY worker"
-        ).to_pylist()
+        st.per_worker = rows_of(session.query(PER_WORKER_SQL.format(rid=rid)))
         if st.slowest is None:
-            rows = wh.query(
-                "SELECT model, task, round(sum(seconds), 1) AS seconds FROM units "
-                f"WHERE run_id = {rid} AND stage IN ('embed', 'score') AND status = 'done' "
-                "GROUP BY model, task ORDER BY seconds DESC LIMIT 1"
-            ).to_pylist()
+            rows = rows_of(session.query(SLOWEST_SQL.format(rid=rid)))
             st.slowest = rows[0] if rows else None
-        failures = wh.query(
-            f"SELECT model, task, stage, error FROM failures WHERE run_id = {rid} "
-            "AND stage <> 'embed-quality' ORDER BY model, task"
-        ).to_pylist()
+        failures = rows_of(session.query(FAILURES_SQL.format(rid=rid)))
     except Exception:  # a warehouse that recorded nothing yet
         return
     st.failures = [{**f, "error": _first_line(f["error"])} for f in failures]

@@ -16,19 +16,27 @@ SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_pri
 FROM read_parquet('{root}/tables/metrics/**/*.parquet', union_by_name = true, hive_partitioning = false)
 WHERE task IS NOT NULL;
 
+-- ranked_computations(rows): each metrics row of the relation named `rows` with its computation's age among the
+-- computations of its (model, task, scorer, subset, variant): 1 for the newest (by created_at, then fingerprint and
+-- run id), 2 for the one before it, and so on; rows of the first wave's layout (no task) are left out. The one rule
+-- of "newest": `metrics` keeps age 1, and the metrics table's refresh (evalfarm/warehouse/current.py) keeps those
+-- rows as the table's current files and the rest as superseded ones.
+CREATE OR REPLACE MACRO ranked_computations(rows) AS TABLE
+SELECT *, dense_rank() OVER (
+    PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint, run_id
+) AS computation_age
+FROM query_table(rows)
+WHERE task IS NOT NULL;
+
 -- metrics: the current numbers: for each (model, task, scorer, subset, variant), the unit computed last (the newest
 -- created_at; a unit computed again under the same fingerprint replaces the older computation here). A second
 -- scorer or variant never hides another's numbers (a run with --similarity cos keeps the l2 rows of an earlier one).
 -- Degenerate and thin units are here, flagged (degenerate, degenerate_reason, thin, thin_reason); the leaderboard
--- leaves them out.
+-- leaves them out. Read from the metrics table's current rows (set apart when it is compacted) and the newest of
+-- the rows committed since (ranked_computations over their keys), never a window over the whole history: the
+-- relation _tables.metrics_current, which each connection binds (evalfarm/warehouse/current.py).
 CREATE OR REPLACE VIEW metrics AS
 SELECT run_id, model, task, scorer, subset, variant, ties, metric, value, is_primary, higher_is_better, fingerprint,
-       spec_hash, scorer_version, params, created_at, degenerate, degenerate_reason, thin, thin_reason, ci_low,
-       ci_high, ci_method
-FROM (
-    SELECT *, dense_rank() OVER (
-        PARTITION BY model, task, scorer, subset, variant ORDER BY created_at DESC, fingerprint, run_id
-    ) AS _newest
-    FROM metrics_history
-)
-WHERE _newest = 1;
+       spec_hash, scorer_version, params, created_at, coalesce(degenerate, false) AS degenerate, degenerate_reason,
+       coalesce(thin, false) AS thin, thin_reason, ci_low, ci_high, ci_method
+FROM _tables.metrics_current;

@@ -30,16 +30,12 @@ FROM metrics
 WHERE is_primary
 ORDER BY task, scorer, subset, variant, ties, position, model;
 
--- board_variants: the variant each task's board ranks by (on_board), declared once here and used by the `board` view,
--- the report's boards and its Figure 4. Downstream: `full` (SentEval's protocol on the full training data, the
--- default); a `--quick-downstream` sample (`max_train=N`, sample = true) only where the task has no full-data number,
--- and then labelled a sample. EvalRank: `cos` (the paper's; `l2` and the no-center / filter-other-positives variants
--- are other boards). Any other scorer: its variants in name order, the first one (e.g. evalrank-word before raw).
--- n_models: models with a number under that variant; the variants not on the board stay in `leaderboard`.
-CREATE OR REPLACE VIEW board_variants AS
+-- board_choice(lb): board_variants' rule over the relation named lb (leaderboard rows): `board_variants` over the
+-- leaderboard, `board` over the leaderboard it computes once for both.
+CREATE OR REPLACE MACRO board_choice(lb) AS TABLE
 WITH present AS (
     SELECT task, scorer, variant, count(DISTINCT model) AS n_models
-    FROM leaderboard
+    FROM query_table(lb)
     GROUP BY task, scorer, variant
 ),
 ordered AS (
@@ -55,15 +51,25 @@ SELECT task, scorer, variant, sample, n_models, choice = 1 AS on_board
 FROM ordered
 ORDER BY task, scorer, choice;
 
+-- board_variants: the variant each task's board ranks by (on_board), declared once here and used by the `board` view,
+-- the report's boards and its Figure 4. Downstream: `full` (SentEval's protocol on the full training data, the
+-- default); a `--quick-downstream` sample (`max_train=N`, sample = true) only where the task has no full-data number,
+-- and then labelled a sample. EvalRank: `cos` (the paper's; `l2` and the no-center / filter-other-positives variants
+-- are other boards). Any other scorer: its variants in name order, the first one (e.g. evalrank-word before raw).
+-- n_models: models with a number under that variant; the variants not on the board stay in `leaderboard`.
+CREATE OR REPLACE VIEW board_variants AS
+SELECT * FROM board_choice('leaderboard');
+
 -- board: one board per task, never two variants or tie policies mixed: the leaderboard under the task's board variant
 -- (board_variants.on_board) and, for rank metrics, the boards' tie policy `board_ties()`: realistic, the expected
 -- rank when ties are broken at random (optimistic ties reward models whose vectors collide, e.g. a pruned word table
 -- or OOV words under l2; results.md). The same policy as each unit's line in a run and the report's boards.
 -- sample: the board is the --quick-downstream sample (the task has no full-data number). What the report shows.
 CREATE OR REPLACE VIEW board AS
+WITH lb AS MATERIALIZED (SELECT * FROM leaderboard)
 SELECT l.task, l.scorer, l.subset, l.variant, l.ties, l.position, l.model, l.metric, l.value, l.ci_low, l.ci_high,
        v.sample
-FROM leaderboard l
-JOIN board_variants v USING (task, scorer, variant)
+FROM lb l
+JOIN board_choice('lb') v USING (task, scorer, variant)
 WHERE v.on_board AND (l.ties IS NULL OR l.ties = board_ties())
 ORDER BY l.task, l.subset, l.position, l.model;

@@ -7,19 +7,26 @@ SELECT r.run_id, r.started_at, r.finished_at, r.status,
 FROM runs r
 LEFT JOIN (SELECT run_id, max(created_at) AS newest FROM metrics_history GROUP BY run_id) c USING (run_id);
 
--- history: every value of every (model, task, scorer, subset, variant, ties, metric) in every run's state: the
--- newest computation of its unit (a unit's rows for one scorer, subset and variant) computed by the run's `as_of`,
--- whether that run computed it (computed_by = run_id) or an earlier one did (the run skipped it: same fingerprint).
--- One row per run and value: filter by run_id or model (`WHERE model = '…'`) to read one line of it.
-CREATE OR REPLACE VIEW history AS
-WITH computations AS (
+-- history_of(models, tasks, runs): the `history` view's rows of those models, tasks and runs only (each a list of
+-- ids, or NULL: every one), computed for them alone: `FROM history_of(models := ['glove-6b-50d'])` reads one model's
+-- computations, where `FROM history WHERE model = …` builds every model's grid first and filters it after.
+-- `run_diff` reads it with its two runs. A run's as_of stays the one `run_points` gives (all of the run's values).
+CREATE OR REPLACE MACRO history_of(models := NULL, tasks := NULL, runs := NULL) AS TABLE
+WITH points AS (
+    SELECT run_id, as_of FROM run_points WHERE runs IS NULL OR list_contains(runs, run_id)
+),
+rows_of AS (
+    SELECT * FROM metrics_history
+    WHERE (models IS NULL OR list_contains(models, model)) AND (tasks IS NULL OR list_contains(tasks, task))
+),
+computations AS (
     SELECT DISTINCT model, task, scorer, coalesce(subset, '') AS subset_key, coalesce(variant, '') AS variant_key,
            fingerprint, run_id AS computed_by, created_at
-    FROM metrics_history
+    FROM rows_of
 ),
 grid AS (
     SELECT p.run_id, p.as_of, g.model, g.task, g.scorer, g.subset_key, g.variant_key
-    FROM run_points p
+    FROM points p
     CROSS JOIN (SELECT DISTINCT model, task, scorer, subset_key, variant_key FROM computations) g
 ),
 current AS (
@@ -34,10 +41,18 @@ SELECT cu.run_id, cu.as_of, m.model, m.task, m.scorer, m.subset, m.variant, m.ti
        m.higher_is_better, m.fingerprint, m.spec_hash, m.task_checksum, m.scorer_version, m.params,
        cu.computed_by, m.created_at, m.degenerate, m.thin
 FROM current cu
-JOIN metrics_history m
+JOIN rows_of m
     ON m.model = cu.model AND m.task = cu.task AND m.scorer = cu.scorer
    AND coalesce(m.subset, '') = cu.subset_key AND coalesce(m.variant, '') = cu.variant_key
    AND m.fingerprint = cu.fingerprint AND m.run_id = cu.computed_by AND m.created_at = cu.created_at;
+
+-- history: every value of every (model, task, scorer, subset, variant, ties, metric) in every run's state: the
+-- newest computation of its unit (a unit's rows for one scorer, subset and variant) computed by the run's `as_of`,
+-- whether that run computed it (computed_by = run_id) or an earlier one did (the run skipped it: same fingerprint).
+-- One row per run and value. To read one line of it, ask the table macro history_of: `FROM history_of(models :=
+-- ['…'])`, or `runs := ['…']`, `tasks := ['…']`, costs what it returns; a WHERE on this view builds every line first.
+CREATE OR REPLACE VIEW history AS
+SELECT * FROM history_of();
 
 -- changes: each value as it moved, in the order it was computed: a value no earlier computation of its
 -- (model, task, scorer, subset, variant, ties, metric) had, or another number than the one before it. `reason`: new
@@ -75,10 +90,19 @@ WHERE previous_run_id IS NULL OR value IS DISTINCT FROM previous_value;
 -- run_diff(run_a, run_b): what differs between two runs' states (the `history` view's rows of each): one row per
 -- value that is new in run_b, gone from it, of another number, or computed under another fingerprint, with
 -- value_a, value_b, change, both fingerprints, the runs that computed each, and the reason (as in `changes`, plus
--- `removed`). `evalfarm diff RUN_A RUN_B` prints it (and leaves out moves below its --tolerance).
+-- `removed`). `evalfarm diff RUN_A RUN_B` prints it (and leaves out moves below its --tolerance). Built for the
+-- models computed between the two runs' states only (history_of): what it costs is what moved, and one pass over
+-- the history's times.
 CREATE OR REPLACE MACRO run_diff(run_a, run_b) AS TABLE
-WITH a AS (SELECT * FROM history WHERE run_id = run_a),
-b AS (SELECT * FROM history WHERE run_id = run_b),
+WITH points AS (SELECT min(as_of) AS lo, max(as_of) AS hi FROM run_points WHERE run_id IN (run_a, run_b)),
+moved AS (  -- the models computed between the two runs' states: no other model's values can differ between them
+    SELECT coalesce(list(DISTINCT m.model), []) AS models
+    FROM metrics_history m, points p
+    WHERE m.created_at > p.lo AND m.created_at <= p.hi
+),
+both_runs AS (SELECT * FROM history_of(models := (SELECT models FROM moved), runs := [run_a, run_b])),
+a AS (SELECT * FROM both_runs WHERE run_id = run_a),
+b AS (SELECT * FROM both_runs WHERE run_id = run_b),
 joined AS (
     SELECT coalesce(b.model, a.model) AS model, coalesce(b.task, a.task) AS task,
            coalesce(b.scorer, a.scorer) AS scorer, coalesce(b.subset, a.subset) AS subset,

@@ -20,7 +20,7 @@ import yaml
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, verify_warehouse
-from evalfarm.warehouse.rewrite import drop_units
+from evalfarm.warehouse.current import drop_units
 from tests.support.task_files import data_folder
 from tests.support.warehouse_files import unit_file
 

@@ -142,6 +142,8 @@ def _check_compare_warehouses(out: dict[str, Any], tmp: Path) -> None:
     assert out["rows_before"] == out["rows_after"] > 0 and (out["models"], out["tasks"]) == (1, 2), out
     assert not (out["only_before"] or out["only_after"] or out["value_differs"] or out["identity_differs"]), out
     assert out["ranks"] == {"pairs_before": 5514 * 2, "pairs_after": 5514 * 2, "identical": True}
+    views = out["views"]  # every view and run_diff, compared as multisets of rows
+    assert views["differs"] == [] and {"board", "metrics", "history", "ranks", "correlations"} <= set(views["views"])
 
 
 def _check_gpu(out: dict[str, Any], tmp: Path) -> None:
@@ -177,16 +179,25 @@ def _check_planning(out: dict[str, Any], tmp: Path) -> None:
 
 
 def _check_warehouse(out: dict[str, Any], tmp: Path) -> None:
-    cases = {(c["layout"], c["store"]): c for c in out["cases"]}
-    assert set(cases) == {(1, "local"), (2, "local")}, cases
-    for (layout, _), c in cases.items():
-        assert c["write"]["units_written"] > 0 and c["files"]["metrics"] > 0
-        for name, q in c["queries"].items():
-            assert "error" not in q and q["seconds"] > 0, (layout, name, q)
-        assert ("diff" in c["queries"]) == (layout == 2)
-    # the same rows either way: every current unit is done after the last night, in both layouts
-    rows = {layout: c["queries"]["no-op rerun (warehouse part)"]["rows"] for (layout, _), c in cases.items()}
-    assert rows[1] == rows[2] > 0
+    (case,) = out["cases"]
+    assert (case["layout"], case["store"]) == (2, "local") and case["write"]["units_written"] > 0
+    assert case["files"]["metrics"] > 0 and set(case["files"]["metrics_by_kind"]) == {"current", "superseded",
+                                                                                       "pending"}  # fmt: skip
+    queries = case["queries"]
+    names = {"board", "leaderboard", "correlations", "history of one model", "diff of the last two runs"}
+    assert names <= set(queries)
+    for name, q in queries.items():
+        assert "error" not in q["evalfarm"] and q["evalfarm"]["seconds"] > 0, (name, q)
+        for floor in ("floor", "hand"):
+            if floor in q:  # the same rows, read by plain DuckDB: the same answer
+                assert "error" not in q[floor] and q[f"ratio_to_{floor}"] > 0, (name, q)
+                if name != "diff of the last two runs":  # `evalfarm diff` leaves out moves below its tolerance
+                    assert q[floor]["rows"] == q["evalfarm"]["rows"] > 0, (name, q)
+    assert "hand" in queries["board"] and "hand" in queries["leaderboard"]
+    assert queries["no-op rerun (warehouse part)"]["evalfarm"]["rows"] > 0
+    status = case["status"]
+    assert "error" not in status["evalfarm"] and status["evalfarm"]["rows"] == 20 <= status["unit_files"], status
+    assert "error" not in status["floor"] and status["ratio_to_floor"] > 0
 
 
 def _check_table_formats(out: dict[str, Any], tmp: Path) -> None:
@@ -285,7 +296,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_classify.py": (["--dtype", "float64", "mixed"], _check_classify),
     "bench_eta.py": ([], _check_eta),
     "bench_planning.py": ([], _check_planning),
-    "compare_warehouses.py": (["--ranks"], _check_compare_warehouses),
+    "compare_warehouses.py": (["--ranks", "--views"], _check_compare_warehouses),
     "diag_curvature_refresh.py": ([], _check_curvature_refresh),
     "bench_neighbours.py": ([], _check_neighbours),
     "bench_nightly.py": (["--warehouse", "{tmp}/wh"], _check_nightly),

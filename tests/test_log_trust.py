@@ -246,10 +246,12 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_status_and_verify_say_a_damaged_table_in_one_line_not_a_traceback(place):
     _truncate_newest(place["root"])
-    for args in (["status"], ["verify"], ["sql", "SELECT count(*) AS n FROM runs"]):
+    for args in (["status"], ["verify"], ["sql", "SELECT count(*) AS n FROM metrics"]):
         proc = _cli(*args, "--warehouse", str(place["root"]), cwd=place["tmp"])
         text = proc.stdout + proc.stderr
         assert "Traceback" not in text, text
+        if args[0] == "status":  # reads the runs, units and failures tables only (a query binds what it names)
+            continue
         assert "table 'metrics' is damaged" in text or "tables/metrics" in text and "cannot be trusted" in text, text
     assert _cli("verify", "--warehouse", str(place["root"]), cwd=place["tmp"]).returncode == 1
 
@@ -335,7 +337,8 @@ READER = """
 import json, resource, sys
 from evalfarm.warehouse import Warehouse
 wh = Warehouse(sys.argv[1])
-rows = wh.query("SELECT count(*) AS n FROM units").column(0).to_pylist()
+# units and runs both: a query reads the logs of the tables it names only (issue 51), and runs holds the entry
+rows = wh.query("SELECT (SELECT count(*) FROM units) AS n, (SELECT count(*) FROM runs) AS r").column(0).to_pylist()
 print(json.dumps({"rows": rows, "damaged": [str(d) for d in getattr(wh, "damaged", ())],
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """

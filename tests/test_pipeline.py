@@ -17,7 +17,7 @@ from evalfarm.catalog.registry import load_catalog
 from evalfarm.runner import run_catalog
 from evalfarm.scorers.base import RunOptions
 from evalfarm.warehouse import Warehouse
-from evalfarm.warehouse.rewrite import drop_units
+from evalfarm.warehouse.current import drop_units
 from tests.support.warehouse_files import unit_files
 
 REPO = Path(__file__).resolve().parents[1]

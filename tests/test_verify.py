@@ -78,7 +78,10 @@ def test_every_result_file_is_recorded_with_the_hash_of_its_bytes(wh) -> None:
     rows = [r for f in table_files(wh, MANIFEST_TABLE) for r in pq.read_table(f).to_pylist()]
     tables = [t for t in table_schemas() if t != MANIFEST_TABLE]
     files = sorted(str(p.relative_to(wh.base)) for t in tables for p in table_files(wh, t))
-    assert sorted(r["path"] for r in rows) == files  # every data file of every table, the manifests' own excepted
+    # every data file of every table is recorded (the manifests' own excepted), and so are the unit files that the
+    # run's end replaced with the metrics table's current rows (evalfarm/warehouse/current.py): recorded when written
+    assert set(files) <= {r["path"] for r in rows}
+    assert {r["path"] for r in rows} - set(files) <= {r["path"] for r in rows if r["table"] == "metrics"}
     unit = [r for r in rows if r["model"] == "toy"]
     assert {r["table"] for r in unit} >= {"metrics", "quality"}
     for r in rows:

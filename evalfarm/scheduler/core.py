@@ -49,6 +49,17 @@ from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
 log = logging.getLogger(__name__)
 
 
+def _compaction(warehouse: Any, run_id: str) -> Any:
+    """The run's compaction after its batch commits (:class:`~evalfarm.warehouse.maintenance.BackgroundCompaction`),
+    for a warehouse in the Delta layout (None for another object: a test's stand-in, a layout-1 warehouse)."""
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.maintenance import BackgroundCompaction
+
+    if not isinstance(warehouse, Warehouse) or warehouse.layout() != "delta":
+        return None
+    return BackgroundCompaction(warehouse.root, run_id)
+
+
 class WorkerLost(RuntimeError):
     """The worker running a job died (killed, OOM, node lost) before answering. ``restarting``: the executor is
     restarting it (ask again later); otherwise it is gone for good."""
@@ -225,6 +236,7 @@ class Scheduler:
         self.commits = CommitBatcher(
             warehouse, run_id, max_units=commit_units, max_seconds=commit_seconds, clock=clock
         )
+        self.compaction = _compaction(warehouse, run_id)
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self) -> list[Any]:
@@ -240,6 +252,8 @@ class Scheduler:
             raise
         finally:
             self.wh.deferred = deferred
+            if self.compaction is not None:
+                self.compaction.close()
         return self.outcomes
 
     def _commit_last(self, *, quiet: bool = False) -> None:
@@ -260,7 +274,8 @@ class Scheduler:
             self._poll()
             self._dispatch()
             self._flush_units()  # after dispatch: the write overlaps the workers' next tasks
-            self.commits.maybe_flush()
+            if self.commits.maybe_flush() and self.compaction is not None:
+                self.compaction.poke()  # no table holds thousands of small files mid-run (every reader opens them)
             if not self.alive:
                 if not self._workers_coming():
                     self._no_workers = True

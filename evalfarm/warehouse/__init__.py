@@ -6,16 +6,18 @@ kind's detail tables), :mod:`~evalfarm.warehouse.tables` (the Delta Lake layer: 
 quarantine), :mod:`~evalfarm.warehouse.commits` (a run's batched commits), :mod:`~evalfarm.warehouse.query` (the
 views, core ``sql/*.sql`` then each task kind's, and the read-only DuckDB sandbox),
 :mod:`~evalfarm.warehouse.history` (snapshots of the past, what moved between runs),
+:mod:`~evalfarm.warehouse.current` (the metrics table's current rows, which ``metrics`` reads),
 :mod:`~evalfarm.warehouse.maintenance` (compaction, retention, reader pins), :mod:`~evalfarm.warehouse.migrate`
-(layout 1 -> 2) and :mod:`~evalfarm.warehouse.verify` (``evalfarm verify``). This package re-exports what callers
-use.
+(layout 1 -> 2, schema 2 -> 3) and :mod:`~evalfarm.warehouse.verify` (``evalfarm verify``). This package re-exports
+what callers use.
 
 Layout (private; the SQL views are the public interface)::
 
-    <root>/warehouse.json                                   {"schema_version": 2, "format": "delta", ...}
+    <root>/warehouse.json                                   {"schema_version": 3, "format": "delta", ...}
     <root>/tables/<table>/_delta_log/                       each table's Delta log: which files make each version
     <root>/tables/<table>/data/<run_id>/<uuid>.parquet      a unit's (or a batch's) rows, staged then committed
     <root>/tables/<table>/data/compact/<uuid>.parquet       merged small files (evalfarm warehouse compact)
+    <root>/tables/metrics/data/current|superseded/…         the newest computations set apart, and the older ones
     <root>/embeddings/model=<id>/store=<key>/<shard>.parquet   (a model's texts, each embedded once; not a table)
     <root>/leases/…  <root>/_readers/…  <root>/quarantine/…      (claims of runs, pins of readers, damaged files)
 

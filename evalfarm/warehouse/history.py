@@ -23,6 +23,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalfarm.warehouse.query import rows_of
+
 REASONS = (
     "new model",
     "new",
@@ -69,7 +71,7 @@ def run_events(wh: Any) -> list[dict[str, Any]]:
     cols = ["run_id", "event", "at", "status", "snapshot", "catalog"]
     rows: list[dict[str, Any]] = []
     for f in snap.files:
-        rows += wh.read_columns(f.path, cols).to_pylist()
+        rows += rows_of(wh.read_columns(f.path, cols))  # no pandas: pyarrow's own timestamps import it
     return rows
 
 
@@ -134,9 +136,10 @@ def resolve_as_of(wh: Any, as_of: Any) -> AsOf:
     return AsOf(when.isoformat(), when)
 
 
-def last_two_runs(wh: Any) -> tuple[str, str]:
-    """The two newest runs that ended (the default of ``evalfarm diff``), older first."""
-    ended = [r["run_id"] for r in runs(wh) if r["finished_at"] is not None]
+def last_two_runs(wh: Any, known: list[dict[str, Any]] | None = None) -> tuple[str, str]:
+    """The two newest runs that ended (the default of ``evalfarm diff``), older first (of ``known``, :func:`runs`
+    read already)."""
+    ended = [r["run_id"] for r in (runs(wh) if known is None else known) if r["finished_at"] is not None]
     if len(ended) < 2:
         raise ValueError(
             f"`evalfarm diff` compares two runs and warehouse {wh.uri} has {len(ended)} that ended: name them "
@@ -194,15 +197,17 @@ def diff_runs(
 ) -> Diff:
     """What moved between runs ``run_a`` and ``run_b`` (default: the two newest that ended), read through the
     ``run_diff`` macro: every value new, removed, or different beyond ``tolerance``, with its reason."""
+    every = runs(wh)  # once: the runs table's files, read by this process
     if run_a is None or run_b is None:
-        last_a, last_b = last_two_runs(wh)
+        last_a, last_b = last_two_runs(wh, every)
         run_a, run_b = run_a or last_a, run_b or last_b
-    known = {r["run_id"] for r in runs(wh)}
+    known = {r["run_id"] for r in every}
     for r in (run_a, run_b):
         if r not in known:
             raise ValueError(f'no run {r!r} in warehouse {wh.uri} (`evalfarm sql "SELECT * FROM runs"` lists them)')
+    # run_diff reads history_of with the two runs: their grid only, not every run's (sql/12_history.sql)
     table: pa.Table = wh.query(f"SELECT * FROM run_diff('{_quoted(run_a)}', '{_quoted(run_b)}')")
-    rows = [r for r in table.to_pylist() if r["reason"] != "same" and _kept(r, tolerance)]
+    rows = [r for r in rows_of(table) if r["reason"] != "same" and _kept(r, tolerance)]
     rows.sort(key=lambda r: (REASONS.index(r["reason"]) if r["reason"] in REASONS else 99, r["model"], r["task"],
                              str(r["metric"])))  # fmt: skip
     return Diff(run_a, run_b, rows, tolerance)

@@ -20,20 +20,25 @@ from __future__ import annotations
 
 import logging
 import math
+import os
+import threading
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
 
+from evalfarm.warehouse import current
 from evalfarm.warehouse.base import WarehouseWriteError, relative_parts, remove_inside, walk_inside
+from evalfarm.warehouse.current import drop_units
 from evalfarm.warehouse.pins import PIN_SECONDS, READERS_DIR, live_pins, pinned
-from evalfarm.warehouse.rewrite import drop_units, rewrite
+from evalfarm.warehouse.rewrite import rewrite
 from evalfarm.warehouse.schemas import table_schemas
 from evalfarm.warehouse.store import Warehouse
-from evalfarm.warehouse.tables import LOG_DIR, DamagedTable, FileEntry, TableError
+from evalfarm.warehouse.tables import LOG_DIR, DamagedTable, FileEntry, RewriteConflict, TableError
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +49,15 @@ TARGET_BYTES = 64 * 1024 * 1024
 """A compacted file's size at most (before compression's variance): large enough that a 1,000-model table is a
 handful of files, small enough that a reader filtering one model reads little."""
 COMPACT_AT = 32
-"""Small files in a table that make the end of a run compact it (``evalfarm warehouse compact`` any time)."""
+"""Small files in a table that make a run compact it, after a batch commit or at its end (``evalfarm warehouse
+compact`` any time)."""
+REFRESH_SHARE = 0.25
+"""During a run, the metrics table's current rows are refreshed once its pending files (committed since the last
+refresh) hold more than this share of the current files' bytes."""
+END_SHARE = 0.05
+"""At the end of a run, the current rows are refreshed once the pending files hold more than this share of the
+current files' bytes, or number :data:`COMPACT_AT` or more: a nightly refreshes them, a run of a few units leaves its
+rows pending (each reader's window then covers their keys only)."""
 
 
 # -- compaction ---------------------------------------------------------------------------------------------------
@@ -82,9 +95,26 @@ def _merged(wh: Warehouse, table: str, files: Sequence[FileEntry]) -> pa.Table:
     return t.sort_by(keys) if keys else t
 
 
+def _groups(wh: Warehouse, table: str, files: Sequence[FileEntry]) -> dict[str, list[FileEntry]]:
+    """``files`` of ``table`` in the groups compaction merges within, by the folder a merged file goes to: the
+    metrics table's pending files (``compact``) and superseded ones (``superseded``) apart, its current files never
+    (:func:`~evalfarm.warehouse.current.refresh_current` rewrites those); any other table's files in one group."""
+    if table != current.TABLE:
+        return {"compact": list(files)}
+    folder = wh.tables.folder(table)
+    out: dict[str, list[FileEntry]] = {"compact": [], current.SUPERSEDED: []}
+    for f in files:
+        kind = current.kind_of(folder, f.path)
+        if kind != current.CURRENT:
+            out["compact" if kind == "pending" else kind].append(f)
+    return out
+
+
 def small_files(wh: Warehouse, table: str, target_bytes: int = TARGET_BYTES) -> list[FileEntry]:
-    """The files of ``table``'s newest snapshot that compaction would merge: those under half the target size."""
-    return [f for f in wh.tables.snapshot(table).files if f.size < target_bytes // 2]
+    """The files of ``table``'s newest snapshot that compaction would merge: those under half the target size (the
+    metrics table's current files aside)."""
+    files = wh.tables.snapshot(table).files
+    return [f for group in _groups(wh, table, files).values() for f in group if f.size < target_bytes // 2]
 
 
 def compact(
@@ -96,29 +126,143 @@ def compact(
     run_id: str | None = None,
 ) -> list[Compacted]:
     """Merge each table's small files (:func:`small_files`) into files of up to ``target_bytes``; a table with fewer
-    than ``min_files`` small files is left as it is. One commit per table changed."""
+    than ``min_files`` small files is left as it is. One commit per table changed; a table another writer compacted
+    meanwhile is left to it (:class:`~evalfarm.warehouse.tables.RewriteConflict`)."""
     out = []
     for table in tables if tables is not None else table_schemas():
         if not wh.tables.exists(table):
             continue
         before = wh.tables.snapshot(table).files
-        small = sorted((f for f in before if f.size < target_bytes // 2), key=lambda f: f.path)
-        if len(small) < min_files:
-            continue
-        bins = _bins(small, target_bytes)
+        bins: list[list[FileEntry]] = []
+        folders: list[str] = []
+        for folder, group in _groups(wh, table, before).items():
+            small = sorted((f for f in group if f.size < target_bytes // 2), key=lambda f: f.path)
+            if len(small) >= min_files:
+                got = _bins(small, target_bytes)
+                bins += got
+                folders += [folder] * len(got)
         if not bins:
             continue
         removes = [f for b in bins for f in b]
         merged = [_merged(wh, table, b) for b in bins]
-        rewrite(wh, table, merged, removes, operation="compact", data_change=False, run_id=run_id)
+        try:
+            rewrite(wh, table, merged, removes, operation="compact", data_change=False, run_id=run_id,
+                    folders=folders)  # fmt: skip
+        except RewriteConflict as exc:
+            log.info("%s was compacted by another writer meanwhile (%s)", table, exc)
+            continue
         out.append(Compacted(table, len(before), len(before) - len(removes) + len(bins), len(removes)))
     return out
 
 
-def compact_if_needed(wh: Warehouse, *, threshold: int = COMPACT_AT, run_id: str | None = None) -> list[Compacted]:
-    """Compact the tables with at least ``threshold`` small files (the end of a run)."""
-    due = [t for t in table_schemas() if wh.tables.exists(t) and len(small_files(wh, t)) >= threshold]
-    return compact(wh, tables=due, run_id=run_id) if due else []
+def compact_warehouse(
+    wh: Warehouse, *, tables: Iterable[str] | None = None, min_files: int = 2, run_id: str | None = None
+) -> list[Compacted]:
+    """``evalfarm warehouse compact``: the metrics table's current rows refreshed when anything is pending (when it is
+    among ``tables``), then each table's small files merged (:func:`compact`)."""
+    names = list(tables) if tables is not None else list(table_schemas())
+    out: list[Compacted] = []
+    if current.TABLE in names:
+        got = refresh_if_due(wh, threshold=1, share=0.0, run_id=run_id)
+        out += [got] if got is not None else []
+    return out + compact(wh, tables=names, min_files=min_files, run_id=run_id)
+
+
+def compact_if_needed(
+    wh: Warehouse, *, threshold: int = COMPACT_AT, run_id: str | None = None, refresh_share: float = END_SHARE
+) -> list[Compacted]:
+    """The end of a run: the metrics table's current rows refreshed when what is pending is worth it
+    (:func:`refresh_if_due`: ``threshold`` files, or ``refresh_share`` of the current bytes), then the tables with
+    at least ``threshold`` small files compacted."""
+    return _maintain(wh, threshold, refresh_share, run_id, list(table_schemas()))
+
+
+def compact_during_run(
+    wh: Warehouse,
+    *,
+    threshold: int = COMPACT_AT,
+    refresh_share: float = REFRESH_SHARE,
+    run_id: str | None = None,
+    tables: Iterable[str] | None = None,
+) -> list[Compacted]:
+    """What a run does after a batch commit, so that no table holds thousands of small files mid-run (every reader
+    during the run, ``evalfarm status`` included, opens each one): the tables (of ``tables``, default every one)
+    with at least ``threshold`` small files compacted, and the metrics table's current rows refreshed once its
+    pending files hold more than ``refresh_share`` of the current files' bytes (a refresh rewrites every current
+    row: until then the readers' window runs over the pending rows' keys only, and the pending files are merged
+    like any table's)."""
+    names = list(tables) if tables is not None else list(table_schemas())
+    return _maintain(wh, threshold, refresh_share, run_id, names, files_alone=False)
+
+
+def refresh_if_due(
+    wh: Warehouse, *, threshold: int, share: float, run_id: str | None = None, files_alone: bool = True
+) -> Compacted | None:
+    """Refresh the metrics table's current rows (:func:`~evalfarm.warehouse.current.refresh_current`) when its
+    pending files hold more than ``share`` of the current files' bytes, or (``files_alone``) number ``threshold``
+    or more."""
+    if not wh.tables.exists(current.TABLE):
+        return None
+    files = current.split_files(wh.tables.snapshot(current.TABLE), wh.tables.folder(current.TABLE))
+    pending, now = sum(f.size for f in files.pending), sum(f.size for f in files.current)
+    due = files.pending and (pending > share * now or (files_alone and len(files.pending) >= threshold))
+    got = current.refresh_current(wh, run_id=run_id) if due else None
+    if got is None:
+        return None
+    total = len(files.current) + len(files.superseded) + len(files.pending)
+    return Compacted(current.TABLE, total, len(wh.tables.snapshot(current.TABLE).files), got.files_read)
+
+
+def _maintain(
+    wh: Warehouse,
+    threshold: int,
+    share: float,
+    run_id: str | None,
+    names: list[str],
+    *,
+    files_alone: bool = True,
+) -> list[Compacted]:
+    names = [t for t in names if wh.tables.exists(t)]
+    refreshed = (
+        refresh_if_due(wh, threshold=threshold, share=share, run_id=run_id, files_alone=files_alone)
+        if current.TABLE in names
+        else None
+    )
+    due = [t for t in names if len(small_files(wh, t)) >= threshold]
+    return ([refreshed] if refreshed is not None else []) + (compact(wh, tables=due, run_id=run_id) if due else [])
+
+
+class BackgroundCompaction:
+    """:func:`compact_during_run` after a run's batch commits, in a thread of its own (a compaction or a refresh of
+    the current rows must not stall the driver's loop): :meth:`poke` starts one unless one is running (a batch that
+    lands meanwhile is seen by the next), :meth:`close` waits for it. Reads and writes through a warehouse object
+    of its own. Its errors are logged, never raised: compaction is a speed-up, a run never fails over it."""
+
+    def __init__(self, root: str | os.PathLike[str], run_id: str | None = None, **options: Any) -> None:
+        self.root, self.run_id, self.options = root, run_id, options
+        self._thread: threading.Thread | None = None
+        self.done: list[Compacted] = []
+
+    def poke(self) -> None:
+        if self._thread is not None and self._thread.is_alive():
+            return
+        self._thread = threading.Thread(target=self._work, name="evalfarm-compaction", daemon=True)
+        self._thread.start()
+
+    def _work(self) -> None:
+        try:
+            got = compact_during_run(Warehouse(self.root), run_id=self.run_id, **self.options)
+        except Exception as exc:  # a speed-up: the end of the run compacts again
+            log.warning("compaction during the run failed (%s: %s); the run goes on", type(exc).__name__, exc)
+            return
+        self.done += got
+        if got:
+            log.info("compacted %s", ", ".join(f"{c.table} ({c.files_before} -> {c.files_after} files)" for c in got))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
 
 
 # -- retention ----------------------------------------------------------------------------------------------------
@@ -269,14 +413,20 @@ def _expire_log(wh: Warehouse, table: str, hours: int) -> int | None:
 
 __all__ = [
     "COMPACT_AT",
+    "END_SHARE",
     "MIN_KEEP",
     "PIN_SECONDS",
+    "REFRESH_SHARE",
     "READERS_DIR",
     "TARGET_BYTES",
+    "BackgroundCompaction",
     "Compacted",
     "Vacuumed",
     "compact",
+    "compact_during_run",
+    "compact_warehouse",
     "compact_if_needed",
+    "refresh_if_due",
     "drop_units",
     "live_pins",
     "parse_duration",

@@ -30,7 +30,7 @@ from evalfarm.warehouse.base import MANIFEST_TABLE, LegacyWarehouse, WarehouseWr
 from evalfarm.warehouse.legacy import legacy_connect, legacy_files
 from evalfarm.warehouse.rewrite import rewrite
 from evalfarm.warehouse.schemas import table_schemas
-from evalfarm.warehouse.store import FORMAT_FILE, Warehouse
+from evalfarm.warehouse.store import FORMAT_FILE, SCHEMA_VERSION, Warehouse
 
 MIGRATING_FILE = "migrating.json"
 LEGACY_DIR = "layout-1"
@@ -70,6 +70,8 @@ def migrate(source: str | os.PathLike[str], target: str | os.PathLike[str] | Non
     ``source`` is not a layout-1 warehouse or ``target`` already holds one."""
     old = Warehouse(source)
     in_place = target is None or Warehouse(target).uri == old.uri
+    if old.layout() == "delta" and in_place and (old.schema_version() or 0) < SCHEMA_VERSION:
+        return upgrade(old)
     new = old if in_place else Warehouse(target)  # type: ignore[arg-type]
     _check(old, new, in_place)
     marker = new._p(MIGRATING_FILE)
@@ -105,8 +107,29 @@ def migrate(source: str | os.PathLike[str], target: str | os.PathLike[str] | Non
     if in_place:
         result.moved_to = _park_legacy(new, files)
     new._put(new._p(FORMAT_FILE), new._format_body())
+    from evalfarm.warehouse.current import refresh_current
+
+    refresh_current(new)  # the metrics table's current rows set apart (schema version 3): the same rows
     _remove(new, marker)
     _remove(new, new._p("verified-files.json"))
+    return result
+
+
+def upgrade(wh: Warehouse) -> MigrationResult:
+    """A warehouse of schema version 2 brought up to :data:`~evalfarm.warehouse.store.SCHEMA_VERSION` in place: the
+    metrics table's current rows set apart (:func:`~evalfarm.warehouse.current.refresh_current`: one commit of the
+    same rows, which a run appending meanwhile never conflicts with), checked equal to the newest computations of
+    the whole history (:func:`~evalfarm.warehouse.current.current_findings`), and the version declared."""
+    from evalfarm.warehouse.current import current_findings, refresh_current
+
+    result = MigrationResult(wh.uri, wh.uri)
+    got = refresh_current(wh)
+    wh.declare_version()
+    result.rows["metrics"] = got.current_rows if got is not None else 0
+    wrong = current_findings(wh)
+    if wrong:
+        result.mismatched["metrics"] = "; ".join(wrong)
+        raise RuntimeError(f"upgrade of {wh.uri}: the current rows differ from the history's newest: {wrong[0]}")
     return result
 
 
@@ -196,4 +219,5 @@ __all__ = [
     "legacy_connect",
     "legacy_files",
     "migrate",
+    "upgrade",
 ]

@@ -8,7 +8,7 @@ import os
 import platform
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -18,11 +18,14 @@ PIN_SECONDS = 6 * 3600
 
 
 @contextmanager
-def pinned(wh: Any, as_of: Any = None, *, label: str = "") -> Iterator[dict[str, int | None]]:
-    """Record the versions a reader reads (``as_of``: see :meth:`Warehouse.snapshot`; None: the newest) under
-    ``<root>/_readers/`` while the block runs, so ``vacuum`` keeps their files. A warehouse this process cannot
-    write is read without a pin (it cannot be vacuumed by this reader's user either). Yields the versions."""
-    snaps = wh.snapshot(as_of)
+def pinned(
+    wh: Any, as_of: Any = None, *, label: str = "", tables: Iterable[str] | None = None
+) -> Iterator[dict[str, int | None]]:
+    """Record the versions a reader reads (``as_of``: see :meth:`Warehouse.snapshot`; None: the newest) of every
+    table, or of ``tables`` (those it reads), under ``<root>/_readers/`` while the block runs, so ``vacuum`` keeps
+    their files. A warehouse this process cannot write is read without a pin (it cannot be vacuumed by this reader's
+    user either). Yields the versions."""
+    snaps = wh.snapshot(as_of, tables=tables)
     versions = {t: s.version for t, s in snaps.items()}
     path = wh._p(READERS_DIR, f"{uuid.uuid4().hex}.json")
     body = {"versions": versions, "label": label or (str(as_of) if as_of is not None else "newest"),

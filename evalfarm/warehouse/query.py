@@ -19,11 +19,13 @@ import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from evalfarm.config import (
@@ -61,23 +63,15 @@ _CREATE_VIEW = re.compile(
 
 
 def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
-    """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error."""
-    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
-        raise ValueError(
-            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
-            "query this long is generated: put its list in a table or a view)"
-        )
-    try:
-        statements = duckdb.extract_statements(sql)
-    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
-        raise RegistryError(f"{origin}: its views do not parse: {exc}") from exc
+    """The view names ``sql`` creates; with ``views_only`` (a task kind's views) any other statement is an error.
+    From the one parse of each source (:func:`_parse`: every connection lists the sources)."""
     names: list[str] = []
-    for st in statements:
-        m = _CREATE_VIEW.match(st.query) if st.type.name == "CREATE" else None
+    for st in _parse(origin, sql):
+        m = _CREATE_VIEW.match(st.text) if st.kind == "CREATE" else None
         if m is not None:
             names.append(m.group(1))
         elif views_only:
-            raise RegistryError(f"{origin}: its views hold a {st.type.name} statement; only CREATE VIEW is allowed")
+            raise RegistryError(f"{origin}: its views hold a {st.kind} statement; only CREATE VIEW is allowed")
     return tuple(dict.fromkeys(names))
 
 
@@ -147,6 +141,116 @@ def view_sources() -> list[ViewSource]:
     return sources
 
 
+TABLES_SCHEMA = "_tables"
+"""The schema that holds one relation per warehouse table a connection binds (``_tables.metrics``: the files of the
+table's snapshot, read once by name): the views read those, not the files. Not listed by ``SHOW TABLES``."""
+CURRENT_METRICS = f"{TABLES_SCHEMA}.metrics_current"
+"""The relation a view reads the newest computations of the metrics table from (the ``metrics`` view): the table's
+current files when nothing was committed since they were written, else ``ranked_computations`` over them and the
+files committed since (:mod:`evalfarm.warehouse.current`). Bound by the connection, before the first statement that
+names it."""
+_TABLE_READ = re.compile(
+    r"read_parquet\(\s*'\{root\}/tables/(\w+)/\*\*/\*\.parquet'\s*,\s*union_by_name\s*=\s*true\s*,"
+    r"\s*hive_partitioning\s*=\s*false\s*\)",
+    re.IGNORECASE,
+)
+_TABLE_GLOB = re.compile(r"\{root\}/tables/(\w+)/")
+_CREATE_NAME = re.compile(
+    r"\s*CREATE\s+(?:OR\s+REPLACE\s+)?(?:TEMP(?:ORARY)?\s+)?(?:VIEW|MACRO|FUNCTION)\s+(?:IF\s+NOT\s+EXISTS\s+)?\"?(\w+)",
+    re.IGNORECASE,
+)
+_WORD = re.compile(r"\w+")
+
+
+@dataclass(frozen=True)
+class _Statement:
+    """One statement of a view source: the view or macro it creates (None: another statement, always run), the
+    names it mentions (what it may depend on), and the warehouse tables it reads."""
+
+    origin: str
+    text: str
+    name: str | None
+    words: frozenset[str]
+    tables: frozenset[str]
+    reads_current: bool = False
+    kind: str = "CREATE"
+
+    @property
+    def reads(self) -> frozenset[str]:
+        """The warehouse tables whose files the statement reads: those it globs, and the metrics table for its
+        current rows."""
+        return self.tables | ({"metrics"} if self.reads_current else set())
+
+
+_PARSED: dict[tuple[str, str], tuple[_Statement, ...]] = {}
+
+
+def _parse(origin: str, sql: str) -> tuple[_Statement, ...]:
+    """The statements of a view source's ``sql``, parsed once per process and text (DuckDB's parser: 50 ms of CPU for
+    the core views, which every reading process pays once)."""
+    key = (origin, sql)
+    if key in _PARSED:
+        return _PARSED[key]
+    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
+        raise ValueError(
+            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
+            "query this long is generated: put its list in a table or a view)"
+        )
+    try:
+        parsed = duckdb.extract_statements(sql)
+    except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
+        raise RegistryError(f"{origin}: its views do not parse: {exc}") from exc
+    out = []
+    for st in parsed:
+        code = _without_comments(st.query)
+        m = _CREATE_NAME.match(code)
+        words = frozenset(w.lower() for w in _WORD.findall(code))
+        current = CURRENT_METRICS in code
+        if current:
+            words |= {"ranked_computations"}
+        name = m.group(1).lower() if m else None
+        tables = frozenset(_TABLE_GLOB.findall(code))
+        out.append(_Statement(origin, st.query, name, words, tables, current, st.type.name))
+    _PARSED[key] = tuple(out)
+    return _PARSED[key]
+
+
+def _statements(source: ViewSource) -> tuple[_Statement, ...]:
+    """``source``'s statements (:func:`_parse`)."""
+    return _parse(source.origin, source.sql)
+
+
+def _without_comments(text: str) -> str:
+    """``text`` less its comments (a statement's text carries the comments around it: they name views too)."""
+    tokens = duckdb.tokenize(text)
+    ends = [pos for pos, _ in tokens[1:]] + [len(text)]
+    return "".join(
+        text[pos:end] for (pos, kind), end in zip(tokens, ends, strict=True) if kind != duckdb.token_type.comment
+    )
+
+
+def needed_statements(sources: Sequence[ViewSource], needs: Sequence[str] | None) -> list[_Statement]:
+    """The statements of ``sources`` a connection for the queries ``needs`` must run, in creation order: those that
+    create a view or macro a query names, and what those name in turn. ``needs`` None, or queries that name no view
+    or macro at all (``SHOW TABLES``, ``SELECT 1``): every statement."""
+    every = [st for source in sources for st in _statements(source)]
+    if needs is None:
+        return every
+    known = {st.name: st for st in every if st.name is not None}
+    words = {w.lower() for text in needs for w in _WORD.findall(text)}
+    todo = [name for name in known if name in words]
+    if not todo:
+        return every
+    wanted: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name in wanted:
+            continue
+        wanted.add(name)
+        todo += [w for w in known[name].words if w in known and w not in wanted]
+    return [st for st in every if st.name is None or st.name in wanted]
+
+
 def create_views(
     con: duckdb.DuckDBPyConnection,
     root: str,
@@ -155,29 +259,158 @@ def create_views(
     duck_path: Callable[[str], str] = lambda p: p,
     schema_files: Mapping[str, str] | None = None,
     snapshot_only: bool = False,
+    current: tuple[list[str], list[str]] | None = None,
+    needs: Sequence[str] | None = None,
+    sizes: Mapping[str, int] | None = None,
+    read_small: Callable[[Sequence[str]], pa.Table] | None = None,
 ) -> None:
-    """Create every view (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it).
+    """Create the views (:func:`view_sources`) on ``con`` over the warehouse at ``root`` (as DuckDB reads it): every
+    one, or (``needs``: the queries the connection is for) only those the queries name and what they read
+    (:func:`needed_statements`).
 
     ``files``: table -> the files its views read instead of the table's glob (a Delta snapshot's files, less any
-    unreadable one); ``duck_path`` turns such a file's path into what DuckDB opens. ``schema_files``: table -> a
-    local typed empty Parquet file read along with the table's ``files`` (so every column exists; such a table must
-    be in ``files``). ``snapshot_only``: every table's files are given, and a view that still globs a folder under
-    ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted).
+    unreadable one); ``duck_path`` turns such a file's path into what DuckDB opens. Each such table a created view
+    reads is bound once, as the relation ``_tables.<table>`` (:data:`TABLES_SCHEMA`), which the views read.
+    ``schema_files``: table -> a local typed empty Parquet file read along with the table's ``files`` (so every
+    column exists; such a table must be in ``files``). ``current``: the metrics table's current files and the files
+    committed since (:mod:`evalfarm.warehouse.current`), of ``files["metrics"]``; None: none are current, every file
+    is a candidate. ``snapshot_only``: every table's files are given, and a view that still globs a folder under
+    ``tables/`` is an error (it would read files no snapshot names: staged, removed, or planted). ``sizes``: the
+    files' sizes (of ``files``' paths), and ``read_small``: their rows read by the caller (files -> one table), which
+    let a relation over many small files be read once (:func:`_relation`).
     """
     lists: dict[str, list[str]] = {t: [duck_path(f) for f in listed] for t, listed in (files or {}).items()}
-    for table, schema_file in (schema_files or {}).items():
-        lists[table] = [*lists[table], schema_file]
-    for source in view_sources():
-        text = source.sql
-        for table, listed in lists.items():
-            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
-            text = text.replace(f"'{{root}}/tables/{table}/**/*.parquet'", as_list)
+    extra = {t: [f] for t, f in (schema_files or {}).items()}
+    raw = {duck_path(f): (f, n) for f, n in (sizes or {}).items()}
+    bound: set[str] = set()
+    quoted_root = glob_escape(root).replace("'", "''")
+
+    def relation(name: str, listed: list[str]) -> None:
+        _relation(con, name, listed, raw, read_small)
+
+    def bind(table: str) -> None:
+        if table in bound or table not in lists or not (lists[table] or extra.get(table)):
+            return
+        if not bound:
+            con.execute(f"CREATE SCHEMA IF NOT EXISTS {TABLES_SCHEMA}")
+        bound.add(table)
+        relation(table, lists[table] + extra.get(table, []))
+
+    for st in needed_statements(view_sources(), needs):
+        for table in sorted(st.tables):
+            bind(table)
+        text = _bound_text(st, bound, {t: lists[t] + extra.get(t, []) for t in st.tables & lists.keys()})
+        if st.reads_current and "metrics_current" not in bound:  # after ranked_computations, first in its file
+            if "metrics" not in lists:
+                raise RegistryError(f"{st.origin}: {CURRENT_METRICS} needs the metrics table's files")
+            if not bound:
+                con.execute(f"CREATE SCHEMA IF NOT EXISTS {TABLES_SCHEMA}")
+            bound.add("metrics_current")
+            _bind_current(con, lists["metrics"], extra.get("metrics", []), current, duck_path, relation)
         if snapshot_only and "{root}/tables/" in text:
             raise RegistryError(
-                f"{source.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "
+                f"{st.origin}: a view reads {text[text.index('{root}/tables/') :].split(chr(39))[0]!r}, which is "
                 "not a warehouse table's glob ('{root}/tables/<table>/**/*.parquet' of a table evalfarm declares)"
             )
-        con.execute(text.replace("{root}", glob_escape(root).replace("'", "''")))
+        con.execute(text.replace("{root}", quoted_root))
+
+
+READ_ONCE_FILES = 32
+"""A relation over more files than this (a table mid-run, before its compaction: a batch commits a file per table)
+whose files hold at most :data:`READ_ONCE_BYTES` is read once per connection into memory: DuckDB binds a view's
+files again each time a view or query over it is bound (their footers cached, the calls through the warehouse's
+filesystem not), which for 500 files cost a status refresh more than its queries (measured)."""
+READ_ONCE_BYTES = 32 * 2**20
+"""The most bytes of Parquet a relation read once per connection may hold (the memory it takes is a few times this)."""
+
+
+def _relation(
+    con: duckdb.DuckDBPyConnection,
+    name: str,
+    listed: list[str],
+    raw: Mapping[str, tuple[str, int]],
+    read_small: Callable[[Sequence[str]], pa.Table] | None,
+) -> None:
+    """``_tables.<name>``: the rows of ``listed`` (DuckDB paths; ``raw``: each one's path in the warehouse and size,
+    where known) as a view; or, when the files are many and small (:data:`READ_ONCE_FILES`), as a table read once,
+    by ``read_small`` (their rows in one Arrow table, columns united by name as DuckDB's ``union_by_name``) along with
+    the rest of ``listed`` (a stand-in schema file) by DuckDB."""
+    known = [raw[f] for f in listed if f in raw]
+    rows = None
+    if read_small is not None and len(known) > READ_ONCE_FILES and sum(n for _, n in known) <= READ_ONCE_BYTES:
+        try:
+            rows = read_small([p for p, _ in known])
+        except (OSError, pa.ArrowException):  # a file that is not whole or not a regular file: DuckDB meets it as a
+            rows = None  # view's file, and the connection leaves it out (Warehouse.connect)
+    if rows is None:
+        as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]"
+        con.execute(
+            f"CREATE OR REPLACE VIEW {TABLES_SCHEMA}.{name} AS SELECT * FROM read_parquet({as_list}, "
+            "union_by_name = true, hive_partitioning = false)"
+        )
+        return
+    rest = [f for f in listed if f not in raw]
+    con.register("_evalfarm_read_once", rows)
+    try:
+        body = "SELECT * FROM _evalfarm_read_once"
+        if rest:
+            as_list = "[" + ", ".join(_sql_string(glob_escape(f)) for f in rest) + "]"
+            body += f" UNION ALL BY NAME SELECT * FROM read_parquet({as_list}, union_by_name = true)"
+        con.execute(f"CREATE OR REPLACE TABLE {TABLES_SCHEMA}.{name} AS {body}")
+    finally:
+        con.unregister("_evalfarm_read_once")
+
+
+def _bound_text(st: _Statement, bound: set[str], lists: Mapping[str, list[str]]) -> str:
+    """``st``'s text reading the relations of the ``bound`` tables (the standard ``read_parquet`` call of a table's
+    glob), and any other read of a table's glob with its files (``lists``) inline."""
+    text = _TABLE_READ.sub(lambda m: f"{TABLES_SCHEMA}.{m.group(1)}" if m.group(1) in bound else m.group(0), st.text)
+    for table, listed in sorted(lists.items()):
+        glob = f"'{{root}}/tables/{table}/**/*.parquet'"
+        if glob in text:
+            text = text.replace(glob, "[" + ", ".join(_sql_string(glob_escape(f)) for f in listed) + "]")
+    return text
+
+
+def _bind_current(
+    con: duckdb.DuckDBPyConnection,
+    every: list[str],
+    stand_in: list[str],
+    current: tuple[list[str], list[str]] | None,
+    duck_path: Callable[[str], str],
+    relation: Callable[[str, list[str]], None],
+) -> None:
+    """``_tables.metrics_current`` (:data:`CURRENT_METRICS`): the current files themselves when nothing is pending;
+    else their rows of the keys nothing pending touches, and for the keys pending rows touch the newest computations
+    (``ranked_computations``, created before any view that reads this) among those keys' current and pending rows.
+    The window runs over what was committed since the current rows were written, not over the history; with no
+    current files (a warehouse not refreshed yet) every file is pending."""
+    s = TABLES_SCHEMA
+    if current is not None and not current[1]:
+        relation("metrics_current", [duck_path(f) for f in current[0]] + stand_in)
+        return
+    if current is None:
+        now, pending = [], every
+    else:
+        now, pending = [duck_path(f) for f in current[0]], [duck_path(f) for f in current[1]]
+    relation("metrics_current_files", now + stand_in)
+    relation("metrics_pending", pending + stand_in)
+    keys = ("model", "task", "scorer", "subset", "variant")
+    same_key = " AND ".join(f"c.{k} IS NOT DISTINCT FROM t.{k}" for k in keys)
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_touched AS SELECT DISTINCT model, task, scorer, subset, variant "
+        f"FROM {s}.metrics_pending WHERE task IS NOT NULL"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_candidates AS SELECT c.* FROM {s}.metrics_current_files c "
+        f"SEMI JOIN {s}.metrics_touched t ON {same_key} UNION ALL BY NAME SELECT * FROM {s}.metrics_pending"
+    )
+    con.execute(
+        f"CREATE OR REPLACE VIEW {s}.metrics_current AS SELECT c.* FROM {s}.metrics_current_files c "
+        f"ANTI JOIN {s}.metrics_touched t ON {same_key} WHERE c.task IS NOT NULL UNION ALL BY NAME "
+        f"SELECT * EXCLUDE (computation_age) FROM main.ranked_computations('{s}.metrics_candidates') "
+        "WHERE computation_age = 1"
+    )
 
 
 def glob_escape(path: str) -> str:
@@ -496,12 +729,15 @@ def open_connection(
     schema_files: Mapping[str, str] | None = None,
     known: Mapping[str, tuple[int, int]] | None = None,
     local_root: str | None = None,
+    current: tuple[list[str], list[str]] | None = None,
+    needs: Sequence[str] | None = None,
+    read_small: Callable[[Sequence[str]], pa.Table] | None = None,
 ) -> duckdb.DuckDBPyConnection:
-    """An in-memory DuckDB with every view over the warehouse at ``root`` (as DuckDB reads it), locked down to it
+    """An in-memory DuckDB with the views over the warehouse at ``root`` (as DuckDB reads it), locked down to it
     first when ``read_only``. ``remote``: an object-store warehouse's pyarrow filesystem, which DuckDB reads
     ``root`` (``scheme://bucket/prefix``) through (:func:`prefix_filesystem`; no extension needed); ``files``,
-    ``duck_path``: see :func:`create_views` (the folders of ``schema_files`` are
-    opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
+    ``duck_path``, ``current``, ``needs``, ``read_small``: see :func:`create_views` (the folders of ``schema_files``
+    are opened to the lock too); ``memory_limit``: DuckDB's ``memory_limit`` (``"4GB"``; None: DuckDB's default)."""
     con = duckdb.connect(":memory:")
     try:
         if memory_limit is not None:
@@ -522,7 +758,10 @@ def open_connection(
             )
         if read_only:
             lock_down(con, root, also=sorted({os.path.dirname(f) for f in (schema_files or {}).values()}))
-        create_views(con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None)
+        create_views(
+            con, root, files, duck_path=duck_path, schema_files=schema_files, snapshot_only=known is not None,
+            current=current, needs=needs, sizes={p: v[0] for p, v in (known or {}).items()}, read_small=read_small,
+        )  # fmt: skip
     except BaseException:
         con.close()
         raise
@@ -632,6 +871,27 @@ class QueryLimits:
             rows if rows > 0 else None,
             size if size > 0 else None,
         )
+
+
+_EPOCH_UTC = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def rows_of(table: pa.Table) -> list[dict[str, Any]]:
+    """``table.to_pylist()``, with timestamps as ``datetime`` (UTC-aware where the column has a zone) built here:
+    pyarrow's own conversion of a timestamp imports pandas (0.4 CPU-s, 1-6 s on a loaded machine: more than a status
+    refresh's queries), which a reading command need not load."""
+    names = table.column_names
+    cols: list[list[Any]] = []
+    for name in names:
+        col = table.column(name)
+        if pa.types.is_timestamp(col.type):
+            zone = UTC if col.type.tz else None
+            micros = pc.cast(pc.cast(col, pa.timestamp("us", tz=col.type.tz)), pa.int64()).to_pylist()
+            base = _EPOCH_UTC if zone else _EPOCH_UTC.replace(tzinfo=None)
+            cols.append([None if v is None else base + timedelta(microseconds=v) for v in micros])
+        else:
+            cols.append(col.to_pylist())
+    return [dict(zip(names, values, strict=True)) for values in zip(*cols, strict=True)] if names else []
 
 
 def _fetch(con: duckdb.DuckDBPyConnection, statement: str, limits: QueryLimits) -> pa.Table:
@@ -857,6 +1117,7 @@ def _check_explain(text: str) -> None:
 
 
 __all__ = [
+    "CURRENT_METRICS",
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_ROWS",
     "DEFAULT_MEMORY_LIMIT",
@@ -864,7 +1125,10 @@ __all__ = [
     "MAX_BYTES_ENV",
     "MAX_QUERY_CHARS",
     "MAX_ROWS_ENV",
+    "READ_ONCE_BYTES",
+    "READ_ONCE_FILES",
     "MEMORY_LIMIT_ENV",
+    "TABLES_SCHEMA",
     "TIMEOUT_ENV",
     "QueryLimits",
     "ResultTooLarge",
@@ -873,10 +1137,12 @@ __all__ = [
     "create_views",
     "glob_escape",
     "lock_down",
+    "needed_statements",
     "open_connection",
     "prefix_filesystem",
     "private_schema_file",
     "result_limits",
+    "rows_of",
     "run_limited",
     "sql_dir",
     "view_sources",

@@ -13,12 +13,14 @@ one definition of "is this unit computed?" (:meth:`Warehouse.done`).
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
+import stat
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -40,6 +42,7 @@ from evalfarm.warehouse.base import (
     move_inside,
     new_run_id,
     now,
+    open_folder_inside,
     relative_parts,
     safe_open,
     walk_inside,
@@ -49,9 +52,11 @@ from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import (
     QueryLimits,
     check_read_only,
+    needed_statements,
     open_connection,
     private_schema_file,
     run_limited,
+    view_sources,
 )
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 from evalfarm.warehouse.tables import (
@@ -66,9 +71,18 @@ from evalfarm.warehouse.tables import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2
-"""The warehouse's layout version, in ``<root>/warehouse.json``: 1 was one Parquet file per unit and table under
-``model=…/task=…`` folders (read-only now: ``evalfarm warehouse migrate`` converts it), 2 a Delta table per table."""
+SCHEMA_VERSION = 3
+"""The warehouse's layout version, in ``<root>/warehouse.json``, one line per version (``evalfarm warehouse migrate``
+brings an older one up to this):
+
+1. one Parquet file per unit and table under ``model=…/task=…`` folders (read-only now; migrate converts it);
+2. a Delta table per table;
+3. the metrics table keeps the newest computation of every key apart, in ``data/current/`` (and what older
+   computations hold in ``data/superseded/``: :mod:`~evalfarm.warehouse.current`). The same tables and rows as 2:
+   an evalfarm of version 2 reads a version-3 warehouse right, but must not rewrite its metrics table (its
+   quarantine would hide an older computation that ought to become current again); this one reads a version-2
+   warehouse right (nothing current yet: every metrics file pending), and its first refresh of the current rows
+   (the end of a run, ``compact``, ``migrate``) declares 3. A warehouse of a newer version is refused for writes."""
 FORMAT_FILE = "warehouse.json"
 VERIFIED_MANIFEST = "verified-files.json"
 """``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
@@ -191,6 +205,37 @@ def read_again_if_replaced(
     raise AssertionError("unreachable")  # the loop returns or raises
 
 
+class ReadSession:
+    """One read-only connection that :meth:`Warehouse.session` hands out: :meth:`query` runs a checked statement
+    on it (under the session's limits); a read that met a file replaced meanwhile reconnects and runs again, as
+    :func:`read_again_if_replaced` does. The connection is opened by the first query."""
+
+    def __init__(self, connect: Callable[[], duckdb.DuckDBPyConnection], limits: QueryLimits) -> None:
+        self._connect, self.limits = connect, limits
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self.connections = 0
+
+    def query(self, sql: str) -> pa.Table:
+        statement = check_read_only(sql)
+        for attempt in range(1, QUERY_ATTEMPTS + 1):
+            if self._con is None:
+                self._con = self._connect()
+                self.connections += 1
+            try:
+                return run_limited(self._con, statement, self.limits)
+            except duckdb.Error as exc:
+                if attempt == QUERY_ATTEMPTS or not replaced_under_read(exc):
+                    raise
+                log.info("status read: a file changed while it was read (%s); reading again", exc)
+                self.close()
+        raise AssertionError("unreachable")
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+
 @dataclass(frozen=True)
 class Quarantined:
     """A file that failed :meth:`Warehouse.file_problem`: where it was, where it went (None: left in place), why."""
@@ -298,6 +343,12 @@ class Warehouse:
         layout = self.layout()
         if layout in ("legacy", "migrating"):
             raise LegacyWarehouse(self.uri, migrating=layout == "migrating")
+        declared = self.schema_version() if layout == "delta" else None
+        if declared is not None and declared > SCHEMA_VERSION:
+            raise PermissionError(
+                f"warehouse {self.uri} is of schema version {declared}, written by a newer evalfarm (this one writes "
+                f"version {SCHEMA_VERSION}): upgrade evalfarm to run into it (reading it works)"
+            )
         try:
             for name, schema in table_schemas().items():
                 if self.tables.exists(name):
@@ -323,6 +374,12 @@ class Warehouse:
 
         body = {"schema_version": SCHEMA_VERSION, "format": "delta", "created_by": f"evalfarm {__version__}"}
         return (json.dumps(body, indent=2) + "\n").encode()
+
+    def declare_version(self) -> None:
+        """Write the format file of this evalfarm's :data:`SCHEMA_VERSION` when the warehouse declares an older one
+        (what a writer does once it wrote what the newer version means)."""
+        if self.layout() == "delta" and (self.schema_version() or 0) < SCHEMA_VERSION:
+            self._put(self._p(FORMAT_FILE), self._format_body())
 
     def schema_version(self) -> int | None:
         """The layout version the warehouse declares (None: no warehouse; 1: a layout-1 one, which declares none)."""
@@ -604,12 +661,14 @@ class Warehouse:
         return path[len(self.base) + 1 :] if path.startswith(self.base + "/") else path
 
     # -- snapshots and reads --------------------------------------------------------------------------------
-    def snapshot(self, as_of: Any = None, *, leave_out_damaged: bool = False) -> dict[str, Snapshot]:
-        """Every table's snapshot: the newest (``as_of`` None), a run's (its id: the versions its end event recorded,
-        or for a run that never ended the state at its last commit) or the state at a time (a ``datetime``, or an
-        ISO 8601 text). Tables that did not exist then are empty snapshots. A table whose log cannot be trusted
-        raises :class:`DamagedTable`, or with ``leave_out_damaged`` (readers) is an empty snapshot, with its error
-        in :attr:`damaged` and a warning naming it: the other tables stay readable."""
+    def snapshot(
+        self, as_of: Any = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
+    ) -> dict[str, Snapshot]:
+        """Every table's snapshot (or ``tables``'): the newest (``as_of`` None), a run's (its id: the versions its
+        end event recorded, or for a run that never ended the state at its last commit) or the state at a time (a
+        ``datetime``, or an ISO 8601 text). Tables that did not exist then are empty snapshots. A table whose log
+        cannot be trusted raises :class:`DamagedTable`, or with ``leave_out_damaged`` (readers) is an empty snapshot,
+        with its error in :attr:`damaged` and a warning naming it: the other tables stay readable."""
         from concurrent.futures import ThreadPoolExecutor
 
         from evalfarm.warehouse.history import resolve_as_of
@@ -629,9 +688,12 @@ class Warehouse:
                     raise
                 return exc
 
-        names = list(table_schemas())
-        with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
-            got = dict(zip(names, pool.map(one, names), strict=True))
+        names = list(table_schemas()) if tables is None else [t for t in table_schemas() if t in set(tables)]
+        if len(names) <= 1:
+            got = {n: one(n) for n in names}
+        else:
+            with ThreadPoolExecutor(max_workers=min(8, len(names))) as pool:  # each a log read: on a store, latency
+                got = dict(zip(names, pool.map(one, names), strict=True))
         damaged = tuple(v for v in got.values() if isinstance(v, DamagedTable))
         if leave_out_damaged:
             self.damaged = damaged
@@ -642,14 +704,23 @@ class Warehouse:
         return {n: Snapshot(n, None) if isinstance(v, DamagedTable) else v for n, v in got.items()}
 
     def connect(
-        self, *, read_only: bool = True, memory_limit: str | None = None, as_of: Any = None
+        self,
+        *,
+        read_only: bool = True,
+        memory_limit: str | None = None,
+        as_of: Any = None,
+        needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse's snapshot (the newest, or ``as_of``:
-        see :meth:`snapshot`).
+        see :meth:`snapshot`): every view, or (``needs``: the queries the connection is for) only the views and
+        macros those name and what they read in turn, with only the snapshots of the tables those read
+        (:func:`~evalfarm.warehouse.query.needed_statements`: ``board`` reads one table's log, not eleven).
 
-        Each table's view reads exactly the Parquet files its Delta snapshot names (no folder is listed), plus a
-        private typed empty file so every column exists. Read-only (the default, and what ``evalfarm sql`` uses)
-        locks the connection down before any view exists: only files under the warehouse root can be opened,
+        Each table a view reads is bound once, as one relation over exactly the Parquet files its Delta snapshot
+        names (no folder is listed), plus a private typed empty file so every column exists; ``metrics`` reads the
+        metrics table's current rows (:mod:`~evalfarm.warehouse.current`). Read-only (the default, and what
+        ``evalfarm sql`` uses) locks the connection down before any view exists: only files under the warehouse root
+        can be opened,
         external access and extension installs are off, and the configuration is locked so a query cannot lift
         those limits. A local warehouse is then read through a read-only filesystem (``local-ro://``,
         :meth:`_reader`) that opens regular files only, so even a statement run on the connection directly cannot
@@ -672,17 +743,19 @@ class Warehouse:
             from evalfarm.warehouse.legacy import legacy_connect
 
             return legacy_connect(self, read_only=read_only, memory_limit=memory_limit)
-        snaps = self.snapshot(as_of, leave_out_damaged=True)
+        tables = None if needs is None else sorted(set().union(*(st.reads for st in needed_statements(
+            view_sources(), needs))))  # fmt: skip
+        snaps = self.snapshot(as_of, tables=tables, leave_out_damaged=True)
         files = {t: [f.path for f in s.files] for t, s in snaps.items()}
         try:
-            return self._connect(read_only, files, snaps, memory_limit)
+            return self._connect(read_only, files, snaps, memory_limit, needs)
         except duckdb.Error:  # one unreadable file breaks every view over its table: leave such files out
             self.excluded = tuple(self.scan(quarantine=False, snapshots=snaps))
             if not self.excluded:
                 raise
         bad = {q.path for q in self.excluded}
         return self._connect(read_only, {t: [p for p in fs if p not in bad] for t, fs in files.items()}, snaps,
-                             memory_limit)  # fmt: skip
+                             memory_limit, needs)  # fmt: skip
 
     def _connect(
         self,
@@ -690,10 +763,18 @@ class Warehouse:
         files: dict[str, list[str]],
         snaps: dict[str, Snapshot],
         memory_limit: str | None,
+        needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
+        from evalfarm.warehouse.current import current_split
+
         stand_ins = {name: private_schema_file(name, schema) for name, schema in table_schemas().items()}
         known = {f.path: (f.size, f.modified_ms) for s in snaps.values() for f in s.files}
         root, remote, duck_path = self._reader(read_only)
+        split = None
+        if "metrics" in snaps:
+            listed = set(files.get("metrics", ()))
+            now, pending = current_split(snaps["metrics"], self.tables.folder("metrics"))
+            split = ([p for p in now if p in listed], [p for p in pending if p in listed])
         return open_connection(
             root,
             read_only=read_only,
@@ -704,7 +785,41 @@ class Warehouse:
             schema_files=stand_ins,
             known=known,
             local_root=self.base if self.local else None,
+            current=split,
+            needs=needs,
+            read_small=self.read_files if read_only else None,
         )
+
+    def read_files(self, paths: Sequence[str]) -> pa.Table:
+        """Every row of the data files ``paths`` (many small ones: a table mid-run) as one table, the columns of
+        files of older shapes united by name (a column a file lacks: null). A local file is read only as a regular
+        file inside the warehouse, through its folder reached without following a link (one folder descriptor for
+        the files it holds: :func:`~evalfarm.warehouse.base.open_folder_inside`); an object store's through its
+        filesystem. Each file's bytes are read at once and decoded without a thread pool (``pq.read_table`` built a
+        dataset and threads for each: 1.3 ms a file, measured)."""
+        parts = [pq.ParquetFile(pa.BufferReader(body)).read(use_threads=False) for body in self._bodies(paths)]
+        return pa.concat_tables(parts, promote_options="permissive") if parts else pa.Table.from_pydict({})
+
+    def _bodies(self, paths: Sequence[str]) -> Iterator[bytes]:
+        if not self.local:
+            for path in paths:
+                with self.fs.open_input_file(path) as src:
+                    yield bytes(src.read())
+            return
+        flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+        folders: dict[str, int] = {}
+        try:
+            for path in paths:
+                rel = self.relative(path)
+                if rel == path:
+                    raise PermissionError(f"{path} is outside the warehouse {self.base}")
+                folder, _, name = rel.rpartition("/")
+                if folder not in folders:
+                    folders[folder] = open_folder_inside(self.base, folder)
+                yield _read_regular(name, folders[folder], flags, path)
+        finally:
+            for fd in folders.values():
+                os.close(fd)
 
     def _reader(self, read_only: bool) -> tuple[str, pafs.FileSystem | None, Callable[[str], str]]:
         """(root, filesystem, path mapper) DuckDB reads this warehouse through (see :func:`open_connection`).
@@ -746,13 +861,54 @@ class Warehouse:
         :data:`QUERY_ATTEMPTS` times. A query ``as_of`` a snapshot pins it while it runs
         (:func:`~evalfarm.warehouse.maintenance.pinned`): a vacuum then keeps its files.
         """
-        statement = check_read_only(sql)
+        (table,) = self.queries([sql], timeout_s=timeout_s, memory_limit=memory_limit, as_of=as_of,
+                                max_rows=max_rows, max_bytes=max_bytes)  # fmt: skip
+        return table
+
+    @contextmanager
+    def session(
+        self,
+        needs: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> Iterator[ReadSession]:
+        """A read-only connection for several queries asked one after the other, each depending on the one before
+        (``evalfarm status``: which run, then its workers, then its failures): one connection (one snapshot, the
+        views and tables of ``needs``, the queries it may run, bound once), closed at the block's end. Each
+        query is checked and limited as :meth:`query`'s."""
+        for sql in needs:
+            check_read_only(sql)
+        limits = QueryLimits.resolve(timeout_s, memory_limit, max_rows, max_bytes)
+        session = ReadSession(lambda: self.connect(memory_limit=limits.memory_limit, needs=needs), limits)
+        try:
+            yield session
+        finally:
+            session.close()
+
+    def queries(
+        self,
+        sqls: Sequence[str],
+        *,
+        timeout_s: float | None = None,
+        memory_limit: str | None = None,
+        as_of: Any = None,
+        max_rows: int | None = None,
+        max_bytes: int | None = None,
+    ) -> list[pa.Table]:
+        """Run several read-only statements (each as :meth:`query` runs one, under the same limits each) on one
+        connection to one snapshot, with the views and tables they need bound once: what a reader that asks several
+        questions at a time (``evalfarm status``, each refresh of ``--watch``) uses. Every statement is checked
+        before anything is opened."""
+        statements = [check_read_only(sql) for sql in sqls]
         limits = QueryLimits.resolve(timeout_s, memory_limit, max_rows, max_bytes)
 
-        def run() -> pa.Table:
+        def run() -> list[pa.Table]:
             return read_again_if_replaced(
-                lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of),
-                lambda con: run_limited(con, statement, limits),
+                lambda: self.connect(memory_limit=limits.memory_limit, as_of=as_of, needs=statements),
+                lambda con: [run_limited(con, statement, limits) for statement in statements],
                 "warehouse query",
             )
 
@@ -933,7 +1089,7 @@ class Warehouse:
             self.tables.commit(table, [], removes=fs, metadata={"evalfarm.operation": "quarantine",
                                                                "evalfarm.run_id": run_id})  # fmt: skip
         if lost:
-            from evalfarm.warehouse.rewrite import drop_units
+            from evalfarm.warehouse.current import drop_units
 
             drop_units(self, lost, run_id=run_id)
         return [self.quarantine(p, why, run_id, units=units.get(p, ())) for p, why in sorted(bad.items())]
@@ -968,6 +1124,31 @@ class Warehouse:
         except PermissionError as exc:  # a link, a FIFO, a folder, or a link on the way: never followed, never moved
             return Quarantined(path, None, f"{why}; not moved: {exc}", units)
         return Quarantined(path, dest, why, units)
+
+
+def _read_regular(name: str, folder_fd: int, flags: int, shown: str) -> bytes:
+    """The bytes of ``name`` in the folder ``folder_fd``, when it is a regular file (opened without following a link
+    and without waiting on a FIFO, as :func:`~evalfarm.warehouse.base.safe_open` opens a file)."""
+    try:
+        fd = os.open(name, flags, dir_fd=folder_fd)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise PermissionError(f"{shown} is a symbolic link; warehouse readers open regular files only") from exc
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise PermissionError(f"{shown} is not a regular file; warehouse readers open regular files only")
+        chunks, offset = [], 0
+        while offset < st.st_size:
+            chunk = os.pread(fd, st.st_size - offset, offset)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            offset += len(chunk)
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def _size_problem(logged: int, actual: int) -> str:
@@ -1034,6 +1215,7 @@ __all__ = [
     "VERIFIED_MANIFEST",
     "LegacyWarehouse",
     "Quarantined",
+    "ReadSession",
     "Warehouse",
     "WarehouseWriteError",
     "atomic_write_table",

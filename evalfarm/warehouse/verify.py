@@ -14,7 +14,9 @@ what does not match:
 - ``bad-manifest``: a manifest file that cannot be read;
 - ``damaged`` on a table (``tables/<table>``): its log cannot be trusted (an entry naming a path outside the
   table, a link on the way, a log file too large or not JSON: :class:`~evalfarm.warehouse.tables.DamagedTable`);
-  none of its files is read.
+  none of its files is read;
+- ``stale-current`` on the metrics table: the rows ``metrics`` reads (its current rows, kept apart by the refresh of
+  :mod:`~evalfarm.warehouse.current`) are not the newest computations of its whole history.
 
 It detects edits by anyone who changes a data file without also rewriting the manifests; the manifests live in the
 same warehouse, so a writer who rewrites both is not caught by this check (see docs/operations.md, "Security").
@@ -47,7 +49,7 @@ from evalfarm.warehouse.tables import DamagedTable
 DEEP_ERRORS = ("inconsistent", "disagrees-with-ranks", "disagrees-with-embeddings")
 """What ``--deep`` finds: a number that contradicts another of its unit (or its fingerprint), one that its unit's
 detail table (EvalRank's ``ranks``) gives otherwise, one that the scorer gives otherwise from the stored embeddings."""
-ERRORS = ("modified", "missing", "damaged", "bad-manifest", *DEEP_ERRORS)
+ERRORS = ("modified", "missing", "damaged", "bad-manifest", "stale-current", *DEEP_ERRORS)
 """Problems that make a warehouse fail verification; ``unrecorded`` joins them under ``strict``."""
 
 
@@ -208,8 +210,18 @@ def verify_warehouse(wh: Warehouse, *, model: str | None = None, strict: bool = 
                 verified += 1
             else:
                 findings.append(finding)
+    if model is None and not any(f.problem in ERRORS for f in findings):  # the files are whole: read them all
+        findings += _current_findings(wh)
     findings.sort(key=lambda f: (f.path, f.problem))
     return VerifyResult(wh.uri, checked, verified, tuple(findings), strict)
+
+
+def _current_findings(wh: Warehouse) -> list[Finding]:
+    """The metrics table's current rows against the newest computations of its history
+    (:func:`~evalfarm.warehouse.current.current_findings`), as findings."""
+    from evalfarm.warehouse.current import current_findings
+
+    return [Finding("tables/metrics", "stale-current", why, "metrics") for why in current_findings(wh)]
 
 
 def _damaged(exc: DamagedTable) -> Finding:
