@@ -30,7 +30,7 @@ from typing import Any, Literal
 import numpy as np
 
 from evalfarm.catalog.specs import ModelSpec, PostProcess
-from evalfarm.encoders.postprocess import FittedTransform, PostProcessedWordVectors, fit_postprocess
+from evalfarm.encoders.postprocess import PostProcessedWordVectors, Transform, fit_postprocess
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet
 from evalfarm.encoders.sources import resolve_source, source_provenance
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
@@ -75,15 +75,15 @@ class SentencePostProcessed:
         self.base = base
         self.postprocess = pp
         self.level: Literal["word", "sentence"] = base.level
-        self.dim = int(pp.d) if pp.method == "whitening" and pp.d else int(base.dim)
-        self.transform: FittedTransform | None = None
+        self.dim = int(pp.d) if pp.method in ("whitening", "truncate") and pp.d else int(base.dim)
+        self.transform: Transform | None = None
         self.spec_id = ""
         self.provenance: dict = {}
 
     def __repr__(self) -> str:
         return f"SentencePostProcessed({self.base!r}, {self.postprocess.method}, d={self.postprocess.d})"
 
-    def fit(self, X: np.ndarray) -> FittedTransform:
+    def fit(self, X: np.ndarray | None) -> Transform:
         """Fit the transform on base embeddings ``X`` (rows = the pool's texts)."""
         self.transform = fit_postprocess(X, self.postprocess)
         return self.transform
@@ -183,6 +183,11 @@ def _load_own(kind: ModelKind, spec: ModelSpec, base_dir: Path | None) -> tuple[
         prov["source"] = source_provenance(spec.source, revision=spec.revision)
         ctx = _context(base_dir, location=resolve_source(spec.source, base_dir=base_dir))
     enc, own = _call(kind, spec, ctx)
+    if spec.dim is not None and getattr(enc, "dim", spec.dim) != spec.dim:
+        raise ModelLoadError(
+            f"model {spec.id!r}: the spec declares dim {spec.dim} (the model's width, as its card says) but the model "
+            f"gives {enc.dim}-dimensional vectors: fix 'dim' (and any 'dims' above the width)"
+        )
     prov.update(own)
     prov["libraries"] = _libraries(kind, ctx)
     return enc, prov
