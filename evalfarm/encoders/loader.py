@@ -29,6 +29,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.prompts import Prompt
 from evalfarm.catalog.specs import ModelSpec, PostProcess
 from evalfarm.encoders.postprocess import PostProcessedWordVectors, Transform, fit_postprocess
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet
@@ -94,12 +95,27 @@ class SentencePostProcessed:
         return self.fit(X).apply(X)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self._transform().apply(self.base.encode(texts))
+
+    def encode_prompted(self, texts: Sequence[str], prompt: Prompt) -> np.ndarray:
+        """``texts`` under ``prompt`` as the base puts it before them, transformed."""
+        from evalfarm.encoders.prompts import PromptedEncoder
+
+        return self._transform().apply(PromptedEncoder(self.base, prompt).encode(texts))
+
+    def prompt_text(self, name: str) -> str:
+        """The base model's own prompt ``name``."""
+        from evalfarm.encoders.prompts import prompt_text
+
+        return prompt_text(self.base, Prompt(name=name))
+
+    def _transform(self) -> Transform:
         if self.transform is None:
             raise RuntimeError(
                 f"model {self.spec_id!r}: {self.postprocess.method} post-processing is fitted on "
                 "the evaluated texts; call fit_and_encode(texts) (or fit(base embeddings)) first"
             )
-        return self.transform.apply(self.base.encode(texts))
+        return self.transform
 
 
 def load_encoder(chain: Sequence[ModelSpec], *, base_dir: Path | None = None) -> Encoder:
