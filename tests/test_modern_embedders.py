@@ -266,8 +266,8 @@ def test_binary_evalrank_ranks_by_hamming_distance_with_exact_ties(decoder_run) 
     rows = (
         Warehouse(wh)
         .query(
-            "SELECT ties, value FROM metrics WHERE model = 'qwen-tiny-binary' AND task = 'evalrank-sentence' AND variant = 'hamming' "
-            "AND metric = 'mr'"
+            "SELECT ties, value FROM metrics WHERE model = 'qwen-tiny-binary' AND task = 'evalrank-sentence' "
+            "AND variant = 'hamming' AND metric = 'mr'"
         )
         .to_pylist()
     )
@@ -287,7 +287,7 @@ def test_binary_evalrank_ranks_by_hamming_distance_with_exact_ties(decoder_run) 
 
 
 def test_provenance_and_the_model_row_record_the_prompts(decoder_run) -> None:
-    cat, wh = decoder_run[0], decoder_run[1]
+    wh = decoder_run[1]
     (row,) = Warehouse(wh).query("SELECT provenance FROM models WHERE model = 'qwen-tiny'").to_pylist()
     prov = json.loads(row["provenance"])
     assert prov["prompts"]["mr-tiny"] == {"prompt": DEC_PROMPTS["classification"]}
@@ -336,7 +336,8 @@ def test_evalrank_embeds_each_side_under_its_prompt_when_the_spec_asks(decoder_d
     (row,) = (
         Warehouse(tmp_path / "wh")
         .query(
-            "SELECT value FROM metrics WHERE task = 'evalrank-sentence' AND variant = 'cos' AND ties = 'optimistic' AND metric = 'mr'"
+            "SELECT value FROM metrics WHERE task = 'evalrank-sentence' AND variant = 'cos' AND ties = 'optimistic' "
+            "AND metric = 'mr'"
         )
         .to_pylist()
     )
