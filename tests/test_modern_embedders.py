@@ -538,3 +538,48 @@ def test_last_token_positions_read_the_mask_on_either_side() -> None:
     got = last_token_states(states, right)
     assert got[:3].tolist() == [states[0, 2].tolist(), states[1, 3].tolist(), states[2, 0].tolist()]
     assert got[3].tolist() == [0.0, 0.0]  # no real token: zero, never a padding state
+
+
+# -- the shipped catalog of today's embedders ------------------------------------------------------------------------
+def test_the_modern_catalog_pins_every_hub_model_and_says_its_licence() -> None:
+    cat = load_catalog("modern-embedders")
+    roots = [m for m in cat.models.values() if m.base is None]
+    assert len(roots) >= 10
+    for m in roots:
+        assert m.source is not None and m.source.type == "hf", m.id
+        assert m.revision and len(m.revision) == 40, m.id  # a commit, not a branch
+        assert m.licence, m.id
+    kinds = {m.option("pooling") for m in roots}
+    assert "last-token" in kinds
+    derived = {m.postprocess.method for m in cat.models.values() if m.postprocess is not None}
+    assert derived == {"truncate", "int8", "binary"}
+    decoders = [m for m in roots if m.option("pooling") == "last-token"]
+    for m in decoders:  # an instruction model: its query side instructed, its documents not
+        assert m.prompts is not None and m.prompts.get("retrieval-document") == (True, None), m.id
+
+
+def test_catalog_show_lists_each_task_s_prompts() -> None:
+    from typer.testing import CliRunner
+
+    from evalfarm.cli.app import app
+
+    res = CliRunner().invoke(
+        app, ["catalog", "show", "e5-base-v2", "--catalog", "modern-embedders", "--format", "json"]
+    )
+    assert res.exit_code == 0, res.output
+    rows = {r["field"]: r["value"] for r in json.loads(res.stdout)}
+    assert rows["prompt: defsent-wordnet"] == "query 'query: '; document 'passage: '"
+    assert rows["prompt: stsb"] == "'query: '" and rows["prompt: mr"] == "'query: '"
+    assert rows["revision"] == "1c644c92ad3ba1efdad3f1451a637716616a20e8"
+    res = CliRunner().invoke(app, ["catalog", "show", "nope", "--catalog", "modern-embedders"])
+    assert res.exit_code == 1 and "unknown model id 'nope'" in res.output
+
+
+def test_the_model_page_shows_the_prompts(decoder_run, tmp_path) -> None:
+    from evalfarm.report import build_report
+
+    wh = decoder_run[1]
+    build_report(wh, tmp_path / "report")
+    page = (tmp_path / "report" / "models" / "qwen-tiny.html").read_text(encoding="utf-8")
+    assert "<h2>Prompts</h2>" in page
+    assert "Instruct: classify the sentiment\\nQuery:" in page  # the prompt as repr shows it

@@ -32,8 +32,8 @@ def last_token_positions(mask: Any) -> Any:
     """The position of each row's last real token in an attention ``mask`` (batch, seq) of 0 / 1, whichever side
     the row is padded on: right padding puts it at ``length - 1``, left padding at the last column. Read from each
     row's mask (its last column holding a 1); the cards' ``last_token_pool`` tells the batch's padding side from
-    whether every row's last column is real, and the two agree on any batch padded on one side. A numpy array or a torch tensor; a row without a real token gets the last column (:func:`last_token_states`
-    zeroes it)."""
+    whether every row's last column is real, and the two agree on any batch padded on one side. A numpy array or a
+    torch tensor; a row without a real token gets the last column (:func:`last_token_states` zeroes it)."""
     width = mask.shape[1]
     if isinstance(mask, np.ndarray):
         return width - 1 - np.flip(mask, axis=1).argmax(axis=1)
