@@ -407,10 +407,12 @@ def _embed_from_base(
         wanted[fit_prompt] = [*wanted.get(fit_prompt, []), *fit_texts]
     base_vectors = {prompt: _base_vectors(ctx, plan, texts, prompt) for prompt, texts in wanted.items()}
     state["stage"] = Stage.EMBED
-    fit_emb = fit_oov = None
+    fit_oov: np.ndarray | None = None
+    fit_rows: np.ndarray | None = None
     if postprocess.fits:
         fit_emb, fit_oov = (a[fit_at:] for a in base_vectors[fit_prompt])
-    transform = fit_postprocess(fit_emb[~fit_oov] if fit_emb is not None else None, postprocess)
+        fit_rows = fit_emb[~fit_oov]
+    transform = fit_postprocess(fit_rows, postprocess)
     outs = []
     for prompt, _, missing in work:
         base_emb, base_oov = base_vectors[prompt]
@@ -480,9 +482,9 @@ def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> dict[Prompt, list[tuple[
                 for prompt, texts in ctx.prompted_texts(sib, u.task):
                     groups.setdefault(prompt, {}).update(dict.fromkeys(texts))
             found = []
-            for prompt, texts in groups.items():
+            for prompt, wanted in groups.items():
                 sib_store = ctx.store(sib, prompt)
-                if missing := sib_store.missing(list(texts)):
+                if missing := sib_store.missing(list(wanted)):
                     found.append((prompt, (sib, sib_store, missing)))
         except Exception as exc:
             log.warning("%s: pooling sibling %s left to its own embed task (%s)", plan.model, sib.model, exc)

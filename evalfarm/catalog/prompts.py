@@ -285,8 +285,8 @@ def lineage_prompts(chain: Any) -> Prompts | None:
     embedded under the base's prompts)."""
     for spec in chain:
         got = getattr(spec, "prompts", None)
-        if got is not None:
-            return got  # type: ignore[no-any-return]
+        if isinstance(got, Prompts):
+            return got
     return None
 
 

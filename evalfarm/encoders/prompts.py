@@ -32,7 +32,7 @@ def model_prompts(location: Path | str, *, revision: str | None = None) -> dict[
     """The ``prompts`` of a model folder's (or hub repository's) ``config_sentence_transformers.json``; ``{}`` when
     it has none. A hub id is read through ``transformers``' file cache (downloaded with the weights)."""
     if isinstance(location, Path) or Path(str(location)).is_dir():
-        path: Path | None = Path(location) / ST_CONFIG
+        path = Path(location) / ST_CONFIG
         if not path.is_file():
             return {}
     else:

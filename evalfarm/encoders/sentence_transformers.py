@@ -79,7 +79,8 @@ class SentenceTransformerEncoder:
         """The model's own prompt ``name`` (``SentenceTransformer.prompts``)."""
         from evalfarm.encoders.prompts import named_prompt
 
-        return named_prompt(self.model.prompts or {}, name, model=self.spec_id or "sentence-transformers model")
+        prompts = {k: v for k, v in (self.model.prompts or {}).items() if isinstance(v, str)}
+        return named_prompt(prompts, name, model=self.spec_id or "sentence-transformers model")
 
     def _encode(self, texts: Sequence[str], how: dict[str, Any]) -> np.ndarray:
         if not len(texts):
