@@ -169,17 +169,15 @@ def rank_pool(
 
     protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)
 
-    def prepare(emb: np.ndarray, oov: np.ndarray, protocol: Protocol, **kw: Any) -> Any:
-        return sign_bits(emb, oov, protocol) if hamming else prepare_protocol(emb, oov, protocol, **kw)
+    def prepare(emb: np.ndarray, oov: np.ndarray) -> Prepared:
+        if hamming:
+            return sign_bits(emb, oov, protocol)
+        return prepare_protocol(emb, oov, protocol, similarity=similarity, vocab=vectors.vocab)
 
-    prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)
+    prep = prepare(vectors.emb, vectors.oov)
     x, q_ids, q_usable, q_oov, exclude = prep.vectors, queries, prep.usable[queries], vectors.oov[queries], None
     if vectors.query is not None and items is not None:  # the queries under the query prompt, centred on their own
-        side = vectors.query
-        q_prep = prepare(side.emb, side.oov, protocol, similarity=similarity, vocab=vectors.vocab)
-        rows = side.rows([items[int(q)] for q in queries])
-        x = np.concatenate([prep.vectors, q_prep.vectors])
-        q_ids, q_usable, q_oov = len(prep.vectors) + rows, q_prep.usable[rows], side.oov[rows]
+        x, q_ids, q_usable, q_oov = _query_side(prep, vectors.query, prepare, [items[int(q)] for q in queries])
         exclude, neighbours = queries, 0  # the query's own item (a document row) never counts; no neighbour lists
     pair_oov = q_oov | vectors.oov[positives]
     pair_index = np.flatnonzero(q_usable & prep.usable[positives])
@@ -205,6 +203,17 @@ def rank_pool(
         n_background=len(background),
         neighbours=counts.neighbours,
     )
+
+
+def _query_side(
+    prep: Prepared, side: Any, prepare: Any, query_texts: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rank kernel's layout for an asymmetric pool: the document rows, then the query side's (prepared on its
+    own); each pair's query id in the second block, its usability and OOV flag."""
+    q_prep = prepare(side.emb, side.oov)
+    rows = side.rows(query_texts)
+    x = np.concatenate([prep.vectors, q_prep.vectors])
+    return x, len(prep.vectors) + rows, q_prep.usable[rows], side.oov[rows]
 
 
 def sign_bits(emb: np.ndarray, oov: np.ndarray, protocol: Protocol) -> Prepared:
