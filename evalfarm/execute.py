@@ -419,7 +419,7 @@ def _embed_from_base(
         out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
         out.emb[out.oov] = 0.0
         outs.append(check_quality(missing, out))
-    provenance["postprocess"] = postprocess.model_dump()
+    provenance["postprocess"] = postprocess.record()
     if fit_oov is not None:
         provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": plan.base_lineage[0].id}
     return outs
@@ -566,7 +566,7 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
         "spec_hash": plan.spec_hash,
         "base": spec.base,
         "pooling": spec.option("pooling"),
-        "postprocess": spec.postprocess.model_dump_json() if spec.postprocess else None,
+        "postprocess": spec.postprocess.record_json() if spec.postprocess else None,
         "source": next((s.source.model_dump_json() for s in chain if s.source), None),
         "provenance": json.dumps(provenance, default=str),
         "spec": json.dumps([s.model_dump(mode="json") for s in chain]),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -25,7 +26,7 @@ from evalfarm.catalog.prompts import NO_PROMPT, Prompt, Prompts, resolve, task_p
 from evalfarm.catalog.registry import CatalogError, load_catalog
 from evalfarm.embed import TextStore, store_key
 from evalfarm.runner import run_catalog
-from evalfarm.warehouse import Warehouse
+from evalfarm.warehouse import Warehouse, read_embeddings
 from tests.support.task_files import data_folder
 
 torch = pytest.importorskip("torch")
@@ -211,6 +212,21 @@ def test_a_prompted_decoder_runs_every_task_and_its_family_from_one_load(decoder
     assert models <= got  # each derived model is a model of its own on the boards
 
 
+def test_the_family_is_one_family_and_each_member_a_model_of_the_correlations(decoder_run) -> None:
+    from evalfarm.robustness import _FAMILIES_SQL
+
+    wh = Warehouse(decoder_run[1])
+    families = {r["model"]: r["family"] for r in wh.query(_FAMILIES_SQL).to_pylist()}
+    assert len({families[m] for m in families if m.startswith("qwen-tiny")}) == 1  # leave-one-family-out: one
+    pairs = wh.query(
+        "SELECT DISTINCT model FROM correlation_pairs WHERE intrinsic_task = 'evalrank-sentence' "
+        "AND downstream_task = 'mr-tiny' AND NOT excludes_postprocessed"
+    ).to_pylist()
+    assert {"qwen-tiny", "qwen-tiny-d8", "qwen-tiny-int8", "qwen-tiny-binary"} <= {r["model"] for r in pairs}
+    # Table 10's post-processing twins are ABTT / PC removal / whitening, not a prefix or a quantised copy
+    assert wh.query("SELECT * FROM postprocessing_effect").num_rows == 0
+
+
 @pytest.mark.parametrize("padding_side", ["left", pytest.param("right", marks=pytest.mark.slow)])
 def test_last_token_vectors_equal_each_text_alone_with_its_prompt(
     padding_side, decoder_dir, task_dir, tmp_path, decoder_run
@@ -304,6 +320,25 @@ def test_a_rerun_embeds_nothing_and_changing_one_prompt_recomputes(decoder_run, 
     changed = tmp_path / "changed.yaml"
     changed.write_text(yaml.safe_dump(spec))
     assert load_catalog(changed).spec_hash("qwen-tiny") != load_catalog(cat).spec_hash("qwen-tiny")
+
+
+def test_a_new_task_embeds_only_its_prompt_s_texts_and_keeps_the_stored_parts(decoder_dir, task_dir, tmp_path) -> None:
+    cat = _catalog(tmp_path, task_dir, [_decoder(decoder_dir)])
+    wh = tmp_path / "wh"
+    assert _run(cat, wh, task_dir, tasks=["evalrank-sentence"]).counts()["done"] == 1
+    spec_hash = load_catalog(cat).spec_hash("qwen-tiny")
+
+    def shards(prompt: str) -> list[str]:
+        return TextStore(Warehouse(wh), "qwen-tiny", store_key(spec_hash, Prompt(prompt).key)).shards()
+
+    before = {p: Path(p).stat().st_mtime_ns for p in shards(DEC_PROMPTS["default"])}
+    assert before and shards(DEC_PROMPTS["classification"]) == []
+    summary = _run(cat, wh, task_dir, tasks=["evalrank-sentence", "mr-tiny"])
+    assert summary.counts() == {"done": 1, "skipped": 1, "failed": 0}, summary.failed
+    assert {p: Path(p).stat().st_mtime_ns for p in shards(DEC_PROMPTS["default"])} == before  # nothing rewritten
+    (new,) = shards(DEC_PROMPTS["classification"])  # one part: the classification texts under their prompt
+    texts, *_ = read_embeddings(new)
+    assert sorted(texts) == sorted(dict.fromkeys(POS + NEG))
 
 
 # -- asymmetric tasks ------------------------------------------------------------------------------------------------
@@ -429,7 +464,7 @@ def test_a_bad_value_is_a_catalog_error_naming_file_and_model(extra, error, deco
         load_catalog(path)
     msg = str(exc.value)
     assert str(path) in msg and "qwen-tiny" in msg, msg
-    assert __import__("re").search(error, msg), msg
+    assert re.search(error, msg), msg
 
 
 @pytest.mark.parametrize(
@@ -463,7 +498,7 @@ def test_kinds_without_token_states_or_prompts_refuse_them(entry, error, task_di
     with pytest.raises(CatalogError) as exc:
         load_catalog(path)
     assert str(path) in str(exc.value) and "'m'" in str(exc.value), exc.value
-    assert __import__("re").search(error, str(exc.value)), exc.value
+    assert re.search(error, str(exc.value)), exc.value
 
 
 def test_dims_and_precisions_leave_the_base_hash_alone(decoder_dir, task_dir, tmp_path) -> None:

@@ -161,6 +161,19 @@ class PostProcess(_Strict):
             raise ValueError("'layer_norm' belongs to post-processing 'truncate'")
         return self
 
+    def record(self) -> dict[str, Any]:
+        """The transform as a model's provenance records it: every field, except those added since the first
+        release while at their defaults (``layer_norm``), so the records of the models that were there stay as
+        they were, byte for byte (a text-store shard's metadata holds it)."""
+        return self.model_dump(exclude=self._unrecorded())
+
+    def record_json(self) -> str:
+        """:meth:`record` as the ``models`` table's ``postprocess`` column holds it (compact JSON)."""
+        return self.model_dump_json(exclude=self._unrecorded())
+
+    def _unrecorded(self) -> set[str] | None:
+        return None if self.layer_norm else {"layer_norm"}
+
     @property
     def fits(self) -> bool:
         """Whether the transform is fitted on a set of texts (``fit_on``): every method but truncate and binary."""

@@ -172,14 +172,14 @@ def _load(chain: list[ModelSpec], base_dir: Path | None) -> tuple[Any, dict[str,
         if spec.postprocess is None:
             raise ModelLoadError(f"model {spec.id!r}: a derived model needs 'postprocess' or its own 'source'")
         base = load_encoder([_overlay(chain[1], spec), *chain[2:]], base_dir=base_dir)
-        prov = {"postprocess": spec.postprocess.model_dump(), "base": getattr(base, "provenance", {})}
+        prov = {"postprocess": spec.postprocess.record(), "base": getattr(base, "provenance", {})}
         return _wrap_postprocess(spec, base), prov
     if kind is None:  # a derived spec with its own source names no kind to load it with
         raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
     enc, prov = _load_own(kind, spec, base_dir)
     if spec.postprocess is not None:
         enc = _wrap_postprocess(spec, enc)
-        prov["postprocess"] = spec.postprocess.model_dump()
+        prov["postprocess"] = spec.postprocess.record()
     return enc, prov
 
 
