@@ -7,6 +7,7 @@ direction or parameters differ (the same number computed under another identity 
 recompute it). With ``--ranks`` the per-pair EvalRank ranks are compared too.
 
     python benchmarks/compare_warehouses.py WAREHOUSE_BEFORE WAREHOUSE_AFTER [--json out.json]
+    python benchmarks/compare_warehouses.py FULL_BEFORE SUBSET_AFTER --subset   # a fresh run of some units
     python benchmarks/compare_warehouses.py --smoke --ranks   # two runs of a toy catalog: identical
 
 Exits 1 when anything differs.
@@ -40,11 +41,15 @@ def _same(a: Any, b: Any, tolerance: float) -> bool:
     return a == b
 
 
-def compare_metrics(before: str, after: str, *, tolerance: float = 0.0) -> dict[str, Any]:
-    """What differs between the two warehouses' ``metrics`` views."""
+def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: bool = False) -> dict[str, Any]:
+    """What differs between the two warehouses' ``metrics`` views (``subset``: only the units, (model, task), that
+    ``after`` holds: a fresh warehouse of a few units against a full one)."""
     sql = f"SELECT {', '.join(KEY)}, value, {', '.join(IDENTITY)} FROM metrics"
-    a = {tuple(r[k] for k in KEY): r for r in _rows(before, sql)}
     b = {tuple(r[k] for k in KEY): r for r in _rows(after, sql)}
+    units = {k[:2] for k in b}
+    a = {tuple(r[k] for k in KEY): r for r in _rows(before, sql)}
+    if subset:
+        a = {k: r for k, r in a.items() if k[:2] in units}
     value = [k for k in a.keys() & b.keys() if not _same(a[k]["value"], b[k]["value"], tolerance)]
     identity = {col: sorted(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
     return {
@@ -59,10 +64,13 @@ def compare_metrics(before: str, after: str, *, tolerance: float = 0.0) -> dict[
     }
 
 
-def compare_ranks(before: str, after: str) -> dict[str, Any]:
-    """Per-pair EvalRank ranks (the ``ranks`` view): pairs whose stored ranks differ."""
+def compare_ranks(before: str, after: str, *, subset: bool = False) -> dict[str, Any]:
+    """Per-pair EvalRank ranks (the ``ranks`` view): pairs whose stored ranks differ (``subset``: of ``after``'s
+    units only)."""
     sql = "SELECT model, task, variant, query_id, positive_id, rank, tied, score, oov FROM ranks ORDER BY ALL"
-    a, b = _rows(before, sql), _rows(after, sql)
+    b = _rows(after, sql)
+    units = {(r["model"], r["task"]) for r in b}
+    a = [r for r in _rows(before, sql) if not subset or (r["model"], r["task"]) in units]
     return {"pairs_before": len(a), "pairs_after": len(b), "identical": a == b}
 
 
@@ -73,6 +81,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tolerance", type=float, default=0.0, help="largest absolute difference that counts as equal")
     ap.add_argument("--ranks", action="store_true", help="compare the per-pair EvalRank ranks too")
     ap.add_argument("--json", type=Path, help="write the full comparison here")
+    ap.add_argument(
+        "--subset",
+        action="store_true",
+        help="compare only the units (model, task) AFTER holds: a fresh warehouse of a few units against a full one",
+    )
     ap.add_argument(
         "--smoke",
         action="store_true",
@@ -104,9 +117,9 @@ def smoke_warehouse(d: Path, name: str) -> str:
 
 def report(args: argparse.Namespace) -> int:
     """Compare, print the summary line, write the JSON; 1 when anything differs."""
-    out = compare_metrics(args.before, args.after, tolerance=args.tolerance)
+    out = compare_metrics(args.before, args.after, tolerance=args.tolerance, subset=args.subset)
     if args.ranks:
-        out["ranks"] = compare_ranks(args.before, args.after)
+        out["ranks"] = compare_ranks(args.before, args.after, subset=args.subset)
     if args.json:
         args.json.write_text(json.dumps(out, indent=1, default=str) + "\n")
     differs = out["only_before"] or out["only_after"] or out["value_differs"] or out["identity_differs"]
