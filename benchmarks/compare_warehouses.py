@@ -41,6 +41,12 @@ def _same(a: Any, b: Any, tolerance: float) -> bool:
     return a == b
 
 
+def _ordered(keys: Any) -> list[tuple[Any, ...]]:
+    """Metric keys in a stable order; a key's ``ties`` is NULL for every metric but the rank ones, so None sorts
+    first instead of failing the comparison with a str."""
+    return sorted(keys, key=lambda k: tuple((x is not None, "" if x is None else str(x)) for x in k))
+
+
 def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: bool = False) -> dict[str, Any]:
     """What differs between the two warehouses' ``metrics`` views (``subset``: only the units, (model, task), that
     ``after`` holds: a fresh warehouse of a few units against a full one)."""
@@ -51,13 +57,13 @@ def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: 
     if subset:
         a = {k: r for k, r in a.items() if k[:2] in units}
     value = [k for k in a.keys() & b.keys() if not _same(a[k]["value"], b[k]["value"], tolerance)]
-    identity = {col: sorted(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
+    identity = {col: _ordered(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
     return {
         "rows_before": len(a),
         "rows_after": len(b),
-        "only_before": sorted(map(list, a.keys() - b.keys())),
-        "only_after": sorted(map(list, b.keys() - a.keys())),
-        "value_differs": [{"key": list(k), "before": a[k]["value"], "after": b[k]["value"]} for k in sorted(value)],
+        "only_before": [list(k) for k in _ordered(a.keys() - b.keys())],
+        "only_after": [list(k) for k in _ordered(b.keys() - a.keys())],
+        "value_differs": [{"key": list(k), "before": a[k]["value"], "after": b[k]["value"]} for k in _ordered(value)],
         "identity_differs": {col: [list(k) for k in ks] for col, ks in identity.items() if ks},
         "models": len({k[0] for k in a}),
         "tasks": len({k[1] for k in a}),
