@@ -693,6 +693,7 @@ def show_model(model: str, catalog: PathOrStr | Catalog | None = None) -> list[d
     ``precisions``). Validates as :func:`validate_catalog`; an unknown id is a ``CatalogError`` naming the catalog."""
     from evalfarm.catalog.prompts import describe_prompts, lineage_prompts
     from evalfarm.catalog.registry import Catalog
+    from evalfarm.embed import scorer_prompts
     from evalfarm.scorers import scorer_for
 
     cat = catalog if isinstance(catalog, Catalog) else validate_catalog(catalog)
@@ -722,7 +723,7 @@ def show_model(model: str, catalog: PathOrStr | Catalog | None = None) -> list[d
         )
     )
     for task in cat.tasks_for(model):
-        tp = scorer_for(task.kind).task_prompts(task, prompts)
+        tp = scorer_prompts(scorer_for(task.kind), task, prompts)
         said = tp.describe() if prompts is not None else {"prompt": repr(f"{prefix}: ") if prefix else "(none)"}
         rows.append((f"prompt: {task.id}", "; ".join(v if k == "prompt" else f"{k} {v}" for k, v in said.items())))
     derived = [m.id for m in cat.models.values() if m.base == model]

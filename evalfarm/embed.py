@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from evalfarm.catalog.prompts import Prompt, Prompts, TaskPrompts
+from evalfarm.catalog.prompts import Prompt, Prompts, TaskPrompts, task_prompts
 
 EMBED_VERSION = "3"
 """Bump when stored vectors change for the same model and text (it keys every text store)."""
@@ -313,11 +313,23 @@ class TextStore:
 
 
 # ---- a task's texts under a model's prompts -------------------------------------------------------------------------
+def scorer_prompts(scorer: Any, task: Any, prompts: Prompts | None) -> TaskPrompts:
+    """The prompts of ``task``'s texts under ``prompts``: the scorer's own answer (``Scorer.task_prompts``), or for an
+    out-of-tree scorer written before prompts existed (a duck-typed ``TaskKind``), its declared ``prompt_type``
+    (default similarity) with one prompt for all its texts."""
+    own = getattr(scorer, "task_prompts", None)
+    if own is not None:
+        result: TaskPrompts = own(task, prompts)
+        return result
+    kind = getattr(scorer, "prompt_type", "similarity")
+    return task_prompts(prompts, task=task.id, task_type=kind, sides=False, asymmetric=False)
+
+
 def task_texts(scorer: Any, task: Any, data: Any, prompts: Prompts | None) -> list[tuple[Prompt, list[str]]]:
     """What a model with ``prompts`` embeds for one task: (prompt, texts) for each prompt it puts before some of
     them: every text under the document prompt (one entry for a symmetric task, and for a model without prompts
     the empty prompt: the texts as they always were), the query side under the query prompt when it differs."""
-    tp: TaskPrompts = scorer.task_prompts(task, prompts)
+    tp = scorer_prompts(scorer, task, prompts)
     out = [(tp.document, list(scorer.texts(data)))]
     if tp.query is not None:
         out.append((tp.query, list(dict.fromkeys(scorer.query_texts(data)))))
@@ -349,7 +361,7 @@ def task_vectors(
     from evalfarm.scorers.base import QueryVectors, TextVectors
     from evalfarm.vocab import VocabStats
 
-    tp: TaskPrompts = scorer.task_prompts(task, prompts)
+    tp = scorer_prompts(scorer, task, prompts)
     emb, oov, meta = stores(tp.document).vectors(list(scorer.texts(data)))
     query = None
     if tp.query is not None:

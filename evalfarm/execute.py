@@ -37,6 +37,7 @@ from evalfarm.embed import (
     encode_poolings,
     encode_texts,
     is_binary,
+    scorer_prompts,
     task_texts,
     task_vectors,
 )
@@ -328,7 +329,7 @@ def _prompts_provenance(ctx: ExecContext, plan: ModelPlan, encoder: Any) -> dict
     out: dict[str, dict[str, str | None]] = {}
     for u in plan.units:
         spec = ctx.catalog.task(u.task)
-        tp = scorer_for(spec.kind).task_prompts(spec, plan.prompts)
+        tp = scorer_prompts(scorer_for(spec.kind), spec, plan.prompts)
         sides = {"prompt": tp.document} if tp.query is None else {"query": tp.query, "document": tp.document}
         out[u.task] = {
             side: (prompt_text(encoder, p) if encoder is not None or p.name is None else None)

@@ -417,6 +417,20 @@ def test_defsent_is_asymmetric_by_default_and_evalrank_only_on_request() -> None
     assert defsent.task_prompts(task, None).query is None  # no prompts: one vector per text, as always
 
 
+def test_a_scorer_written_before_prompts_gets_one_prompt_by_its_type() -> None:
+    from types import SimpleNamespace
+
+    from evalfarm.catalog.specs import TaskSpec
+    from evalfarm.embed import scorer_prompts
+
+    old = SimpleNamespace(name="old", texts=lambda data: data)  # a duck-typed TaskKind: no task_prompts
+    prompts = Prompts.model_validate({"default": "D", "classification": "C"})
+    task = TaskSpec.model_construct(id="x")
+    assert scorer_prompts(old, task, prompts).document == Prompt("D")
+    assert scorer_prompts(SimpleNamespace(prompt_type="classification"), task, prompts).document == Prompt("C")
+    assert scorer_prompts(old, task, None).document == NO_PROMPT
+
+
 # -- resolution ------------------------------------------------------------------------------------------------------
 def test_prompt_resolution_goes_from_the_task_to_its_type_to_the_default() -> None:
     p = Prompts.model_validate(
