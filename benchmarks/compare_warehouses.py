@@ -17,6 +17,7 @@ and after a migration.
     PYTHONPATH=../main python benchmarks/compare_warehouses.py --dump before-views WAREHOUSE_BEFORE
     python benchmarks/compare_warehouses.py --dump after-views WAREHOUSE_AFTER
     python benchmarks/compare_warehouses.py --dumps before-views after-views [--json out.json]
+    python benchmarks/compare_warehouses.py FULL_BEFORE SUBSET_AFTER --subset   # a fresh run of some units
     python benchmarks/compare_warehouses.py --smoke --ranks --views  # two runs of a toy catalog: identical
 
 Exits 1 when anything differs.
@@ -50,29 +51,42 @@ def _same(a: Any, b: Any, tolerance: float) -> bool:
     return a == b
 
 
-def compare_metrics(before: str, after: str, *, tolerance: float = 0.0) -> dict[str, Any]:
-    """What differs between the two warehouses' ``metrics`` views."""
+def _ordered(keys: Any) -> list[tuple[Any, ...]]:
+    """Metric keys in a stable order; a key's ``ties`` is NULL for every metric but the rank ones, so None sorts
+    first instead of failing the comparison with a str."""
+    return sorted(keys, key=lambda k: tuple((x is not None, "" if x is None else str(x)) for x in k))
+
+
+def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: bool = False) -> dict[str, Any]:
+    """What differs between the two warehouses' ``metrics`` views (``subset``: only the units, (model, task), that
+    ``after`` holds: a fresh warehouse of a few units against a full one)."""
     sql = f"SELECT {', '.join(KEY)}, value, {', '.join(IDENTITY)} FROM metrics"
-    a = {tuple(r[k] for k in KEY): r for r in _rows(before, sql)}
     b = {tuple(r[k] for k in KEY): r for r in _rows(after, sql)}
+    units = {k[:2] for k in b}
+    a = {tuple(r[k] for k in KEY): r for r in _rows(before, sql)}
+    if subset:
+        a = {k: r for k, r in a.items() if k[:2] in units}
     value = [k for k in a.keys() & b.keys() if not _same(a[k]["value"], b[k]["value"], tolerance)]
-    identity = {col: sorted(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
+    identity = {col: _ordered(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
     return {
         "rows_before": len(a),
         "rows_after": len(b),
-        "only_before": sorted(map(list, a.keys() - b.keys())),
-        "only_after": sorted(map(list, b.keys() - a.keys())),
-        "value_differs": [{"key": list(k), "before": a[k]["value"], "after": b[k]["value"]} for k in sorted(value)],
+        "only_before": [list(k) for k in _ordered(a.keys() - b.keys())],
+        "only_after": [list(k) for k in _ordered(b.keys() - a.keys())],
+        "value_differs": [{"key": list(k), "before": a[k]["value"], "after": b[k]["value"]} for k in _ordered(value)],
         "identity_differs": {col: [list(k) for k in ks] for col, ks in identity.items() if ks},
         "models": len({k[0] for k in a}),
         "tasks": len({k[1] for k in a}),
     }
 
 
-def compare_ranks(before: str, after: str) -> dict[str, Any]:
-    """Per-pair EvalRank ranks (the ``ranks`` view): pairs whose stored ranks differ."""
+def compare_ranks(before: str, after: str, *, subset: bool = False) -> dict[str, Any]:
+    """Per-pair EvalRank ranks (the ``ranks`` view): pairs whose stored ranks differ (``subset``: of ``after``'s
+    units only)."""
     sql = "SELECT model, task, variant, query_id, positive_id, rank, tied, score, oov FROM ranks ORDER BY ALL"
-    a, b = _rows(before, sql), _rows(after, sql)
+    b = _rows(after, sql)
+    units = {(r["model"], r["task"]) for r in b}
+    a = [r for r in _rows(before, sql) if not subset or (r["model"], r["task"]) in units]
     return {"pairs_before": len(a), "pairs_after": len(b), "identical": a == b}
 
 
@@ -198,6 +212,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--dumps", type=Path, nargs=2, metavar=("A", "B"), help="compare two --dump folders")
     ap.add_argument(
+        "--subset",
+        action="store_true",
+        help="compare only the units (model, task) AFTER holds: a fresh warehouse of a few units against a full one",
+    )
+    ap.add_argument(
         "--smoke",
         action="store_true",
         help="a tiny run for CI (tests/test_benchmarks_smoke.py): without BEFORE and AFTER, two warehouses of one "
@@ -258,9 +277,9 @@ def smoke_warehouse(d: Path, name: str) -> str:
 
 def report(args: argparse.Namespace) -> int:
     """Compare, print the summary line, write the JSON; 1 when anything differs."""
-    out = compare_metrics(args.before, args.after, tolerance=args.tolerance)
+    out = compare_metrics(args.before, args.after, tolerance=args.tolerance, subset=args.subset)
     if args.ranks:
-        out["ranks"] = compare_ranks(args.before, args.after)
+        out["ranks"] = compare_ranks(args.before, args.after, subset=args.subset)
     if args.views:
         before, after = getattr(args, "views_of", None) or (args.before, args.after)
         out["views"] = compare_views(view_rows(before), view_rows(after), tolerance=args.float_tolerance)

@@ -36,6 +36,7 @@ if TYPE_CHECKING:  # what type checkers see of the lazy names below (at run time
     from evalfarm.api import run_status as run_status
     from evalfarm.api import set_config as set_config
     from evalfarm.api import settings as settings
+    from evalfarm.api import show_model as show_model
     from evalfarm.api import submit_plan as submit_plan
     from evalfarm.api import vacuum_warehouse as vacuum_warehouse
     from evalfarm.api import validate_catalog as validate_catalog
@@ -74,6 +75,7 @@ _API = (
     "run_status",
     "set_config",
     "settings",
+    "show_model",
     "submit_plan",
     "vacuum_warehouse",
     "validate_catalog",

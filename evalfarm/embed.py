@@ -1,9 +1,10 @@
 """Embed stage: each distinct text a model needs, embedded once and stored once, in the model's text store.
 
 A model's store is a folder of Parquet shards (``text_id``, ``text``, ``embedding``, ``oov``) keyed by its spec hash
-and the embed code version: every task of the model's level indexes into it by text, so adding STS to a model that
-already embedded the EvalRank sentence pool embeds only the STS sentences that are new. A shard holds the texts one
-part of an embed call added (``evalfarm.execute.EMBED_SHARD_TEXTS`` texts at most, stored as each part finishes); its
+and the embed code version (and, for a model with prompts, the prompt: one store per prompt, :func:`store_key`):
+every task of the model's level indexes into it by text, so adding STS to a model that already embedded the
+EvalRank sentence pool embeds only the STS sentences that are new. A shard holds the texts one part of an embed call
+added (``evalfarm.execute.EMBED_SHARD_TEXTS`` texts at most, stored as each part finishes); its
 name is a hash of its texts, its metadata holds no run id or time, so its bytes depend on its content only (two runs
 that embed the same texts write the same file).
 
@@ -25,6 +26,8 @@ from typing import Any
 
 import numpy as np
 
+from evalfarm.catalog.prompts import Prompt, Prompts, TaskPrompts, task_prompts
+
 EMBED_VERSION = "3"
 """Bump when stored vectors change for the same model and text (it keys every text store)."""
 
@@ -45,9 +48,14 @@ def text_id(text: str) -> str:
     return hashlib.sha1(text.encode("utf-8")).hexdigest()[:16]
 
 
-def store_key(spec_hash: str) -> str:
-    """A model's text store: its spec hash and the embed code version."""
-    return hashlib.sha256(f"store|{spec_hash}|{EMBED_VERSION}".encode()).hexdigest()[:16]
+def store_key(spec_hash: str, prompt: str = "") -> str:
+    """A model's text store: its spec hash and the embed code version, and for texts embedded under a prompt, the
+    prompt (:attr:`evalfarm.catalog.prompts.Prompt.key`): one store per (model, prompt), each holding one vector per
+    text, so a text a model embeds under two prompts is two vectors. No prompt keys the store as it always has."""
+    base = f"store|{spec_hash}|{EMBED_VERSION}"
+    if prompt:
+        base += f"|prompt|{prompt}"
+    return hashlib.sha256(base.encode()).hexdigest()[:16]
 
 
 @dataclass
@@ -302,3 +310,70 @@ class TextStore:
                 f"(e.g. {missing}); the embed stage did not finish for them"
             )
         return stored.emb[rows], stored.oov[rows], stored.meta
+
+
+# ---- a task's texts under a model's prompts -------------------------------------------------------------------------
+def scorer_prompts(scorer: Any, task: Any, prompts: Prompts | None) -> TaskPrompts:
+    """The prompts of ``task``'s texts under ``prompts``: the scorer's own answer (``Scorer.task_prompts``), or for an
+    out-of-tree scorer written before prompts existed (a duck-typed ``TaskKind``), its declared ``prompt_type``
+    (default similarity) with one prompt for all its texts."""
+    own = getattr(scorer, "task_prompts", None)
+    if own is not None:
+        result: TaskPrompts = own(task, prompts)
+        return result
+    kind = getattr(scorer, "prompt_type", "similarity")
+    return task_prompts(prompts, task=task.id, task_type=kind, sides=False, asymmetric=False)
+
+
+def task_texts(scorer: Any, task: Any, data: Any, prompts: Prompts | None) -> list[tuple[Prompt, list[str]]]:
+    """What a model with ``prompts`` embeds for one task: (prompt, texts) for each prompt it puts before some of
+    them: every text under the document prompt (one entry for a symmetric task, and for a model without prompts
+    the empty prompt: the texts as they always were), the query side under the query prompt when it differs."""
+    tp = scorer_prompts(scorer, task, prompts)
+    out = [(tp.document, list(scorer.texts(data)))]
+    if tp.query is not None:
+        out.append((tp.query, list(dict.fromkeys(scorer.query_texts(data)))))
+    return out
+
+
+def is_binary(spec: Any) -> bool:
+    """Whether a model's stored vectors are signs (postprocess ``binary``): EvalRank then adds Hamming ranks. Takes
+    a ModelSpec or its JSON dump (the models table's)."""
+    post = spec.get("postprocess") if isinstance(spec, dict) else getattr(spec, "postprocess", None)
+    method = post.get("method") if isinstance(post, dict) else getattr(post, "method", None)
+    return method == "binary"
+
+
+def task_vectors(
+    stores: Callable[[Prompt], TextStore],
+    scorer: Any,
+    task: Any,
+    data: Any,
+    prompts: Prompts | None,
+    *,
+    level: str,
+    oov_policy: Any,
+    binary: bool = False,
+) -> Any:
+    """A task's stored vectors for a model (a :class:`evalfarm.scorers.base.TextVectors`): its texts from the store
+    of their prompt (``stores(prompt)``), and an asymmetric task's query side from its own. What the score stage and
+    ``verify --deep`` hand a scorer."""
+    from evalfarm.scorers.base import QueryVectors, TextVectors
+    from evalfarm.vocab import VocabStats
+
+    tp = scorer_prompts(scorer, task, prompts)
+    emb, oov, meta = stores(tp.document).vectors(list(scorer.texts(data)))
+    query = None
+    if tp.query is not None:
+        q_texts = list(dict.fromkeys(scorer.query_texts(data)))
+        q_emb, q_oov, _ = stores(tp.query).vectors(q_texts)
+        query = QueryVectors(q_texts, q_emb, q_oov)
+    return TextVectors(
+        level=level,  # type: ignore[arg-type]
+        emb=emb,
+        oov=oov,
+        vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
+        oov_policy=oov_policy,
+        query=query,
+        binary=binary,
+    )

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from evalfarm.catalog.prompts import NO_PROMPT, Prompt
 from evalfarm.catalog.registry import Catalog
 from evalfarm.catalog.specs import DEFAULT_SENTENCE_FIT_TASK, ModelSpec, PostProcess, spec_hash
 from evalfarm.embed import (
@@ -35,14 +36,19 @@ from evalfarm.embed import (
     check_quality,
     encode_poolings,
     encode_texts,
+    is_binary,
+    scorer_prompts,
+    task_texts,
+    task_vectors,
 )
+from evalfarm.encoders.prompts import prompt_text, with_prompt
 from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.ranking import BOARD_TIES
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import ScoreResult, TextVectors
+from evalfarm.scorers.base import ScoreResult
 from evalfarm.warehouse import Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
@@ -116,9 +122,15 @@ class ExecContext:
         if textcounts.cached(key) is None:
             textcounts.remember(key, self.texts(unit.task))
 
-    def store(self, plan: ModelPlan) -> TextStore:
-        """The model's text store, keyed as planned."""
-        return TextStore(self.warehouse, plan.model, plan.store)
+    def prompted_texts(self, plan: ModelPlan, task_id: str) -> list[tuple[Prompt, list[str]]]:
+        """What ``plan``'s model embeds for a task: (prompt, texts) per prompt (:func:`evalfarm.embed.task_texts`;
+        a model without prompts: the task's texts under no prompt)."""
+        spec = self.catalog.task(task_id)
+        return task_texts(scorer_for(spec.kind), spec, self.task_data(task_id), plan.prompts)
+
+    def store(self, plan: ModelPlan, prompt: Prompt = NO_PROMPT) -> TextStore:
+        """The model's text store of the texts it embeds under ``prompt``, keyed as planned."""
+        return TextStore(self.warehouse, plan.model, plan.store_for(prompt))
 
 
 def _fail(ctx: ExecContext, outcome: UnitOutcome) -> UnitOutcome:
@@ -168,25 +180,30 @@ def _embed_model(plan: ModelPlan, ctx: ExecContext) -> list[UnitOutcome]:
     t0 = time.perf_counter()
     started = now()
     outcomes: dict[str, UnitOutcome] = {}
-    needed: dict[str, None] = {}
+    needed: dict[Prompt, dict[str, None]] = {}  # texts by the prompt they are embedded under (none: one group)
     for u in plan.units:
         try:
-            needed.update(dict.fromkeys(ctx.texts(u.task)))
+            for prompt, texts in ctx.prompted_texts(plan, u.task):
+                needed.setdefault(prompt, {}).update(dict.fromkeys(texts))
             _remember_count(ctx, u)
         except Exception as exc:
             outcomes[u.task] = _fail(ctx, failed(u.model, u.task, Stage.TASK, exc, t0, started))
     ok = [u for u in plan.units if u.task not in outcomes]
     dim = None
     if ok:
-        store = ctx.store(plan)
-        texts = list(needed)
-        missing = texts if ctx.force else store.missing(texts)
-        for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
-            record_quarantine(ctx.warehouse, ctx.run_id, q, model=plan.model)
-        if missing:
+        work: list[tuple[Prompt, TextStore, list[str]]] = []
+        for prompt, wanted in needed.items():
+            store = ctx.store(plan, prompt)
+            texts = list(wanted)
+            missing = texts if ctx.force else store.missing(texts)
+            for q in store.quarantined:  # a shard that could not be read: its texts are among `missing`
+                record_quarantine(ctx.warehouse, ctx.run_id, q, model=plan.model)
+            if missing:
+                work.append((prompt, store, missing))
+        if work:
             state = {"stage": Stage.LOAD}
             try:
-                dim = _embed_missing(ctx, plan, store, missing, state)
+                dim = _embed_missing(ctx, plan, work, state)
             except Exception as exc:
                 kind = Stage.EMBED_QUALITY if isinstance(exc, EmbeddingQualityError) else state["stage"]
                 for u in ok:
@@ -258,44 +275,89 @@ def _reused_base(spec: ModelSpec) -> PostProcess | None:
     return None
 
 
-def _embed_missing(
-    ctx: ExecContext, plan: ModelPlan, store: TextStore, missing: list[str], state: dict[str, Stage]
-) -> int:
-    """Embed ``missing`` into ``store``; returns the dimension. ``state["stage"]`` says how far it got (a failure
-    while loading the model is a ``load`` failure, after it an ``embed`` one)."""
+Work = list[tuple[Prompt, TextStore, list[str]]]
+"""(prompt, the model's store of that prompt, the texts it lacks): what one embed call adds, prompt by prompt."""
+
+
+# long: one model's embedding, by prompt: from its base's vectors, or one load of the encoder and its siblings' texts
+def _embed_missing(ctx: ExecContext, plan: ModelPlan, work: Work, state: dict[str, Stage]) -> int:
+    """Embed each group's missing texts into its store (a model without prompts: one group, no prompt); returns
+    the dimension. ``state["stage"]`` says how far it got (a failure while loading the model is a ``load`` failure,
+    after it an ``embed`` one)."""
     from evalfarm.provenance import process_device
 
     provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
+    prompted = plan.prompts is not None
+    total = sum(len(missing) for _, _, missing in work)
     reused = _reused_base(plan.spec)
-    if reused is not None:  # from the base's stored vectors: fast, one shard
-        meter = PassMeter(ctx, plan.model, f"{plan.model} · {len(missing)} texts", len(missing), derived=True)
-        out = _embed_from_base(ctx, plan, reused, missing, state, provenance)
-        meter(len(missing))
+    if reused is not None:  # from the base's stored vectors: fast, one shard per prompt
+        meter = PassMeter(ctx, plan.model, f"{plan.model} · {total} texts", total, derived=True)
+        outs = _embed_from_base(ctx, plan, reused, work, state, provenance)
+        meter(total)
         provenance["device"] = process_device(ctx.options.device)
-        _publish(ctx, plan, store, missing, out, provenance)
-        return int(out.emb.shape[1])
+        if prompted:
+            provenance["prompts"] = _prompts_provenance(ctx, plan, None)
+        for (prompt, store, missing), out in zip(work, outs, strict=True):
+            prov = _with_prompt(provenance, None, prompt) if prompted else provenance
+            _publish(ctx, plan, store, missing, out, prov)
+        return int(outs[-1].emb.shape[1])
     # the siblings' texts are known before the model loads when the kind can share a pass (a transformers
     # checkpoint); a model that turns out not to (no encode_poolings) is checked again once loaded
-    siblings = _sibling_work(ctx, plan) if plan.siblings else []
-    union = len(set(missing).union(*(texts for _, _, texts in siblings))) if siblings else len(missing)
-    label = f"{plan.model} · {union} texts" + (f" (+ {len(siblings)} pooling sibling(s))" if siblings else "")
+    siblings = _sibling_work(ctx, plan) if plan.siblings else {}
+    own = {prompt: (store, missing) for prompt, store, missing in work}
+    order = list(dict.fromkeys([*own, *siblings]))
+    union = sum(
+        len(set(own[p][1] if p in own else ()).union(*(texts for _, _, texts in siblings.get(p, ())))) for p in order
+    )
+    n_sib = len({s.model for group in siblings.values() for s, _, _ in group})
+    label = f"{plan.model} · {union} texts" + (f" (+ {n_sib} pooling sibling(s))" if siblings else "")
     meter = PassMeter(ctx, plan.model, label, union)
     encoder = _load_for_embedding(ctx, plan, state, provenance)
     provenance["device"] = process_device(ctx.options.device)  # the worker that embedded: its CPU, GPUs, driver
     if not hasattr(encoder, "encode_poolings") and siblings:
-        siblings = []
-        meter.retotal(len(missing), f"{plan.model} · {len(missing)} texts")
+        siblings, order = {}, list(own)
+        meter.retotal(total, f"{plan.model} · {total} texts")
+    if prompted:
+        provenance["prompts"] = _prompts_provenance(ctx, plan, encoder)
     dim = 0
-    for part, sibling_parts in shard_parts(missing, siblings):
-        if sibling_parts:
-            out, shared = _encode_with_siblings(ctx, plan, encoder, part, sibling_parts, meter)
-        else:
-            out, shared = encode_texts(encoder, part, progress=meter), []
-        dim = int(out.emb.shape[1])
-        if part:
-            _publish(ctx, plan, store, part, out, provenance)
-        _publish_siblings(ctx, plan, shared, provenance)
+    for prompt in order:
+        store, missing = own.get(prompt, (ctx.store(plan, prompt), []))
+        enc = with_prompt(encoder, prompt if prompted else None)
+        prov = _with_prompt(provenance, encoder, prompt) if prompted else provenance
+        for part, sibling_parts in shard_parts(missing, siblings.get(prompt, [])):
+            if sibling_parts:
+                out, shared = _encode_with_siblings(ctx, plan, enc, part, sibling_parts, meter)
+            else:
+                out, shared = encode_texts(enc, part, progress=meter), []
+            dim = int(out.emb.shape[1])
+            if part:
+                _publish(ctx, plan, store, part, out, prov)
+            _publish_siblings(ctx, plan, shared, prov)
     return dim
+
+
+def _with_prompt(provenance: dict[str, Any], encoder: Any, prompt: Prompt) -> dict[str, Any]:
+    """A shard's provenance with the prompt its texts were embedded under (a named one with its text, resolved by
+    the encoder; a derived model's from its base, where the name is what is known)."""
+    entry: dict[str, Any] = {"text": prompt.text}
+    if prompt.name is not None:
+        entry = {"name": prompt.name, "text": prompt_text(encoder, prompt) if encoder is not None else None}
+    return {**provenance, "prompt": entry}
+
+
+def _prompts_provenance(ctx: ExecContext, plan: ModelPlan, encoder: Any) -> dict[str, dict[str, str | None]]:
+    """{task: {side: prompt text}} over the plan's units (``prompt`` for a symmetric task): what the model row and
+    the model page show. A named prompt's text is the encoder's (None where no encoder loaded: a derived model)."""
+    out: dict[str, dict[str, str | None]] = {}
+    for u in plan.units:
+        spec = ctx.catalog.task(u.task)
+        tp = scorer_prompts(scorer_for(spec.kind), spec, plan.prompts)
+        sides = {"prompt": tp.document} if tp.query is None else {"query": tp.query, "document": tp.document}
+        out[u.task] = {
+            side: (prompt_text(encoder, p) if encoder is not None or p.name is None else None)
+            for side, p in sides.items()
+        }
+    return out
 
 
 EMBED_SHARD_TEXTS = 20_000
@@ -350,27 +412,40 @@ def _embed_from_base(
     ctx: ExecContext,
     plan: ModelPlan,
     postprocess: PostProcess,
-    missing: list[str],
+    work: Work,
     state: dict[str, Stage],
     provenance: dict[str, Any],
-) -> Encoded:
+) -> list[Encoded]:
     """A post-processed sentence model over its base's stored vectors: the base embeds the texts and the fit
-    task's (reusing its store), the transform is fitted on the fit task's and applied to ``missing``."""
+    task's (reusing its store; each under its prompt), the transform is fitted on the fit task's (a transform that
+    fits nothing: truncate, binary, on none) and applied to each group's missing texts."""
     from evalfarm.encoders.postprocess import fit_postprocess
 
+    wanted: dict[Prompt, list[str]] = {prompt: list(missing) for prompt, _, missing in work}
     fit_task = postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
-    fit_texts = ctx.texts(fit_task)
-    base = plan.base_lineage[0].id
-    base_emb, base_oov = _base_vectors(ctx, plan, [*missing, *fit_texts])
-    fit_emb, fit_oov = base_emb[len(missing) :], base_oov[len(missing) :]
+    fit_prompt, fit_at = NO_PROMPT, 0
+    if postprocess.fits:  # the fit task's texts as the base embeds them for that task
+        ((fit_prompt, fit_texts), *_) = ctx.prompted_texts(plan, fit_task)
+        fit_at = len(wanted.get(fit_prompt, []))
+        wanted[fit_prompt] = [*wanted.get(fit_prompt, []), *fit_texts]
+    base_vectors = {prompt: _base_vectors(ctx, plan, texts, prompt) for prompt, texts in wanted.items()}
     state["stage"] = Stage.EMBED
-    transform = fit_postprocess(fit_emb[~fit_oov], postprocess)
-    out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
-    out.emb[out.oov] = 0.0
-    out = check_quality(missing, out)
-    provenance["postprocess"] = postprocess.model_dump()
-    provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": base}
-    return out
+    fit_oov: np.ndarray | None = None
+    fit_rows: np.ndarray | None = None
+    if postprocess.fits:
+        fit_emb, fit_oov = (a[fit_at:] for a in base_vectors[fit_prompt])
+        fit_rows = fit_emb[~fit_oov]
+    transform = fit_postprocess(fit_rows, postprocess)
+    outs = []
+    for prompt, _, missing in work:
+        base_emb, base_oov = base_vectors[prompt]
+        out = Encoded(transform.apply(base_emb[: len(missing)]), base_oov[: len(missing)].copy())
+        out.emb[out.oov] = 0.0
+        outs.append(check_quality(missing, out))
+    provenance["postprocess"] = postprocess.record()
+    if fit_oov is not None:
+        provenance["fit_on"] = {"task": fit_task, "texts": int((~fit_oov).sum()), "base": plan.base_lineage[0].id}
+    return outs
 
 
 def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stage], provenance: dict[str, Any]) -> Any:
@@ -392,8 +467,13 @@ def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stag
         provenance["source_bytes"] = source_bytes(plan.lineage)
     state["stage"] = Stage.EMBED
     if isinstance(encoder, SentencePostProcessed):  # a derived model that loads its base its own way
+        if not encoder.postprocess.fits:
+            encoder.fit(None)
+            return encoder
         fit_task = encoder.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK  # the spec's, as loaded
-        encoder.fit(encode_texts(encoder.base, ctx.texts(fit_task)).emb)
+        ((fit_prompt, fit_texts), *_) = ctx.prompted_texts(plan, fit_task)
+        base = with_prompt(encoder.base, fit_prompt if plan.prompts is not None else None)
+        encoder.fit(encode_texts(base, fit_texts).emb)
         provenance["fit_on"] = {"task": fit_task}
     return encoder
 
@@ -418,20 +498,27 @@ def _publish(
         )
 
 
-def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> list[tuple[ModelPlan, TextStore, list[str]]]:
-    """The pooling siblings (``plan.share_forward_passes``) whose stores lack some of their tasks' texts. A sibling
+def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> dict[Prompt, list[tuple[ModelPlan, TextStore, list[str]]]]:
+    """The pooling siblings (``plan.share_forward_passes``) whose stores lack some of their tasks' texts, by the
+    prompt they are embedded under (siblings share the leader's prompts: they are part of the forward key). A sibling
     whose texts cannot be listed is left to its own embed task; under ``--force`` every model embeds on its own."""
-    work = []
+    work: dict[Prompt, list[tuple[ModelPlan, TextStore, list[str]]]] = {}
     for sib in [] if ctx.force else plan.siblings:
         try:
-            texts = list(dict.fromkeys(t for u in sib.units for t in ctx.texts(u.task)))
-            sib_store = ctx.store(sib)
-            missing = sib_store.missing(texts)
+            groups: dict[Prompt, dict[str, None]] = {}
+            for u in sib.units:
+                for prompt, texts in ctx.prompted_texts(sib, u.task):
+                    groups.setdefault(prompt, {}).update(dict.fromkeys(texts))
+            found = []
+            for prompt, wanted in groups.items():
+                sib_store = ctx.store(sib, prompt)
+                if missing := sib_store.missing(list(wanted)):
+                    found.append((prompt, (sib, sib_store, missing)))
         except Exception as exc:
             log.warning("%s: pooling sibling %s left to its own embed task (%s)", plan.model, sib.model, exc)
             continue
-        if missing:
-            work.append((sib, sib_store, missing))
+        for prompt, item in found:
+            work.setdefault(prompt, []).append(item)
     return work
 
 
@@ -478,18 +565,20 @@ def _pooling(plan: ModelPlan) -> str:
     return str(pooling) if layer is None else f"{pooling}@{layer}"
 
 
-def _base_vectors(ctx: ExecContext, plan: ModelPlan, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-    """The base model's vectors of ``texts`` (``plan`` is the derived model's: its lineage holds the base's),
-    embedding (and storing) the ones the base's store lacks."""
+def _base_vectors(
+    ctx: ExecContext, plan: ModelPlan, texts: list[str], prompt: Prompt = NO_PROMPT
+) -> tuple[np.ndarray, np.ndarray]:
+    """The base model's vectors of ``texts`` under ``prompt`` (``plan`` is the derived model's: its lineage holds
+    the base's), embedding (and storing) the ones the base's store lacks."""
     from evalfarm.encoders.loader import load_encoder
 
     chain = plan.base_lineage
     base = chain[0].id
-    store = TextStore(ctx.warehouse, base, plan.base_store)
+    store = TextStore(ctx.warehouse, base, plan.base_store_for(prompt))
     missing = store.missing(texts)
     if missing:
         encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
-        out = encode_texts(encoder, missing)
+        out = encode_texts(with_prompt(encoder, prompt if plan.prompts is not None else None), missing)
         store.write(missing, out, {"model": base, "spec_hash": spec_hash(*chain), "store": store.key})
     emb, oov, _ = store.vectors(texts)
     return emb, oov
@@ -505,7 +594,7 @@ def _model_row(ctx: ExecContext, plan: ModelPlan, dim: int | None, provenance: d
         "spec_hash": plan.spec_hash,
         "base": spec.base,
         "pooling": spec.option("pooling"),
-        "postprocess": spec.postprocess.model_dump_json() if spec.postprocess else None,
+        "postprocess": spec.postprocess.record_json() if spec.postprocess else None,
         "source": next((s.source.model_dump_json() for s in chain if s.source), None),
         "provenance": json.dumps(provenance, default=str),
         "spec": json.dumps([s.model_dump(mode="json") for s in chain]),
@@ -534,19 +623,14 @@ def _score_unit(plan: ModelPlan, unit: Unit, ctx: ExecContext) -> UnitOutcome:
     try:
         from evalfarm.device import check_device
         from evalfarm.provenance import thread_counts
-        from evalfarm.vocab import VocabStats
 
         check_device(ctx.options.device)  # a missing GPU fails here, once per worker, and is not retried
         threads = thread_counts()  # recorded in the unit's `units` row (issue 23.5)
-        texts = list(scorer.texts(data))
-        emb, oov, meta = ctx.store(plan).vectors(texts)
-        vectors = TextVectors(
-            level=unit.level,  # type: ignore[arg-type]
-            emb=emb,
-            oov=oov,
-            vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
-            oov_policy=plan.spec.oov,
-        )
+        vectors = task_vectors(
+            lambda prompt: ctx.store(plan, prompt), scorer, task, data, plan.prompts,
+            level=unit.level, oov_policy=plan.spec.oov, binary=is_binary(plan.spec),
+        )  # fmt: skip
+        emb, oov = vectors.emb, vectors.oov
         quality = assess(emb, oov)  # degenerate vectors (issue #13.4): every scorer, once per unit
         result = scorer.evaluate(task, data, vectors, json.loads(unit.params), device=ctx.options.device)
         result.details["quality"] = quality.table()

@@ -14,6 +14,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any
 
+from evalfarm.catalog.prompts import NO_PROMPT, Prompt, Prompts, lineage_prompts
 from evalfarm.catalog.registry import Catalog, CatalogError
 from evalfarm.catalog.specs import ModelSpec, canonical_json, spec_hash
 from evalfarm.embed import EMBED_VERSION, store_key
@@ -80,10 +81,23 @@ class ModelPlan:
     @property
     def base_store(self) -> str:
         """The base's text store key (a derived model that reuses its base's vectors reads them there)."""
+        return self.base_store_for(NO_PROMPT)
+
+    def base_store_for(self, prompt: Prompt) -> str:
+        """The base's text store of the texts it embeds under ``prompt``."""
         base = self.base_lineage
         if not base:
             raise ValueError(f"model {self.model!r} has no base")
-        return store_key(spec_hash(base[0], *base[1:]))
+        return store_key(spec_hash(base[0], *base[1:]), prompt.key)
+
+    def store_for(self, prompt: Prompt) -> str:
+        """The model's text store of the texts it embeds under ``prompt`` (``store`` for no prompt)."""
+        return store_key(self.spec_hash, prompt.key)
+
+    @property
+    def prompts(self) -> Prompts | None:
+        """The prompts the model embeds with (its own or its nearest base's: ``lineage_prompts``)."""
+        return lineage_prompts(self.lineage)
 
 
 def unit_fingerprint(spec_hash: str, checksum: str, scorer: str, version: str, params: str) -> str:

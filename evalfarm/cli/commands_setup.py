@@ -40,6 +40,22 @@ def catalog_list(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format
         say(line)
 
 
+ModelArg = Annotated[str, typer.Argument(help="the model's id")]
+
+
+@catalog_app.command("show")
+def catalog_show(model: ModelArg, catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
+    """Show one model as the run embeds it: kind, source, options, spec hash, and the prompt it puts before each
+    task's texts (query and document prompts where a task embeds its sides apart)."""
+    from evalfarm.catalog.registry import CatalogError
+
+    try:
+        rows = api.show_model(model, catalog)
+    except CatalogError as exc:
+        fail(str(exc), code=1)
+    print_rows(["field", "value"], rows, format, title=f"{model}")
+
+
 @catalog_app.command("validate")
 def catalog_validate(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
     """Check a catalog offline: schema, references, tasks; exit 1 with the file and entry on error."""

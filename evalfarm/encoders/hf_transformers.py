@@ -10,10 +10,21 @@ Pooling over the token states (padding masked out):
   convention of BERT-whitening (Su et al. 2021) and SimCSE's ``avg_first_last``.
 - ``last-2-avg``: mean over tokens of ``(hidden_states[-2] + hidden_states[-1]) / 2`` (BERT-whitening's and the
   EvalRank paper's ``last2avg``).
+- ``last-token``: the last real token's last-layer state (decoder embedders: e5-mistral, gte-Qwen2,
+  Qwen3-Embedding, whose cards' ``last_token_pool`` reads it), found from the attention mask whichever side a row is
+  padded on (:func:`evalfarm.encoders.pooled.last_token_positions`).
 
-``layer`` picks the hidden state that ``cls`` / ``mean`` / ``max`` pool (``hidden_states[layer]``: 0 is the
-embedding layer, 1..L the layers' outputs, negative counts from the end; unset is the last layer). A pooling *key*
-names both: ``mean`` or ``mean@3`` (:func:`pooling_key`).
+Padding: right by default (position 0 is every row's first token); ``padding_side: left`` pads on the left, as the
+decoder embedders' cards do (``AutoTokenizer.from_pretrained(..., padding_side='left')``). ``eos: true`` ends every
+text with the tokenizer's end-of-sequence token, as e5-mistral's and gte-Qwen2's cards append it (``add_eos_token``)
+and Qwen3-Embedding's reference code its ``<|endoftext|>``: a text the tokenizer already ends with it keeps one; a
+text at ``max_length`` drops its last token for it. Prompts (``prompts:``) are prepended to the text before it is
+tokenized (:mod:`evalfarm.encoders.prompts`); a named one is read from the checkpoint's
+``config_sentence_transformers.json``.
+
+``layer`` picks the hidden state that ``cls`` / ``mean`` / ``max`` / ``last-token`` pool (``hidden_states[layer]``:
+0 is the embedding layer, 1..L the layers' outputs, negative counts from the end; unset is the last layer). A pooling
+*key* names both: ``mean`` or ``mean@3`` (:func:`pooling_key`).
 
 Texts are sorted by token length so each batch pads little, and rows come back in input order. Models that differ
 only in pooling and layer run one forward pass for all of them (:meth:`HFTransformersEncoder.encode_poolings`; the
@@ -30,11 +41,11 @@ from pydantic import Field
 
 from evalfarm.catalog.specs import ModelSpec, kind_options
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
-from evalfarm.encoders.pooled import PooledOptions, Pooling
+from evalfarm.encoders.pooled import PooledOptions, Pooling, last_token_states
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
-POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "first-last-avg", "last-2-avg")
-_LAYERED = ("cls", "mean", "max")
+POOLINGS: tuple[str, ...] = ("cls", "mean", "max", "first-last-avg", "last-2-avg", "last-token")
+_LAYERED = ("cls", "mean", "max", "last-token")
 """Poolings over one hidden state, which ``layer`` may choose; the two averages name their own layers."""
 
 
@@ -58,6 +69,12 @@ def parse_pooling_key(key: str) -> tuple[str, int | None]:
         raise ValueError(f"pooling key {key!r}: the layer after '@' must be an integer") from None
 
 
+def with_eos(ids: Sequence[Sequence[int]], eos: int, max_length: int) -> list[list[int]]:
+    """Each id list ending with ``eos``: kept as it is when it does, else cut to ``max_length - 1`` and ``eos``
+    appended (the card's ``tokenize``: truncate, then add the end-of-text token)."""
+    return [list(x) if x and x[-1] == eos else [*list(x)[: max_length - 1], eos] for x in ids]
+
+
 class HFTransformersEncoder:
     """A sentence encoder over any ``AutoModel`` checkpoint (local folder or hub id)."""
 
@@ -75,10 +92,16 @@ class HFTransformersEncoder:
         dtype: str = "float32",
         trust_remote_code: bool = False,
         device: str | None = None,
+        padding_side: Literal["left", "right"] = "right",
+        eos: bool = False,
     ) -> None:
         import torch
         from transformers import AutoModel, AutoTokenizer
 
+        self.padding_side = padding_side
+        self.eos = eos
+        self.ref, self.revision = ref, revision
+        self._prompts: dict[str, str] | None = None
         self.pooling_key = pooling_key(pooling, layer)
         parse_pooling_key(self.pooling_key)
         self.device = device or pick_device()
@@ -88,6 +111,8 @@ class HFTransformersEncoder:
         self.max_length = max_length
         self.batch_size = batch_size
         self.tokenizer = AutoTokenizer.from_pretrained(ref, revision=revision, trust_remote_code=trust_remote_code)
+        if eos and self.tokenizer.eos_token_id is None:
+            raise ValueError("eos: true, but the tokenizer has no end-of-sequence token")
         self.model = AutoModel.from_pretrained(
             ref, revision=revision, trust_remote_code=trust_remote_code, dtype=torch_dtype(dtype, self.device)
         )
@@ -107,6 +132,14 @@ class HFTransformersEncoder:
     def encode(self, texts: Sequence[str]) -> np.ndarray:
         return self.encode_poolings(texts, (self.pooling_key,))[self.pooling_key]
 
+    def prompt_text(self, name: str) -> str:
+        """The checkpoint's own prompt ``name`` (its ``config_sentence_transformers.json``)."""
+        from evalfarm.encoders.prompts import model_prompts, named_prompt
+
+        if self._prompts is None:
+            self._prompts = model_prompts(self.ref, revision=self.revision)
+        return named_prompt(self._prompts, name, model=self.spec_id or self.ref)
+
     def encode_poolings(self, texts: Sequence[str], poolings: Sequence[str]) -> dict[str, np.ndarray]:
         """One forward pass over ``texts``, pooled every way in ``poolings`` (pooling keys: ``mean``, ``cls@3``):
         ``{key: (n, dim) float32}``. Each array equals what an encoder of that pooling and layer returns for the same
@@ -119,6 +152,8 @@ class HFTransformersEncoder:
         enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
         ids = enc["input_ids"]
         types = enc.get("token_type_ids")
+        if self.eos:  # token types (an encoder's) are all 0 for one segment: the model's default
+            ids, types = with_eos(ids, int(self.tokenizer.eos_token_id), self.max_length), None
         order = np.argsort([-len(x) for x in ids], kind="stable")
         pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         want_hidden = any(p in ("first-last-avg", "last-2-avg") or layer is not None for p, layer in parsed.values())
@@ -126,17 +161,19 @@ class HFTransformersEncoder:
             for start in range(0, len(order), self.batch_size):
                 idx = order[start : start + self.batch_size]
                 width = max(1, len(ids[idx[0]]))
-                # right padding, whatever the tokenizer's padding_side: position 0 is always the first token
+                # right padding unless the spec says left, whatever the tokenizer's padding_side
                 input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
                 mask = np.zeros((len(idx), width), dtype=np.int64)
                 for j, i in enumerate(idx):
-                    input_ids[j, : len(ids[i])] = ids[i]
-                    mask[j, : len(ids[i])] = 1
+                    at = slice(width - len(ids[i]), width) if self.padding_side == "left" else slice(0, len(ids[i]))
+                    input_ids[j, at] = ids[i]
+                    mask[j, at] = 1
                 batch = {"input_ids": input_ids, "attention_mask": mask}
                 if types is not None:
                     tt = np.zeros_like(input_ids)
                     for j, i in enumerate(idx):
-                        tt[j, : len(types[i])] = types[i]
+                        n = len(types[i])
+                        tt[j, slice(width - n, width) if self.padding_side == "left" else slice(0, n)] = types[i]
                     batch["token_type_ids"] = tt
                 tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
                 res = self.model(**tensors, output_hidden_states=want_hidden)
@@ -157,6 +194,8 @@ class HFTransformersEncoder:
             states = res.last_hidden_state.float()
         if pooling == "cls":
             return states[:, 0]
+        if pooling == "last-token":
+            return last_token_states(states, mask)
         m = mask.unsqueeze(-1).to(torch.float32)
         if pooling == "max":
             return states.masked_fill(m == 0, torch.finfo(torch.float32).min).max(dim=1).values
@@ -174,6 +213,16 @@ class TransformersOptions(PooledOptions):
         "outputs, negative counts from the end); unset: the last layer. The paper's layer-choice family: models that "
         "differ only in pooling and layer share one forward pass",
     )
+    padding_side: Literal["left", "right"] | None = Field(
+        default=None,
+        description="the side a batch is padded on: right (unset: position 0 is every text's first token) or left, "
+        "as decoder embedders' cards pad (last-token pooling reads the mask either way)",
+    )
+    eos: bool = Field(
+        default=False,
+        description="end every text with the tokenizer's end-of-sequence token, where the card appends one "
+        "(e5-mistral, gte-Qwen2: add_eos_token; Qwen3-Embedding: <|endoftext|>) for last-token pooling to read",
+    )
 
 
 def check_spec(spec: ModelSpec) -> None:
@@ -186,6 +235,11 @@ def check_spec(spec: ModelSpec) -> None:
         raise ValueError(
             f"model {spec.id!r}: pooling {opts.pooling!r} names its own layers; 'layer' applies to "
             f"{', '.join(_LAYERED)}"
+        )
+    if opts.padding_side == "left" and opts.pooling == "cls":
+        raise ValueError(
+            f"model {spec.id!r}: cls pooling reads position 0, which left padding fills with padding for all but "
+            "the longest text; pad right (drop padding_side) or pool otherwise"
         )
 
 
@@ -202,10 +256,16 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[HFTransformersEncoder
         batch_size=spec.batch_size,
         dtype=spec.dtype,
         trust_remote_code=spec.trust_remote_code,
+        padding_side=opts.padding_side or "right",
+        eos=opts.eos,
     )
     prov: dict[str, Any] = {"pooling": opts.pooling}
     if opts.layer is not None:
         prov["layer"] = opts.layer
+    if opts.padding_side is not None:
+        prov["padding_side"] = opts.padding_side
+    if opts.eos:
+        prov["eos"] = enc.tokenizer.eos_token
     return enc, {**prov, "device": enc.device, "dtype": enc.dtype, "max_length": spec.max_length}
 
 
@@ -218,13 +278,19 @@ def forward_key(spec: ModelSpec) -> dict[str, Any]:
     # "tokenizer": the null the key held while 'tokenizer' was a ModelSpec field (it is onnx's option now): the key
     # keeps its old form, so forward-pass groups keyed before stay the same (tests/test_spec_hash_golden.py)
     dump = spec.model_dump(mode="json", include=fields)
-    return {"source": spec.source.model_dump(mode="json"), "tokenizer": None, **dump}
+    key = {"source": spec.source.model_dump(mode="json"), "tokenizer": None, **dump}
+    opts = kind_options(spec, TransformersOptions)
+    # what else changes the tokens a pass runs over, each only when set (the keys of models without them hold)
+    extra = {"padding_side": opts.padding_side, "eos": opts.eos or None, "prompts": spec.model_dump(
+        mode="json", include={"prompts"}).get("prompts")}  # fmt: skip
+    return {**key, **{k: v for k, v in extra.items() if v is not None}}
 
 
 KIND = ModelKind(
     name="transformers",
     description="A Hugging Face transformers checkpoint (AutoModel + AutoTokenizer) with an explicit pooling "
-    "(cls, mean, max, first-last-avg, last-2-avg) and, for cls / mean / max, a layer choice.",
+    "(cls, mean, max, first-last-avg, last-2-avg, last-token) and, for cls / mean / max / last-token, a layer "
+    "choice; left padding and an end-of-sequence token where a decoder embedder's card asks for them.",
     levels=("sentence",),
     load=load_model,
     check=check_spec,
@@ -232,7 +298,7 @@ KIND = ModelKind(
     cost=10.0,
     gpu=True,
     checkpoint="hf",
-    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code", "prompts", "dim"),
     options=TransformersOptions,
     forward_key=forward_key,
 )

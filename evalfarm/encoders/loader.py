@@ -29,8 +29,9 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.prompts import Prompt
 from evalfarm.catalog.specs import ModelSpec, PostProcess
-from evalfarm.encoders.postprocess import FittedTransform, PostProcessedWordVectors, fit_postprocess
+from evalfarm.encoders.postprocess import PostProcessedWordVectors, Transform, fit_postprocess
 from evalfarm.encoders.protocol import Encoder, ModelLoadError, NotSupportedYet
 from evalfarm.encoders.sources import resolve_source, source_provenance
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
@@ -75,15 +76,15 @@ class SentencePostProcessed:
         self.base = base
         self.postprocess = pp
         self.level: Literal["word", "sentence"] = base.level
-        self.dim = int(pp.d) if pp.method == "whitening" and pp.d else int(base.dim)
-        self.transform: FittedTransform | None = None
+        self.dim = int(pp.d) if pp.method in ("whitening", "truncate") and pp.d else int(base.dim)
+        self.transform: Transform | None = None
         self.spec_id = ""
         self.provenance: dict = {}
 
     def __repr__(self) -> str:
         return f"SentencePostProcessed({self.base!r}, {self.postprocess.method}, d={self.postprocess.d})"
 
-    def fit(self, X: np.ndarray) -> FittedTransform:
+    def fit(self, X: np.ndarray | None) -> Transform:
         """Fit the transform on base embeddings ``X`` (rows = the pool's texts)."""
         self.transform = fit_postprocess(X, self.postprocess)
         return self.transform
@@ -94,12 +95,27 @@ class SentencePostProcessed:
         return self.fit(X).apply(X)
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self._transform().apply(self.base.encode(texts))
+
+    def encode_prompted(self, texts: Sequence[str], prompt: Prompt) -> np.ndarray:
+        """``texts`` under ``prompt`` as the base puts it before them, transformed."""
+        from evalfarm.encoders.prompts import PromptedEncoder
+
+        return self._transform().apply(PromptedEncoder(self.base, prompt).encode(texts))
+
+    def prompt_text(self, name: str) -> str:
+        """The base model's own prompt ``name``."""
+        from evalfarm.encoders.prompts import prompt_text
+
+        return prompt_text(self.base, Prompt(name=name))
+
+    def _transform(self) -> Transform:
         if self.transform is None:
             raise RuntimeError(
                 f"model {self.spec_id!r}: {self.postprocess.method} post-processing is fitted on "
                 "the evaluated texts; call fit_and_encode(texts) (or fit(base embeddings)) first"
             )
-        return self.transform.apply(self.base.encode(texts))
+        return self.transform
 
 
 def load_encoder(chain: Sequence[ModelSpec], *, base_dir: Path | None = None) -> Encoder:
@@ -159,14 +175,14 @@ def _load(chain: list[ModelSpec], base_dir: Path | None) -> tuple[Any, dict[str,
         if spec.postprocess is None:
             raise ModelLoadError(f"model {spec.id!r}: a derived model needs 'postprocess' or its own 'source'")
         base = load_encoder([_overlay(chain[1], spec), *chain[2:]], base_dir=base_dir)
-        prov = {"postprocess": spec.postprocess.model_dump(), "base": getattr(base, "provenance", {})}
+        prov = {"postprocess": spec.postprocess.record(), "base": getattr(base, "provenance", {})}
         return _wrap_postprocess(spec, base), prov
     if kind is None:  # a derived spec with its own source names no kind to load it with
         raise NotSupportedYet(f"model {spec.id!r}: kind {spec.kind!r} is not supported yet")
     enc, prov = _load_own(kind, spec, base_dir)
     if spec.postprocess is not None:
         enc = _wrap_postprocess(spec, enc)
-        prov["postprocess"] = spec.postprocess.model_dump()
+        prov["postprocess"] = spec.postprocess.record()
     return enc, prov
 
 
@@ -186,6 +202,11 @@ def _load_own(kind: ModelKind, spec: ModelSpec, base_dir: Path | None) -> tuple[
         prov["source"] = source_provenance(spec.source, revision=spec.revision)
         ctx = _context(base_dir, location=resolve_source(spec.source, base_dir=base_dir))
     enc, own = _call(kind, spec, ctx)
+    if spec.dim is not None and getattr(enc, "dim", spec.dim) != spec.dim:
+        raise ModelLoadError(
+            f"model {spec.id!r}: the spec declares dim {spec.dim} (the model's width, as its card says) but the model "
+            f"gives {enc.dim}-dimensional vectors: fix 'dim' (and any 'dims' above the width)"
+        )
     prov.update(own)
     prov["libraries"] = _libraries(kind, ctx)
     return enc, prov

@@ -3,7 +3,8 @@
 Graph inputs are read from the session: ``input_ids``, ``attention_mask`` and, when present, ``token_type_ids``
 (fed as zeros, single-segment input). The output is the ``onnx_output`` option (index, default 0): a 3-D output is
 token states and is pooled with the attention mask as the ``pooling`` option says (``mean``, the default; ``cls``: the
-first token; ``max``: element-wise over tokens); a 2-D output is already a sentence vector.
+first token; ``max``: element-wise over tokens; ``last-token``: each text's last real token, batches padded right);
+a 2-D output is already a sentence vector. Prompts (``prompts:``) are prepended to the texts.
 
 The tokenizer comes from the ``tokenizer`` option (a source: a ``tokenizer.json`` file, or a folder with one, or a
 folder that ``transformers.AutoTokenizer`` loads), else from a ``tokenizer.json`` next to the ``.onnx`` file.
@@ -25,8 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 from pydantic import Field
 
+from evalfarm.catalog.prompts import literal_prompts_only
 from evalfarm.catalog.specs import ModelSpec, Source, kind_options
-from evalfarm.encoders.pooled import PooledOptions
+from evalfarm.encoders.pooled import PooledOptions, last_token_states
 from evalfarm.encoders.protocol import ModelLoadError, NotSupportedYet
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -34,7 +36,7 @@ if TYPE_CHECKING:
     from tokenizers import Tokenizer
 
 _FEEDS = ("input_ids", "attention_mask", "token_type_ids")
-_POOLINGS = ("mean", "cls", "max")
+_POOLINGS = ("mean", "cls", "max", "last-token")
 
 
 class _Tok:
@@ -165,6 +167,8 @@ def _pool(states: np.ndarray, mask: np.ndarray, pooling: str) -> np.ndarray:
     """Token states ``(batch, seq, dim)`` to sentence vectors, padding masked out (right padding: token 0 first)."""
     if pooling == "cls":
         return states[:, 0]
+    if pooling == "last-token":
+        return np.asarray(last_token_states(states, mask), dtype=np.float32)
     m = mask[..., None].astype(np.float32)
     if pooling == "max":
         return np.where(m > 0, states, -np.inf).max(axis=1)
@@ -185,9 +189,11 @@ class OnnxOptions(PooledOptions):
 
 
 def check_spec(spec: ModelSpec) -> None:
-    """An ONNX graph's token states pool by cls, mean or max; the graph has no hidden states to choose from."""
+    """An ONNX graph's token states pool by cls, mean, max or last-token; the graph has no hidden states to choose
+    from, and no prompts of its own."""
     if (pooling := kind_options(spec, OnnxOptions).pooling) is not None and pooling not in _POOLINGS:
         raise ValueError(f"model {spec.id!r}: an onnx model's token states pool by {', '.join(_POOLINGS)}")
+    literal_prompts_only(spec.prompts, model=spec.id, kind="onnx")
 
 
 def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[OnnxEncoder, dict[str, Any]]:
@@ -245,7 +251,7 @@ KIND = ModelKind(
     libraries=("onnxruntime", "tokenizers"),
     cost=10.0,
     gpu=True,
-    fields=("source", "max_length", "batch_size"),
+    fields=("source", "max_length", "batch_size", "prompts"),
     options=OnnxOptions,
 )
 model_kinds.register(KIND)

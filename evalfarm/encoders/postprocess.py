@@ -1,4 +1,5 @@
-"""Post-processing transforms fitted on a model's own embeddings: ABTT, PC removal, whitening.
+"""Post-processing transforms fitted on a model's own embeddings: ABTT, PC removal, whitening (and, for sentence
+embedders, Matryoshka truncation and int8 / binary quantisation: :mod:`evalfarm.encoders.compress`).
 
 Everything is fitted from the ``dim x dim`` second-moment matrix, accumulated in float64 over row chunks, so a
 400k x 300 vocabulary costs one pass and ~1 GB less memory than an SVD of the full matrix. The eigenvectors of
@@ -20,6 +21,7 @@ from typing import Literal
 import numpy as np
 
 from evalfarm.catalog.specs import PostProcess
+from evalfarm.encoders.compress import Compression, ScalarQuantiser, SignBits, Truncation
 from evalfarm.encoders.word_vectors import NonFiniteVectors, WordVectors
 
 _CHUNK = 65536
@@ -110,13 +112,28 @@ def _top_eigvecs(M: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(vals[order], 0.0, None), vecs[:, order].T
 
 
-def fit_postprocess(X: np.ndarray, pp: PostProcess, *, eps: float = 1e-9) -> FittedTransform:
+Transform = FittedTransform | Compression
+"""What :func:`fit_postprocess` returns: each has ``apply(rows) -> float32 rows``."""
+
+
+def fit_postprocess(X: np.ndarray | None, pp: PostProcess, *, eps: float = 1e-9) -> Transform:
     """Fit ``pp`` on the rows of ``X`` (``n x dim``), on one BLAS thread (see the module's docstring).
 
     Whitening follows Su et al. (2021): ``cov = np.cov(X - mean)``, ``U, S = svd(cov)``,
     ``W = U / sqrt(S + eps * S[0])`` keeping the first ``pp.d`` columns; ``eps`` is relative to the largest
-    eigenvalue so rank-deficient inputs (fewer rows than dims) stay finite.
+    eigenvalue so rank-deficient inputs (fewer rows than dims) stay finite. ``truncate``, ``int8`` and ``binary``
+    are :mod:`evalfarm.encoders.compress`'s (int8 calibrated on ``X``; the other two fit nothing: ``X`` may be
+    None).
     """
+    if pp.method == "truncate":
+        assert pp.d is not None
+        return Truncation(pp.d, layer_norm=pp.layer_norm)
+    if pp.method == "binary":
+        return SignBits()
+    if X is None:
+        raise ValueError(f"post-processing {pp.method!r} is fitted on a set of vectors; none given")
+    if pp.method == "int8":
+        return ScalarQuantiser.calibrate(X)
     with _one_blas_thread():
         return _fit(X, pp, eps)
 

@@ -3,6 +3,12 @@
 No extra normalisation is requested (``normalize_embeddings=False``): the rank stage normalises. A model whose
 pipeline itself ends in a ``Normalize`` module (all-MiniLM-L6-v2 does) still returns unit vectors, because that
 module is part of the model. ``max_length`` from the spec becomes ``max_seq_length`` so all kinds truncate alike.
+
+Prompts (``prompts:``) go through the library's own argument: ``encode(texts, prompt=...)`` for a literal,
+``encode(texts, prompt_name=...)`` for the model's own (its ``config_sentence_transformers.json``), so a model whose
+pooling leaves the prompt's tokens out (``include_prompt: false``) pools as its authors do. A model without
+``prompts:`` is encoded as before, with no prompt argument (the library then applies the model's
+``default_prompt_name`` when its config sets one: recorded in the provenance as ``default_prompt``).
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from evalfarm.catalog.prompts import Prompt
 from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
 from evalfarm.encoders.protocol import ModelLoadError
@@ -58,6 +65,24 @@ class SentenceTransformerEncoder:
         return f"SentenceTransformerEncoder(dim={self.dim}, device={self.device})"
 
     def encode(self, texts: Sequence[str]) -> np.ndarray:
+        return self._encode(texts, {})
+
+    def encode_prompted(self, texts: Sequence[str], prompt: Prompt) -> np.ndarray:
+        """``texts`` under ``prompt``: the model's own by name, a literal, or none (``prompt=""``: not even the
+        model's default prompt)."""
+        if prompt.name is not None:
+            self.prompt_text(prompt.name)  # an unknown name: an error naming the model's prompts
+            return self._encode(texts, {"prompt_name": prompt.name})
+        return self._encode(texts, {"prompt": prompt.text})
+
+    def prompt_text(self, name: str) -> str:
+        """The model's own prompt ``name`` (``SentenceTransformer.prompts``)."""
+        from evalfarm.encoders.prompts import named_prompt
+
+        prompts = {k: v for k, v in (self.model.prompts or {}).items() if isinstance(v, str)}
+        return named_prompt(prompts, name, model=self.spec_id or "sentence-transformers model")
+
+    def _encode(self, texts: Sequence[str], how: dict[str, Any]) -> np.ndarray:
         if not len(texts):
             return np.zeros((0, self.dim), dtype=np.float32)
         emb = self.model.encode(
@@ -66,6 +91,7 @@ class SentenceTransformerEncoder:
             convert_to_numpy=True,
             normalize_embeddings=False,
             show_progress_bar=False,
+            **how,
         )
         return np.asarray(emb, dtype=np.float32)
 
@@ -92,6 +118,9 @@ def load_model(spec: ModelSpec, ctx: LoadContext) -> tuple[SentenceTransformerEn
         "max_length": spec.max_length,
         "normalized_by_model": enc.normalized,
     }
+    default = getattr(enc.model, "default_prompt_name", None)
+    if default is not None and spec.prompts is None:  # the library applies it to every text: say so
+        prov["default_prompt"] = {"name": default, "text": (enc.model.prompts or {}).get(default)}
     return enc, prov
 
 
@@ -104,6 +133,6 @@ KIND = ModelKind(
     cost=10.0,
     gpu=True,
     checkpoint="hf",
-    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code"),
+    fields=("source", "revision", "max_length", "batch_size", "dtype", "trust_remote_code", "prompts", "dim"),
 )
 model_kinds.register(KIND)

@@ -7,9 +7,19 @@ with the paper's tables.
 
 from __future__ import annotations
 
-from evalfarm.catalog.specs import ModelSpec
+from evalfarm.catalog.specs import ModelSpec, kind_options
 from evalfarm.encoders.pooled import PooledOptions
 from evalfarm.plugins import ModelKind, model_kinds
+
+
+def check_bert_flow(spec: ModelSpec) -> None:
+    """BERT-flow flows a BERT encoder's pooled states; last-token pooling reads a decoder embedder's last state."""
+    if kind_options(spec, PooledOptions).pooling == "last-token":
+        raise ValueError(
+            f"model {spec.id!r}: bert-flow pools a BERT encoder's token states (cls, mean, max, first-last-avg, "
+            "last-2-avg); last-token is a decoder embedder's pooling (kind transformers)"
+        )
+
 
 INFERSENT: ModelKind[ModelSpec] = ModelKind(
     name="infersent",
@@ -25,6 +35,7 @@ BERT_FLOW: ModelKind[ModelSpec] = ModelKind(
     unsupported="the BERT-flow normalizing flow (Li et al. 2020), which must be trained on the target sentences",
     fields=("source",),
     options=PooledOptions,
+    check=check_bert_flow,
 )
 
 model_kinds.register(INFERSENT)

@@ -21,7 +21,10 @@ declarations, each read by the framework:
 - ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
 - ``views``: the SQL of the views over those tables (created after the core views of ``sql/``);
 - ``thin_rules``: when the unit's numbers rest on too little data to rank (:meth:`Scorer.thin`): the executor flags
-  every metrics row of such a unit ``thin`` with the reason, and the leaderboards and correlations leave it out.
+  every metrics row of such a unit ``thin`` with the reason, and the leaderboards and correlations leave it out;
+- ``prompt_type``, ``query_side``, ``asymmetric``: which prompt an instruction-tuned model puts before the task's
+  texts (:mod:`evalfarm.catalog.prompts`): the kind's task type, whether it has a query side
+  (:meth:`Scorer.query_texts`) and whether that side is embedded apart by default (:meth:`Scorer.task_prompts`).
 
 The runner, the scheduler and the embed stage know nothing else about it.
 """
@@ -36,6 +39,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_chec
 
 import numpy as np
 
+from evalfarm.catalog.prompts import Prompts, TaskPrompts, TaskType, task_prompts
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
 from evalfarm.plugins import DEFAULT_ROLE, Role
@@ -59,10 +63,27 @@ class TextVectors:
     oov: np.ndarray
     vocab: VocabStats | None = None
     oov_policy: Literal["mean", "skip", "zero"] = "mean"  # the model's (ModelSpec.oov)
+    query: QueryVectors | None = None  # an asymmetric task's query side, embedded under its own prompt
+    binary: bool = False  # the model's vectors are signs (+1 / -1: postprocess binary): EvalRank adds Hamming ranks
 
     @property
     def dim(self) -> int:
         return int(self.emb.shape[1])
+
+
+@dataclass
+class QueryVectors:
+    """The query side of an asymmetric task (:meth:`Scorer.query_texts`), embedded under the model's query prompt:
+    row i is ``texts[i]``; :meth:`rows` maps texts to rows. ``TextVectors.emb`` then holds every text of the task
+    under the document prompt."""
+
+    texts: list[str]
+    emb: np.ndarray
+    oov: np.ndarray
+
+    def rows(self, texts: Sequence[str]) -> np.ndarray:
+        index = {t: i for i, t in enumerate(self.texts)}
+        return np.array([index[t] for t in texts], dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -154,6 +175,14 @@ class Scorer:
     thin_rules: ClassVar[tuple[ThinRule, ...]] = ()
     """When the unit's numbers are too thin to rank (:meth:`thin`); none: never. Each scorer's docstring says how
     far its bounds sit from the starter zoo's figures."""
+    prompt_type: ClassVar[TaskType] = "similarity"
+    """The kind of task its texts are embedded for (:data:`evalfarm.catalog.prompts.TASK_TYPES`): which prompt an
+    instruction-tuned model puts before them."""
+    query_side: ClassVar[bool] = False
+    """The kind's texts have a query side (:meth:`query_texts`): a model's prompts may embed it apart."""
+    asymmetric: ClassVar[bool] = False
+    """The query side is embedded under the query prompt by default (DefSent: a definition asks for a word); with
+    ``False`` only when a model's per-task prompts name the two sides (EvalRank)."""
 
     @property
     def task_kind(self) -> str:
@@ -185,6 +214,18 @@ class Scorer:
 
     def texts(self, data: Any) -> Sequence[str]:
         return data.texts
+
+    def query_texts(self, data: Any) -> Sequence[str]:
+        """The distinct texts of the query side (kinds with ``query_side``): embedded under a model's query prompt
+        when its prompts make the task asymmetric, beside every text under the document prompt."""
+        raise NotImplementedError(f"task kind {self.name!r} has no query side")
+
+    def task_prompts(self, task: TaskSpec, prompts: Prompts | None) -> TaskPrompts:
+        """The prompts a model with ``prompts`` puts before this task's texts (:func:`evalfarm.catalog.prompts.
+        task_prompts`, with the kind's declarations)."""
+        return task_prompts(
+            prompts, task=task.id, task_type=self.prompt_type, sides=self.query_side, asymmetric=self.asymmetric
+        )
 
     def score(
         self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
@@ -240,6 +281,7 @@ __all__ = [
     "SIMILARITIES",
     "Interval",
     "MetricRow",
+    "QueryVectors",
     "RunOptions",
     "ScoreResult",
     "Scorer",

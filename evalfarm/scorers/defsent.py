@@ -82,6 +82,9 @@ class DefSentScorer(Scorer):
     primary_metric = "mrr"
     higher_is_better = True
     role = "diagnostic"
+    prompt_type = "retrieval"  # a definition (query) asks for the word it defines (document)
+    query_side = True
+    asymmetric = True
     description = "definition -> word retrieval over WordNet glosses: MRR, Hits@1/3/10 under three tie policies"
     thin_rules = (ThinRule("n_pairs", at_least=5), ThinRule("tie_rate", at_most=0.99))
     """Too thin under 5 definitions (the generated set: 3,000), or when nearly every word ties with another candidate
@@ -108,6 +111,10 @@ GROUP BY model, task, ties;
         """MRR under the boards' tie policy only (module docstring)."""
         return super().is_primary(row, task, data) and row.ties == BOARD_TIES
 
+    def query_texts(self, data: DefSentData) -> list[str]:
+        """The definitions: each asks for the word it defines (the words are the documents)."""
+        return list(dict.fromkeys(data.definitions))
+
     def load(self, task: TaskSpec) -> DefSentData:
         from evalfarm.taskdata.build import built_file
         from evalfarm.taskdata.data import task_file
@@ -128,8 +135,14 @@ GROUP BY model, task, ties;
         hits = tuple(params.get("hits", HITS))
         x = prepare(vectors.emb, vectors.oov, Protocol("raw"), similarity="cos").vectors
         index = {t: i for i, t in enumerate(data.texts)}
-        queries = np.array([index[d] for d in data.definitions], dtype=np.int64)
         words = np.array([index[w] for w in data.words], dtype=np.int64)
+        if vectors.query is None:
+            queries = np.array([index[d] for d in data.definitions], dtype=np.int64)
+        else:  # the definitions under the model's query prompt: rows after the task's texts
+            side = vectors.query
+            q = prepare(side.emb, side.oov, Protocol("raw"), similarity="cos").vectors
+            queries = len(x) + side.rows(data.definitions)
+            x = np.concatenate([x, q])
         counts = definition_ranks(x, queries, words, device=device)
         for ties, values in rank_metrics_by_ties(1 + counts.above, counts.tied, hits).items():
             out.rows += [MetricRow(metric, value, variant="cos", ties=ties) for metric, value in values.items()]

@@ -157,6 +157,7 @@ def variant_name(max_train: int | None) -> str:
 class DownstreamScorer(Scorer):
     name = "downstream"
     role = "downstream"
+    prompt_type = "classification"  # an instruction model's classification prompt (its texts are features)
     version = "10"  # 2: the batched engine on CPU too, one standardisation (constant columns dropped), 310 fits;
     # 3: the engine's L-BFGS preconditioned (stops at other points within tol: accuracies can move by a prediction)
     # 4: a low-rank preconditioner for features of >= 1,024 dims (pair features of 256+-d encoders): other stops

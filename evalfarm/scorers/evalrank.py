@@ -10,7 +10,13 @@ positive) and the number of items tied with it; MR, MRR and Hits@k are reported 
 that one pass (PyKEEN's way; :mod:`evalfarm.ranking` defines them): ``optimistic`` (the paper's), ``pessimistic``
 (rank + tied) and ``realistic`` (rank + tied / 2, the expected rank under random tie-breaking: what the boards show).
 Variants: the similarity (``cos``, ``l2``: 1/(1+d)),
-``no-center`` and ``filter-other-positives``.
+``no-center`` and ``filter-other-positives``; a binary model (postprocess ``binary``) adds ``hamming``: its bits ranked
+by Hamming distance, exact integer distances whose ties the three policies make explicit (the ``cos`` variant is the
+cosine of its dequantised +1 / -1 vectors under the protocol).
+
+Prompts: the pool is one kind of text (task type ``similarity``), so an instruction-tuned model embeds every item
+under one prompt; a model whose per-task prompts name a query and a document prompt for the task embeds the queries
+under the first and the pool under the second (:func:`rank_pool`).
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import pyarrow as pa
 from pydantic import Field
 
 from evalfarm.catalog.specs import TaskSpec
-from evalfarm.preprocess import Protocol, prepare
+from evalfarm.preprocess import Prepared, Protocol
+from evalfarm.preprocess import prepare as prepare_protocol
 from evalfarm.ranking import Ties, rank_metrics_by_ties, tie_ranks
 from evalfarm.scorers import register
 from evalfarm.scorers.base import (
@@ -146,37 +153,80 @@ def rank_pool(
     filter_other_positives: bool = False,
     device: str | None = None,
     neighbours: int = 0,
+    items: list[str] | None = None,
+    hamming: bool = False,
 ) -> PairRanks:
     """Prepare the stored vectors under EvalRank's protocol (centring, normalisation, the OOV vector and OOV policy
     of ``vectors.oov_policy``) and rank every pair against the background (all usable items); with
-    ``neighbours=k`` also each query's top-k background items, from the same score blocks."""
+    ``neighbours=k`` also each query's top-k background items, from the same score blocks.
+
+    An asymmetric model (``vectors.query``: the queries under its query prompt; ``items``: the pool's texts) ranks
+    each query's own vector, prepared the same way over the query side, against the background under the document
+    prompt; the query's own item stays out of its background, as in the symmetric pass.
+
+    ``hamming``: binary vectors ranked by the Hamming distance of their bits (:func:`sign_bits`), no protocol."""
     from evalfarm.scorers.rank_kernel import rank_counts
 
     protocol = Protocol.for_level(vectors.level, center=center, oov=vectors.oov_policy)
-    prep = prepare(vectors.emb, vectors.oov, protocol, similarity=similarity, vocab=vectors.vocab)
-    pair_oov = vectors.oov[queries] | vectors.oov[positives]
-    pair_index = np.flatnonzero(prep.usable[queries] & prep.usable[positives])
+
+    def prepare(emb: np.ndarray, oov: np.ndarray) -> Prepared:
+        if hamming:
+            return sign_bits(emb, oov, protocol)
+        return prepare_protocol(emb, oov, protocol, similarity=similarity, vocab=vectors.vocab)
+
+    prep = prepare(vectors.emb, vectors.oov)
+    x, q_ids, q_usable, q_oov, exclude = prep.vectors, queries, prep.usable[queries], vectors.oov[queries], None
+    if vectors.query is not None and items is not None:  # the queries under the query prompt, centred on their own
+        x, q_ids, q_usable, q_oov = _query_side(prep, vectors.query, prepare, [items[int(q)] for q in queries])
+        exclude, neighbours = queries, 0  # the query's own item (a document row) never counts; no neighbour lists
+    pair_oov = q_oov | vectors.oov[positives]
+    pair_index = np.flatnonzero(q_usable & prep.usable[positives])
     background = np.flatnonzero(prep.usable)
     counts = rank_counts(
-        prep.vectors,
-        queries[pair_index],
+        x,
+        q_ids[pair_index],
         positives[pair_index],
         background,
         similarity,
         filter_other_positives=filter_other_positives,
         device=device,
         neighbours=neighbours,
+        exclude=exclude[pair_index] if exclude is not None else None,
     )
     return PairRanks(
-        similarity=similarity,
+        similarity="hamming" if hamming else similarity,
         pair_index=pair_index,
         rank=1 + counts.above,
         tied=counts.tied,
-        score=counts.score,
+        score=counts.score / x.shape[1] if hamming else counts.score,
         pair_oov=pair_oov[pair_index],
         n_background=len(background),
         neighbours=counts.neighbours,
     )
+
+
+def _query_side(
+    prep: Prepared, side: Any, prepare: Any, query_texts: list[str]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The rank kernel's layout for an asymmetric pool: the document rows, then the query side's (prepared on its
+    own); each pair's query id in the second block, its usability and OOV flag."""
+    q_prep = prepare(side.emb, side.oov)
+    rows = side.rows(query_texts)
+    x = np.concatenate([prep.vectors, q_prep.vectors])
+    return x, len(prep.vectors) + rows, q_prep.usable[rows], side.oov[rows]
+
+
+def sign_bits(emb: np.ndarray, oov: np.ndarray, protocol: Protocol) -> Prepared:
+    """Binary vectors for Hamming ranks: each coordinate's bit (``x > 0``, sentence-transformers' binary precision)
+    as +1 / -1, unnormalised, so a dot product is ``d - 2 * hamming`` exactly in float32 (integers up to 2**24): the
+    cosine pass then ranks by Hamming distance, and every exact tie of distances is a tie of scores (the tie
+    policies count them). No centring: bits have no mean to remove. An OOV row is the zero vector (dot product 0:
+    distance d / 2 from everything), left out under the ``skip`` policy."""
+    oov = np.asarray(oov, dtype=bool)
+    x = np.where(np.asarray(emb) > 0, np.float32(1.0), np.float32(-1.0)).astype(np.float32)
+    x[oov] = 0.0
+    usable = ~oov if protocol.oov == "skip" else np.ones(len(x), dtype=bool)
+    return Prepared(vectors=x, usable=usable, oov=oov)
 
 
 def variant_name(similarity: str, *, center: bool, filter_other_positives: bool) -> str:
@@ -196,6 +246,7 @@ class EvalRankScorer(Scorer):
     primary_metric = "mrr"
     correlated_metrics = ("hits@1", "hits@3")  # beside MRR in the correlation views: the paper's layout shows them
     higher_is_better = True
+    query_side = True  # symmetric (a pool of like texts) unless a model's per-task prompts name the two sides
     thin_rules = (
         ThinRule("n_pairs", at_least=5),
         ThinRule("oov_pair_rate", at_most=0.8),
@@ -227,6 +278,10 @@ class EvalRankScorer(Scorer):
             else options.similarities[0],
         }
 
+    def query_texts(self, data: Any) -> list[str]:
+        """The items that are some pair's query (asked for by a model whose per-task prompts name two sides)."""
+        return [data.items[int(q)] for q in np.unique(data.queries)]
+
     def load(self, task: TaskSpec) -> Any:
         from evalfarm.taskdata.evalrank import load_evalrank_pool
 
@@ -239,7 +294,10 @@ class EvalRankScorer(Scorer):
         out = ScoreResult()
         details = []
         n_items = len(data.items)
-        for sim in params["similarities"]:
+        passes = [(sim, False) for sim in params["similarities"]]
+        if vectors.binary:  # a binary model's bits, ranked by Hamming distance, beside its dequantised vectors
+            passes.append(("cos", True))
+        for sim, hamming in passes:
             res = rank_pool(
                 vectors,
                 data.queries,
@@ -248,10 +306,16 @@ class EvalRankScorer(Scorer):
                 center=params["center"],
                 filter_other_positives=params["filter_other_positives"],
                 device=device,
-                neighbours=int(params.get("neighbours", 0)) if sim == params.get("neighbours_for", sim) else 0,
+                neighbours=int(params.get("neighbours", 0))
+                if sim == params.get("neighbours_for", sim) and not hamming
+                else 0,
+                items=data.items,
+                hamming=hamming,
             )
             variant = variant_name(
-                sim, center=params["center"], filter_other_positives=params["filter_other_positives"]
+                "hamming" if hamming else sim,
+                center=params["center"] or hamming,
+                filter_other_positives=params["filter_other_positives"],
             )
             out.rows += tie_policy_rows(res.rank, res.tied, hits, variant)
             n_pairs = len(res.pair_index)

@@ -169,6 +169,7 @@ class GeometryScorer(Scorer):
     higher_is_better = True  # the counts' direction; every geometry number is descriptive (no direction)
     descriptive_metrics = frozenset(GEOMETRY_METRICS)
     role = "diagnostic"
+    prompt_type = "clustering"  # the shape of the space: an instruction model's clustering prompt
     description = (
         "raw-vector geometry over an EvalRank pool: alignment, uniformity, anisotropy, isotropy, effective rank, "
         "hubness (k-occurrence skewness, FAISS k-NN); descriptive, off the leaderboard"

@@ -17,8 +17,10 @@ pessimistic = 1 + above + tied, realistic = 1 + above + tied / 2, the expected r
   -||x - b||^2 does (x's own norm is constant along a row). The shift is folded into the GEMM itself: queries
   get a last coordinate 1 and candidates -||b||^2 / 2, so l2 costs one GEMM column and no extra pass.
 - x and y never count; other positives of x count as background by default (as in the paper) and
-  ``filter_other_positives`` removes them. Exclusions are applied after counting, by subtracting the excluded
-  items' own comparisons (read from the same row), so a query's row is shared by all of its pairs.
+  ``filter_other_positives`` removes them. ``exclude`` names one more item per pair that never counts: the query's
+  own item when the query's vector sits in another row (an asymmetric model's query side, EvalRank). Exclusions
+  are applied after counting, by subtracting the excluded items' own comparisons (read from the same row), so a
+  query's row is shared by all of its pairs.
 - A positive outside the background is scored in the same GEMM (an extra column, or the column of the
   background vector it equals) but never counted.
 
@@ -241,6 +243,7 @@ def _plan(
     positives: np.ndarray,
     background: np.ndarray,
     filter_other_positives: bool,
+    exclude: np.ndarray | None = None,
 ) -> _Plan:
     n_items = emb.shape[0]
     for name, ids in (("queries", queries), ("positives", positives), ("background", background)):
@@ -283,6 +286,11 @@ def _plan(
         rows, others = _other_positive_pairs(queries, positives)
         e_pair.append(slot[rows])
         e_item.append(others)
+    if exclude is not None:  # one more item per pair (-1: none), e.g. the query's own item in the document rows
+        extra = exclude[order]
+        keep = extra >= 0
+        e_pair.append(np.arange(len(order))[keep])
+        e_item.append(extra[keep])
     e_pair_all, e_item_all = np.concatenate(e_pair), np.concatenate(e_item)
     counted = in_bg[e_item_all]  # items outside the background are never counted anyway
     key = np.unique(e_pair_all[counted] * n_items + e_item_all[counted])  # one per item, sorted by pair
@@ -614,6 +622,7 @@ def rank_counts(
     block_rows: int | None = None,
     max_block_bytes: int | None = None,
     neighbours: int = 0,
+    exclude: np.ndarray | None = None,
 ) -> RankCounts:
     """``above`` / ``tied`` counts and the positive's score for every directed pair (x = queries[i], y = positives[i]).
 
@@ -622,7 +631,8 @@ def rank_counts(
     see :func:`pick_device`; ``backend`` forces "numpy" (CPU only) or "torch". ``block_rows`` overrides the
     sweet-spot block size, ``max_block_bytes`` caps the score block (both for tests and benchmarks).
     ``neighbours=k`` also returns each unique query's top-k background items, selected from the same score
-    blocks (policy: :mod:`evalfarm.scorers.neighbours`).
+    blocks (policy: :mod:`evalfarm.scorers.neighbours`). ``exclude``: per pair, one more item id that never counts
+    (-1: none).
     """
     if similarity not in SIMILARITIES:
         raise ValueError(f"unknown similarity {similarity!r} (choose from {SIMILARITIES})")
@@ -637,7 +647,13 @@ def rank_counts(
     if len(queries) == 0:
         return _no_counts(neighbours)
     emb = np.ascontiguousarray(emb, dtype=np.float32)  # no copy when it already is
-    plan = _plan(emb, queries, positives, background, filter_other_positives)
+    if exclude is not None:
+        exclude = np.asarray(exclude, dtype=np.int64)
+        if exclude.shape != queries.shape:
+            raise ValueError(f"exclude must align with the pairs, got {exclude.shape} for {queries.shape}")
+        if len(exclude) and exclude.max() >= emb.shape[0]:
+            raise ValueError(f"exclude: item ids must lie in [0, {emb.shape[0]}) or be -1")
+    plan = _plan(emb, queries, positives, background, filter_other_positives, exclude)
     top = None
     if neighbours:
         from evalfarm.scorers.neighbours import BlockTopK
