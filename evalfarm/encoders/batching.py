@@ -83,6 +83,7 @@ class BatchPolicy:
     token_budget: int | None = None
     width_multiple: int = 1
     slice_texts: int | None = None  # None: the whole call is one slice (the CPU's batches)
+    overlap: bool = False  # tokenise the next slice on a thread while the current one runs
 
     @classmethod
     def for_device(cls, device: str, *, batch_size: int, max_length: int) -> BatchPolicy:
@@ -96,6 +97,7 @@ class BatchPolicy:
             token_budget=batch_size * max_length,
             width_multiple=WIDTH_MULTIPLE,
             slice_texts=SLICE_TEXTS,
+            overlap=True,
         )
 
     def width(self, longest: int) -> int:
@@ -214,10 +216,11 @@ class Batcher:
     def _slices(
         self, texts: Sequence[str], tokenise: Callable[[list[str]], Tokenised]
     ) -> Iterator[tuple[int, Tokenised]]:
-        """(offset, tokens) of each slice; on a GPU the next slice is tokenised on a thread meanwhile."""
+        """(offset, tokens) of each slice; with ``overlap`` (a GPU's policy) the next slice is tokenised on a thread
+        meanwhile."""
         step = self.policy.slice_texts or len(texts)
         bounds = [(lo, min(lo + step, len(texts))) for lo in range(0, len(texts), step)]
-        if len(bounds) == 1 or not self.on_gpu:
+        if len(bounds) == 1 or not self.policy.overlap:
             for lo, hi in bounds:
                 yield lo, tokenise(list(texts[lo:hi]))
             return

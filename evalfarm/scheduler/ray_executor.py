@@ -511,12 +511,13 @@ def _target_address(address: str | None) -> str | None:
 
 
 # long: docstring: the local head's security; token/loopback steps must wrap ray.init in order
-def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
+def connect(address: str | None, *, num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
     ``auto`` is :func:`resolve_auto_address`'s choice (evalfarm's recorded head first; fails fast when unsure).
 
     Returns True when this call started or connected Ray (and the caller should shut it down). An already
-    initialised Ray (a notebook, a test fixture) is used as is.
+    initialised Ray (a notebook, a test fixture) is used as is. ``num_cpus`` / ``num_gpus``: the resources a local
+    Ray declares (default: what the machine has; the tests declare GPUs on a machine without any).
 
     A local Ray started here is closed to everyone else: token authentication (``RAY_AUTH_MODE=token``) with a
     token generated for this head, kept in a 0600 file in a private temporary folder (removed at exit), and
@@ -569,6 +570,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             ray.init(
                 address="local",
                 num_cpus=num_cpus or os.cpu_count() or 1,
+                num_gpus=num_gpus,
                 object_store_memory=256 * 1024 * 1024,
                 _temp_dir=private_ray_temp_dir(),
                 **common,
