@@ -9,10 +9,10 @@ and no network; each call carries at most 64 MiB of working tree (the repository
 
 Everything goes under ``--out`` (default ``.gpu-carry``, git-ignored), one folder per call:
 
-- ``call-a``: wheels of deltalake (50.8 MB alone), arro3-core, Deprecated, the pydantic stack, typing_extensions,
-  platformdirs, pooch -- installed into ``.gpu-site`` (git-ignored: a warm machine keeps it for the next call);
-- ``call-b``: duckdb's wheel (23.8 MB), the task files the pipeline reads (``data.tar.xz``), the zoo's texts and
-  counts, the CPU reference -- installed and unpacked;
+- ``call-a``: wheels of deltalake (52.0 MB alone), arro3-core, Deprecated -- installed into ``.gpu-site``
+  (git-ignored: a warm machine keeps it for the next call);
+- ``call-b``: wheels of duckdb (24.4 MB), the pydantic stack, typing_extensions, platformdirs, pooch; the task files
+  the pipeline reads (``data.tar.xz``), the zoo's texts and counts, the CPU reference -- installed and unpacked;
 - ``call-c``: all-MiniLM-L6-v2 with its weights stored in float16 (43 MiB; float32 runs compute in float32 on those
   weights, and so does the CPU reference) -- then ``gpu_zoo.py`` runs.
 
@@ -38,9 +38,9 @@ sys.path.insert(0, str(ROOT))
 
 LIMIT_BYTES = 64 * 1024 * 1024
 CALL_WHEELS = {
-    "call-a": ["deltalake", "arro3-core", "Deprecated", "pydantic", "pydantic_core", "annotated-types",
-               "typing-inspection", "typing_extensions", "platformdirs", "pooch"],
-    "call-b": ["duckdb"],
+    "call-a": ["deltalake", "arro3-core", "Deprecated"],
+    "call-b": ["duckdb", "pydantic", "pydantic_core", "annotated-types", "typing-inspection", "typing_extensions",
+               "platformdirs", "pooch"],
 }  # fmt: skip
 """Each call's wheels (versions: constraints.txt, the versions every install here uses)."""
 PLATFORMS = ["manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64",

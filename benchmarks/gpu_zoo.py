@@ -237,9 +237,9 @@ def pipeline_catalog(data: Path, minilm: Path, work: Path, smoke: bool) -> Path:
     return path
 
 
-def _run_env(data: Path, minilm: Path) -> dict[str, str]:
+def _run_env(data: Path, models: list[Path]) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "EVALFARM_CPU_HALF"}
-    env.update(EVALFARM_DATA=str(data), EVALFARM_MODEL_PATHS=os.pathsep.join([str(minilm), str(data)]),
+    env.update(EVALFARM_DATA=str(data), EVALFARM_MODEL_PATHS=os.pathsep.join(str(m) for m in models),
                HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")  # fmt: skip
     env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), env.get("PYTHONPATH", "")] if p)
     return env
@@ -254,7 +254,7 @@ def run_pipeline(inputs: Path, device: str, smoke: bool, work: Path) -> dict[str
            "local", "--device", device, "--format", "json"]  # fmt: skip
     if smoke:
         cmd.append("--quick-downstream")
-    env = _run_env(work / "smoke-data" if smoke else data, minilm)
+    env = _run_env(work / "smoke-data" if smoke else data, [minilm, data / "evalrank" / "reference"])
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=work, capture_output=True, text=True)
     wall = time.perf_counter() - t

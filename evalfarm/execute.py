@@ -284,9 +284,11 @@ def _embed_missing(
         dim = _embed_part(ctx, plan, store, encoder, part, sibling_parts, meter, provenance)
         if shared_pass:
             shared_pass.finished(k, time.perf_counter() - t_part)
+    dim = dim or int(getattr(encoder, "dim", 0))
     if shared_pass:
-        shared_pass.close(provenance)
-    return dim or int(getattr(encoder, "dim", 0))
+        shared_pass.close(provenance)  # who embedded what: the model's row again, with it (even if helpers did all)
+        ctx._model_rows[plan.model] = _model_row(ctx, plan, dim, provenance)
+    return dim
 
 
 def _embed_part(

@@ -183,7 +183,6 @@ class Batcher:
     def on_gpu(self) -> bool:
         return self.device.startswith("cuda")
 
-    # long: the one loop of a call: slices (tokenised ahead on a thread), batches, copies back, rows written out
     def run(
         self,
         texts: Sequence[str],

@@ -315,7 +315,6 @@ class Packing:
     ready: set[str] = field(default_factory=set)
     busy: dict[str, str] = field(default_factory=dict)  # worker -> the model it runs
 
-    # long: the one place the cluster's GPUs, their size, the grid and every model's need are put together
     @classmethod
     def plan(
         cls,
