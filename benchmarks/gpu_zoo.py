@@ -217,7 +217,7 @@ def _sliced_tasks(data: Path, work: Path, lines: int) -> list[dict[str, Any]]:
     return out
 
 
-def pipeline_catalog(data: Path, minilm: Path, work: Path, smoke: bool) -> Path:
+def pipeline_catalog(data: Path, minilm: Path, work: Path, smoke: bool, reference: bool = False) -> Path:
     """The run's catalog: the word model, all-MiniLM-L6-v2 three ways; the tasks as shipped (--smoke: sliced)."""
     glove = {"type": "path", "ref": str(data / "evalrank/reference/toy_emb.txt")}
     src = {"type": "path", "ref": str(minilm)}
@@ -228,8 +228,10 @@ def pipeline_catalog(data: Path, minilm: Path, work: Path, smoke: bool) -> Path:
          "dtype": "bfloat16"},
         {"id": "all-minilm-l6-v2-mean", "level": "sentence", "kind": "transformers", "pooling": "mean", "source": src},
     ]  # fmt: skip
+    if reference:  # the CPU reference: bfloat16 runs float32 there, the same numbers again; the GPU's own float32
+        models = [m for m in models if m.get("dtype") != "bfloat16"]  # run is what bfloat16 is checked against
     if smoke:
-        body: dict[str, Any] = {"tasks": _sliced_tasks(data, work, 400), "models": models}
+        body: dict[str, Any] = {"tasks": _sliced_tasks(data, work, 200), "models": models}
     else:
         body = {"include": ["tasks"], "tasks": PIPELINE_TASKS, "models": models}
     path = work / "gpu-zoo.yaml"
@@ -248,7 +250,7 @@ def _run_env(data: Path, models: list[Path]) -> dict[str, str]:
 def run_pipeline(inputs: Path, device: str, smoke: bool, work: Path) -> dict[str, Any]:
     data = _data(inputs)
     minilm = _paths(inputs)["minilm"]
-    cat = pipeline_catalog(data, minilm, work, smoke)
+    cat = pipeline_catalog(data, minilm, work, smoke, reference=device == "cpu" and not smoke)
     wh = work / "wh"
     cmd = [sys.executable, "-m", "evalfarm", "run", "--catalog", str(cat), "--warehouse", str(wh), "--executor",
            "local", "--device", device, "--format", "json"]  # fmt: skip
@@ -325,7 +327,7 @@ def encoder_around(model: Any, tokenizer: Any, *, device: str, batch_size: int, 
     sets after loading, so ``encode`` runs the shipped path (batcher, pooling) on a model with random weights."""
     import inspect
 
-    from evalfarm.encoders.batching import GPU_CHUNK_TEXTS, Batcher, BatchPolicy
+    from evalfarm.encoders.batching import GPU_CHUNK_TEXTS, Batcher, BatchPolicy, Tokenised
     from evalfarm.encoders.hf_transformers import HFTransformersEncoder
 
     enc = HFTransformersEncoder.__new__(HFTransformersEncoder)
@@ -338,8 +340,10 @@ def encoder_around(model: Any, tokenizer: Any, *, device: str, batch_size: int, 
     pad = tokenizer.pad_token_id or 0
     enc.batcher = Batcher(BatchPolicy.for_device(device, batch_size=batch_size, max_length=max_length), device, pad)
     enc.chunk_texts = GPU_CHUNK_TEXTS if enc.batcher.on_gpu else None
-    takes = "use_cache" in inspect.signature(model.forward).parameters
-    enc._no_cache = {"use_cache": False} if takes and getattr(model.config, "use_cache", False) else {}
+    takes = inspect.signature(model.forward).parameters
+    enc._no_cache = {"use_cache": False} if "use_cache" in takes and getattr(model.config, "use_cache", False) else {}
+    if "token_type_ids" not in takes:  # MiniLM's tokenizer on a model without token types (MPNet, the decoders)
+        enc._tokenise = lambda texts: Tokenised(_tokens(tokenizer, texts, max_length))
     enc.spec_id, enc.provenance = "", {}
     return enc
 
@@ -431,13 +435,14 @@ def measure_arch(
 def run_throughput(inputs: Path, device: str, smoke: bool, budget: Budget, emit: Callable[[], None]) -> dict:
     from transformers import AutoTokenizer
 
-    texts = _texts(inputs, smoke)
+    texts = _texts(inputs, smoke)[: 200 if smoke else None]
     tokenizer = AutoTokenizer.from_pretrained(_paths(inputs)["minilm"])
     rows: list[dict[str, Any]] = []
     out: dict[str, Any] = {"rows": rows, "texts_in_sample": len(texts)}
     # every architecture in bfloat16 first (the MFU targets), then the float32 rows (half against full precision)
-    plan = [(a, "bfloat16") for a in ARCHITECTURES] + [(a, "float32") for a in ARCHITECTURES if "float32" in
-                                                       dtypes_for(a) and not smoke]  # fmt: skip
+    first = "float32" if smoke and not device.startswith("cuda") else "bfloat16"  # a CPU's bfloat16 is slow
+    plan = [(a, first) for a in ARCHITECTURES] + [(a, "float32") for a in ARCHITECTURES if "float32" in
+                                                  dtypes_for(a) and not smoke]  # fmt: skip
     for i, (arch, dtype) in enumerate(plan):
         left = budget.left()
         if left < 20:
@@ -593,18 +598,18 @@ def run_projection(inputs: Path, throughput: dict[str, Any], pipeline: dict[str,
     paper = zoo["paper"]
     rate = {(r["arch"], r["dtype"]): r["texts_per_s"] for r in throughput.get("rows", []) if "texts_per_s" in r}
     n = zoo["sentence_texts"]
-    encode = {"float32": 0.0, "bfloat16": 0.0}
+    encode: dict[str, float | None] = {"float32": 0.0, "bfloat16": 0.0}
     for p in paper["forward_passes"]:
         arch = _arch_of(p.get("ref"))
-        for dtype in encode:
+        for dtype, so_far in encode.items():
             r = rate.get((arch, dtype)) or rate.get((arch, "float32"))
-            encode[dtype] += n / r if r else float("nan")
+            encode[dtype] = None if so_far is None or not r else so_far + n / r  # None: an architecture unmeasured
     per_unit = _unit_seconds(zoo, pipeline)
     score = sum(per_unit.get(t, 0.5) * count for t, count in paper["units"].items())
     cpu = sum(CPU_MEDIANS.get(k, 0.0) * c for k, c in paper["kinds"].items())
     cores = os.cpu_count() or 1
-    serial = {d: encode[d] + score + cpu for d in encode}
-    bound = {d: max(encode[d], score / 8, cpu / cores) for d in encode}
+    serial = {d: None if e is None else round(e + score + cpu, 1) for d, e in encode.items()}
+    bound = {d: None if e is None else round(max(e, score / 8, cpu / cores), 1) for d, e in encode.items()}
     return {
         "models": paper["models"], "forward_passes": len(paper["forward_passes"]), "sentence_texts": n,
         "encode_seconds": encode, "score_seconds_serial": round(score, 1), "cpu_seconds_one_core": round(cpu, 1),
@@ -627,10 +632,18 @@ def main() -> None:
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--smoke", action="store_true", help="every section, small (the rehearsal)")
     ap.add_argument("--only", default=",".join(SECTIONS), help=f"comma-separated, of {', '.join(SECTIONS)}")
-    ap.add_argument("--budget-seconds", type=float, default=520.0, help="stop measuring past this")
+    ap.add_argument("--budget-seconds", type=float, default=None, help="stop measuring past this (default: 520; "
+                    "--smoke: none)")  # fmt: skip
     ap.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "gpu-zoo.json")
+    ap.add_argument("--compare", type=Path, default=None, help="only: this GPU run's JSON against the CPU reference")
     args = ap.parse_args()
-    budget = Budget(args.budget_seconds)
+    if args.compare is not None:  # after the device run, here: its metrics against cpu-reference.json
+        result = json.loads(args.compare.read_text(encoding="utf-8"))
+        _checks(result, args.inputs)
+        args.compare.write_text(json.dumps(result, indent=1, default=str) + "\n", encoding="utf-8")
+        print(json.dumps({k: result["pipeline"].get(k, {}).get("pass") for k in ("vs_cpu", "bf16_vs_fp32")}))
+        return
+    budget = Budget(args.budget_seconds or (float("inf") if args.smoke else 520.0))
     if not _paths(args.inputs)["zoo"].is_file():
         if not args.smoke:
             raise SystemExit(f"no inputs in {args.inputs}: run `python benchmarks/gpu_carry.py all` first")
@@ -639,6 +652,7 @@ def main() -> None:
 
         gpu_carry.inputs(args.inputs, smoke=True)  # the smoke run's own small inputs
     only = [s for s in args.only.split(",") if s]
+    started = time.monotonic()
     result: dict[str, Any] = {"machine": _machine(args.device), "smoke": args.smoke, "sections": only}
 
     def emit() -> None:
@@ -659,7 +673,7 @@ def main() -> None:
         emit()
     if "projection" in only:
         result["projection"] = run_projection(args.inputs, result.get("throughput", {}), result.get("pipeline", {}))
-    result["seconds"] = round(args.budget_seconds - budget.left(), 1)
+    result["seconds"] = round(time.monotonic() - started, 1)
     emit()
     print(json.dumps({k: result[k] for k in ("machine", "seconds")}, default=str))
 

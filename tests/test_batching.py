@@ -195,50 +195,57 @@ def test_one_text_that_does_not_fit_fails_with_its_length(tiny_bert):
     assert not is_retryable(exc.value)  # another attempt on a worker of the same size runs out the same way
 
 
-def _pool_entry(d: Path, pid: str, files: dict[str, Path]) -> str:
-    sha = {role: hashlib.sha256(p.read_bytes()).hexdigest() for role, p in files.items()}
-    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
-    sh = ", ".join(f"{r}: {s}" for r, s in sha.items())
-    return (
-        f"  - {{id: {pid}, level: sentence, kind: evalrank, format: evalrank-sentence, version: '1', licence: test,"
-        f" source: tests, files: {{{fl}}}, sha256: {{{sh}}}}}\n"
-    )
+def _sliced(spec: dict, data_dir: Path, d: Path, lines: int) -> str:
+    """A task entry of ``spec`` (a shipped task's, as JSON) with each file cut to its first ``lines`` lines."""
+    import json
+
+    spec = {k: v for k, v in spec.items() if k != "urls"}
+    spec["id"] = f"{spec['id']}-head"
+    for role, rel in spec["files"].items():
+        body = b"\n".join((data_dir / rel).read_bytes().split(b"\n")[:lines]) + b"\n"
+        (d / rel).parent.mkdir(parents=True, exist_ok=True)
+        (d / rel).write_bytes(body)
+        spec["sha256"][role] = hashlib.sha256(body).hexdigest()
+    return f"  - {json.dumps(spec)}\n"
 
 
 @pytest.mark.slow
 def test_bfloat16_is_within_the_stated_tolerance_of_float32(tmp_path, data_dir, minilm, monkeypatch):
     """A spec's ``dtype: bfloat16`` run (on the CPU: EVALFARM_CPU_HALF=1) against the same model in float32, through
-    ``evalfarm run``: STS-B test Spearman and an EvalRank sentence pool's MRR within HALF_PRECISION_TOLERANCE."""
+    ``evalfarm run``: STS-B test Spearman and an EvalRank sentence pool's MRR (the tasks' first lines, for time)
+    within HALF_PRECISION_TOLERANCE."""
+    from evalfarm.catalog.registry import load_catalog
     from evalfarm.encoders._torch import CPU_HALF_ENV, HALF_PRECISION_TOLERANCE
     from evalfarm.runner import run_catalog
     from evalfarm.warehouse import Warehouse
     from tests.support.task_files import data_folder
 
-    s = data_dir / "evalrank" / "sent_evalrank"
-    pairs, bg = tmp_path / "pairs.txt", tmp_path / "bg.txt"
-    pairs.write_text("\n".join((s / "pos_pair.txt").read_text().splitlines()[:300]) + "\n")
-    bg.write_text("\n".join((s / "background_sent.txt").read_text().splitlines()[:2000]) + "\n")
+    shipped = load_catalog("tasks")
+    tasks = "".join(_sliced(shipped.task(t).model_dump(mode="json"), data_dir, tmp_path, n)
+                    for t, n in (("stsb", 400), ("evalrank-sentence", 600)))  # fmt: skip
     src = f"{{type: path, ref: {minilm}}}"
     (tmp_path / "cat.yaml").write_text(
-        "include: [tasks]\ntasks:\n"
-        + _pool_entry(tmp_path, "pool", {"pairs": pairs, "background": bg})
+        "tasks:\n" + tasks
         + f"models:\n  - {{id: f32, level: sentence, kind: transformers, pooling: mean, source: {src}}}\n"
         f"  - {{id: bf16, level: sentence, kind: transformers, pooling: mean, dtype: bfloat16, source: {src}}}\n"
-    )
+    )  # fmt: skip
     monkeypatch.setenv(CPU_HALF_ENV, "1")
     monkeypatch.setenv("EVALFARM_MODEL_PATHS", str(minilm))
-    with data_folder(data_dir):
-        summary = run_catalog(tmp_path / "cat.yaml", tmp_path / "wh", executor="local", tasks=["stsb", "pool"])
+    with data_folder(tmp_path):
+        summary = run_catalog(tmp_path / "cat.yaml", tmp_path / "wh", executor="local")
     assert not summary.failed
     wh = Warehouse(tmp_path / "wh")
     rows = wh.query(
-        "SELECT model, task, value FROM metrics WHERE is_primary AND (task = 'stsb' AND subset = 'test' OR task = "
-        "'pool' AND variant = 'cos' AND metric = 'mrr' AND ties = 'realistic')"
+        "SELECT model, task, value FROM metrics WHERE is_primary AND (task = 'stsb-head' AND subset = 'test' OR "
+        "task = 'evalrank-sentence-head' AND variant = 'cos' AND metric = 'mrr' AND ties = 'realistic')"
     ).to_pylist()
-    got = {(r["model"], r["task"]): r["value"] for r in rows}
-    assert set(got) == {(m, t) for m in ("f32", "bf16") for t in ("stsb", "pool")}, got
+    got = {(r["model"], r["task"].removesuffix("-head")): r["value"] for r in rows}
+    assert set(got) == {(m, t) for m in ("f32", "bf16") for t in ("stsb", "evalrank-sentence")}, rows
     assert abs(got["bf16", "stsb"] - got["f32", "stsb"]) <= HALF_PRECISION_TOLERANCE["sts_spearman"]
-    assert abs(got["bf16", "pool"] - got["f32", "pool"]) <= HALF_PRECISION_TOLERANCE["evalrank_mrr"]
+    assert (
+        abs(got["bf16", "evalrank-sentence"] - got["f32", "evalrank-sentence"])
+        <= HALF_PRECISION_TOLERANCE["evalrank_mrr"]
+    )
     assert got["bf16", "stsb"] != got["f32", "stsb"]  # bfloat16 really ran: its numbers are its own
     prov = {r["model"]: r["provenance"] for r in wh.query("SELECT model, provenance FROM models").to_pylist()}
     assert '"dtype": "bfloat16"' in prov["bf16"] and '"dtype": "float32"' in prov["f32"]

@@ -8,6 +8,14 @@ Job kinds:
   the base's embeddings).
 - ``score``: one unit, reading its task's vectors from the model's text store; small, so they fill the gaps between
   models and are preferred when a worker is free (a finished unit is worth more than a started one).
+- ``embed`` as a *helper* (``Job.helper``): a worker with nothing else to do loads a model another worker is
+  embedding and takes parts of its pass (:mod:`evalfarm.parts`: sent when its cost model says the parts left
+  outlast a load; once per worker and pass); it reports no unit, the owner does.
+
+Placement (the executor's, ``scheduler/placement.py`` for Ray on GPUs): ``Executor.suits`` says which worker may take
+a job (a GPU model needs a worker whose GPU share holds it), ``Executor.refusals`` which models no worker can ever
+hold (failed before anything loads, stage ``placement``), ``Executor.retired`` which idle workers it stopped to make
+room (forgotten here).
 
 Faults:
 
