@@ -280,7 +280,8 @@ def test_models_packed_by_memory_refused_and_out_of_memory_on_declared_gpus(gpu_
     assert prov["oom-halves"]["batching"]["oom_split_count"] >= 1  # halved, retried, done
 
     _one_worker_run(d / "packed.yaml", tmp_path / "local", monkeypatch)
-    assert _metrics(tmp_path / "ray") == _metrics(tmp_path / "local")  # placement moves models, never numbers
+    local = [r for r in _metrics(tmp_path / "local") if r["model"] != "too-big"]  # one CPU worker places nothing
+    assert _metrics(tmp_path / "ray") == local  # placement moves models, never numbers
 
 
 @pytest.mark.slow

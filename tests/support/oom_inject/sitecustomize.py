@@ -40,6 +40,10 @@ def patched_init(init):  # -> the encoder's __init__, with the limit applied aft
 
 
 def install() -> None:
+    import sys
+
+    if not any("default_worker" in a for a in sys.argv):  # only Ray's workers, not its agents (they start slower)
+        return
     try:
         from evalfarm.encoders import hf_transformers
     except Exception:  # not an evalfarm process (one of Ray's own)
