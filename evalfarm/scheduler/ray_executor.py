@@ -1,4 +1,6 @@
-"""The ``ray`` executor: one long-lived worker actor per GPU (or per CPU slot), driven by ``core.Scheduler``.
+"""The ``ray`` executor: long-lived worker actors, one per GPU (or per CPU slot) -- or, on a GPU cluster whose GPUs'
+memory is known, one per *share* of a GPU sized to the model it runs (placement by memory: ``placement.Packing``) --
+driven by ``core.Scheduler``.
 
 Why actors (Ray Core) and not Ray Data: the expensive thing here is the *model* (import torch/transformers,
 load weights), not the data (a job is at most tens of thousands of short strings). An actor pays the imports
