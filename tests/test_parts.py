@@ -5,7 +5,6 @@ declared GPUs: tests/test_placement.py."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from pathlib import Path
 
@@ -72,19 +71,11 @@ class _Waiting(PartBook):
 
 
 def _catalog(d: Path, data_dir: Path) -> Path:
-    s = data_dir / "evalrank" / "sent_evalrank"
-    files = {}
-    for role, src, n in (("pairs", "pos_pair.txt", 60), ("background", "background_sent.txt", 1100)):
-        files[role] = d / f"{role}.txt"
-        files[role].write_text("\n".join((s / src).read_text().splitlines()[:n]) + "\n")
-    sha = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
-    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
+    from tests.support.task_files import sentence_pool_entry
+
     (d / "cat.yaml").write_text(
-        "tasks:\n"
-        f"  - {{id: pool, level: sentence, kind: evalrank, format: evalrank-sentence, version: '1', licence: test,"
-        f" source: tests, files: {{{fl}}}, sha256: {{{sha}}}}}\n"
-        "models:\n  - {id: static, level: sentence, kind: static,"
-        " source: {type: package, ref: tokenlearn-static-model, path: static_model/model}}\n"
+        "tasks:\n" + sentence_pool_entry(d, data_dir, "pool", 60, 1100) + "models:\n  - {id: static, level: sentence,"
+        " kind: static, source: {type: package, ref: tokenlearn-static-model, path: static_model/model}}\n"
     )
     return d / "cat.yaml"
 

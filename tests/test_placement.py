@@ -164,36 +164,20 @@ def _tiny_bert(d: Path, minilm: Path, **extra) -> Path:
     return d
 
 
-def _pool(d: Path, data_dir: Path, name: str, pairs: int, background: int) -> str:
-    import hashlib
-
-    s = data_dir / "evalrank" / "sent_evalrank"
-    files = {}
-    for role, src, n in (("pairs", "pos_pair.txt", pairs), ("background", "background_sent.txt", background)):
-        files[role] = d / f"{name}-{role}.txt"
-        files[role].write_text("\n".join((s / src).read_text().splitlines()[:n]) + "\n")
-    sha = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
-    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
-    return (
-        f"  - {{id: {name}, level: sentence, kind: evalrank, format: evalrank-sentence, version: '1', licence: test,"
-        f" source: tests, files: {{{fl}}}, sha256: {{{sha}}}}}\n"
-    )
-
-
 @pytest.fixture(scope="module")
 def gpu_cluster(tmp_path_factory, data_dir, minilm, toy_glove):
     """Catalogs of tiny BERTs (declared needs: 3 GiB each, 12 GiB, 20 GiB; one that runs out of memory above 200
     padded tokens, one above 3) and of all-MiniLM-L6-v2 on a 4,000-text pool; a local Ray declaring 2 GPUs of 16 GiB
     and 4 CPUs (2 workers a GPU); parts of 250 texts. The workers compute on the CPU."""
     from tests.support.ray_heads import local_ray
-    from tests.support.task_files import data_folder
+    from tests.support.task_files import data_folder, sentence_pool_entry
 
     d = tmp_path_factory.mktemp("gpus")
     tiny = _tiny_bert(d / "tiny", minilm)
     halves = _tiny_bert(d / "tiny-halves", minilm, evalfarm_test_oom_above=200)
     fails = _tiny_bert(d / "tiny-fails", minilm, evalfarm_test_oom_above=3)
-    (d / "tasks.yaml").write_text("tasks:\n" + _pool(d, data_dir, "sent-small", 100, 400)
-                                  + _pool(d, data_dir, "sent-big", 300, 3700))  # fmt: skip
+    (d / "tasks.yaml").write_text("tasks:\n" + sentence_pool_entry(d, data_dir, "sent-small", 100, 400)
+                                  + sentence_pool_entry(d, data_dir, "sent-big", 300, 3700))  # fmt: skip
 
     def m(mid: str, src: Path, gib: float, batch: int) -> str:
         return (f"  - {{id: {mid}, level: sentence, kind: transformers, pooling: mean, batch_size: {batch}, "
