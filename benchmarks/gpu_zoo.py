@@ -608,6 +608,7 @@ def run_projection(inputs: Path, throughput: dict[str, Any], pipeline: dict[str,
     rate = {(r["arch"], r["dtype"]): r["texts_per_s"] for r in throughput.get("rows", []) if "texts_per_s" in r}
     n = zoo["sentence_texts"]
     encode: dict[str, float | None] = {"float32": 0.0, "bfloat16": 0.0}
+    unmeasured = sorted({_arch_of(p.get("ref")) for p in paper["forward_passes"]} - {a for a, _ in rate})
     for p in paper["forward_passes"]:
         arch = _arch_of(p.get("ref"))
         for dtype, so_far in encode.items():
@@ -621,7 +622,8 @@ def run_projection(inputs: Path, throughput: dict[str, Any], pipeline: dict[str,
     bound = {d: None if e is None else round(max(e, score / 8, cpu / cores), 1) for d, e in encode.items()}
     return {
         "models": paper["models"], "forward_passes": len(paper["forward_passes"]), "sentence_texts": n,
-        "encode_seconds": encode, "score_seconds_serial": round(score, 1), "cpu_seconds_one_core": round(cpu, 1),
+        "encode_seconds": encode, "unmeasured_architectures": unmeasured, "score_seconds_serial": round(score, 1),
+        "cpu_seconds_one_core": round(cpu, 1),
         "wall_serial_seconds": serial, "wall_packed_lower_bound_seconds": bound,
         "assumptions": "forward passes: one per checkpoint (pooling siblings share it), every default sentence "
         "text, this machine's measured texts/s of the matching architecture; score units: this machine's pipeline "
