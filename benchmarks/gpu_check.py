@@ -33,8 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # Stated tolerances (docs: benchmarks/README.md, "GPU check"): half-precision encoders against float32.
-TOL_SPEARMAN = 0.005  # absolute, STS-B test Spearman
-TOL_MRR = 0.01  # absolute, EvalRank sentence MRR (cos)
+from evalfarm.encoders._torch import HALF_PRECISION_TOLERANCE  # noqa: E402 - after the sys.path line
+
+TOL_SPEARMAN = HALF_PRECISION_TOLERANCE["sts_spearman"]  # absolute, STS-B test Spearman
+TOL_MRR = HALF_PRECISION_TOLERANCE["evalrank_mrr"]  # absolute, EvalRank sentence MRR (cos)
 TOL_ACCURACY = 0.005  # absolute, downstream accuracy: CUDA torch solver vs scikit-learn
 
 # The device the checks put against the CPU: "cuda" (``--device cpu`` runs the torch side on the CPU instead, to check

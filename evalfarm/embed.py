@@ -112,7 +112,14 @@ def encode_poolings(
     checks its own with :func:`check_quality`, so a bad pooling fails only its model)."""  # fmt: skip
     if not texts:
         raise EmbeddingQualityError("nothing to encode")
+    chunk = _chunk(encoder, chunk)
     return _encode_sorted_many(lambda batch: encoder.encode_poolings(batch, poolings), texts, chunk, progress)
+
+
+def _chunk(encoder: Any, default: int) -> int:
+    """Texts per encoder call: the encoder's own ``chunk_texts`` when it declares one (a GPU encoder takes
+    thousands at a time, ``evalfarm.encoders.batching``), else ``default``."""
+    return int(getattr(encoder, "chunk_texts", None) or default)
 
 
 def lowercased_view(wv: Any) -> Any:
@@ -186,7 +193,8 @@ def encode_texts(
         if progress:
             progress(len(texts))
     else:
-        out = Encoded(_encode_sorted(encoder.encode, texts, chunk, progress), np.zeros(len(texts), dtype=bool))
+        vecs = _encode_sorted(encoder.encode, texts, _chunk(encoder, chunk), progress)
+        out = Encoded(vecs, np.zeros(len(texts), dtype=bool))
     return check_quality(texts, out)
 
 

@@ -44,6 +44,7 @@ from evalfarm.embed import (
 from evalfarm.encoders.prompts import prompt_text, with_prompt
 from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
+from evalfarm.parts import PartClaims
 from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.ranking import BOARD_TIES
@@ -90,6 +91,9 @@ class ExecContext:
     on_texts: Callable[[EmbedTick], None] | None = None  # each embedding pass's texts so far (see EmbedTick)
     record_failures: bool = True
     encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
+    worker: str = ""  # this worker's name (the scheduler's)
+    parts: PartClaims | None = None  # the run's part book: idle workers may help with a model's parts (parts.py)
+    placement: dict[str, Any] | None = None  # the job's GPU placement (share, GPU, estimated need), for provenance
     _tasks: dict[str, Any] = field(default_factory=dict)
     _model_rows: dict[str, dict[str, Any]] = field(default_factory=dict)  # models rows of the job under way
     _counted: set[str] = field(default_factory=set)  # text counts this context has checked (remember_count)
@@ -260,6 +264,14 @@ class PassMeter:
             log.debug("progress report dropped (%s: %s)", type(exc).__name__, exc)
 
 
+def _note_batching(provenance: dict[str, Any], encoder: Any) -> None:
+    """What the encoder's batcher had to do on this device (``evalfarm.encoders.batching``: out-of-memory splits and
+    the batch they left), into the model's provenance: a record of how it ran, kept out of the shards' metadata."""
+    notes = getattr(getattr(encoder, "batcher", None), "notes", None)
+    if notes:
+        provenance["batching"] = dict(notes)
+
+
 def _reused_base(spec: ModelSpec) -> PostProcess | None:
     """A post-processed sentence model reads its base's stored vectors unless it overrides how the base loads: its
     transform then, else None."""
@@ -319,20 +331,45 @@ def _embed_missing(ctx: ExecContext, plan: ModelPlan, work: Work, state: dict[st
         meter.retotal(total, f"{plan.model} · {total} texts")
     if prompted:
         provenance["prompts"] = _prompts_provenance(ctx, plan, encoder)
+    _note_placement(ctx, provenance)
+    parts = [
+        (prompt, part, sibling_parts)
+        for prompt in order
+        for part, sibling_parts in shard_parts(own[prompt][1] if prompt in own else [], siblings.get(prompt, []))
+    ]
+    shared_pass = SharedPass.start(ctx, plan, parts, meter, provenance)
     dim = 0
-    for prompt in order:
-        store, missing = own.get(prompt, (ctx.store(plan, prompt), []))
-        enc = with_prompt(encoder, prompt if prompted else None)
-        prov = _with_prompt(provenance, encoder, prompt) if prompted else provenance
-        for part, sibling_parts in shard_parts(missing, siblings.get(prompt, [])):
-            if sibling_parts:
-                out, shared = _encode_with_siblings(ctx, plan, enc, part, sibling_parts, meter)
-            else:
-                out, shared = encode_texts(enc, part, progress=meter), []
-            dim = int(out.emb.shape[1])
-            if part:
-                _publish(ctx, plan, store, part, out, prov)
-            _publish_siblings(ctx, plan, shared, prov)
+    for k, (prompt, part, sibling_parts) in shared_pass.claims() if shared_pass else enumerate(parts):
+        t_part = time.perf_counter()
+        store = own[prompt][0] if prompt in own else ctx.store(plan, prompt)
+        dim = _embed_under(ctx, plan, store, encoder, prompt, part, sibling_parts, meter, provenance)
+        if shared_pass:
+            shared_pass.finished(k, time.perf_counter() - t_part)
+    dim = dim or int(getattr(encoder, "dim", 0))
+    if shared_pass:
+        shared_pass.close(provenance)  # who embedded what: the model's row again, with it (even if helpers did all)
+        ctx._model_rows[plan.model] = _model_row(ctx, plan, dim, provenance)
+    return dim
+
+
+def _embed_under(
+    ctx: ExecContext,
+    plan: ModelPlan,
+    store: TextStore,
+    encoder: Any,
+    prompt: Prompt,
+    part: list[str],
+    sibling_parts: list[tuple[ModelPlan, TextStore, list[str]]],
+    meter: Callable[[int], None] | None,
+    provenance: dict[str, Any],
+) -> int:
+    """Embed and store one part under its prompt (a model without prompts: as it is); its dimension. The owner of a
+    pass and its helpers both come here, so a part's vectors and shard metadata are the same whoever embeds it."""
+    prompted = plan.prompts is not None
+    enc = with_prompt(encoder, prompt if prompted else None)
+    prov = _with_prompt(provenance, encoder, prompt) if prompted else provenance
+    dim = _embed_part(ctx, plan, store, enc, part, sibling_parts, meter, prov)
+    _note_batching(provenance, encoder)
     return dim
 
 
@@ -360,6 +397,137 @@ def _prompts_provenance(ctx: ExecContext, plan: ModelPlan, encoder: Any) -> dict
     return out
 
 
+def _embed_part(
+    ctx: ExecContext,
+    plan: ModelPlan,
+    store: TextStore,
+    encoder: Any,
+    part: list[str],
+    sibling_parts: list[tuple[ModelPlan, TextStore, list[str]]],
+    meter: Callable[[int], None] | None,
+    provenance: dict[str, Any],
+) -> int:
+    """Embed and store one part (the model's texts and its pooling siblings' that fall in it); its dimension."""
+    if sibling_parts:
+        out, shared = _encode_with_siblings(ctx, plan, encoder, part, sibling_parts, meter)
+    else:
+        out, shared = encode_texts(encoder, part, progress=meter), []
+    _note_batching(provenance, encoder)
+    if part:
+        _publish(ctx, plan, store, part, out, provenance)
+    _publish_siblings(ctx, plan, shared, provenance)
+    return int(out.emb.shape[1])
+
+
+def _note_placement(ctx: ExecContext, provenance: dict[str, Any]) -> None:
+    """Where the worker ran the model on a GPU cluster (its share of a GPU, the GPU, the model's estimated need):
+    the executor's placement record, into the model's provenance."""
+    if ctx.placement:
+        provenance["placement"] = dict(ctx.placement)
+
+
+PASS_POLL_SECONDS = 0.2
+"""How often a pass's owner, out of parts to claim, looks at its helpers' parts."""
+
+
+class SharedPass:
+    """A model's pass whose parts idle workers may help with (:mod:`evalfarm.parts`): the owner's side. Iterate
+    :meth:`claims` (each part this worker claims, then, once none is left to claim, waiting for the helpers' parts and
+    taking back any a lost helper gave back), call :meth:`finished` after each part is stored, :meth:`close` at the
+    end (who embedded what goes into the model's provenance)."""
+
+    def __init__(self, ctx: ExecContext, plan: ModelPlan, parts: list[Any], meter: PassMeter) -> None:
+        assert ctx.parts is not None
+        self.book, self.ctx, self.plan, self.parts, self.meter = ctx.parts, ctx, plan, parts, meter
+        self.pass_id = meter.pass_id
+        self.counted: set[int] = set()
+
+    @classmethod
+    def start(
+        cls, ctx: ExecContext, plan: ModelPlan, parts: list[Any], meter: PassMeter, provenance: dict[str, Any]
+    ) -> SharedPass | None:
+        """A shared pass when the worker has a book and the model more than one part; else None (plain loop)."""
+        if ctx.parts is None or len(parts) < 2:
+            return None
+        payload = [(prompt, part, [(s.model, texts) for s, _, texts in sib]) for prompt, part, sib in parts]
+        ctx.parts.open(meter.pass_id, plan.model, payload, ctx.worker, float(provenance.get("load_seconds", 0.0)))
+        return cls(ctx, plan, parts, meter)
+
+    def claims(self) -> Iterator[tuple[int, Any]]:
+        while True:
+            got = self.book.claim(self.pass_id, self.ctx.worker)
+            if got is not None:
+                self.counted.add(got[0])
+                yield got[0], self.parts[got[0]]
+                continue
+            unclaimed, running, done = self.book.status(self.pass_id)
+            self._count(done)
+            if unclaimed:
+                continue
+            if not running:
+                return
+            time.sleep(PASS_POLL_SECONDS)
+
+    def _count(self, done: list[int]) -> None:
+        """The helpers' finished parts, into this pass's progress."""
+        for k in done:
+            if k not in self.counted:
+                self.counted.add(k)
+                _, part, sibs = self.parts[k]
+                self.meter(len(set(part).union(*(texts for _, _, texts in sibs))))
+
+    def finished(self, part: int, seconds: float) -> None:
+        self.book.done(self.pass_id, part, self.ctx.worker, seconds)
+
+    def close(self, provenance: dict[str, Any]) -> None:
+        who = self.book.close(self.pass_id)
+        if set(who) - {self.ctx.worker}:
+            provenance["tail_shared"] = {"parts": len(self.parts), "by_worker": who}
+
+
+def help_embed(plan: ModelPlan, pass_id: str, ctx: ExecContext) -> list[UnitOutcome]:
+    """An idle worker helps another's pass of ``plan`` (:mod:`evalfarm.parts`): load the model once, then embed and
+    store the parts it claims until none is left. One outcome, ``skipped``, carrying what it staged (its shards are
+    the owner's model's; the owner reports the units). A helper that fails gives its parts back and says why."""
+    return with_staged(ctx, [_help(plan, pass_id, ctx)])
+
+
+def _help(plan: ModelPlan, pass_id: str, ctx: ExecContext) -> UnitOutcome:
+    from evalfarm.provenance import process_device
+
+    t0, started = time.perf_counter(), now()
+    book = ctx.parts
+    done = 0
+    try:
+        if book is None:
+            raise RuntimeError("this worker has no part book")
+        provenance: dict[str, Any] = {"host": platform.node(), "code_versions": CODE_VERSIONS}
+        meter = PassMeter(ctx, plan.model, f"{plan.model} · tail parts", 0)
+        encoder = _load_for_embedding(ctx, plan, {"stage": Stage.LOAD}, provenance)
+        provenance["device"] = process_device(ctx.options.device)
+        _note_placement(ctx, provenance)
+        if plan.prompts is not None:
+            provenance["prompts"] = _prompts_provenance(ctx, plan, encoder)
+        sibs = {s.model: s for s in plan.siblings}
+        while book.join(pass_id, ctx.worker) and (got := book.claim(pass_id, ctx.worker)) is not None:
+            k, (prompt, part, sib_parts) = got
+            t_part = time.perf_counter()
+            meter.total += len(part)
+            sibling_parts = [(sibs[m], ctx.store(sibs[m], prompt), texts) for m, texts in sib_parts]
+            _embed_under(ctx, plan, ctx.store(plan, prompt), encoder, prompt, part, sibling_parts, meter, provenance)
+            book.done(pass_id, k, ctx.worker, time.perf_counter() - t_part)
+            done += 1
+    except Exception as exc:
+        if book is not None:
+            book.release(ctx.worker)  # its running part goes back to the owner
+        log.warning("%s: helping with pass %s failed (%s: %s)", plan.model, pass_id, type(exc).__name__, exc)
+        detail = f"tail helper: {type(exc).__name__}: {exc}"
+    else:
+        detail = f"tail helper: {done} part(s)"
+    ctx._model_rows.clear()  # the owner writes the model's row
+    return UnitOutcome(plan.model, "", Status.SKIPPED, time.perf_counter() - t0, detail=detail, started_at=started)
+
+
 EMBED_SHARD_TEXTS = 20_000
 """A model embeds its missing texts in parts of this many, each stored as its own shard as soon as it is embedded:
 an interrupted embedding (a lost worker, a stopped nightly, a session's end) keeps every finished part, and the
@@ -369,14 +537,30 @@ run ~1.8 h in one piece; a part of 20,000 texts is a few minutes of a MiniLM-siz
 on a GPU, and ~10 shards a model at full data."""
 
 
+PART_TEXTS_ENV = "EVALFARM_EMBED_PART_TEXTS"
+"""Overrides :data:`EMBED_SHARD_TEXTS` (a positive integer): the tests' many small parts, or coarser parts where a
+model is fast. It changes which texts share a part, so store runs that must give the same bytes with the same value."""
+
+
+def part_texts() -> int:
+    """Texts per part: :data:`PART_TEXTS_ENV` when set, else :data:`EMBED_SHARD_TEXTS`."""
+    raw = os.environ.get(PART_TEXTS_ENV, "").strip()
+    if not raw:
+        return EMBED_SHARD_TEXTS
+    if not raw.isdigit() or int(raw) < 1:
+        raise ValueError(f"{PART_TEXTS_ENV}={raw!r}: give a positive number of texts")
+    return int(raw)
+
+
 def shard_parts(
     missing: list[str], siblings: list[tuple[ModelPlan, TextStore, list[str]]]
 ) -> Iterator[tuple[list[str], list[tuple[ModelPlan, TextStore, list[str]]]]]:
-    """``missing`` in parts of ``EMBED_SHARD_TEXTS`` (first-appearance order), each with the pooling siblings'
+    """``missing`` in parts of :func:`part_texts` texts (first-appearance order), each with the pooling siblings'
     missing texts that fall in it; then the siblings' texts the model itself does not lack, as a last part of its
     own (empty ``missing`` part)."""
-    for lo in range(0, len(missing), EMBED_SHARD_TEXTS):
-        part = missing[lo : lo + EMBED_SHARD_TEXTS]
+    step = part_texts()
+    for lo in range(0, len(missing), step):
+        part = missing[lo : lo + step]
         inside = set(part)
         yield part, [(s, st, got) for s, st, texts in siblings if (got := [t for t in texts if t in inside])]
     own = set(missing)
@@ -451,6 +635,7 @@ def _embed_from_base(
 def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stage], provenance: dict[str, Any]) -> Any:
     """Load the model (or take the object handed to :func:`evalfarm.evaluate`), once for all its parts; a derived
     model that loads its base its own way is fitted here."""
+    from evalfarm.encoders._torch import encoder_device
     from evalfarm.encoders.loader import SentencePostProcessed, load_encoder
 
     t_load = time.perf_counter()
@@ -458,7 +643,8 @@ def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stag
         encoder = ctx.encoders[plan.model]
         provenance["python_object"] = type(encoder).__module__ + "." + type(encoder).__qualname__
     else:
-        encoder = load_encoder(plan.lineage, base_dir=ctx.catalog.path.parent)
+        with encoder_device(ctx.options.device):  # --device: where the encoders run too
+            encoder = load_encoder(plan.lineage, base_dir=ctx.catalog.path.parent)
     provenance.update(getattr(encoder, "provenance", {}) or {})
     provenance["load_seconds"] = round(time.perf_counter() - t_load, 3)
     if plan.model not in ctx.encoders:  # the size its load took that long for: what the next ETA prices loads by
@@ -478,13 +664,20 @@ def _load_for_embedding(ctx: ExecContext, plan: ModelPlan, state: dict[str, Stag
     return encoder
 
 
+_RUN_ONLY_PROVENANCE = (
+    "host", "device", "load_seconds", "source_bytes", "code_versions", "batching", "placement", "tail_shared"
+)  # fmt: skip
+"""Provenance of how a model ran (where, how long and loading how many bytes, how it was batched, placed and
+shared), not of what made its
+vectors: in the ``models`` row, never in a shard's metadata (whose bytes depend on content only)."""
+
+
 def _publish(
     ctx: ExecContext, plan: ModelPlan, store: TextStore, texts: list[str], out: Encoded, provenance: dict[str, Any]
 ) -> None:
     """Write a model's new shard, an informational row for its all-zero vectors, and its ``models`` row."""
     # the shard keeps what made its vectors (deterministic: no host, no timing); the models row keeps everything
-    skip = ("host", "device", "load_seconds", "source_bytes", "code_versions")
-    content = {k: v for k, v in provenance.items() if k not in skip}
+    content = {k: v for k, v in provenance.items() if k not in _RUN_ONLY_PROVENANCE}
     meta = {"model": plan.model, "spec_hash": plan.spec_hash, "store": plan.store, "provenance": content}
     store.write(texts, out, meta)
     ctx._model_rows[plan.model] = _model_row(ctx, plan, int(out.emb.shape[1]), provenance)  # written with the job
@@ -570,6 +763,7 @@ def _base_vectors(
 ) -> tuple[np.ndarray, np.ndarray]:
     """The base model's vectors of ``texts`` under ``prompt`` (``plan`` is the derived model's: its lineage holds
     the base's), embedding (and storing) the ones the base's store lacks."""
+    from evalfarm.encoders._torch import encoder_device
     from evalfarm.encoders.loader import load_encoder
 
     chain = plan.base_lineage
@@ -577,7 +771,8 @@ def _base_vectors(
     store = TextStore(ctx.warehouse, base, plan.base_store_for(prompt))
     missing = store.missing(texts)
     if missing:
-        encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
+        with encoder_device(ctx.options.device):
+            encoder = load_encoder(chain, base_dir=ctx.catalog.path.parent)
         out = encode_texts(with_prompt(encoder, prompt if plan.prompts is not None else None), missing)
         store.write(missing, out, {"model": base, "spec_hash": spec_hash(*chain), "store": store.key})
     emb, oov, _ = store.vectors(texts)

@@ -21,6 +21,7 @@ class Stage(StrEnum):
     PLAN = "plan"  # skipped at planning: its results already exist
     TASK = "task"  # reading / verifying the task's data files
     LOAD = "load"  # loading the model
+    PLACEMENT = "placement"  # no GPU of the cluster can hold the model: refused before it loads
     EMBED = "embed"
     EMBED_QUALITY = "embed-quality"  # NaN / inf vectors (failure), or all-zero vectors (informational row)
     SCORE = "score"

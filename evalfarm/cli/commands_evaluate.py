@@ -61,7 +61,9 @@ QuickDownstreamOpt = Annotated[
 FullDownstreamOpt = Annotated[
     bool, typer.Option("--full-downstream", hidden=True, help="the default now; accepted for old scripts")
 ]
-DeviceOpt = Annotated[str | None, typer.Option(help="torch device for scoring (default: cuda if present)")]
+DeviceOpt = Annotated[
+    str | None, typer.Option(help="torch device of the encoders and the scorers (default: a worker's GPU if present)")
+]
 ExecutorOpt = Annotated[Executor, typer.Option(help="ray: worker actors on a Ray cluster; local: the in-process loop")]
 AddressOpt = Annotated[
     str | None,

@@ -33,6 +33,7 @@ embed stage uses it for a catalog's pooling siblings, ``evalfarm.plan.share_forw
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Sequence
 from typing import Any, Literal
 
@@ -41,6 +42,7 @@ from pydantic import Field
 
 from evalfarm.catalog.specs import ModelSpec, kind_options
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+from evalfarm.encoders.batching import GPU_CHUNK_TEXTS, Batcher, BatchPolicy, Tokenised
 from evalfarm.encoders.pooled import PooledOptions, Pooling, last_token_states
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -122,6 +124,13 @@ class HFTransformersEncoder:
         if layer is not None and not -self.n_layers - 1 <= layer <= self.n_layers:
             raise ValueError(f"layer {layer} is out of range: the model has hidden states 0..{self.n_layers}")
         self._torch = torch
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.batcher = Batcher(BatchPolicy.for_device(self.device, batch_size=batch_size, max_length=max_length),
+                               self.device, pad_id, padding_side=padding_side)  # fmt: skip
+        self.chunk_texts = GPU_CHUNK_TEXTS if self.batcher.on_gpu else None  # texts per call from the embed stage
+        # a decoder keeps every layer's keys and values for a next token by default: an embedding has none
+        takes = "use_cache" in inspect.signature(self.model.forward).parameters
+        self._no_cache = {"use_cache": False} if takes and getattr(self.model.config, "use_cache", False) else {}
         self.spec_id = ""
         self.provenance: dict = {}
 
@@ -144,43 +153,22 @@ class HFTransformersEncoder:
         """One forward pass over ``texts``, pooled every way in ``poolings`` (pooling keys: ``mean``, ``cls@3``):
         ``{key: (n, dim) float32}``. Each array equals what an encoder of that pooling and layer returns for the same
         call (same batches, same token states)."""
-        torch = self._torch
         parsed = {p: parse_pooling_key(p) for p in poolings}
-        outs: dict[str, np.ndarray] = {p: np.zeros((len(texts), self.dim), dtype=np.float32) for p in poolings}
-        if not len(texts):
-            return outs
-        enc = self.tokenizer(list(texts), truncation=True, max_length=self.max_length, padding=False)
-        ids = enc["input_ids"]
-        types = enc.get("token_type_ids")
+        want_hidden = any(p in ("first-last-avg", "last-2-avg") or layer is not None for p, layer in parsed.values())
+
+        def forward(tensors: dict[str, Any]) -> dict[str, Any]:
+            res = self.model(**tensors, output_hidden_states=want_hidden, **self._no_cache)
+            return {name: self._pool(res, tensors["attention_mask"], *parsed[name]) for name in poolings}
+
+        # right padding unless the spec says left (the batcher's padding_side), whatever the tokenizer's
+        return self.batcher.run(texts, self._tokenise, forward, dict.fromkeys(poolings, self.dim))
+
+    def _tokenise(self, texts: list[str]) -> Tokenised:
+        enc = self.tokenizer(texts, truncation=True, max_length=self.max_length, padding=False)
+        ids, types = enc["input_ids"], enc.get("token_type_ids")
         if self.eos:  # token types (an encoder's) are all 0 for one segment: the model's default
             ids, types = with_eos(ids, int(self.tokenizer.eos_token_id), self.max_length), None
-        order = np.argsort([-len(x) for x in ids], kind="stable")
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        want_hidden = any(p in ("first-last-avg", "last-2-avg") or layer is not None for p, layer in parsed.values())
-        with torch.inference_mode():
-            for start in range(0, len(order), self.batch_size):
-                idx = order[start : start + self.batch_size]
-                width = max(1, len(ids[idx[0]]))
-                # right padding unless the spec says left, whatever the tokenizer's padding_side
-                input_ids = np.full((len(idx), width), pad_id, dtype=np.int64)
-                mask = np.zeros((len(idx), width), dtype=np.int64)
-                for j, i in enumerate(idx):
-                    at = slice(width - len(ids[i]), width) if self.padding_side == "left" else slice(0, len(ids[i]))
-                    input_ids[j, at] = ids[i]
-                    mask[j, at] = 1
-                batch = {"input_ids": input_ids, "attention_mask": mask}
-                if types is not None:
-                    tt = np.zeros_like(input_ids)
-                    for j, i in enumerate(idx):
-                        n = len(types[i])
-                        tt[j, slice(width - n, width) if self.padding_side == "left" else slice(0, n)] = types[i]
-                    batch["token_type_ids"] = tt
-                tensors = {k: torch.from_numpy(v).to(self.device) for k, v in batch.items()}
-                res = self.model(**tensors, output_hidden_states=want_hidden)
-                for name, out in outs.items():
-                    pooled = self._pool(res, tensors["attention_mask"], *parsed[name])
-                    out[idx] = pooled.float().cpu().numpy()
-        return outs
+        return Tokenised(ids, types)
 
     def _pool(self, res, mask, pooling: str, layer: int | None):  # -> torch.Tensor
         torch = self._torch

@@ -81,6 +81,8 @@ class PromptedEncoder:
             self.pooling_key = encoder.pooling_key
         if hasattr(encoder, "pooling"):
             self.pooling = encoder.pooling
+        if hasattr(encoder, "batcher"):  # what its batches had to do on this device (the model's provenance)
+            self.batcher = encoder.batcher
 
     def __repr__(self) -> str:
         return f"PromptedEncoder({self.encoder!r}, {self.prompt.describe()})"

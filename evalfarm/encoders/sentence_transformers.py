@@ -21,6 +21,7 @@ import numpy as np
 from evalfarm.catalog.prompts import Prompt
 from evalfarm.catalog.specs import ModelSpec
 from evalfarm.encoders._torch import effective_dtype, pick_device, torch_dtype
+from evalfarm.encoders.batching import GPU_CHUNK_TEXTS, Batcher, BatchPolicy, Tokenised
 from evalfarm.encoders.protocol import ModelLoadError
 from evalfarm.plugins import LoadContext, ModelKind, model_kinds
 
@@ -58,6 +59,15 @@ class SentenceTransformerEncoder:
             dim = int(self.model.encode(["a"], convert_to_numpy=True).shape[1])
         self.dim = int(dim)
         self.normalized = any(type(m).__name__ == "Normalize" for m in self.model)
+        # on a GPU, evalfarm's batches (token budget, pinned copies: evalfarm.encoders.batching); on the CPU the
+        # model's own encode(), whose vectors earlier releases stored
+        self.batcher: Batcher | None = None
+        self.chunk_texts: int | None = None
+        if self.device.startswith("cuda"):
+            policy = BatchPolicy.for_device(self.device, batch_size=batch_size, max_length=max_length)
+            pad = getattr(self.model.tokenizer, "pad_token_id", None)
+            self.batcher = Batcher(policy, self.device, pad if pad is not None else 0)
+            self.chunk_texts = GPU_CHUNK_TEXTS
         self.spec_id = ""
         self.provenance: dict = {}
 
@@ -85,6 +95,8 @@ class SentenceTransformerEncoder:
     def _encode(self, texts: Sequence[str], how: dict[str, Any]) -> np.ndarray:
         if not len(texts):
             return np.zeros((0, self.dim), dtype=np.float32)
+        if self.batcher is not None:
+            return self.batcher.run(texts, self._tokenise, self._forward, {"": self.dim})[""]
         emb = self.model.encode(
             list(texts),
             batch_size=self.batch_size,
@@ -94,6 +106,18 @@ class SentenceTransformerEncoder:
             **how,
         )
         return np.asarray(emb, dtype=np.float32)
+
+    def _tokenise(self, texts: list[str]) -> Tokenised:
+        """The model's own tokenisation (its Transformer module's: stripping, lower-casing, truncation), unpadded."""
+        features = self.model.tokenize(texts)
+        mask = features["attention_mask"].numpy().astype(bool)  # whichever side the tokenizer padded
+        cuts = np.cumsum(mask.sum(axis=1))[:-1]
+        ids = [r.tolist() for r in np.split(features["input_ids"].numpy()[mask], cuts)]
+        types = features.get("token_type_ids")
+        return Tokenised(ids, None if types is None else [r.tolist() for r in np.split(types.numpy()[mask], cuts)])
+
+    def _forward(self, tensors: dict[str, Any]) -> dict[str, Any]:
+        return {"": self.model(dict(tensors))["sentence_embedding"]}
 
 
 # -- the model kind -------------------------------------------------------------------------------------------------

@@ -8,6 +8,14 @@ Job kinds:
   the base's embeddings).
 - ``score``: one unit, reading its task's vectors from the model's text store; small, so they fill the gaps between
   models and are preferred when a worker is free (a finished unit is worth more than a started one).
+- ``embed`` as a *helper* (``Job.helper``): a worker with nothing else to do loads a model another worker is
+  embedding and takes parts of its pass (:mod:`evalfarm.parts`: sent when its cost model says the parts left
+  outlast a load; once per worker and pass); it reports no unit, the owner does.
+
+Placement (the executor's, ``scheduler/placement.py`` for Ray on GPUs): ``Executor.suits`` says which worker may take
+a job (a GPU model needs a worker whose GPU share holds it), ``Executor.refusals`` which models no worker can ever
+hold (failed before anything loads, stage ``placement``), ``Executor.retired`` which idle workers it stopped to make
+room (forgotten here).
 
 Faults:
 
@@ -43,6 +51,7 @@ from typing import Any, Protocol
 
 from evalfarm.leases import Holder, Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
+from evalfarm.parts import PassState, worth_sharing
 from evalfarm.plan import ModelPlan, Unit
 from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
 
@@ -80,6 +89,8 @@ class WorkerInfo:
     host: str = ""
     pid: int = 0
     device: dict[str, Any] | None = None  # evalfarm.provenance.device_info() of the worker's process
+    gpu_share: float = 0.0  # its Ray GPU share (placement: a fraction of one GPU; 0 on the CPU)
+    gpu_ids: tuple[str, ...] = ()  # the GPU(s) Ray gave it
 
 
 @dataclass
@@ -89,6 +100,7 @@ class Job:
     unit: Unit | None = None  # score tasks
     attempts: int = 0
     avoid: set[str] = field(default_factory=set)
+    helper: str | None = None  # an embed job that helps with another worker's pass of the model (its pass id)
 
     @property
     def units(self) -> list[Unit]:
@@ -96,7 +108,11 @@ class Job:
 
     @property
     def label(self) -> str:
-        return f"{self.stage} {self.plan.model}" + (f" · {self.unit.task}" if self.unit else "")
+        return (
+            f"{self.stage} {self.plan.model}"
+            + (f" · {self.unit.task}" if self.unit else "")
+            + (" (sharing its tail)" if self.helper else "")
+        )
 
 
 @dataclass
@@ -132,6 +148,12 @@ class Executor(Protocol):
     def reachable(self) -> bool: ...  # does the cluster answer right now (one quick probe)?
 
     def suits(self, worker: str, job: Job, alive: set[str]) -> bool: ...  # may this worker take this job now?
+
+    def refusals(self) -> dict[str, str]: ...  # model -> why no worker can ever hold it (after start)
+
+    def retired(self) -> list[str]: ...  # idle workers the executor stopped since asked (placement made room)
+
+    def tails(self) -> list[PassState]: ...  # passes other workers may help with (evalfarm.parts)
 
     def close(self) -> None: ...
 
@@ -225,6 +247,7 @@ class Scheduler:
         self._plans = {p.model: p for p in plans}
         self._fingerprint = {(u.model, u.task): u.fingerprint for p in plans for u in p.units}
         self._claimed: set[str] = set()  # unit fingerprints this run holds leases on
+        self._helped: set[tuple[str, str]] = set()  # (pass, worker): tail helpers sent
         self._embed_held: dict[str, int] = {}  # embed lease key -> embed tasks of this run running under it
         self._asked: dict[str, tuple[float, bool]] = {}  # lease key -> (ask again after, held elsewhere)
         self._no_worker_since = clock()
@@ -270,6 +293,7 @@ class Scheduler:
     def _loop(self) -> None:
         for name, handle in self.executor.start():
             self.running[handle] = (None, name)
+        self._refuse()
         while self._work_left():
             self._poll()
             self._dispatch()
@@ -326,6 +350,8 @@ class Scheduler:
             self._next_poll = now + self.poll_interval
             for name, handle in self.executor.poll(self._pending_plans()):  # ClusterLost ends the run here
                 self.running[handle] = (None, name)
+            for worker in self.executor.retired():
+                self._retire(worker)
         for worker, r in list(self.reviving.items()):
             if r.next_try is not None and now >= r.next_try:
                 self._send_revive(worker, r)
@@ -374,6 +400,30 @@ class Scheduler:
         self.alive.add(worker)
         self.idle.append(worker)
         self._emit("worker-ready", worker=info)
+
+    def _retire(self, worker: str) -> None:
+        """An idle worker the executor stopped to make room for a larger one: gone, not lost."""
+        if worker in self.idle:
+            self.idle.remove(worker)
+        self.alive.discard(worker)
+        self.dead.add(worker)
+        if not self.alive:
+            self._no_worker_since = self.clock()
+
+    def _refuse(self) -> None:
+        """Models the executor can never place (no GPU of the cluster holds them): failed at once, before anything
+        loads, with its reason; the rest of the run goes on."""
+        refused = self.executor.refusals()
+        for job in [j for j in self.embed_queue if j.plan.model in refused]:
+            self.embed_queue.remove(job)
+            rows = []
+            for u in job.units:
+                why = refused[job.plan.model]
+                o = UnitOutcome(u.model, u.task, Status.FAILED, 0.0, why, Stage.PLACEMENT, detail=why, retryable=False)
+                record_failure(self.wh, self.run_id, o)
+                rows.append(_seconds_row(o, Stage.PLACEMENT, WorkerInfo("-"), 0, Status.FAILED))
+                self._final(o)
+            self._unit_rows += rows
 
     def _send_revive(self, worker: str, r: _Revival) -> None:
         r.next_try = None
@@ -433,14 +483,44 @@ class Scheduler:
         return None
 
     def _dispatch(self) -> None:
+        tails: list[PassState] | None = None  # asked at most once a round, and only when a worker has nothing else
         for worker in list(self.idle):
             job = self._pick(worker)
+            if job is None:
+                if tails is None:
+                    tails = self.executor.tails()
+                job = self._tail_job(worker, tails)
             if job is None:
                 continue
             self.idle.remove(worker)
             job.attempts += 1
             self.running[self.executor.submit(worker, job)] = (job, worker)
             self._emit("dispatch", job=job, worker=self.workers.get(worker, WorkerInfo(worker)))
+
+    def _tail_job(self, worker: str, tails: list[PassState]) -> Job | None:
+        """Help with another worker's pass when the cost model says it pays (:func:`evalfarm.parts.worth_sharing`,
+        counting the helpers already sent, loading or not); the pass with the most work left first."""
+        helping: dict[str, int] = {}
+        owners: dict[str, Job] = {}
+        for job, _ in self.running.values():
+            if job is not None and job.stage == Stage.EMBED:
+                if job.helper is not None:
+                    helping[job.helper] = helping.get(job.helper, 0) + 1
+                else:
+                    owners[job.plan.model] = job
+        for t in sorted(tails, key=lambda t: -(t.unclaimed * (t.part_seconds or 0.0))):
+            owner = owners.get(t.model)
+            if owner is None:
+                continue
+            sent = helping.get(t.pass_id, 0)
+            loading = max(0, sent - (t.workers - 1))  # sent, not joined yet (the owner is one of t.workers)
+            if not worth_sharing(t.unclaimed, t.part_seconds, t.load_seconds, t.workers + loading):
+                continue
+            job = Job(Stage.EMBED, owner.plan, helper=t.pass_id)
+            if (t.pass_id, worker) not in self._helped and self.executor.suits(worker, job, self.alive):
+                self._helped.add((t.pass_id, worker))  # a worker helps a pass once: it loads the model once
+                return job
+        return None
 
     # -- leases ---------------------------------------------------------------------------------------------
     @property
@@ -548,6 +628,9 @@ class Scheduler:
     # -- results --------------------------------------------------------------------------------------------
     def _job_done(self, handle: Any, job: Job, worker: str) -> None:
         info = self.workers.get(worker, WorkerInfo(worker))
+        if job.helper is not None:
+            self._helper_done(handle, worker, info)
+            return
         if job.stage == Stage.EMBED and self.leases is not None:
             self._release_embed(job.plan)
         try:
@@ -579,6 +662,17 @@ class Scheduler:
             by_task = {o.task: o for o in failed}
             final = not all(getattr(o, "retryable", True) for o in failed)
             self._retry_or_fail(job, worker, by_task, "; ".join(sorted({o.error or "" for o in failed})), final=final)
+
+    def _helper_done(self, handle: Any, worker: str, info: WorkerInfo) -> None:
+        """A tail helper's job: its staged files join the commit, its units are the owner's (never retried: the
+        owner takes back whatever a helper leaves)."""
+        try:
+            outs = self.executor.result(handle)
+        except WorkerLost as exc:
+            self._worker_lost(worker, info, exc)
+            return
+        self.idle.append(worker)
+        self.commits.add([f for o in outs for f in getattr(o, "staged", ())], units=0)
 
     def _retry_or_fail(
         self,

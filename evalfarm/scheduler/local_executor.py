@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from evalfarm.outcomes import Stage
+from evalfarm.parts import PassState
 from evalfarm.scheduler.core import Job, WorkerInfo
 
 
@@ -61,6 +62,15 @@ class LocalExecutor:
 
     def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
         return True
+
+    def refusals(self) -> dict[str, str]:
+        return {}  # one worker, one model at a time: a model too large for its device fails when it loads
+
+    def retired(self) -> list[str]:
+        return []
+
+    def tails(self) -> list[PassState]:
+        return []  # one worker: nobody to share a tail with
 
     def close(self) -> None:
         self._results.clear()

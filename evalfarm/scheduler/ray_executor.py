@@ -1,4 +1,6 @@
-"""The ``ray`` executor: one long-lived worker actor per GPU (or per CPU slot), driven by ``core.Scheduler``.
+"""The ``ray`` executor: long-lived worker actors, one per GPU (or per CPU slot) -- or, on a GPU cluster whose GPUs'
+memory is known, one per *share* of a GPU sized to the model it runs (placement by memory: ``placement.Packing``) --
+driven by ``core.Scheduler``.
 
 Why actors (Ray Core) and not Ray Data: the expensive thing here is the *model* (import torch/transformers,
 load weights), not the data (a job is at most tens of thousands of short strings). An actor pays the imports
@@ -35,6 +37,7 @@ from typing import Any, TypedDict
 from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
+from evalfarm.scheduler.placement import Packing
 
 log = logging.getLogger(__name__)
 
@@ -84,34 +87,48 @@ class EvalWorker:
     that run. A restarted actor (after a crash) gets ``begin`` again from the scheduler before new work.
     """
 
-    def __init__(self, name: str, threads: int) -> None:
+    def __init__(self, name: str, threads: int, gpu_share: float = 0.0) -> None:
         import torch
 
         torch.set_num_threads(max(1, threads))
         import evalfarm.execute  # noqa: F401 - pay the imports now, not in the first unit
 
         self.name = name
+        self.gpu_share = gpu_share
         self.ctx: Any = None
         self._tasks: dict[tuple[str, str, Any], Any] = {}
+        if 0 < gpu_share < 1 and torch.cuda.is_available():  # placement: a model past its share fails here, alone
+            torch.cuda.set_per_process_memory_fraction(gpu_share)
 
     def info(self) -> WorkerInfo:
         import ray
 
         from evalfarm.provenance import process_device
 
+        context = ray.get_runtime_context()
         return WorkerInfo(
             self.name,
-            node=ray.get_runtime_context().get_node_id(),
+            node=context.get_node_id(),
             host=platform.node(),
             pid=os.getpid(),
             device=process_device(),  # this node's CPU and GPUs (name, driver), not the driver's
+            gpu_share=self.gpu_share,
+            gpu_ids=tuple(str(g) for g in context.get_accelerator_ids().get("GPU", [])),
         )
 
     def begin(
-        self, catalog: Any, warehouse: str, run_id: str, options: Any, force: bool, board: Any = None
+        self,
+        catalog: Any,
+        warehouse: str,
+        run_id: str,
+        options: Any,
+        force: bool,
+        board: Any = None,
+        parts: Any = None,
     ) -> WorkerInfo:
         """A run's context; ``board``: the run's :class:`~evalfarm.scheduler.progress.TextBoard` actor, which this
-        worker's embedding passes report their texts to (one post a second at most, never waited for)."""
+        worker's embedding passes report their texts to (one post a second at most, never waited for); ``parts``:
+        the run's :class:`~evalfarm.parts.PartBook` actor (a model's parts, shared with idle workers)."""
         from evalfarm.execute import ExecContext
         from evalfarm.scheduler.progress import TickSender
         from evalfarm.taskdata.data import task_checksum
@@ -127,6 +144,8 @@ class EvalWorker:
             force=force,
             record_failures=False,
             on_texts=TickSender(self.name, lambda worker, tick: board.put.remote(worker, tick)) if board else None,
+            worker=self.name,
+            parts=RayParts(parts) if parts is not None else None,
         )
         for tid, spec in catalog.tasks.items():  # job data already loaded by an earlier run, same content
             key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
@@ -145,14 +164,39 @@ class EvalWorker:
             raise RuntimeError(f"worker {self.name} restarted and has no run context yet")
         return self.ctx
 
-    def embed(self, plan: Any) -> list[Any]:
+    def embed(self, plan: Any, placement: dict[str, Any] | None = None) -> list[Any]:
+        """Embed a model's texts; ``placement``: where it runs (its GPU share and need), for its provenance."""
         from evalfarm.execute import embed_model
 
-        self._context()
+        self._context().placement = placement
         try:
             return embed_model(plan, self.ctx)
         finally:
             self._keep_tasks()
+            self._give_back()
+
+    def help_embed(self, plan: Any, pass_id: str, placement: dict[str, Any] | None = None) -> list[Any]:
+        """Help another worker's pass of a model with its parts (evalfarm.parts)."""
+        from evalfarm.execute import help_embed
+
+        self._context().placement = placement
+        try:
+            return help_embed(plan, pass_id, self.ctx)
+        finally:
+            self._keep_tasks()
+            self._give_back()
+
+    def _give_back(self) -> None:
+        """A worker sharing a GPU returns the memory its model cached to the GPU (the next model, or a neighbour's,
+        needs it); the encoder itself is gone with the job."""
+        if 0 < self.gpu_share < 1:
+            import gc
+
+            import torch
+
+            gc.collect()
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
 
     def score(self, plan: Any, unit: Any) -> list[Any]:
         from evalfarm.execute import score_unit
@@ -162,6 +206,43 @@ class EvalWorker:
             return [score_unit(plan, unit, self.ctx)]
         finally:
             self._keep_tasks()
+
+
+class RayParts:
+    """The embed stage's view of the run's :class:`~evalfarm.parts.PartBook` actor (``evalfarm.parts.PartClaims``):
+    each call waits for the actor's answer (a few milliseconds, once per part)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def _get(self, ref: Any) -> Any:
+        import ray
+
+        return ray.get(ref)
+
+    def open(self, pass_id: str, model: str, parts: list[Any], owner: str, load_seconds: float) -> None:
+        self._get(self.actor.open.remote(pass_id, model, parts, owner, load_seconds))
+
+    def join(self, pass_id: str, worker: str) -> bool:
+        return bool(self._get(self.actor.join.remote(pass_id, worker)))
+
+    def claim(self, pass_id: str, worker: str) -> tuple[int, Any] | None:
+        got: tuple[int, Any] | None = self._get(self.actor.claim.remote(pass_id, worker))
+        return got
+
+    def done(self, pass_id: str, part: int, worker: str, seconds: float) -> None:
+        self._get(self.actor.done.remote(pass_id, part, worker, seconds))
+
+    def status(self, pass_id: str) -> tuple[int, int, list[int]]:
+        got: tuple[int, int, list[int]] = self._get(self.actor.status.remote(pass_id))
+        return got
+
+    def close(self, pass_id: str) -> dict[str, int]:
+        got: dict[str, int] = self._get(self.actor.close.remote(pass_id))
+        return got
+
+    def release(self, worker: str) -> None:
+        self._get(self.actor.release.remote(worker))
 
 
 # Warm actors of this driver, reused by the next run while Ray stays connected (a notebook, a benchmark, tests).
@@ -432,12 +513,13 @@ def _target_address(address: str | None) -> str | None:
 
 
 # long: docstring: the local head's security; token/loopback steps must wrap ray.init in order
-def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
+def connect(address: str | None, *, num_cpus: int | None = None, num_gpus: int | None = None) -> bool:
     """Connect to ``address`` (``auto``, ``ray://…``, host:port), else ``RAY_ADDRESS``, else start a local Ray.
     ``auto`` is :func:`resolve_auto_address`'s choice (evalfarm's recorded head first; fails fast when unsure).
 
     Returns True when this call started or connected Ray (and the caller should shut it down). An already
-    initialised Ray (a notebook, a test fixture) is used as is.
+    initialised Ray (a notebook, a test fixture) is used as is. ``num_cpus`` / ``num_gpus``: the resources a local
+    Ray declares (default: what the machine has; the tests declare GPUs on a machine without any).
 
     A local Ray started here is closed to everyone else: token authentication (``RAY_AUTH_MODE=token``) with a
     token generated for this head, kept in a 0600 file in a private temporary folder (removed at exit), and
@@ -490,6 +572,7 @@ def connect(address: str | None, *, num_cpus: int | None = None) -> bool:
             ray.init(
                 address="local",
                 num_cpus=num_cpus or os.cpu_count() or 1,
+                num_gpus=num_gpus,
                 object_store_memory=256 * 1024 * 1024,
                 _temp_dir=private_ray_temp_dir(),
                 **common,
@@ -764,6 +847,11 @@ class RayExecutor:
         self._next_probe = 0.0
         self._next_scale = 0.0
         self._unreachable_since: float | None = None
+        self.packing: Packing | None = None  # placement by memory (scheduler/placement.py), on a fixed GPU cluster
+        self.parts_book: Any = None  # the run's PartBook actor (evalfarm.parts): tails shared with idle workers
+        self._retired: list[str] = []
+        self._by_handle: dict[Any, str] = {}  # a job's handle -> its worker (packing's busy / ready)
+        self._shares = 0  # packed workers started so far (their names: p0, p1, ...)
 
     def _cls(self, cpus: float, gpus: float) -> Any:
         import ray
@@ -786,11 +874,15 @@ class RayExecutor:
             self.gcs_address = self.address or ""
         self.dashboard_url = dashboard_url()
         self.board = _board()
-        if self.board is not None:
-            self.args = (*self.args[:5], self.board)
+        self.parts_book = _parts_book()
+        self.args = (*self.args[:5], self.board, self.parts_book)
         cluster = ray.cluster_resources()
         if self.autoscale is None:
             self.autoscale = is_autoscaling()
+        if not self.autoscale and not self.n_workers and cluster.get("GPU", 0.0) >= 1:
+            self.packing = self._plan_packing(cluster)
+        if self.packing is not None:
+            return self._start_packed()
         if self.autoscale:
             self._cluster0 = cluster
             self.scaling = self._scaling(self.plans)
@@ -815,6 +907,76 @@ class RayExecutor:
                 handles.append(self._grow({"CPU": 1.0}))
             handles += self._scale(self.plans)
         return handles
+
+    # -- placement by memory -----------------------------------------------------------------------------------
+    def _plan_packing(self, cluster: dict[str, float]) -> Packing | None:
+        import ray
+
+        catalog = self.args[0]
+        base_dir = catalog.path.parent if getattr(catalog, "path", None) is not None else None
+        return Packing.plan(
+            self.plans, gpu_kind=lambda m: gpu_kind(self.kinds.get(m)), base_dir=base_dir, cluster=cluster,
+            nodes=ray.nodes(),
+        )  # fmt: skip
+
+    def _start_packed(self) -> list[tuple[str, Any]]:
+        """The run's first workers, each with its share of a GPU (not kept warm: the next run's shares differ)."""
+        assert self.packing is not None
+        if not self.owns_ray:
+            shutdown_workers()  # warm whole-GPU workers of an earlier run: their GPUs are this run's to share
+        self._started = time.monotonic()
+        n, share0 = len(self.packing.pool.gpus), self.packing.pool.smallest
+        self.resources = (n, self.packing.cpus(share0), share0)
+        return [self._start_share(f) for f in self.packing.initial(self.plans)]
+
+    def _start_share(self, share: float) -> tuple[str, Any]:
+        assert self.packing is not None
+        name = f"p{self._shares}"
+        self._shares += 1
+        cpus = self.packing.cpus(share)
+        actor = self._cls(cpus, share).remote(name, max(1, int(cpus)), share)
+        self.grown[name] = self.actors[name] = actor  # killed when the run ends
+        self.packing.pool.shares[name] = share
+        self._gpu_names.add(name)
+        return name, actor.begin.remote(*self.args)
+
+    def _reshape(self, pending: list[Any]) -> list[tuple[str, Any]]:
+        """Start the shares the queue needs now, after stopping the idle workers that make room for them."""
+        import ray
+
+        assert self.packing is not None
+        start, stop = self.packing.reshape(pending)
+        for worker in stop:
+            try:
+                ray.kill(self.actors.pop(worker), no_restart=True)
+            except Exception:  # already gone
+                pass
+            self.grown.pop(worker, None)
+            self.packing.pool.forget(worker)
+            self.packing.ready.discard(worker)
+            self._gpu_names.discard(worker)
+            self._retired.append(worker)
+        return [self._start_share(f) for f in start]
+
+    def refusals(self) -> dict[str, str]:
+        """Models no GPU of the cluster can hold (placement by memory): failed before anything loads."""
+        return dict(self.packing.refused) if self.packing is not None else {}
+
+    def retired(self) -> list[str]:
+        out, self._retired = self._retired, []
+        return out
+
+    def tails(self) -> list[Any]:
+        """The open passes of the run's part book (within a second, else none: sharing is an optimisation)."""
+        import ray
+
+        if self.parts_book is None:
+            return []
+        try:
+            got: list[Any] = ray.get(self.parts_book.snapshot.remote(), timeout=1.0)
+        except Exception:
+            return []
+        return got
 
     def text_passes(self) -> dict[str, dict[str, Any]] | None:
         """The workers' embedding passes as they last reported them (``TextBoard.snapshot``); None when the board
@@ -872,6 +1034,11 @@ class RayExecutor:
         return new
 
     def suits(self, worker: str, job: Job, alive: set[str]) -> bool:
+        if self.packing is not None:  # a GPU model's embed job needs a worker whose share holds it
+            return job.stage != Stage.EMBED or self.packing.suits(worker, job.plan.model)
+        return self._suits_whole(worker, job, alive)
+
+    def _suits_whole(self, worker: str, job: Job, alive: set[str]) -> bool:
         """Encoders go to GPU workers when the run has any: a CPU worker leaves a GPU model's embed job alone
         while a GPU worker is alive, or while one is being asked for (for GPU_GRACE seconds: a cluster that cannot
         provide GPUs still runs it on CPU then)."""
@@ -917,14 +1084,25 @@ class RayExecutor:
         if self.scaling is not None and now >= self._next_scale:
             self._next_scale = now + 5.0
             return self._scale(pending)
+        if self.packing is not None:
+            return self._reshape(pending)
         return []
 
     # -- tasks ------------------------------------------------------------------------------------------------
     def submit(self, worker: str, job: Job) -> Any:
         actor = self.actors[worker]
-        if job.stage == Stage.EMBED:
-            return actor.embed.remote(job.plan)
-        return actor.score.remote(job.plan, job.unit)
+        placement = None
+        if self.packing is not None:
+            self.packing.busy[worker] = job.plan.model
+            placement = self.packing.record(worker, job.plan.model)
+        if job.helper is not None:
+            handle = actor.help_embed.remote(job.plan, job.helper, placement)
+        elif job.stage == Stage.EMBED:
+            handle = actor.embed.remote(job.plan, placement)
+        else:
+            handle = actor.score.remote(job.plan, job.unit)
+        self._by_handle[handle] = worker
+        return handle
 
     def wait(self, handles: list[Any], timeout: float) -> list[Any]:
         import ray
@@ -942,21 +1120,45 @@ class RayExecutor:
         import ray
         from ray.exceptions import ActorUnavailableError, RayActorError, RayTaskError, WorkerCrashedError
 
+        worker = self._by_handle.pop(handle, None)
+        if self.packing is not None and worker is not None:
+            self.packing.busy.pop(worker, None)
         try:
-            return ray.get(handle)
+            got = ray.get(handle)
         except (RayActorError, WorkerCrashedError) as exc:
+            self._lost(worker)
             # Unavailable: Ray is restarting the actor (or cannot reach it for a moment): ask again later.
             restarting = isinstance(exc, ActorUnavailableError)
             raise WorkerLost(
                 type(exc).__name__ + ": " + str(exc).strip().splitlines()[0][:300], restarting=restarting
             ) from exc
         except RayTaskError as exc:
+            self._lost(worker)
             # A bug in our job code (embed_model/score_unit never raise for model failures): fail the attempt.
             raise WorkerLost(f"task raised {type(exc.cause).__name__}: {exc.cause}") from exc
+        if isinstance(got, WorkerInfo) and self.packing is not None:
+            self.packing.ready.add(got.name)
+            if got.gpu_ids:
+                self.packing.pool.placed[got.name] = (got.node, got.gpu_ids[0])
+        return got
+
+    def _lost(self, worker: str | None) -> None:
+        """A worker died mid-job: it is not ready (placement), and the parts it held go back (evalfarm.parts)."""
+        if worker is None:
+            return
+        if self.packing is not None:
+            self.packing.ready.discard(worker)
+        if self.parts_book is not None:
+            try:
+                self.parts_book.release.remote(worker)
+            except Exception:  # the book's actor is gone too: nothing holds the parts
+                pass
 
     def revive(self, worker: str) -> Any | None:
         """A handle that resolves once Ray has restarted the worker and it has this run's context again."""
-        return self.actors[worker].begin.remote(*self.args)
+        handle = self.actors[worker].begin.remote(*self.args)
+        self._by_handle[handle] = worker
+        return handle
 
     def close(self) -> None:
         """Keep the warm actors for the next run of this driver, unless this run started Ray itself; give back
@@ -966,11 +1168,8 @@ class RayExecutor:
 
         if not ray.is_initialized():
             return
-        if self.board is not None and not self.head_lost:
-            try:
-                ray.kill(self.board, no_restart=True)
-            except Exception:  # already gone
-                pass
+        if not self.head_lost:
+            _kill_helpers(self.board, self.parts_book)
         if self.head_lost:
             _WARM.clear()
         else:
@@ -1027,6 +1226,32 @@ def _board() -> Any:
         return ray.remote(TextBoard).options(num_cpus=0, max_restarts=0).remote()
     except Exception as exc:
         logging.getLogger(__name__).info("no progress board (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def _kill_helpers(*actors: Any) -> None:
+    """Kill a run's own helper actors (its progress board, its part book)."""
+    import ray
+
+    for actor in actors:
+        if actor is not None:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:  # already gone
+                pass
+
+
+def _parts_book() -> Any:
+    """A run's :class:`~evalfarm.parts.PartBook` as an actor that takes no CPU (None when Ray cannot start one: the
+    run then goes on without sharing tails)."""
+    import ray
+
+    from evalfarm.parts import PartBook
+
+    try:
+        return ray.remote(PartBook).options(num_cpus=0, max_restarts=0).remote()
+    except Exception as exc:
+        logging.getLogger(__name__).info("no part book (%s: %s)", type(exc).__name__, exc)
         return None
 
 

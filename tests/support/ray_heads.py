@@ -379,7 +379,7 @@ def cmdline(pid: int) -> str:
 
 
 @contextlib.contextmanager
-def local_ray(num_cpus: int = 2) -> Iterator[Any]:
+def local_ray(num_cpus: int = 2, num_gpus: int | None = None) -> Iterator[Any]:
     """``evalfarm.scheduler.ray_executor.connect(None)`` in this process: evalfarm's own local Ray (a fresh token in a
     0600 file, every server on loopback), checked like a head; yields ``ray``. At the end the warm workers and Ray
     are shut down and this process's Ray settings put back as they were."""
@@ -388,7 +388,7 @@ def local_ray(num_cpus: int = 2) -> Iterator[Any]:
     from evalfarm.scheduler.ray_executor import connect, shutdown_workers
 
     saved = {k: os.environ.get(k) for k in _AUTH_VARS}
-    assert connect(None, num_cpus=num_cpus), "Ray was already initialised in this process"
+    assert connect(None, num_cpus=num_cpus, num_gpus=num_gpus), "Ray was already initialised in this process"
     try:
         node = ray._private.worker._global_node
         gcs = int(node.gcs_address.rsplit(":", 1)[1])

@@ -33,3 +33,22 @@ def copy_task_files(real: Path, catalog: str, ids: list[str], d: Path) -> None:
         for rel in cat.task(tid).files.values():
             (d / rel).parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(real / rel, d / rel)
+
+
+def sentence_pool_entry(d: Path, data_dir: Path, name: str, pairs: int, background: int) -> str:
+    """A catalog ``tasks:`` line for an EvalRank sentence pool of the real pool's first ``pairs`` pairs and first
+    ``background`` background sentences, its two files written into ``d`` (the data folder the test sets) and
+    checksummed."""
+    import hashlib
+
+    s = data_dir / "evalrank" / "sent_evalrank"
+    files = {}
+    for role, src, n in (("pairs", "pos_pair.txt", pairs), ("background", "background_sent.txt", background)):
+        files[role] = d / f"{name}-{role}.txt"
+        files[role].write_text("\n".join((s / src).read_text().splitlines()[:n]) + "\n")
+    sha = ", ".join(f"{r}: {hashlib.sha256(p.read_bytes()).hexdigest()}" for r, p in files.items())
+    fl = ", ".join(f"{r}: {p.name}" for r, p in files.items())
+    return (
+        f"  - {{id: {name}, level: sentence, kind: evalrank, format: evalrank-sentence, version: '1', licence: test,"
+        f" source: tests, files: {{{fl}}}, sha256: {{{sha}}}}}\n"
+    )
