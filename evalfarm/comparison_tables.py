@@ -198,6 +198,26 @@ def _finite(v: float) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
+def _identity(ties: str, a_rec: dict[str, Any], b_rec: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a ``correlation_diff`` row that say which comparison it is: its key and inputs, its table, its
+    column and both cells."""
+    row: dict[str, Any] = {
+        "comparison_key": comparison_key(ties, a_rec, b_rec),
+        "inputs_hash": inputs_hash(a_rec, b_rec),
+        "level": a_rec["level"],
+        "excludes_postprocessed": a_rec["excludes_postprocessed"],
+        "ties": ties,
+        "downstream_task": a_rec["downstream_task"],
+        "downstream_subset": a_rec["downstream_subset"],
+        "downstream_variant": a_rec["downstream_variant"],
+    }
+    for side, rec in (("a", a_rec), ("b", b_rec)):
+        row[f"{side}_cell_key"] = rec["cell_key"]
+        for k in ("intrinsic_task", "intrinsic_scorer", "intrinsic_metric", "intrinsic_subset", "variant", "ties"):
+            row[f"{side}_{k}"] = rec[k]
+    return row
+
+
 def compare_cells(
     a_rec: dict[str, Any],
     b_rec: dict[str, Any],
@@ -215,29 +235,18 @@ def compare_cells(
     tests with Spearman's variance."""
     models, a, b, d = aligned(values, a_rec["cell_key"], b_rec["cell_key"])
     families = families or {}
-    settings = {"n_resamples": n_resamples, "refine_resamples": refine_resamples, "seed": seed,
-                "confidence": confidence}  # fmt: skip
-    diff = paired_difference(a, b, d, **settings)
-    by_family = paired_difference(a, b, d, groups=[families.get(m, m) for m in models], **settings)
+    diff, by_family = (
+        paired_difference(
+            a, b, d, n_resamples=n_resamples, refine_resamples=refine_resamples, seed=seed, confidence=confidence,
+            groups=groups,
+        )
+        for groups in (None, [families.get(m, m) for m in models])
+    )  # fmt: skip
     n = diff.n_models
     z, zp = steiger_z(diff.rho_a, diff.rho_b, diff.r_ab, n, rank=True)
     t, tp = williams_t(diff.rho_a, diff.rho_b, diff.r_ab, n, rank=True)
     zl, zh = zou_interval(diff.rho_a, diff.rho_b, diff.r_ab, n, confidence=confidence, rank=True)
-    row: dict[str, Any] = {
-        "comparison_key": comparison_key(ties, a_rec, b_rec),
-        "inputs_hash": inputs_hash(a_rec, b_rec),
-        "level": a_rec["level"],
-        "excludes_postprocessed": a_rec["excludes_postprocessed"],
-        "ties": ties,
-        "downstream_task": a_rec["downstream_task"],
-        "downstream_subset": a_rec["downstream_subset"],
-        "downstream_variant": a_rec["downstream_variant"],
-    }
-    for side, rec in (("a", a_rec), ("b", b_rec)):
-        row[f"{side}_cell_key"] = rec["cell_key"]
-        for k in ("intrinsic_task", "intrinsic_scorer", "intrinsic_metric", "intrinsic_subset", "variant", "ties"):
-            row[f"{side}_{k}"] = rec[k]
-    return row | {
+    return _identity(ties, a_rec, b_rec) | {
         "n_models": n,
         "rho_a": _finite(diff.rho_a),
         "rho_b": _finite(diff.rho_b),
@@ -268,6 +277,29 @@ def compare_cells(
 
 
 # ---- refresh and read ---------------------------------------------------------------------------------------------
+_Inputs = tuple[Family | None, set[tuple[str, str, str]], dict[str, dict[str, tuple[float, float]]], dict[str, str]]
+
+
+def _refresh_inputs(
+    con: duckdb.DuckDBPyConnection, level: str, exclude_postprocessed: bool, ties: str, compare: str
+) -> _Inputs:
+    """What a refresh of one table reads: its comparisons (None: no compared row, and ``compare`` is the default),
+    the stored comparisons of the current method (key, inputs, families), the numbers behind the cells and each
+    model's family."""
+    try:
+        fam = table_family(
+            fetch_correlations(con), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties,
+            compare=compare,
+        )  # fmt: skip
+    except ValueError:
+        if compare != DEFAULT_COMPARE:
+            raise
+        return None, set(), {}, {}
+    sql = "SELECT comparison_key, inputs_hash, families_hash FROM correlation_diffs WHERE method = $method"
+    stored = {(k, i, f) for k, i, f in con.execute(sql, {"method": COMPARISON_METHOD}).fetchall()}
+    return fam, stored, cell_values(con, level, exclude_postprocessed), model_families(con)
+
+
 def refresh_comparisons(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
@@ -290,29 +322,8 @@ def refresh_comparisons(
     through a connection opened afterwards."""
     wh = _warehouse(warehouse)
 
-    def read(
-        con: duckdb.DuckDBPyConnection,
-    ) -> tuple[Family | None, set[tuple[str, str, str]], dict[str, Any], dict[str, str]]:
-        try:
-            fam = table_family(
-                fetch_correlations(con),
-                level=level,
-                exclude_postprocessed=exclude_postprocessed,
-                ties=ties,
-                compare=compare,
-            )
-        except ValueError:
-            if compare != DEFAULT_COMPARE:
-                raise
-            return None, set(), {}, {}
-        stored = {
-            tuple(r)
-            for r in con.execute(
-                "SELECT comparison_key, inputs_hash, families_hash FROM correlation_diffs WHERE method = $method",
-                {"method": COMPARISON_METHOD},
-            ).fetchall()
-        }
-        return fam, stored, cell_values(con, level, exclude_postprocessed), model_families(con)
+    def read(con: duckdb.DuckDBPyConnection) -> _Inputs:
+        return _refresh_inputs(con, level, exclude_postprocessed, ties, compare)
 
     fam, stored, values, families = read(con) if con is not None else read_views(wh, read, "comparisons")
     if fam is None:

@@ -311,6 +311,19 @@ def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> N
     assert bad.exit_code != 0 and "no such row" in bad.output
 
 
+def test_the_help_says_compare_writes_into_the_warehouse() -> None:
+    """Issue 53: `--compare` stores what it computes; its help (and --refresh's) must say so, and how not to."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    got = CliRunner().invoke(app, ["correlations", "--help"], env={"COLUMNS": "300", "NO_COLOR": "1"})
+    assert got.exit_code == 0
+    text = " ".join(got.output.replace("│", " ").split())
+    assert "WRITES to the warehouse" in text and "correlation_diff" in text and "--no-refresh" in text
+    assert "storing them in the warehouse" in text
+
+
 def test_the_paper_layout_marks_the_cells_that_differ(wh: Warehouse) -> None:
     from evalfarm import api
     from evalfarm.paper import MARK, render_text
