@@ -58,10 +58,10 @@ def z_variance_factor(r: Any, *, rank: bool) -> Any:
     (bivariate normal data): 1 for Pearson's r, and for Spearman's rho (``rank``) Bonett & Wright's (2000)
     ``1 + r^2 / 2``. Spearman's rho varies more than Pearson's r of the same data (its asymptotic variance is larger
     by about that factor, 1.06 near r = 0 as in Fieller, Hartley & Pearson 1957, 1.32 at r = 0.8), so a test that
-    gives rank correlations Pearson's variance rejects too often under a true null: up to 1.7x its alpha at 0.05
-    and 2.9x at 0.00625 when r = 0.9 (``benchmarks/spearman_null.py``). Fieller's constant 1.06 is accurate only
-    for |r| < 0.8; Bonett & Wright's factor follows r, and the correlations compared here are mostly 0.6-0.9.
-    Works elementwise on arrays."""
+    gives rank correlations Pearson's variance rejects too often under a true null: 1.2-1.8x its alpha at 0.05 and
+    up to 2.6x at 0.05 / 8 once r >= 0.6 and n >= 34 (``benchmarks/spearman_null.py``). Fieller's constant fits
+    small r only (still 1.1-1.6x at 0.05 there); Bonett & Wright's factor follows r, and the correlations compared
+    here are mostly 0.6-0.9. Works elementwise on arrays."""
     return 1.0 + r * r / 2 if rank else 1.0
 
 
