@@ -9,9 +9,11 @@ downstream variant the table's cells mostly have:
    by the paired bootstrap over models (Holm across the evalfarm table's comparisons: ``evalfarm correlations
    --layout paper --published --compare evalrank``);
 2. per downstream column, EvalRank MRR against the best of the paper's similarity rows: the difference, its 95 %
-   interval, p and Holm p, and a verdict: **supported** (EvalRank higher, significantly), **contradicted** (a
-   similarity set higher, significantly) or **undecidable**; how many of the paper's similarity rows EvalRank beats
-   or loses to significantly; how many models a zoo like this one would need for 80 % power;
+   interval, p and Holm p by the paired bootstrap over models and by the one over model families (lineage roots),
+   and a verdict: **supported** (EvalRank higher, Holm-significant by both), **contradicted** (a similarity set
+   higher, likewise) or **undecidable**; how many of the paper's similarity rows EvalRank beats or loses to
+   significantly; how many models (and families) a zoo like this one would need for 80 % power at the table's Holm
+   level (0.05 / its comparisons);
 3. leave-one-family-out: the same difference with each model family (lineage root) left out: does its sign hold?
 
 and for each EvalRank pool the board's stability under a bootstrap over its pairs (how often #1 stays #1).
@@ -67,13 +69,30 @@ COMPARED = "EvalRank MRR"
 
 
 def verdict(cell: dict[str, Any] | None) -> str:
-    """EvalRank against the column's best similarity row: supported / contradicted (Holm-significant either way),
-    undecidable (no significant difference) or no test (under 4 models)."""
+    """EvalRank against the column's best similarity row: supported / contradicted (Holm-significant either way by
+    the bootstrap over models and by the one over families: the view's ``significant``), undecidable (not both), or
+    no test (under 4 models; under 4 families: no family test, so no verdict either way)."""
     if cell is None or cell["holm_p"] is None:
         return "no test (under 4 models)"
-    if cell["holm_p"] >= ALPHA:
+    if cell["family_holm_p"] is None:
+        return f"undecidable (no family test: {cell['n_families']} families)"
+    if not cell["significant"]:
         return "undecidable"
     return "supported" if cell["difference"] > 0 else "contradicted"
+
+
+ASSUMPTIONS_ZOO = (
+    "the zoo's models (bootstrap over models) or its model families (bootstrap over lineage roots) are independent "
+    "draws from the zoos it stands for; the verdict needs both; Holm controls the error over the evalfarm table's "
+    "comparisons; the best similarity row is chosen on the zoo, so its p-value is that of one chosen comparison"
+)
+"""What a warehouse table's verdicts assume (printed beside them)."""
+ASSUMPTIONS_CELLS = (
+    "normal theory (Steiger's Z) on Spearman's rho with Bonett & Wright's (2000) variance, models taken as "
+    "independent (a zoo's families are not known from its cells), r_AB unknown (every feasible value tried), "
+    "Bonferroni over the table's columns, the best row chosen after the fact"
+)
+"""What the verdicts of a table known only by its cells assume."""
 
 
 def _r(v: float | None, digits: int = 3) -> float | None:
@@ -125,12 +144,19 @@ def one_table(
                 "ci": [_r(best["ci_low"]), _r(best["ci_high"])],
                 "p": _r(best["p_value"], 5),
                 "holm_p": _r(best["holm_p"], 5),
+                "n_families": best["n_families"],
+                "family_ci": [_r(best["family_ci_low"]), _r(best["family_ci_high"])],
+                "family_p": _r(best["family_p_value"], 5),
+                "family_holm_p": _r(best["family_holm_p"], 5),
                 "steiger_p": _r(best["steiger_p"], 5),
                 "verdict": verdict(best),
                 "similarity_rows": len(cells),
                 "evalrank_significantly_better_than": sum(c["significant"] and c["difference"] > 0 for c in cells),
                 "evalrank_significantly_worse_than": sum(c["significant"] and c["difference"] < 0 for c in cells),
+                "power_alpha": None if pw is None else pw.result.alpha,
                 "models_for_80_power": None if pw is None else pw.result.n_needed,
+                "families_for_80_power": None if pw is None or pw.by_family is None else pw.by_family.n_needed,
+                "models_for_80_power_by_family": None if pw is None or pw.by_family is None else pw.by_family.models,
                 "power_line": None if pw is None else power_text(pw),
                 "leave_one_family_out": None
                 if lo is None
@@ -152,6 +178,7 @@ def one_table(
         "downstream_variant": paper.downstream_variant,
         "composition": paper.composition,
         "n_tests_holm": n_tests,
+        "assumptions": ASSUMPTIONS_ZOO,
         "columns": columns,
         "text": render_text(paper, published=True),
         "comparisons": [
@@ -163,13 +190,33 @@ def one_table(
 
 PAPER_N = {"3": 38, "6": 67, "11": 34}
 """The paper's zoo behind each table (its section 5 and Table 11's caption)."""
+PAPER_LINEAGES = {"3": 19, "6": 34, "11": 34}
+"""The paper's zoo counted by lineage: Table 3's 38 word models are 19 sets of vectors and their ABTT twins, Table
+6's 67 are Table 11's 34 and 33 post-processed twins (:data:`evalfarm.paper.PAPER_ZOO`). A twin moves with its
+original (the same weights, post-processed), so the independent units are nearer 19 and 34 than 38 and 67: the
+cells are tested at both n, the second a sensitivity check the cells alone cannot settle (bags of words over the
+same vectors may be related too)."""
 
 
-def check_cells(name: str, n: int, cells: dict[tuple[str, str], float], columns: list[str]) -> list[dict[str, Any]]:
+def _reading(er: float, rho: float, got: Any) -> str:
+    higher = "EvalRank higher" if er > rho else "similarity row higher" if er < rho else "equal"
+    if er == rho or got.r_ab_significant_from is None:
+        return f"{higher}; not significant for any r_AB"
+    if got.p_max < got.alpha:
+        return f"{higher}; significant whatever r_AB"
+    return f"{higher}; significant only if r_AB >= {got.r_ab_significant_from:.4f}"
+
+
+def check_cells(
+    name: str, n: int, cells: dict[tuple[str, str], float], columns: list[str], n_lineages: int | None = None
+) -> list[dict[str, Any]]:
     """EvalRank MRR against the best similarity row of each column of a table known only by its cells (rho, not
-    x 100), over n models: Steiger's Z for every possible r_AB (:func:`steiger_over_unknown_r_ab`), at alpha / the
-    table's columns (Bonferroni). Normal theory on rank correlations, the models taken as independent, the best
-    row chosen after the fact: an approximation, and the most a table's cells can say."""
+    x 100), over n models: Steiger's Z with Spearman's variance for every possible r_AB
+    (:func:`steiger_over_unknown_r_ab`), at alpha / the table's columns (Bonferroni), and the models 80 % power
+    needs at that level. Normal theory on rank correlations, the models taken as independent, the best row chosen
+    after the fact (:data:`ASSUMPTIONS_CELLS`): an approximation, and the most a table's cells can say. Beside it,
+    for the record, the reading with Pearson's variance (what issue 41 printed) and the models at 0.05, and
+    (``n_lineages``) the reading were the models only that many independent lineages (twins counted once)."""
     out = []
     alpha = ALPHA / len(columns)
     for col in columns:
@@ -178,20 +225,24 @@ def check_cells(name: str, n: int, cells: dict[tuple[str, str], float], columns:
         if er is None or not sims:
             continue
         rho, row = max(sims)
-        got = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha)
-        higher = "EvalRank higher" if er > rho else "similarity row higher" if er < rho else "equal"
-        if er == rho or got.r_ab_significant_from is None:
-            reading = f"{higher}; not significant for any r_AB"
-        elif got.p_max < alpha:
-            reading = f"{higher}; significant whatever r_AB"
-        else:
-            reading = f"{higher}; significant only if r_AB >= {got.r_ab_significant_from:.4f}"
+        got = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha, rank=True)
+        pearson = steiger_over_unknown_r_ab(er, rho, n, alpha=alpha)
+        lineages = (
+            None if n_lineages is None else steiger_over_unknown_r_ab(er, rho, n_lineages, alpha=alpha, rank=True)
+        )
         out.append(
             {"table": name, "n_models": n, "column": col, "evalrank_rho": er, "best_similarity_row": row,
              "best_similarity_rho": rho, "alpha": round(alpha, 5), "p_worst": _r(got.p_max, 5),
              "p_best": _r(got.p_min, 8), "r_ab_range": [_r(v) for v in got.r_ab_range],
-             "r_ab_significant_from": _r(got.r_ab_significant_from, 4), "reading": reading,
-             "models_for_80_power": {str(r_ab): _models(steiger_models_needed(er, rho, r_ab)) for r_ab in R_AB}}
+             "r_ab_significant_from": _r(got.r_ab_significant_from, 4), "reading": _reading(er, rho, got),
+             "reading_pearson_variance": _reading(er, rho, pearson), "p_worst_pearson_variance": _r(pearson.p_max, 5),
+             "models_for_80_power": {str(r_ab): _models(steiger_models_needed(er, rho, r_ab, alpha=alpha, rank=True))
+                                     for r_ab in R_AB},
+             "models_for_80_power_at_0.05": {str(r_ab): _models(steiger_models_needed(er, rho, r_ab, rank=True))
+                                             for r_ab in R_AB},
+             "n_lineages": n_lineages, "reading_lineages": None if lineages is None else _reading(er, rho, lineages),
+             "p_worst_lineages": None if lineages is None else _r(lineages.p_max, 5),
+             "assumptions": ASSUMPTIONS_CELLS}
         )  # fmt: skip
     return out
 
@@ -211,7 +262,7 @@ def published_checks() -> list[dict[str, Any]]:
     for number, n in PAPER_N.items():
         tdef = PAPER_TABLES[number]
         cells = {k: v / 100 for k, v in tdef.published().items()}
-        out += check_cells(tdef.name, n, cells, [c for c, _ in tdef.columns])
+        out += check_cells(tdef.name, n, cells, [c for c, _ in tdef.columns], PAPER_LINEAGES[number])
     return out
 
 
@@ -248,24 +299,46 @@ def _power(c: dict[str, Any]) -> str:
         return "-"
     if c["models_for_80_power"] is None:
         return "no difference" if not c["difference"] else "> 100,000"
-    return f"{c['models_for_80_power']:,}"
+    text = f"{c['models_for_80_power']:,}"
+    if c.get("families_for_80_power") is not None:
+        text += f"; {c['families_for_80_power']:,} families (~{c['models_for_80_power_by_family']:,} models)"
+    elif c.get("n_families") is not None:
+        text += "; > 100,000 families"
+    return text
 
 
 def _f(v: float | None, spec: str = ".2f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+def _ci(pair: list[float | None]) -> str:
+    return "" if pair[0] is None else f"[{pair[0]:+.2f}, {pair[1]:+.2f}]"
+
+
+def higher_count(columns: list[dict[str, Any]]) -> str:
+    """On how many of a table's tested columns the best similarity row is higher than EvalRank, lower, equal."""
+    diffs = [c["difference"] for c in columns if c["difference"] is not None]
+    below, above = sum(d < 0 for d in diffs), sum(d > 0 for d in diffs)
+    return (
+        f"best similarity row higher than EvalRank on {below} of {len(diffs)} columns, lower on {above}, "
+        f"equal on {len(diffs) - below - above}"
+    )
+
+
+# long: one markdown document, section by section, each a table whose columns are the JSON's fields
 def markdown(out: dict[str, Any]) -> str:
-    """The verdicts, one block per table and tie policy."""
+    """The verdicts, one block per table and tie policy, each with its assumptions."""
     lines = [
         f"# Does EvalRank predict downstream accuracy better than the similarity sets? ({out['warehouse']})",
         "",
         f"Written by `benchmarks/answer_tables.py` at {out['created']}. Per column: EvalRank MRR against the best of "
-        "the paper's similarity rows (by its rho on this zoo); difference = rho(EvalRank) - rho(best), paired "
-        "bootstrap over models (95 % interval), Holm over the evalfarm table's comparisons; verdict: supported / "
-        "contradicted when Holm p < 0.05, else undecidable; `beats/loses`: the paper's similarity rows EvalRank is "
-        "significantly better / worse than; power: models a zoo like this would need for 80 % power; LOFO: the "
-        "difference's range with one model family left out, and the families whose removal flips its sign.",
+        "the paper's similarity rows (by its rho on this zoo); difference = rho(EvalRank) - rho(best); 95 % "
+        "intervals of the paired bootstrap over models and over model families (lineage roots); Holm p by each, "
+        "over the evalfarm table's comparisons; verdict: supported / contradicted when both Holm p < 0.05, else "
+        "undecidable; `beats/loses`: the paper's similarity rows EvalRank is significantly better / worse than "
+        "(both tests); power: models a zoo like this would need for 80 % power at the table's Holm level "
+        "(0.05 / its comparisons), growing model by model, and family by family; LOFO: the difference's range with "
+        "one model family left out, and the families whose removal flips its sign.",
     ]
     for t in out["tables"]:
         comp = ", ".join(f"{n} {f}" for f, n in t["composition"].items())
@@ -274,9 +347,12 @@ def markdown(out: dict[str, Any]) -> str:
             f"## {t['table']}, {t['ties']} ties ({comp}; downstream {t['downstream_variant']}; "
             f"Holm over {t['n_tests_holm']})",
             "",
-            "| column | n | EvalRank | best similarity row | difference [95 % CI] | Holm p | verdict | beats / loses "
-            "| power (models) | LOFO range; flips |",
-            "|---|---:|---:|---|---|---:|---|---|---:|---|",
+            f"Assumptions: {t['assumptions']}.",
+            "",
+            "| column | n (families) | EvalRank | best similarity row | difference | 95 % CI, models; families "
+            "| Holm p, models; families | verdict | beats / loses | power at Holm level: models; families "
+            "| LOFO range; flips |",
+            "|---|---:|---:|---|---:|---|---|---|---|---:|---|",
         ]
         for c in t["columns"]:
             lo = c["leave_one_family_out"]
@@ -284,36 +360,52 @@ def markdown(out: dict[str, Any]) -> str:
                 f"{_f(lo['difference_min'], '+.2f')}…{_f(lo['difference_max'], '+.2f')}; "
                 + _few(lo["sign_flips_without"], lo["families"])
             )  # fmt: skip
-            ci = "" if c["ci"][0] is None else f" [{c['ci'][0]:+.2f}, {c['ci'][1]:+.2f}]"
             lines.append(
-                f"| {c['column']} | {c['n_models']} | {_f(c['evalrank_rho'])} | {c['best_similarity_row']} "
-                f"{_f(c['best_similarity_rho'])} | {_f(c['difference'], '+.2f')}{ci} | "
-                f"{'' if c['holm_p'] is None else format(c['holm_p'], '.3g')} | {c['verdict']} | "
-                f"{c['evalrank_significantly_better_than']} / {c['evalrank_significantly_worse_than']} of "
-                f"{c['similarity_rows']} | {_power(c)} | {lofo} |"
+                f"| {c['column']} | {c['n_models']} ({_f(c['n_families'], 'd')}) | {_f(c['evalrank_rho'])} | "
+                f"{c['best_similarity_row']} {_f(c['best_similarity_rho'])} | {_f(c['difference'], '+.2f')} | "
+                f"{_ci(c['ci'])}; {_ci(c['family_ci'])} | {_f(c['holm_p'], '.3g')}; {_f(c['family_holm_p'], '.3g')} | "
+                f"{c['verdict']} | {c['evalrank_significantly_better_than']} / "
+                f"{c['evalrank_significantly_worse_than']} of {c['similarity_rows']} | {_power(c)} | {lofo} |"
             )
         counts = {
             v: sum(c["verdict"] == v for c in t["columns"]) for v in ("supported", "contradicted", "undecidable")
         }
         untested = sum(c["verdict"].startswith("no test") for c in t["columns"])
-        lines += ["", "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items()) + f", {untested} without a test"]
+        no_family = sum(c["verdict"].startswith("undecidable (") for c in t["columns"])
+        lines += [
+            "",
+            "Verdicts: " + ", ".join(f"{n} {v}" for v, n in counts.items())
+            + (f", {no_family} undecidable for want of families" if no_family else "")
+            + f", {untested} without a test; {higher_count(t['columns'])}"
+            + (f"; power at alpha {t['columns'][0]['power_alpha']:.2g}" if t["columns"] and t["columns"][0].get(
+                "power_alpha") else ""),
+        ]  # fmt: skip
     lines += [
         "",
         "## Tables known by their cells only: the paper's, and committed measurements",
         "",
-        "EvalRank MRR against the best similarity row of each column, Steiger's Z over the table's models for every "
-        "possible correlation r_AB between the two (not published), at 0.05 / columns (Bonferroni):",
+        "EvalRank MRR against the best similarity row of each column, Steiger's Z with Spearman's variance (Bonett & "
+        "Wright 2000) over the table's models for every possible correlation r_AB between the two (not published), "
+        "at 0.05 / columns (Bonferroni); beside it the reading with Pearson's variance (issue 41's, which rejects "
+        "too often on rank correlations), and for the paper's tables the reading were each post-processed twin one "
+        "model with its original (Table 3: 19 lineages of 38 models; Table 6: 34 of 67). Power: models for 80 % at "
+        "that level (and at 0.05 for one comparison).",
         "",
-        "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading | models for 80 % power "
-        "at r_AB = 0.9 / 0.95 |",
-        "|---|---|---:|---|---:|---|---:|",
+        f"Assumptions: {ASSUMPTIONS_CELLS}.",
+        "",
+        "| table (n) | column | EvalRank | best similarity row | p, worst r_AB | reading | with Pearson's variance "
+        "| twins counted once (n) | models for 80 % power at r_AB = 0.9 / 0.95 | the same at 0.05 |",
+        "|---|---|---:|---|---:|---|---|---|---:|---:|",
     ]
     for c in out["published"] + out.get("measured", []):
         need = " / ".join("-" if v is None else f"{v:,}" for v in c["models_for_80_power"].values())
+        one = " / ".join("-" if v is None else f"{v:,}" for v in c["models_for_80_power_at_0.05"].values())
         lines.append(
             f"| {c['table']} ({c['n_models']}) | {c['column']} | {c['evalrank_rho']:.2f} | "
             f"{c['best_similarity_row']} {c['best_similarity_rho']:.2f} | {c['p_worst']:.3g} | {c['reading']} | "
-            f"{need} |"
+            f"{c['reading_pearson_variance']} | "
+            + ("-" if c.get("n_lineages") is None else f"{c['reading_lineages']} ({c['n_lineages']})")
+            + f" | {need} | {one} |"
         )
     lines += ["", "## Boards resampled over their pairs", ""]
     lines += [f"- {s}" for s in out["stability_text"]]

@@ -559,11 +559,12 @@ def correlation_comparisons(
 ) -> ComparisonTable:
     """Which evaluator predicts each downstream task better than ``compare`` (``evalrank``: the level's EvalRank MRR
     under cosine; or a row label of :func:`correlation_table`, or a task with one row): per column, each other row's
-    rho(compare) - rho(row) by a paired bootstrap over models, its 95 % interval, p-value and Holm-adjusted p-value
-    across the table (view ``correlation_comparisons``), and (``power``) how many models would tell the compared row
-    from each column's best similarity row at 80 % power. ``refresh``: first compute the missing or stale comparisons
-    (``resamples`` each, 20,000 where p < 0.05; ``seed``); a warehouse that cannot be written keeps the stored ones,
-    and the first note says so. An unknown ``compare`` raises ValueError naming the rows."""
+    rho(compare) - rho(row) by a paired bootstrap over models and one over model families, their 95 % intervals,
+    p-values and Holm-adjusted p-values across the table (view ``correlation_comparisons``), and (``power``) how many
+    models would tell the compared row from each column's best similarity row at 80 % power at the table's Holm
+    level. ``refresh``: first compute the missing or stale comparisons (``resamples`` each, 20,000 where p < 0.05;
+    ``seed``) and STORE them in the warehouse (table ``correlation_diff``); a warehouse that cannot be written keeps
+    the stored ones, and the first note says so. An unknown ``compare`` raises ValueError naming the rows."""
     from evalfarm.comparison_tables import comparison_table, refresh_comparisons
 
     wh = resolve_settings(warehouse=warehouse).warehouse

@@ -5,9 +5,11 @@ EvalRank's MRR) on each downstream column, by the paired bootstrap of :mod:`eval
 one EvalRank tie policy: the rows and columns of :func:`evalfarm.correlations.shape_table`) whose stored row is
 missing or stale, reading the numbers behind each cell through the ``correlation_cells`` view and writing rows of
 the ``correlation_diff`` table; the view ``correlation_comparisons`` (``sql/13_comparisons.sql``) keeps the current
-ones and adds Holm's correction across the table. :func:`comparison_table` reads them back in the table's shape,
-with the power line under it: how many models it would take to tell the compared row from the best similarity row
-of each column (:func:`evalfarm.comparisons.models_needed`).
+ones and adds Holm's correction across the table. Each comparison is tested twice: by the paired bootstrap over
+models and by the one over model families (the catalog's lineage: :func:`model_families`), and a difference is
+significant when both are after Holm. :func:`comparison_table` reads them back in the table's shape, with the power
+line under it: how many models (and families) it would take to tell the compared row from the best similarity row of
+each column at the level Holm's correction asks of the table (:func:`evalfarm.comparisons.models_needed`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from evalfarm.comparisons import (
     DEFAULT_SEED,
     REFINE_RESAMPLES,
     PowerResult,
+    holm_first_level,
     models_needed,
     paired_difference,
     steiger_z,
@@ -47,10 +50,38 @@ DEFAULT_COMPARE = "evalrank"
 """The compared row by default: the level's EvalRank MRR under cosine (the paper's evaluator)."""
 SIMILARITY_SCORERS = ("word-similarity", "sts", "similarity-bands")
 """The similarity benchmarks the paper sets EvalRank against: the candidates for "the best similarity row"."""
+COMPARISON_METHOD = 2
+"""The version of how a stored comparison (a ``correlation_diff`` row, its ``method``) was computed. 1 (issue 41;
+rows without the column): the per-model bootstrap, and Steiger's and Williams' tests with Pearson's variance on the
+rank correlations. 2 (issue 53): Spearman's variance in the normal-theory tests and the family bootstrap beside the
+per-model one. The view ``correlation_comparisons`` shows rows of this method only (``sql/13_comparisons.sql`` names
+the number; a test checks the two agree), so rows of an older one stay stored and readable in ``correlation_diffs``
+but are recomputed, not mixed into a table's Holm correction."""
 
 
 def _warehouse(warehouse: Warehouse | str | os.PathLike[str]) -> Warehouse:
     return warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
+
+
+_FAMILIES_SQL = """
+SELECT model,
+       coalesce(json_extract_string(spec, '$[#-1].source.ref'), json_extract_string(spec, '$[#-1].id'), model)
+           AS family
+FROM models
+"""
+
+
+def model_families(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
+    """model -> its family: the source of the root of its lineage (the catalog's ``base:`` chain, stored in the
+    ``models`` view's ``spec``: the weights it derives from), else the root's id. MiniLM's poolings share a family
+    with MiniLM; GloVe's ABTT twin and bag of words share GloVe's."""
+    return {m: f for m, f in con.execute(_FAMILIES_SQL).fetchall()}
+
+
+def families_hash(models: list[str], families: dict[str, str]) -> str:
+    """What the family bootstrap of a comparison over ``models`` depends on besides the numbers: each model's
+    family (a model unknown to ``models`` is its own)."""
+    return hashlib.md5(";".join(f"{m}={families.get(m, m)}" for m in models).encode()).hexdigest()
 
 
 # ---- which cells are compared -------------------------------------------------------------------------------------
@@ -167,26 +198,9 @@ def _finite(v: float) -> float | None:
     return v if v is not None and math.isfinite(v) else None
 
 
-def compare_cells(
-    a_rec: dict[str, Any],
-    b_rec: dict[str, Any],
-    values: dict[str, dict[str, tuple[float, float]]],
-    *,
-    ties: str,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    refine_resamples: int = REFINE_RESAMPLES,
-    seed: int = DEFAULT_SEED,
-    confidence: float = CONFIDENCE,
-) -> dict[str, Any]:
-    """One ``correlation_diff`` row: A against B in their column, over the models both have."""
-    _, a, b, d = aligned(values, a_rec["cell_key"], b_rec["cell_key"])
-    diff = paired_difference(
-        a, b, d, n_resamples=n_resamples, refine_resamples=refine_resamples, seed=seed, confidence=confidence
-    )
-    n = diff.n_models
-    z, zp = steiger_z(diff.rho_a, diff.rho_b, diff.r_ab, n)
-    t, tp = williams_t(diff.rho_a, diff.rho_b, diff.r_ab, n)
-    zl, zh = zou_interval(diff.rho_a, diff.rho_b, diff.r_ab, n, confidence=confidence, rank=True)
+def _identity(ties: str, a_rec: dict[str, Any], b_rec: dict[str, Any]) -> dict[str, Any]:
+    """The columns of a ``correlation_diff`` row that say which comparison it is: its key and inputs, its table, its
+    column and both cells."""
     row: dict[str, Any] = {
         "comparison_key": comparison_key(ties, a_rec, b_rec),
         "inputs_hash": inputs_hash(a_rec, b_rec),
@@ -201,7 +215,38 @@ def compare_cells(
         row[f"{side}_cell_key"] = rec["cell_key"]
         for k in ("intrinsic_task", "intrinsic_scorer", "intrinsic_metric", "intrinsic_subset", "variant", "ties"):
             row[f"{side}_{k}"] = rec[k]
-    return row | {
+    return row
+
+
+def compare_cells(
+    a_rec: dict[str, Any],
+    b_rec: dict[str, Any],
+    values: dict[str, dict[str, tuple[float, float]]],
+    *,
+    ties: str,
+    families: dict[str, str] | None = None,
+    n_resamples: int = DEFAULT_RESAMPLES,
+    refine_resamples: int = REFINE_RESAMPLES,
+    seed: int = DEFAULT_SEED,
+    confidence: float = CONFIDENCE,
+) -> dict[str, Any]:
+    """One ``correlation_diff`` row: A against B in their column, over the models both have: the paired bootstrap
+    over models, the one over ``families`` (model -> family; a model not in it is its own), and the normal-theory
+    tests with Spearman's variance."""
+    models, a, b, d = aligned(values, a_rec["cell_key"], b_rec["cell_key"])
+    families = families or {}
+    diff, by_family = (
+        paired_difference(
+            a, b, d, n_resamples=n_resamples, refine_resamples=refine_resamples, seed=seed, confidence=confidence,
+            groups=groups,
+        )
+        for groups in (None, [families.get(m, m) for m in models])
+    )  # fmt: skip
+    n = diff.n_models
+    z, zp = steiger_z(diff.rho_a, diff.rho_b, diff.r_ab, n, rank=True)
+    t, tp = williams_t(diff.rho_a, diff.rho_b, diff.r_ab, n, rank=True)
+    zl, zh = zou_interval(diff.rho_a, diff.rho_b, diff.r_ab, n, confidence=confidence, rank=True)
+    return _identity(ties, a_rec, b_rec) | {
         "n_models": n,
         "rho_a": _finite(diff.rho_a),
         "rho_b": _finite(diff.rho_b),
@@ -220,10 +265,41 @@ def compare_cells(
         "n_resamples": diff.n_resamples,
         "n_valid": diff.n_valid,
         "seed": seed,
+        "method": COMPARISON_METHOD,
+        "families_hash": families_hash(models, families),
+        "n_families": by_family.n_families,
+        "family_ci_low": by_family.ci_low,
+        "family_ci_high": by_family.ci_high,
+        "family_p_value": by_family.p_value,
+        "family_n_resamples": by_family.n_resamples,
+        "family_n_valid": by_family.n_valid,
     }
 
 
 # ---- refresh and read ---------------------------------------------------------------------------------------------
+_Inputs = tuple[Family | None, set[tuple[str, str, str]], dict[str, dict[str, tuple[float, float]]], dict[str, str]]
+
+
+def _refresh_inputs(
+    con: duckdb.DuckDBPyConnection, level: str, exclude_postprocessed: bool, ties: str, compare: str
+) -> _Inputs:
+    """What a refresh of one table reads: its comparisons (None: no compared row, and ``compare`` is the default),
+    the stored comparisons of the current method (key, inputs, families), the numbers behind the cells and each
+    model's family."""
+    try:
+        fam = table_family(
+            fetch_correlations(con), level=level, exclude_postprocessed=exclude_postprocessed, ties=ties,
+            compare=compare,
+        )  # fmt: skip
+    except ValueError:
+        if compare != DEFAULT_COMPARE:
+            raise
+        return None, set(), {}, {}
+    sql = "SELECT comparison_key, inputs_hash, families_hash FROM correlation_diffs WHERE method = $method"
+    stored = {(k, i, f) for k, i, f in con.execute(sql, {"method": COMPARISON_METHOD}).fetchall()}
+    return fam, stored, cell_values(con, level, exclude_postprocessed), model_families(con)
+
+
 def refresh_comparisons(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
@@ -238,42 +314,33 @@ def refresh_comparisons(
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> int:
     """Compute and store every comparison of one table (:func:`table_family`) whose stored row is missing or stale
-    (either cell's models or numbers changed); returns how many were computed (0: all current, nothing written).
+    (either cell's models or numbers changed, a model's family changed, or the row is of an older
+    :data:`COMPARISON_METHOD`); returns how many were computed (0: all current, nothing written).
     A table without its compared row (no EvalRank at this level yet) has nothing to compare: 0. ``con``: read
     through this open connection instead of a fresh one: opening the views reads every file's footer, which a
     caller of many tables pays once. Its views read the snapshot it was opened on: the rows written here are read
     through a connection opened afterwards."""
     wh = _warehouse(warehouse)
 
-    def read(con: duckdb.DuckDBPyConnection) -> tuple[Family | None, set[tuple[str, str]], dict[str, Any]]:
-        try:
-            fam = table_family(
-                fetch_correlations(con),
-                level=level,
-                exclude_postprocessed=exclude_postprocessed,
-                ties=ties,
-                compare=compare,
-            )
-        except ValueError:
-            if compare != DEFAULT_COMPARE:
-                raise
-            return None, set(), {}
-        stored = {
-            tuple(r) for r in con.execute("SELECT comparison_key, inputs_hash FROM correlation_diffs").fetchall()
-        }
-        return fam, stored, cell_values(con, level, exclude_postprocessed)
+    def read(con: duckdb.DuckDBPyConnection) -> _Inputs:
+        return _refresh_inputs(con, level, exclude_postprocessed, ties, compare)
 
-    fam, stored, values = read(con) if con is not None else read_views(wh, read, "comparisons")
+    fam, stored, values, families = read(con) if con is not None else read_views(wh, read, "comparisons")
     if fam is None:
         return 0
-    todo = [(a, b) for a, b in fam.pairs if (comparison_key(ties, a, b), inputs_hash(a, b)) not in stored]
+
+    def current(a: dict[str, Any], b: dict[str, Any]) -> bool:
+        models = aligned(values, a["cell_key"], b["cell_key"])[0]
+        return (comparison_key(ties, a, b), inputs_hash(a, b), families_hash(models, families)) in stored
+
+    todo = [(a, b) for a, b in fam.pairs if not current(a, b)]
     if not todo:
         return 0
     created = now()
     rows = [
         compare_cells(
-            a, b, values, ties=ties, n_resamples=n_resamples, refine_resamples=refine_resamples, seed=seed,
-            confidence=confidence,
+            a, b, values, ties=ties, families=families, n_resamples=n_resamples, refine_resamples=refine_resamples,
+            seed=seed, confidence=confidence,
         ) | {"created_at": created}
         for a, b in todo
     ]  # fmt: skip
@@ -285,7 +352,9 @@ def refresh_comparisons(
 @dataclass
 class PowerLine:
     """Under a table: the compared row against the best similarity row of a column, and how many models would tell
-    them apart at 80 % power (``result.n_needed``; None: more than ``result.max_models``, or no difference)."""
+    them apart at 80 % power at the level Holm's correction asks of the table (``result.alpha``:
+    :func:`~evalfarm.comparisons.holm_first_level`; ``result.n_needed`` None: more than ``result.max_models``, or no
+    difference), zoos growing model by model (``result``) and family by family (``by_family``)."""
 
     column: str
     a_row: str
@@ -294,6 +363,7 @@ class PowerLine:
     rho_b: float
     result: PowerResult
     significant: bool
+    by_family: PowerResult | None = None
 
 
 @dataclass
@@ -336,6 +406,7 @@ def best_similarity(fam: Family, column: str, candidates: set[str] | None = None
     return max(got, key=lambda r: (r["spearman"], r["row"]), default=None)
 
 
+# long: reads the stored rows, then computes each column's power lines at the table's Holm level, then its notes
 def read_comparisons(
     con: duckdb.DuckDBPyConnection,
     fam: Family,
@@ -364,15 +435,19 @@ def read_comparisons(
             f"{missing} comparisons are not computed for the current numbers: `evalfarm correlations --compare` "
             "computes them"
         )
+    n_tests = max((int(c["n_tests"]) for c in out.cells.values()), default=0)
+    level = holm_first_level(n_tests or len(fam.pairs))
     if power:
         values = cell_values(con, fam.level, fam.exclude_postprocessed)
+        families = model_families(con)
         a_by_column = {a["column"]: a for a, _ in fam.pairs}
         for column in sorted(a_by_column, key=column_order):
             best = best_similarity(fam, column, power_candidates)
             if best is None:
                 continue
             a = a_by_column[column]
-            _, xa, xb, d = aligned(values, a["cell_key"], best["cell_key"])
+            models, xa, xb, d = aligned(values, a["cell_key"], best["cell_key"])
+            groups = [families.get(m, m) for m in models]
             found = out.cells.get((best["row"], column))
             out.power.append(
                 PowerLine(
@@ -381,18 +456,24 @@ def read_comparisons(
                     best["row"],
                     float(a["spearman"]) if a["spearman"] is not None else math.nan,
                     float(best["spearman"]),
-                    models_needed(xa, xb, d, seed=seed),
+                    models_needed(xa, xb, d, seed=seed, alpha=level),
                     bool(found and found["significant"]),
+                    models_needed(xa, xb, d, seed=seed, alpha=level, groups=groups),
                 )
             )
-    n_tests = max((int(c["n_tests"]) for c in out.cells.values()), default=0)
     resamples = sorted({int(c["n_resamples"]) for c in out.cells.values()})
     if out.cells:
         out.notes.append(
             f"difference = rho({fam.compare}) - rho(row): paired bootstrap over models "
             f"({'/'.join(map(str, resamples))} resamples; more where p < 0.05), percentile 95 % interval, "
-            f"two-sided p; Holm across the table's {n_tests} comparisons (per downstream variant); "
-            f"significant: Holm p < {ALPHA}"
+            f"two-sided p; the same over model families (lineage roots: family p); Holm across the table's "
+            f"{n_tests} comparisons (per downstream variant), each bootstrap on its own; significant (*): Holm p < "
+            f"{ALPHA} by both; Steiger p with Spearman's variance (Bonett & Wright 2000)"
+        )
+    if out.power:
+        out.notes.append(
+            f"power: 80 % at Holm's first-step level {ALPHA}/{n_tests or len(fam.pairs)} = {level:.2g} (what a "
+            "comparison of this table needs to be significant by itself), not 0.05 for one comparison"
         )
     return out
 
@@ -423,7 +504,8 @@ def comparison_table(
 
 
 def format_comparison(cell: dict[str, Any] | None) -> str:
-    """``+0.12 [-0.05, 0.30] p=0.41 holm=1.00`` (``*`` when Holm-significant), ``-`` without a test."""
+    """``+0.12 [-0.05, 0.30] p=0.41 holm=1 family p=0.6 holm=1`` (``*`` when Holm-significant by both
+    bootstraps), ``-`` without a test."""
     if cell is None:
         return ""
     if cell["difference"] is None:
@@ -433,12 +515,16 @@ def format_comparison(cell: dict[str, Any] | None) -> str:
         text += f" [{cell['ci_low']:+.2f}, {cell['ci_high']:+.2f}]"
     if cell["p_value"] is not None:
         text += f" p={cell['p_value']:.3g} holm={cell['holm_p']:.3g}"
+    if cell.get("family_p_value") is not None:
+        text += f" family p={cell['family_p_value']:.3g} holm={cell['family_holm_p']:.3g}"
+    elif cell.get("n_families") is not None:
+        text += f" ({cell['n_families']} families: no family test)"
     return text + ("*" if cell["significant"] else "")
 
 
 def power_text(line: PowerLine) -> str:
-    """One line under a table: what it would take to tell the compared row from the column's best similarity
-    row."""
+    """One line under a table: what it would take to tell the compared row from the column's best similarity row,
+    at the table's Holm level, in models and in families."""
     r = line.result
     head = (
         f"{line.column}: {line.a_row} {line.rho_a:.2f} vs best similarity row {line.b_row} {line.rho_b:.2f} "
@@ -446,13 +532,20 @@ def power_text(line: PowerLine) -> str:
     )
     if r.n_models < 4:
         return head + "too few models for a test"
+    if r.difference == 0 or not math.isfinite(r.difference):
+        return head + "no difference to detect"
+    text = head + f"at alpha {r.alpha:.2g}, " + _needed(r)
+    if line.by_family is not None:
+        text += "; " + _needed(line.by_family)
+    return text + ("; significant here" if line.significant else "")
+
+
+def _needed(r: PowerResult) -> str:
+    """``~94 models for 80 % power (this zoo is too small)``, or in families (``~12 families, ~20 models``)."""
     if r.n_needed is None:
-        if r.difference == 0 or not math.isfinite(r.difference):
-            return head + "no difference to detect"
-        return head + f"more than {r.max_models:,} models for 80 % power (undecidable by adding models like these)"
-    verdict = "this zoo is large enough" if r.n_needed <= r.n_models else "this zoo is too small"
-    return (
-        head
-        + f"~{r.n_needed:,} models for 80 % power ({verdict}"
-        + ("; significant here)" if line.significant else ")")
-    )
+        return f"more than {r.max_models:,} {r.unit} for 80 % power (undecidable by adding {r.unit} like these)"
+    have = r.n_models if r.unit == "models" else round(r.n_models / r.models_per_unit)
+    verdict = "this zoo is large enough" if r.n_needed <= have else "this zoo is too small"
+    if r.unit == "models":
+        return f"~{r.n_needed:,} models for 80 % power ({verdict})"
+    return f"~{r.n_needed:,} families (~{r.models:,} models) for 80 % power, drawn family by family ({verdict})"

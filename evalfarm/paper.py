@@ -344,7 +344,8 @@ def _find(index: dict, primary: set, row: PaperRow, task: str) -> dict[str, Any]
 
 
 MARK = "†"
-"""The mark of a cell that differs significantly from the compared row (paired bootstrap, Holm across the table)."""
+"""The mark of a cell that differs significantly from the compared row (paired bootstraps over models and over model
+families, each Holm-significant across the table)."""
 COMPARED_ROW = "EvalRank MRR"
 """The paper's row that :func:`mark_comparisons` compares the others with (the evalfarm table's default)."""
 
@@ -363,9 +364,9 @@ def mark_comparisons(table: PaperTable, comparisons: list[dict[str, Any]], *, n_
     compared = sum(1 for key in table.keys.values() if key in by_key)
     tests = f" across the table's {n_tests} comparisons" if n_tests else ""
     table.notes.append(
-        f"{MARK}: differs from {COMPARED_ROW} in its column (paired bootstrap over models, Holm-adjusted p < 0.05"
-        f"{tests}); {len(table.marks)} of the {compared} compared cells differ. EvalRank Hits@1 / Hits@3 are not "
-        "compared (the same evaluator)"
+        f"{MARK}: differs from {COMPARED_ROW} in its column (paired bootstraps over models and over model families, "
+        f"each Holm-adjusted p < 0.05{tests}); {len(table.marks)} of the {compared} compared cells differ. "
+        "EvalRank Hits@1 / Hits@3 are not compared (the same evaluator)"
     )
 
 
@@ -404,7 +405,10 @@ def render_text(table: PaperTable, *, published: bool = False) -> str:
         lines.append(f"(in brackets: the paper's {table.published_name}, over its {zoo}; {CITATION})")
     lines += [f"note: {n}" for n in table.notes]
     if table.power:
-        lines.append("models needed to tell the compared row from the best similarity row at 80 % power:")
+        lines.append(
+            "models needed to tell the compared row from the best similarity row at 80 % power, at the table's Holm "
+            "level:"
+        )
         lines += [f"  {p}" for p in table.power]
     return "\n".join(lines)
 

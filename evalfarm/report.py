@@ -187,7 +187,8 @@ def heatmap(
     title = f"{table.level} level, n = {low if low == high else f'{low}–{high}'} models"
     ax.set_title(title, fontsize=10)
     if compared in rows:
-        ax.set_xlabel("†: differs from the dashed row\n(paired bootstrap, Holm p < 0.05)", fontsize=8)
+        ax.set_xlabel("†: differs from the dashed row\n(paired bootstraps, models and families: Holm p < 0.05)",
+                      fontsize=8)  # fmt: skip
     fig.savefig(path, format="png", metadata={"Software": None})
     return path
 
@@ -293,7 +294,8 @@ def _correlation_section(con: Any, out: Path, figure_task: str | None) -> tuple[
         "model's. Bold and boxed: the best of its column. <small>[low, high]</small>: the 95 % bootstrap interval "
         f"over models. EvalRank rows use {esc(PAPER_TIES)} ties (the paper's). The view <code>correlations</code> "
         "holds every tie policy and variant. † in a heatmap: the cell differs from EvalRank MRR's (dashed) in its "
-        "column by a paired bootstrap over models, Holm-adjusted p &lt; 0.05 across the table (view "
+        "column by paired bootstraps over models and over model families, each Holm-adjusted p &lt; 0.05 across "
+        "the table (view "
         "<code>correlation_comparisons</code>; the differences and the models a decision would need are under each "
         "table).</p>"
     )
@@ -414,7 +416,8 @@ def _comparison_html(table: ComparisonTable) -> str:
         f"<details><summary>Which evaluator predicts better: {esc(table.compare)} minus each other row "
         f"({len(table.significant())} of {len(table.cells)} differences significant after Holm)</summary>"
         + _table(headers, rows, cls="comparisons", numeric=[False] + [True] * len(table.columns))
-        + (f"<p>Models needed to tell {esc(table.compare)} from each task's best similarity row at 80 % power:</p>"
+        + (f"<p>Models needed to tell {esc(table.compare)} from each task's best similarity row at 80 % power, at "
+           "the table's Holm level:</p>"
            f"<ul>{power}</ul>" if power else "")
         + notes
         + "</details>"

@@ -4,7 +4,8 @@ particular evaluation items?
 - :func:`leave_one_family_out`: the difference between the compared row (EvalRank MRR) and each column's best
   similarity row, recomputed with each model family left out in turn. A family is every model whose lineage (the
   catalog's ``base:`` chain, stored in the ``models`` view's ``spec``) ends in the same root weights: a base
-  model, its post-processed twins, its bags of words and their twins, and the other poolings of the same weights.
+  model, its post-processed twins, its bags of words and their twins, and the other poolings of the same weights
+  (:func:`evalfarm.comparison_tables.model_families`, which the family bootstrap also resamples by).
 - :func:`rank_stability`: a board resampled over its evaluation items: the pairs of an EvalRank task's ``ranks``
   detail view, drawn with replacement once for every model (a paired bootstrap over items), each model's MRR
   recomputed. How often is the board's #1 still #1, which models take its place, how far the board moves.
@@ -24,29 +25,23 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.comparison_tables import DEFAULT_COMPARE, aligned, best_similarity, cell_values, table_family
+from evalfarm.comparison_tables import (
+    DEFAULT_COMPARE,
+    aligned,
+    best_similarity,
+    cell_values,
+    model_families,
+    table_family,
+)
 from evalfarm.correlations import column_order, fetch_correlations, read_views, spearman
 from evalfarm.warehouse import Warehouse
 
 DEFAULT_SEED = 0
 ITEM_RESAMPLES = 1000
 
-_FAMILIES_SQL = """
-SELECT model,
-       coalesce(json_extract_string(spec, '$[#-1].source.ref'), json_extract_string(spec, '$[#-1].id'), model)
-           AS family
-FROM models
-"""
-
 
 def _warehouse(warehouse: Warehouse | str | os.PathLike[str]) -> Warehouse:
     return warehouse if isinstance(warehouse, Warehouse) else Warehouse(warehouse)
-
-
-def model_families(con: duckdb.DuckDBPyConnection) -> dict[str, str]:
-    """model -> its family: the source of the root of its lineage (the weights it derives from), else the root's
-    id. MiniLM's poolings share a family with MiniLM; GloVe's ABTT twin and bag of words share GloVe's."""
-    return {m: f for m, f in con.execute(_FAMILIES_SQL).fetchall()}
 
 
 # ---- leave one family out -----------------------------------------------------------------------------------------

@@ -218,6 +218,9 @@ def _check_answer_tables(out: dict[str, Any], tmp: Path) -> None:
                 assert c["verdict"] in ("supported", "contradicted", "undecidable", "no test (under 4 models)")
                 assert c["best_similarity_row"] in ("STS-Benchmark", "STR") and c["similarity_rows"] == 2
                 assert c["leave_one_family_out"]["families"] == 4
+                assert c["n_families"] == 4 and c["family_p"] is not None  # the family bootstrap ran
+                n_tests = tables[(name, ties)]["n_tests_holm"]
+                assert c["power_alpha"] == pytest.approx(0.05 / n_tests)  # power at the table's Holm level
     assert tables[("Table 3", "optimistic")]["columns"] == []  # no word model in the synthetic zoo
     assert [(s["task"], s["ties"]) for s in out["stability"]] == [
         ("evalrank-sentence", "realistic"),
@@ -229,6 +232,21 @@ def _check_answer_tables(out: dict[str, Any], tmp: Path) -> None:
     assert (
         mr["reading"] == "EvalRank higher; significant whatever r_AB" and mr["best_similarity_row"] == "STS-Benchmark"
     )
+    # with Spearman's variance SST5 is no longer significant whatever r_AB (issue 53)
+    (sst5,) = [c for c in out["published"] if (c["table"], c["column"]) == ("Table 6", "SST5")]
+    assert sst5["reading_pearson_variance"] == "EvalRank higher; significant whatever r_AB"
+    assert sst5["reading"].startswith("EvalRank higher; significant only if r_AB >= -0.09")
+
+
+def _check_spearman_null(out: dict[str, Any], tmp: Path) -> None:
+    """Two scenarios, every test at the three levels, each rate over alpha a share of 300 zoos over alpha."""
+    assert [(s["rho"], s["r_ab"], s["n"]) for s in out["scenarios"]] == [(0.8, 0.5, 34), (0.3, 0.0, 10)]
+    for s in out["scenarios"]:
+        assert set(s["rejections_over_alpha"]) == {"0.05", "0.00625", "0.005"}
+        for rates in s["rejections_over_alpha"].values():
+            tests = {f"{t}-{v}" for t in ("steiger", "williams", "zou") for v in ("pearson", "spearman")}
+            assert set(rates) == tests | {"steiger-fhp"}
+            assert all(0 <= r <= 1 / 0.005 for r in rates.values()), rates
 
 
 def _check_diagnostics_versions(out: dict[str, Any], tmp: Path) -> None:
@@ -353,6 +371,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "diagnostics_versions.py": ([], _check_diagnostics_versions),
     "e5_prefix.py": ([], _check_e5_prefix),
     "heros_audit_sample.py": ([], _check_heros_audit_sample),
+    "spearman_null.py": ([], _check_spearman_null),
 }
 """Each script: its arguments after ``--smoke --json OUT`` (``{tmp}``: the test's folder) and what its JSON must
 hold."""

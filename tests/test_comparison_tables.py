@@ -10,13 +10,14 @@ import numpy as np
 import pytest
 
 from evalfarm.comparison_tables import (
+    COMPARISON_METHOD,
     comparison_table,
     format_comparison,
     power_text,
     refresh_comparisons,
 )
-from evalfarm.comparisons import holm, paired_difference, steiger_z
-from evalfarm.warehouse import Warehouse
+from evalfarm.comparisons import holm, paired_difference, steiger_z, williams_t
+from evalfarm.warehouse import Warehouse, now
 from tests.test_correlations import add_accuracy, add_evalrank, add_metric, add_model
 
 
@@ -78,8 +79,14 @@ def test_comparisons_are_stored_current_and_equal_to_the_statistics_by_hand(wh: 
     assert noise["difference"] == pytest.approx(want.difference, abs=1e-12)
     assert (noise["ci_low"], noise["ci_high"], noise["p_value"]) == (want.ci_low, want.ci_high, want.p_value)
     assert noise["n_resamples"] == 20_000 and noise["significant"]  # refined, then Holm-significant
-    z, p = steiger_z(want.rho_a, want.rho_b, want.r_ab, 16)
+    z, p = steiger_z(want.rho_a, want.rho_b, want.r_ab, 16, rank=True)  # Spearman's variance (issue 53)
     assert (noise["steiger_z"], noise["steiger_p"]) == (pytest.approx(z), pytest.approx(p))
+    t, tp = williams_t(want.rho_a, want.rho_b, want.r_ab, 16, rank=True)
+    assert (noise["williams_t"], noise["williams_p"]) == (pytest.approx(t), pytest.approx(tp))
+    # every model its own family: the family bootstrap draws exactly what the per-model one does
+    assert (noise["n_families"], noise["family_p_value"], noise["family_ci_low"], noise["family_ci_high"]) == (
+        16, want.p_value, want.ci_low, want.ci_high)  # fmt: skip
+    assert noise["family_holm_p"] == noise["holm_p"] and noise["method"] == COMPARISON_METHOD
 
     near = rows[("sts-near", "mr")]  # m00 has no sts-near number: 15 models
     assert near["n_models"] == 15
@@ -126,10 +133,12 @@ def test_the_table_shape_power_lines_and_another_compared_row(wh: Warehouse) -> 
     assert table.columns == ["mr", "sst2"]
     assert set(table.rows) == {"sts-twin test (cos)", "sts-noise test (cos)", "sts-near test (cos)"}
     assert ("sts-noise test (cos)", "mr") in table.significant()
-    assert format_comparison(table.cells[("sts-twin test (cos)", "mr")]) == "+0.00 [+0.00, +0.00] p=1 holm=1"
+    twin = format_comparison(table.cells[("sts-twin test (cos)", "mr")])
+    assert twin == "+0.00 [+0.00, +0.00] p=1 holm=1 family p=1 holm=1"
     # the best similarity row of each column is the twin (rho equal to EvalRank's): no difference to detect
     assert [(p.column, p.b_row) for p in table.power] == [(c, "sts-twin test (cos)") for c in ("mr", "sst2")]
     assert all(p.result.n_needed is None and "no difference" in power_text(p) for p in table.power)
+    assert {p.result.alpha for p in table.power} == {0.05 / 6}  # Holm's first step over the table's six tests
 
     assert refresh_comparisons(wh, level="sentence", compare="sts-near") == 6
     other = comparison_table(wh, level="sentence", compare="sts-near")
@@ -145,6 +154,115 @@ def test_no_evalrank_row_means_nothing_to_compare(wh: Warehouse) -> None:
         add_accuracy(wh, f"m{i}", "mr", 0.5 + 0.01 * i)
     assert refresh_comparisons(wh, level="sentence") == 0
     assert _rows(wh) == []
+
+
+# ---- issue 53: families, the method version ------------------------------------------------------------------------
+def _family_zoo(wh: Warehouse, n_families: int = 6, seed: int = 1) -> dict[str, dict[str, float]]:
+    """``n_families`` families of three (a base and two derived twins whose numbers sit close to the base's):
+    EvalRank tracks MR, STS-B is noise. The numbers by model."""
+    rng = np.random.default_rng(seed)
+    vals: dict[str, dict[str, float]] = {"mr": {}, "evalrank": {}, "stsb": {}}
+    with wh.deferring():
+        for f in range(n_families):
+            mr, sts = rng.uniform(0.6, 0.9), rng.uniform(0, 1)
+            for j, suffix in enumerate(("", "-a", "-b")):
+                m = f"f{f}{suffix}"
+                add_model(wh, m, "sentence", "static", base=None if j == 0 else f"f{f}")
+                vals["mr"][m] = mr + rng.normal(0, 0.01)
+                vals["evalrank"][m] = vals["mr"][m] + rng.normal(0, 0.01)
+                vals["stsb"][m] = sts + rng.normal(0, 0.01)
+                add_evalrank(wh, m, "evalrank-sentence", {"optimistic": vals["evalrank"][m]})
+                add_metric(wh, m, "stsb", "sts", vals["stsb"][m], metric="spearman", subset="test")
+                add_accuracy(wh, m, "mr", vals["mr"][m])
+    return vals
+
+
+def test_the_family_bootstrap_resamples_whole_lineages_and_a_verdict_needs_both(wh: Warehouse) -> None:
+    """Eighteen models in six families: the stored family columns are the family bootstrap over the lineage roots
+    (each model's family from its ``base:`` chain), Holm runs over each bootstrap's p-values on its own, and
+    `significant` is both Holm-significant."""
+    vals = _family_zoo(wh)
+    assert refresh_comparisons(wh, level="sentence") == 1
+    (row,) = _rows(wh)
+    models = sorted(vals["mr"])
+    a, b, d = (np.array([vals[k][m] for m in models]) for k in ("evalrank", "stsb", "mr"))
+    groups = [m.split("-")[0] for m in models]
+    want = paired_difference(a, b, d, groups=groups, seed=0)
+    per_model = paired_difference(a, b, d, seed=0)
+    assert (row["n_models"], row["n_families"]) == (18, 6)
+    assert (row["family_p_value"], row["family_ci_low"], row["family_ci_high"]) == (
+        want.p_value, want.ci_low, want.ci_high)  # fmt: skip
+    assert (row["p_value"], row["ci_low"]) == (per_model.p_value, per_model.ci_low)
+    # the families, not the models, are the independent units: the family interval is the wider one here
+    assert row["family_ci_high"] - row["family_ci_low"] > row["ci_high"] - row["ci_low"]
+    assert row["family_holm_p"] == pytest.approx(want.p_value) and row["n_family_tests"] == 1
+    assert row["significant"] == (row["model_significant"] and row["family_significant"])
+    assert row["model_significant"] == (per_model.p_value < 0.05)
+    assert row["family_significant"] == (want.p_value < 0.05)
+
+
+def test_a_table_under_four_families_has_no_family_test_and_nothing_significant(wh: Warehouse) -> None:
+    _family_zoo(wh, n_families=3)
+    refresh_comparisons(wh, level="sentence")
+    (row,) = _rows(wh)
+    assert row["n_families"] == 3 and row["family_p_value"] is None and row["family_holm_p"] is None
+    assert row["p_value"] is not None and not row["significant"]
+    table = comparison_table(wh, level="sentence")
+    assert "(3 families: no family test)" in format_comparison(table.cells[("stsb test (cos)", "mr")])
+
+
+def test_a_changed_lineage_makes_the_family_bootstrap_stale(wh: Warehouse) -> None:
+    _family_zoo(wh)
+    refresh_comparisons(wh, level="sentence")
+    assert refresh_comparisons(wh, level="sentence") == 0
+    add_model(wh, "f1-a", "sentence", "static")  # f1-a's catalog entry loses its base: a family of its own
+    assert refresh_comparisons(wh, level="sentence") == 1
+    (row,) = _rows(wh)
+    assert row["n_families"] == 7
+    assert len(wh.query("SELECT * FROM correlation_diffs").to_pylist()) == 2
+
+
+def test_rows_of_an_older_method_stay_stored_but_are_recomputed(wh: Warehouse) -> None:
+    """A warehouse compared by issue 41's code holds rows without ``method`` (Pearson's variance, no family
+    bootstrap): the view shows none of them, a refresh recomputes every comparison, and both stay readable."""
+    from evalfarm.comparison_tables import cell_values, compare_cells, table_family
+    from evalfarm.correlations import fetch_correlations
+
+    _zoo(wh)
+    con = wh.connect(read_only=True)
+    try:
+        fam = table_family(fetch_correlations(con), level="sentence", exclude_postprocessed=False, ties="optimistic")
+        values = cell_values(con, "sentence", False)
+    finally:
+        con.close()
+    new = ("method", "families_hash", "n_families", "family_ci_low", "family_ci_high", "family_p_value",
+           "family_n_resamples", "family_n_valid")  # fmt: skip
+    old = [{k: v for k, v in compare_cells(a, b, values, ties="optimistic", n_resamples=200).items() if k not in new}
+           | {"created_at": now()} for a, b in fam.pairs]  # fmt: skip
+    wh.write("correlation_diff", old)
+    assert _rows(wh) == []
+    assert refresh_comparisons(wh, level="sentence") == 6
+    assert len(_rows(wh)) == 6 and {r["method"] for r in _rows(wh)} == {COMPARISON_METHOD}
+    methods = [r["method"] for r in wh.query("SELECT method FROM correlation_diffs").to_pylist()]
+    assert sorted(methods, key=lambda m: m or 0) == [None] * 6 + [COMPARISON_METHOD] * 6
+
+
+def test_the_view_names_the_current_method() -> None:
+    """The method number has its home in comparison_tables; the view's filter must name the same one."""
+    sql = (Path(__file__).resolve().parents[1] / "sql" / "13_comparisons.sql").read_text(encoding="utf-8")
+    assert f"WHERE method = {COMPARISON_METHOD}\n" in sql
+    assert sql.count("WHERE method = ") == 1
+
+
+def test_power_lines_use_the_tables_holm_level_in_models_and_in_families(wh: Warehouse) -> None:
+    _family_zoo(wh)
+    refresh_comparisons(wh, level="sentence")
+    table = comparison_table(wh, level="sentence")
+    (line,) = table.power
+    assert line.result.alpha == 0.05 and line.result.unit == "models"  # one comparison in this table: 0.05 / 1
+    assert line.by_family is not None and line.by_family.unit == "families" and line.by_family.models_per_unit == 3
+    text = power_text(line)
+    assert "at alpha 0.05," in text and "families (~" in text
 
 
 # ---- where the comparisons are shown: the CLI, the paper layout, the report ----------------------------------------
@@ -191,6 +309,19 @@ def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> N
     assert bad.exit_code != 0 and "one tie policy" in bad.output
     bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "nope"])
     assert bad.exit_code != 0 and "no such row" in bad.output
+
+
+def test_the_help_says_compare_writes_into_the_warehouse() -> None:
+    """Issue 53: `--compare` stores what it computes; its help (and --refresh's) must say so, and how not to."""
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    got = CliRunner().invoke(app, ["correlations", "--help"], env={"COLUMNS": "300", "NO_COLOR": "1"})
+    assert got.exit_code == 0
+    text = " ".join(got.output.replace("│", " ").split())
+    assert "WRITES to the warehouse" in text and "correlation_diff" in text and "--no-refresh" in text
+    assert "storing them in the warehouse" in text
 
 
 def test_the_paper_layout_marks_the_cells_that_differ(wh: Warehouse) -> None:

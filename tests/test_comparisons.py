@@ -4,6 +4,7 @@ properties."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import math
 
@@ -321,3 +322,145 @@ def test_steiger_models_needed_by_hand_and_against_its_own_test() -> None:
     assert steiger_z(0.5, 0.3, 0.5, round(n))[0] == pytest.approx(2.8016, abs=0.01)
     assert steiger_models_needed(0.5, 0.3, 0.9) < n < steiger_models_needed(0.5, 0.3, 0.1)
     assert steiger_models_needed(0.4, 0.4, 0.5) == math.inf
+
+
+# ---- issue 53: Spearman's variance, families, power at the table's level -------------------------------------------
+def _spearman_rows(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """Spearman's rho of each row pair (continuous data: no ties)."""
+    rx = x.argsort(1).argsort(1).astype(float)
+    ry = y.argsort(1).argsort(1).astype(float)
+    rx -= rx.mean(1, keepdims=True)
+    ry -= ry.mean(1, keepdims=True)
+    return (rx * ry).sum(1) / np.sqrt((rx * rx).sum(1) * (ry * ry).sum(1))
+
+
+def _null_rejections(rho: float, r_ab: float, n: int, alpha: float, reps: int, seed: int) -> dict[str, float]:
+    """Under a true null (A and B correlate equally with D; trivariate normal, Spearman's rho of each sample): how
+    often Steiger's and Williams' tests reject at ``alpha`` with Pearson's variance and with Spearman's."""
+    cov = np.array([[1, r_ab, rho], [r_ab, 1, rho], [rho, rho, 1]])
+    x = np.random.default_rng(seed).standard_normal((reps, n, 3)) @ np.linalg.cholesky(cov).T
+    r1, r2, r12 = _spearman_rows(x[..., 0], x[..., 2]), _spearman_rows(x[..., 1], x[..., 2]), _spearman_rows(
+        x[..., 0], x[..., 1])  # fmt: skip
+    out = {}
+    for name, test in (("steiger", steiger_z), ("williams", williams_t)):
+        for rank in (False, True):
+            p = np.array([test(a, b, c, n, rank=rank)[1] for a, b, c in zip(r1, r2, r12, strict=True)])
+            out[f"{name}{'-spearman' if rank else ''}"] = float(np.mean(p < alpha))
+    return out
+
+
+@pytest.mark.parametrize(("rho", "r_ab", "n", "alpha"), [(0.8, 0.5, 67, 0.05), (0.9, 0.9, 109, 0.00625)])
+def test_the_spearman_variance_holds_the_level_under_a_true_null_and_pearsons_does_not(
+    rho: float, r_ab: float, n: int, alpha: float
+) -> None:
+    """Issue 53: Steiger's and Williams' tests of two Spearman correlations with Pearson's variance reject a true
+    null 1.4-2.5x as often as alpha (the published-cell tests' levels: 0.05 / 8 columns for the paper's Table 6,
+    0.05 / 10 for Table 3); with Bonett & Wright's variance they hold it. Seeded simulation: the bound is alpha
+    plus three binomial standard errors, which the old variance exceeds by a wide margin."""
+    reps = 8_000 if alpha >= 0.01 else 20_000
+    got = _null_rejections(rho, r_ab, n, alpha, reps, seed=53)
+    bound = alpha + 3 * math.sqrt(alpha * (1 - alpha) / reps)
+    assert got["steiger-spearman"] <= bound and got["williams-spearman"] <= bound, got
+    assert (
+        got["steiger"] > 1.3 * alpha and got["williams"] > 1.3 * alpha and min(got["steiger"], got["williams"]) > bound
+    ), got
+
+
+def test_spearman_variance_by_hand() -> None:
+    """r = .6 and .4 (mean .5, Bonett-Wright factor 1 + .25 / 2 = 1.125): Spearman's Z is Pearson's / sqrt(1.125),
+    Williams' t likewise; Zou's interval already used the factor per correlation."""
+    from evalfarm.comparisons import z_variance_factor
+
+    assert z_variance_factor(0.5, rank=True) == 1.125 and z_variance_factor(0.5, rank=False) == 1.0
+    for test in (steiger_z, williams_t):
+        pearson, spearman_ = test(0.6, 0.4, 0.3, 50)[0], test(0.6, 0.4, 0.3, 50, rank=True)[0]
+        assert spearman_ == pytest.approx(pearson / math.sqrt(1.125))
+    assert steiger_z(0.5, 0.5, 0.3, 50, rank=True) == (0.0, 1.0)
+
+
+def test_steiger_over_unknown_r_ab_with_spearmans_variance_is_stricter() -> None:
+    """The paper's Table 6 SST5 cells (EvalRank MRR .7416 against STS-B .3675, 67 models, alpha .05 / 8):
+    significant for every feasible r_AB (from -0.35) with Pearson's variance, only from r_AB = -0.098 with
+    Spearman's (issue 53; its reviewer's -0.08 comes from giving each correlation its own factor, unpooled)."""
+    from evalfarm.comparisons import steiger_over_unknown_r_ab
+
+    pearson = steiger_over_unknown_r_ab(0.7416, 0.3675, 67, alpha=0.05 / 8)
+    spearman_ = steiger_over_unknown_r_ab(0.7416, 0.3675, 67, alpha=0.05 / 8, rank=True)
+    assert pearson.p_max < 0.05 / 8 < spearman_.p_max
+    assert pearson.r_ab_significant_from == pytest.approx(pearson.r_ab_range[0]) == pytest.approx(-0.351, abs=1e-3)
+    assert spearman_.rank and spearman_.r_ab_significant_from == pytest.approx(-0.098, abs=0.002)
+    assert steiger_z(0.7416, 0.3675, spearman_.r_ab_significant_from, 67, rank=True)[1] < 0.05 / 8
+    assert steiger_z(0.7416, 0.3675, spearman_.r_ab_significant_from - 0.01, 67, rank=True)[1] >= 0.05 / 8
+
+
+def test_the_family_bootstrap_draws_whole_families() -> None:
+    """Each resample's copies of a model are its family's draw count: members of one family always come together,
+    a resample holds G family draws, and models that are each their own family give the per-model bootstrap."""
+    from evalfarm.comparisons import _family_counts, family_index
+
+    groups = ["g", "g", "h", "k", "h", "g", "m"]
+    family_of, n_families = family_index(groups)
+    assert list(family_of) == [0, 0, 1, 2, 1, 0, 3] and n_families == 4
+    counts = _family_counts(np.random.default_rng(0), family_of, n_families, 500)
+    assert (counts[:, 0] == counts[:, 1]).all() and (counts[:, 0] == counts[:, 5]).all()
+    assert (counts[:, 2] == counts[:, 4]).all()
+    assert (counts[:, [0, 2, 3, 6]].sum(axis=1) == 4).all()  # G family draws per resample
+    rng = np.random.default_rng(8)
+    a, b, d = rng.normal(size=(3, 12))
+    alone = paired_difference(a, b, d, groups=[f"m{i}" for i in range(12)], seed=4)
+    assert alone == dataclasses.replace(paired_difference(a, b, d, seed=4), n_families=12)
+
+
+def test_the_family_bootstrap_against_its_exact_distribution_by_enumeration() -> None:
+    """Four families of two models (8 models): all 4^4 = 256 equally likely family draws enumerated, each taking
+    both members of every drawn family; the seeded bootstrap agrees within its sampling error."""
+    a = np.array([1.0, 1.5, 2.0, 2.2, 3.0, 3.1, 4.0, 4.5])
+    b = np.array([2.0, 2.5, 1.0, 1.1, 4.0, 4.2, 3.0, 3.3])
+    d = np.array([1.0, 1.2, 3.0, 3.3, 2.0, 2.1, 4.0, 4.4])
+    groups = ["w", "w", "x", "x", "y", "y", "z", "z"]
+    members = [[0, 1], [2, 3], [4, 5], [6, 7]]
+    exact = []
+    for draw in itertools.product(range(4), repeat=4):
+        i = np.array([m for f in draw for m in members[f]])
+        delta = spearman(a[i], d[i]) - spearman(b[i], d[i])
+        if np.isfinite(delta):
+            exact.append(delta)
+    exact_arr = np.array(exact)
+    got = paired_difference(a, b, d, groups=groups, n_resamples=20_000, refine_resamples=0)
+    assert got.n_families == 4
+    assert got.n_valid / got.n_resamples == pytest.approx(len(exact_arr) / 256, abs=0.01)
+    assert got.p_value == pytest.approx(bootstrap_p_value(exact_arr), abs=0.02)
+    assert (got.ci_low, got.ci_high) == pytest.approx(tuple(np.percentile(exact_arr, [2.5, 97.5])), abs=0.05)
+
+
+def test_under_four_families_there_is_no_family_test() -> None:
+    rng = np.random.default_rng(2)
+    a, b, d = rng.normal(size=(3, 9))
+    got = paired_difference(a, b, d, groups=list("aaabbbccc"))
+    assert got.n_families == 3 and got.p_value is None and got.ci_low is None and math.isfinite(got.difference)
+    with pytest.raises(ValueError, match="family of each of the 9 models"):
+        paired_difference(a, b, d, groups=list("ab"))
+
+
+def test_power_at_holms_level_needs_more_models_and_families_count_as_units() -> None:
+    """At 0.05 / 130 (the starter's Table 6) a zoo needs (z_(1-.05/260) + z_.8)^2 / (z_.975 + z_.8)^2 = 2.46x the
+    models it needs at 0.05, within the grid's 25 % and simulation noise; a zoo of twins (each model twice, one
+    family per pair) needs as many families as the zoo without twins needs models."""
+    from scipy.stats import norm
+
+    from evalfarm.comparisons import holm_first_level
+
+    rng = np.random.default_rng(4)
+    d = rng.normal(size=50)
+    a = d + 0.5 * rng.normal(size=50)
+    b = a + 0.6 * rng.normal(size=50)
+    one = models_needed(a, b, d)
+    table = models_needed(a, b, d, alpha=holm_first_level(130))
+    ratio = (norm.ppf(1 - 0.05 / 260) + norm.ppf(0.8)) ** 2 / (norm.ppf(0.975) + norm.ppf(0.8)) ** 2
+    assert ratio == pytest.approx(2.46, abs=0.01) and table.alpha == 0.05 / 130
+    assert one.n_needed is not None and table.n_needed is not None
+    assert ratio / 1.4 <= table.n_needed / one.n_needed <= ratio * 1.4
+    twins = models_needed(np.repeat(a, 2), np.repeat(b, 2), np.repeat(d, 2), groups=np.repeat(np.arange(50), 2))
+    assert twins.unit == "families" and twins.models_per_unit == 2.0
+    assert twins.n_needed is not None and 1 / 1.4 <= twins.n_needed / one.n_needed <= 1.4
+    assert twins.models == 2 * twins.n_needed

@@ -148,7 +148,12 @@ TiesOpt = Annotated[
 ]
 IntervalsOpt = Annotated[bool, typer.Option("--intervals", help="table: show the 95 % bootstrap interval")]
 RefreshOpt = Annotated[
-    bool, typer.Option("--refresh/--no-refresh", help="recompute missing or stale bootstrap intervals first")
+    bool,
+    typer.Option(
+        "--refresh/--no-refresh",
+        help="recompute missing or stale bootstrap intervals (and --compare's comparisons) first, storing them in "
+        "the warehouse; --no-refresh only reads",
+    ),
 ]
 ResamplesOpt = Annotated[
     int, typer.Option(min=100, help="bootstrap resamples per cell (for intervals computed now; current kept)")
@@ -194,10 +199,13 @@ CompareOpt = Annotated[
     typer.Option(
         "--compare",
         metavar="EVALUATOR",
-        help="test each other row's difference from EVALUATOR per task (paired bootstrap over models, 95 % interval, "
-        "p, Holm across the table) and print how many models would tell it from the best similarity row; "
-        "EVALUATOR: evalrank (EvalRank MRR, cos: the usual choice), a row label as printed, or a task with one row. "
-        "Paper layout: --compare evalrank marks the cells that differ from EvalRank MRR",
+        help="test each other row's difference from EVALUATOR per task (paired bootstrap over models and over model "
+        "families, 95 % interval, p, Holm across the table) and print how many models would tell it from the best "
+        "similarity row; EVALUATOR: evalrank (EvalRank MRR, cos: the usual choice), a row label as printed, or a "
+        "task with one row. Paper layout: --compare evalrank marks the cells that differ from EvalRank MRR. WRITES "
+        "to the warehouse: the comparisons it computes are stored (table correlation_diff) for the next reader, as "
+        "the intervals are; with --no-refresh it only reads what is stored (run it on a copy of a warehouse you "
+        "must not write)",
     ),
 ]
 DownstreamVariantOpt = Annotated[

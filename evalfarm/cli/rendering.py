@@ -389,8 +389,9 @@ def column_groups(label: int, widths: list[int], last: int, width: int) -> list[
 
 
 def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
-    """Each other row against the compared row, task by task (difference, interval, p, Holm p, the normal-theory
-    cross-check), then the power lines and notes; CSV / JSON: one row per comparison (the view's columns)."""
+    """Each other row against the compared row, task by task (difference, interval, p, Holm p by the bootstrap
+    over models and over families, the normal-theory cross-check), then the power lines and notes; CSV / JSON: one
+    row per comparison (the view's columns)."""
     from evalfarm.comparison_tables import format_comparison, power_text
     from evalfarm.correlations import column_order
 
@@ -413,7 +414,7 @@ def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
         show_lines=False,
         title=f"{table.compare} against each other evaluator ({table.level} level"
         + (", without post-processed models" if table.exclude_postprocessed else "")
-        + f", EvalRank ties {table.ties}); * = Holm-significant",
+        + f", EvalRank ties {table.ties}); * = Holm-significant by both bootstraps (over models, over families)",
     )
     for name, justify in (("task", "left"), ("evaluator", "left"), ("rho", "right"), ("rho(compared) - rho", "left"),
                           ("Steiger p", "right"), ("n", "right")):  # fmt: skip
@@ -426,8 +427,8 @@ def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
         out.print(t)
     if table.power:
         out.print(
-            "Models needed to tell the compared row from each task's best similarity row at 80 % power (simulated "
-            "from the bootstrap over this zoo's models):",
+            "Models needed to tell the compared row from each task's best similarity row at 80 % power, at the "
+            "table's Holm level (simulated from this zoo: model by model, and family by family):",
             markup=False,
             highlight=False,
             soft_wrap=True,

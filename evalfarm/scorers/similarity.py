@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.comparisons import z_variance_factor
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
 from evalfarm.scorers.base import Interval, MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule
@@ -97,7 +98,7 @@ def correlation_interval(r: float, n: int, *, rank: bool) -> Interval | None:
         return None
     if abs(r) >= 1.0:
         return Interval(float(r), float(r), "fisher-z 95%")
-    se = math.sqrt(((1 + r * r / 2) if rank else 1.0) / (n - 3))
+    se = math.sqrt(z_variance_factor(r, rank=rank) / (n - 3))
     z = math.atanh(r)
     return Interval(math.tanh(z - _Z * se), math.tanh(z + _Z * se), "fisher-z 95%")
 
@@ -113,7 +114,7 @@ def mean_interval(parts: Sequence[tuple[float, int]], *, rank: bool, weighted: b
     mean = float(np.average(r, weights=n)) if weighted else float(np.mean(r))
     if not np.isfinite(r).all() or (n < 4).any():
         return mean, None
-    var_z = ((1 + r * r / 2) if rank else np.ones_like(r)) / (n - 3)
+    var_z = z_variance_factor(r, rank=rank) / (n - 3)
     sd = math.sqrt(float((w * w * (1 - r * r) ** 2 * var_z).sum()))
     return mean, Interval(max(-1.0, mean - _Z * sd), min(1.0, mean + _Z * sd), "delta fisher-z 95%")
 
