@@ -213,7 +213,7 @@ def test_a_prompted_decoder_runs_every_task_and_its_family_from_one_load(decoder
 
 
 def test_the_family_is_one_family_and_each_member_a_model_of_the_correlations(decoder_run) -> None:
-    from evalfarm.robustness import _FAMILIES_SQL
+    from evalfarm.comparison_tables import _FAMILIES_SQL
 
     wh = Warehouse(decoder_run[1])
     families = {r["model"]: r["family"] for r in wh.query(_FAMILIES_SQL).to_pylist()}

@@ -155,9 +155,7 @@ def test_a_declared_dim_goes_from_the_spec_to_the_reader() -> None:
         ({"dim": "50"}, r"dim: Input should be a valid integer"),
         ({"dim": 50.0}, r"dim: Input should be a valid integer"),
         ({"dim": True}, r"dim: Input should be a valid integer"),
-        ({"kind": "static", "format": None, "dim": 50}, r"'dim' declares a word-vector file's dimension"),
-        ({"level": "sentence", "kind": "transformers", "format": None, "pooling": "mean", "dim": 384},
-         r"'dim' declares a word-vector file's dimension"),
+        ({"kind": "static", "format": None, "dim": 50}, r"'dim' declares the model's width \(kind "),
     ],
 )  # fmt: skip
 def test_a_declared_dim_is_a_positive_int_of_a_word_vectors_model(tmp_path: Path, fields: dict, message: str) -> None:

@@ -251,6 +251,7 @@ def needed_statements(sources: Sequence[ViewSource], needs: Sequence[str] | None
     return [st for st in every if st.name is None or st.name in wanted]
 
 
+# long: a third of it is the contract of its nine arguments; the body is one loop sharing the set of bound tables
 def create_views(
     con: duckdb.DuckDBPyConnection,
     root: str,
