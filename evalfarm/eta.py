@@ -762,8 +762,9 @@ def start_up_seconds(wh: Readable, where: str) -> tuple[float, str]:
             s = json.loads(r["summary"])
         except (TypeError, ValueError):
             continue
-        if isinstance(s, dict) and s.get("start_up", {}).get("where") == where and s["start_up"].get("seconds"):
-            seen.append(float(s["start_up"]["seconds"]))
+        up = s.get("start_up") if isinstance(s, dict) else None  # null: a run that started no Ray
+        if isinstance(up, dict) and up.get("where") == where and up.get("seconds"):
+            seen.append(float(up["seconds"]))
         if len(seen) == START_UP_RUNS:
             break
     if not seen:

@@ -356,8 +356,9 @@ def test_loads_and_start_ups_are_read_from_what_runs_recorded(tmp_path) -> None:
     prov = json.dumps({"load_seconds": 47.5, "source_bytes": 57_000_000})
     wh.write_model({"model": "spacy", "level": "word", "kind": "word-vectors", "spec_hash": "h", "created_at": at,
                     "provenance": prov})  # fmt: skip
-    for i, (where, seconds) in enumerate((("local-ray", 80.0), ("local-ray", 60.0), ("cluster", 3.0))):
-        summary = json.dumps({"start_up": {"where": where, "seconds": seconds}})
+    starts = (("local-ray", 80.0), ("local-ray", 60.0), ("cluster", 3.0), (None, None))
+    for i, (where, seconds) in enumerate(starts):  # the last: a run that started nothing records a null start-up
+        summary = json.dumps({"start_up": {"where": where, "seconds": seconds} if where else None})
         wh.write_run_event(f"r{i}", "start", status="running", n_units=1)
         wh.write_run_event(f"r{i}", "end", status="ok", n_units=1, summary=summary)
     (load,) = eta.load_loads(wh)
