@@ -1,7 +1,8 @@
 """The warehouse: Delta tables of results, text stores of vectors, and the one object every reader and writer uses.
 
 See :mod:`evalfarm.warehouse` for the layout and :mod:`evalfarm.warehouse.tables` for the Delta Lake layer. Schemas
-come from :mod:`evalfarm.warehouse.schemas`; connections and views from :mod:`evalfarm.warehouse.query`.
+come from :mod:`evalfarm.warehouse.schemas`; connections and views from :mod:`evalfarm.warehouse.query`; the SQL
+sandbox (the lock, the read-only check, the limits) from :mod:`evalfarm.warehouse.sandbox`.
 
 Writes are staged then committed. :meth:`Warehouse.write` stages one Parquet file (a unit's rows of one table, a
 run's event, a batch of ``units`` rows) and commits it at once, unless the warehouse is ``deferred``: then the file
@@ -49,15 +50,8 @@ from evalfarm.warehouse.base import (
     write_inside,
 )
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
-from evalfarm.warehouse.query import (
-    QueryLimits,
-    check_read_only,
-    needed_statements,
-    open_connection,
-    private_schema_file,
-    run_limited,
-    view_sources,
-)
+from evalfarm.warehouse.query import needed_statements, open_connection, private_schema_file, view_sources
+from evalfarm.warehouse.sandbox import QueryLimits, check_read_only, run_limited
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 from evalfarm.warehouse.tables import (
     DamagedTable,
