@@ -22,11 +22,14 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evalfarm.catalog.prompts import Prompt, Prompts, TaskPrompts, task_prompts
+
+if TYPE_CHECKING:
+    from evalfarm.warehouse import Quarantined, Warehouse
 
 EMBED_VERSION = "3"
 """Bump when stored vectors change for the same model and text (it keys every text store)."""
@@ -237,12 +240,12 @@ class StoredTexts:
 class TextStore:
     """One model's text store in a warehouse (see the module docstring)."""
 
-    def __init__(self, warehouse: Any, model: str, key: str) -> None:
+    def __init__(self, warehouse: Warehouse, model: str, key: str) -> None:
         self.wh = warehouse
         self.model = model
         self.key = key
         self.dir = warehouse.store_dir(model, key)
-        self.quarantined: list[Any] = []  # warehouse.Quarantined: shards that could not be read, moved aside
+        self.quarantined: list[Quarantined] = []  # shards that could not be read, moved aside
 
     def shards(self) -> list[str]:
         return self.wh.list_files(self.dir)

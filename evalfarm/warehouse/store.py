@@ -49,6 +49,7 @@ from evalfarm.warehouse.base import (
     walk_inside,
     write_inside,
 )
+from evalfarm.warehouse.like import AsOfArg
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import needed_statements, open_connection, private_schema_file, view_sources
 from evalfarm.warehouse.sandbox import QueryLimits, check_read_only, run_limited
@@ -656,7 +657,7 @@ class Warehouse:
 
     # -- snapshots and reads --------------------------------------------------------------------------------
     def snapshot(
-        self, as_of: Any = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
+        self, as_of: AsOfArg = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
     ) -> dict[str, Snapshot]:
         """Every table's snapshot (or ``tables``'): the newest (``as_of`` None), a run's (its id: the versions its
         end event recorded, or for a run that never ended the state at its last commit) or the state at a time (a
@@ -702,7 +703,7 @@ class Warehouse:
         *,
         read_only: bool = True,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse's snapshot (the newest, or ``as_of``:
@@ -839,7 +840,7 @@ class Warehouse:
         *,
         timeout_s: float | None = None,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> pa.Table:
@@ -888,7 +889,7 @@ class Warehouse:
         *,
         timeout_s: float | None = None,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> list[pa.Table]:
