@@ -22,7 +22,7 @@ under the first and the pool under the second (:func:`rank_pool`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,9 @@ from evalfarm.scorers.base import (
     ThinRule,
     packaged_sql,
 )
+
+if TYPE_CHECKING:  # imported where a pool is loaded
+    from evalfarm.taskdata.evalrank import RankPool
 
 NEIGHBOURS = 10
 """Each query's top-k background items kept in the ``neighbours`` table (what a model confuses its queries with),
@@ -239,7 +242,7 @@ def variant_name(similarity: str, *, center: bool, filter_other_positives: bool)
 
 
 @register
-class EvalRankScorer(Scorer):
+class EvalRankScorer(Scorer[EvalRankTask, "RankPool"]):
     name = "evalrank"
     version = "1"
     task_spec = EvalRankTask
@@ -263,7 +266,7 @@ class EvalRankScorer(Scorer):
     detail_schemas = DETAIL_SCHEMAS
     views = packaged_sql(__package__ or "evalfarm.scorers", "evalrank.sql")
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: EvalRankTask, options: RunOptions) -> dict[str, Any]:
         return {
             "similarities": list(options.similarities),
             "center": options.center,
@@ -278,17 +281,23 @@ class EvalRankScorer(Scorer):
             else options.similarities[0],
         }
 
-    def query_texts(self, data: Any) -> list[str]:
+    def query_texts(self, data: RankPool) -> list[str]:
         """The items that are some pair's query (asked for by a model whose per-task prompts name two sides)."""
         return [data.items[int(q)] for q in np.unique(data.queries)]
 
-    def load(self, task: TaskSpec) -> Any:
+    def load(self, task: EvalRankTask) -> Any:
         from evalfarm.taskdata.evalrank import load_evalrank_pool
 
         return load_evalrank_pool(task)
 
     def score(
-        self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+        self,
+        task: EvalRankTask,
+        data: RankPool,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
     ) -> ScoreResult:
         hits = tuple(params["hits"])
         out = ScoreResult()
