@@ -380,7 +380,7 @@ def task_vectors(
         q_emb, q_oov, _ = stores(tp.query).vectors(q_texts)
         query = QueryVectors(q_texts, q_emb, q_oov)
     return TextVectors(
-        level=level,  # type: ignore[arg-type]
+        level=level,  # type: ignore[arg-type]  # a unit's level: "word" or "sentence" (the catalog's check)
         emb=emb,
         oov=oov,
         vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,

@@ -61,8 +61,10 @@ class C:
 y = f(1)  # type: ignore[arg-type]
 z = f(2)  # type: ignore[arg-type]  # a reason
 w = f(3)  # type: ignore
+# a reason on the line above
+v = f(4)  # type: ignore[arg-type]
 """
     c = _counter().count_source(src)
-    assert (c.any, c.type_ignores, c.unexplained_ignores) == (7, 3, 2)
+    assert (c.any, c.type_ignores, c.unexplained_ignores) == (7, 4, 2)
     assert c.lines == len(src.splitlines())
     assert c.any_per_kloc == 1000 * 7 / c.lines

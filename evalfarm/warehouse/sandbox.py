@@ -72,7 +72,7 @@ def prefix_filesystem(
     from it, with no request to the store. ``local_root``: the warehouse is this local folder, and a file is opened
     only when it is a regular file inside it (:func:`evalfarm.warehouse.base.safe_open`: no link out, no FIFO to
     hang on)."""
-    from fsspec.implementations.arrow import ArrowFSWrapper  # type: ignore[import-untyped]
+    from fsspec.implementations.arrow import ArrowFSWrapper
 
     root = prefix.strip("/")
 
@@ -326,7 +326,7 @@ class _Listing:
         """The paths under the root that ``pattern`` matches, as DuckDB spells a pattern (:func:`create_views`):
         the root literally or :func:`glob_escape`-d, then a glob of the rest (``**`` any folders). fsspec's own glob
         would read the escaped root's ``[[]`` as a pattern and list the folder above the root."""
-        from fsspec.utils import glob_translate  # type: ignore[import-untyped]
+        from fsspec.utils import glob_translate
 
         text = pattern.rstrip("/")
         rest = next(
