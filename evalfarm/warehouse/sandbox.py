@@ -23,11 +23,15 @@ import re
 import threading
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, NoReturn, TypedDict
 
 import duckdb
 import pyarrow as pa
 import pyarrow.fs as pafs
+
+if TYPE_CHECKING:
+    from fsspec.implementations.arrow import ArrowFSWrapper
 
 from evalfarm.config import (
     DEFAULT_SQL_MAX_BYTES,
@@ -47,6 +51,15 @@ def glob_escape(path: str) -> str:
     return "".join(f"[{c}]" if c in "[*?" else c for c in path)
 
 
+class Entry(TypedDict):
+    """One path as fsspec describes it (``ls(detail=True)``, ``info``): what DuckDB's listing reads."""
+
+    name: str
+    size: int
+    type: str
+    mtime: datetime | None
+
+
 # long: its docstring is the confinement argument; the body builds one class from closures over its arguments
 def prefix_filesystem(
     fs: pafs.FileSystem,
@@ -56,7 +69,7 @@ def prefix_filesystem(
     read_only: bool = True,
     known: Mapping[str, tuple[int, int]] | None = None,
     local_root: str | None = None,
-) -> Any:
+) -> ArrowFSWrapper:
     """An fsspec filesystem for DuckDB (``register_filesystem``) that serves ``scheme://`` paths from ``fs`` (the
     warehouse's own pyarrow filesystem: the same endpoint and credentials as the run that wrote it, and no DuckDB
     extension to install) and only under ``prefix`` (``bucket/path``).
@@ -76,37 +89,37 @@ def prefix_filesystem(
 
     root = prefix.strip("/")
 
-    def strip(cls: type, path: Any) -> Any:
+    def strip(cls: type, path: object) -> object:  # a path, or a list of them (fsspec)
         if isinstance(path, list):
             return [strip(cls, p) for p in path]
         return _inside(scheme, root, str(path))
 
     listing = _Listing(fs, root, known)
 
-    def ls(self: Any, path: Any, detail: bool = False, **kwargs: Any) -> list[Any]:
+    def ls(self: ArrowFSWrapper, path: str, detail: bool = False, **kwargs: object) -> list[Entry] | list[str]:
         entries = listing.ls(self._strip_protocol(path))
         return entries if detail else [e["name"] for e in entries]
 
-    def info(self: Any, path: Any, **kwargs: Any) -> dict[str, Any]:
+    def info(self: ArrowFSWrapper, path: str, **kwargs: object) -> Entry:
         return listing.info(self._strip_protocol(path))
 
-    def modified(self: Any, path: Any) -> Any:
+    def modified(self: ArrowFSWrapper, path: str) -> datetime | None:
         return listing.info(self._strip_protocol(path))["mtime"]
 
-    def refuse(self: Any, path: Any, *args: Any, **kwargs: Any) -> Any:
+    def refuse(self: ArrowFSWrapper, path: str, *args: object, **kwargs: object) -> NoReturn:
         raise PermissionError(f"{scheme}://{root} is open read-only")
 
-    def open_read(self: Any, path: Any, mode: str = "rb", *args: Any, **kwargs: Any) -> Any:
+    def open_read(self: ArrowFSWrapper, path: str, mode: str = "rb", *args: object, **kwargs: object) -> object:
         if read_only and any(c in mode for c in "wax+"):
             refuse(self, path)
         if mode == "rb":
             return _reader(self.fs, str(path), local_root, listing.known_size(str(path)))
         return ArrowFSWrapper._open(self, path, mode, *args, **kwargs)
 
-    def glob(self: Any, path: Any, **kwargs: Any) -> list[str]:
+    def glob(self: ArrowFSWrapper, path: str, **kwargs: object) -> list[str]:
         return listing.glob(str(path).removeprefix(f"{scheme}://"))
 
-    members: dict[str, Any] = {"protocol": scheme, "root_marker": "", "cachable": False}
+    members: dict[str, object] = {"protocol": scheme, "root_marker": "", "cachable": False}
     members.update(_strip_protocol=classmethod(strip), _open=open_read, ls=ls, info=info, modified=modified)
     members.update(glob=glob)
     if read_only:
@@ -270,13 +283,13 @@ class _Listing:
     def __init__(self, fs: pafs.FileSystem, root: str, known: Mapping[str, tuple[int, int]] | None = None) -> None:
         self.fs, self.root = fs, root
         self.known = known
-        self._entries: dict[str, dict[str, Any]] | None = None
+        self._entries: dict[str, Entry] | None = None
         self._children: dict[str, list[str]] = {}
 
-    def _files(self) -> Iterator[tuple[str, str, int | None, Any]]:
+    def _files(self) -> Iterator[tuple[str, str, int | None, datetime | None]]:
         """(path, kind, size, mtime) of everything under the root: the known files, else one recursive listing."""
         if self.known is not None:
-            from datetime import UTC, datetime
+            from datetime import UTC
 
             for path, (size, mtime_ms) in self.known.items():  # as DuckDB names it: no leading slash
                 yield path.lstrip("/"), "file", size, datetime.fromtimestamp(mtime_ms / 1000, UTC)
@@ -285,9 +298,9 @@ class _Listing:
         for i in self.fs.get_file_info(selector):
             yield i.path, "file" if i.type == pafs.FileType.File else "directory", i.size, i.mtime
 
-    def _load(self) -> dict[str, dict[str, Any]]:
+    def _load(self) -> dict[str, Entry]:
         if self._entries is None:
-            entries: dict[str, dict[str, Any]] = {self.root: _entry(self.root, "directory")}
+            entries: dict[str, Entry] = {self.root: _entry(self.root, "directory")}
             children: dict[str, set[str]] = {}
             for path, kind, size, mtime in self._files():
                 if not path.startswith(self.root + "/"):
@@ -303,7 +316,7 @@ class _Listing:
             self._entries = entries
         return self._entries
 
-    def info(self, path: str) -> dict[str, Any]:
+    def info(self, path: str) -> Entry:
         try:
             return self._load()[path]
         except KeyError:
@@ -316,7 +329,7 @@ class _Listing:
         entry = self._load().get(path.removeprefix("/") if path.startswith("/") else path)
         return int(entry["size"]) if entry is not None and entry["type"] == "file" else None
 
-    def ls(self, path: str) -> list[dict[str, Any]]:
+    def ls(self, path: str) -> list[Entry]:
         entry = self.info(path)
         if entry["type"] == "file":
             return [entry]
@@ -341,7 +354,7 @@ class _Listing:
         return sorted(p for p in self._load() if p.startswith(self.root + "/") and match(p[len(self.root) :]))
 
 
-def _entry(path: str, kind: str, size: int | None = 0, mtime: Any = None) -> dict[str, Any]:
+def _entry(path: str, kind: str, size: int | None = 0, mtime: datetime | None = None) -> Entry:
     return {"name": path, "size": size or 0, "type": kind, "mtime": mtime}
 
 
