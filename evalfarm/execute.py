@@ -91,7 +91,7 @@ class ExecContext:
     progress: Callable[[str, int, int], None] | None = None  # (label, advance, total)
     on_texts: Callable[[EmbedTick], None] | None = None  # each embedding pass's texts so far (see EmbedTick)
     record_failures: bool = True
-    encoders: dict[str, Encoder] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
+    encoders: dict[str, Any] = field(default_factory=dict)  # in-memory encoder objects by model id (kind python)
     worker: str = ""  # this worker's name (the scheduler's)
     parts: PartClaims | None = None  # the run's part book: idle workers may help with a model's parts (parts.py)
     placement: dict[str, Any] | None = None  # the job's GPU placement (share, GPU, estimated need), for provenance

@@ -34,6 +34,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -86,7 +87,7 @@ def split_files(snapshot: Snapshot, folder: str) -> MetricsFiles:
     return MetricsFiles(tuple(kinds[CURRENT]), tuple(kinds[SUPERSEDED]), tuple(kinds["pending"]))
 
 
-def _connection(wh: WarehouseLike, files: Sequence[FileEntry], **kwargs: Any) -> Any:
+def _connection(wh: WarehouseLike, files: Sequence[FileEntry], **kwargs: Any) -> duckdb.DuckDBPyConnection:
     """A read-only connection with the metrics table bound to ``files`` (and the macros, the views ``needs`` name)."""
     root, remote, duck_path = wh._reader(read_only=True)
     return open_connection(
@@ -136,7 +137,7 @@ def _sql(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _arrow(rel: Any) -> pa.Table:
+def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     got = rel.arrow()
     return got if isinstance(got, pa.Table) else got.read_all()  # a RecordBatchReader in some DuckDB versions
 

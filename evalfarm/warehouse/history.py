@@ -94,9 +94,9 @@ def runs(wh: WarehouseLike) -> list[dict[str, Any]]:
 
 def _last_commits(
     wh: WarehouseLike, run_id: str, tables: tuple[str, ...] = ("metrics", "units", "runs")
-) -> dict[str, Any]:
+) -> dict[str, tuple[int, datetime]]:
     """Table -> (version, time) of the newest commit naming ``run_id``, over ``tables`` (those a run writes)."""
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[int, datetime]] = {}
     for table in tables:
         for entry in wh.tables.history(table):  # newest first
             if entry.get("evalfarm.run_id") == run_id:

@@ -25,6 +25,17 @@ AsOfArg: TypeAlias = "datetime | str | None"
 (the newest); :func:`evalfarm.warehouse.history.resolve_as_of` reads it."""
 
 
+class UnitKey(Protocol):
+    """A unit as the warehouse keys its completion: (model, task, fingerprint) (``evalfarm.plan.Unit``)."""
+
+    @property
+    def model(self) -> str: ...
+    @property
+    def task(self) -> str: ...
+    @property
+    def fingerprint(self) -> str: ...
+
+
 class WarehouseLike(Protocol):
     """The members of :class:`~evalfarm.warehouse.store.Warehouse` that the lower warehouse modules use."""
 

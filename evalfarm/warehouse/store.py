@@ -49,7 +49,7 @@ from evalfarm.warehouse.base import (
     walk_inside,
     write_inside,
 )
-from evalfarm.warehouse.like import AsOfArg
+from evalfarm.warehouse.like import AsOfArg, UnitKey
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
 from evalfarm.warehouse.query import needed_statements, open_connection, private_schema_file, view_sources
 from evalfarm.warehouse.sandbox import QueryLimits, check_read_only, run_limited
@@ -575,7 +575,7 @@ class Warehouse:
         return self.write("failures", [row], run_id=run_id)
 
     # -- completion -----------------------------------------------------------------------------------------
-    def done(self, units: list[Any], *, max_age: float = 0.0) -> list[bool]:
+    def done(self, units: Sequence[UnitKey], *, max_age: float = 0.0) -> list[bool]:
         """Whether each of ``units`` is computed: its (model, task, fingerprint) has committed ``metrics`` rows (one
         read of the table's newest snapshot, incremental after the first; ``max_age``: reuse a read that young)."""
         if not units or self.layout() != "delta":
@@ -583,7 +583,7 @@ class Warehouse:
         index = self._done.refresh(max_age)
         return [(u.model, u.task, u.fingerprint) in index for u in units]
 
-    def is_done(self, unit: Any, *, since: float | None = None, max_age: float = 0.0) -> bool:
+    def is_done(self, unit: UnitKey, *, since: float | None = None, max_age: float = 0.0) -> bool:
         """Whether ``unit`` is computed (with ``since``: and was computed at or after that wall clock time, for a
         ``--force`` run asking whether another run recomputed it meanwhile)."""
         if self.layout() != "delta":
@@ -643,7 +643,7 @@ class Warehouse:
                 t = t.append_column(c, pa.nulls(t.num_rows))
         return t.select(columns)
 
-    def open_input(self, path: str) -> Any:
+    def open_input(self, path: str) -> pa.NativeFile:
         """A file of the warehouse opened for reading: on a local disk only a regular file inside the root, opened
         without following a final symlink and without blocking (a FIFO planted in the warehouse is refused, not
         waited on); on an object store the object itself."""

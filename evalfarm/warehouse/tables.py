@@ -154,7 +154,7 @@ def log_path_problem(path: str) -> str | None:
     return None
 
 
-def _action_problem(action: Any) -> str | None:
+def _action_problem(action: object) -> str | None:
     """Why one line of a commit is not a Delta action evalfarm can replay, else None: one object with one key, an
     add or a remove with a path, an add with a size that is a whole number >= 0."""
     if not isinstance(action, dict) or len(action) != 1:
