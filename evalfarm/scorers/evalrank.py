@@ -45,6 +45,7 @@ from evalfarm.scorers.base import (
 )
 
 if TYPE_CHECKING:  # imported where a pool is loaded
+    from evalfarm.scorers.neighbours import Neighbours
     from evalfarm.taskdata.evalrank import RankPool
 
 NEIGHBOURS = 10
@@ -117,7 +118,7 @@ class PairRanks:
     score: np.ndarray  # float32 s(x, y)
     pair_oov: np.ndarray  # bool: x or y out of vocabulary
     n_background: int
-    neighbours: Any = None  # evalfarm.scorers.neighbours.Neighbours: each query's top-k background items
+    neighbours: Neighbours | None = None  # each query's top-k background items
 
     def ranks(self, ties: Ties) -> np.ndarray:
         """Float ranks under a tie policy, derived from the one pass."""
@@ -285,7 +286,7 @@ class EvalRankScorer(Scorer[EvalRankTask, "RankPool"]):
         """The items that are some pair's query (asked for by a model whose per-task prompts name two sides)."""
         return [data.items[int(q)] for q in np.unique(data.queries)]
 
-    def load(self, task: EvalRankTask) -> Any:
+    def load(self, task: EvalRankTask) -> RankPool:
         from evalfarm.taskdata.evalrank import load_evalrank_pool
 
         return load_evalrank_pool(task)
@@ -346,7 +347,7 @@ class EvalRankScorer(Scorer[EvalRankTask, "RankPool"]):
         return out
 
 
-def _items_array(data: Any) -> Any:
+def _items_array(data: Any) -> pa.Array:  # Any: the array is cached on the pool as an attribute of its own
     """The pool's items as one Arrow string array (built once per task): texts are taken from it by id in C++,
     never through Python lists, which are far slower for tens of thousands of neighbour texts."""
     import pyarrow as pa
@@ -358,7 +359,7 @@ def _items_array(data: Any) -> Any:
     return arr
 
 
-def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+def _ranks_table(data: RankPool, details: list[tuple[str, PairRanks]]) -> pa.Table:
     import pyarrow as pa
 
     items = _items_array(data)
@@ -384,7 +385,7 @@ def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
     return pa.concat_tables(parts)
 
 
-def _neighbours_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+def _neighbours_table(data: RankPool, details: list[tuple[str, PairRanks]]) -> pa.Table:
     import pyarrow as pa
 
     items = _items_array(data)
