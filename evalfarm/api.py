@@ -321,7 +321,7 @@ def query(
     ``timeout_s`` (0: none) and ``memory_limit`` (DuckDB's, ``"4GB"``) bound it, ``max_rows`` and ``max_bytes``
     (a number of bytes or a size such as ``"1GB"``; 0: none) its result; left None, each is read from its
     ``EVALFARM_SQL_*`` variable, else the config file's ``sql_*`` key, else 300 s, 4GB, 1,000,000 rows and 1GB.
-    Past them: ``TimeoutError``, ``MemoryError`` (:class:`~evalfarm.warehouse.query.ResultTooLarge` for the
+    Past them: ``TimeoutError``, ``MemoryError`` (:class:`~evalfarm.warehouse.sandbox.ResultTooLarge` for the
     result's limits). ``as_of``: read the warehouse as it was after a run (its id) or at a time (a ``datetime`` or
     ISO 8601 text): time travel."""
     from evalfarm.warehouse import Warehouse

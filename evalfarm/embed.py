@@ -22,11 +22,17 @@ import hashlib
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from evalfarm.catalog.prompts import Prompt, Prompts, TaskPrompts, task_prompts
+
+if TYPE_CHECKING:
+    from evalfarm.catalog.specs import TaskSpec
+    from evalfarm.encoders.protocol import Encoder
+    from evalfarm.scorers.base import TextVectors
+    from evalfarm.warehouse import Quarantined, Warehouse
 
 EMBED_VERSION = "3"
 """Bump when stored vectors change for the same model and text (it keys every text store)."""
@@ -116,7 +122,7 @@ def encode_poolings(
     return _encode_sorted_many(lambda batch: encoder.encode_poolings(batch, poolings), texts, chunk, progress)
 
 
-def _chunk(encoder: Any, default: int) -> int:
+def _chunk(encoder: object, default: int) -> int:
     """Texts per encoder call: the encoder's own ``chunk_texts`` when it declares one (a GPU encoder takes
     thousands at a time, ``evalfarm.encoders.batching``), else ``default``."""
     return int(getattr(encoder, "chunk_texts", None) or default)
@@ -183,7 +189,7 @@ def _subword_fill(encoder: Any, words: Sequence[str], emb: np.ndarray, oov: np.n
 
 
 def encode_texts(
-    encoder: Any, texts: Sequence[str], *, chunk: int = CHUNK_TEXTS, progress: Callable[[int], None] | None = None
+    encoder: Encoder, texts: Sequence[str], *, chunk: int = CHUNK_TEXTS, progress: Callable[[int], None] | None = None
 ) -> Encoded:
     """Embed ``texts`` with a loaded model (word models: the protocol lookup) and check the result."""
     if not texts:
@@ -237,12 +243,12 @@ class StoredTexts:
 class TextStore:
     """One model's text store in a warehouse (see the module docstring)."""
 
-    def __init__(self, warehouse: Any, model: str, key: str) -> None:
+    def __init__(self, warehouse: Warehouse, model: str, key: str) -> None:
         self.wh = warehouse
         self.model = model
         self.key = key
         self.dir = warehouse.store_dir(model, key)
-        self.quarantined: list[Any] = []  # warehouse.Quarantined: shards that could not be read, moved aside
+        self.quarantined: list[Quarantined] = []  # shards that could not be read, moved aside
 
     def shards(self) -> list[str]:
         return self.wh.list_files(self.dir)
@@ -321,7 +327,7 @@ class TextStore:
 
 
 # ---- a task's texts under a model's prompts -------------------------------------------------------------------------
-def scorer_prompts(scorer: Any, task: Any, prompts: Prompts | None) -> TaskPrompts:
+def scorer_prompts(scorer: object, task: TaskSpec, prompts: Prompts | None) -> TaskPrompts:
     """The prompts of ``task``'s texts under ``prompts``: the scorer's own answer (``Scorer.task_prompts``), or for an
     out-of-tree scorer written before prompts existed (a duck-typed ``TaskKind``), its declared ``prompt_type``
     (default similarity) with one prompt for all its texts."""
@@ -333,7 +339,7 @@ def scorer_prompts(scorer: Any, task: Any, prompts: Prompts | None) -> TaskPromp
     return task_prompts(prompts, task=task.id, task_type=kind, sides=False, asymmetric=False)
 
 
-def task_texts(scorer: Any, task: Any, data: Any, prompts: Prompts | None) -> list[tuple[Prompt, list[str]]]:
+def task_texts(scorer: Any, task: TaskSpec, data: object, prompts: Prompts | None) -> list[tuple[Prompt, list[str]]]:
     """What a model with ``prompts`` embeds for one task: (prompt, texts) for each prompt it puts before some of
     them: every text under the document prompt (one entry for a symmetric task, and for a model without prompts
     the empty prompt: the texts as they always were), the query side under the query prompt when it differs."""
@@ -344,7 +350,7 @@ def task_texts(scorer: Any, task: Any, data: Any, prompts: Prompts | None) -> li
     return out
 
 
-def is_binary(spec: Any) -> bool:
+def is_binary(spec: object) -> bool:
     """Whether a model's stored vectors are signs (postprocess ``binary``): EvalRank then adds Hamming ranks. Takes
     a ModelSpec or its JSON dump (the models table's)."""
     post = spec.get("postprocess") if isinstance(spec, dict) else getattr(spec, "postprocess", None)
@@ -355,14 +361,14 @@ def is_binary(spec: Any) -> bool:
 def task_vectors(
     stores: Callable[[Prompt], TextStore],
     scorer: Any,
-    task: Any,
-    data: Any,
+    task: TaskSpec,
+    data: object,
     prompts: Prompts | None,
     *,
     level: str,
-    oov_policy: Any,
+    oov_policy: Any,  # the model spec's oov (a Literal there and in TextVectors)
     binary: bool = False,
-) -> Any:
+) -> TextVectors:
     """A task's stored vectors for a model (a :class:`evalfarm.scorers.base.TextVectors`): its texts from the store
     of their prompt (``stores(prompt)``), and an asymmetric task's query side from its own. What the score stage and
     ``verify --deep`` hand a scorer."""
@@ -377,7 +383,7 @@ def task_vectors(
         q_emb, q_oov, _ = stores(tp.query).vectors(q_texts)
         query = QueryVectors(q_texts, q_emb, q_oov)
     return TextVectors(
-        level=level,  # type: ignore[arg-type]
+        level=level,  # type: ignore[arg-type]  # a unit's level: "word" or "sentence" (the catalog's check)
         emb=emb,
         oov=oov,
         vocab=VocabStats.from_json(meta["vocab_stats"]) if "vocab_stats" in meta else None,

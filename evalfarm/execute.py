@@ -42,6 +42,7 @@ from evalfarm.embed import (
     task_vectors,
 )
 from evalfarm.encoders.prompts import prompt_text, with_prompt
+from evalfarm.encoders.protocol import Encoder
 from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.parts import PartClaims
@@ -49,7 +50,7 @@ from evalfarm.plan import CODE_VERSIONS, ModelPlan, Unit
 from evalfarm.quality import Quality, assess
 from evalfarm.ranking import BOARD_TIES
 from evalfarm.scorers import scorer_for
-from evalfarm.scorers.base import ScoreResult
+from evalfarm.scorers.base import Scorer, ScoreResult
 from evalfarm.warehouse import Warehouse, detail_schema, now
 
 log = logging.getLogger(__name__)
@@ -264,7 +265,7 @@ class PassMeter:
             log.debug("progress report dropped (%s: %s)", type(exc).__name__, exc)
 
 
-def _note_batching(provenance: dict[str, Any], encoder: Any) -> None:
+def _note_batching(provenance: dict[str, Any], encoder: object) -> None:
     """What the encoder's batcher had to do on this device (``evalfarm.encoders.batching``: out-of-memory splits and
     the batch they left), into the model's provenance: a record of how it ran, kept out of the shards' metadata."""
     notes = getattr(getattr(encoder, "batcher", None), "notes", None)
@@ -356,7 +357,7 @@ def _embed_under(
     ctx: ExecContext,
     plan: ModelPlan,
     store: TextStore,
-    encoder: Any,
+    encoder: Encoder,
     prompt: Prompt,
     part: list[str],
     sibling_parts: list[tuple[ModelPlan, TextStore, list[str]]],
@@ -373,7 +374,7 @@ def _embed_under(
     return dim
 
 
-def _with_prompt(provenance: dict[str, Any], encoder: Any, prompt: Prompt) -> dict[str, Any]:
+def _with_prompt(provenance: dict[str, Any], encoder: Encoder | None, prompt: Prompt) -> dict[str, Any]:
     """A shard's provenance with the prompt its texts were embedded under (a named one with its text, resolved by
     the encoder; a derived model's from its base, where the name is what is known)."""
     entry: dict[str, Any] = {"text": prompt.text}
@@ -382,7 +383,9 @@ def _with_prompt(provenance: dict[str, Any], encoder: Any, prompt: Prompt) -> di
     return {**provenance, "prompt": entry}
 
 
-def _prompts_provenance(ctx: ExecContext, plan: ModelPlan, encoder: Any) -> dict[str, dict[str, str | None]]:
+def _prompts_provenance(
+    ctx: ExecContext, plan: ModelPlan, encoder: Encoder | None
+) -> dict[str, dict[str, str | None]]:
     """{task: {side: prompt text}} over the plan's units (``prompt`` for a symmetric task): what the model row and
     the model page show. A named prompt's text is the encoder's (None where no encoder loaded: a derived model)."""
     out: dict[str, dict[str, str | None]] = {}
@@ -401,7 +404,7 @@ def _embed_part(
     ctx: ExecContext,
     plan: ModelPlan,
     store: TextStore,
-    encoder: Any,
+    encoder: Encoder,
     part: list[str],
     sibling_parts: list[tuple[ModelPlan, TextStore, list[str]]],
     meter: Callable[[int], None] | None,
@@ -718,7 +721,7 @@ def _sibling_work(ctx: ExecContext, plan: ModelPlan) -> dict[Prompt, list[tuple[
 def _encode_with_siblings(
     ctx: ExecContext,
     plan: ModelPlan,
-    encoder: Any,
+    encoder: Any,  # a transformer encoder: its pooling, encode_poolings
     missing: list[str],
     siblings: list[tuple[ModelPlan, TextStore, list[str]]],
     progress: Callable[[int], None] | None = None,
@@ -857,7 +860,7 @@ def write_results(
     wh: Warehouse,
     run_id: str,
     unit: Unit,
-    scorer: Any,
+    scorer: Scorer,
     result: ScoreResult,
     quality: Quality | None = None,
     thin: str | None = None,
@@ -878,7 +881,7 @@ def _write_unit(
     wh: Warehouse,
     run_id: str,
     unit: Unit,
-    scorer: Any,
+    scorer: Scorer,
     result: ScoreResult,
     who: tuple[str, str, str],
     quality: Quality | None,

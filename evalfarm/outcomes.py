@@ -12,7 +12,7 @@ import traceback
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 
 class Stage(StrEnum):
@@ -108,14 +108,36 @@ def failed(
     )
 
 
-def record_failure(wh: Any, run_id: str, outcome: UnitOutcome) -> None:
+class FailureLog(Protocol):
+    """Where a failure is recorded: a warehouse (:meth:`evalfarm.warehouse.Warehouse.write_failure`; this layer
+    does not import the warehouse)."""
+
+    def write_failure(
+        self, run_id: str, model: str | None, task: str | None, stage: str, error: str, detail: str = ""
+    ) -> object: ...
+
+
+class MovedFile(Protocol):
+    """A corrupt file moved aside (:class:`evalfarm.warehouse.Quarantined`)."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def moved_to(self) -> str | None: ...
+    @property
+    def unit(self) -> tuple[str | None, str | None]: ...
+
+
+def record_failure(wh: FailureLog, run_id: str, outcome: UnitOutcome) -> None:
     """One ``failures`` row for a failed unit."""
     wh.write_failure(
         run_id, outcome.model, outcome.task, str(outcome.stage or "unknown"), outcome.error or "", outcome.detail
     )
 
 
-def record_quarantine(wh: Any, run_id: str, q: Any, *, model: str | None = None) -> None:
+def record_quarantine(wh: FailureLog, run_id: str, q: MovedFile, *, model: str | None = None) -> None:
     """One informational ``failures`` row (stage ``quarantine``) for a corrupt file moved aside
     (``warehouse.Quarantined``): its model and task are those its path names (``model``, when given, names it)."""
     named, task = q.unit

@@ -227,7 +227,7 @@ class Registry(Generic[T]):
                 if isinstance(self._entries.get(name), _Lazy):
                     self._entries[name] = stored
             entry = self._entries[name]
-        return entry  # type: ignore[return-value]
+        return entry  # type: ignore[return-value]  # no longer a _Lazy: the loaded entry replaced it above
 
     def origin(self, name: str) -> str:
         """Where ``name`` was registered from (a module, or an installed package's entry point)."""

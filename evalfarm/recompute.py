@@ -107,10 +107,9 @@ def fingerprint_findings(units: dict[str, _Unit]) -> list[Finding]:
     its rows were edited (the params of a forged unit, say) or written under another unit's name."""
     out = []
     for u in units.values():
-        inputs = (u.spec_hash, u.task_checksum, u.scorer_version, u.params)
-        if any(x is None for x in inputs):
+        if u.spec_hash is None or u.task_checksum is None or u.scorer_version is None or u.params is None:
             continue  # rows of a warehouse older than these columns
-        made = unit_fingerprint(u.spec_hash, u.task_checksum, u.scorer, u.scorer_version, u.params)  # type: ignore[arg-type]
+        made = unit_fingerprint(u.spec_hash, u.task_checksum, u.scorer, u.scorer_version, u.params)
         if made != u.fingerprint:
             why = (
                 f"the fingerprint is not {made}, the one its spec hash, task checksum, scorer version and params make"

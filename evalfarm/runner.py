@@ -63,7 +63,12 @@ from evalfarm.warehouse import (
 )
 
 if TYPE_CHECKING:
-    from evalfarm.scheduler.core import Job, WorkerInfo
+    import duckdb
+    import pyarrow as pa
+
+    from evalfarm.execute import EmbedTick
+    from evalfarm.leases import Leases
+    from evalfarm.scheduler.core import Executor, Job, WorkerInfo
 
 
 EXIT_CODES = {"ok": 0, "failed": 1, "interrupted": 3}
@@ -360,8 +365,8 @@ class Run:
         self.emit: Callable[[RunEvent], None] = on_event or (lambda e: None)
         self.encoders = encoders or {}
         # set by schedule(), read by record(): what to release and close, whatever failed in between
-        self.leases: Any = None
-        self.executor_obj: Any = None
+        self.leases: Leases | None = None
+        self.executor_obj: Executor | None = None
         self.reason: str | None = None  # why the run was interrupted (Ctrl-C, a lost cluster)
         self.connected: tuple[bool, bool] | None = None  # (shared, owns Ray) when plan() connected to a cluster
         self.board = TextBoard()  # the in-process executor's embedding passes (Ray's workers post to an actor)
@@ -707,7 +712,7 @@ class Run:
         if self.tracker.forecast is not None:
             self.tracker.forecast.ready()
 
-    def _on_texts(self, tick: Any) -> None:
+    def _on_texts(self, tick: EmbedTick) -> None:
         """An in-process embedding pass moved (the local executor runs it in this thread): the tracker's texts."""
         self.board.put(LOCAL_WORKER, dataclasses.asdict(tick))
         if self.tracker.jobs.get(LOCAL_WORKER, ("", "", ""))[:2] != ("embed", tick.model):
@@ -1024,9 +1029,9 @@ class _OneConnection:
 
     def __init__(self, wh: Warehouse) -> None:
         self.wh = wh
-        self.con: Any = None
+        self.con: duckdb.DuckDBPyConnection | None = None
 
-    def query(self, sql: str) -> Any:
+    def query(self, sql: str) -> pa.Table:
         if self.con is None:
             self.con = self.wh.connect()
         return self.con.sql(sql).to_arrow_table()
@@ -1090,8 +1095,8 @@ def _executor(
     workers: int | None,
     encoders: dict[str, Any],
     connected: tuple[bool, bool] | None = None,
-    on_texts: Callable[[Any], None] | None = None,
-) -> Any:
+    on_texts: Callable[[EmbedTick], None] | None = None,
+) -> Executor:
     if executor == "local":
         from evalfarm.execute import ExecContext
         from evalfarm.scheduler.local_executor import LocalExecutor

@@ -26,15 +26,18 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from evalfarm import atomic
 from evalfarm.cache import cache_dir
-from evalfarm.catalog.specs import Source, canonical_json
+from evalfarm.catalog.specs import Source, TaskSpec, canonical_json
 from evalfarm.encoders.subword import NGRAM_FILES, save_ngrams
 from evalfarm.encoders.word_vectors import save_numpy_vocab
+
+if TYPE_CHECKING:
+    from evalfarm.catalog.registry import Catalog
 
 __all__ = [
     "CORPORA",
@@ -997,7 +1000,7 @@ class Coverage:
     """the catalog of the variants (YAML), for ``evalfarm run --catalog``."""
 
 
-def _word_tasks(cat: Any) -> list[Any]:
+def _word_tasks(cat: Catalog) -> list[TaskSpec]:
     from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
 
     return [
@@ -1065,7 +1068,7 @@ def coverage_catalog(
 
 
 def _known_by_all(
-    cat: Any, models: list[str], candidates: list[str], progress: Callable[[str], None] | None
+    cat: Catalog, models: list[str], candidates: list[str], progress: Callable[[str], None] | None
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Which ``candidates`` every word model of ``models`` gives a vector of its own, and how many each knows."""
     from evalfarm.embed import encode_texts
@@ -1085,7 +1088,7 @@ def _known_by_all(
     return known, per_model
 
 
-def _coverage_entry(t: Any, name: str, rel: str, sha: str, n_models: int, n_words: int) -> dict[str, Any]:
+def _coverage_entry(t: TaskSpec, name: str, rel: str, sha: str, n_models: int, n_words: int) -> dict[str, Any]:
     """The catalog entry of task ``t``'s coverage-controlled variant ``<id>-<name>`` (common vocabulary ``rel``)."""
     from evalfarm.taskdata.coverage import COMMON_VOCAB_ROLE
 

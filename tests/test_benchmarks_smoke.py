@@ -343,6 +343,13 @@ def _check_gpu_carry(out: dict[str, Any], tmp: Path) -> None:
     assert calls["call-c"]["under_limit"] and out["tree_bytes"] > 0
 
 
+def _check_type_counts(out: dict[str, Any], tmp: Path) -> None:
+    total = out["total"]
+    assert total["lines"] == sum(f["lines"] for f in out["files"].values()) > 10_000, total
+    assert total["any"] == sum(f["any"] for f in out["files"].values()) and "evalfarm/api.py" in out["files"], total
+    assert total["any_per_kloc"] == round(1000 * total["any"] / total["lines"], 2), total
+
+
 SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "bench_warehouse.py": ([], _check_warehouse),
     "bench_table_formats.py": ([], _check_table_formats),
@@ -372,6 +379,7 @@ SMOKE: dict[str, tuple[list[str], Callable[[Any, Path], None]]] = {
     "e5_prefix.py": ([], _check_e5_prefix),
     "heros_audit_sample.py": ([], _check_heros_audit_sample),
     "spearman_null.py": ([], _check_spearman_null),
+    "type_counts.py": ([], _check_type_counts),
 }
 """Each script: its arguments after ``--smoke --json OUT`` (``{tmp}``: the test's folder) and what its JSON must
 hold."""

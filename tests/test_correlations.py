@@ -533,7 +533,7 @@ def test_bootstrap_interval_is_scipys_percentile_bootstrap_and_drops_degenerate_
 
 def test_refresh_and_tables_read_again_when_a_run_replaces_a_file_under_them(sentence_wh, monkeypatch):
     """The end-of-run refresh and the tables read the views over one connection. Where that connection reads
-    through a listing taken once (an object-store warehouse: :func:`~evalfarm.warehouse.query.prefix_filesystem`),
+    through a listing taken once (an object-store warehouse: :func:`~evalfarm.warehouse.sandbox.prefix_filesystem`),
     a run replacing a file whole meanwhile fails the read with "No magic bytes found" (the race itself is
     reproduced on a read-only connection in ``test_warehouse.py``). They read again on a fresh connection; any
     other error is raised at once."""

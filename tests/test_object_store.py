@@ -23,7 +23,7 @@ import pyarrow.fs as pafs
 import pytest
 
 from evalfarm.warehouse import Warehouse, lock_down, verify_warehouse
-from evalfarm.warehouse.query import prefix_filesystem
+from evalfarm.warehouse.sandbox import prefix_filesystem
 from evalfarm.warehouse.store import with_endpoint
 from tests.support.s3_server import INSTALL_HINT, S3Server, moto_python, s3_server
 from tests.support.warehouse_files import unit_file

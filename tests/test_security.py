@@ -968,7 +968,7 @@ def test_a_runaway_query_stops_at_its_timeout(warehouse):
 
 
 def test_the_query_limits_have_defaults_and_settings(monkeypatch):
-    from evalfarm.warehouse.query import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT_S, QueryLimits
+    from evalfarm.warehouse.sandbox import DEFAULT_MEMORY_LIMIT, DEFAULT_TIMEOUT_S, QueryLimits
 
     assert QueryLimits.resolve() == QueryLimits(DEFAULT_TIMEOUT_S, DEFAULT_MEMORY_LIMIT)
     assert DEFAULT_TIMEOUT_S > 0 and DEFAULT_MEMORY_LIMIT
@@ -990,7 +990,7 @@ def test_a_querys_result_stops_at_its_row_limit_under_the_memory_cap(warehouse):
     """The reported attack: ``SELECT … FROM range(N)`` passed a 100 MB memory cap at 900 MB (the Arrow result and
     the CLI's rows live outside DuckDB's cap). Now the result is fetched in batches and stops past 1,000,000 rows."""
     import evalfarm
-    from evalfarm.warehouse.query import ResultTooLarge
+    from evalfarm.warehouse.sandbox import ResultTooLarge
 
     big = "SELECT range AS i FROM range(20000000)"
     with pytest.raises(ResultTooLarge, match=r"limit of 1,000,000 rows .*--max-rows.*EVALFARM_SQL_MAX_ROWS") as err:
@@ -1009,7 +1009,7 @@ def test_the_result_limits_are_options_variables_and_settings(warehouse, tmp_pat
     from typer.testing import CliRunner
 
     from evalfarm.cli import app
-    from evalfarm.warehouse.query import QueryLimits, result_limits
+    from evalfarm.warehouse.sandbox import QueryLimits, result_limits
 
     assert QueryLimits.resolve().max_rows == 1_000_000 and QueryLimits.resolve().max_bytes == 10**9
     monkeypatch.setenv("EVALFARM_SQL_MAX_ROWS", "5")
@@ -1112,7 +1112,7 @@ def test_sql_cli_takes_the_limits_and_stops_at_ctrl_c(warehouse):
 _EARLY_CTRL_C = f"""
 import os, signal, threading, time
 import duckdb
-from evalfarm.warehouse import query
+from evalfarm.warehouse import sandbox as query
 
 real_fetch = query._fetch
 ended = threading.Event()
@@ -1348,7 +1348,7 @@ def test_a_read_only_warehouse_file_reads_at_each_threads_own_position(tmp_path)
 
     import pyarrow.fs as pafs
 
-    from evalfarm.warehouse.query import prefix_filesystem
+    from evalfarm.warehouse.sandbox import prefix_filesystem
 
     (tmp_path / "wh").mkdir()
     (tmp_path / "wh" / "f.bin").write_bytes(bytes(range(256)) * 4)

@@ -230,6 +230,7 @@ class _Problem:
         bases = [self.basis(k) for k in keys]
         group = torch.from_numpy(np.array([0 if keys[0] is None else keys.index(int(s)) for s in sets])).to(dev)
         E = torch.stack([b[0] for b in bases])[group]  # (B, r): each model's eigenvalues
+        # every basis has the low-rank part or none does (one kind of preconditioner a batch)
         rest = None if bases[0][2] is None else torch.stack([b[2] for b in bases])[group]  # type: ignore[misc]
         E, rest = _floored(E, rest) if share else (E, rest)  # the union's near-null directions: not every model's
         keep, scale = _kept_columns(self.inv[idx], shared=share)

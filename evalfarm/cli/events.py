@@ -333,7 +333,7 @@ def print_summary(summary: RunSummary) -> None:
     print_notified(summary)
 
 
-def moved_line(moved: dict[str, Any] | None, run_id: str, warehouse: Any) -> str | None:
+def moved_line(moved: dict[str, Any] | None, run_id: str, warehouse: object) -> str | None:
     """What moved since the previous run, counted by reason, and the command that lists every change (the end
     summary's ``moved``: the full list is in ``evalfarm diff``, not in the run's log)."""
     if not moved or not moved.get("since"):

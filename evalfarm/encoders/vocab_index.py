@@ -153,7 +153,7 @@ class _LazyWords(Sequence[str]):
             return NotImplemented
         return len(self) == len(other) and self._all() == list(other)
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable, as a list is: it defines __eq__ by value
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__}: {len(self)} words>"

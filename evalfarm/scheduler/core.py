@@ -47,7 +47,7 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from evalfarm.leases import Holder, Leases, embed_key, unit_key
 from evalfarm.outcomes import Stage, Status, UnitOutcome, record_failure
@@ -55,10 +55,14 @@ from evalfarm.parts import PassState, worth_sharing
 from evalfarm.plan import ModelPlan, Unit
 from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
 
+if TYPE_CHECKING:
+    from evalfarm.warehouse import Warehouse
+    from evalfarm.warehouse.maintenance import BackgroundCompaction
+
 log = logging.getLogger(__name__)
 
 
-def _compaction(warehouse: Any, run_id: str) -> Any:
+def _compaction(warehouse: Warehouse, run_id: str) -> BackgroundCompaction | None:
     """The run's compaction after its batch commits (:class:`~evalfarm.warehouse.maintenance.BackgroundCompaction`),
     for a warehouse in the Delta layout (None for another object: a test's stand-in, a layout-1 warehouse)."""
     from evalfarm.warehouse import Warehouse
@@ -197,7 +201,7 @@ class Scheduler:
         plans: list[ModelPlan],
         executor: Executor,
         *,
-        warehouse: Any,
+        warehouse: Warehouse,
         run_id: str,
         base_of: dict[str, str | None],
         max_attempts: int = 2,

@@ -6,11 +6,16 @@ from __future__ import annotations
 import os
 import platform
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from evalfarm.outcomes import Stage
 from evalfarm.parts import PassState
 from evalfarm.scheduler.core import Job, WorkerInfo
+
+if TYPE_CHECKING:
+    from evalfarm.execute import ExecContext
+    from evalfarm.outcomes import UnitOutcome
+    from evalfarm.plan import ModelPlan
 
 
 class LocalExecutor:
@@ -18,24 +23,24 @@ class LocalExecutor:
 
     name = "local-0"
 
-    def __init__(self, ctx: Any) -> None:
+    def __init__(self, ctx: ExecContext) -> None:
         self.ctx = ctx
-        self._results: dict[int, Any] = {}
+        self._results: dict[int, WorkerInfo | list[UnitOutcome]] = {}
         self._next = 0
 
-    def _handle(self, value: Any) -> int:
+    def _handle(self, value: WorkerInfo | list[UnitOutcome]) -> int:
         self._next += 1
         self._results[self._next] = value
         return self._next
 
-    def start(self) -> list[tuple[str, Any]]:
+    def start(self) -> list[tuple[str, int]]:
         from evalfarm.provenance import process_device
 
         device = process_device(self.ctx.options.device)
         info = WorkerInfo(self.name, node=platform.node(), host=platform.node(), pid=os.getpid(), device=device)
         return [(self.name, self._handle(info))]
 
-    def submit(self, worker: str, job: Job) -> Any:
+    def submit(self, worker: str, job: Job) -> int:
         from evalfarm.execute import embed_model, score_unit
 
         if job.stage == Stage.EMBED:
@@ -43,18 +48,18 @@ class LocalExecutor:
         assert job.unit is not None
         return self._handle([score_unit(job.plan, job.unit, self.ctx)])
 
-    def wait(self, handles: list[Any], timeout: float) -> list[Any]:
+    def wait(self, handles: list[int], timeout: float) -> list[int]:
         if not handles:  # nothing runs here: the scheduler waits for another run's units
             time.sleep(timeout)
         return list(handles)
 
-    def result(self, handle: Any) -> Any:
+    def result(self, handle: int) -> WorkerInfo | list[UnitOutcome]:
         return self._results.pop(handle)
 
-    def revive(self, worker: str) -> Any | None:
+    def revive(self, worker: str) -> None:
         return None
 
-    def poll(self, pending: list[Any]) -> list[tuple[str, Any]]:
+    def poll(self, pending: list[ModelPlan]) -> list[tuple[str, int]]:
         return []
 
     def reachable(self) -> bool:

@@ -31,12 +31,16 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from evalfarm.encoders.footprint import GIB, Footprint, estimate
+
+if TYPE_CHECKING:
+    from evalfarm.catalog.specs import ModelSpec
+    from evalfarm.plan import ModelPlan
 
 GPU_MEMORY_ENV = "EVALFARM_GPU_MEMORY_GIB"
 MAX_SLOTS = 8
@@ -88,7 +92,7 @@ def gpu_fraction(need_bytes: int | None, gpu_bytes: int, slots: int) -> float:
     return min(1.0, math.ceil(need_bytes / gpu_bytes * slots - _EPS) / slots) or 1.0 / slots
 
 
-def _loading_spec(plan: Any) -> tuple[Any, Any]:
+def _loading_spec(plan: ModelPlan) -> tuple[ModelSpec, ModelSpec]:
     """(the spec whose weights load, the spec the run asked for): a derived model loads its nearest base with a
     source, with the derived entry's own settings over it."""
     chain = plan.lineage
@@ -96,15 +100,15 @@ def _loading_spec(plan: Any) -> tuple[Any, Any]:
     return source, chain[0]
 
 
-def _setting(name: str, own: Any, source: Any) -> Any:
+def _setting(name: str, own: ModelSpec, source: ModelSpec) -> Any:
     return getattr(own, name) if name in own.model_fields_set or own is source else getattr(source, name)
 
 
-def _all_hidden(spec: Any) -> bool:
+def _all_hidden(spec: ModelSpec) -> bool:
     return spec.option("pooling") in ("first-last-avg", "last-2-avg") or spec.option("layer") is not None
 
 
-def model_location(spec: Any, base_dir: Path | None) -> Path | None:
+def model_location(spec: ModelSpec, base_dir: Path | None) -> Path | None:
     """The local folder of a model's weights, found without downloading or unpacking anything: a ``path`` or
     ``package`` source (through the same checks as loading), a hub id already in the Hugging Face cache; else None."""
     src = spec.source
@@ -130,7 +134,7 @@ def model_location(spec: Any, base_dir: Path | None) -> Path | None:
     return loc if isinstance(loc, Path) and loc.is_dir() else None
 
 
-def model_need(plan: Any, gpu_bytes: int, slots: int, *, base_dir: Path | None, gpu_kind: bool) -> Need:
+def model_need(plan: ModelPlan, gpu_bytes: int, slots: int, *, base_dir: Path | None, gpu_kind: bool) -> Need:
     """One plan's need on GPUs of ``gpu_bytes`` (see the module docstring)."""
     if not gpu_kind:
         return Need(plan.model, 0.0)
@@ -318,9 +322,9 @@ class Packing:
     @classmethod
     def plan(
         cls,
-        plans: list[Any],
+        plans: list[ModelPlan],
         *,
-        gpu_kind: Any,
+        gpu_kind: Callable[[str], bool],
         base_dir: Path | None,
         cluster: Mapping[str, float],
         nodes: list[dict[str, Any]],
@@ -345,7 +349,7 @@ class Packing:
         """A worker's CPUs: its share of its GPU's (floored to a hundredth, so the shares of one node fit)."""
         return max(0.01, math.floor(share * self.cpus_per_gpu * 100) / 100)
 
-    def queued(self, plans: list[Any]) -> list[float]:
+    def queued(self, plans: list[ModelPlan]) -> list[float]:
         """The GPU shares of ``plans`` (queue order) that wait for a worker: not refused, not running now."""
         running = set(self.busy.values())
         out = []
@@ -355,12 +359,12 @@ class Packing:
                 out.append(need.fraction)
         return out
 
-    def initial(self, plans: list[Any]) -> list[float]:
+    def initial(self, plans: list[ModelPlan]) -> list[float]:
         """The shares the run starts with: the queue's first GPU models packed, the rest of the GPUs in the
         smallest share (``plans`` in the scheduler's order: largest cost first)."""
         return self.pool.initial(self.queued(sorted(plans, key=lambda p: -p.cost)))
 
-    def reshape(self, plans: list[Any]) -> tuple[list[float], list[str]]:
+    def reshape(self, plans: list[ModelPlan]) -> tuple[list[float], list[str]]:
         """(shares to start, idle workers to stop) for the models still to embed (:meth:`GpuPool.decide`)."""
         idle = {w: self.pool.shares[w] for w in self.ready if w not in self.busy and w in self.pool.shares}
         return self.pool.decide(self.queued(plans), idle)

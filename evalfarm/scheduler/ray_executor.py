@@ -32,12 +32,20 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from evalfarm.environment import WORKER_ENV, forwarded
 from evalfarm.outcomes import Stage
 from evalfarm.scheduler.core import ClusterLost, Job, WorkerInfo, WorkerLost
 from evalfarm.scheduler.placement import Packing
+
+if TYPE_CHECKING:
+    from evalfarm.catalog.registry import Catalog
+    from evalfarm.execute import ExecContext
+    from evalfarm.options import RunOptions
+    from evalfarm.outcomes import UnitOutcome
+    from evalfarm.parts import PassState
+    from evalfarm.plan import ModelPlan, Unit
 
 log = logging.getLogger(__name__)
 
@@ -95,8 +103,8 @@ class EvalWorker:
 
         self.name = name
         self.gpu_share = gpu_share
-        self.ctx: Any = None
-        self._tasks: dict[tuple[str, str, Any], Any] = {}
+        self.ctx: ExecContext | None = None
+        self._tasks: dict[tuple[str, str, RunOptions], Any] = {}  # (task, checksum, options) -> its loaded data
         if 0 < gpu_share < 1 and torch.cuda.is_available():  # placement: a model past its share fails here, alone
             torch.cuda.set_per_process_memory_fraction(gpu_share)
 
@@ -118,10 +126,10 @@ class EvalWorker:
 
     def begin(
         self,
-        catalog: Any,
+        catalog: Catalog,
         warehouse: str,
         run_id: str,
-        options: Any,
+        options: RunOptions,
         force: bool,
         board: Any = None,
         parts: Any = None,
@@ -136,7 +144,7 @@ class EvalWorker:
 
         wh = Warehouse(warehouse)
         wh.deferred = True  # staged files travel back with each job's outcomes; the driver commits them in batches
-        self.ctx = ExecContext(
+        self.ctx = ctx = ExecContext(
             catalog=catalog,
             warehouse=wh,
             run_id=run_id,
@@ -150,38 +158,41 @@ class EvalWorker:
         for tid, spec in catalog.tasks.items():  # job data already loaded by an earlier run, same content
             key = (tid, task_checksum(spec), options)  # a run option may change a task's texts (load_for)
             if key in self._tasks:
-                self.ctx._tasks[tid] = self._tasks[key]
+                ctx._tasks[tid] = self._tasks[key]
         return self.info()
 
     def _keep_tasks(self) -> None:
         from evalfarm.taskdata.data import task_checksum
 
-        for tid, data in self.ctx._tasks.items():
-            self._tasks[(tid, task_checksum(self.ctx.catalog.task(tid)), self.ctx.options)] = data
+        ctx = self._context()
+        for tid, data in ctx._tasks.items():
+            self._tasks[(tid, task_checksum(ctx.catalog.task(tid)), ctx.options)] = data
 
-    def _context(self) -> Any:
+    def _context(self) -> ExecContext:
         if self.ctx is None:  # Ray restarted this actor after a crash; the scheduler re-sends begin() first
             raise RuntimeError(f"worker {self.name} restarted and has no run context yet")
         return self.ctx
 
-    def embed(self, plan: Any, placement: dict[str, Any] | None = None) -> list[Any]:
+    def embed(self, plan: ModelPlan, placement: dict[str, Any] | None = None) -> list[UnitOutcome]:
         """Embed a model's texts; ``placement``: where it runs (its GPU share and need), for its provenance."""
         from evalfarm.execute import embed_model
 
-        self._context().placement = placement
+        ctx = self._context()
+        ctx.placement = placement
         try:
-            return embed_model(plan, self.ctx)
+            return embed_model(plan, ctx)
         finally:
             self._keep_tasks()
             self._give_back()
 
-    def help_embed(self, plan: Any, pass_id: str, placement: dict[str, Any] | None = None) -> list[Any]:
+    def help_embed(self, plan: ModelPlan, pass_id: str, placement: dict[str, Any] | None = None) -> list[UnitOutcome]:
         """Help another worker's pass of a model with its parts (evalfarm.parts)."""
         from evalfarm.execute import help_embed
 
-        self._context().placement = placement
+        ctx = self._context()
+        ctx.placement = placement
         try:
-            return help_embed(plan, pass_id, self.ctx)
+            return help_embed(plan, pass_id, ctx)
         finally:
             self._keep_tasks()
             self._give_back()
@@ -198,12 +209,12 @@ class EvalWorker:
             if torch.cuda.is_available():
                 torch.cuda.empty_cache()
 
-    def score(self, plan: Any, unit: Any) -> list[Any]:
+    def score(self, plan: ModelPlan, unit: Unit) -> list[UnitOutcome]:
         from evalfarm.execute import score_unit
 
-        self._context()
+        ctx = self._context()
         try:
-            return [score_unit(plan, unit, self.ctx)]
+            return [score_unit(plan, unit, ctx)]
         finally:
             self._keep_tasks()
 
@@ -805,16 +816,16 @@ class RayExecutor:
     def __init__(
         self,
         *,
-        catalog: Any,
+        catalog: Catalog,
         warehouse: str,
         run_id: str,
-        options: Any,
+        options: RunOptions,
         force: bool,
         address: str | None = None,
         workers: int | None = None,
         small_models: bool = False,
         max_restarts: int = 4,
-        plans: list[Any] | None = None,
+        plans: list[ModelPlan] | None = None,
         kinds: dict[str, str] | None = None,
         autoscale: bool | None = None,
         head_timeout: float | None = None,
@@ -940,7 +951,7 @@ class RayExecutor:
         self._gpu_names.add(name)
         return name, actor.begin.remote(*self.args)
 
-    def _reshape(self, pending: list[Any]) -> list[tuple[str, Any]]:
+    def _reshape(self, pending: list[ModelPlan]) -> list[tuple[str, Any]]:
         """Start the shares the queue needs now, after stopping the idle workers that make room for them."""
         import ray
 
@@ -966,14 +977,14 @@ class RayExecutor:
         out, self._retired = self._retired, []
         return out
 
-    def tails(self) -> list[Any]:
+    def tails(self) -> list[PassState]:
         """The open passes of the run's part book (within a second, else none: sharing is an optimisation)."""
         import ray
 
         if self.parts_book is None:
             return []
         try:
-            got: list[Any] = ray.get(self.parts_book.snapshot.remote(), timeout=1.0)
+            got: list[PassState] = ray.get(self.parts_book.snapshot.remote(), timeout=1.0)
         except Exception:
             return []
         return got
@@ -992,7 +1003,7 @@ class RayExecutor:
         return passes
 
     # -- autoscaling ------------------------------------------------------------------------------------------
-    def _heavy(self, plans: list[Any]) -> int:
+    def _heavy(self, plans: list[ModelPlan]) -> int:
         """Pending models that want a GPU (encoders; lookup models run anywhere)."""
         return sum(1 for p in plans if gpu_kind(self.kinds.get(p.model)))
 
@@ -1006,7 +1017,7 @@ class RayExecutor:
             self._gpu_names.add(name)
         return name, actor.begin.remote(*self.args)
 
-    def _scaling(self, pending: list[Any]) -> Scaling:
+    def _scaling(self, pending: list[ModelPlan]) -> Scaling:
         import ray
 
         gpu_nodes = [n["Resources"] for n in ray.nodes() if n.get("Alive") and n.get("Resources", {}).get("GPU")]
@@ -1015,7 +1026,7 @@ class RayExecutor:
             small_models=self.small_models,
         )  # fmt: skip
 
-    def _scale(self, pending: list[Any]) -> list[tuple[str, Any]]:
+    def _scale(self, pending: list[ModelPlan]) -> list[tuple[str, Any]]:
         """Ask for a GPU worker per pending model that wants one — pending actors with real resource requests,
         which the autoscaler sees as demand, and ``request_resources`` so it scales at once — and lower the request
         as that work runs out (it is cleared at the end)."""
@@ -1065,7 +1076,7 @@ class RayExecutor:
             return False
         return True
 
-    def poll(self, pending: list[Any]) -> list[tuple[str, Any]]:
+    def poll(self, pending: list[ModelPlan]) -> list[tuple[str, Any]]:
         """Probe the head (once a second; ``ClusterLost`` once it has not answered for ``head_timeout`` seconds —
         long before Ray's own 60 s reconnect timeout ends the process) and keep the autoscaling request in step."""
         now = time.monotonic()

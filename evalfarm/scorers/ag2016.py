@@ -71,7 +71,7 @@ def _unit(x: np.ndarray) -> np.ndarray:
 
 
 @register
-class AG2016Scorer(Scorer):
+class AG2016Scorer(Scorer[AG2016Task, AGData]):
     name = "ag2016"
     version = "1"
     task_spec = AG2016Task
@@ -86,7 +86,7 @@ class AG2016Scorer(Scorer):
     """Too thin when under half of the comparisons are scored (an English word model on the Hebrew sets covers a
     few per cent). The multilingual sentence encoders embed every word: coverage 1."""
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: AG2016Task, options: RunOptions) -> dict[str, Any]:
         return {
             "similarity": "cos",
             "protocol": Protocol("raw").key(),
@@ -94,7 +94,7 @@ class AG2016Scorer(Scorer):
             "ties": "delta -1",
         }
 
-    def load(self, task: TaskSpec) -> AGData:
+    def load(self, task: AG2016Task) -> AGData:
         from evalfarm.taskdata.ag2016 import read_ag_file
         from evalfarm.taskdata.data import task_file
 
@@ -103,7 +103,7 @@ class AG2016Scorer(Scorer):
             read_ag_file(task_file(task, role), role, comparisons)
         return AGData(comparisons, comparisons.words(), list(task.files))
 
-    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+    def is_primary(self, row: MetricRow, task: AG2016Task | None, data: AGData) -> bool:
         """The pooled score only (subset ``all``)."""
         return super().is_primary(row, task, data) and row.subset == "all"
 
@@ -112,7 +112,13 @@ class AG2016Scorer(Scorer):
         return super().in_profile(metric, subset) and (subset == "all" or subset.startswith("all:"))
 
     def score(
-        self, task: TaskSpec, data: AGData, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+        self,
+        task: AG2016Task,
+        data: AGData,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
     ) -> ScoreResult:
         c = data.comparisons
         index = {t: i for i, t in enumerate(data.texts)}

@@ -35,9 +35,10 @@ import importlib.resources
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from typing_extensions import TypeVar
 
 from evalfarm.catalog.prompts import Prompts, TaskPrompts, TaskType, task_prompts
 from evalfarm.catalog.specs import TaskSpec
@@ -150,8 +151,17 @@ class TaskData(Protocol):
     def texts(self) -> Sequence[str]: ...
 
 
-class Scorer:
-    """Base class of a scorer (subclass it, set the class attributes, implement ``load`` and ``score``)."""
+SpecT = TypeVar("SpecT", bound=TaskSpec, default=Any)
+"""The task spec a scorer reads (its ``task_spec``): ``Scorer[EvalRankTask, ...]``."""
+DataT = TypeVar("DataT", bound=TaskData, default=Any)
+"""What a scorer's ``load`` returns and its ``score`` reads (a :class:`TaskData`). A bare ``Scorer`` is a scorer of
+any kind (``Scorer[Any, Any]``): the registry's, the executor's."""
+
+
+class Scorer(Generic[SpecT, DataT]):
+    """Base class of a scorer (subclass it, set the class attributes, implement ``load`` and ``score``), generic in
+    the spec it reads and the data it loads: ``class EvalRankScorer(Scorer[EvalRankTask, EvalRankPool])`` lets each
+    method name its task's own fields, checked."""
 
     name: ClassVar[str]
     version: ClassVar[str]
@@ -188,7 +198,7 @@ class Scorer:
     def task_kind(self) -> str:
         return self.task_spec.model_fields["kind"].default
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: SpecT, options: RunOptions) -> dict[str, Any]:
         """The parameters that change this scorer's numbers on ``task`` (they enter the unit's fingerprint)."""
         return {}
 
@@ -203,19 +213,19 @@ class Scorer:
         the EvalRank task). SQL shows the stored variant, with its ``scorer`` beside it."""
         return variant
 
-    def load(self, task: TaskSpec) -> Any:
+    def load(self, task: SpecT) -> DataT:
         """Read and verify the task's files; returns a :class:`TaskData`."""
         raise NotImplementedError
 
-    def load_for(self, task: TaskSpec, options: RunOptions) -> Any:
+    def load_for(self, task: SpecT, options: RunOptions) -> DataT:
         """The task's data for a run with ``options`` (what the executor calls): ``load(task)``, unless a run
         option changes which texts the task needs (downstream's ``quick_downstream``)."""
         return self.load(task)
 
-    def texts(self, data: Any) -> Sequence[str]:
+    def texts(self, data: DataT) -> Sequence[str]:
         return data.texts
 
-    def query_texts(self, data: Any) -> Sequence[str]:
+    def query_texts(self, data: DataT) -> Sequence[str]:
         """The distinct texts of the query side (kinds with ``query_side``): embedded under a model's query prompt
         when its prompts make the task asymmetric, beside every text under the document prompt."""
         raise NotImplementedError(f"task kind {self.name!r} has no query side")
@@ -228,11 +238,11 @@ class Scorer:
         )
 
     def score(
-        self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+        self, task: SpecT, data: DataT, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
     ) -> ScoreResult:
         raise NotImplementedError
 
-    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+    def is_primary(self, row: MetricRow, task: SpecT | None, data: DataT) -> bool:
         """Whether ``row`` is a primary number of the unit (the leaderboard's): by default every row of
         ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
         return row.metric == self.primary_metric
@@ -243,7 +253,7 @@ class Scorer:
         in every subset. Override to leave out detail (AG2016: the per-file subsets)."""
         return metric == self.primary_metric or metric in self.descriptive_metrics
 
-    def thin(self, rows: Sequence[MetricRow], task: TaskSpec | None) -> str | None:
+    def thin(self, rows: Sequence[MetricRow], task: SpecT | None) -> str | None:
         """Why the unit whose rows are ``rows`` is too thin to rank (a 5-word model's rho from 3 pairs), else None:
         every :attr:`thin_rules` bound the rows break, joined. Override for a rule that needs the task."""
         reasons = [why for rule in self.thin_rules for row in rows if (why := rule.broken_by(row))]
@@ -251,8 +261,8 @@ class Scorer:
 
     def evaluate(
         self,
-        task: TaskSpec | None,
-        data: Any,
+        task: SpecT | None,
+        data: DataT,
         vectors: TextVectors,
         params: dict[str, Any],
         *,
@@ -260,7 +270,8 @@ class Scorer:
     ) -> ScoreResult:
         """What the executor calls: :meth:`score`, then each row's ``primary`` flag, from the declaration: a row of
         ``primary_metric`` that :meth:`is_primary` accepts (a descriptive metric is never primary)."""
-        result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]
+        # a kind whose score reads no task is evaluated without one (tests, `evalfarm recompute` of such a unit)
+        result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]  # task None
         descriptive: frozenset[str] = getattr(self, "descriptive_metrics", frozenset())
         for row in result.rows:
             row.primary = (

@@ -75,7 +75,7 @@ def definition_ranks(x: np.ndarray, queries: np.ndarray, words: np.ndarray, *, d
 
 
 @register
-class DefSentScorer(Scorer):
+class DefSentScorer(Scorer[DefSentTask, DefSentData]):
     name = "defsent"
     version = "1"
     task_spec = DefSentTask
@@ -104,10 +104,10 @@ FROM metrics WHERE scorer = 'defsent' AND ties IS NOT NULL
 GROUP BY model, task, ties;
 """
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: DefSentTask, options: RunOptions) -> dict[str, Any]:
         return {"similarity": "cos", "protocol": Protocol("raw").key(), "hits": list(HITS)}
 
-    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+    def is_primary(self, row: MetricRow, task: DefSentTask | None, data: DefSentData) -> bool:
         """MRR under the boards' tie policy only (module docstring)."""
         return super().is_primary(row, task, data) and row.ties == BOARD_TIES
 
@@ -115,16 +115,16 @@ GROUP BY model, task, ties;
         """The definitions: each asks for the word it defines (the words are the documents)."""
         return list(dict.fromkeys(data.definitions))
 
-    def load(self, task: TaskSpec) -> DefSentData:
+    def load(self, task: DefSentTask) -> DefSentData:
         from evalfarm.taskdata.build import built_file
         from evalfarm.taskdata.data import task_file
 
         inputs = {role: task_file(task, role) for role in sorted(task.files)}
-        return read_built(built_file(task.build, inputs=inputs))  # type: ignore[attr-defined]
+        return read_built(built_file(task.build, inputs=inputs))
 
     def score(
         self,
-        task: TaskSpec,
+        task: DefSentTask,
         data: DefSentData,
         vectors: TextVectors,
         params: dict[str, Any],

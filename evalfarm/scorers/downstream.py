@@ -135,13 +135,16 @@ def effective_max_train(max_train: int | None, n_train: int) -> int | None:
     return max_train if max_train is not None and max_train < n_train else None
 
 
-def resolve_backend(backend: str, device: str | None) -> tuple[str, str | None]:
+_EXPLICIT: dict[str, Backend] = {"sklearn": "sklearn", "torch": "torch"}
+
+
+def resolve_backend(backend: str, device: str | None) -> tuple[Backend, str | None]:
     """(backend, torch device): ``auto`` is the batched torch engine on the device given, else on CUDA when it is
     available, else on the CPU; an explicit backend keeps the given device (``sklearn`` is the per-fit reference)."""
     if backend not in ("auto", "sklearn", "torch"):
         raise ValueError(f"unknown classifier backend {backend!r}: use auto, sklearn or torch")
     if backend != "auto":
-        return backend, device
+        return _EXPLICIT[backend], device
     if device:
         return "torch", device
     from evalfarm.classify import _cuda_available
@@ -154,7 +157,7 @@ def variant_name(max_train: int | None) -> str:
 
 
 @register
-class DownstreamScorer(Scorer):
+class DownstreamScorer(Scorer[DownstreamTaskSpec, DownstreamData]):
     name = "downstream"
     role = "downstream"
     prompt_type = "classification"  # an instruction model's classification prompt (its texts are features)
@@ -190,28 +193,28 @@ class DownstreamScorer(Scorer):
         data, the default, has no label."""
         return "" if params.get("max_train") is None else variant_name(params["max_train"])
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: DownstreamTaskSpec, options: RunOptions) -> dict[str, Any]:
         return {
-            "max_train": task.max_train if options.quick_downstream else None,  # type: ignore[attr-defined]
+            "max_train": task.max_train if options.quick_downstream else None,
             "seed": DEFAULT_SEED,
             "c_grid": list(C_GRID),
             "k": K_FOLDS,
             "inner_k": INNER_K,
             "tol": TOL,
             "backend": "auto",
-            "features": "pair" if task.dataset in ("MRPC", "SICK-E") else "raw",  # type: ignore[attr-defined]
+            "features": "pair" if task.dataset in ("MRPC", "SICK-E") else "raw",
         }
 
-    def load(self, task: TaskSpec) -> DownstreamData:
+    def load(self, task: DownstreamTaskSpec) -> DownstreamData:
         return self.load_for(task, RunOptions())
 
-    def load_for(self, task: TaskSpec, options: RunOptions) -> DownstreamData:
+    def load_for(self, task: DownstreamTaskSpec, options: RunOptions) -> DownstreamData:
         p = self.params(task, options)
-        return load_task_data(task, p["max_train"], p["seed"])  # type: ignore[arg-type]
+        return load_task_data(task, p["max_train"], p["seed"])
 
     def score(
         self,
-        task: TaskSpec,
+        task: DownstreamTaskSpec,
         data: DownstreamData,
         vectors: TextVectors,
         params: dict[str, Any],
@@ -231,7 +234,7 @@ class DownstreamScorer(Scorer):
         features = task_features(data.task, lambda texts: vectors.emb[[row[t] for t in texts]])
         res = evaluate(
             features,
-            backend=backend,  # type: ignore[arg-type]
+            backend=backend,
             c_grid=params["c_grid"],
             k=params["k"],
             inner_k=params["inner_k"],

@@ -22,7 +22,7 @@ under the first and the pool under the second (:func:`rank_pool`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +43,10 @@ from evalfarm.scorers.base import (
     ThinRule,
     packaged_sql,
 )
+
+if TYPE_CHECKING:  # imported where a pool is loaded
+    from evalfarm.scorers.neighbours import Neighbours
+    from evalfarm.taskdata.evalrank import RankPool
 
 NEIGHBOURS = 10
 """Each query's top-k background items kept in the ``neighbours`` table (what a model confuses its queries with),
@@ -114,7 +118,7 @@ class PairRanks:
     score: np.ndarray  # float32 s(x, y)
     pair_oov: np.ndarray  # bool: x or y out of vocabulary
     n_background: int
-    neighbours: Any = None  # evalfarm.scorers.neighbours.Neighbours: each query's top-k background items
+    neighbours: Neighbours | None = None  # each query's top-k background items
 
     def ranks(self, ties: Ties) -> np.ndarray:
         """Float ranks under a tie policy, derived from the one pass."""
@@ -239,7 +243,7 @@ def variant_name(similarity: str, *, center: bool, filter_other_positives: bool)
 
 
 @register
-class EvalRankScorer(Scorer):
+class EvalRankScorer(Scorer[EvalRankTask, "RankPool"]):
     name = "evalrank"
     version = "1"
     task_spec = EvalRankTask
@@ -263,7 +267,7 @@ class EvalRankScorer(Scorer):
     detail_schemas = DETAIL_SCHEMAS
     views = packaged_sql(__package__ or "evalfarm.scorers", "evalrank.sql")
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: EvalRankTask, options: RunOptions) -> dict[str, Any]:
         return {
             "similarities": list(options.similarities),
             "center": options.center,
@@ -278,17 +282,23 @@ class EvalRankScorer(Scorer):
             else options.similarities[0],
         }
 
-    def query_texts(self, data: Any) -> list[str]:
+    def query_texts(self, data: RankPool) -> list[str]:
         """The items that are some pair's query (asked for by a model whose per-task prompts name two sides)."""
         return [data.items[int(q)] for q in np.unique(data.queries)]
 
-    def load(self, task: TaskSpec) -> Any:
+    def load(self, task: EvalRankTask) -> RankPool:
         from evalfarm.taskdata.evalrank import load_evalrank_pool
 
         return load_evalrank_pool(task)
 
     def score(
-        self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+        self,
+        task: EvalRankTask,
+        data: RankPool,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
     ) -> ScoreResult:
         hits = tuple(params["hits"])
         out = ScoreResult()
@@ -337,7 +347,7 @@ class EvalRankScorer(Scorer):
         return out
 
 
-def _items_array(data: Any) -> Any:
+def _items_array(data: Any) -> pa.Array:  # Any: the array is cached on the pool as an attribute of its own
     """The pool's items as one Arrow string array (built once per task): texts are taken from it by id in C++,
     never through Python lists, which are far slower for tens of thousands of neighbour texts."""
     import pyarrow as pa
@@ -349,7 +359,7 @@ def _items_array(data: Any) -> Any:
     return arr
 
 
-def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+def _ranks_table(data: RankPool, details: list[tuple[str, PairRanks]]) -> pa.Table:
     import pyarrow as pa
 
     items = _items_array(data)
@@ -375,7 +385,7 @@ def _ranks_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
     return pa.concat_tables(parts)
 
 
-def _neighbours_table(data: Any, details: list[tuple[str, PairRanks]]) -> Any:
+def _neighbours_table(data: RankPool, details: list[tuple[str, PairRanks]]) -> pa.Table:
     import pyarrow as pa
 
     items = _items_array(data)

@@ -25,13 +25,16 @@ EvalRank as measured.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
+
+if TYPE_CHECKING:  # imported where a pool is loaded
+    from evalfarm.taskdata.evalrank import RankPool
 
 GEOMETRY_METRICS = ("alignment", "uniformity", "anisotropy", "isotropy", "effective_rank", "hubness")
 COUNTS = ("n_items", "n_pairs", "n_background_pairs")
@@ -161,7 +164,7 @@ def random_pairs(n: int, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]
 
 
 @register
-class GeometryScorer(Scorer):
+class GeometryScorer(Scorer[GeometryTask, "RankPool"]):
     name = "geometry"
     version = "1"
     task_spec = GeometryTask
@@ -175,18 +178,24 @@ class GeometryScorer(Scorer):
         "hubness (k-occurrence skewness, FAISS k-NN); descriptive, off the leaderboard"
     )
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: GeometryTask, options: RunOptions) -> dict[str, Any]:
         return {"vectors": "raw", "oov": "items left out", "similarity": "cos"}
 
-    def load(self, task: TaskSpec) -> Any:
+    def load(self, task: GeometryTask) -> Any:
         from evalfarm.taskdata.evalrank import load_evalrank_pool
 
         return load_evalrank_pool(task)
 
     def score(
-        self, task: TaskSpec, data: Any, vectors: TextVectors, params: dict[str, Any], *, device: str | None = None
+        self,
+        task: GeometryTask,
+        data: RankPool,
+        vectors: TextVectors,
+        params: dict[str, Any],
+        *,
+        device: str | None = None,
     ) -> ScoreResult:
-        spec: GeometryTask = task  # type: ignore[assignment]
+        spec = task
         keep = np.flatnonzero(~np.asarray(vectors.oov, dtype=bool))
         x = np.asarray(vectors.emb, dtype=np.float64)[keep]
         u = unit_rows(x)

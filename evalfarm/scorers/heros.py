@@ -143,7 +143,7 @@ def _mean(v: np.ndarray) -> float:
 
 
 @register
-class HerosScorer(Scorer):
+class HerosScorer(Scorer[HerosTask, HerosData]):
     name = "heros"
     version = "1"
     task_spec = HerosTask
@@ -167,18 +167,18 @@ FROM metrics WHERE scorer = 'heros' AND metric IN ('normalized_similarity', 'cos
 GROUP BY model, task, subset;
 """
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
-        return {"similarity": "cos", "protocol": Protocol("raw").key(), "n_avg": task.n_avg}  # type: ignore[attr-defined]
+    def params(self, task: HerosTask, options: RunOptions) -> dict[str, Any]:
+        return {"similarity": "cos", "protocol": Protocol("raw").key(), "n_avg": task.n_avg}
 
-    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: Any) -> bool:
+    def is_primary(self, row: MetricRow, task: HerosTask | None, data: HerosData) -> bool:
         """The synonym subset's normalised similarity only (module docstring)."""
         return super().is_primary(row, task, data) and row.subset == PRIMARY_SUBSET
 
-    def load(self, task: TaskSpec) -> HerosData:
+    def load(self, task: HerosTask) -> HerosData:
         from evalfarm.taskdata.build import built_file
         from evalfarm.taskdata.data import task_file
 
-        spec: Any = task
+        spec = task
         if spec.format == "heros-released":
             return read_released(task_file(task, "pairs"))
         if spec.build is None:
@@ -188,7 +188,7 @@ GROUP BY model, task, subset;
 
     def score(
         self,
-        task: TaskSpec,
+        task: HerosTask,
         data: HerosData,
         vectors: TextVectors,
         params: dict[str, Any],

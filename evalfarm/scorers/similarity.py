@@ -154,7 +154,7 @@ class WordSimTask(TaskSpec):
 
 
 @register
-class WordSimilarityScorer(Scorer):
+class WordSimilarityScorer(Scorer[WordSimTask, PairData]):
     name = "word-similarity"
     version = "1"
     task_spec = WordSimTask
@@ -177,7 +177,7 @@ class WordSimilarityScorer(Scorer):
     def variant_label(self, variant: str) -> str:
         return self.VARIANT_LABELS.get(variant, variant)
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: WordSimTask, options: RunOptions) -> dict[str, Any]:
         return {
             "variants": ["evalrank-word", "raw"],
             "center": options.center,
@@ -185,7 +185,7 @@ class WordSimilarityScorer(Scorer):
             "protocol": {**Protocol.for_level("word", center=options.center).key(), "oov": "pairs skipped"},
         }
 
-    def load(self, task: TaskSpec) -> PairData:
+    def load(self, task: WordSimTask) -> PairData:
         from evalfarm.taskdata.coverage import common_vocabulary, known_pair
         from evalfarm.taskdata.data import task_file
         from evalfarm.taskdata.wordsim import read_wordsim
@@ -200,7 +200,7 @@ class WordSimilarityScorer(Scorer):
 
     def score(
         self,
-        task: TaskSpec,
+        task: WordSimTask,
         data: PairData,
         vectors: TextVectors,
         params: dict[str, Any],
@@ -298,7 +298,7 @@ def load_sts(task: Any) -> PairData:
 
 
 @register
-class STSScorer(Scorer):
+class STSScorer(Scorer[STSTaskSpec, PairData]):
     name = "sts"
     version = "2"  # 2: cosines rounded to COS_DECIMALS before ranking (issue 22)
     task_spec = STSTaskSpec
@@ -307,19 +307,19 @@ class STSScorer(Scorer):
     thin_rules = (ThinRule("n_pairs", at_least=MIN_RANKED_PAIRS),)
     """Too thin under 5 pairs in any subset (the starter zoo's smallest: STS13 FNWN, 189 pairs)."""
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: STSTaskSpec, options: RunOptions) -> dict[str, Any]:
         return {"similarity": "cos", "protocol": Protocol("raw").key()}
 
-    def load(self, task: TaskSpec) -> PairData:
+    def load(self, task: STSTaskSpec) -> PairData:
         return load_sts(task)
 
-    def is_primary(self, row: MetricRow, task: TaskSpec | None, data: PairData) -> bool:
+    def is_primary(self, row: MetricRow, task: STSTaskSpec | None, data: PairData) -> bool:
         """The primary subset's Spearman only (the task's ``primary_subset``, default by format)."""
         return super().is_primary(row, task, data) and row.subset == primary_subset(data)
 
     def score(
         self,
-        task: TaskSpec,
+        task: STSTaskSpec,
         data: PairData,
         vectors: TextVectors,
         params: dict[str, Any],
@@ -386,7 +386,7 @@ def band_samples(gold: np.ndarray, bands: Sequence[tuple[float, float]], sample:
 
 
 @register
-class STSBandsScorer(Scorer):
+class STSBandsScorer(Scorer[STSBandsTask, PairData]):
     name = "similarity-bands"
     version = "2"  # 2: cosines rounded to COS_DECIMALS before ranking (issue 22)
     task_spec = STSBandsTask
@@ -395,23 +395,23 @@ class STSBandsScorer(Scorer):
     """Too thin under 5 pairs in a band (the starter zoo: 3148 pairs in every band)."""
     description = "Spearman within gold-score bands of STS-B (equal-size seeded samples; the paper's Figure 2)"
 
-    def params(self, task: TaskSpec, options: RunOptions) -> dict[str, Any]:
+    def params(self, task: STSBandsTask, options: RunOptions) -> dict[str, Any]:
         return {"similarity": "cos", "protocol": Protocol("raw").key()}
 
-    def load(self, task: TaskSpec) -> PairData:
+    def load(self, task: STSBandsTask) -> PairData:
         from evalfarm.taskdata import sts
 
         loaded = sts.load_stsb(_folder(task))
         s1 = [t for s in loaded.subsets.values() for t in s.sent1]
         s2 = [t for s in loaded.subsets.values() for t in s.sent2]
         gold = np.concatenate([s.gold for s in loaded.subsets.values()])
-        picks = band_samples(gold, task.bands, task.sample, task.seed)  # type: ignore[attr-defined]
+        picks = band_samples(gold, task.bands, task.sample, task.seed)
         subsets = {name: ([s1[i] for i in idx], [s2[i] for i in idx], gold[idx]) for name, idx in picks.items()}
         return PairData(subsets)
 
     def score(
         self,
-        task: TaskSpec,
+        task: STSBandsTask,
         data: PairData,
         vectors: TextVectors,
         params: dict[str, Any],

@@ -3,8 +3,10 @@
 Modules, one concern each: :mod:`~evalfarm.warehouse.schemas` (every table's schema: the core tables and each task
 kind's detail tables), :mod:`~evalfarm.warehouse.tables` (the Delta Lake layer: staging, commits, snapshots),
 :mod:`~evalfarm.warehouse.store` (the :class:`Warehouse`: writes, completion, reads, the scan for damaged files,
-quarantine), :mod:`~evalfarm.warehouse.commits` (a run's batched commits), :mod:`~evalfarm.warehouse.query` (the
-views, core ``sql/*.sql`` then each task kind's, and the read-only DuckDB sandbox),
+quarantine), :mod:`~evalfarm.warehouse.like` (:class:`WarehouseLike`: what the modules below the store need of a
+warehouse), :mod:`~evalfarm.warehouse.commits` (a run's batched commits), :mod:`~evalfarm.warehouse.query` (the
+views, core ``sql/*.sql`` then each task kind's, and the connections), :mod:`~evalfarm.warehouse.sandbox` (the SQL
+sandbox: the lock, the read-only check, the query limits),
 :mod:`~evalfarm.warehouse.history` (snapshots of the past, what moved between runs),
 :mod:`~evalfarm.warehouse.current` (the metrics table's current rows, which ``metrics`` reads),
 :mod:`~evalfarm.warehouse.maintenance` (compaction, retention, reader pins), :mod:`~evalfarm.warehouse.migrate`
@@ -32,15 +34,9 @@ becomes part of its table only when a commit names it; a commit is atomic and De
 from __future__ import annotations
 
 from evalfarm.warehouse.commits import BATCH_SECONDS, BATCH_UNITS, CommitBatcher
-from evalfarm.warehouse.query import (
-    ViewSource,
-    check_read_only,
-    create_views,
-    lock_down,
-    open_connection,
-    sql_dir,
-    view_sources,
-)
+from evalfarm.warehouse.like import WarehouseLike
+from evalfarm.warehouse.query import ViewSource, create_views, open_connection, sql_dir, view_sources
+from evalfarm.warehouse.sandbox import check_read_only, lock_down
 from evalfarm.warehouse.schemas import (
     CORE_SCHEMAS,
     SCHEMAS,
@@ -100,6 +96,7 @@ __all__ = [
     "VerifyResult",
     "ViewSource",
     "Warehouse",
+    "WarehouseLike",
     "WarehouseWriteError",
     "_temp_name",
     "atomic_write_table",

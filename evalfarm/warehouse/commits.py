@@ -13,8 +13,8 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
 
+from evalfarm.warehouse.like import WarehouseLike
 from evalfarm.warehouse.tables import StagedFile
 
 BATCH_UNITS = int(os.environ.get("EVALFARM_COMMIT_UNITS", "64"))
@@ -30,7 +30,7 @@ class CommitBatcher:
 
     def __init__(
         self,
-        warehouse: Any,
+        warehouse: WarehouseLike,
         run_id: str,
         *,
         max_units: int = BATCH_UNITS,

@@ -34,9 +34,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from evalfarm.warehouse.like import WarehouseLike
 from evalfarm.warehouse.query import TABLES_SCHEMA, open_connection, private_schema_file
 from evalfarm.warehouse.rewrite import commit_rewrite, rewrite, stage
 from evalfarm.warehouse.schemas import SCHEMAS
@@ -85,7 +87,7 @@ def split_files(snapshot: Snapshot, folder: str) -> MetricsFiles:
     return MetricsFiles(tuple(kinds[CURRENT]), tuple(kinds[SUPERSEDED]), tuple(kinds["pending"]))
 
 
-def _connection(wh: Any, files: Sequence[FileEntry], **kwargs: Any) -> Any:
+def _connection(wh: WarehouseLike, files: Sequence[FileEntry], **kwargs: Any) -> duckdb.DuckDBPyConnection:
     """A read-only connection with the metrics table bound to ``files`` (and the macros, the views ``needs`` name)."""
     root, remote, duck_path = wh._reader(read_only=True)
     return open_connection(
@@ -97,7 +99,7 @@ def _connection(wh: Any, files: Sequence[FileEntry], **kwargs: Any) -> Any:
 
 
 def read_ranked(
-    wh: Any, files: Sequence[FileEntry], *, rows_per_part: int = CURRENT_ROWS_PER_FILE
+    wh: WarehouseLike, files: Sequence[FileEntry], *, rows_per_part: int = CURRENT_ROWS_PER_FILE
 ) -> Iterator[pa.Table]:
     """Every row of ``files`` (metrics files) in the table's schema, with ``computation_age`` (1: its key's newest
     computation among these rows; null: a row without a task, in no view): ``ranked_computations`` of
@@ -135,7 +137,7 @@ def _sql(text: str) -> str:
     return "'" + str(text).replace("'", "''") + "'"
 
 
-def _arrow(rel: Any) -> pa.Table:
+def _arrow(rel: duckdb.DuckDBPyRelation) -> pa.Table:
     got = rel.arrow()
     return got if isinstance(got, pa.Table) else got.read_all()  # a RecordBatchReader in some DuckDB versions
 
@@ -150,7 +152,7 @@ class Refreshed:
     superseded_rows: int
 
 
-def refresh_current(wh: Any, *, run_id: str | None = None, min_pending: int = 1) -> Refreshed | None:
+def refresh_current(wh: WarehouseLike, *, run_id: str | None = None, min_pending: int = 1) -> Refreshed | None:
     """Rewrite the metrics table's current and pending files (:func:`split_files`) as current and superseded files,
     in one commit; None when fewer than ``min_pending`` files are pending (0: rewrite the current files anyway), or
     when another writer rewrote some of them first (its commit did the same work). The new files are written a range
@@ -186,7 +188,7 @@ def _keys(t: pa.Table) -> list[tuple[Any, ...]]:
     return list(zip(*(t.column(c).to_pylist() for c in KEY), strict=True)) if t.num_rows else []
 
 
-def drop_units(wh: Any, units: set[tuple[str, str, str]], *, run_id: str | None = None) -> int:
+def drop_units(wh: WarehouseLike, units: set[tuple[str, str, str]], *, run_id: str | None = None) -> int:
     """Remove every metrics row of ``units`` ((model, task, fingerprint)) in one commit, keeping the invariant of the
     current rows: each file holding some is rewritten without them (in its own kind's folder), and where a unit's
     rows were current, the older computations of its keys are moved from the superseded files to a pending one
@@ -227,7 +229,7 @@ def _unit_mask(t: pa.Table, units: set[tuple[str, str, str]]) -> pa.Array:
 
 
 def _release_superseded(
-    wh: Any,
+    wh: WarehouseLike,
     snap: Snapshot,
     rewritten: set[str],
     keys: set[tuple[Any, ...]],
@@ -258,7 +260,7 @@ def _release_superseded(
         folders += [SUPERSEDED, "drop-units"]
 
 
-def current_findings(wh: Any) -> list[str]:
+def current_findings(wh: WarehouseLike) -> list[str]:
     """Where the rows ``metrics`` reads (the metrics table's current files, and the newest among them and the pending
     ones) differ from the newest computations of the table's whole history (``ranked_computations`` over every
     file: what ``metrics`` was before the current rows were kept): one line per way they differ, [] when they are
@@ -290,7 +292,7 @@ def current_findings(wh: Any) -> list[str]:
     return out
 
 
-def pending_files(wh: Any, snapshot: Snapshot | None = None) -> list[FileEntry]:
+def pending_files(wh: WarehouseLike, snapshot: Snapshot | None = None) -> list[FileEntry]:
     """The metrics table's pending files (of ``snapshot``, default the newest)."""
     snap = snapshot if snapshot is not None else wh.tables.snapshot(TABLE)
     return list(split_files(snap, wh.tables.folder(TABLE)).pending)

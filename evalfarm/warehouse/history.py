@@ -23,6 +23,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from evalfarm.warehouse.like import AsOfArg, WarehouseLike
 from evalfarm.warehouse.query import rows_of
 
 REASONS = (
@@ -65,7 +66,7 @@ def parse_time(text: str) -> datetime | None:
         return None
 
 
-def run_events(wh: Any) -> list[dict[str, Any]]:
+def run_events(wh: WarehouseLike) -> list[dict[str, Any]]:
     """Every row of the ``runs`` table (start and end events), read from its newest snapshot."""
     snap = wh.tables.snapshot("runs")
     cols = ["run_id", "event", "at", "status", "snapshot", "catalog"]
@@ -75,7 +76,7 @@ def run_events(wh: Any) -> list[dict[str, Any]]:
     return rows
 
 
-def runs(wh: Any) -> list[dict[str, Any]]:
+def runs(wh: WarehouseLike) -> list[dict[str, Any]]:
     """One dict per run, oldest first: ``run_id``, ``started_at``, ``finished_at`` (None while running or after a
     kill), ``status``, ``snapshot`` (the end event's table versions, or None), ``catalog``."""
     out: dict[str, dict[str, Any]] = {}
@@ -91,9 +92,11 @@ def runs(wh: Any) -> list[dict[str, Any]]:
     return sorted(out.values(), key=lambda r: (r["started_at"] or stamp, r["run_id"]))
 
 
-def _last_commits(wh: Any, run_id: str, tables: tuple[str, ...] = ("metrics", "units", "runs")) -> dict[str, Any]:
+def _last_commits(
+    wh: WarehouseLike, run_id: str, tables: tuple[str, ...] = ("metrics", "units", "runs")
+) -> dict[str, tuple[int, datetime]]:
     """Table -> (version, time) of the newest commit naming ``run_id``, over ``tables`` (those a run writes)."""
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[int, datetime]] = {}
     for table in tables:
         for entry in wh.tables.history(table):  # newest first
             if entry.get("evalfarm.run_id") == run_id:
@@ -104,7 +107,7 @@ def _last_commits(wh: Any, run_id: str, tables: tuple[str, ...] = ("metrics", "u
     return out
 
 
-def resolve_as_of(wh: Any, as_of: Any) -> AsOf:
+def resolve_as_of(wh: WarehouseLike, as_of: AsOfArg) -> AsOf:
     """``as_of`` (a run id of this warehouse, a ``datetime``, or an ISO 8601 text) as a point to read at. A run that
     ended: its recorded snapshot. A run without an end event (still running, or killed): the state at its newest
     commit. Anything else is an error naming what was expected."""
@@ -136,7 +139,7 @@ def resolve_as_of(wh: Any, as_of: Any) -> AsOf:
     return AsOf(when.isoformat(), when)
 
 
-def last_two_runs(wh: Any, known: list[dict[str, Any]] | None = None) -> tuple[str, str]:
+def last_two_runs(wh: WarehouseLike, known: list[dict[str, Any]] | None = None) -> tuple[str, str]:
     """The two newest runs that ended (the default of ``evalfarm diff``), older first (of ``known``, :func:`runs`
     read already)."""
     ended = [r["run_id"] for r in (runs(wh) if known is None else known) if r["finished_at"] is not None]
@@ -193,7 +196,7 @@ DEFAULT_TOLERANCE = 1e-9
 
 
 def diff_runs(
-    wh: Any, run_a: str | None = None, run_b: str | None = None, *, tolerance: float = DEFAULT_TOLERANCE
+    wh: WarehouseLike, run_a: str | None = None, run_b: str | None = None, *, tolerance: float = DEFAULT_TOLERANCE
 ) -> Diff:
     """What moved between runs ``run_a`` and ``run_b`` (default: the two newest that ended), read through the
     ``run_diff`` macro: every value new, removed, or different beyond ``tolerance``, with its reason."""

@@ -4,15 +4,14 @@ unchanged; runs refuse to write it (:class:`~evalfarm.warehouse.base.LegacyAny`)
 
 from __future__ import annotations
 
-from typing import Any
-
 import duckdb
 
+from evalfarm.warehouse.like import WarehouseLike
 from evalfarm.warehouse.query import open_connection, private_schema_file
 from evalfarm.warehouse.schemas import table_schemas
 
 
-def legacy_files(wh: Any) -> dict[str, list[str]]:
+def legacy_files(wh: WarehouseLike) -> dict[str, list[str]]:
     """Table -> its layout-1 data files (every visible Parquet file under ``tables/<table>/`` but the empty typed
     ``_schema.parquet``)."""
     out: dict[str, list[str]] = {}
@@ -22,7 +21,9 @@ def legacy_files(wh: Any) -> dict[str, list[str]]:
     return out
 
 
-def legacy_connect(wh: Any, *, read_only: bool = True, memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+def legacy_connect(
+    wh: WarehouseLike, *, read_only: bool = True, memory_limit: str | None = None
+) -> duckdb.DuckDBPyConnection:
     """A connection with the views over a layout-1 warehouse: each table's files listed once (a private typed empty
     file beside them, so every column exists), read as :meth:`Warehouse.connect` reads a snapshot."""
     files = legacy_files(wh)

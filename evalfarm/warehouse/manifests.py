@@ -13,6 +13,7 @@ from typing import Any
 import pyarrow as pa
 
 from evalfarm.warehouse.base import MANIFEST_TABLE, now
+from evalfarm.warehouse.like import WarehouseLike
 from evalfarm.warehouse.tables import StagedFile
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -42,7 +43,7 @@ def _units(row: dict[str, Any]) -> tuple[tuple[str, str, str, str | None], ...]:
     return ()
 
 
-def read_manifests(wh: Any) -> tuple[dict[str, ManifestRow], list[tuple[str, str]]]:
+def read_manifests(wh: WarehouseLike) -> tuple[dict[str, ManifestRow], list[tuple[str, str]]]:
     """The newest manifest row of each recorded path (relative to the root), and (path, why) for each manifest file
     of the table that cannot be read."""
     newest: dict[str, tuple[Any, ManifestRow]] = {}
@@ -65,7 +66,7 @@ def read_manifests(wh: Any) -> tuple[dict[str, ManifestRow], list[tuple[str, str
     return {p: e for p, (_, e) in newest.items()}, bad
 
 
-def manifest_index(wh: Any) -> dict[str, ManifestRow]:
+def manifest_index(wh: WarehouseLike) -> dict[str, ManifestRow]:
     """The newest manifest row of each recorded path (unreadable manifest files left out)."""
     return read_manifests(wh)[0]
 

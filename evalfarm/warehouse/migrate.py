@@ -72,7 +72,7 @@ def migrate(source: str | os.PathLike[str], target: str | os.PathLike[str] | Non
     in_place = target is None or Warehouse(target).uri == old.uri
     if old.layout() == "delta" and in_place and (old.schema_version() or 0) < SCHEMA_VERSION:
         return upgrade(old)
-    new = old if in_place else Warehouse(target)  # type: ignore[arg-type]
+    new = old if in_place or target is None else Warehouse(target)  # (target None is in place)
     _check(old, new, in_place)
     marker = new._p(MIGRATING_FILE)
     if in_place:

@@ -10,7 +10,8 @@ import time
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Any
+
+from evalfarm.warehouse.like import AsOfArg, WarehouseLike
 
 READERS_DIR = "_readers"
 PIN_SECONDS = 6 * 3600
@@ -19,7 +20,7 @@ PIN_SECONDS = 6 * 3600
 
 @contextmanager
 def pinned(
-    wh: Any, as_of: Any = None, *, label: str = "", tables: Iterable[str] | None = None
+    wh: WarehouseLike, as_of: AsOfArg = None, *, label: str = "", tables: Iterable[str] | None = None
 ) -> Iterator[dict[str, int | None]]:
     """Record the versions a reader reads (``as_of``: see :meth:`Warehouse.snapshot`; None: the newest) of every
     table, or of ``tables`` (those it reads), under ``<root>/_readers/`` while the block runs, so ``vacuum`` keeps
@@ -44,7 +45,7 @@ def pinned(
             _remove(wh, path)
 
 
-def _remove(wh: Any, path: str) -> None:
+def _remove(wh: WarehouseLike, path: str) -> None:
     """Remove a pin: on a local disk only a regular file reached without a link (``_readers`` replaced by a link to
     someone's folder loses nothing of theirs)."""
     from evalfarm.warehouse.base import remove_inside
@@ -58,7 +59,7 @@ def _remove(wh: Any, path: str) -> None:
         pass
 
 
-def _pin_files(wh: Any) -> list[str]:
+def _pin_files(wh: WarehouseLike) -> list[str]:
     """The pins' files: on a local disk the regular files of ``_readers/`` itself, not followed if it is a link."""
     import pyarrow.fs as pafs
 
@@ -74,7 +75,7 @@ def _pin_files(wh: Any) -> list[str]:
     return [i.path for i in wh.fs.get_file_info(sel) if i.type == pafs.FileType.File]
 
 
-def live_pins(wh: Any, *, now_s: float | None = None) -> dict[str, set[int]]:
+def live_pins(wh: WarehouseLike, *, now_s: float | None = None) -> dict[str, set[int]]:
     """Table -> the versions unexpired pins hold (expired pins are removed on the way)."""
     t = time.time() if now_s is None else now_s
     out: dict[str, set[int]] = {}

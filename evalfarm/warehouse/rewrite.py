@@ -12,6 +12,7 @@ from typing import Any
 import pyarrow as pa
 
 from evalfarm.warehouse.base import MANIFEST_TABLE, WarehouseWriteError, now
+from evalfarm.warehouse.like import WarehouseLike
 from evalfarm.warehouse.tables import FileEntry, RewriteConflict, StagedFile, TableError
 
 ROW_GROUP_ROWS = 128 * 1024
@@ -31,7 +32,9 @@ def _unit_keys(t: pa.Table) -> list[tuple[Any, ...]]:
     return sorted(set(zip(*data, strict=True)), key=lambda u: tuple(str(x) for x in u))
 
 
-def stage(wh: Any, table: str, t: pa.Table, folder: str, run_id: str | None = None) -> tuple[StagedFile, list[Any]]:
+def stage(
+    wh: WarehouseLike, table: str, t: pa.Table, folder: str, run_id: str | None = None
+) -> tuple[StagedFile, list[Any]]:
     """``t``'s rows staged as one file of ``table`` under ``data/<folder>/`` (rewritten rows: row groups of
     :data:`ROW_GROUP_ROWS`), and the units it holds (for its manifest row)."""
     f = wh.tables.stage(table, t, folder=folder, run_id=run_id, row_group_size=ROW_GROUP_ROWS)
@@ -39,7 +42,7 @@ def stage(wh: Any, table: str, t: pa.Table, folder: str, run_id: str | None = No
 
 
 def rewrite(
-    wh: Any,
+    wh: WarehouseLike,
     table: str,
     tables: Sequence[pa.Table],
     removes: Sequence[FileEntry],
@@ -63,7 +66,7 @@ def rewrite(
 
 
 def commit_rewrite(
-    wh: Any,
+    wh: WarehouseLike,
     table: str,
     staged: Sequence[tuple[StagedFile, list[Any]]],
     removes: Sequence[FileEntry],

@@ -1,7 +1,8 @@
 """The warehouse: Delta tables of results, text stores of vectors, and the one object every reader and writer uses.
 
 See :mod:`evalfarm.warehouse` for the layout and :mod:`evalfarm.warehouse.tables` for the Delta Lake layer. Schemas
-come from :mod:`evalfarm.warehouse.schemas`; connections and views from :mod:`evalfarm.warehouse.query`.
+come from :mod:`evalfarm.warehouse.schemas`; connections and views from :mod:`evalfarm.warehouse.query`; the SQL
+sandbox (the lock, the read-only check, the limits) from :mod:`evalfarm.warehouse.sandbox`.
 
 Writes are staged then committed. :meth:`Warehouse.write` stages one Parquet file (a unit's rows of one table, a
 run's event, a batch of ``units`` rows) and commits it at once, unless the warehouse is ``deferred``: then the file
@@ -48,16 +49,10 @@ from evalfarm.warehouse.base import (
     walk_inside,
     write_inside,
 )
+from evalfarm.warehouse.like import AsOfArg, UnitKey
 from evalfarm.warehouse.manifests import manifest_index, manifest_rows
-from evalfarm.warehouse.query import (
-    QueryLimits,
-    check_read_only,
-    needed_statements,
-    open_connection,
-    private_schema_file,
-    run_limited,
-    view_sources,
-)
+from evalfarm.warehouse.query import needed_statements, open_connection, private_schema_file, view_sources
+from evalfarm.warehouse.sandbox import QueryLimits, check_read_only, run_limited
 from evalfarm.warehouse.schemas import SCHEMAS, empty_table, table_schemas, unit_tables
 from evalfarm.warehouse.tables import (
     DamagedTable,
@@ -580,7 +575,7 @@ class Warehouse:
         return self.write("failures", [row], run_id=run_id)
 
     # -- completion -----------------------------------------------------------------------------------------
-    def done(self, units: list[Any], *, max_age: float = 0.0) -> list[bool]:
+    def done(self, units: Sequence[UnitKey], *, max_age: float = 0.0) -> list[bool]:
         """Whether each of ``units`` is computed: its (model, task, fingerprint) has committed ``metrics`` rows (one
         read of the table's newest snapshot, incremental after the first; ``max_age``: reuse a read that young)."""
         if not units or self.layout() != "delta":
@@ -588,7 +583,7 @@ class Warehouse:
         index = self._done.refresh(max_age)
         return [(u.model, u.task, u.fingerprint) in index for u in units]
 
-    def is_done(self, unit: Any, *, since: float | None = None, max_age: float = 0.0) -> bool:
+    def is_done(self, unit: UnitKey, *, since: float | None = None, max_age: float = 0.0) -> bool:
         """Whether ``unit`` is computed (with ``since``: and was computed at or after that wall clock time, for a
         ``--force`` run asking whether another run recomputed it meanwhile)."""
         if self.layout() != "delta":
@@ -648,7 +643,7 @@ class Warehouse:
                 t = t.append_column(c, pa.nulls(t.num_rows))
         return t.select(columns)
 
-    def open_input(self, path: str) -> Any:
+    def open_input(self, path: str) -> pa.NativeFile:
         """A file of the warehouse opened for reading: on a local disk only a regular file inside the root, opened
         without following a final symlink and without blocking (a FIFO planted in the warehouse is refused, not
         waited on); on an object store the object itself."""
@@ -662,7 +657,7 @@ class Warehouse:
 
     # -- snapshots and reads --------------------------------------------------------------------------------
     def snapshot(
-        self, as_of: Any = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
+        self, as_of: AsOfArg = None, *, tables: Iterable[str] | None = None, leave_out_damaged: bool = False
     ) -> dict[str, Snapshot]:
         """Every table's snapshot (or ``tables``'): the newest (``as_of`` None), a run's (its id: the versions its
         end event recorded, or for a run that never ended the state at its last commit) or the state at a time (a
@@ -708,7 +703,7 @@ class Warehouse:
         *,
         read_only: bool = True,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         needs: Sequence[str] | None = None,
     ) -> duckdb.DuckDBPyConnection:
         """An in-memory DuckDB with the views of ``sql/`` over this warehouse's snapshot (the newest, or ``as_of``:
@@ -845,7 +840,7 @@ class Warehouse:
         *,
         timeout_s: float | None = None,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> pa.Table:
@@ -894,7 +889,7 @@ class Warehouse:
         *,
         timeout_s: float | None = None,
         memory_limit: str | None = None,
-        as_of: Any = None,
+        as_of: AsOfArg = None,
         max_rows: int | None = None,
         max_bytes: int | None = None,
     ) -> list[pa.Table]:

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -46,6 +46,10 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from evalfarm.warehouse.base import open_folder_inside, safe_open, walk_inside, write_inside
+
+if TYPE_CHECKING:  # deltalake itself is imported where a table is first opened (not by every reader of this module)
+    from deltalake import DeltaTable
+    from deltalake.transaction import AddAction, RemoveAction
 
 LOG_DIR = "_delta_log"
 DATA_DIR = "data"
@@ -150,7 +154,7 @@ def log_path_problem(path: str) -> str | None:
     return None
 
 
-def _action_problem(action: Any) -> str | None:
+def _action_problem(action: object) -> str | None:
     """Why one line of a commit is not a Delta action evalfarm can replay, else None: one object with one key, an
     add or a remove with a path, an add with a size that is a whole number >= 0."""
     if not isinstance(action, dict) or len(action) != 1:
@@ -256,12 +260,6 @@ def storage_options(uri: str, environ: Mapping[str, str] | None = None) -> dict[
     return options
 
 
-def _delta() -> Any:
-    import deltalake
-
-    return deltalake
-
-
 class DeltaTables:
     """The Delta tables of one warehouse: ``base`` is the root inside ``fs`` (a local path, or ``bucket/prefix``),
     ``scheme`` the URI scheme of a remote root (``s3``), ``options`` delta-rs' storage options."""
@@ -289,16 +287,19 @@ class DeltaTables:
         return any(i.path.endswith(".json") for i in self.fs.get_file_info(sel))
 
     # -- tables -----------------------------------------------------------------------------------------------
-    def open(self, table: str, version: int | None = None) -> Any:
+    def open(self, table: str, version: int | None = None) -> DeltaTable:
         """The table (delta-rs ``DeltaTable``) at ``version`` (None: the latest); ``TableError`` when it cannot be
         read (no such table, a damaged log, a version vacuumed away)."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
         self._check_log(table)
         try:
-            return _delta().DeltaTable(self.uri(table), version=version, storage_options=self.options or None)
+            return DeltaTable(self.uri(table), version=version, storage_options=self.options or None)
         except Exception as exc:
             what = f"version {version} of " if version is not None else ""
             text = _first_line(exc)
-            if version is None and type(exc).__name__ != "TableNotFoundError":  # (a version gone is no damage)
+            if version is None and not isinstance(exc, TableNotFoundError):  # (a version gone is no damage)
                 broken = self._broken_entry(table)
                 if broken is not None:
                     raise DamagedTable(table, *broken) from exc
@@ -377,7 +378,8 @@ class DeltaTables:
         a no-op (``mode="ignore"``)."""
         if table in self._schemas and set(schema.names) <= set(self._schemas[table].names):
             return  # checked by this process already (a table is never dropped by evalfarm)
-        dl = _delta()
+        import deltalake as dl
+
         if not self.exists(table):
             from deltalake.transaction import create_table_with_add_actions
 
@@ -464,7 +466,7 @@ class DeltaTables:
         from deltalake.transaction import AddAction, RemoveAction
 
         now_ms = int(time.time() * 1000)
-        actions: list[Any] = [
+        actions: list[AddAction | RemoveAction] = [
             AddAction(_quote(f.in_table), f.size, {}, f.written_ms, data_change, f.stats) for f in files
         ]
         prefix = self.folder(table) + "/"
@@ -491,7 +493,9 @@ class DeltaTables:
                 time.sleep(0.2 * 2**attempt)
         raise TableError(f"cannot commit to table {table!r}: {_first_line(last)}") from last
 
-    def _commit_removing(self, table: str, actions: list[Any], removed: set[str], info: dict[str, Any]) -> None:
+    def _commit_removing(
+        self, table: str, actions: list[AddAction | RemoveAction], removed: set[str], info: dict[str, object]
+    ) -> None:
         """Commit ``actions``, which remove the files ``removed`` (paths inside the filesystem), on the newest version
         only if every one of them is still part of it, and without delta-rs' rebase onto a version committed
         meanwhile (``max_commit_retries=0``): a lost race reopens the newest version and checks again.
@@ -519,7 +523,7 @@ class DeltaTables:
                 time.sleep(min(1.0, 0.02 * 2**attempt))
         raise TableError(f"cannot commit to table {table!r}: {_first_line(last)}") from last
 
-    def _landed(self, table: str, commit_id: Any) -> bool:
+    def _landed(self, table: str, commit_id: object) -> bool:
         """Whether the commit with ``commit_id`` in its info is among the newest (a commit that failed on the way
         back from the store may have been written: committing it again would add its rows twice)."""
         if not commit_id:
@@ -549,10 +553,12 @@ class DeltaTables:
     def snapshot(self, table: str, version: int | None = None, *, as_of: datetime | None = None) -> Snapshot:
         """The files of ``table`` at ``version`` (None: the latest), or as it was at time ``as_of``: an empty
         snapshot (version None) when the table did not exist then."""
+        from deltalake.exceptions import TableNotFoundError
+
         try:
             dt = self.open(table, version)
         except TableError as exc:
-            if type(exc.__cause__).__name__ != "TableNotFoundError":
+            if not isinstance(exc.__cause__, TableNotFoundError):
                 raise
             self._schemas.pop(table, None)
             return Snapshot(table, None)
@@ -566,7 +572,7 @@ class DeltaTables:
                 raise TableError(f"table {table!r} as of {as_of.isoformat()}: {_first_line(exc)}") from exc
         return Snapshot(table, int(dt.version()), self._files(table, dt))
 
-    def _files(self, table: str, dt: Any) -> tuple[FileEntry, ...]:
+    def _files(self, table: str, dt: DeltaTable) -> tuple[FileEntry, ...]:
         """The data files of the loaded version of ``dt`` (a ``DeltaTable`` of ``table``), validated
         (:meth:`data_files`), sorted by path."""
         self._check_protocol(table, dt)
@@ -624,7 +630,7 @@ class DeltaTables:
             checked.add(folder)
 
     @staticmethod
-    def _check_protocol(table: str, dt: Any) -> None:
+    def _check_protocol(table: str, dt: DeltaTable) -> None:
         """Reader protocol 1 only: evalfarm's tables use no deletion vectors and no column mapping, so the Parquet
         files a version names are its rows (what DuckDB reads). A log that raises it (deletion vectors, whose paths
         would point anywhere) is refused, not half-read."""
@@ -682,7 +688,7 @@ class DeltaTables:
         return actions
 
     @staticmethod
-    def _created_ms(dt: Any) -> int | None:
+    def _created_ms(dt: DeltaTable) -> int | None:
         try:
             return int(dt.metadata().created_time)
         except Exception:
@@ -696,7 +702,7 @@ class DeltaTables:
         return list(self.open(table).history(limit))
 
 
-def _arrow_schema(dt: Any) -> pa.Schema:
+def _arrow_schema(dt: DeltaTable) -> pa.Schema:
     return pa.schema(dt.schema().to_arrow())
 
 
