@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from evalfarm import api
 from evalfarm.comparison_tables import (
     COMPARISON_METHOD,
     comparison_table,
@@ -307,6 +308,8 @@ def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> N
     assert {r["significant"] for r in rows if r["b_intrinsic_task"] == "stsb"} == {True}
     bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "--ties", "all"])
     assert bad.exit_code != 0 and "one tie policy" in bad.output
+    with pytest.raises(ValueError, match="one tie policy"):  # the API's rule, refused before anything is computed
+        api.correlation_comparisons(warehouse=str(wh.root) + "-none", ties="all")
     bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "nope"])
     assert bad.exit_code != 0 and "no such row" in bad.output
 
