@@ -209,9 +209,11 @@ def settings(
 def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None, user: bool = False) -> Config:
     """Remember ``values`` (``data``, ``warehouse``, ``catalog``, ...) in ``file`` (default: the user-level file
     with ``user``, for every folder; else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``), other keys kept, paths
-    stored absolute; what ``evalfarm config set`` does."""
+    stored absolute; what ``evalfarm config set`` does. ``file`` and ``user`` together name two files: ConfigError."""
     from evalfarm.config import write_config, write_target
 
+    if user and file is not None:
+        raise ConfigError(f"the user-level file and {file} are two different files: give one (user or file)")
     return write_config(write_target(file, user=user), dict(values))
 
 

@@ -107,8 +107,6 @@ def config_set(settings: SettingsArg, file: FileOpt = None, user: UserOpt = Fals
         if not sep:
             fail(f"expected KEY=VALUE, got {item!r} (keys: {', '.join(KEYS)})")
         updates[key.strip()] = value.strip()
-    if user and file is not None:
-        fail("--user and --file name two different files: give one")
     try:
         cfg = api.set_config(updates, file=file, user=user)
     except api.ConfigError as exc:
