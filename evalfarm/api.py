@@ -69,23 +69,23 @@ if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
 
+    from evalfarm.analysis.comparison_tables import ComparisonTable as ComparisonTable
+    from evalfarm.analysis.comparison_tables import format_comparison as format_comparison
+    from evalfarm.analysis.comparison_tables import power_text as power_text
+    from evalfarm.analysis.correlations import CorrelationTable as CorrelationTable
+    from evalfarm.analysis.correlations import column_order as column_order
+    from evalfarm.analysis.correlations import format_cell as format_cell
+    from evalfarm.analysis.mteb_results import ExportResult, ImportResult
+    from evalfarm.analysis.mteb_results import MtebFormatError as MtebFormatError
+    from evalfarm.analysis.paper import CoverageTable, Table10
+    from evalfarm.analysis.paper import PaperTable as PaperTable
     from evalfarm.catalog.registry import Catalog, CatalogTarget
     from evalfarm.catalog.registry import CatalogError as CatalogError
     from evalfarm.catalog.registry import describe_composition as describe_composition
     from evalfarm.catalog.specs import Level
-    from evalfarm.comparison_tables import ComparisonTable as ComparisonTable
-    from evalfarm.comparison_tables import format_comparison as format_comparison
-    from evalfarm.comparison_tables import power_text as power_text
-    from evalfarm.correlations import CorrelationTable as CorrelationTable
-    from evalfarm.correlations import column_order as column_order
-    from evalfarm.correlations import format_cell as format_cell
     from evalfarm.device import DeviceUnavailable as DeviceUnavailable
-    from evalfarm.mteb_results import ExportResult, ImportResult
-    from evalfarm.mteb_results import MtebFormatError as MtebFormatError
     from evalfarm.outcomes import Status as Status
     from evalfarm.outcomes import UnitOutcome
-    from evalfarm.paper import CoverageTable, Table10
-    from evalfarm.paper import PaperTable as PaperTable
     from evalfarm.runner import RayStartFailed as RayStartFailed
     from evalfarm.runner import RunEvent as RunEvent
     from evalfarm.runner import RunInterrupted as RunInterrupted
@@ -123,7 +123,7 @@ _LAZY: dict[str, tuple[str, str]] = {
     "DamagedTable": ("evalfarm.warehouse", "DamagedTable"),
     "DeviceUnavailable": ("evalfarm.device", "DeviceUnavailable"),
     "LegacyWarehouse": ("evalfarm.warehouse", "LegacyWarehouse"),
-    "MtebFormatError": ("evalfarm.mteb_results", "MtebFormatError"),
+    "MtebFormatError": ("evalfarm.analysis.mteb_results", "MtebFormatError"),
     "NoRun": ("evalfarm.status", "NoRun"),
     "RayStartFailed": ("evalfarm.runner", "RayStartFailed"),
     "RunInterrupted": ("evalfarm.runner", "RunInterrupted"),
@@ -132,20 +132,20 @@ _LAZY: dict[str, tuple[str, str]] = {
     "WarehouseWriteError": ("evalfarm.warehouse", "WarehouseWriteError"),
     # what they return or report, and the options they take
     "Built": ("evalfarm.zoo", "Built"),
-    "ComparisonTable": ("evalfarm.comparison_tables", "ComparisonTable"),
-    "CorrelationTable": ("evalfarm.correlations", "CorrelationTable"),
-    "PaperTable": ("evalfarm.paper", "PaperTable"),
+    "ComparisonTable": ("evalfarm.analysis.comparison_tables", "ComparisonTable"),
+    "CorrelationTable": ("evalfarm.analysis.correlations", "CorrelationTable"),
+    "PaperTable": ("evalfarm.analysis.paper", "PaperTable"),
     "RunEvent": ("evalfarm.runner", "RunEvent"),
     "RunSummary": ("evalfarm.runner", "RunSummary"),
     "Status": ("evalfarm.outcomes", "Status"),
     "SubmitPlan": ("evalfarm.submit", "SubmitPlan"),
     # how those results read as text (what `evalfarm correlations` and `evalfarm run` print)
-    "column_order": ("evalfarm.correlations", "column_order"),
+    "column_order": ("evalfarm.analysis.correlations", "column_order"),
     "describe_composition": ("evalfarm.catalog.registry", "describe_composition"),
     "fmt_count": ("evalfarm.scheduler.progress", "fmt_count"),
-    "format_cell": ("evalfarm.correlations", "format_cell"),
-    "format_comparison": ("evalfarm.comparison_tables", "format_comparison"),
-    "power_text": ("evalfarm.comparison_tables", "power_text"),
+    "format_cell": ("evalfarm.analysis.correlations", "format_cell"),
+    "format_comparison": ("evalfarm.analysis.comparison_tables", "format_comparison"),
+    "power_text": ("evalfarm.analysis.comparison_tables", "power_text"),
     "raw_command": ("evalfarm.submit", "raw_command"),
     "render_plan": ("evalfarm.submit", "render_plan"),
 }
@@ -646,8 +646,8 @@ def correlation_table(
     keeps its stored ones, and the table's first note says so. A missing warehouse raises FileNotFoundError.
     ``diagnostics``: also the diagnostic kinds' rows (geometry, AG2016, ...) and their rho with EvalRank
     (``evalrank_links``)."""
-    from evalfarm.correlations import correlation_table as shape
-    from evalfarm.correlations import refresh_intervals
+    from evalfarm.analysis.correlations import correlation_table as shape
+    from evalfarm.analysis.correlations import refresh_intervals
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     stale: str | None = None
@@ -674,7 +674,7 @@ def correlation_table(
 
 def correlation_caption(table: CorrelationTable) -> str:
     """One line that says what a :func:`correlation_table` is (level, models, tie policy)."""
-    from evalfarm.correlations import caption
+    from evalfarm.analysis.correlations import caption
 
     return caption(table)
 
@@ -700,7 +700,7 @@ def correlation_comparisons(
     ``seed``) and STORE them in the warehouse (table ``correlation_diff``); a warehouse that cannot be written keeps
     the stored ones, and the first note says so. An unknown ``compare``, or ``ties`` other than one policy (the
     comparisons test one table), raises ValueError."""
-    from evalfarm.comparison_tables import comparison_table, refresh_comparisons
+    from evalfarm.analysis.comparison_tables import comparison_table, refresh_comparisons
 
     if not is_ties(ties):
         raise ValueError(f"comparisons test one table: choose one tie policy ({', '.join(TIES)}), not {ties!r}")
@@ -737,7 +737,7 @@ def build_report(
     server, no network) into the folder ``out``; returns its ``index.html``. ``figure_task``: the downstream task
     that orders the models in the Figure-4 plots (default: the paper's MR and SST2); ``hardest``: EvalRank pairs
     listed per model, task and variant. A missing warehouse raises FileNotFoundError."""
-    from evalfarm.report import build_report as write
+    from evalfarm.analysis.report import build_report as write
 
     return write(
         resolve_settings(warehouse=warehouse).warehouse, out, figure_task=figure_task, hardest=hardest, refresh=refresh
@@ -753,12 +753,12 @@ def export_mteb(
 ) -> ExportResult:
     """Write the warehouse's numbers on the tasks MTEB shares (STS12-16, STSBenchmark, SICK-R) in MTEB's results
     layout, ``out/<model>/<revision>/<Task>.json`` with a ``model_meta.json`` beside them (what mteb's
-    ``ResultCache.load_results()`` needs; :mod:`evalfarm.mteb_results` says which subset maps to which split).
+    ``ResultCache.load_results()`` needs; :mod:`evalfarm.analysis.mteb_results` says which subset maps to which split).
     ``models``: only these; ``names``: evalfarm id -> MTEB's ``MODEL[@REVISION]`` to file it under (each checked
     before anything is written: :class:`MtebFormatError`). The result lists the files written and what was left
     out, with why."""
-    from evalfarm.mteb_results import export_mteb as write
-    from evalfarm.mteb_results import parse_as
+    from evalfarm.analysis.mteb_results import export_mteb as write
+    from evalfarm.analysis.mteb_results import parse_as
     from evalfarm.warehouse import Warehouse
 
     for target in (names or {}).values():
@@ -779,7 +779,7 @@ def import_mteb(
     """Store an MTEB results folder's numbers in the warehouse as ``metrics`` rows of variant ``mteb`` (never mixed
     with evalfarm's own protocol): STS twins under evalfarm's task ids, classification tasks as downstream tasks
     ``mteb-<TaskName>``. ``rename``: MTEB model (``org__name`` or ``org/name``) -> evalfarm model id."""
-    from evalfarm.mteb_results import import_mteb as read
+    from evalfarm.analysis.mteb_results import import_mteb as read
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
@@ -896,8 +896,8 @@ def paper_correlation_table(
     comparisons' default resamples), the cells that differ from it significantly are marked (``marks``) and
     ``power`` holds a line per column against the column's best paper similarity row. A missing warehouse raises
     FileNotFoundError."""
-    from evalfarm.comparisons import DEFAULT_RESAMPLES as COMPARISON_RESAMPLES
-    from evalfarm.paper import mark_comparisons, paper_table_from
+    from evalfarm.analysis.comparisons import DEFAULT_RESAMPLES as COMPARISON_RESAMPLES
+    from evalfarm.analysis.paper import mark_comparisons, paper_table_from
 
     level = _paper_request(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, table=table,
                            compare=compare)  # fmt: skip
@@ -912,7 +912,7 @@ def paper_correlation_table(
         table=table,
     )
     if compare:
-        from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons
+        from evalfarm.analysis.comparison_tables import comparison_table, power_text, refresh_comparisons
 
         level, excluded, policy = out.level, out.exclude_postprocessed, out.ties
         try:
@@ -938,7 +938,7 @@ def _paper_request(
 ) -> str:
     """The rules of a request for the paper's layout (:func:`paper_correlation_table`): the level it lays out, or
     ValueError for options that contradict each other or the paper's table (a table fixes its level and models)."""
-    from evalfarm.paper import TABLES
+    from evalfarm.analysis.paper import TABLES
 
     if not is_ties(ties):
         raise ValueError(f"the paper's layout shows one tie policy: choose one of {', '.join(TIES)} ({PAPER_TIES}: "
@@ -967,7 +967,7 @@ def _paper_request(
 def paper_text(table: PaperTable, *, published: bool = False) -> str:
     """A :func:`paper_correlation_table` as plain text (fixed-width columns): its caption, header, rows, the paper's
     cell beside each (``published``), notes and power lines; what ``evalfarm correlations --layout paper`` prints."""
-    from evalfarm.paper import render_text
+    from evalfarm.analysis.paper import render_text
 
     return render_text(table, published=published)
 
@@ -983,7 +983,7 @@ def paper_coverage_table(
     coverage --name``), each cell on the protocol's task and on its coverage-controlled variant side by side, with
     the pairs each variant kept; ``downstream_variant``: default the word level's most common one. A missing
     warehouse raises FileNotFoundError; no such variant, ValueError."""
-    from evalfarm.paper import coverage_table_from
+    from evalfarm.analysis.paper import coverage_table_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     return coverage_table_from(wh, name=name, ties=ties, downstream_variant=downstream_variant)
@@ -992,7 +992,7 @@ def paper_coverage_table(
 def paper_table10(*, warehouse: PathOrStr | None = None, downstream_variant: str | None = None) -> Table10:
     """The paper's Table 10 from the warehouse's ``postprocessing_effect`` view: per task and level, the share of
     models whose original beats its post-processed twin, beside the paper's share."""
-    from evalfarm.paper import table10_from
+    from evalfarm.analysis.paper import table10_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     return table10_from(wh, downstream_variant=downstream_variant)

@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalfarm import api
+from evalfarm.analysis.mteb_results import NO_TWIN, TWINS, read_task_result
 from evalfarm.cli import app
-from evalfarm.mteb_results import NO_TWIN, TWINS, read_task_result
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, now
 
@@ -258,7 +258,7 @@ def test_export_as_an_mteb_model_and_revision_is_what_mtebs_loader_reads(toy_war
 def test_the_api_checks_every_mteb_name_before_it_writes(toy_warehouse, tmp_path):
     """A bad ``MODEL[@REVISION]`` is the API's refusal (the CLI's --as only says which model it is for): nothing is
     written, whichever model it names."""
-    from evalfarm.mteb_results import MtebFormatError
+    from evalfarm.analysis.mteb_results import MtebFormatError
 
     out = tmp_path / "results"
     for bad in ("org/name@", "org name", ""):

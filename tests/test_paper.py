@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from evalfarm import api
+from evalfarm.analysis.correlations import correlation_table
+from evalfarm.analysis.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
+from evalfarm.analysis.paper import table10_from as paper_table10_from
 from evalfarm.cli import app
-from evalfarm.correlations import correlation_table
-from evalfarm.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
-from evalfarm.paper import table10_from as paper_table10_from
 from evalfarm.warehouse import Warehouse, now
 from tests.test_correlations import add_accuracy, add_metric, add_model
 
@@ -317,8 +317,8 @@ def test_figure_4_orders_by_mr_and_sst2_with_evalrank_stsb_and_str_first(paper_w
     figures = sorted(p.name for p in (out / "img").glob("figure4-*.png"))
     assert figures == ["figure4-sentence-mr.png", "figure4-sentence-sst2.png"]
 
-    from evalfarm.correlations import correlation_table
-    from evalfarm.report import _figure_rows
+    from evalfarm.analysis.correlations import correlation_table
+    from evalfarm.analysis.report import _figure_rows
 
     table = correlation_table(paper_wh, level="sentence")
     column = next(c for c in table.columns if c.startswith("mr"))  # "mr (logreg)": two variants here
@@ -357,7 +357,7 @@ def test_table_3_both_ways_over_the_coverage_variants_compared_models(tmp_path):
             add_metric(wh, w, "wordsim-simlex-999-common", "word-similarity", [1, 3, 2, 4, 5][i], variant="raw",
                        metric="spearman")  # fmt: skip
         add_accuracy(wh, f"bow-{w}", "mr", ACC[i] if i < 5 else 0.1)
-    from evalfarm.paper import coverage_table_from
+    from evalfarm.analysis.paper import coverage_table_from
 
     t = coverage_table_from(wh, name="common", ties="optimistic", downstream_variant="logreg")
     assert t.models == ["w1", "w2", "w3", "w4", "w5"]

@@ -1,5 +1,6 @@
 """``evalfarm export mteb`` and ``evalfarm import mteb``: a warehouse's results in MTEB's results layout, and an MTEB
-results folder into a warehouse (:mod:`evalfarm.mteb_results` holds the mapping; these commands call the API)."""
+results folder into a warehouse (:mod:`evalfarm.analysis.mteb_results` holds the mapping; these commands call the
+API)."""
 
 from __future__ import annotations
 
