@@ -50,12 +50,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 os.environ.setdefault("EVALFARM_DATA", str((REPO.parent / "shared" / "data").resolve()))
 
-from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons  # noqa: E402
-from evalfarm.comparisons import ALPHA, steiger_models_needed, steiger_over_unknown_r_ab  # noqa: E402
-from evalfarm.correlations import connect, refresh_intervals  # noqa: E402
-from evalfarm.paper import TABLES as PAPER_TABLES  # noqa: E402
-from evalfarm.paper import mark_comparisons, paper_table_from, render_text  # noqa: E402
-from evalfarm.robustness import leave_one_family_out, rank_stability  # noqa: E402
+from evalfarm.analysis.comparison_tables import comparison_table, power_text, refresh_comparisons  # noqa: E402
+from evalfarm.analysis.comparisons import ALPHA, steiger_models_needed, steiger_over_unknown_r_ab  # noqa: E402
+from evalfarm.analysis.correlations import connect, refresh_intervals  # noqa: E402
+from evalfarm.analysis.paper import TABLES as PAPER_TABLES  # noqa: E402
+from evalfarm.analysis.paper import mark_comparisons, paper_table_from, render_text  # noqa: E402
+from evalfarm.analysis.robustness import leave_one_family_out, rank_stability  # noqa: E402
 from evalfarm.warehouse import Warehouse  # noqa: E402
 
 TABLES = (  # (name, level, without post-processed models)
@@ -192,7 +192,7 @@ PAPER_N = {"3": 38, "6": 67, "11": 34}
 """The paper's zoo behind each table (its section 5 and Table 11's caption)."""
 PAPER_LINEAGES = {"3": 19, "6": 34, "11": 34}
 """The paper's zoo counted by lineage: Table 3's 38 word models are 19 sets of vectors and their ABTT twins, Table
-6's 67 are Table 11's 34 and 33 post-processed twins (:data:`evalfarm.paper.PAPER_ZOO`). A twin moves with its
+6's 67 are Table 11's 34 and 33 post-processed twins (:data:`evalfarm.analysis.paper.PAPER_ZOO`). A twin moves with its
 original (the same weights, post-processed), so the independent units are nearer 19 and 34 than 38 and 67: the
 cells are tested at both n, the second a sensitivity check the cells alone cannot settle (bags of words over the
 same vectors may be related too)."""

@@ -4,8 +4,8 @@ Steiger's (1980) Z, Williams' (1959) t and Zou's (2007) interval were derived fo
 rho with Pearson's variance of Fisher's z, 1 / (n - 3), they under-state the variance (Spearman's rho varies more
 than Pearson's r of the same data) and reject a true null too often. Under a true null (A and B correlate equally
 with D), on trivariate normal samples of n models, each sample's three Spearman correlations are tested by
-:mod:`evalfarm.comparisons` with Pearson's variance (``rank=False``) and with Bonett & Wright's (2000) Spearman
-variance (``rank=True``, what the project uses), and Steiger's Z also with Fieller, Hartley & Pearson's (1957)
+:mod:`evalfarm.analysis.comparisons` with Pearson's variance (``rank=False``) and with Bonett & Wright's (2000)
+Spearman variance (``rank=True``, what the project uses), and Steiger's Z also with Fieller, Hartley & Pearson's (1957)
 constant 1.06 (Pearson's Z / sqrt(1.06): arithmetic on the project's statistic, the alternative the issue names).
 The figure is the rejection rate over alpha (1 = exact; above 1: too many rejections), at 0.05 and at the
 published-cell tests' Bonferroni levels (0.05 / 8 for the paper's Table 6, 0.05 / 10 for Table 3).
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from scipy.stats import norm  # noqa: E402
 
-from evalfarm.comparisons import steiger_z, williams_t, zou_interval  # noqa: E402
+from evalfarm.analysis.comparisons import steiger_z, williams_t, zou_interval  # noqa: E402
 
 ALPHAS = (0.05, 0.05 / 8, 0.05 / 10)
 RHOS = (0.3, 0.6, 0.8, 0.9)

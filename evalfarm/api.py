@@ -60,33 +60,110 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
 from evalfarm.config import Config, ConfigError, Settings, resolve_settings
-from evalfarm.options import DEFAULT_EXECUTOR, RunOptionArgs, RunRequest
-from evalfarm.ranking import PAPER_TIES, Ties, TiesOrAll
+from evalfarm.options import DEFAULT_EXECUTOR, RunOptionArgs, RunOptions, RunRequest
+from evalfarm.ranking import PAPER_TIES, TIES, Ties, TiesOrAll, is_ties
 
-if TYPE_CHECKING:  # the heavy modules load only when a function needs them: `import evalfarm` stays cheap
+# The heavy modules load only when a function needs them: `import evalfarm` stays cheap. `X as X` below: what type
+# checkers see of the lazy names of :data:`_LAZY` (at run time, :func:`__getattr__` imports them).
+if TYPE_CHECKING:
     import numpy.typing as npt
     import pyarrow as pa
 
+    from evalfarm.analysis.comparison_tables import ComparisonTable as ComparisonTable
+    from evalfarm.analysis.comparison_tables import format_comparison as format_comparison
+    from evalfarm.analysis.comparison_tables import power_text as power_text
+    from evalfarm.analysis.correlations import CorrelationTable as CorrelationTable
+    from evalfarm.analysis.correlations import column_order as column_order
+    from evalfarm.analysis.correlations import format_cell as format_cell
+    from evalfarm.analysis.mteb_results import ExportResult, ImportResult
+    from evalfarm.analysis.mteb_results import MtebFormatError as MtebFormatError
+    from evalfarm.analysis.paper import CoverageTable, Table10
+    from evalfarm.analysis.paper import PaperTable as PaperTable
     from evalfarm.catalog.registry import Catalog, CatalogTarget
+    from evalfarm.catalog.registry import CatalogError as CatalogError
+    from evalfarm.catalog.registry import describe_composition as describe_composition
     from evalfarm.catalog.specs import Level
-    from evalfarm.comparison_tables import ComparisonTable
-    from evalfarm.correlations import CorrelationTable
-    from evalfarm.mteb_results import ExportResult, ImportResult
-    from evalfarm.options import RunOptions
+    from evalfarm.device import DeviceUnavailable as DeviceUnavailable
+    from evalfarm.outcomes import Status as Status
     from evalfarm.outcomes import UnitOutcome
-    from evalfarm.paper import CoverageTable, PaperTable, Table10
-    from evalfarm.runner import RunEvent, RunSummary, Skipped
+    from evalfarm.runner import RayStartFailed as RayStartFailed
+    from evalfarm.runner import RunEvent as RunEvent
+    from evalfarm.runner import RunInterrupted as RunInterrupted
+    from evalfarm.runner import RunSummary as RunSummary
+    from evalfarm.runner import Skipped
+    from evalfarm.scheduler.progress import fmt_count as fmt_count
+    from evalfarm.status import NoRun as NoRun
     from evalfarm.status import RunStatus
-    from evalfarm.submit import SubmitPlan
+    from evalfarm.submit import SubmitError as SubmitError
+    from evalfarm.submit import SubmitPlan as SubmitPlan
+    from evalfarm.submit import raw_command as raw_command
+    from evalfarm.submit import render_plan as render_plan
+    from evalfarm.taskdata.build import Builder
+    from evalfarm.taskdata.build import BuildError as BuildError
+    from evalfarm.taskdata.build import Built as BuiltData
+    from evalfarm.taskdata.data import TaskDataError as TaskDataError
+    from evalfarm.warehouse import DamagedTable as DamagedTable
+    from evalfarm.warehouse import LegacyWarehouse as LegacyWarehouse
     from evalfarm.warehouse import VerifyResult, Warehouse
+    from evalfarm.warehouse import WarehouseWriteError as WarehouseWriteError
     from evalfarm.warehouse.history import Diff
     from evalfarm.warehouse.maintenance import Compacted, Vacuumed
     from evalfarm.warehouse.migrate import MigrationResult
-    from evalfarm.zoo import BuildReport, Built, Recipe
+    from evalfarm.zoo import BuildReport, Coverage, Recipe
+    from evalfarm.zoo import Built as Built
 
 PathOrStr = str | os.PathLike[str]
 
 """The executor of :func:`run` and of ``evalfarm run``: worker actors on a local (or the given) Ray cluster."""
+
+_LAZY: dict[str, tuple[str, str]] = {
+    # the errors the functions here raise, to catch: a bad catalog, data folder, device, run, warehouse, job, ...
+    "BuildError": ("evalfarm.taskdata.build", "BuildError"),
+    "CatalogError": ("evalfarm.catalog.registry", "CatalogError"),
+    "DamagedTable": ("evalfarm.warehouse", "DamagedTable"),
+    "DeviceUnavailable": ("evalfarm.device", "DeviceUnavailable"),
+    "LegacyWarehouse": ("evalfarm.warehouse", "LegacyWarehouse"),
+    "MtebFormatError": ("evalfarm.analysis.mteb_results", "MtebFormatError"),
+    "NoRun": ("evalfarm.status", "NoRun"),
+    "RayStartFailed": ("evalfarm.runner", "RayStartFailed"),
+    "RunInterrupted": ("evalfarm.runner", "RunInterrupted"),
+    "SubmitError": ("evalfarm.submit", "SubmitError"),
+    "TaskDataError": ("evalfarm.taskdata.data", "TaskDataError"),
+    "WarehouseWriteError": ("evalfarm.warehouse", "WarehouseWriteError"),
+    # what they return or report, and the options they take
+    "Built": ("evalfarm.zoo", "Built"),
+    "ComparisonTable": ("evalfarm.analysis.comparison_tables", "ComparisonTable"),
+    "CorrelationTable": ("evalfarm.analysis.correlations", "CorrelationTable"),
+    "PaperTable": ("evalfarm.analysis.paper", "PaperTable"),
+    "RunEvent": ("evalfarm.runner", "RunEvent"),
+    "RunSummary": ("evalfarm.runner", "RunSummary"),
+    "Status": ("evalfarm.outcomes", "Status"),
+    "SubmitPlan": ("evalfarm.submit", "SubmitPlan"),
+    # how those results read as text (what `evalfarm correlations` and `evalfarm run` print)
+    "column_order": ("evalfarm.analysis.correlations", "column_order"),
+    "describe_composition": ("evalfarm.catalog.registry", "describe_composition"),
+    "fmt_count": ("evalfarm.scheduler.progress", "fmt_count"),
+    "format_cell": ("evalfarm.analysis.correlations", "format_cell"),
+    "format_comparison": ("evalfarm.analysis.comparison_tables", "format_comparison"),
+    "power_text": ("evalfarm.analysis.comparison_tables", "power_text"),
+    "raw_command": ("evalfarm.submit", "raw_command"),
+    "render_plan": ("evalfarm.submit", "render_plan"),
+}
+"""Names of the modules below that belong to the API (the errors its functions raise, the types they return, how
+those read as text), loaded on first use so that ``import evalfarm.api`` stays cheap: ``api.CatalogError``,
+``api.RunSummary``. The CLI reaches them here only (pyproject.toml's contract ``cli-through-api``)."""
+
+
+def __getattr__(name: str) -> object:  # PEP 562: a lazy name of :data:`_LAZY`
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value: object = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 log = logging.getLogger("evalfarm")
 
@@ -132,18 +209,18 @@ def settings(
 def set_config(values: Mapping[str, str], *, file: PathOrStr | None = None, user: bool = False) -> Config:
     """Remember ``values`` (``data``, ``warehouse``, ``catalog``, ...) in ``file`` (default: the user-level file
     with ``user``, for every folder; else ``$EVALFARM_CONFIG``, else ``./.evalfarm.toml``), other keys kept, paths
-    stored absolute; what ``evalfarm config set`` does."""
+    stored absolute; what ``evalfarm config set`` does. ``file`` and ``user`` together name two files: ConfigError."""
     from evalfarm.config import write_config, write_target
 
+    if user and file is not None:
+        raise ConfigError(f"the user-level file and {file} are two different files: give one (user or file)")
     return write_config(write_target(file, user=user), dict(values))
 
 
 # -- run and evaluate --------------------------------------------------------------------------------------------
 def _run_options(options: RunOptionArgs) -> RunOptions:
-    """:class:`~evalfarm.scorers.base.RunOptions` from keywords; lists become the tuples the fields hold (the same
+    """:class:`~evalfarm.options.RunOptions` from keywords; lists become the tuples the fields hold (the same
     options hash the same, however they were spelt)."""
-    from evalfarm.scorers.base import RunOptions
-
     fields: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in options.items()}
     return RunOptions(**fields)
 
@@ -384,6 +461,38 @@ def vacuum_warehouse(
     return vacuum(wh, keep=parse_duration(keep), dry_run=dry_run)
 
 
+@dataclass
+class WarehouseInfo:
+    """What :func:`warehouse_info` says of a warehouse: where it is, its ``layout`` (schema version; 1: one Parquet
+    file per unit) and ``format``, a ``hint`` when it needs migrating, and per table (Delta layout) its ``version``,
+    ``files``, ``small_files`` (what compaction would merge) and ``bytes``."""
+
+    uri: str
+    layout: int | None
+    format: str | None
+    hint: str | None
+    tables: list[dict[str, Any]]
+
+
+def warehouse_info(warehouse: PathOrStr | Warehouse | None = None) -> WarehouseInfo:
+    """The warehouse's layout and, per table, its newest version, files (small ones apart), rows and size (what
+    ``evalfarm warehouse info`` prints). Reads only."""
+    from evalfarm.warehouse import Warehouse, table_schemas
+    from evalfarm.warehouse.maintenance import small_files
+    from evalfarm.warehouse.migrate import layout_note
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    note = layout_note(wh)
+    rows: list[dict[str, Any]] = []
+    if wh.layout() == "delta":
+        for t in table_schemas():
+            snap = wh.tables.snapshot(t)
+            rows.append({"table": t, "version": snap.version, "files": len(snap.files),
+                         "small_files": len(small_files(wh, t)) if snap.files else 0,
+                         "bytes": sum(f.size for f in snap.files)})  # fmt: skip
+    return WarehouseInfo(uri=wh.uri, layout=note["layout"], format=note["format"], hint=note.get("hint"), tables=rows)
+
+
 def migrate_warehouse(source: PathOrStr, target: PathOrStr | None = None) -> MigrationResult:
     """Convert a layout-1 warehouse (one Parquet file per unit) to the Delta layout, in place or into ``target``;
     every table's rows are checked identical afterwards."""
@@ -415,6 +524,24 @@ def run_status(run_id: str | None = None, *, warehouse: PathOrStr | Warehouse | 
     if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to report on
         raise FileNotFoundError(f"no warehouse at {wh.uri}")
     return read(wh, run_id)
+
+
+def watch_run(
+    show: Callable[[RunStatus], None],
+    run_id: str | None = None,
+    *,
+    warehouse: PathOrStr | Warehouse | None = None,
+    every: float = 5.0,
+) -> RunStatus:
+    """:func:`run_status` again every ``every`` seconds, each given to ``show``, until the run is no longer running
+    (what ``evalfarm status --watch`` does); returns the last status. Raises as :func:`run_status` does."""
+    from evalfarm.status import watch
+    from evalfarm.warehouse import Warehouse
+
+    wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
+    if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to report on
+        raise FileNotFoundError(f"no warehouse at {wh.uri}")
+    return watch(wh, run_id, every, show)
 
 
 def verify(
@@ -519,8 +646,8 @@ def correlation_table(
     keeps its stored ones, and the table's first note says so. A missing warehouse raises FileNotFoundError.
     ``diagnostics``: also the diagnostic kinds' rows (geometry, AG2016, ...) and their rho with EvalRank
     (``evalrank_links``)."""
-    from evalfarm.correlations import correlation_table as shape
-    from evalfarm.correlations import refresh_intervals
+    from evalfarm.analysis.correlations import correlation_table as shape
+    from evalfarm.analysis.correlations import refresh_intervals
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     stale: str | None = None
@@ -545,6 +672,13 @@ def correlation_table(
     return table
 
 
+def correlation_caption(table: CorrelationTable) -> str:
+    """One line that says what a :func:`correlation_table` is (level, models, tie policy)."""
+    from evalfarm.analysis.correlations import caption
+
+    return caption(table)
+
+
 def correlation_comparisons(
     *,
     warehouse: PathOrStr | None = None,
@@ -564,9 +698,12 @@ def correlation_comparisons(
     models would tell the compared row from each column's best similarity row at 80 % power at the table's Holm
     level. ``refresh``: first compute the missing or stale comparisons (``resamples`` each, 20,000 where p < 0.05;
     ``seed``) and STORE them in the warehouse (table ``correlation_diff``); a warehouse that cannot be written keeps
-    the stored ones, and the first note says so. An unknown ``compare`` raises ValueError naming the rows."""
-    from evalfarm.comparison_tables import comparison_table, refresh_comparisons
+    the stored ones, and the first note says so. An unknown ``compare``, or ``ties`` other than one policy (the
+    comparisons test one table), raises ValueError."""
+    from evalfarm.analysis.comparison_tables import comparison_table, refresh_comparisons
 
+    if not is_ties(ties):
+        raise ValueError(f"comparisons test one table: choose one tie policy ({', '.join(TIES)}), not {ties!r}")
     wh = resolve_settings(warehouse=warehouse).warehouse
     stale: str | None = None
     if refresh:
@@ -600,7 +737,7 @@ def build_report(
     server, no network) into the folder ``out``; returns its ``index.html``. ``figure_task``: the downstream task
     that orders the models in the Figure-4 plots (default: the paper's MR and SST2); ``hardest``: EvalRank pairs
     listed per model, task and variant. A missing warehouse raises FileNotFoundError."""
-    from evalfarm.report import build_report as write
+    from evalfarm.analysis.report import build_report as write
 
     return write(
         resolve_settings(warehouse=warehouse).warehouse, out, figure_task=figure_task, hardest=hardest, refresh=refresh
@@ -616,12 +753,16 @@ def export_mteb(
 ) -> ExportResult:
     """Write the warehouse's numbers on the tasks MTEB shares (STS12-16, STSBenchmark, SICK-R) in MTEB's results
     layout, ``out/<model>/<revision>/<Task>.json`` with a ``model_meta.json`` beside them (what mteb's
-    ``ResultCache.load_results()`` needs; :mod:`evalfarm.mteb_results` says which subset maps to which split).
-    ``models``: only these; ``names``: evalfarm id -> MTEB's ``MODEL[@REVISION]`` to file it under. The result
-    lists the files written and what was left out, with why."""
-    from evalfarm.mteb_results import export_mteb as write
+    ``ResultCache.load_results()`` needs; :mod:`evalfarm.analysis.mteb_results` says which subset maps to which split).
+    ``models``: only these; ``names``: evalfarm id -> MTEB's ``MODEL[@REVISION]`` to file it under (each checked
+    before anything is written: :class:`MtebFormatError`). The result lists the files written and what was left
+    out, with why."""
+    from evalfarm.analysis.mteb_results import export_mteb as write
+    from evalfarm.analysis.mteb_results import parse_as
     from evalfarm.warehouse import Warehouse
 
+    for target in (names or {}).values():
+        parse_as(target)
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
     if wh.local and not Path(wh.uri).is_dir():  # never create an empty warehouse to export nothing from
         raise FileNotFoundError(f"no warehouse at {wh.uri}")
@@ -638,7 +779,7 @@ def import_mteb(
     """Store an MTEB results folder's numbers in the warehouse as ``metrics`` rows of variant ``mteb`` (never mixed
     with evalfarm's own protocol): STS twins under evalfarm's task ids, classification tasks as downstream tasks
     ``mteb-<TaskName>``. ``rename``: MTEB model (``org__name`` or ``org/name``) -> evalfarm model id."""
-    from evalfarm.mteb_results import import_mteb as read
+    from evalfarm.analysis.mteb_results import import_mteb as read
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
@@ -736,7 +877,7 @@ def show_model(model: str, catalog: PathOrStr | Catalog | None = None) -> list[d
 def paper_correlation_table(
     *,
     warehouse: PathOrStr | None = None,
-    level: str = "sentence",
+    level: str | None = None,
     exclude_postprocessed: bool = False,
     ties: Ties = PAPER_TIES,
     downstream_variant: str | None = None,
@@ -747,13 +888,20 @@ def paper_correlation_table(
 ) -> PaperTable:
     """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
     each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
-    behind it; ``table``: one of the paper's tables by number (3, 4, 6, 7, 11; its level wins). Reads only (no
-    bootstrap intervals are needed), unless ``compare``: then the comparisons with EvalRank MRR are brought up to
-    date (:func:`correlation_comparisons`), the cells that differ from it significantly are marked
-    (``marks``) and ``power`` holds a line per column against the column's best paper similarity row. A missing
-    warehouse raises FileNotFoundError."""
-    from evalfarm.paper import mark_comparisons, paper_table_from
+    behind it. ``level``: ``sentence`` (the default) or ``word``; ``table``: one of the paper's tables by number
+    (3, 4, 6, 7, 11), which fixes its level and its models: a ``level`` or ``exclude_postprocessed`` that asks
+    otherwise raises ValueError, as does Table 10 (:func:`paper_table10`) or an unknown one. ``ties``: one policy.
+    Reads only (no bootstrap intervals are needed), unless ``compare`` (the whole-zoo Tables 3, 6 and 11 only):
+    then the comparisons with EvalRank MRR are brought up to date (:func:`correlation_comparisons`, at least the
+    comparisons' default resamples), the cells that differ from it significantly are marked (``marks``) and
+    ``power`` holds a line per column against the column's best paper similarity row. A missing warehouse raises
+    FileNotFoundError."""
+    from evalfarm.analysis.comparisons import DEFAULT_RESAMPLES as COMPARISON_RESAMPLES
+    from evalfarm.analysis.paper import mark_comparisons, paper_table_from
 
+    level = _paper_request(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, table=table,
+                           compare=compare)  # fmt: skip
+    resamples = max(resamples, COMPARISON_RESAMPLES)
     wh = resolve_settings(warehouse=warehouse).warehouse
     out = paper_table_from(
         wh,
@@ -764,7 +912,7 @@ def paper_correlation_table(
         table=table,
     )
     if compare:
-        from evalfarm.comparison_tables import comparison_table, power_text, refresh_comparisons
+        from evalfarm.analysis.comparison_tables import comparison_table, power_text, refresh_comparisons
 
         level, excluded, policy = out.level, out.exclude_postprocessed, out.ties
         try:
@@ -785,6 +933,45 @@ def paper_correlation_table(
     return out
 
 
+def _paper_request(
+    *, level: str | None, exclude_postprocessed: bool, ties: str, table: str | None, compare: bool
+) -> str:
+    """The rules of a request for the paper's layout (:func:`paper_correlation_table`): the level it lays out, or
+    ValueError for options that contradict each other or the paper's table (a table fixes its level and models)."""
+    from evalfarm.analysis.paper import TABLES
+
+    if not is_ties(ties):
+        raise ValueError(f"the paper's layout shows one tie policy: choose one of {', '.join(TIES)} ({PAPER_TIES}: "
+                         f"the paper's), not {ties!r}")  # fmt: skip
+    if table == "10":
+        raise ValueError("the paper's Table 10 (post-processing) is no correlation table: paper_table10 lays it out")
+    if table is not None and table not in TABLES:
+        raise ValueError(f"the paper's layout has tables {', '.join([*TABLES, '10'])}, not {table!r}")
+    if compare and table not in (None, "3", "6", "11"):
+        raise ValueError("comparing marks the paper's Tables 3, 6 and 11 (its correlation tables over the whole zoo)")
+    if level not in (None, "word", "sentence"):
+        raise ValueError(f"level must be word or sentence, got {level!r}")
+    if table is None:
+        return level or "sentence"
+    tdef = TABLES[table]
+    if exclude_postprocessed and not tdef.exclude_postprocessed:
+        raise ValueError(
+            f"excluding post-processed models with table {table}: the paper's {tdef.name} is over all models (its "
+            "table without post-processed models is 11, sentence level); leave the table out for either level"
+        )
+    if level is not None and level != tdef.level:
+        raise ValueError(f"level {level} with table {table}: the paper's {tdef.name} is a {tdef.level}-level table")
+    return tdef.level
+
+
+def paper_text(table: PaperTable, *, published: bool = False) -> str:
+    """A :func:`paper_correlation_table` as plain text (fixed-width columns): its caption, header, rows, the paper's
+    cell beside each (``published``), notes and power lines; what ``evalfarm correlations --layout paper`` prints."""
+    from evalfarm.analysis.paper import render_text
+
+    return render_text(table, published=published)
+
+
 def paper_coverage_table(
     *,
     warehouse: PathOrStr | None = None,
@@ -796,7 +983,7 @@ def paper_coverage_table(
     coverage --name``), each cell on the protocol's task and on its coverage-controlled variant side by side, with
     the pairs each variant kept; ``downstream_variant``: default the word level's most common one. A missing
     warehouse raises FileNotFoundError; no such variant, ValueError."""
-    from evalfarm.paper import coverage_table_from
+    from evalfarm.analysis.paper import coverage_table_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     return coverage_table_from(wh, name=name, ties=ties, downstream_variant=downstream_variant)
@@ -805,7 +992,7 @@ def paper_coverage_table(
 def paper_table10(*, warehouse: PathOrStr | None = None, downstream_variant: str | None = None) -> Table10:
     """The paper's Table 10 from the warehouse's ``postprocessing_effect`` view: per task and level, the share of
     models whose original beats its post-processed twin, beside the paper's share."""
-    from evalfarm.paper import table10_from
+    from evalfarm.analysis.paper import table10_from
 
     wh = resolve_settings(warehouse=warehouse).warehouse
     return table10_from(wh, downstream_variant=downstream_variant)
@@ -950,24 +1137,81 @@ def build_zoo(
     return ZooBuild(report=report, cache=root, target=target)
 
 
+def coverage_catalog(
+    models: Sequence[str],
+    out: PathOrStr,
+    *,
+    catalog: PathOrStr = "zoo-local",
+    name: str = "common",
+    progress: Callable[[str], None] | None = None,
+) -> Coverage:
+    """Coverage-controlled word tasks (what ``evalfarm zoo coverage`` does): the EvalRank word pool and the
+    word-similarity sets of ``catalog`` restricted to the words every one of ``models`` (at least two) knows,
+    written under the data folder (the settings'), and a catalog of them that includes ``catalog``, written to
+    ``out``. ``progress(model)``: each model as it loads. Raises FileNotFoundError, KeyError or ValueError."""
+    from evalfarm import atomic
+    from evalfarm.zoo import coverage_catalog as write
+
+    with resolve_settings().data_exported():
+        cov = write(str(catalog), list(models), name=name, progress=progress)
+    atomic.write_text(Path(out), cov.catalog_text)
+    return cov
+
+
+# -- generated task data -----------------------------------------------------------------------------------------
+def build_data(
+    name: str,
+    params: Mapping[str, str] | None = None,
+    *,
+    out: PathOrStr | None = None,
+    force: bool = False,
+    version: str | None = None,
+) -> tuple[BuiltData, str]:
+    """Build the generated data file of recipe ``name`` (``heros``, ``defsent``) at ``version`` (default: the
+    current one) with ``params`` (``n``, ``seed``: NAME -> VALUE), into ``out`` (default:
+    ``<EVALFARM_CACHE>/builds/...``), or reuse the one built with the same recipe and parameters (``force``
+    rebuilds); returns it (path, sha256, parameters) and the recipe's version. Raises :class:`BuildError`."""
+    from evalfarm.taskdata.build import build, builder
+
+    with resolve_settings().data_exported():
+        got = build(name, dict(params or {}), out_dir=Path(out) if out is not None else None, force=force,
+                    version=version)  # fmt: skip
+    return got, builder(name, version).version
+
+
+def data_recipes() -> list[Builder]:
+    """Every recipe :func:`build_data` knows, every version of each (the current one last)."""
+    from evalfarm.taskdata.build import builders, versions
+
+    return [b for name in builders() for b in versions(name)]
+
+
 __all__ = [
     "DEFAULT_EXECUTOR",
     "ConfigError",
     "EvaluationFailed",
     "RunOptionArgs",
+    "RunOptions",
     "RunRequest",
     "Settings",
     "TextEncoder",
+    "WarehouseInfo",
     "ZooBuild",
+    "build_data",
     "build_report",
     "build_zoo",
     "check_submission",
     "compact_warehouse",
     "correlation_comparisons",
     "correlation_table",
+    "correlation_caption",
+    "coverage_catalog",
+    "data_recipes",
     "diff",
     "paper_correlation_table",
+    "paper_coverage_table",
     "paper_table10",
+    "paper_text",
     "evaluate",
     "export_mteb",
     "follow_job",
@@ -989,5 +1233,7 @@ __all__ = [
     "validate_catalog",
     "verify",
     "view_docs",
+    "warehouse_info",
+    "watch_run",
     "zoo_recipes",
 ]

@@ -966,7 +966,7 @@ def refresh_correlations(wh: Warehouse) -> None:
     something. Never fails the run: the view's correlations are always current, only their intervals would wait for
     ``evalfarm correlations``."""
     try:
-        from evalfarm.correlations import refresh_intervals
+        from evalfarm.analysis.correlations import refresh_intervals
 
         refresh_intervals(wh)
     except Exception as exc:

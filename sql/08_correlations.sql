@@ -1,6 +1,6 @@
 -- Intrinsic evaluators against downstream accuracy, across the models of a level (the EvalRank paper's Tables 3,
 -- 6 and 11). Always current: computed from `metrics` and `models` at query time; only the bootstrap intervals are
--- stored (table correlation_ci, written by evalfarm/correlations.py after each run and by `evalfarm correlations`).
+-- stored (table correlation_ci, written by evalfarm/analysis/correlations.py after each run and by `evalfarm correlations`).
 
 -- downstream_link: the sentence model whose downstream numbers stand for a word model's. A word model enters
 -- downstream through its bag of words: a `bow` model whose `base` is the word model, itself not post-processed.

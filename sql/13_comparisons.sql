@@ -1,7 +1,7 @@
 -- Which evaluator predicts a downstream task better (issue 41): two cells of `correlations` in one column share the
 -- downstream task and the models, so their correlations are dependent and only a test of their difference compares
 -- them. The paired bootstrap is computed in Python and stored (table correlation_diff, written by
--- evalfarm/comparison_tables.py when `evalfarm correlations --compare`, the report or benchmarks/answer_tables.py
+-- evalfarm/analysis/comparison_tables.py when `evalfarm correlations --compare`, the report or benchmarks/answer_tables.py
 -- ask for a table's comparisons); these views keep what is current and add Holm's correction.
 
 -- correlation_diffs: every stored comparison, current or not (one row per comparison and input set).
@@ -18,7 +18,7 @@ FROM read_parquet('{root}/tables/correlation_diff/**/*.parquet', union_by_name =
 -- across the table (every comparison with the same compared row, level, post-processing choice, tie policy and
 -- downstream variant), one per bootstrap: holm_p (n_tests) and family_holm_p (n_family_tests).
 -- model_significant: holm_p < 0.05; family_significant: family_holm_p < 0.05; significant: both (the verdicts'
--- test). Only rows of the current method (evalfarm/comparison_tables.py's COMPARISON_METHOD, 2) count: older rows
+-- test). Only rows of the current method (evalfarm/analysis/comparison_tables.py's COMPARISON_METHOD, 2) count: older rows
 -- stay in correlation_diffs and are recomputed. A stored row counts only while inputs_hash matches both cells'
 -- current numbers (models added or recomputed: the comparison disappears until it is computed again); a changed
 -- lineage (families_hash) is noticed by the next refresh, which stores a newer row. Example, EvalRank against every

@@ -114,6 +114,32 @@ def test_type_checkers_see_every_lazy_name_of_the_package():
     assert set(evalfarm._API) <= set(api.__all__)
 
 
+def test_the_apis_lazy_names_resolve_and_type_checkers_see_each():
+    """What the CLI reaches through the API (issue 54: the errors to catch, the types and texts to print) are lazy
+    names of evalfarm.api: each resolves to its home's object, and the API's TYPE_CHECKING block re-exports each
+    (``from <home> import X as X``), so mypy checks the CLI's uses of them; importing the API stays cheap."""
+    import ast
+    import importlib
+    import inspect
+    import subprocess
+    import sys
+
+    for name, (module, attr) in api._LAZY.items():
+        assert getattr(api, name) is getattr(importlib.import_module(module), attr), name
+    tree = ast.parse(inspect.getsource(api))
+    block = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING")
+    seen = {
+        (a.asname, (n.module, a.name)) for n in block.body if isinstance(n, ast.ImportFrom)
+        for a in n.names if a.asname == a.name
+    }  # fmt: skip
+    assert seen == set(api._LAZY.items())
+    with pytest.raises(AttributeError):
+        api.no_such_name  # noqa: B018
+    code = "import sys, evalfarm.api; print('torch' in sys.modules, 'ray' in sys.modules, 'duckdb' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False", "False"]
+
+
 def test_import_is_cheap():
     import subprocess
     import sys

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.report import build_report
+from evalfarm.analysis.report import build_report
 from evalfarm.warehouse import Warehouse, now
 from tests import test_report
 from tests.test_report import _images, _open, _rows

@@ -1,5 +1,5 @@
-"""Issue 41: a table's comparisons in the warehouse (evalfarm/comparison_tables.py, sql/13_comparisons.sql): stored
-through the ``correlation_diff`` table, current only while both cells' numbers are, Holm across the table in SQL
+"""Issue 41: a table's comparisons in the warehouse (evalfarm/analysis/comparison_tables.py, sql/13_comparisons.sql):
+stored through the ``correlation_diff`` table, current only while both cells' numbers are, Holm across the table in SQL
 equal to Holm in Python, and the same numbers as the statistics computed by hand on the same models."""
 
 from __future__ import annotations
@@ -9,14 +9,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalfarm.comparison_tables import (
+from evalfarm import api
+from evalfarm.analysis.comparison_tables import (
     COMPARISON_METHOD,
     comparison_table,
     format_comparison,
     power_text,
     refresh_comparisons,
 )
-from evalfarm.comparisons import holm, paired_difference, steiger_z, williams_t
+from evalfarm.analysis.comparisons import holm, paired_difference, steiger_z, williams_t
 from evalfarm.warehouse import Warehouse, now
 from tests.test_correlations import add_accuracy, add_evalrank, add_metric, add_model
 
@@ -225,8 +226,8 @@ def test_a_changed_lineage_makes_the_family_bootstrap_stale(wh: Warehouse) -> No
 def test_rows_of_an_older_method_stay_stored_but_are_recomputed(wh: Warehouse) -> None:
     """A warehouse compared by issue 41's code holds rows without ``method`` (Pearson's variance, no family
     bootstrap): the view shows none of them, a refresh recomputes every comparison, and both stay readable."""
-    from evalfarm.comparison_tables import cell_values, compare_cells, table_family
-    from evalfarm.correlations import fetch_correlations
+    from evalfarm.analysis.comparison_tables import cell_values, compare_cells, table_family
+    from evalfarm.analysis.correlations import fetch_correlations
 
     _zoo(wh)
     con = wh.connect(read_only=True)
@@ -307,6 +308,8 @@ def test_the_cli_prints_the_comparisons_and_refuses_all_ties(wh: Warehouse) -> N
     assert {r["significant"] for r in rows if r["b_intrinsic_task"] == "stsb"} == {True}
     bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "evalrank", "--ties", "all"])
     assert bad.exit_code != 0 and "one tie policy" in bad.output
+    with pytest.raises(ValueError, match="one tie policy"):  # the API's rule, refused before anything is computed
+        api.correlation_comparisons(warehouse=str(wh.root) + "-none", ties="all")
     bad = runner.invoke(app, ["correlations", "--warehouse", str(wh.root), "--compare", "nope"])
     assert bad.exit_code != 0 and "no such row" in bad.output
 
@@ -326,7 +329,7 @@ def test_the_help_says_compare_writes_into_the_warehouse() -> None:
 
 def test_the_paper_layout_marks_the_cells_that_differ(wh: Warehouse) -> None:
     from evalfarm import api
-    from evalfarm.paper import MARK, render_text
+    from evalfarm.analysis.paper import MARK, render_text
 
     _paper_zoo(wh)
     table = api.paper_correlation_table(warehouse=str(wh.root), level="sentence", compare=True)
@@ -346,7 +349,7 @@ def test_the_report_shows_the_comparisons_and_marks_the_heatmap(
 ) -> None:
     from matplotlib.axes import Axes
 
-    from evalfarm.report import build_report
+    from evalfarm.analysis.report import build_report
 
     _paper_zoo(wh)
     drawn: list[str] = []

@@ -1,5 +1,5 @@
 """Issue 41: the statistics that compare two evaluators' correlations with one downstream task over the same models
-(evalfarm/comparisons.py), against hand-computed values, exact enumeration, published worked examples and
+(evalfarm/analysis/comparisons.py), against hand-computed values, exact enumeration, published worked examples and
 properties."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from evalfarm.comparisons import (
+from evalfarm.analysis.comparisons import (
     _counts,
     _deltas,
     bootstrap_p_value,
@@ -26,7 +26,7 @@ from evalfarm.comparisons import (
     williams_t,
     zou_interval,
 )
-from evalfarm.correlations import bootstrap_interval, spearman
+from evalfarm.analysis.correlations import bootstrap_interval, spearman
 
 # ---- hand-computed ------------------------------------------------------------------------------------------------
 
@@ -213,7 +213,7 @@ def test_the_bootstrap_is_seeded_and_reproducible(seed: int) -> None:
     one = paired_difference(a, b, d, n_resamples=500, seed=seed)
     assert paired_difference(a, b, d, n_resamples=500, seed=seed) == one
     # the block size does not change the draws: the same resamples whatever the memory bound
-    import evalfarm.comparisons as cmp
+    import evalfarm.analysis.comparisons as cmp
 
     small = cmp._BLOCK
     try:
@@ -296,7 +296,7 @@ def test_power_needs_fewer_models_for_a_larger_difference_and_none_for_no_differ
 def test_steiger_over_an_unknown_correlation_between_the_evaluators() -> None:
     """r_AD = .6, r_BD = .8: the three are a correlation matrix for r_AB in .48 +- sqrt(.64 x .36) = [0, .96]; the
     p-values over that range bracket Steiger's at any r_AB in it; equal correlations never differ."""
-    from evalfarm.comparisons import steiger_over_unknown_r_ab
+    from evalfarm.analysis.comparisons import steiger_over_unknown_r_ab
 
     got = steiger_over_unknown_r_ab(0.6, 0.8, 30)
     assert got.r_ab_range == pytest.approx((0.0, 0.96))
@@ -315,7 +315,7 @@ def test_steiger_models_needed_by_hand_and_against_its_own_test() -> None:
     """r = .5 and .3 with r_AB = .5: mean .4, m^2 = .16, c = (.5 (1 - .32) - .5 x .16 (1 - .32 - .25)) / .84^2
     = (.34 - .0344) / .7056 = .43311; dz = atanh .5 - atanh .3 = .23975; n = 3 + 1.13379 (2.80159 / .23975)^2
     = 157.8. At that n, Steiger's Z at the same correlations is z_.975 + z_.8 = 2.80 (power 80 %)."""
-    from evalfarm.comparisons import steiger_models_needed
+    from evalfarm.analysis.comparisons import steiger_models_needed
 
     n = steiger_models_needed(0.5, 0.3, 0.5)
     assert n == pytest.approx(157.8, abs=0.2)
@@ -369,7 +369,7 @@ def test_the_spearman_variance_holds_the_level_under_a_true_null_and_pearsons_do
 def test_spearman_variance_by_hand() -> None:
     """r = .6 and .4 (mean .5, Bonett-Wright factor 1 + .25 / 2 = 1.125): Spearman's Z is Pearson's / sqrt(1.125),
     Williams' t likewise; Zou's interval already used the factor per correlation."""
-    from evalfarm.comparisons import z_variance_factor
+    from evalfarm.analysis.comparisons import z_variance_factor
 
     assert z_variance_factor(0.5, rank=True) == 1.125 and z_variance_factor(0.5, rank=False) == 1.0
     for test in (steiger_z, williams_t):
@@ -382,7 +382,7 @@ def test_steiger_over_unknown_r_ab_with_spearmans_variance_is_stricter() -> None
     """The paper's Table 6 SST5 cells (EvalRank MRR .7416 against STS-B .3675, 67 models, alpha .05 / 8):
     significant for every feasible r_AB (from -0.35) with Pearson's variance, only from r_AB = -0.098 with
     Spearman's (issue 53; its reviewer's -0.08 comes from giving each correlation its own factor, unpooled)."""
-    from evalfarm.comparisons import steiger_over_unknown_r_ab
+    from evalfarm.analysis.comparisons import steiger_over_unknown_r_ab
 
     pearson = steiger_over_unknown_r_ab(0.7416, 0.3675, 67, alpha=0.05 / 8)
     spearman_ = steiger_over_unknown_r_ab(0.7416, 0.3675, 67, alpha=0.05 / 8, rank=True)
@@ -396,7 +396,7 @@ def test_steiger_over_unknown_r_ab_with_spearmans_variance_is_stricter() -> None
 def test_the_family_bootstrap_draws_whole_families() -> None:
     """Each resample's copies of a model are its family's draw count: members of one family always come together,
     a resample holds G family draws, and models that are each their own family give the per-model bootstrap."""
-    from evalfarm.comparisons import _family_counts, family_index
+    from evalfarm.analysis.comparisons import _family_counts, family_index
 
     groups = ["g", "g", "h", "k", "h", "g", "m"]
     family_of, n_families = family_index(groups)
@@ -448,7 +448,7 @@ def test_power_at_holms_level_needs_more_models_and_families_count_as_units() ->
     family per pair) needs as many families as the zoo without twins needs models."""
     from scipy.stats import norm
 
-    from evalfarm.comparisons import holm_first_level
+    from evalfarm.analysis.comparisons import holm_first_level
 
     rng = np.random.default_rng(4)
     d = rng.normal(size=50)

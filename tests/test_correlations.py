@@ -1,6 +1,7 @@
-"""The correlation views (sql/08_correlations.sql) and evalfarm/correlations.py on warehouses of real Parquet files
-read by real DuckDB: Spearman's rho against hand-computed ranks, the word -> bag-of-words lineage, the post-processed
-exclusion, the seeded bootstrap and its staleness, the paper-shaped table, the CLI, and the runner's hook."""
+"""The correlation views (sql/08_correlations.sql) and evalfarm/analysis/correlations.py on warehouses of real Parquet
+files read by real DuckDB: Spearman's rho against hand-computed ranks, the word -> bag-of-words lineage, the
+post-processed exclusion, the seeded bootstrap and its staleness, the paper-shaped table, the CLI, and the runner's
+hook."""
 
 from __future__ import annotations
 
@@ -14,14 +15,14 @@ import pytest
 from scipy.stats import spearmanr
 from typer.testing import CliRunner
 
-from evalfarm.cli import app
-from evalfarm.correlations import (
+from evalfarm.analysis.correlations import (
     MIN_MODELS_FOR_INTERVAL,
     bootstrap_interval,
     correlation_table,
     refresh_intervals,
     spearman,
 )
+from evalfarm.cli import app
 from evalfarm.warehouse import Warehouse, now
 
 REPO = Path(__file__).resolve().parents[1]
@@ -413,7 +414,7 @@ models:
 def test_a_run_refreshes_the_intervals_and_a_failing_refresh_never_fails_the_run(
     tiny_catalog, tmp_path, monkeypatch, caplog
 ):
-    from evalfarm import correlations
+    from evalfarm.analysis import correlations
     from evalfarm.runner import run_catalog
 
     wh = Warehouse(tmp_path / "wh").init()

@@ -293,7 +293,7 @@ def diagnostics_wh(tmp_path):
 
 
 def test_diagnostics_enter_the_correlations_only_when_asked(diagnostics_wh):
-    from evalfarm.correlations import correlation_table
+    from evalfarm.analysis.correlations import correlation_table
 
     plain = correlation_table(diagnostics_wh, level="sentence")
     assert plain.rows == ["evalrank-sentence (cos)"] and not plain.evalrank_links
@@ -335,7 +335,7 @@ def test_cli_correlations_diagnostics_flag(diagnostics_wh):
 
 
 def test_the_report_shows_each_models_diagnostics_and_a_zoo_wide_heatmap(diagnostics_wh, tmp_path):
-    from evalfarm.report import build_report
+    from evalfarm.analysis.report import build_report
     from tests.test_correlations import add_metric
 
     add_metric(diagnostics_wh, "s1", "ag2016-sentence", "ag2016", 0.7, metric="ag_score", subset="all:positive")

@@ -41,7 +41,10 @@ def test_a_user_level_config_is_found_from_any_folder(fresh_shell: Path, tmp_pat
     (fresh_shell / ".evalfarm.toml").write_text(f'data = "{tmp_path / "project-data"}"\n')  # the project's wins
     assert resolve_settings().data == tmp_path / "project-data"
     bad = runner.invoke(app, ["config", "set", "--user", "--file", "x.toml", "data=y"])
-    assert bad.exit_code == 2 and "--user and --file" in bad.output
+    assert bad.exit_code == 2 and "two different files" in bad.output
+    with pytest.raises(api.ConfigError, match="two different files"):  # the API's rule (issue 54), nothing written
+        api.set_config({"data": "y"}, file=fresh_shell / "x.toml", user=True)
+    assert not (fresh_shell / "x.toml").exists()
 
 
 def _closed_port() -> int:

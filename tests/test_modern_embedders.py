@@ -213,7 +213,7 @@ def test_a_prompted_decoder_runs_every_task_and_its_family_from_one_load(decoder
 
 
 def test_the_family_is_one_family_and_each_member_a_model_of_the_correlations(decoder_run) -> None:
-    from evalfarm.comparison_tables import _FAMILIES_SQL
+    from evalfarm.analysis.comparison_tables import _FAMILIES_SQL
 
     wh = Warehouse(decoder_run[1])
     families = {r["model"]: r["family"] for r in wh.query(_FAMILIES_SQL).to_pylist()}
@@ -625,7 +625,7 @@ def test_catalog_show_lists_each_task_s_prompts() -> None:
 
 
 def test_the_model_page_shows_the_prompts(decoder_run, tmp_path) -> None:
-    from evalfarm.report import build_report
+    from evalfarm.analysis.report import build_report
 
     wh = decoder_run[1]
     build_report(wh, tmp_path / "report")

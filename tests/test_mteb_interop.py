@@ -13,8 +13,8 @@ import pytest
 from typer.testing import CliRunner
 
 from evalfarm import api
+from evalfarm.analysis.mteb_results import NO_TWIN, TWINS, read_task_result
 from evalfarm.cli import app
-from evalfarm.mteb_results import NO_TWIN, TWINS, read_task_result
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, now
 
@@ -253,6 +253,18 @@ def test_export_as_an_mteb_model_and_revision_is_what_mtebs_loader_reads(toy_war
     assert r.exit_code == 2 and "--as ID=MODEL" in r.output
     r = runner.invoke(app, [*args, "--as", "org/name@"])
     assert r.exit_code == 2 and "MODEL[@REVISION]" in r.output
+
+
+def test_the_api_checks_every_mteb_name_before_it_writes(toy_warehouse, tmp_path):
+    """A bad ``MODEL[@REVISION]`` is the API's refusal (the CLI's --as only says which model it is for): nothing is
+    written, whichever model it names."""
+    from evalfarm.analysis.mteb_results import MtebFormatError
+
+    out = tmp_path / "results"
+    for bad in ("org/name@", "org name", ""):
+        with pytest.raises(MtebFormatError, match="MODEL"):
+            api.export_mteb(out, warehouse=toy_warehouse, names={"not-in-the-warehouse": bad})
+    assert not out.exists()
 
 
 def test_mtebs_own_loader_takes_the_export(toy_warehouse, tmp_path):

@@ -10,8 +10,8 @@ import pytest
 from rich.console import Console
 
 from evalfarm import api
+from evalfarm.analysis.correlations import shape_table
 from evalfarm.cli import rendering
-from evalfarm.correlations import shape_table
 
 WIDTHS = (80, 100, 120, 150)
 

@@ -503,7 +503,7 @@ def test_the_wheel_works_imported_from_the_zip_file(wheel, tmp_path):
         "cat = load_catalog('zoo-starter'); assert 'glove-6b-50d' in cat.models and cat.tasks; "
         "assert sorted(p.name for p in sql_dir().glob('*.sql'))[0] == '01_metrics.sql'; "
         "wh = Warehouse(sys.argv[1]).init(); print(wh.query('SELECT count(*) AS n FROM leaderboard').to_pylist()); "
-        "from evalfarm.report import build_report; "  # the report's templates, read from inside the zip
+        "from evalfarm.analysis.report import build_report; "  # the report's templates, read from inside the zip
         "page = build_report(wh, sys.argv[1] + '-report', refresh=False).read_text(encoding='utf-8'); "
         "assert 'Content-Security-Policy' in page and 'no results yet' in page, page[:300]"
     )

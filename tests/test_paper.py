@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evalfarm import api
+from evalfarm.analysis.correlations import correlation_table
+from evalfarm.analysis.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
+from evalfarm.analysis.paper import table10_from as paper_table10_from
 from evalfarm.cli import app
-from evalfarm.correlations import correlation_table
-from evalfarm.paper import COLUMNS, PUBLISHED, SENTENCE_ROWS, WORD_ROWS, paper_table_from
-from evalfarm.paper import table10_from as paper_table10_from
 from evalfarm.warehouse import Warehouse, now
 from tests.test_correlations import add_accuracy, add_metric, add_model
 
@@ -200,6 +201,43 @@ def test_table_4_lays_out_the_word_ablations_beside_the_published_cells(tmp_path
     assert clash.exit_code != 0 and "sentence-level table" in clash.output
 
 
+@pytest.mark.parametrize(
+    ("request_", "says"),
+    [
+        ({"table": "11", "level": "word"}, "sentence-level table"),
+        ({"table": "3", "level": "sentence"}, "word-level table"),
+        ({"table": "4", "exclude_postprocessed": True}, "over all models"),
+        ({"table": "6", "exclude_postprocessed": True}, "over all models"),
+        ({"table": "5"}, "3, 4, 6, 7, 11, 10"),
+        ({"table": "10"}, "paper_table10"),
+        ({"ties": "all"}, "one tie policy"),
+        ({"level": "phrase"}, "word or sentence"),
+        ({"table": "4", "compare": True}, "Tables 3, 6 and 11"),
+        ({"table": "7", "compare": True}, "Tables 3, 6 and 11"),
+    ],
+)  # fmt: skip
+def test_the_api_refuses_a_paper_request_that_contradicts_itself(tmp_path, request_, says):
+    """The rules of a paper-layout request are the API's (issue 54: the CLI had them, the API let the table's level
+    win): a level or post-processing choice the paper's table does not have, Table 10, an unknown table, every tie
+    policy at once, a comparison on a table that is not over the whole zoo. Refused before the warehouse is read
+    (there is none here), so the CLI says the same."""
+    with pytest.raises(ValueError, match=says):
+        api.paper_correlation_table(warehouse=tmp_path / "none", **request_)
+
+
+def test_a_paper_table_without_a_level_lays_out_its_own(tmp_path):
+    """``level`` left out: the table's (Table 4 is word level); given and the same, accepted; the CLI's --level
+    without a value passes nothing, so `--table 4` alone works there too."""
+    wh = Warehouse(tmp_path / "wh").init()
+    for i in range(3):
+        add_model(wh, f"w{i}", "word", "word-vectors")
+        add_metric(wh, f"w{i}", "evalrank-word", "evalrank", 0.1 * (i + 1), ties="optimistic")
+    for request_ in ({}, {"level": "word"}):
+        t4 = api.paper_correlation_table(warehouse=str(wh.root), table="4", **request_)
+        assert (t4.level, t4.published_name) == ("word", "Table 4")
+    assert api.paper_correlation_table(warehouse=str(wh.root)).level == "sentence"  # no table: sentence
+
+
 def test_the_ablation_catalog_runs_only_its_tasks_over_the_local_zoo():
     from evalfarm.catalog.registry import load_catalog
 
@@ -279,8 +317,8 @@ def test_figure_4_orders_by_mr_and_sst2_with_evalrank_stsb_and_str_first(paper_w
     figures = sorted(p.name for p in (out / "img").glob("figure4-*.png"))
     assert figures == ["figure4-sentence-mr.png", "figure4-sentence-sst2.png"]
 
-    from evalfarm.correlations import correlation_table
-    from evalfarm.report import _figure_rows
+    from evalfarm.analysis.correlations import correlation_table
+    from evalfarm.analysis.report import _figure_rows
 
     table = correlation_table(paper_wh, level="sentence")
     column = next(c for c in table.columns if c.startswith("mr"))  # "mr (logreg)": two variants here
@@ -319,7 +357,7 @@ def test_table_3_both_ways_over_the_coverage_variants_compared_models(tmp_path):
             add_metric(wh, w, "wordsim-simlex-999-common", "word-similarity", [1, 3, 2, 4, 5][i], variant="raw",
                        metric="spearman")  # fmt: skip
         add_accuracy(wh, f"bow-{w}", "mr", ACC[i] if i < 5 else 0.1)
-    from evalfarm.paper import coverage_table_from
+    from evalfarm.analysis.paper import coverage_table_from
 
     t = coverage_table_from(wh, name="common", ties="optimistic", downstream_variant="logreg")
     assert t.models == ["w1", "w2", "w3", "w4", "w5"]

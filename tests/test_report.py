@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from evalfarm.analysis.report import model_slug
 from evalfarm.cli import app
-from evalfarm.report import model_slug
 from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, now
 from tests.support.task_files import copy_task_files, data_folder

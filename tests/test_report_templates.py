@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.report import _model_page, build_report, model_slug, templates
+from evalfarm.analysis.report import _model_page, build_report, model_slug, templates
 from evalfarm.warehouse import Warehouse, now
 
 EVIL = "<script>alert(1)</script>"

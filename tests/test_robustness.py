@@ -1,5 +1,5 @@
-"""Issue 41: the robustness views (evalfarm/robustness.py): leave one model family out, and a board resampled over
-its evaluation items, against values worked out by hand."""
+"""Issue 41: the robustness views (evalfarm/analysis/robustness.py): leave one model family out, and a board
+resampled over its evaluation items, against values worked out by hand."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from evalfarm.correlations import spearman
-from evalfarm.robustness import leave_one_family_out, model_families, rank_stability
+from evalfarm.analysis.correlations import spearman
+from evalfarm.analysis.robustness import leave_one_family_out, model_families, rank_stability
 from evalfarm.warehouse import Warehouse
 from tests.test_correlations import add_accuracy, add_evalrank, add_metric, add_model
 

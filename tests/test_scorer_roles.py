@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from evalfarm.correlations import correlation_table
+from evalfarm.analysis.correlations import correlation_table
 from evalfarm.plugins import ROLES, RegistryError, scorer_roles, task_kinds
 from evalfarm.warehouse import Warehouse
 from tests.test_correlations import add_evalrank, add_metric, add_model
@@ -113,7 +113,7 @@ def test_no_core_view_or_report_names_a_scorer_to_know_its_role() -> None:
     literal = re.compile(r"scorer\s*(=|<>|!=|==)\s*['\"](downstream|evalrank)['\"]")
     found = [
         f"{p.relative_to(REPO)}:{n}"
-        for p in [*sorted((REPO / "sql").glob("*.sql")), REPO / "evalfarm" / "report.py"]
+        for p in [*sorted((REPO / "sql").glob("*.sql")), REPO / "evalfarm" / "analysis" / "report.py"]
         for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
         if literal.search(line)
     ]

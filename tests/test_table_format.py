@@ -543,7 +543,7 @@ def test_a_fifo_planted_in_a_table_or_its_log_never_hangs_a_reader(wh):
 
 
 def test_the_report_shows_each_models_primary_metrics_across_runs(wh, tmp_path):
-    from evalfarm.report import build_report, model_slug
+    from evalfarm.analysis.report import build_report, model_slug
 
     day2, real = T0 + timedelta(days=2), {"ties": "realistic"}  # the boards' tie policy
     _run(wh, "r1", T0 + timedelta(hours=1), [_metric("r1", "m", "t", 0.5, at=T0, **real),

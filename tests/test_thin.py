@@ -148,7 +148,7 @@ def test_on_rg65_only_the_thin_flag_keeps_the_five_word_model_off(thin_run: Path
 
 
 def test_the_model_page_says_why_its_numbers_are_thin(thin_run: Path, tmp_path: Path) -> None:
-    from evalfarm.report import build_report
+    from evalfarm.analysis.report import build_report
 
     index = build_report(thin_run, tmp_path / "report", refresh=False)
     pages = {str(p.relative_to(index.parent)): p.read_text(encoding="utf-8") for p in index.parent.rglob("*.html")}

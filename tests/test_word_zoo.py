@@ -228,8 +228,8 @@ def test_coverage_variant_keeps_only_the_pairs_every_compared_model_knows(tmp_pa
 def test_word_tables_print_each_models_oov_and_tie_rates(tmp_path):
     from typer.testing import CliRunner
 
+    from evalfarm.analysis.correlations import correlation_table
     from evalfarm.cli import app
-    from evalfarm.correlations import correlation_table
     from evalfarm.warehouse import Warehouse, now
     from tests.test_correlations import add_accuracy, add_metric, add_model
 

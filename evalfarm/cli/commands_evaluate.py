@@ -7,7 +7,7 @@ import json
 import sys
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -15,11 +15,7 @@ from evalfarm import api
 from evalfarm.cli.app import again, app, fail, fail_from, split
 from evalfarm.cli.events import RunPrinter, print_notified, print_summary, print_warnings
 from evalfarm.cli.rendering import console, say
-from evalfarm.options import RunOptions, RunRequest
 from evalfarm.ranking import BOARD_TIES, TIES
-
-if TYPE_CHECKING:
-    from evalfarm.runner import RunSummary
 
 
 class Executor(StrEnum):
@@ -144,7 +140,7 @@ def run(
         typer.echo("note: --full-downstream is the default now (every training row); it will go", err=True)
     chosen: dict[str, Any] = {"similarities": tuple(sims)} if (sims := split(similarity)) else {}
     try:  # a bad --similarity is a usage error (2), said before anything runs
-        options = RunOptions(
+        options = api.RunOptions(
             center=center,
             filter_other_positives=filter_other_positives,
             quick_downstream=quick_downstream,
@@ -153,7 +149,7 @@ def run(
         )
     except ValueError as exc:
         fail(str(exc))
-    request = RunRequest(
+    request = api.RunRequest(
         models=split(models), tasks=split(tasks), options=options, force=force, executor=executor.value,
         address=address, workers=workers, max_attempts=max_attempts,
     )  # fmt: skip
@@ -170,20 +166,15 @@ def run(
 def _evaluate(
     catalog: str,
     warehouse: str,
-    request: RunRequest,
+    request: api.RunRequest,
     *,
     notify: str | None,
     in_process: bool,
     json_out: bool = False,
-) -> RunSummary:
+) -> api.RunSummary:
     """:func:`evalfarm.api.run_request` with the live output; its errors as the CLI's exit codes: 2 for what stops a
     run before it starts, 3 for an interrupted run (which the same command resumes), 130 for Ctrl-C. A run with
     failed units returns its summary (the caller prints the failures and exits 1)."""
-    from evalfarm.device import DeviceUnavailable
-    from evalfarm.runner import RayStartFailed, RunInterrupted
-    from evalfarm.taskdata.data import TaskDataError
-    from evalfarm.warehouse import DamagedTable, LegacyWarehouse, WarehouseWriteError
-
     resume = f"To resume, run the same command again (finished units are skipped): {again()}"
     try:
         with RunPrinter(json_out=sys.stdout if json_out else None) as printer:
@@ -193,22 +184,23 @@ def _evaluate(
             )
     except api.EvaluationFailed as exc:
         return exc.summary
-    except (TaskDataError, ValueError, ConnectionError, DeviceUnavailable, NotADirectoryError, LegacyWarehouse) as exc:
+    except (api.TaskDataError, ValueError, ConnectionError, api.DeviceUnavailable, NotADirectoryError,
+            api.LegacyWarehouse) as exc:  # fmt: skip
         fail(str(exc))  # CatalogError and ConfigError are ValueErrors; LegacyWarehouse names `warehouse migrate`
-    except DamagedTable as exc:  # a table whose log cannot be trusted: nothing it names was touched
+    except api.DamagedTable as exc:  # a table whose log cannot be trusted: nothing it names was touched
         fail(f"warehouse {warehouse}: {exc}. Nothing the table names was read, moved or deleted; `evalfarm verify` "
              "names it, docs/operations.md (\"A damaged table\") says how to repair it")  # fmt: skip
-    except RunInterrupted as exc:  # recorded as interrupted; the same command resumes
+    except api.RunInterrupted as exc:  # recorded as interrupted; the same command resumes
         print_warnings(exc.summary.warnings)  # an interrupted run emits no warning events
         print_notified(exc.summary)
         _exit_promptly(f"{exc}. {resume}", code=3)
-    except RayStartFailed as exc:
+    except api.RayStartFailed as exc:
         local = again() if "--executor" in sys.argv else f"{again()} --executor local"
         fail_from(exc, f"{exc}. Run it without Ray: {local}; or run the same command again once the machine is "
                   f"less busy (finished units are skipped)", code=3)  # fmt: skip
     except KeyboardInterrupt:
         fail(f"interrupted. {resume}", 130)
-    except WarehouseWriteError as exc:  # a full disk, no permission, a read-only mount: the path and the cause
+    except api.WarehouseWriteError as exc:  # a full disk, no permission, a read-only mount: the path and the cause
         fail_from(exc, f"{exc}. {_write_hint(exc)}, then run the same command again (finished units are skipped): "
                   f"{again()}")  # fmt: skip
     except OSError as exc:  # a vanished file, a network file system gone
@@ -325,8 +317,6 @@ def submit(
 ) -> None:
     """Validate a new model spec locally, then evaluate it on a Ray cluster as a Ray job (every task of its level,
     or --tasks). The plan it prints says what the job gets (the data folder sent, every env var)."""
-    from evalfarm.submit import SubmitError
-
     address = api.job_address(address)
     try:
         plan = api.plan_submission(
@@ -344,7 +334,7 @@ def submit(
             forward_data=forward_data,
             tasks=split(tasks),
         )
-    except SubmitError as exc:
+    except api.SubmitError as exc:
         fail(str(exc))
     try:
         _show_plan(plan, address, dry_run=dry_run)
@@ -352,7 +342,7 @@ def submit(
             plan.cleanup()  # a temporary job folder goes; an --out folder stays
             return
         job_id = api.submit_plan(plan, address=address)
-    except SubmitError as exc:
+    except api.SubmitError as exc:
         plan.cleanup()
         fail(str(exc))
     except BaseException:
@@ -361,23 +351,21 @@ def submit(
     _follow(job_id, address, wait=wait)
 
 
-def _show_plan(plan: Any, address: str, *, dry_run: bool) -> None:
+def _show_plan(plan: api.SubmitPlan, address: str, *, dry_run: bool) -> None:
     """What the submission will do; for a dry run also the equivalent command, the job's catalog and whether it
     would be refused."""
-    from evalfarm.submit import SubmitError, raw_command, render_plan
-
-    for line in render_plan(plan, address).splitlines():
+    for line in api.render_plan(plan, address).splitlines():
         say(line, "bold red" if line.startswith("WARNING") else None)
     if not dry_run:
         return
-    say(f"equivalent: {raw_command(plan, address)}")
+    say(f"equivalent: {api.raw_command(plan, address)}")
     where = "--out folder" if plan.keep_workdir else "temporary folder, removed after this dry run: --out DIR keeps it"
     say(f"job folder: {plan.workdir} ({where})")
     say(f"--- {plan.catalog_file.name}: the job's catalog")
     sys.stdout.write(plan.catalog_file.read_text(encoding="utf-8"))
     try:
         api.check_submission(plan)
-    except SubmitError as exc:
+    except api.SubmitError as exc:
         say(f"this submission would be refused: {exc}", "bold red")
     console.print("dry run: nothing submitted")
 

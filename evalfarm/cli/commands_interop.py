@@ -1,5 +1,6 @@
 """``evalfarm export mteb`` and ``evalfarm import mteb``: a warehouse's results in MTEB's results layout, and an MTEB
-results folder into a warehouse (:mod:`evalfarm.mteb_results` holds the mapping; these commands call the API)."""
+results folder into a warehouse (:mod:`evalfarm.analysis.mteb_results` holds the mapping; these commands call the
+API)."""
 
 from __future__ import annotations
 
@@ -49,8 +50,6 @@ def export_mteb(
     """Write the warehouse's STS12-16, STSBenchmark and SICK-R numbers as MTEB results files (cosine Spearman as
     main_score, on MTEB's 0-1 scale) with a model_meta.json per model, as mteb's ResultCache reads them (export
     into <cache>/results). SentEval's classification tasks have no MTEB twin and are not written."""
-    from evalfarm.mteb_results import MtebFormatError, parse_as
-
     chosen = split(models)
     mapping: dict[str, str] = {}
     for item in names or []:
@@ -59,14 +58,10 @@ def export_mteb(
             if not chosen or len(chosen) != 1:
                 fail("--as MODEL[@REVISION] names one exported model: add --models ID, or write --as ID=MODEL")
             model, target = chosen[0], item
-        try:
-            parse_as(target)
-        except MtebFormatError as exc:
-            fail(str(exc))
         mapping[model] = target
-    try:
+    try:  # the API checks each MTEB name (MtebFormatError: a ValueError) before it writes anything
         result = api.export_mteb(out_dir, warehouse=warehouse, models=chosen, names=mapping)
-    except (FileNotFoundError, NotADirectoryError, PermissionError) as exc:
+    except (FileNotFoundError, NotADirectoryError, PermissionError, ValueError) as exc:
         fail(str(exc))
     for note in result.skipped:
         say(f"skipped: {note}", style="yellow")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 import typer
 
@@ -21,9 +21,6 @@ from evalfarm.cli.rendering import (
     print_rows,
     say,
 )
-
-if TYPE_CHECKING:
-    from evalfarm.paper import PaperTable
 from evalfarm.ranking import BOARD_TIES, PAPER_TIES, TIES, TiesOrAll, check_ties
 
 WarehouseOpt = Annotated[
@@ -133,7 +130,13 @@ class Level(StrEnum):
     word = "word"
 
 
-LevelOpt = Annotated[Level, typer.Option(help="which models: sentence, or word (downstream through their BoW)")]
+LevelOpt = Annotated[
+    Level | None,
+    typer.Option(
+        help="which models: sentence, or word (downstream through their BoW); the paper's --table fixes its own",
+        show_default="sentence",
+    ),
+]
 CellsFormatOpt = Annotated[
     Format, typer.Option("--format", "-f", help="table: the paper's shape; csv / json: one row per cell")
 ]
@@ -216,7 +219,7 @@ DownstreamVariantOpt = Annotated[
 # long: a typer command: its signature is its options (one parameter each), the body a dispatch over them
 @app.command()
 def correlations(
-    level: LevelOpt = Level.sentence,
+    level: LevelOpt = None,
     warehouse: WarehouseOpt = "warehouse",
     format: CellsFormatOpt = Format.table,
     exclude_postprocessed: ExcludeOpt = False,
@@ -235,8 +238,8 @@ def correlations(
 ) -> None:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models."""
     policy = check_ties(ties.value, allow_all=True)  # typer has checked it: this narrows its type
-    if compare is not None and policy == "all":
-        fail("--compare tests one table: choose one tie policy (optimistic, pessimistic or realistic), not all")
+    # --level left out: the API's default (or, in the paper layout, the level of the paper's table)
+    chosen: dict[str, Any] = {"level": level.value} if level is not None else {}
     if coverage is not None:
         if compare is not None:
             fail("--compare is for the evalfarm and paper layouts, not --coverage")
@@ -245,50 +248,28 @@ def correlations(
     if layout is Layout.paper:
         if compare not in (None, "evalrank"):
             fail("the paper layout compares with EvalRank MRR only: use --compare evalrank")
-        _paper_correlations(
-            level,
-            warehouse,
-            format,
-            exclude_postprocessed,
-            policy,
-            published,
-            downstream_variant,
-            paper_table,
-            compare is not None,
-            resamples,
-            seed,
-        )
+        request = dict(exclude_postprocessed=exclude_postprocessed, ties=policy, downstream_variant=downstream_variant,
+                       compare=compare is not None, resamples=resamples, seed=seed, **chosen)  # fmt: skip
+        _paper_correlations(warehouse, format, published, paper_table, request)
         return
     if published or paper_table:
         fail("--published and --table lay out the paper's cells: add --layout paper")
     try:
+        comparisons = None
+        if compare is not None:  # first: a request the API refuses fails before the intervals are computed
+            comparisons = api.correlation_comparisons(
+                warehouse=warehouse, exclude_postprocessed=exclude_postprocessed, ties=policy, compare=compare,
+                refresh=refresh, seed=seed, **chosen,
+            )  # fmt: skip
         table = api.correlation_table(
-            warehouse=warehouse,
-            level=level.value,
-            exclude_postprocessed=exclude_postprocessed,
-            ties=policy,
-            refresh=refresh,
-            resamples=resamples,
-            seed=seed,
-            diagnostics=diagnostics,
-        )
-    except (FileNotFoundError, NotADirectoryError) as exc:
-        fail(str(exc))
-    if compare is None:
-        print_correlations(table, format, intervals=intervals)
-        return
-    try:
-        comparisons = api.correlation_comparisons(
-            warehouse=warehouse,
-            level=level.value,
-            exclude_postprocessed=exclude_postprocessed,
-            ties=ties.value,
-            compare=compare,
-            refresh=refresh,
-            seed=seed,
-        )
+            warehouse=warehouse, exclude_postprocessed=exclude_postprocessed, ties=policy, refresh=refresh,
+            resamples=resamples, seed=seed, diagnostics=diagnostics, **chosen,
+        )  # fmt: skip
     except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         fail(str(exc))
+    if comparisons is None:
+        print_correlations(table, format, intervals=intervals)
+        return
     if format is Format.table:
         print_correlations(table, format, intervals=intervals)
     print_comparisons(comparisons, format)
@@ -312,65 +293,27 @@ def _coverage_correlations(
 
 
 def _paper_correlations(
-    level: Level,
-    warehouse: str,
-    format: Format,
-    exclude_postprocessed: bool,
-    ties: TiesOrAll,
-    published: bool,
-    downstream_variant: str | None,
-    paper_table: str | None,
-    compare: bool = False,
-    resamples: int = 1000,
-    seed: int = 0,
+    warehouse: str, format: Format, published: bool, paper_table: str | None, request: dict[str, Any]
 ) -> None:
-    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json); ``compare``: cells
-    that differ significantly from EvalRank MRR marked, and the power lines."""
-    from evalfarm.paper import TABLES, render_text
-
-    if paper_table == "10":
-        try:
-            t10 = api.paper_table10(warehouse=warehouse, downstream_variant=downstream_variant)
-        except (FileNotFoundError, NotADirectoryError) as exc:
-            fail(str(exc))
-        out.print(t10.render(), markup=False, highlight=False, soft_wrap=True)
-        return
-    if paper_table is not None and paper_table not in TABLES:
-        fail(f"--table: the paper's layout has tables {', '.join([*TABLES, '10'])}, not {paper_table!r}")
-    if paper_table is not None:  # the table fixes its level and models: an option that asks otherwise is an error
-        tdef = TABLES[paper_table]
-        if exclude_postprocessed and not tdef.exclude_postprocessed:
-            fail(
-                f"--exclude-postprocessed with --table {paper_table}: the paper's {tdef.name} is over all models "
-                "(its table without post-processed models is 11, sentence level); drop --table for either level"
-            )
-        if level is Level.word and tdef.level != "word":
-            fail(f"--level word with --table {paper_table}: the paper's {tdef.name} is a sentence-level table")
-    if ties == "all":
-        fail(f"the paper's layout shows one tie policy: choose one of {', '.join(TIES)} ({PAPER_TIES}: the paper's)")
-    if compare and paper_table not in (None, "3", "6", "11"):
-        fail("--compare marks the paper's Tables 3, 6 and 11 (its correlation tables over the whole zoo)")
+    """``correlations --layout paper``: plain text (table), or one row per cell (csv / json); with ``--compare``,
+    cells that differ significantly from EvalRank MRR marked, and the power lines. ``request``: the options
+    :func:`evalfarm.api.paper_correlation_table` takes (whose rules refuse a contradictory one); ``--table 10``
+    is :func:`evalfarm.api.paper_table10`'s."""
     try:
-        table = api.paper_correlation_table(
-            warehouse=warehouse,
-            level=level.value,
-            exclude_postprocessed=exclude_postprocessed,
-            ties=ties,
-            downstream_variant=downstream_variant,
-            table=paper_table,
-            compare=compare,
-            resamples=max(resamples, 2000),
-            seed=seed,
-        )
-    except (FileNotFoundError, NotADirectoryError) as exc:
+        if paper_table == "10":
+            t10 = api.paper_table10(warehouse=warehouse, downstream_variant=request["downstream_variant"])
+            out.print(t10.render(), markup=False, highlight=False, soft_wrap=True)
+            return
+        table = api.paper_correlation_table(warehouse=warehouse, table=paper_table, **request)
+    except (FileNotFoundError, NotADirectoryError, ValueError) as exc:
         fail(str(exc))
     if format is Format.table:
-        out.print(render_text(table, published=published), markup=False, highlight=False, soft_wrap=True)
+        out.print(api.paper_text(table, published=published), markup=False, highlight=False, soft_wrap=True)
         return
-    _print_paper_rows(table, format, published=published, compare=compare)
+    _print_paper_rows(table, format, published=published, compare=request["compare"])
 
 
-def _print_paper_rows(table: PaperTable, format: Format, *, published: bool, compare: bool) -> None:
+def _print_paper_rows(table: api.PaperTable, format: Format, *, published: bool, compare: bool) -> None:
     """The paper layout as one row per cell (csv / json), its caption, notes and power lines on stderr."""
     rows = [
         {
@@ -437,9 +380,6 @@ def status(
     import json
     import sys
 
-    from evalfarm.status import NoRun
-    from evalfarm.status import watch as watch_run
-
     def show(st: Any) -> None:
         if format is Format.json:
             sys.stdout.write(json.dumps(st.to_dict(), default=str) + "\n")
@@ -455,10 +395,10 @@ def status(
     try:
         wh = api.open_warehouse(warehouse)
         if watch:
-            watch_run(wh, run_id, every, show)
+            api.watch_run(show, run_id, warehouse=wh, every=every)
         else:
             show(api.run_status(run_id, warehouse=wh))
-    except (FileNotFoundError, NotADirectoryError, NoRun) as exc:
+    except (FileNotFoundError, NotADirectoryError, api.NoRun) as exc:
         fail(str(exc))
     except KeyboardInterrupt:
         raise typer.Exit(130) from None

@@ -23,17 +23,13 @@ FormatOpt = Annotated[Format, typer.Option("--format", "-f")]
 @catalog_app.command("list")
 def catalog_list(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
     """List a catalog's models (and the tasks each is evaluated on)."""
-    from evalfarm.catalog.registry import CatalogError
-
     try:
         cat = api.validate_catalog(catalog)
-    except CatalogError as exc:
+    except api.CatalogError as exc:
         fail(str(exc))
-    from evalfarm.catalog.registry import describe_composition
-
     rows = api.list_models(cat)
     print_rows(list(rows[0]) if rows else ["id"], rows, format, title=f"{cat.name}: {len(rows)} models")
-    line = f"{cat.name} composition: {describe_composition(cat.composition())}"
+    line = f"{cat.name} composition: {api.describe_composition(cat.composition())}"
     if format is Format.table:
         out.print(line, markup=False, highlight=False, soft_wrap=True)
     else:  # stdout stays one CSV / JSON document
@@ -47,11 +43,9 @@ ModelArg = Annotated[str, typer.Argument(help="the model's id")]
 def catalog_show(model: ModelArg, catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
     """Show one model as the run embeds it: kind, source, options, spec hash, and the prompt it puts before each
     task's texts (query and document prompts where a task embeds its sides apart)."""
-    from evalfarm.catalog.registry import CatalogError
-
     try:
         rows = api.show_model(model, catalog)
-    except CatalogError as exc:
+    except api.CatalogError as exc:
         fail(str(exc), code=1)
     print_rows(["field", "value"], rows, format, title=f"{model}")
 
@@ -59,11 +53,9 @@ def catalog_show(model: ModelArg, catalog: CatalogOpt = "zoo-starter", format: F
 @catalog_app.command("validate")
 def catalog_validate(catalog: CatalogOpt = "zoo-starter", format: FormatOpt = Format.table) -> None:
     """Check a catalog offline: schema, references, tasks; exit 1 with the file and entry on error."""
-    from evalfarm.catalog.registry import CatalogError
-
     try:
         cat = api.validate_catalog(catalog)
-    except CatalogError as exc:
+    except api.CatalogError as exc:
         fail(str(exc), code=1)
     row = {"catalog": cat.name, "path": str(cat.path), "models": len(cat.models), "tasks": len(cat.tasks)}
     print_rows([*row, "status"], [{**row, "status": "ok"}], format)
@@ -115,8 +107,6 @@ def config_set(settings: SettingsArg, file: FileOpt = None, user: UserOpt = Fals
         if not sep:
             fail(f"expected KEY=VALUE, got {item!r} (keys: {', '.join(KEYS)})")
         updates[key.strip()] = value.strip()
-    if user and file is not None:
-        fail("--user and --file name two different files: give one")
     try:
         cfg = api.set_config(updates, file=file, user=user)
     except api.ConfigError as exc:
@@ -196,15 +186,13 @@ def zoo_coverage(
 ) -> None:
     """Coverage-controlled word tasks: the EvalRank word pool and word-similarity sets restricted to the words every
     model of --models knows (written under EVALFARM_DATA), as a catalog that includes --catalog."""
-    from evalfarm import atomic
-    from evalfarm.zoo import coverage_catalog
-
     ids = [m.strip() for m in models.split(",") if m.strip()]
     try:
-        cov = coverage_catalog(catalog, ids, name=name, progress=lambda m: console.print(f"loading {m}"))
+        cov = api.coverage_catalog(
+            ids, out, catalog=catalog, name=name, progress=lambda m: console.print(f"loading {m}")
+        )
     except (FileNotFoundError, KeyError, ValueError) as exc:
         fail(str(exc))
-    atomic.write_text(out, cov.catalog_text)
     console.print(
         f"{cov.n_words:,} of {cov.n_candidates:,} task words known to all {len(ids)} models → {cov.vocab_path}",
         highlight=False,
@@ -238,8 +226,6 @@ def data_build(
     """Build the generated data file NAME (heros, defsent) and print its path, sha256 and the task's build entry."""
     import json
 
-    from evalfarm.taskdata.build import BuildError, build, builder
-
     overrides = {}
     for item in param or []:
         key, sep, value = item.partition("=")
@@ -247,9 +233,8 @@ def data_build(
             fail(f"--param {item!r}: give NAME=VALUE")
         overrides[key.strip()] = value.strip()
     try:
-        got = build(name, overrides, out_dir=out, force=force, version=version)
-        version = builder(name, version).version
-    except BuildError as exc:
+        got, version = api.build_data(name, overrides, out=out, force=force, version=version)
+    except api.BuildError as exc:
         fail(str(exc))
     console.print(f"{'built' if got.rebuilt else 'already built'}: {got.path}", highlight=False)
     console.print(f"sha256: {got.sha256}", highlight=False)
@@ -260,8 +245,5 @@ def data_build(
 @data_app.command("list")
 def data_list() -> None:
     """The recipes `evalfarm data build` knows, every version (the current one last), with default parameters."""
-    from evalfarm.taskdata.build import builders, versions
-
-    for name in builders():
-        for b in versions(name):
-            console.print(f"{b.name} {b.version} {dict(b.defaults)}: {b.description}", highlight=False, soft_wrap=True)
+    for b in api.data_recipes():
+        console.print(f"{b.name} {b.version} {dict(b.defaults)}: {b.description}", highlight=False, soft_wrap=True)

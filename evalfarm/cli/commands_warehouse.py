@@ -68,26 +68,14 @@ def diff(
 @warehouse_app.command("info")
 def info(warehouse: WarehouseOpt = "warehouse", format: FormatOpt = Format.table) -> None:
     """The warehouse's layout and, per table, its version, files (and how many are small), rows and size."""
-    from evalfarm.warehouse import table_schemas
-    from evalfarm.warehouse.maintenance import small_files
-    from evalfarm.warehouse.migrate import layout_note
-
     try:
-        wh = api.open_warehouse(warehouse)
-        note = layout_note(wh)
-        rows = []
-        if wh.layout() == "delta":
-            for t in table_schemas():
-                snap = wh.tables.snapshot(t)
-                rows.append({"table": t, "version": snap.version, "files": len(snap.files),
-                             "small_files": len(small_files(wh, t)) if snap.files else 0,
-                             "bytes": sum(f.size for f in snap.files)})  # fmt: skip
+        found = api.warehouse_info(warehouse)
     except ERRORS as exc:
         fail(str(exc))
-    console.print(f"warehouse {wh.uri}: layout {note['layout']} ({note['format']})", highlight=False, markup=False)
-    if "hint" in note:
-        console.print(note["hint"], highlight=False, markup=False)
-    print_rows(["table", "version", "files", "small_files", "bytes"], rows, format)
+    console.print(f"warehouse {found.uri}: layout {found.layout} ({found.format})", highlight=False, markup=False)
+    if found.hint is not None:
+        console.print(found.hint, highlight=False, markup=False)
+    print_rows(["table", "version", "files", "small_files", "bytes"], found.tables, format)
 
 
 @warehouse_app.command("compact")

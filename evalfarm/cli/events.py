@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from rich.console import RenderableType
 from rich.markup import escape
@@ -33,17 +33,13 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from evalfarm import api
 from evalfarm.cli.rendering import Output, console
-from evalfarm.scheduler.progress import fmt_count
-
-if TYPE_CHECKING:
-    from evalfarm.runner import RunEvent, RunSummary
-    from evalfarm.zoo import Built
 
 
 def unit_line(o: Any) -> str:
     """A finished unit, in rich markup: status, model · task, seconds, its first two numbers, error or notes."""
-    from evalfarm.outcomes import Status
+    Status = api.Status
 
     mark = {Status.DONE: "[green]done", Status.FAILED: "[red]FAILED", Status.SKIPPED: "[dim]skipped"}.get(
         o.status, f"[dim]{o.status}"
@@ -61,7 +57,7 @@ def unit_line(o: Any) -> str:
     )
 
 
-def event_line(e: RunEvent) -> str | None:
+def event_line(e: api.RunEvent) -> str | None:
     """What an event prints (rich markup), or None for the events that only move the progress line."""
     if e.kind == "unit":
         return unit_line(e.outcome)
@@ -188,8 +184,8 @@ class RunPrinter:
         self.last_progress = self.tracker.line()
         done, total = self.tracker.texts()
         if total:
-            rate = self.tracker.text_rate()
-            info = f"{fmt_count(done)}/{fmt_count(total)} texts" + (f" · {fmt_count(rate)}/s" if rate else "")
+            rate, count = self.tracker.text_rate(), api.fmt_count
+            info = f"{count(done)}/{count(total)} texts" + (f" · {count(rate)}/s" if rate else "")
             self.prog.update(self.texts_bar, completed=done, total=total, visible=True, info=info)
 
     def _beat_due(self) -> bool:
@@ -235,7 +231,7 @@ class RunPrinter:
             if kind == "progress":
                 self.last_json = time.monotonic()
 
-    def on_event(self, e: RunEvent) -> None:
+    def on_event(self, e: api.RunEvent) -> None:
         self.tracker = e.progress
         text = event_line(e)
         if Output.quiet and e.kind != "warning":
@@ -257,7 +253,7 @@ class RunPrinter:
         elif e.kind == "tick":  # the scheduler waits on its workers: say it is alive, and where it is
             self._beat()
 
-    def _json_event(self, e: RunEvent) -> None:
+    def _json_event(self, e: api.RunEvent) -> None:
         if self.json_out is None:
             return
         if e.kind == "unit" and e.outcome is not None:
@@ -275,7 +271,7 @@ def print_warnings(warnings: list[str]) -> None:
         console.print(f"[yellow]warning:[/] {escape(w)}", highlight=False, soft_wrap=True)
 
 
-def print_summary(summary: RunSummary) -> None:
+def print_summary(summary: api.RunSummary) -> None:
     """The run's last lines: counts, where it ran and wrote, then what needs a look (quarantined files, models not
     evaluated, degenerate units, failures)."""
     c = summary.counts()
@@ -350,7 +346,7 @@ def moved_line(moved: dict[str, Any] | None, run_id: str, warehouse: object) -> 
     return f"moved since run {since}: {total} value{'s' if total != 1 else ''} ({why}){flag}; every one: {diff}"
 
 
-def print_notified(summary: RunSummary) -> None:
+def print_notified(summary: api.RunSummary) -> None:
     """What the --notify hook did, when there was one."""
     notified = summary.notified
     if notified is not None:
@@ -374,7 +370,7 @@ class ZooPrinter:
         self.prog.update(self.task, description="zoo build")
         self.prog.__exit__(kind, exc, tb)
 
-    def on_progress(self, model_id: str, built: Built | None) -> None:
+    def on_progress(self, model_id: str, built: api.Built | None) -> None:
         if built is None:
             self.prog.update(self.task, description=f"training {model_id}")
             return

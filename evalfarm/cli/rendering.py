@@ -23,11 +23,10 @@ from rich import box
 from rich.console import Console, JustifyMethod
 from rich.table import Table
 
+from evalfarm import api
+
 if TYPE_CHECKING:
     import pyarrow as pa
-
-    from evalfarm.comparison_tables import ComparisonTable
-    from evalfarm.correlations import CorrelationTable
 
 console = Console(stderr=True, soft_wrap=not sys.stderr.isatty())  # logs and pipes: never break a line
 
@@ -311,11 +310,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
-def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool) -> None:
+def print_correlations(table: api.CorrelationTable, fmt: Format, *, intervals: bool) -> None:
     """The correlation table in the paper's shape (best cells bold, ``n`` per row), or one row per cell (CSV /
     JSON); then its notes, which a reader must see (on stderr beside CSV / JSON)."""
-    from evalfarm.correlations import caption
-
     if fmt is not Format.table:
         first = table.records[0] if table.records else {}
         columns = ["row", "column", "best", *[c for c in first if c not in ("row", "column", "best")]]
@@ -326,7 +323,7 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
             say(f"note: {note}")
         return
     if table.rows:
-        out.print(caption(table), markup=False, highlight=False, soft_wrap=True)
+        out.print(api.correlation_caption(table), markup=False, highlight=False, soft_wrap=True)
         _print_cells(table, intervals)
     if table.model_stats:
         print_word_model_stats(table.model_stats)
@@ -343,10 +340,9 @@ def print_correlations(table: CorrelationTable, fmt: Format, *, intervals: bool)
         out.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
 
 
-def _print_cells(table: CorrelationTable, intervals: bool) -> None:
+def _print_cells(table: api.CorrelationTable, intervals: bool) -> None:
     """The cells, in as many parts as the terminal's width needs (:func:`column_groups`), each with its rows."""
-    from evalfarm.correlations import format_cell
-
+    format_cell = api.format_cell
     texts = {
         (r, c): format_cell(table.cells.get((r, c)), intervals=intervals) for r in table.rows for c in table.columns
     }
@@ -388,13 +384,11 @@ def column_groups(label: int, widths: list[int], last: int, width: int) -> list[
     return groups
 
 
-def print_comparisons(table: ComparisonTable, fmt: Format) -> None:
+def print_comparisons(table: api.ComparisonTable, fmt: Format) -> None:
     """Each other row against the compared row, task by task (difference, interval, p, Holm p by the bootstrap
     over models and over families, the normal-theory cross-check), then the power lines and notes; CSV / JSON: one
     row per comparison (the view's columns)."""
-    from evalfarm.comparison_tables import format_comparison, power_text
-    from evalfarm.correlations import column_order
-
+    format_comparison, power_text, column_order = api.format_comparison, api.power_text, api.column_order
     ordered = sorted(
         table.cells.items(),
         key=lambda kv: (column_order(kv[0][1]), -(kv[1]["difference"] if kv[1]["difference"] is not None else 9)),

@@ -34,8 +34,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
+from evalfarm.analysis.comparisons import z_variance_factor
 from evalfarm.catalog.specs import TaskSpec
-from evalfarm.comparisons import z_variance_factor
 from evalfarm.preprocess import Protocol, prepare
 from evalfarm.scorers import register
 from evalfarm.scorers.base import Interval, MetricRow, RunOptions, Scorer, ScoreResult, TextVectors, ThinRule

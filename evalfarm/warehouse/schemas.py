@@ -142,7 +142,7 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("threads", pa.string()),
         ]
     ),
-    # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/correlations.py
+    # bootstrap intervals of the `correlations` view, one row per cell and input set (evalfarm/analysis/correlations.py
     # writes them; the view shows a row only while `inputs_hash` still matches the cell's current numbers)
     "correlation_ci": pa.schema(
         [
@@ -172,7 +172,7 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
     ),
     # paired-bootstrap comparisons of two cells of `correlations` in one column (issue 41): rho(A, D) - rho(B, D)
     # over the models both cells have, its interval and p-value (over models, and over model families), and the
-    # normal-theory cross-checks on the rank correlations (evalfarm/comparison_tables.py writes them; the view
+    # normal-theory cross-checks on the rank correlations (evalfarm/analysis/comparison_tables.py writes them; the view
     # `correlation_comparisons` shows a row only while `inputs_hash` still matches both cells' numbers and the row is
     # of the current method, and adds Holm's correction across its table)
     "correlation_diff": pa.schema(
@@ -218,9 +218,9 @@ CORE_SCHEMAS: dict[str, pa.Schema] = {
             ("n_valid", pa.int64()),
             ("seed", pa.int64()),
             ("created_at", _TS),
-            # issue 53: how the row was computed (evalfarm.comparison_tables.COMPARISON_METHOD; null: method 1, whose
-            # rows the view no longer shows), and the bootstrap over model families (the lineage roots) beside the one
-            # over models, with the hash of each model's family it was computed for
+            # issue 53: how the row was computed (evalfarm.analysis.comparison_tables.COMPARISON_METHOD; null: method
+            # 1, whose rows the view no longer shows), and the bootstrap over model families (the lineage roots) beside
+            # the one over models, with the hash of each model's family it was computed for
             ("method", pa.int64()),
             ("families_hash", pa.string()),
             ("n_families", pa.int64()),

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from evalfarm.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
+from evalfarm.analysis.correlations import PAPER_EVALRANK_METRICS as PAPER_METRICS
 from evalfarm.plugins import scorer_roles
 from evalfarm.ranking import PAPER_TIES, Ties, check_ties
 
@@ -428,7 +428,7 @@ def paper_table_from(
         level, exclude_postprocessed = TABLES[table].level, TABLES[table].exclude_postprocessed
     import duckdb
 
-    from evalfarm.correlations import connect, fetch_correlations, warehouse_composition
+    from evalfarm.analysis.correlations import connect, fetch_correlations, warehouse_composition
 
     given = isinstance(warehouse, duckdb.DuckDBPyConnection)
     con = warehouse if given else connect(warehouse)
@@ -534,7 +534,7 @@ def _effect(hit: dict[str, Any] | None, published: float | None) -> tuple[float 
 
 def table10_from(warehouse: Any, *, downstream_variant: str | None = None) -> Table10:
     """:func:`table10` over a warehouse's ``postprocessing_effect`` view."""
-    from evalfarm.correlations import connect
+    from evalfarm.analysis.correlations import connect
 
     con = connect(warehouse)
     try:
@@ -599,7 +599,7 @@ def coverage_table(
     """:class:`CoverageTable` from ``correlation_pairs`` rows (:data:`COVERAGE_SQL`): the compared set is the models
     that have the variant's EvalRank task; every cell's rho is over those of them that have both numbers, under
     ``downstream_variant`` (default: the one most rows have, as the paper layout picks)."""
-    from evalfarm.correlations import spearman
+    from evalfarm.analysis.correlations import spearman
 
     check_ties(ties)
     variant = _pick_variant(rows, downstream_variant) or ""
@@ -640,7 +640,7 @@ def coverage_table_from(
     warehouse: Any, *, name: str, ties: Ties = PAPER_TIES, downstream_variant: str | None = None
 ) -> CoverageTable:
     """:func:`coverage_table` over a warehouse's ``correlation_pairs`` view and its ``n_pairs`` metrics."""
-    from evalfarm.correlations import connect
+    from evalfarm.analysis.correlations import connect
 
     tasks = sorted({row.task for row in WORD_ROWS})
     wanted = tasks + [f"{t}-{name}" for t in tasks]

@@ -1,15 +1,15 @@
 """The comparisons of a correlation table, in the warehouse: each evaluator against a compared row (by default
-EvalRank's MRR) on each downstream column, by the paired bootstrap of :mod:`evalfarm.comparisons` (issue 41).
+EvalRank's MRR) on each downstream column, by the paired bootstrap of :mod:`evalfarm.analysis.comparisons` (issue 41).
 
 :func:`refresh_comparisons` computes the comparisons of one table (a level, with or without post-processed models,
-one EvalRank tie policy: the rows and columns of :func:`evalfarm.correlations.shape_table`) whose stored row is
-missing or stale, reading the numbers behind each cell through the ``correlation_cells`` view and writing rows of
+one EvalRank tie policy: the rows and columns of :func:`evalfarm.analysis.correlations.shape_table`) whose stored row
+is missing or stale, reading the numbers behind each cell through the ``correlation_cells`` view and writing rows of
 the ``correlation_diff`` table; the view ``correlation_comparisons`` (``sql/13_comparisons.sql``) keeps the current
 ones and adds Holm's correction across the table. Each comparison is tested twice: by the paired bootstrap over
 models and by the one over model families (the catalog's lineage: :func:`model_families`), and a difference is
 significant when both are after Holm. :func:`comparison_table` reads them back in the table's shape, with the power
 line under it: how many models (and families) it would take to tell the compared row from the best similarity row of
-each column at the level Holm's correction asks of the table (:func:`evalfarm.comparisons.models_needed`).
+each column at the level Holm's correction asks of the table (:func:`evalfarm.analysis.comparisons.models_needed`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.comparisons import (
+from evalfarm.analysis.comparisons import (
     ALPHA,
     CONFIDENCE,
     DEFAULT_RESAMPLES,
@@ -37,7 +37,7 @@ from evalfarm.comparisons import (
     williams_t,
     zou_interval,
 )
-from evalfarm.correlations import (
+from evalfarm.analysis.correlations import (
     TIES,
     column_order,
     fetch_correlations,
@@ -131,9 +131,9 @@ def table_family(
     ties: str,
     compare: str = DEFAULT_COMPARE,
 ) -> Family:
-    """The comparisons of the table :func:`~evalfarm.correlations.shape_table` makes of ``rows`` (``correlations``
-    view rows): its compared row against each other row, column by column (diagnostic kinds and EvalRank's Hits@k
-    are not rows of that table, so not compared)."""
+    """The comparisons of the table :func:`~evalfarm.analysis.correlations.shape_table` makes of ``rows``
+    (``correlations`` view rows): its compared row against each other row, column by column (diagnostic kinds and
+    EvalRank's Hits@k are not rows of that table, so not compared)."""
     if ties not in TIES:
         raise ValueError(f"a comparison needs one tie policy ({', '.join(TIES)}), got {ties!r}")
     table = shape_table(rows, level=level, exclude_postprocessed=exclude_postprocessed, ties=ties)
@@ -353,8 +353,8 @@ def refresh_comparisons(
 class PowerLine:
     """Under a table: the compared row against the best similarity row of a column, and how many models would tell
     them apart at 80 % power at the level Holm's correction asks of the table (``result.alpha``:
-    :func:`~evalfarm.comparisons.holm_first_level`; ``result.n_needed`` None: more than ``result.max_models``, or no
-    difference), zoos growing model by model (``result``) and family by family (``by_family``)."""
+    :func:`~evalfarm.analysis.comparisons.holm_first_level`; ``result.n_needed`` None: more than ``result.max_models``,
+    or no difference), zoos growing model by model (``result``) and family by family (``by_family``)."""
 
     column: str
     a_row: str

@@ -5,7 +5,7 @@ particular evaluation items?
   similarity row, recomputed with each model family left out in turn. A family is every model whose lineage (the
   catalog's ``base:`` chain, stored in the ``models`` view's ``spec``) ends in the same root weights: a base
   model, its post-processed twins, its bags of words and their twins, and the other poolings of the same weights
-  (:func:`evalfarm.comparison_tables.model_families`, which the family bootstrap also resamples by).
+  (:func:`evalfarm.analysis.comparison_tables.model_families`, which the family bootstrap also resamples by).
 - :func:`rank_stability`: a board resampled over its evaluation items: the pairs of an EvalRank task's ``ranks``
   detail view, drawn with replacement once for every model (a paired bootstrap over items), each model's MRR
   recomputed. How often is the board's #1 still #1, which models take its place, how far the board moves.
@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.comparison_tables import (
+from evalfarm.analysis.comparison_tables import (
     DEFAULT_COMPARE,
     aligned,
     best_similarity,
@@ -33,7 +33,7 @@ from evalfarm.comparison_tables import (
     model_families,
     table_family,
 )
-from evalfarm.correlations import column_order, fetch_correlations, read_views, spearman
+from evalfarm.analysis.correlations import column_order, fetch_correlations, read_views, spearman
 from evalfarm.warehouse import Warehouse
 
 DEFAULT_SEED = 0
@@ -104,7 +104,7 @@ def leave_one_family_out(
     compare: str = DEFAULT_COMPARE,
     similarity_keys: set[str] | None = None,
 ) -> list[LeaveOneOut]:
-    """Per column of the table (:func:`evalfarm.comparison_tables.table_family`): the compared row against the
+    """Per column of the table (:func:`evalfarm.analysis.comparison_tables.table_family`): the compared row against the
     column's best similarity row (chosen on the whole zoo, then kept: ``similarity_keys`` limits the candidates),
     over the models both have, then with each model family (:func:`model_families`) left out in turn. Families
     with no model in the column are skipped; a drop that leaves fewer than 4 models has NaN correlations."""

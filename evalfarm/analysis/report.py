@@ -32,7 +32,7 @@ from urllib.parse import quote
 import duckdb
 from markupsafe import Markup
 
-from evalfarm.comparison_tables import (
+from evalfarm.analysis.comparison_tables import (
     ComparisonTable,
     format_comparison,
     power_text,
@@ -40,7 +40,7 @@ from evalfarm.comparison_tables import (
     refresh_comparisons,
     table_family,
 )
-from evalfarm.correlations import (
+from evalfarm.analysis.correlations import (
     PAPER_DOWNSTREAM,
     SCORER_ORDER,
     CorrelationTable,
@@ -275,7 +275,7 @@ def _figure_rows(table: CorrelationTable, column: str) -> list[str]:
 def _paper_comparison(records: list[dict[str, Any]], table: CorrelationTable) -> str:
     """The same cells in the EvalRank paper's layout (rho x 100), each with the paper's published one in brackets
     (`evalfarm correlations --layout paper --published`)."""
-    from evalfarm.paper import paper_table, render_text
+    from evalfarm.analysis.paper import paper_table, render_text
 
     paper = paper_table(
         records, level=table.level, exclude_postprocessed=table.exclude_postprocessed, composition=table.composition

@@ -16,7 +16,7 @@ difference. This module tests the difference itself (issue 41):
 - :func:`models_needed`: how many models (or families) a zoo like this one would need for the paired test to tell A
   from B at 80 % power, by simulation from the bootstrap (zoos of n models, or n families, drawn from this one).
 
-Everything here is arithmetic on arrays; :mod:`evalfarm.comparison_tables` reads and writes the warehouse.
+Everything here is arithmetic on arrays; :mod:`evalfarm.analysis.comparison_tables` reads and writes the warehouse.
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def z_variance_factor(r: Any, *, rank: bool) -> Any:
 # ---- Spearman's rho of resamples given as counts -----------------------------------------------------------------
 def _counts(rng: np.random.Generator, n_models: int, n_resamples: int) -> np.ndarray:
     """(n_resamples, n_models) draw counts of a bootstrap over models: the same draws as ``rng.integers(0, n,
-    (n_resamples, n))`` (what :func:`evalfarm.correlations.bootstrap_interval` draws), counted per model."""
+    (n_resamples, n))`` (what :func:`evalfarm.analysis.correlations.bootstrap_interval` draws), counted per model."""
     idx = rng.integers(0, n_models, size=(n_resamples, n_models))
     flat = idx + n_models * np.arange(n_resamples)[:, None]
     return np.bincount(flat.ravel(), minlength=n_resamples * n_models).reshape(n_resamples, n_models)
@@ -111,7 +111,7 @@ def _resampled_ranks(x: np.ndarray, counts: np.ndarray) -> np.ndarray:
 def resampled_spearman(x: np.ndarray, y: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Spearman's rho of every resample given by ``counts`` (``counts[b, k]``: copies of model k in resample b):
     Pearson's r of the resample's average ranks, each copy one observation; NaN where a side is constant. Equal to
-    :func:`evalfarm.correlations.spearman` of ``x[idx], y[idx]`` for the resample's model indices ``idx``."""
+    :func:`evalfarm.analysis.correlations.spearman` of ``x[idx], y[idx]`` for the resample's model indices ``idx``."""
     counts = np.asarray(counts, np.float64)
     rx, ry = _resampled_ranks(np.asarray(x, np.float64), counts), _resampled_ranks(np.asarray(y, np.float64), counts)
     return _ranked_spearman(rx, ry, counts)
