@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from evalfarm import api
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, INTERVAL_RESAMPLES
 from evalfarm.cli.app import app, fail
 from evalfarm.cli.rendering import (
     Format,
@@ -223,8 +224,8 @@ def correlations(
     ties: TiesOpt = TiesChoice(PAPER_TIES),
     intervals: IntervalsOpt = False,
     refresh: RefreshOpt = True,
-    resamples: ResamplesOpt = 1000,
-    seed: SeedOpt = 0,
+    resamples: ResamplesOpt = INTERVAL_RESAMPLES,
+    seed: SeedOpt = BOOTSTRAP_SEED,
     diagnostics: DiagnosticsOpt = False,
     layout: LayoutOpt = Layout.evalfarm,
     published: PublishedOpt = False,
@@ -321,8 +322,8 @@ def _paper_correlations(
     downstream_variant: str | None,
     paper_table: str | None,
     compare: bool = False,
-    resamples: int = 1000,
-    seed: int = 0,
+    resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> None:
     """``correlations --layout paper``: plain text (table), or one row per cell (csv / json); ``compare``: cells
     that differ significantly from EvalRank MRR marked, and the power lines."""
@@ -359,7 +360,7 @@ def _paper_correlations(
             downstream_variant=downstream_variant,
             table=paper_table,
             compare=compare,
-            resamples=max(resamples, 2000),
+            resamples=max(resamples, COMPARISON_RESAMPLES),
             seed=seed,
         )
     except (FileNotFoundError, NotADirectoryError) as exc:
