@@ -250,19 +250,47 @@ def _default_constants(sources: list[Source]) -> dict[str, list[Constant]]:
     return params
 
 
-def _literal_uses(tree: ast.AST) -> Iterator[tuple[str, ast.Constant, str]]:
-    """(parameter name, literal, what it is) of each literal given to a named parameter: a default, a keyword
-    argument, or an argument beside a name in a call (``max(resamples, 2000)``)."""
+def _literal(node: ast.expr) -> object:
+    """The value of a literal (a constant, or a tuple / list / set / dict of them), or ``_UNKNOWN``."""
+    if not isinstance(node, ast.Constant | ast.Tuple | ast.List | ast.Set | ast.Dict):
+        return _UNKNOWN
+    try:
+        return ast.literal_eval(node)
+    except ValueError:
+        return _UNKNOWN
+
+
+TRIVIAL = (None, True, False, 0, 1, "")
+"""Values a class field may share with a default constant of its name: a task spec's own ``seed: int = 0`` is not
+the bootstrap's seed. A function parameter gets no such leave (``seed: int = 0`` in the API was the copy)."""
+
+
+def _class_fields(cls: ast.ClassDef) -> Iterator[tuple[str, ast.expr]]:
+    """(name, default) of each field of a class body (a dataclass's, a pydantic model's) but trivial ones."""
+    for node in cls.body:
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            if not any(_same(_literal(node.value), t) for t in TRIVIAL):
+                yield node.target.id, node.value
+
+
+def _literal_uses(tree: ast.AST) -> Iterator[tuple[str, ast.expr, object, str]]:
+    """(parameter name, node, value, what it is) of each literal given to a named parameter: a default (of a
+    function's parameter or a class's field), a keyword argument, or an argument beside a name in a call
+    (``max(resamples, 2000)``)."""
     for node in ast.walk(tree):
-        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda):
-            yield from ((n, d, f"the default of {n!r}") for n, d in _params(node) if isinstance(d, ast.Constant))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda | ast.ClassDef):
+            pairs = _class_fields(node) if isinstance(node, ast.ClassDef) else _params(node)
+            for name, default in pairs:
+                if (value := _literal(default)) is not _UNKNOWN:
+                    yield name, default, value, f"the default of {name!r}"
         elif isinstance(node, ast.Call):
             for kw in node.keywords:
-                if kw.arg is not None and isinstance(kw.value, ast.Constant):
-                    yield kw.arg, kw.value, f"the argument {kw.arg}="
-            literals = [a for a in node.args if isinstance(a, ast.Constant)]
+                if kw.arg is not None and (value := _literal(kw.value)) is not _UNKNOWN:
+                    yield kw.arg, kw.value, value, f"the argument {kw.arg}="
+            literals = [(a, v) for a in node.args if (v := _literal(a)) is not _UNKNOWN]
             for name in (a.id for a in node.args if isinstance(a, ast.Name)):
-                yield from ((name, a, f"a literal beside {name!r} in {ast.unparse(node.func)}()") for a in literals)
+                what = f"a literal beside {name!r} in {ast.unparse(node.func)}()"
+                yield from ((name, a, v, what) for a, v in literals)
 
 
 def _defined_twice(sources: list[Source]) -> list[str]:
@@ -286,14 +314,13 @@ def default_literals(sources: Iterable[Source]) -> list[str]:
     params = _default_constants(sources)
     found = []
     for path, text in sources:
-        for key, literal, what in _literal_uses(parse(path, text)):
-            same = [c for c in params.get(_param_key(key), []) if _same(literal.value, c.value)]
+        for key, literal, value, what in _literal_uses(parse(path, text)):
+            same = [c for c in params.get(_param_key(key), []) if _same(value, c.value)]
             if same:
                 names = " or ".join(c.name for c in same)
                 homes = ", ".join(f"{c.name}: {c.path}" for c in same)
-                found.append(
-                    f"{path}:{literal.lineno}: {what} spells the value {literal.value!r} of {names} ({homes}): use it"
-                )
+                where = f"{path}:{literal.lineno}"
+                found.append(f"{where}: {what} spells the value {value!r} of {names} ({homes}): use it")
     return found + _defined_twice(sources)
 
 
@@ -381,6 +408,12 @@ def test_a_planted_default_literal_fails_the_guard(tmp_path: Path) -> None:
         "evalfarm/planted.py:2: the argument n_resamples= spells the value 2000 of COMPARISON_RESAMPLES",
         "evalfarm/planted.py:2: a literal beside 'resamples' in max() spells the value 2000 of COMPARISON_RESAMPLES",
     ]
+    field = "class Options:\n    hits: tuple[int, ...] = (1, 3, 10)\n    seed: int = 0\n"
+    found = default_literals(planted(tmp_path, field))  # a field's trivial value (a task's own seed: 0) is its own
+    assert len(found) == 1, found
+    assert found[0].startswith(
+        "evalfarm/planted.py:2: the default of 'hits' spells the value (1, 3, 10) of DEFAULT_HITS"
+    )
     copy = default_literals(planted(tmp_path, "INTERVAL_RESAMPLES = 1000\n"))
     assert len(copy) == 1 and copy[0].startswith("INTERVAL_RESAMPLES is defined in 2 modules (")
     assert "evalfarm/planted.py:1" in copy[0]
