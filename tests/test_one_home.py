@@ -73,6 +73,10 @@ def _strings(tree: ast.AST) -> Iterator[ast.Constant]:
 
 
 # ---- tie policies: their names and their weights ------------------------------------------------------------------
+SQL_TIES = re.compile("'(" + "|".join(ranking.TIES) + ")'")
+"""A tie policy's name quoted in SQL held in a Python string (``WHERE ties = 'realistic'``)."""
+
+
 def tie_name_literals(sources: Iterable[Source], home: str = RANKING) -> list[str]:
     """``path:line: ...`` for each tie policy name spelled as a string outside ``home``."""
     found = []
@@ -84,6 +88,11 @@ def tie_name_literals(sources: Iterable[Source], home: str = RANKING) -> list[st
                 found.append(
                     f"{path}:{node.lineno}: the tie policy {node.value!r} spelled as a string (use evalfarm.ranking: "
                     "BOARD_TIES, PAPER_TIES, TIES)"
+                )
+            elif m := SQL_TIES.search(node.value):
+                found.append(
+                    f"{path}:{node.lineno}: the tie policy {m.group(0)} spelled in SQL (use board_ties(), "
+                    "paper_ties() or tie_rank(rank, tied, ties))"
                 )
     return found
 
@@ -374,6 +383,11 @@ def test_a_planted_tie_literal_fails_the_guard(tmp_path: Path) -> None:
         "PAPER_TIES, TIES)"
     ]
     assert tie_name_literals(planted(tmp_path, '"""optimistic"""\nX = f"{1} optimistic ties"\n')) == []
+    sql = "BOARD = \"SELECT * FROM evalrank WHERE ties = 'realistic'\"\n"
+    assert tie_name_literals(planted(tmp_path, sql)) == [
+        "evalfarm/planted.py:1: the tie policy 'realistic' spelled in SQL (use board_ties(), paper_ties() or "
+        "tie_rank(rank, tied, ties))"
+    ]
 
 
 def test_a_planted_tie_weight_fails_the_guard(tmp_path: Path) -> None:
