@@ -98,12 +98,12 @@ def _substitutions(rows: list[list[str]], at: dict[str, int], subset: str) -> di
 def two_pass(path: Path, out: Path) -> None:
     """``--two-pass``: version 3's audit file and its sidecar, drawn from the built file ``path``."""
     from evalfarm.cache import sha256_file
-    from evalfarm.taskdata.audit import COLUMNS, draw
+    from evalfarm.taskdata.audit import AUDIT_COLUMNS, draw
 
     at, rows = _rows(path)
     header = path.read_text(encoding="utf-8").splitlines()[0].split(" ")
     picked = draw(rows, at, SUBSETS, AUDIT_SEED, AUDIT_SIZE)
-    lines = ["\t".join(COLUMNS)]
+    lines = ["\t".join(AUDIT_COLUMNS)]
     for subset, r in picked:
         note = next((e for e in r[at["edits"]].split("; ") if e.startswith(f"{subset}: ")), "")
         cells = [subset, r[at["id"]], r[at["original"]], r[at[subset]], note.removeprefix(f"{subset}: ")]

@@ -59,6 +59,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, Unpack
 
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, DEFAULT_COMPARE, INTERVAL_RESAMPLES
 from evalfarm.config import Config, ConfigError, Settings, resolve_settings
 from evalfarm.options import DEFAULT_EXECUTOR, RunOptionArgs, RunOptions, RunRequest
 from evalfarm.ranking import PAPER_TIES, TIES, Ties, TiesOrAll, is_ties
@@ -636,8 +637,8 @@ def correlation_table(
     exclude_postprocessed: bool = False,
     ties: TiesOrAll = PAPER_TIES,
     refresh: bool = True,
-    resamples: int = 1000,
-    seed: int = 0,
+    resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
     diagnostics: bool = False,
 ) -> CorrelationTable:
     """Spearman's rho of each intrinsic evaluator against each downstream task across the warehouse's models,
@@ -684,11 +685,11 @@ def correlation_comparisons(
     warehouse: PathOrStr | None = None,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
-    compare: str = "evalrank",
+    ties: str = PAPER_TIES,
+    compare: str = DEFAULT_COMPARE,
     refresh: bool = True,
-    resamples: int = 2000,
-    seed: int = 0,
+    resamples: int = COMPARISON_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
     power: bool = True,
 ) -> ComparisonTable:
     """Which evaluator predicts each downstream task better than ``compare`` (``evalrank``: the level's EvalRank MRR
@@ -883,8 +884,8 @@ def paper_correlation_table(
     downstream_variant: str | None = None,
     table: str | None = None,
     compare: bool = False,
-    resamples: int = 2000,
-    seed: int = 0,
+    resamples: int = COMPARISON_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> PaperTable:
     """The warehouse's correlations in the EvalRank paper's layout (its rows and columns in its order, rho x 100),
     each cell with the paper's published one (Tables 3, 6, 11) where it has one, and the composition of the models
@@ -896,7 +897,6 @@ def paper_correlation_table(
     comparisons' default resamples), the cells that differ from it significantly are marked (``marks``) and
     ``power`` holds a line per column against the column's best paper similarity row. A missing warehouse raises
     FileNotFoundError."""
-    from evalfarm.analysis.comparisons import DEFAULT_RESAMPLES as COMPARISON_RESAMPLES
     from evalfarm.analysis.paper import mark_comparisons, paper_table_from
 
     level = _paper_request(level=level, exclude_postprocessed=exclude_postprocessed, ties=ties, table=table,

@@ -1,8 +1,8 @@
 """What a user chooses for a run: :class:`RunRequest` (which models, which tasks, how to run) and within it
 :class:`RunOptions` (what changes numbers).
 
-A low module (it imports nothing of evalfarm): the CLI, the API, the runner, the planner, the executor and every
-scorer read them, so they live below all of them rather than in the scorer layer.
+A low module (it imports only evalfarm.ranking, for the default k of Hits@k): the CLI, the API, the runner, the
+planner, the executor and every scorer read them, so they live below all of them rather than in the scorer layer.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypedDict
+
+from evalfarm.ranking import DEFAULT_HITS
 
 Similarity = Literal["cos", "l2"]
 SIMILARITIES: tuple[Similarity, ...] = ("cos", "l2")
@@ -23,7 +25,7 @@ class RunOptions:
     similarities: tuple[Similarity, ...] = SIMILARITIES
     center: bool = True  # the EvalRank protocol's centring; False is a documented variant
     filter_other_positives: bool = False
-    hits: tuple[int, ...] = (1, 3, 10)
+    hits: tuple[int, ...] = DEFAULT_HITS
     device: str | None = None
     keep_details: bool = True  # per-pair detail tables (ranks)
     # task files the driver verified for this run: (path, size, mtime_ns, sha256); workers trust them instead of

@@ -61,7 +61,7 @@ intrinsic evaluators are meant to predict: the SentEval-style classifiers, MTEB 
 ``diagnostic`` (a probe of the space shown on request: geometry, AG2016, HEROS, DefSent)."""
 ROLES: tuple[Role, ...] = ("intrinsic", "downstream", "diagnostic")
 DEFAULT_ROLE: Role = "intrinsic"
-"""The role of a scorer that declares none (an out-of-tree scorer written before roles existed)."""
+"""The role of a ``Scorer`` subclass that declares none, and of a scorer no longer registered (the views)."""
 
 
 class RegistryError(ValueError):
@@ -405,9 +405,11 @@ model_kinds: Registry[ModelKind[Any]] = Registry(
 # -- the task-kind axis -------------------------------------------------------------------------------------------
 class TaskKind(Protocol):
     """What evalfarm reads of a task kind's scorer below the scorer layer (the catalog, the warehouse, the views,
-    the correlations): :class:`evalfarm.scorers.base.Scorer` implements it and documents each member; an
-    out-of-tree scorer may duck-type it (registration checks the members it must have). The executor and the
-    planner read the whole ``Scorer`` interface (``params``, ``evaluate``, ``thin`` ...)."""
+    the correlations): :class:`evalfarm.scorers.base.Scorer` implements it and documents each member. The one
+    contract of a task kind: registration checks that a scorer has every member written here
+    (:data:`TASK_KIND_MEMBERS`, read from this class), so an out-of-tree scorer may duck-type it, though subclassing
+    ``Scorer`` gives the defaults. The executor and the planner read the whole ``Scorer`` interface (``params``,
+    ``evaluate``, ``thin`` ...)."""
 
     @property
     def name(self) -> str: ...
@@ -435,22 +437,37 @@ class TaskKind(Protocol):
     def load(self, task: Any) -> Any: ...
     def texts(self, data: Any) -> Sequence[str]: ...
     def variant_label(self, variant: str) -> str: ...
+    def score(
+        self, task: Any, data: Any, vectors: Any, params: dict[str, Any], *, device: str | None = None
+    ) -> Any: ...
+
+
+def protocol_members(protocol: type) -> tuple[str, ...]:
+    """The members a Protocol class declares itself (annotated attributes, properties, methods), in the order
+    written; private names and the Protocol machinery's are not members."""
+    names = [*vars(protocol).get("__annotations__", {}), *vars(protocol)]
+    return tuple(dict.fromkeys(n for n in names if not n.startswith("_")))
+
+
+TASK_KIND_MEMBERS: tuple[str, ...] = protocol_members(TaskKind)
+"""What registration checks a task kind's scorer has: the members of :class:`TaskKind`, read from it (one contract)."""
 
 
 def _task_kind(obj: Any) -> TaskKind:
     scorer = obj() if isinstance(obj, type) else obj
-    missing = [
-        a for a in ("name", "version", "task_spec", "primary_metric", "load", "score") if not hasattr(scorer, a)
-    ]
+    missing = [a for a in TASK_KIND_MEMBERS if not hasattr(scorer, a)]
     if missing:
-        raise TypeError(f"a scorer declares {', '.join(missing)} (subclass evalfarm.scorers.base.Scorer)")
+        raise TypeError(
+            f"a scorer lacks {', '.join(missing)} of the TaskKind contract (evalfarm.plugins.TaskKind; subclass "
+            "evalfarm.scorers.base.Scorer for its defaults)"
+        )
     kind = scorer.task_spec.model_fields["kind"].default
     if scorer.name != kind:  # one name per kind: the catalog's ``kind:`` is the warehouse's ``scorer``
         raise TypeError(
             f"scorer {scorer.name!r} scores task kind {kind!r}: a scorer's name is its kind's (rename one of them; "
             "a renamed kind lists its old names in its spec's former_kinds)"
         )
-    role = getattr(scorer, "role", DEFAULT_ROLE)
+    role = scorer.role
     if role not in ROLES:
         raise TypeError(f"scorer {scorer.name!r} declares role {role!r}; a role is one of {', '.join(ROLES)}")
     return cast(TaskKind, scorer)  # duck-typed: an out-of-tree scorer need not subclass Scorer
@@ -486,9 +503,9 @@ def task_spec_adapter() -> TypeAdapter[Any]:
 task_kinds.on_change(task_spec_adapter.cache_clear)
 
 
-def role_of(scorer: Any) -> Role:
-    """A registered scorer's declared role (:data:`Role`; :data:`DEFAULT_ROLE` when it declares none)."""
-    return cast(Role, getattr(scorer, "role", DEFAULT_ROLE))
+def role_of(scorer: TaskKind) -> Role:
+    """A registered scorer's declared role (:data:`Role`: registration checked it)."""
+    return scorer.role
 
 
 def scorer_roles() -> dict[str, Role]:
@@ -511,9 +528,11 @@ __all__ = [
     "Registry",
     "RegistryError",
     "Role",
+    "TASK_KIND_MEMBERS",
     "TaskKind",
     "model_kind",
     "model_kinds",
+    "protocol_members",
     "role_of",
     "scorer_roles",
     "task_kinds",

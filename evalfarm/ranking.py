@@ -57,7 +57,8 @@ PAPER_TIES: Ties = "optimistic"
 """The EvalRank toolkit's policy: comparisons with the paper's published numbers (module docstring)."""
 
 DEFAULT_HITS: tuple[int, ...] = (1, 3, 10)
-"""The k of Hits@k where nothing else is asked for (EvalRank's run option ``hits`` has the same default)."""
+"""The k of Hits@k where nothing else is asked for (the default of EvalRank's run option ``hits``:
+:class:`evalfarm.options.RunOptions` reads it from here)."""
 
 
 def is_ties(value: object) -> TypeGuard[Ties]:

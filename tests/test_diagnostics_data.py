@@ -724,10 +724,10 @@ def test_the_version_3_audit_table_in_the_docs_is_generated_from_the_audit_file(
 
 
 def test_an_audit_file_needs_a_reason_with_every_verdict_and_counts_either_readers_wrong(tmp_path):
-    from evalfarm.taskdata.audit import COLUMNS, AuditError, cohen_kappa, rates, read_audit, wilson
+    from evalfarm.taskdata.audit import AUDIT_COLUMNS, AuditError, cohen_kappa, rates, read_audit, wilson
 
     f = tmp_path / "a.tsv"
-    head = "\t".join(COLUMNS) + "\n"
+    head = "\t".join(AUDIT_COLUMNS) + "\n"
     f.write_text(head + "synonym\t1\ta\tb\te\tok\t\t\t\n")
     with pytest.raises(AuditError, match=r"a\.tsv:2: pass 1 needs both"):
         read_audit(f)

@@ -72,10 +72,20 @@ def test_numerical_rank_matches_numpy_on_full_and_deficient_matrices() -> None:
 
 
 def test_rank_is_computed_on_an_even_sample_of_at_most_max_rank_rows() -> None:
+    """The rows of the even sample (``MAX_RANK_ROWS`` of them, evenly spaced) span 2 dimensions, every other row is
+    random in 16: the rank is the sample's, so a check that read every row (or another sample) would say 16."""
     rng = np.random.default_rng(3)
-    emb = rng.standard_normal((MAX_RANK_ROWS * 3, 16)).astype(np.float32)
-    q = assess(emb, np.zeros(len(emb), bool))
-    assert q.numerical_rank == 16 and q.rank_ratio == 1.0 and q.n_vectors == MAX_RANK_ROWS * 3
+    n = MAX_RANK_ROWS * 3
+    emb = rng.standard_normal((n, 16)).astype(np.float32)
+    sampled = np.linspace(0, n - 1, MAX_RANK_ROWS).astype(np.int64)
+    emb[sampled] = (rng.standard_normal((MAX_RANK_ROWS, 2)) @ rng.standard_normal((2, 16))).astype(np.float32)
+    assert numerical_rank(emb) == 16  # the whole table has full rank
+    q = assess(emb, np.zeros(n, bool))
+    assert q.numerical_rank == 2 and q.rank_ratio == pytest.approx(2 / 16) and q.n_vectors == n
+    # at most MAX_RANK_ROWS rows: every row counts (the same low-rank rows, now the whole table, then one more row)
+    small = emb[sampled]
+    assert assess(small, np.zeros(len(small), bool)).numerical_rank == 2
+    assert assess(np.vstack([small[:-1], emb[1:2]]), np.zeros(len(small), bool)).numerical_rank == 3
 
 
 def test_quality_table_row_carries_the_thresholds() -> None:

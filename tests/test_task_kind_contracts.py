@@ -8,6 +8,7 @@ declared in one class, lands in the warehouse; clashes and undeclared things are
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar, Literal
 
 import numpy as np
@@ -18,7 +19,7 @@ from pydantic import create_model
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.execute import write_results
 from evalfarm.plan import Unit
-from evalfarm.plugins import RegistryError, task_kinds
+from evalfarm.plugins import TASK_KIND_MEMBERS, RegistryError, TaskKind, protocol_members, task_kinds
 from evalfarm.scorers import register
 from evalfarm.scorers.base import MetricRow, Scorer, ScoreResult, TextVectors
 from evalfarm.warehouse import SCHEMAS, Warehouse, unit_tables
@@ -218,3 +219,39 @@ def test_a_detail_table_a_scorer_does_not_declare_is_not_written(tmp_path):
     assert wh.done([Unit("m", "norms", "toy-norms", "sentence", "s", "c", "{}", "f" * 16)]) == [False]  # not done
     with pytest.raises(RegistryError, match="a view reads '{root}/tables/toy_norms/.*not a warehouse table"):
         wh.connect()  # its views read a table it does not declare: said, not an empty table read in silence
+
+
+# -- one contract: the TaskKind Protocol is what registration checks (issue 54) -------------------------------------
+def test_registration_checks_the_members_of_the_protocol() -> None:
+    """The members registration requires are read from the Protocol itself, not from a second hand-written list:
+    everything the framework reads below the scorer layer, ``score`` and the detail tables and views included."""
+    assert TASK_KIND_MEMBERS == protocol_members(TaskKind)
+    assert {"score", "texts", "views", "detail_schemas", "variant_label", "role", "task_kind"} <= set(
+        TASK_KIND_MEMBERS
+    )
+    declared = {m for m in TASK_KIND_MEMBERS if hasattr(Scorer, m) or m in Scorer.__annotations__}
+    assert declared == set(TASK_KIND_MEMBERS), "Scorer declares the whole contract (a subclass sets name, version ...)"
+    for kind in KINDS:
+        assert all(hasattr(contract.scorer(kind), m) for m in TASK_KIND_MEMBERS), kind
+
+
+def _duck(kind: str, *, without: str | None = None) -> type:
+    """A duck-typed scorer (no Scorer base): every TaskKind member copied from a toy Scorer, but ``without``."""
+    saved = task_kinds.snapshot()
+    toy = _toy_kind(kind)
+    task_kinds.restore(saved)  # the toy only lends its members: the duck registers under its kind
+    members = {m: inspect.getattr_static(toy, m) for m in TASK_KIND_MEMBERS if m != without}
+    return type("Duck", (), members)
+
+
+@pytest.mark.parametrize("member", TASK_KIND_MEMBERS)
+def test_a_scorer_lacking_a_member_of_the_protocol_is_refused_naming_it(member: str) -> None:
+    duck = _duck(f"toy-duck-{member.replace('_', '-')}", without=member)
+    with pytest.raises(RegistryError, match=rf"lacks ([a-z_]+, )*{member}\b.* of the TaskKind contract"):
+        task_kinds.register(duck)
+
+
+def test_a_duck_typed_scorer_with_the_whole_protocol_registers() -> None:
+    duck = _duck("toy-duck")
+    assert task_kinds.register(duck) is duck
+    assert task_kinds.get("toy-duck").primary_metric == "mean_norm"

@@ -23,11 +23,9 @@ from typing import Any
 import duckdb
 import numpy as np
 
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, CONFIDENCE, DEFAULT_COMPARE
 from evalfarm.analysis.comparisons import (
     ALPHA,
-    CONFIDENCE,
-    DEFAULT_RESAMPLES,
-    DEFAULT_SEED,
     REFINE_RESAMPLES,
     PowerResult,
     holm_first_level,
@@ -44,10 +42,9 @@ from evalfarm.analysis.correlations import (
     read_views,
     shape_table,
 )
+from evalfarm.ranking import PAPER_TIES
 from evalfarm.warehouse import Warehouse, now
 
-DEFAULT_COMPARE = "evalrank"
-"""The compared row by default: the level's EvalRank MRR under cosine (the paper's evaluator)."""
 SIMILARITY_SCORERS = ("word-similarity", "sts", "similarity-bands")
 """The similarity benchmarks the paper sets EvalRank against: the candidates for "the best similarity row"."""
 COMPARISON_METHOD = 2
@@ -225,9 +222,9 @@ def compare_cells(
     *,
     ties: str,
     families: dict[str, str] | None = None,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    n_resamples: int = COMPARISON_RESAMPLES,
     refine_resamples: int = REFINE_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
 ) -> dict[str, Any]:
     """One ``correlation_diff`` row: A against B in their column, over the models both have: the paired bootstrap
@@ -305,11 +302,11 @@ def refresh_comparisons(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: str = PAPER_TIES,
     compare: str = DEFAULT_COMPARE,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    n_resamples: int = COMPARISON_RESAMPLES,
     refine_resamples: int = REFINE_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> int:
@@ -413,7 +410,7 @@ def read_comparisons(
     *,
     power: bool = True,
     power_candidates: set[str] | None = None,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
 ) -> ComparisonTable:
     """The stored comparisons of ``fam`` in its table's shape, and (``power``) the power line of each column
     against its best similarity row (``power_candidates``: only these cell keys may be it; a column with none of
@@ -483,11 +480,11 @@ def comparison_table(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: str = PAPER_TIES,
     compare: str = DEFAULT_COMPARE,
     power: bool = True,
     power_candidates: set[str] | None = None,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> ComparisonTable:
     """The comparisons of one table as stored (call :func:`refresh_comparisons` first), with the power lines

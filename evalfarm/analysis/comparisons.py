@@ -29,15 +29,13 @@ import numpy as np
 from scipy.stats import norm
 from scipy.stats import t as student_t
 
-DEFAULT_RESAMPLES = 2000
-"""Resamples of a comparison's first pass: enough for its interval and to see whether its p-value is small."""
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, CONFIDENCE
+
 REFINE_RESAMPLES = 20_000
 """Resamples of a comparison whose first-pass p-value is below :data:`REFINE_BELOW`: a bootstrap p-value cannot
 go below 2 / (resamples + 1), and Holm multiplies the smallest by the number of comparisons in the table (270 at the
 word level): with 2,000 resamples no comparison could pass it, with 20,000 one can in a table of up to 500."""
 REFINE_BELOW = 0.05
-DEFAULT_SEED = 0
-CONFIDENCE = 0.95
 ALPHA = 0.05
 POWER = 0.8
 POWER_SIMULATIONS = 2000
@@ -199,10 +197,10 @@ def paired_difference(
     b: np.ndarray,
     d: np.ndarray,
     *,
-    n_resamples: int = DEFAULT_RESAMPLES,
+    n_resamples: int = COMPARISON_RESAMPLES,
     refine_resamples: int = REFINE_RESAMPLES,
     refine_below: float = REFINE_BELOW,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
     groups: Any = None,
 ) -> Difference:
@@ -471,7 +469,7 @@ def models_needed(
     power: float = POWER,
     alpha: float = ALPHA,
     n_sim: int = POWER_SIMULATIONS,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     step: float = POWER_STEP,
     max_models: int = MAX_MODELS,
     groups: Any = None,

@@ -19,13 +19,11 @@ from typing import Any, TypeVar
 import duckdb
 import numpy as np
 
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, CONFIDENCE, INTERVAL_RESAMPLES
 from evalfarm.ranking import PAPER_TIES, TIES, TiesOrAll, check_ties, is_ties
 from evalfarm.warehouse import Warehouse, now
 from evalfarm.warehouse.store import read_again_if_replaced
 
-DEFAULT_RESAMPLES = 1000
-DEFAULT_SEED = 0
-CONFIDENCE = 0.95
 MIN_MODELS = 5
 """Below this many models a cell's rank correlation is mostly chance: the table says so."""
 MIN_MODELS_FOR_INTERVAL = 4
@@ -110,8 +108,8 @@ def bootstrap_interval(
     x: np.ndarray,
     y: np.ndarray,
     *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    n_resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
 ) -> tuple[float | None, float | None, int]:
     """Percentile bootstrap interval of Spearman's rho over models: ``(low, high, n_valid)``.
@@ -145,8 +143,8 @@ def bootstrap_interval(
 def refresh_intervals(
     warehouse: Warehouse | str | os.PathLike[str],
     *,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    n_resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
     confidence: float = CONFIDENCE,
     con: duckdb.DuckDBPyConnection | None = None,
 ) -> int:
@@ -298,8 +296,8 @@ def correlation_table(
     exclude_postprocessed: bool = False,
     ties: TiesOrAll = PAPER_TIES,
     diagnostics: bool = False,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    n_resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> CorrelationTable:
     """The ``correlations`` view of ``level`` shaped like the paper's tables. ``ties``: the EvalRank tie policy shown
     (default :data:`~evalfarm.ranking.PAPER_TIES`: optimistic, the paper's; ``pessimistic``, ``realistic``) or
@@ -419,8 +417,8 @@ def diagnostics_vs_evalrank(
     level: str = "sentence",
     exclude_postprocessed: bool = False,
     ties: TiesOrAll = PAPER_TIES,
-    n_resamples: int = DEFAULT_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    n_resamples: int = INTERVAL_RESAMPLES,
+    seed: int = BOOTSTRAP_SEED,
 ) -> list[dict[str, Any]]:
     """Each diagnostic number (a descriptive one, or a diagnostic kind's primary) against EvalRank's primary number
     across the models of ``level`` that have both: Spearman's rho, n_models and the bootstrap 95 % interval — the

@@ -392,7 +392,7 @@ def _comparisons(con: Any, everything: list[dict[str, Any]], level: str, exclude
     """The stored comparisons of a table with EvalRank MRR (optimistic ties, as the table), with the power lines;
     None when the level has no EvalRank row."""
     try:
-        fam = table_family(everything, level=level, exclude_postprocessed=excluded, ties="optimistic")
+        fam = table_family(everything, level=level, exclude_postprocessed=excluded, ties=PAPER_TIES)
     except ValueError:
         return None
     return read_comparisons(con, fam)
@@ -678,8 +678,8 @@ def _model_page(
     history: tuple[list[dict[str, Any]], list[dict[str, Any]]] = ([], []),
 ) -> str:
     """One model's page: its facts, its boards against the zoo (``board``: the ``board`` view's rows by task),
-    metrics, its primary metrics across runs (``history``: its rows of :data:`HISTORY_SQL` and the runs), hardest
-    EvalRank pairs, failures, provenance and spec."""
+    metrics, its primary metrics across runs (``history``: its rows of :data:`PRIMARY_HISTORY_SQL` and the runs),
+    hardest EvalRank pairs, failures, provenance and spec."""
     sections = [
         *_model_strips(model, board or {}),
         *_model_diagnostics(metrics),
@@ -1082,7 +1082,7 @@ class _Tables:
 
 HISTORY_RUNS = 10
 """Runs a model page's history shows: the newest this many (the ``history`` view has them all)."""
-HISTORY_SQL = """
+PRIMARY_HISTORY_SQL = """
 SELECT h.run_id, h.model, h.task, h.subset, h.variant, h.ties, h.metric, h.value, h.computed_by
 FROM history h SEMI JOIN (SELECT run_id FROM run_points ORDER BY as_of DESC LIMIT $n) p ON h.run_id = p.run_id
 WHERE h.is_primary AND (h.ties IS NULL OR h.ties = board_ties())
@@ -1138,7 +1138,7 @@ def _refresh_stored(wh: Warehouse) -> None:
             refresh_intervals(wh, con=con)
             for level in ("sentence", "word"):
                 for excluded in (False, True):
-                    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties="optimistic", con=con)
+                    refresh_comparisons(wh, level=level, exclude_postprocessed=excluded, ties=PAPER_TIES, con=con)
         finally:
             con.close()
     except (FileNotFoundError, NotADirectoryError):
@@ -1240,7 +1240,7 @@ def _read_tables(con: Any, hardest: int) -> _Tables:
         links[r["word_model"]]["bow"] = r["bow_model"]
         links[r["bow_model"]].setdefault("words", []).append(r["word_model"])
     history: dict[str, list[dict[str, Any]]] = defaultdict(list)
-    for r in _query(con, HISTORY_SQL, {"n": HISTORY_RUNS}):
+    for r in _query(con, PRIMARY_HISTORY_SQL, {"n": HISTORY_RUNS}):
         history[r["model"]].append(r)
     newest = "SELECT * FROM (SELECT run_id, as_of FROM run_points ORDER BY as_of DESC LIMIT $n) ORDER BY as_of"
     runs = _query(con, newest, {"n": HISTORY_RUNS})

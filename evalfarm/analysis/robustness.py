@@ -20,13 +20,13 @@ import math
 import os
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import numpy as np
 
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, DEFAULT_COMPARE
 from evalfarm.analysis.comparison_tables import (
-    DEFAULT_COMPARE,
     aligned,
     best_similarity,
     cell_values,
@@ -34,9 +34,9 @@ from evalfarm.analysis.comparison_tables import (
     table_family,
 )
 from evalfarm.analysis.correlations import column_order, fetch_correlations, read_views, spearman
+from evalfarm.ranking import BOARD_TIES, PAPER_TIES, Ties, check_ties, tie_ranks
 from evalfarm.warehouse import Warehouse
 
-DEFAULT_SEED = 0
 ITEM_RESAMPLES = 1000
 
 
@@ -100,7 +100,7 @@ def leave_one_family_out(
     *,
     level: str = "sentence",
     exclude_postprocessed: bool = False,
-    ties: str = "optimistic",
+    ties: str = PAPER_TIES,
     compare: str = DEFAULT_COMPARE,
     similarity_keys: set[str] | None = None,
 ) -> list[LeaveOneOut]:
@@ -189,12 +189,8 @@ class Stability:
 
 
 def _reciprocal(rank: np.ndarray, tied: np.ndarray, ties: str) -> np.ndarray:
-    r = rank.astype(np.float64)
-    if ties == "pessimistic":
-        r = r + tied
-    elif ties == "realistic":
-        r = r + tied / 2.0
-    return 1.0 / r
+    """1 / rank under ``ties`` (:func:`evalfarm.ranking.tie_ranks`: the one home of the policies' weights)."""
+    return 1.0 / tie_ranks(rank, tied, cast(Ties, check_ties(ties)))
 
 
 def _reciprocal_ranks(t: Any, models_col: np.ndarray, ties: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -238,10 +234,10 @@ def rank_stability(
     *,
     task: str,
     variant: str = "cos",
-    ties: str = "realistic",
+    ties: str = BOARD_TIES,
     exclude_postprocessed: bool = False,
     n_resamples: int = ITEM_RESAMPLES,
-    seed: int = DEFAULT_SEED,
+    seed: int = BOOTSTRAP_SEED,
     top: int = 5,
 ) -> Stability:
     """The board of EvalRank task ``task`` (``variant``, MRR under ``ties``: the boards' realistic by default)

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from evalfarm import api
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, INTERVAL_RESAMPLES
 from evalfarm.cli.app import app, fail
 from evalfarm.cli.rendering import (
     Format,
@@ -226,8 +227,8 @@ def correlations(
     ties: TiesOpt = TiesChoice(PAPER_TIES),
     intervals: IntervalsOpt = False,
     refresh: RefreshOpt = True,
-    resamples: ResamplesOpt = 1000,
-    seed: SeedOpt = 0,
+    resamples: ResamplesOpt = INTERVAL_RESAMPLES,
+    seed: SeedOpt = BOOTSTRAP_SEED,
     diagnostics: DiagnosticsOpt = False,
     layout: LayoutOpt = Layout.evalfarm,
     published: PublishedOpt = False,

@@ -32,8 +32,12 @@ def diff(
     run_b: Annotated[str | None, typer.Argument(help="the later run's id [default: the newest run]")] = None,
     warehouse: WarehouseOpt = "warehouse",
     tolerance: Annotated[
-        float, typer.Option(help="relative change below which a value counts as unchanged (a sum in another order)")
-    ] = 1e-9,
+        float | None,
+        typer.Option(
+            help="relative change below which a value counts as unchanged (a sum in another order) [default: 1e-9]",
+            show_default=False,
+        ),
+    ] = None,
     primary: Annotated[bool, typer.Option("--primary", help="only the primary metrics (the boards' numbers)")] = False,
     format: FormatOpt = Format.table,
 ) -> None:

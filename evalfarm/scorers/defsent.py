@@ -59,9 +59,9 @@ class DefSentData:
 
 def read_built(path: Any) -> DefSentData:
     from evalfarm.taskdata.build import read_rows
-    from evalfarm.taskdata.build_defsent import COLUMNS
+    from evalfarm.taskdata.build_defsent import DEFSENT_COLUMNS
 
-    at = {c: i for i, c in enumerate(COLUMNS)}
+    at = {c: i for i, c in enumerate(DEFSENT_COLUMNS)}
     rows = read_rows(path)
     return DefSentData([r[at["word"]] for r in rows], [r[at["definition"]] for r in rows])
 

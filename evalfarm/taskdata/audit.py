@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 VERDICTS = ("ok", "doubtful", "wrong")
-COLUMNS = ("subset", "id", "original", "pair", "edit", "verdict_1", "reason_1", "verdict_2", "reason_2")
+AUDIT_COLUMNS = ("subset", "id", "original", "pair", "edit", "verdict_1", "reason_1", "verdict_2", "reason_2")
 Z95 = 1.959963984540054
 
 
@@ -59,8 +59,8 @@ def read_audit(path: Path) -> list[dict[str, str]]:
     """The rows of an audit file, checked: the columns, a known verdict with a reason in each filled pass."""
     with open(path, encoding="utf-8", newline="") as f:
         reader = csv.DictReader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
-        if tuple(reader.fieldnames or ()) != COLUMNS:
-            raise AuditError(f"{path}:1: expected the columns {' '.join(COLUMNS)}, got {reader.fieldnames}")
+        if tuple(reader.fieldnames or ()) != AUDIT_COLUMNS:
+            raise AuditError(f"{path}:1: expected the columns {' '.join(AUDIT_COLUMNS)}, got {reader.fieldnames}")
         rows = []
         for lineno, row in enumerate(reader, 2):
             for k in ("1", "2"):
@@ -147,7 +147,7 @@ def read_sidecar(path: Path) -> dict[str, Any]:
 
 
 __all__ = [
-    "COLUMNS",
+    "AUDIT_COLUMNS",
     "VERDICTS",
     "AuditError",
     "cohen_kappa",

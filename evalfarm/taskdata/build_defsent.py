@@ -36,7 +36,7 @@ import numpy as np
 
 from evalfarm.taskdata.build import Builder, BuildError, BuildInput, register_builder
 
-COLUMNS = ("word", "pos", "synset", "definition")
+DEFSENT_COLUMNS = ("word", "pos", "synset", "definition")
 _POS = {"n": "n", "v": "v", "a": "a", "s": "a"}
 
 
@@ -298,7 +298,7 @@ def make_with(inputs: Mapping[str, Path], params: Mapping[str, Any], definition:
         raise BuildError(f"data build defsent: {len(pairs)} words qualify, {n} asked")
     words = sorted(pairs)
     picked = sorted(words[int(i)] for i in np.random.default_rng(seed).choice(len(words), size=n, replace=False))
-    rows = ["\t".join(COLUMNS)] + ["\t".join([w, *pairs[w]]) for w in picked]
+    rows = ["\t".join(DEFSENT_COLUMNS)] + ["\t".join([w, *pairs[w]]) for w in picked]
     return "\n".join(rows) + "\n"
 
 
