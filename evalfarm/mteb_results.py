@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from evalfarm.catalog.specs import ID_PATTERN, MAX_ID_LENGTH
+from evalfarm.scorers import metric_info
 from evalfarm.warehouse import Warehouse, new_run_id, now
 
 MTEB_SCHEMA_VERSION = "1.12.48"
@@ -528,7 +529,7 @@ def _metric_records(
             "metric": metric,
             "value": value,
             "is_primary": primary,
-            "higher_is_better": True,
+            "higher_is_better": metric_info(scorer, metric).higher_is_better,  # the declared direction
             "fingerprint": fp,
             "spec_hash": spec_hash,
             "task_checksum": revision,
