@@ -36,8 +36,9 @@ BEST_TOLERANCE = 1e-9
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
 PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
-"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.paper``): what EvalRank declares as its
-``correlated_metrics``, so the view carries them; this module's table shows primary metrics only."""
+"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.paper``): what EvalRank declares correlated (its
+``declared_metrics``, :mod:`evalfarm.metrics`), so the view carries them; this module's table shows primary metrics
+only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
