@@ -178,9 +178,38 @@ def compare_tables(a: Any, b: Any, *, tolerance: float = 1e-12) -> dict[str, Any
         return {**out, "identical": False}
     if a.num_rows != b.num_rows:
         return {**out, "identical": False}
+    if {"higher_is_better", "scorer", "metric"} <= set(a.column_names):
+        corrected = _directions_corrected(a, b, tolerance)
+        if corrected is not None:
+            return {**out, "values_differ": {}, "directions_corrected": corrected, "identical": True}
     a, b = _canonical(a), _canonical(b)
     differs = {c: n for c in a.column_names if (n := _column_differs(a.column(c), b.column(c), tolerance))}
     return {**out, "values_differ": differs, "identical": not differs}
+
+
+def _directions_corrected(a: Any, b: Any, tolerance: float) -> int | None:
+    """Rows of a view of metrics rows (``metrics``, ``history`` ...) whose ``higher_is_better`` the after warehouse
+    corrected to the metric's declaration (schema version 4), when that is all that differs; None otherwise."""
+    import pyarrow as pa
+
+    from evalfarm.scorers import metric_declaration
+
+    rest = sorted(c for c in a.column_names if c != "higher_is_better")
+    keys = [(c, "ascending") for c in rest if not pa.types.is_nested(a.schema.field(c).type)]
+    ca, cb = (t.select([*rest, "higher_is_better"]).sort_by(keys) for t in (a, b))
+    if any(_column_differs(ca.column(c), cb.column(c), tolerance) for c in rest):
+        return None
+    n = 0
+    rows = zip(
+        *(x.to_pylist() for x in (cb["scorer"], cb["metric"], ca["higher_is_better"], cb["higher_is_better"])),
+        strict=True,
+    )
+    for scorer, metric, was, now in rows:
+        info = metric_declaration(scorer, metric)
+        if was is not now and (info is None or info.higher_is_better is not now):
+            return None
+        n += was is not now
+    return n
 
 
 def compare_views(before: dict[str, Any], after: dict[str, Any], *, tolerance: float = 1e-12) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import json
 import math
+import shutil
 from collections import Counter
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -23,6 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from benchmarks import compare_warehouses
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.metrics import HITS_PATTERN, METRICS, MetricInfo, UndeclaredMetric, declaration, lookup
 from evalfarm.plugins import task_kinds
@@ -438,6 +440,8 @@ def test_migrating_version_3_corrects_every_stored_direction_row_for_row(version
     assert kinds_before["current"] and kinds_before["superseded"] and kinds_before["pending"]
     board_before = wh.query("SELECT * FROM leaderboard").to_pylist()
     corr_before = wh.query("SELECT * FROM correlation_pairs ORDER BY ALL").to_pylist()
+    copy = Path(wh.base).parent / "before"
+    shutil.copytree(wh.base, copy)
 
     result = migrate(wh.uri)
 
@@ -467,6 +471,17 @@ def test_migrating_version_3_corrects_every_stored_direction_row_for_row(version
     assert after_wh.query("SELECT * FROM leaderboard").to_pylist() == board_before
     assert after_wh.query("SELECT * FROM correlation_pairs ORDER BY ALL").to_pylist() == corr_before
     assert correct_directions(after_wh) == {}  # nothing left to correct
+    # benchmarks/compare_warehouses.py (the check that every number and view is unchanged) accepts the corrected
+    # directions, and nothing else
+    compared = compare_warehouses.compare_metrics(str(copy), wh.uri)
+    assert compared["identity_differs"] == {} and compared["value_differs"] == []
+    # the metrics view's rows: the current computations (glove's older one is superseded)
+    assert compared["directions_corrected"].keys() == result.directions.keys()
+    assert compared["directions_corrected"]["evalrank/mr: True -> False"] == 3 * 4
+    views = compare_warehouses.compare_views(
+        compare_warehouses.view_rows(str(copy)), compare_warehouses.view_rows(wh.uri)
+    )
+    assert views["differs"] == [] and views["views"]["metrics"]["directions_corrected"] > 0
     with pytest.raises(ValueError, match="already in the Delta layout"):
         migrate(wh.uri)
 
