@@ -493,3 +493,28 @@ def test_a_refresh_declares_version_3_only(version3: Warehouse) -> None:
     wh.write("metrics", _unit_rows("late", datetime(2026, 2, 1, tzinfo=UTC)))
     assert refresh_current(wh) is not None
     assert wh.schema_version() == 3
+
+
+def test_verify_deep_holds_each_number_to_its_declared_range() -> None:
+    """``evalfarm verify --deep`` reads the ranges from the declarations (not from the metric's name): AG2016's
+    score above 1 and a geometry isotropy above 1 are caught, a plug-in's declared range is honoured, and a metric
+    nothing declares is checked for infinity only."""
+    from evalfarm.warehouse.verify import consistency_findings
+
+    task_kinds.register(_Lower)
+
+    def row(scorer: str, metric: str, value: float) -> dict:
+        return {"model": "m", "task": "t", "fingerprint": f"{scorer}-{metric}", "scorer": scorer, "subset": "all",
+                "variant": "cos", "ties": None, "metric": metric, "value": value}  # fmt: skip
+
+    rows = [row("ag2016", "ag_score", 1.2), row("geometry", "isotropy", 1.5), row("geometry", "hubness", -3.0),
+            row("lower-test", "error", -0.5), row("lower-test", "error", 7.0), row("retired", "wobble", -9.0),
+            row("retired", "wobble2", math.inf), row("evalrank", "mr", 0.5)]  # fmt: skip
+    found = {(f.detail.split(": ", 1)[0], f.detail.split(": ", 1)[1]) for f in consistency_findings(rows)}
+    assert found == {
+        ("ag2016/cos", "ag_score 1.2 is outside [0, 1]"),
+        ("geometry/cos", "isotropy 1.5 is outside [0, 1]"),
+        ("lower-test/cos", "error -0.5 is outside [0, ∞]"),
+        ("retired/cos", "wobble2 is inf"),
+        ("evalrank/cos", "mr 0.5 is outside [1, ∞]"),
+    }
