@@ -518,3 +518,11 @@ def test_verify_deep_holds_each_number_to_its_declared_range() -> None:
         ("retired/cos", "wobble2 is inf"),
         ("evalrank/cos", "mr 0.5 is outside [1, ∞]"),
     }
+
+
+@pytest.mark.parametrize("attribute", ["higher_is_better", "descriptive_metrics", "correlated_metrics"])
+def test_a_scorer_declaring_a_direction_the_old_way_is_refused(attribute: str) -> None:
+    """A plug-in written before the declarations (``higher_is_better = False`` on the scorer) would have its
+    direction ignored in silence: it is refused, naming what to declare instead."""
+    with pytest.raises(TypeError, match=f"declares {attribute}: a direction is declared per metric now"):
+        type("OldStyle", (Scorer,), {attribute: False})

@@ -144,6 +144,11 @@ class ThinRule:
         return None
 
 
+RETIRED_DECLARATIONS = frozenset({"higher_is_better", "descriptive_metrics", "correlated_metrics"})
+"""What a scorer declared before each metric had its declaration (:mod:`evalfarm.metrics`): a subclass that still
+sets one is refused (its direction would be silently ignored)."""
+
+
 @runtime_checkable
 class TaskData(Protocol):
     """What a scorer's ``load`` returns: at least the distinct texts the task needs embedded."""
@@ -182,6 +187,16 @@ class Scorer:
     asymmetric: ClassVar[bool] = False
     """The query side is embedded under the query prompt by default (DefSent: a definition asks for a word); with
     ``False`` only when a model's per-task prompts name the two sides (EvalRank)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        retired = sorted(RETIRED_DECLARATIONS & set(vars(cls)))
+        if retired:
+            raise TypeError(
+                f"scorer {cls.__qualname__} declares {', '.join(retired)}: a direction is declared per metric now, "
+                "in declared_metrics (name -> evalfarm.metrics.MetricInfo) where evalfarm/metrics.py's METRICS does "
+                "not declare the metric"
+            )
 
     @property
     def task_kind(self) -> str:
@@ -245,8 +260,8 @@ class Scorer:
     def in_profile(self, metric: str, subset: str) -> bool:
         """Whether a stored number belongs to the kind's profile, what the report's diagnostics show (a model page's
         diagnostics table, the index's zoo-wide heatmap): by default the primary metric and the descriptive ones (no
-        direction, carried by the correlations: a space's geometry),
-        in every subset. Override to leave out detail (AG2016: the per-file subsets)."""
+        direction, carried by the correlations: a space's geometry), in every subset. Override to leave out detail
+        (AG2016: the per-file subsets)."""
         info = self.metric_info(metric)
         return metric == self.primary_metric or (info.direction is None and info.correlated)
 
@@ -284,6 +299,7 @@ def packaged_sql(package: str, name: str) -> str:
 
 
 __all__ = [
+    "RETIRED_DECLARATIONS",
     "SIMILARITIES",
     "Interval",
     "MetricRow",
