@@ -526,3 +526,11 @@ def test_a_scorer_declaring_a_direction_the_old_way_is_refused(attribute: str) -
     direction ignored in silence: it is refused, naming what to declare instead."""
     with pytest.raises(TypeError, match=f"declares {attribute}: a direction is declared per metric now"):
         type("OldStyle", (Scorer,), {attribute: False})
+
+
+def test_warehouse_info_names_the_migration_of_a_version_3_warehouse(version3: Warehouse) -> None:
+    from evalfarm.warehouse.migrate import layout_note
+
+    assert "evalfarm warehouse migrate" in layout_note(version3)["hint"]
+    migrate(version3.uri)
+    assert "hint" not in layout_note(Warehouse(version3.uri))

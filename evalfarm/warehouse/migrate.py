@@ -319,7 +319,15 @@ def layout_note(wh: Warehouse) -> dict[str, Any]:
     layout = wh.layout()
     if layout == "legacy":
         return {"layout": 1, "format": "parquet files per unit", "hint": str(LegacyWarehouse(wh.uri))}
-    return {"layout": wh.schema_version(), "format": "delta" if layout == "delta" else None}
+    version = wh.schema_version()
+    note: dict[str, Any] = {"layout": version, "format": "delta" if layout == "delta" else None}
+    if layout == "delta" and (version or 0) < SCHEMA_VERSION:
+        note["hint"] = (
+            f"schema version {version} (this evalfarm writes {SCHEMA_VERSION}): the views read it right; "
+            f"`evalfarm warehouse migrate {wh.uri}` brings it up to date in place (version 4 corrects the stored "
+            "higher_is_better of metrics such as EvalRank's mr, tie_rate and n_pairs)"
+        )
+    return note
 
 
 __all__ = [
