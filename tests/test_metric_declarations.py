@@ -534,3 +534,14 @@ def test_warehouse_info_names_the_migration_of_a_version_3_warehouse(version3: W
     assert "evalfarm warehouse migrate" in layout_note(version3)["hint"]
     migrate(version3.uri)
     assert "hint" not in layout_note(Warehouse(version3.uri))
+
+
+def test_the_cli_upgrades_a_version_3_warehouse_and_says_what_it_corrected(version3: Warehouse) -> None:
+    from typer.testing import CliRunner
+
+    from evalfarm.cli import app
+
+    out = CliRunner().invoke(app, ["warehouse", "migrate", version3.uri])
+    assert out.exit_code == 0, out.output
+    assert f"upgraded {version3.uri} to schema version 4" in out.output
+    assert "direction corrected: evalrank/mr: True -> False (15 rows)" in out.output

@@ -153,11 +153,20 @@ def migrate(
     except ERRORS as exc:
         fail(str(exc))
     rows = sum(result.rows.values())
-    console.print(
-        f"migrated {result.source} -> {result.target}: {rows} rows in {len(result.rows)} tables, identical after",
-        highlight=False,
-        markup=False,
-    )
+    if result.upgraded_to is not None:
+        changed = sum(result.directions.values())
+        console.print(
+            f"upgraded {result.target} to schema version {result.upgraded_to}: {changed} metrics rows' direction "
+            "corrected (every other column of every row unchanged, checked row for row)",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        console.print(
+            f"migrated {result.source} -> {result.target}: {rows} rows in {len(result.rows)} tables, identical after",
+            highlight=False,
+            markup=False,
+        )
     if result.moved_to:
         console.print(f"the layout-1 files are in {result.moved_to} (delete it when satisfied)", highlight=False)
     for change, n in result.directions.items():

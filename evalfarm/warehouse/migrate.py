@@ -62,6 +62,9 @@ class MigrationResult:
     rows: dict[str, int] = field(default_factory=dict)
     mismatched: dict[str, str] = field(default_factory=dict)
     moved_to: str | None = None
+    upgraded_to: int | None = None
+    """The schema version an in-place upgrade of a Delta warehouse declared (:func:`upgrade`); None for a layout-1
+    migration."""
     directions: dict[str, int] = field(default_factory=dict)
     """Metrics rows whose stored direction was corrected (:func:`correct_directions`), by
     ``scorer/metric: old -> new``."""
@@ -144,6 +147,7 @@ def upgrade(wh: Warehouse) -> MigrationResult:
             raise RuntimeError(f"upgrade of {wh.uri}: the current rows differ from the history's newest: {wrong[0]}")
     result.directions = correct_directions(wh)
     wh.declare_version()
+    result.upgraded_to = SCHEMA_VERSION
     return result
 
 
