@@ -4,7 +4,9 @@ Reads each warehouse's ``metrics`` view (the public interface) through evalfarm'
 them on (model, task, scorer, subset, variant, ties, metric). Reported: rows only in one, rows whose value differs
 (NaN equals NaN; exact equality unless ``--tolerance``), and rows whose fingerprint, spec hash, primary flag,
 direction or parameters differ (the same number computed under another identity would make the next run
-recompute it). With ``--ranks`` the per-pair EvalRank ranks are compared too.
+recompute it). A direction that differs where the after warehouse's is its metric's declaration (evalfarm/metrics.py)
+is the schema-4 correction of what older versions stored (EvalRank's ``mr`` as higher-is-better): listed apart,
+``directions_corrected``, not a difference. With ``--ranks`` the per-pair EvalRank ranks are compared too.
 
 With ``--views``, every view of the warehouse (each core view, each task kind's, and ``run_diff`` of the last two
 runs that ended) is compared as a multiset of rows: the same columns, the same rows (floating-point numbers within
@@ -57,17 +59,35 @@ def _ordered(keys: Any) -> list[tuple[Any, ...]]:
     return sorted(keys, key=lambda k: tuple((x is not None, "" if x is None else str(x)) for x in k))
 
 
+def _corrections(a: dict[Any, Any], b: dict[Any, Any], keys: list[Any]) -> dict[str, int]:
+    """Rows whose stored direction the after warehouse corrected to the declared one, by ``scorer/metric: old ->
+    new``."""
+    out: dict[str, int] = {}
+    for k in keys:
+        label = f"{k[2]}/{k[6]}: {a[k]['higher_is_better']} -> {b[k]['higher_is_better']}"
+        out[label] = out.get(label, 0) + 1
+    return dict(sorted(out.items()))
+
+
 def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: bool = False) -> dict[str, Any]:
     """What differs between the two warehouses' ``metrics`` views (``subset``: only the units, (model, task), that
     ``after`` holds: a fresh warehouse of a few units against a full one)."""
     sql = f"SELECT {', '.join(KEY)}, value, {', '.join(IDENTITY)} FROM metrics"
-    b = {tuple(r[k] for k in KEY): r for r in _rows(after, sql)}
+    declared = "metric_higher_is_better(scorer, metric, higher_is_better) AS declared_direction"
+    b = {tuple(r[k] for k in KEY): r for r in _rows(after, sql.replace(" FROM metrics", f", {declared} FROM metrics"))}
     units = {k[:2] for k in b}
     a = {tuple(r[k] for k in KEY): r for r in _rows(before, sql)}
     if subset:
         a = {k: r for k, r in a.items() if k[:2] in units}
     value = [k for k in a.keys() & b.keys() if not _same(a[k]["value"], b[k]["value"], tolerance)]
-    identity = {col: _ordered(k for k in a.keys() & b.keys() if a[k][col] != b[k][col]) for col in IDENTITY}
+    both = a.keys() & b.keys()
+    corrected = [k for k in both if a[k]["higher_is_better"] != b[k]["higher_is_better"]
+                 and b[k]["higher_is_better"] == b[k]["declared_direction"]]  # fmt: skip
+    fixed = set(corrected)
+    identity = {
+        col: _ordered(k for k in both if a[k][col] != b[k][col] and (col != "higher_is_better" or k not in fixed))
+        for col in IDENTITY
+    }
     return {
         "rows_before": len(a),
         "rows_after": len(b),
@@ -75,6 +95,7 @@ def compare_metrics(before: str, after: str, *, tolerance: float = 0.0, subset: 
         "only_after": [list(k) for k in _ordered(b.keys() - a.keys())],
         "value_differs": [{"key": list(k), "before": a[k]["value"], "after": b[k]["value"]} for k in _ordered(value)],
         "identity_differs": {col: [list(k) for k in ks] for col, ks in identity.items() if ks},
+        "directions_corrected": _corrections(a, b, corrected),
         "models": len({k[0] for k in a}),
         "tasks": len({k[1] for k in a}),
     }
@@ -157,9 +178,38 @@ def compare_tables(a: Any, b: Any, *, tolerance: float = 1e-12) -> dict[str, Any
         return {**out, "identical": False}
     if a.num_rows != b.num_rows:
         return {**out, "identical": False}
+    if {"higher_is_better", "scorer", "metric"} <= set(a.column_names):
+        corrected = _directions_corrected(a, b, tolerance)
+        if corrected is not None:
+            return {**out, "values_differ": {}, "directions_corrected": corrected, "identical": True}
     a, b = _canonical(a), _canonical(b)
     differs = {c: n for c in a.column_names if (n := _column_differs(a.column(c), b.column(c), tolerance))}
     return {**out, "values_differ": differs, "identical": not differs}
+
+
+def _directions_corrected(a: Any, b: Any, tolerance: float) -> int | None:
+    """Rows of a view of metrics rows (``metrics``, ``history`` ...) whose ``higher_is_better`` the after warehouse
+    corrected to the metric's declaration (schema version 4), when that is all that differs; None otherwise."""
+    import pyarrow as pa
+
+    from evalfarm.scorers import metric_declaration
+
+    rest = sorted(c for c in a.column_names if c != "higher_is_better")
+    keys = [(c, "ascending") for c in rest if not pa.types.is_nested(a.schema.field(c).type)]
+    ca, cb = (t.select([*rest, "higher_is_better"]).sort_by(keys) for t in (a, b))
+    if any(_column_differs(ca.column(c), cb.column(c), tolerance) for c in rest):
+        return None
+    n = 0
+    rows = zip(
+        *(x.to_pylist() for x in (cb["scorer"], cb["metric"], ca["higher_is_better"], cb["higher_is_better"])),
+        strict=True,
+    )
+    for scorer, metric, was, now in rows:
+        info = metric_declaration(scorer, metric)
+        if was is not now and (info is None or info.higher_is_better is not now):
+            return None
+        n += was is not now
+    return n
 
 
 def compare_views(before: dict[str, Any], after: dict[str, Any], *, tolerance: float = 1e-12) -> dict[str, Any]:
@@ -292,6 +342,11 @@ def report(args: argparse.Namespace) -> int:
         f"{out['tasks']} tasks); only before {len(out['only_before'])}, only after {len(out['only_after'])}, "
         f"values differing {len(out['value_differs'])}, identity differing "
         f"{ {c: len(v) for c, v in out['identity_differs'].items()} or 0 }"
+        + (
+            f"; directions corrected to the declared ones: {sum(out['directions_corrected'].values())} rows"
+            if out["directions_corrected"]
+            else ""
+        )  # fmt: skip
         + (
             f"; ranks identical: {out['ranks']['identical']} ({out['ranks']['pairs_after']} pairs)"
             if args.ranks

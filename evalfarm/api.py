@@ -781,10 +781,11 @@ def import_mteb(
     with evalfarm's own protocol): STS twins under evalfarm's task ids, classification tasks as downstream tasks
     ``mteb-<TaskName>``. ``rename``: MTEB model (``org__name`` or ``org/name``) -> evalfarm model id."""
     from evalfarm.analysis.mteb_results import import_mteb as read
+    from evalfarm.scorers import metric_info
     from evalfarm.warehouse import Warehouse
 
     wh = warehouse if isinstance(warehouse, Warehouse) else open_warehouse(warehouse)
-    return read(wh, folder, rename=dict(rename or {}), argv=argv)
+    return read(wh, folder, rename=dict(rename or {}), argv=argv, declared=metric_info)
 
 
 # -- catalogs ----------------------------------------------------------------------------------------------------

@@ -43,6 +43,7 @@ from evalfarm.embed import (
 )
 from evalfarm.encoders.prompts import prompt_text, with_prompt
 from evalfarm.encoders.protocol import Encoder
+from evalfarm.metrics import lookup
 from evalfarm.options import RunOptions
 from evalfarm.outcomes import Stage, Status, UnitOutcome, failed, record_failure, record_quarantine
 from evalfarm.parts import PartClaims
@@ -901,7 +902,8 @@ def _write_unit(
         schema = detail_schema(scorer, name)
         wh.write(name, table.select(schema.names).cast(schema), run_id=run_id, unit=who)
     created = now()
-    descriptive: frozenset[str] = getattr(scorer, "descriptive_metrics", frozenset())  # no direction: stored NULL
+    declared = getattr(scorer, "declared_metrics", {})  # the scorer's own declarations, then evalfarm/metrics.py's
+    direction = {m: lookup(m, declared, scorer=scorer.name).higher_is_better for m in {r.metric for r in result.rows}}
     rows = [
         {
             "run_id": run_id,
@@ -914,7 +916,7 @@ def _write_unit(
             "metric": r.metric,
             "value": float(r.value),
             "is_primary": bool(r.primary),
-            "higher_is_better": None if r.metric in descriptive else bool(scorer.higher_is_better),
+            "higher_is_better": direction[r.metric],  # the metric's declared direction (None: it has none)
             "fingerprint": unit.fingerprint,
             "spec_hash": unit.spec_hash,
             "task_checksum": unit.task_checksum,

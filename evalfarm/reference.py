@@ -1,7 +1,8 @@
 """The reference tables of ``docs/reference.md``, generated from the registries so that they cannot drift.
 
-Four tables: the task kinds (:data:`evalfarm.plugins.task_kinds`: each scorer's name, version, primary metric,
-direction, description, the fields its task spec adds and its detail tables), the model kinds
+Five tables: the task kinds (:data:`evalfarm.plugins.task_kinds`: each scorer's name, version, primary metric,
+direction, description, the fields its task spec adds and its detail tables), the metrics (each declaration of
+:data:`evalfarm.metrics.METRICS` and the built-in scorers' own), the model kinds
 (:data:`evalfarm.plugins.model_kinds`), the SQL views (the comment each ``sql/*.sql`` view carries, as
 ``evalfarm sql --help`` lists them) and the tasks of the shipped ``tasks`` catalog. Only evalfarm's own kinds are
 listed: a kind an installed plug-in package declares through an entry point is that package's to document, and a
@@ -93,6 +94,7 @@ def _columns(schema: Any) -> list[tuple[str, str]]:
 
 def task_kinds_section() -> str:
     from evalfarm.plugins import task_kinds
+    from evalfarm.scorers import metric_info
 
     rows, details = [], []
     for kind in _own(task_kinds):
@@ -103,11 +105,7 @@ def task_kinds_section() -> str:
                 _code(kind) + "".join(f" (first named {_code(f)})" for f in scorer.task_spec.former_kinds[:1]),
                 scorer.version,
                 _code(scorer.primary_metric),
-                "descriptive (no direction)"
-                if scorer.primary_metric in getattr(scorer, "descriptive_metrics", ())
-                else "higher is better"
-                if getattr(scorer, "higher_is_better", True)
-                else "lower is better",
+                _DIRECTIONS[metric_info(scorer.name, scorer.primary_metric).direction],
                 [_code(f) for f in _spec_fields(scorer.task_spec)],
                 [_code(t) for t in tables],
                 getattr(scorer, "description", ""),
@@ -125,6 +123,36 @@ def task_kinds_section() -> str:
         text += "\n\nDetail tables' columns (each a Delta table, `tables/<table>/`, one file per unit as written):\n\n"
         text += "\n".join(details)
     return text
+
+
+_DIRECTIONS = {"higher": "higher is better", "lower": "lower is better", None: "descriptive (no direction)"}
+
+
+def _bound(x: float) -> str:
+    return "∞" if x == float("inf") else "−∞" if x == float("-inf") else f"{x:g}"
+
+
+def metrics_section() -> str:
+    from evalfarm.metrics import METRICS
+    from evalfarm.plugins import task_kinds
+
+    own = [(kind, task_kinds.get(kind)) for kind in _own(task_kinds)]
+    decls = [("", name, info) for name, info in METRICS.items()]
+    decls += [(s.name, name, info) for _, s in own for name, info in getattr(s, "declared_metrics", {}).items()]
+    rows = [
+        (
+            _code(name),
+            _code(scorer) if scorer else "every scorer",
+            _DIRECTIONS[info.direction],
+            f"[{_bound(info.low)}, {_bound(info.high)}]",
+            info.aggregation,
+            info.kind,
+            "yes" if info.correlated else "",
+            info.description,
+        )
+        for scorer, name, info in decls
+    ]
+    return table(("metric", "declared for", "direction", "range", "aggregation", "kind", "correlated", "what"), rows)
 
 
 def model_kinds_section() -> str:
@@ -172,6 +200,15 @@ SECTIONS = (
         "task entry of the kind may set beyond every task's `id`, `level`, `version`, `files`, `sha256`, `urls`, "
         "`licence`, `source`, `description`.",
         task_kinds_section,
+    ),
+    (
+        "Metrics",
+        "`evalfarm.metrics.METRICS`: every metric a built-in scorer emits, declared once by name (`hits@{k}`: every "
+        "k), and the declarations a scorer makes of its own (`Scorer.declared_metrics`, read first). Each stored "
+        "row's `higher_is_better` is its metric's direction (NULL: none); the views order and orient numbers by it "
+        "(`metric_info`, `metric_higher_is_better`); correlated: the correlation views carry it beside its scorer's "
+        "primary metric.",
+        metrics_section,
     ),
     (
         "Model kinds",

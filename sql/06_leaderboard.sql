@@ -1,7 +1,8 @@
 -- leaderboard: every task, one row per (task, scorer, subset, variant, ties, model): each scorer's primary metric,
--- best first. Rank metrics carry their tie policy in `ties` (`tie_policies`); numbers computed under different
--- policies are never in one partition. Filter on `ties`, e.g. WHERE ties IS NULL OR ties = board_ties() (realistic,
--- the boards' policy; paper_ties(): optimistic, the paper's toolkit's).
+-- best first by the metric's declared direction (metric_info; evalfarm/metrics.py). Rank metrics carry their tie
+-- policy in `ties` (`tie_policies`); numbers computed under different policies are never in one partition. Filter
+-- on `ties`, e.g. WHERE ties IS NULL OR ties = board_ties() (realistic, the boards' policy; paper_ties():
+-- optimistic, the paper's toolkit's).
 -- ci_low, ci_high: the value's 95 % confidence interval where it is a correlation (word similarity, STS), else null.
 -- Degenerate units (metrics.degenerate: vectors all OOV, nearly all identical, rank ~1) and thin ones (metrics.thin:
 -- too few pairs scored, too many OOV, nearly all ties, by the scorer's declared bounds) are left out: see
@@ -10,7 +11,8 @@ CREATE OR REPLACE VIEW leaderboard AS
 SELECT task, scorer, subset, variant, ties,
        rank() OVER (
            PARTITION BY task, scorer, subset, variant, ties
-           ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
+           ORDER BY CASE WHEN metric_higher_is_better(scorer, metric, higher_is_better) THEN value ELSE -value END
+               DESC NULLS LAST
        ) AS position,
        model, metric, value, ci_low, ci_high
 FROM metrics
@@ -23,7 +25,8 @@ CREATE OR REPLACE VIEW leaderboard_all AS
 SELECT task, scorer, subset, variant, ties,
        rank() OVER (
            PARTITION BY task, scorer, subset, variant, ties
-           ORDER BY CASE WHEN higher_is_better THEN value ELSE -value END DESC NULLS LAST
+           ORDER BY CASE WHEN metric_higher_is_better(scorer, metric, higher_is_better) THEN value ELSE -value END
+               DESC NULLS LAST
        ) AS position,
        model, metric, value, degenerate, degenerate_reason, thin, thin_reason, ci_low, ci_high
 FROM metrics

@@ -13,9 +13,10 @@ WHERE kind = 'bow' AND level = 'sentence' AND postprocess IS NULL AND base IS NO
 GROUP BY base;
 
 -- correlation_pairs: one row per (cell, model): the model's intrinsic number (the primary metric of every scorer
--- whose role is not downstream, and the metrics a scorer declares beside it, `correlated_metric`: EvalRank's
--- hits@1 / hits@3 for the paper's layout, oriented so that higher is better; and every descriptive number,
--- higher_is_better NULL: a space's geometry, taken as measured) next to its downstream number (the primary metric of
+-- whose role is not downstream, and the metrics declared correlated beside it, `metric_correlated`: EvalRank's
+-- hits@1 / hits@3 for the paper's layout and a space's geometry; oriented so that higher is better by the metric's
+-- declared direction, `metric_higher_is_better`, a number with no direction taken as measured; metric_info:
+-- evalfarm/metrics.py) next to its downstream number (the primary metric of
 -- every scorer whose role is downstream, `scorer_roles`), with their average ranks
 -- among the cell's models (ties share the mean rank, so corr() over the ranks is Spearman's rho). A cell is
 -- (level, intrinsic task / scorer / metric / subset / variant / ties, downstream task / subset / variant,
@@ -24,14 +25,16 @@ GROUP BY base;
 CREATE OR REPLACE VIEW correlation_pairs AS
 WITH intrinsic AS (
     SELECT m.model, mo.level, m.task, m.scorer, m.metric, m.subset, m.variant, m.ties, mo.postprocessed,
-           CASE WHEN m.higher_is_better = false THEN -m.value ELSE m.value END AS value
+           CASE WHEN metric_higher_is_better(m.scorer, m.metric, m.higher_is_better) = false THEN -m.value
+                ELSE m.value END AS value
     FROM metrics m
     JOIN models mo USING (model)
-    WHERE (m.is_primary OR m.higher_is_better IS NULL OR correlated_metric(m.scorer, m.metric))
+    WHERE (m.is_primary OR metric_correlated(m.scorer, m.metric, m.higher_is_better))
       AND scorer_role(m.scorer) <> 'downstream' AND isfinite(m.value) AND NOT m.degenerate AND NOT m.thin
 ),
 downstream AS (
-    SELECT model, task, subset, variant, CASE WHEN higher_is_better THEN value ELSE -value END AS value
+    SELECT model, task, subset, variant,
+           CASE WHEN metric_higher_is_better(scorer, metric, higher_is_better) THEN value ELSE -value END AS value
     FROM metrics
     WHERE is_primary AND scorer_role(scorer) = 'downstream' AND isfinite(value) AND NOT degenerate AND NOT thin
 ),

@@ -3,8 +3,8 @@
 -- whitening, any level; not a Matryoshka prefix or a quantised copy, which make a vector smaller rather than
 -- better); at word level also the two bags of words over them (`downstream_link`), which carry the
 -- word models' downstream accuracies. Each pair compares the same task, scorer, subset, variant and metric (EvalRank
--- under `paper_ties()`: optimistic, the paper's); values are oriented so that higher is better. original_wins +
--- twin_wins + ties = 1. The paper's reading: post-processing helps similarity sets, not downstream tasks.
+-- under `paper_ties()`: optimistic, the paper's); values are oriented so that higher is better (by the metric's
+-- declared direction, metric_info). original_wins + twin_wins + ties = 1. The paper's reading: post-processing helps similarity sets, not downstream tasks.
 CREATE OR REPLACE VIEW postprocessing_effect AS
 WITH twins AS (
     SELECT model AS twin, base AS original, level, false AS via_bow
@@ -20,7 +20,7 @@ WITH twins AS (
 ),
 vals AS (
     SELECT model, task, scorer, subset, variant, metric,
-           CASE WHEN higher_is_better THEN value ELSE -value END AS value
+           CASE WHEN metric_higher_is_better(scorer, metric, higher_is_better) THEN value ELSE -value END AS value
     FROM metrics
     WHERE is_primary AND isfinite(value) AND NOT degenerate AND NOT thin AND coalesce(ties, paper_ties()) = paper_ties()
 )

@@ -132,8 +132,9 @@ def sentence_wh(tmp_path: Path) -> Warehouse:
         add_model(wh, m, "sentence", "static")
         add_metric(wh, m, "evalrank-sentence", "evalrank", mrr[i], ties="optimistic")
         add_metric(wh, m, "sts-tied", "sts", tied[i], metric="spearman", subset="test")
-        # a lower-is-better primary metric is oriented before ranking: 5 - mrr orders the models as mrr does
-        add_metric(wh, m, "lower-better", "sts", 5 - mrr[i], metric="spearman", higher_is_better=False)
+        # a lower-is-better primary metric is oriented before ranking: 5 - mrr orders the models as mrr does (a
+        # metric nothing declares: its stored direction counts; tests/test_metric_declarations.py: declared ones)
+        add_metric(wh, m, "lower-better", "sts", 5 - mrr[i], metric="distance", higher_is_better=False)
         add_accuracy(wh, m, "mr", acc[i])
     return wh
 

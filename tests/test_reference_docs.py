@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import Literal
 
 import pytest
 
 from evalfarm import reference
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.metrics import MetricInfo
 from evalfarm.plugins import task_kinds
 from evalfarm.scorers.base import Scorer
 
@@ -54,7 +56,9 @@ class _Squares(Scorer):
     name, version = "reference-test", "7"
     task_spec = _SquaresTask
     primary_metric = "mean_square"
-    higher_is_better = False
+    declared_metrics = MappingProxyType(
+        {"mean_square": MetricInfo("lower", 0.0, float("inf"), "mean", "score", "mean square")}
+    )
     description = "a kind registered by tests/test_reference_docs.py"
     detail_schemas = {"squares": {"query": "string", "square": "double"}}
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import ClassVar, Literal
 
 import numpy as np
 import pytest
 
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.metrics import MetricInfo
 from evalfarm.preprocess import VocabStats
 from evalfarm.scorers import RegistryError, register, scorer_for, scorers, task_adapter
 from evalfarm.scorers.base import MetricRow, RunOptions, Scorer, ScoreResult, TextVectors
@@ -248,6 +249,7 @@ def test_adding_an_evaluator_is_one_task_kind_and_one_scorer(tmp_path):
         version = "1"
         task_spec = NormTask
         primary_metric = "mean_norm"
+        declared_metrics: ClassVar = {"mean_norm": MetricInfo("higher", 0.0, float("inf"), "mean", "score", "norm")}
 
         def load(self, task):
             return PairData({"all": (["hello"], ["world"], np.array([1.0]))})

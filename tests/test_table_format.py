@@ -61,7 +61,7 @@ def test_every_table_is_a_delta_table_with_its_schema_and_the_layout_version(wh)
 
     from evalfarm.warehouse import SCHEMA_VERSION
 
-    assert json.loads((wh.root / "warehouse.json").read_text())["schema_version"] == SCHEMA_VERSION == 3
+    assert json.loads((wh.root / "warehouse.json").read_text())["schema_version"] == SCHEMA_VERSION == 4
     assert wh.schema_version() == SCHEMA_VERSION
     assert not (wh.root / "tables").exists()  # a table is created by its first write; until then it reads as empty
     assert wh.query("SELECT count(*) AS n FROM metrics").to_pylist() == [{"n": 0}]

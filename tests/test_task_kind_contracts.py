@@ -18,6 +18,7 @@ from pydantic import create_model
 
 from evalfarm.catalog.specs import TaskSpec
 from evalfarm.execute import write_results
+from evalfarm.metrics import MetricInfo
 from evalfarm.plan import Unit
 from evalfarm.plugins import TASK_KIND_MEMBERS, RegistryError, TaskKind, protocol_members, task_kinds
 from evalfarm.scorers import register
@@ -109,6 +110,10 @@ def _toy_kind(
         version = "1"
         task_spec = toy_task
         primary_metric = "mean_norm"
+        declared_metrics: ClassVar = {
+            "mean_norm": MetricInfo("higher", 0.0, float("inf"), "mean", "score", "mean vector norm"),
+            "max_norm": MetricInfo(None, 0.0, float("inf"), "statistic", "score", "largest vector norm"),
+        }
         description = "a toy: the mean vector norm, and each text's norm in a detail table"
         detail_schemas: ClassVar = {"toy_norms": NORMS} if schemas is None else schemas
 

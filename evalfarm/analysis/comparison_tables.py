@@ -23,7 +23,6 @@ from typing import Any
 import duckdb
 import numpy as np
 
-from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, CONFIDENCE, DEFAULT_COMPARE
 from evalfarm.analysis.comparisons import (
     ALPHA,
     REFINE_RESAMPLES,
@@ -42,6 +41,7 @@ from evalfarm.analysis.correlations import (
     read_views,
     shape_table,
 )
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, CONFIDENCE, DEFAULT_COMPARE
 from evalfarm.ranking import PAPER_TIES
 from evalfarm.warehouse import Warehouse, now
 

@@ -12,7 +12,7 @@ downstream tasks as columns); the CLI and the report both render it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -34,8 +34,9 @@ BEST_TOLERANCE = 1e-9
 PAPER_DOWNSTREAM = ("mr", "cr", "subj", "mpqa", "sst2", "sst5", "trec", "mrpc", "sick-e", "scicite")
 """The paper's column order; other downstream tasks follow alphabetically."""
 PAPER_EVALRANK_METRICS = ("hits@1", "hits@3")
-"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.analysis.paper``): what EvalRank declares as its
-``correlated_metrics``, so the view carries them; this module's table shows primary metrics only."""
+"""The EvalRank rows of the paper's layout beside MRR (``evalfarm.analysis.paper``): what EvalRank declares
+correlated (its ``declared_metrics``, :mod:`evalfarm.metrics`), so the view carries them; this module's table shows
+primary metrics only."""
 SCORER_ORDER = ("evalrank", "word-similarity", "sts", "similarity-bands")
 KEY_COLUMNS = (
     "level",
@@ -385,19 +386,31 @@ def diagnostic_scorers() -> frozenset[str]:
     return frozenset(name for name, role in scorer_roles().items() if role == "diagnostic")
 
 
-def _beside_primary() -> set[tuple[str, str]]:
-    """(scorer, metric) of the metrics the correlation views carry beside a scorer's primary one
-    (``Scorer.correlated_metrics``: EvalRank's hits@1 / hits@3, for the paper's layout)."""
+def _beside_primary(rows: Iterable[Mapping[str, Any]]) -> set[tuple[str, str]]:
+    """(scorer, metric) of ``rows``' metrics that the correlation views carry beside a scorer's primary one as
+    numbers with a direction (declared correlated, :mod:`evalfarm.metrics`: EvalRank's hits@1 / hits@3, for the
+    paper's layout); a space's geometry, correlated with no direction, is a diagnostic's own row."""
+    from evalfarm.metrics import declaration
     from evalfarm.plugins import task_kinds
 
-    return {(s.name, m) for _, s in task_kinds.items() for m in getattr(s, "correlated_metrics", ())}
+    scorers = {s.name: s for _, s in task_kinds.items()}
+    out = set()
+    for scorer, metric in {(r["intrinsic_scorer"], r["intrinsic_metric"]) for r in rows}:
+        s = scorers.get(scorer)
+        if s is None or metric == s.primary_metric:
+            continue
+        info = declaration(metric, getattr(s, "declared_metrics", None))
+        if info is not None and info.correlated and info.direction is not None:
+            out.add((scorer, metric))
+    return out
 
 
 _EVALRANK_LINKS = """
 SELECT d.task AS diagnostic_task, d.scorer AS diagnostic_scorer, d.metric AS diagnostic_metric,
        d.subset AS diagnostic_subset, d.variant AS diagnostic_variant, e.task AS evalrank_task,
        e.variant AS evalrank_variant, e.ties AS evalrank_ties, model,
-       CASE WHEN d.higher_is_better = false THEN -d.value ELSE d.value END AS diagnostic_value,
+       CASE WHEN metric_higher_is_better(d.scorer, d.metric, d.higher_is_better) = false THEN -d.value
+            ELSE d.value END AS diagnostic_value,
        e.value AS evalrank_value
 FROM metrics d
 JOIN metrics e USING (model)
@@ -405,7 +418,8 @@ JOIN models mo USING (model)
 WHERE mo.level = $level AND NOT ($exclude AND mo.postprocessed)
   AND e.scorer = 'evalrank' AND e.is_primary AND NOT e.degenerate AND NOT e.thin AND isfinite(e.value)
   AND d.scorer IN (SELECT unnest($scorers::VARCHAR[]))
-  AND (d.is_primary OR d.higher_is_better IS NULL)
+  AND (d.is_primary OR (metric_correlated(d.scorer, d.metric, d.higher_is_better)
+                       AND metric_higher_is_better(d.scorer, d.metric, d.higher_is_better) IS NULL))
   AND NOT d.degenerate AND NOT d.thin AND isfinite(d.value)
 ORDER BY ALL
 """
@@ -519,7 +533,7 @@ def shape_table(
     _check(level, ties)
     hidden = frozenset() if diagnostics else diagnostic_scorers()
     shown = diagnostic_scorers() if diagnostics else frozenset()
-    beside = _beside_primary()
+    beside = _beside_primary(rows)
     records = [
         dict(r)
         for r in rows

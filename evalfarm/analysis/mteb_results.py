@@ -27,12 +27,13 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from evalfarm.catalog.specs import ID_PATTERN, MAX_ID_LENGTH
+from evalfarm.metrics import MetricInfo, lookup
 from evalfarm.warehouse import Warehouse, new_run_id, now
 
 MTEB_SCHEMA_VERSION = "1.12.48"
@@ -421,8 +422,24 @@ def _fingerprint(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:16]
 
 
+Declared = Callable[[str, str], MetricInfo]
+"""(scorer, metric) -> the metric's declaration: :func:`evalfarm.scorers.metric_info` (a registered scorer's own,
+else the shared one), which the API passes in; this layer, below the scorers, knows the shared ones only."""
+
+
+def shared_declaration(scorer: str, metric: str) -> MetricInfo:
+    """The shared declaration (:data:`evalfarm.metrics.METRICS`): what the built-in kinds MTEB's rows map to (STS,
+    downstream) declare, none of them a metric of its own."""
+    return lookup(metric, scorer=scorer)
+
+
 def import_mteb(
-    wh: Warehouse, folder: str | os.PathLike[str], *, rename: dict[str, str] | None = None, argv: str | None = None
+    wh: Warehouse,
+    folder: str | os.PathLike[str],
+    *,
+    rename: dict[str, str] | None = None,
+    argv: str | None = None,
+    declared: Declared = shared_declaration,
 ) -> ImportResult:
     """Store an MTEB results folder's numbers as ``metrics`` rows of variant ``mteb`` (see the module's docstring).
 
@@ -443,7 +460,7 @@ def import_mteb(
     files = sorted(p for p in root.rglob("*.json") if p.name != "model_meta.json")
     wh.write_run_event(run_id, "start", status="running", catalog=f"mteb:{root}", n_units=len(files), argv=argv)
     with wh.deferring():  # every file's rows in one batch: the import is one commit per table
-        imported = _import_files(wh, root, files, run_id, rename, known, result, new_models)
+        imported = _import_files(wh, root, files, run_id, rename, known, result, new_models, declared)
     wh.write_run_event(
         run_id, "end", status="ok", catalog=f"mteb:{root}", n_units=len(files), n_done=imported,
         n_skipped=len(files) - imported, n_failed=0, argv=argv,
@@ -460,6 +477,7 @@ def _import_files(
     known: dict[str, str],
     result: ImportResult,
     new_models: dict[str, dict[str, Any]],
+    declared: Declared = shared_declaration,
 ) -> int:
     """Stage each file's metrics rows (one unit each) and the new models' rows; returns the files imported."""
     imported = 0
@@ -490,7 +508,8 @@ def _import_files(
         # a model the warehouse knows keeps its spec (the `conflicts` view would otherwise list it twice)
         spec_hash = known.get(model) or _fingerprint("mteb-model", folder_name, model_rev or "")
         at = now()
-        records = _metric_records(rows, run_id, model, task, scorer, fp, spec_hash, revision, version, params, at)
+        records = _metric_records(rows, run_id, model, task, scorer, fp, spec_hash, revision, version, params, at,
+                                  declared=declared)  # fmt: skip
         table = wh.typed("metrics", records)
         wh.write("metrics", table, run_id=run_id, unit=(model, task, fp))
         imported += 1
@@ -514,6 +533,8 @@ def _metric_records(
     version: str | None,
     params: dict[str, Any],
     at: Any,
+    *,
+    declared: Declared = shared_declaration,
 ) -> list[dict[str, Any]]:
     """One file's ``metrics`` rows: one a (subset, metric) of its scores."""
     return [
@@ -528,7 +549,7 @@ def _metric_records(
             "metric": metric,
             "value": value,
             "is_primary": primary,
-            "higher_is_better": True,
+            "higher_is_better": declared(scorer, metric).higher_is_better,  # the declared direction
             "fingerprint": fp,
             "spec_hash": spec_hash,
             "task_checksum": revision,

@@ -887,7 +887,7 @@ def _model_diagnostics(metrics: list[dict[str, Any]]) -> list[str]:
         return []
     table = []
     for r in rows:
-        directed = r["metric"] not in scorers[r["scorer"]].descriptive_metrics  # a score, not a description
+        directed = scorers[r["scorer"]].metric_info(r["metric"]).direction is not None  # a score, not a description
         unit = directed and isinstance(r["value"], float) and 0.0 <= r["value"] <= 1.0
         flag = "degenerate" if r.get("degenerate") else "thin" if r.get("thin") else ""
         table.append(

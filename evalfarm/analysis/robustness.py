@@ -25,7 +25,6 @@ from typing import Any, cast
 import duckdb
 import numpy as np
 
-from evalfarm.analysis_defaults import BOOTSTRAP_SEED, DEFAULT_COMPARE
 from evalfarm.analysis.comparison_tables import (
     aligned,
     best_similarity,
@@ -34,6 +33,7 @@ from evalfarm.analysis.comparison_tables import (
     table_family,
 )
 from evalfarm.analysis.correlations import column_order, fetch_correlations, read_views, spearman
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, DEFAULT_COMPARE
 from evalfarm.ranking import BOARD_TIES, PAPER_TIES, Ties, check_ties, tie_ranks
 from evalfarm.warehouse import Warehouse
 

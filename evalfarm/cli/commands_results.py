@@ -10,7 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from evalfarm import api
-from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, INTERVAL_RESAMPLES
+from evalfarm.analysis_defaults import BOOTSTRAP_SEED, INTERVAL_RESAMPLES
 from evalfarm.cli.app import app, fail
 from evalfarm.cli.rendering import (
     Format,

@@ -131,20 +131,35 @@ def vacuum(
 
 @warehouse_app.command("migrate")
 def migrate(
-    source: Annotated[str, typer.Argument(help="a warehouse in layout 1 (one Parquet file per unit)")],
+    source: Annotated[
+        str, typer.Argument(help="a warehouse in layout 1 (one Parquet file per unit) or of an older schema version")
+    ],
     target: Annotated[str | None, typer.Argument(help="a new or empty folder [default: convert in place]")] = None,
 ) -> None:
     """Convert an older warehouse to the Delta layout (in place, or into TARGET) and check every table's rows are
-    identical afterwards; in place, the old files are kept under layout-1/ until you delete them."""
+    identical afterwards; in place, the old files are kept under layout-1/ until you delete them. A Delta warehouse
+    of an older schema version is upgraded in place (version 4: each stored metrics row's higher_is_better
+    corrected to its metric's declared direction, checked row for row)."""
     try:
         result = api.migrate_warehouse(source, target)
     except ERRORS as exc:
         fail(str(exc))
     rows = sum(result.rows.values())
-    console.print(
-        f"migrated {result.source} -> {result.target}: {rows} rows in {len(result.rows)} tables, identical after",
-        highlight=False,
-        markup=False,
-    )
+    if result.upgraded_to is not None:
+        changed = sum(result.directions.values())
+        console.print(
+            f"upgraded {result.target} to schema version {result.upgraded_to}: {changed} metrics rows' direction "
+            "corrected (every other column of every row unchanged, checked row for row)",
+            highlight=False,
+            markup=False,
+        )
+    else:
+        console.print(
+            f"migrated {result.source} -> {result.target}: {rows} rows in {len(result.rows)} tables, identical after",
+            highlight=False,
+            markup=False,
+        )
     if result.moved_to:
         console.print(f"the layout-1 files are in {result.moved_to} (delete it when satisfied)", highlight=False)
+    for change, n in result.directions.items():
+        console.print(f"direction corrected: {change} ({n} rows)", highlight=False, markup=False)

@@ -9,9 +9,11 @@ The registry finds every module of this package the first time it is asked, and 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
+from evalfarm.metrics import MetricInfo, declaration, lookup
 from evalfarm.plugins import RegistryError, task_kinds, task_spec_adapter
 from evalfarm.scorers.base import Scorer
 
@@ -53,7 +55,8 @@ class TaskKindInfo:
     scorer: str
     version: str
     primary_metric: str
-    higher_is_better: bool
+    higher_is_better: bool | None
+    """The primary metric's direction (:mod:`evalfarm.metrics`; None: it has none)."""
     description: str
     detail_tables: tuple[str, ...]
     origin: str
@@ -68,13 +71,37 @@ def task_kind_table() -> list[TaskKindInfo]:
             scorer=s.name,
             version=s.version,
             primary_metric=s.primary_metric,
-            higher_is_better=bool(s.higher_is_better),
+            higher_is_better=metric_info(s.name, s.primary_metric).higher_is_better,
             description=s.description,
             detail_tables=tuple(s.detail_schemas),
             origin=task_kinds.origin(kind),
         )
         for kind, s in task_kinds.items()
     ]
+
+
+def _scoped(scorer: str) -> Mapping[str, MetricInfo]:
+    for _, s in task_kinds.items():
+        if s.name == scorer:
+            return getattr(s, "declared_metrics", {})
+    return {}
+
+
+def metric_info(scorer: str, metric: str) -> MetricInfo:
+    """What ``metric`` of ``scorer`` is (:mod:`evalfarm.metrics`): the registered scorer's own declaration, else the
+    shared one; :class:`~evalfarm.metrics.UndeclaredMetric` when neither declares it."""
+    return lookup(metric, _scoped(scorer), scorer=scorer)
+
+
+def metric_declaration(scorer: str, metric: str) -> MetricInfo | None:
+    """:func:`metric_info`, or None where nothing declares the metric (a retired plug-in's row)."""
+    return declaration(metric, _scoped(scorer))
+
+
+def declared_metrics() -> dict[str, Mapping[str, MetricInfo]]:
+    """Every registered scorer's own declarations (``Scorer.declared_metrics``), by scorer name: what the views'
+    ``metric_info`` adds to the shared declarations (:func:`evalfarm.metrics.sql_definitions`)."""
+    return {s.name: dict(table) for _, s in task_kinds.items() if (table := getattr(s, "declared_metrics", {}))}
 
 
 def task_adapter() -> Any:
@@ -86,6 +113,9 @@ __all__ = [
     "RegistryError",
     "Scorer",
     "TaskKindInfo",
+    "declared_metrics",
+    "metric_declaration",
+    "metric_info",
     "register",
     "scorer_for",
     "scorers",

@@ -76,7 +76,6 @@ class AG2016Scorer(Scorer[AG2016Task, AGData]):
     version = "1"
     task_spec = AG2016Task
     primary_metric = "ag_score"
-    higher_is_better = True
     role = "diagnostic"
     description = (
         "Avraham & Goldberg 2016: triplet choices weighted by annotator agreement, Σmax(s,0)/Σ|s|, per file and "

@@ -7,16 +7,17 @@ declarations, each read by the framework:
 
 - ``primary_metric`` (and :meth:`Scorer.is_primary` for a finer choice): which rows are the leaderboard's number; the
   executor marks them (:meth:`Scorer.evaluate`), a scorer never sets ``MetricRow.primary`` itself;
-- ``higher_is_better``: the direction stored on every metrics row, which the leaderboard and the correlations sort by;
-- ``descriptive_metrics``: numbers without a direction (a space's anisotropy, its hubness): stored with
-  ``higher_is_better`` NULL, never primary, so never on a leaderboard; the correlations take them as they are;
+- ``declared_metrics``: what its own metrics are where :data:`evalfarm.metrics.METRICS` (every built-in metric's
+  direction, range, aggregation, kind and whether the correlations carry it, declared once by name) does not say it:
+  a plug-in's metric, or a shared one the scorer reads differently (EvalRank's hits@1 / hits@3, carried by the
+  correlation views for the paper's layout). Every metric a scorer emits is declared in one or the other
+  (:meth:`Scorer.metric_info`; the executor refuses an undeclared one); each stored row's ``higher_is_better`` is its
+  metric's direction (NULL: none, a count or a space's geometry, never primary, so never on a leaderboard);
 - ``role``: what its numbers are for (:data:`evalfarm.plugins.Role`): ``intrinsic`` (the default), ``downstream``
   (the correlations' columns, the boards' sample labels) or ``diagnostic`` (geometry, AG2016, HEROS, DefSent:
   ``evalfarm correlations`` shows its rows only when asked, ``--diagnostics``; the report gives it its own section).
   The views join on it (``scorer_role(scorer)``, the ``scorer_roles`` view), so a new downstream benchmark is one
   module;
-- ``correlated_metrics``: metrics besides the primary one that the correlation views carry (EvalRank's hits@1 and
-  hits@3, for the paper's layout);
 - ``description``: one line where task kinds are listed (:func:`evalfarm.scorers.task_kind_table`);
 - ``detail_schemas``: the per-unit detail tables the scorer writes (the warehouse makes them, the scan checks them);
 - ``views``: the SQL of the views over those tables (created after the core views of ``sql/``);
@@ -42,6 +43,7 @@ from typing_extensions import TypeVar
 
 from evalfarm.catalog.prompts import Prompts, TaskPrompts, TaskType, task_prompts
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.metrics import MetricInfo, lookup
 from evalfarm.options import SIMILARITIES, RunOptions, Similarity  # re-exported: callers of the scorer layer
 from evalfarm.plugins import DEFAULT_ROLE, Role
 from evalfarm.ranking import Ties
@@ -143,6 +145,11 @@ class ThinRule:
         return None
 
 
+RETIRED_DECLARATIONS = frozenset({"higher_is_better", "descriptive_metrics", "correlated_metrics"})
+"""What a scorer declared before each metric had its declaration (:mod:`evalfarm.metrics`): a subclass that still
+sets one is refused (its direction would be silently ignored)."""
+
+
 @runtime_checkable
 class TaskData(Protocol):
     """What a scorer's ``load`` returns: at least the distinct texts the task needs embedded."""
@@ -167,14 +174,11 @@ class Scorer(Generic[SpecT, DataT]):
     version: ClassVar[str]
     task_spec: ClassVar[type[TaskSpec]]
     primary_metric: ClassVar[str]
-    higher_is_better: ClassVar[bool] = True
-    descriptive_metrics: ClassVar[frozenset[str]] = frozenset()
-    """Metrics without a direction: stored with ``higher_is_better`` NULL and never primary (off every
-    leaderboard); the correlations view correlates them as measured (no sign flip)."""
+    declared_metrics: ClassVar[Mapping[str, MetricInfo]] = MappingProxyType({})
+    """The scorer's own declarations of its metrics (name -> :class:`~evalfarm.metrics.MetricInfo`), read before
+    the shared ones of :data:`evalfarm.metrics.METRICS` (module docstring)."""
     role: ClassVar[Role] = DEFAULT_ROLE
     """What the kind's numbers are for (module docstring): intrinsic, downstream or diagnostic."""
-    correlated_metrics: ClassVar[tuple[str, ...]] = ()
-    """Metrics besides ``primary_metric`` that the ``correlation_pairs`` view carries as intrinsic rows."""
     description: ClassVar[str] = ""
     detail_schemas: ClassVar[Mapping[str, pa.Schema]] = MappingProxyType({})
     """Per-unit detail tables the scorer writes (``ScoreResult.details``), by name: each schema has the columns
@@ -193,6 +197,16 @@ class Scorer(Generic[SpecT, DataT]):
     asymmetric: ClassVar[bool] = False
     """The query side is embedded under the query prompt by default (DefSent: a definition asks for a word); with
     ``False`` only when a model's per-task prompts name the two sides (EvalRank)."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        retired = sorted(RETIRED_DECLARATIONS & set(vars(cls)))
+        if retired:
+            raise TypeError(
+                f"scorer {cls.__qualname__} declares {', '.join(retired)}: a direction is declared per metric now, "
+                "in declared_metrics (name -> evalfarm.metrics.MetricInfo) where evalfarm/metrics.py's METRICS does "
+                "not declare the metric"
+            )
 
     @property
     def task_kind(self) -> str:
@@ -242,6 +256,12 @@ class Scorer(Generic[SpecT, DataT]):
     ) -> ScoreResult:
         raise NotImplementedError
 
+    def metric_info(self, metric: str) -> MetricInfo:
+        """What ``metric`` is (direction, range, aggregation, kind, correlated): the scorer's own declaration
+        (:attr:`declared_metrics`), else the shared one (:data:`evalfarm.metrics.METRICS`);
+        :class:`~evalfarm.metrics.UndeclaredMetric` when neither declares it."""
+        return lookup(metric, self.declared_metrics, scorer=self.name)
+
     def is_primary(self, row: MetricRow, task: SpecT | None, data: DataT) -> bool:
         """Whether ``row`` is a primary number of the unit (the leaderboard's): by default every row of
         ``primary_metric``. Override to narrow it (STS: the task's primary subset only), never to widen it."""
@@ -249,9 +269,11 @@ class Scorer(Generic[SpecT, DataT]):
 
     def in_profile(self, metric: str, subset: str) -> bool:
         """Whether a stored number belongs to the kind's profile, what the report's diagnostics show (a model page's
-        diagnostics table, the index's zoo-wide heatmap): by default the primary metric and the descriptive ones,
-        in every subset. Override to leave out detail (AG2016: the per-file subsets)."""
-        return metric == self.primary_metric or metric in self.descriptive_metrics
+        diagnostics table, the index's zoo-wide heatmap): by default the primary metric and the descriptive ones (no
+        direction, carried by the correlations: a space's geometry), in every subset. Override to leave out detail
+        (AG2016: the per-file subsets)."""
+        info = self.metric_info(metric)
+        return metric == self.primary_metric or (info.direction is None and info.correlated)
 
     def thin(self, rows: Sequence[MetricRow], task: SpecT | None) -> str | None:
         """Why the unit whose rows are ``rows`` is too thin to rank (a 5-word model's rho from 3 pairs), else None:
@@ -269,15 +291,14 @@ class Scorer(Generic[SpecT, DataT]):
         device: str | None = None,
     ) -> ScoreResult:
         """What the executor calls: :meth:`score`, then each row's ``primary`` flag, from the declaration: a row of
-        ``primary_metric`` that :meth:`is_primary` accepts (a descriptive metric is never primary)."""
+        ``primary_metric`` that :meth:`is_primary` accepts (a metric with no direction is never primary).
+        :class:`~evalfarm.metrics.UndeclaredMetric` when a row's metric is declared nowhere (:meth:`metric_info`)."""
         # a kind whose score reads no task is evaluated without one (tests, `evalfarm recompute` of such a unit)
         result = self.score(task, data, vectors, params, device=device)  # type: ignore[arg-type]  # task None
-        descriptive: frozenset[str] = getattr(self, "descriptive_metrics", frozenset())
         for row in result.rows:
+            info = self.metric_info(row.metric)
             row.primary = (
-                row.metric == self.primary_metric
-                and row.metric not in descriptive
-                and self.is_primary(row, task, data)
+                row.metric == self.primary_metric and info.direction is not None and self.is_primary(row, task, data)
             )
         return result
 
@@ -289,6 +310,7 @@ def packaged_sql(package: str, name: str) -> str:
 
 
 __all__ = [
+    "RETIRED_DECLARATIONS",
     "SIMILARITIES",
     "Interval",
     "MetricRow",

@@ -80,7 +80,6 @@ class DefSentScorer(Scorer[DefSentTask, DefSentData]):
     version = "1"
     task_spec = DefSentTask
     primary_metric = "mrr"
-    higher_is_better = True
     role = "diagnostic"
     prompt_type = "retrieval"  # a definition (query) asks for the word it defines (document)
     query_side = True

@@ -179,7 +179,6 @@ class DownstreamScorer(Scorer[DownstreamTaskSpec, DownstreamData]):
     # 10: the floor on shared bases only (a model's own basis is exact for it): other stops within tol
     task_spec = DownstreamTaskSpec
     primary_metric = "accuracy"
-    higher_is_better = True
     thin_rules = (ThinRule("oov_rate", at_most=0.5),)
     """Too thin when over half the task's sentences are OOV (zero or mean vectors: the classifier learns the label
     prior). The starter zoo's highest: 0.0008."""

@@ -22,6 +22,7 @@ under the first and the pool under the second (:func:`rank_pool`).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -29,6 +30,7 @@ import pyarrow as pa
 from pydantic import Field
 
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.metrics import HITS_PATTERN, METRICS
 from evalfarm.preprocess import Prepared, Protocol
 from evalfarm.preprocess import prepare as prepare_protocol
 from evalfarm.ranking import Ties, rank_metrics_by_ties, tie_ranks
@@ -248,8 +250,8 @@ class EvalRankScorer(Scorer[EvalRankTask, "RankPool"]):
     version = "1"
     task_spec = EvalRankTask
     primary_metric = "mrr"
-    correlated_metrics = ("hits@1", "hits@3")  # beside MRR in the correlation views: the paper's layout shows them
-    higher_is_better = True
+    declared_metrics = MappingProxyType({f"hits@{k}": METRICS[HITS_PATTERN].carried() for k in (1, 3)})
+    """Hits@1 and Hits@3 beside MRR in the correlation views: the paper's layout shows them."""
     query_side = True  # symmetric (a pool of like texts) unless a model's per-task prompts name the two sides
     thin_rules = (
         ThinRule("n_pairs", at_least=5),

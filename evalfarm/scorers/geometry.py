@@ -18,9 +18,9 @@ items the model has a vector for (OOV items are left out; ``n_items`` counts the
   from a FAISS exact search (:func:`evalfarm.scorers.neighbours.top_neighbours`: the GPU index where faiss-gpu sees
   a GPU).
 
-None of these has a direction (a more uniform space is not a better model): they are ``descriptive_metrics``, off
-every leaderboard, and ``evalfarm correlations --diagnostics`` correlates them with the downstream tasks and with
-EvalRank as measured.
+None of these has a direction (a more uniform space is not a better model): :data:`evalfarm.metrics.METRICS`
+declares them so (no direction, correlated), so they are off every leaderboard, and ``evalfarm correlations
+--diagnostics`` correlates them with the downstream tasks and with EvalRank as measured.
 """
 
 from __future__ import annotations
@@ -169,8 +169,6 @@ class GeometryScorer(Scorer[GeometryTask, "RankPool"]):
     version = "1"
     task_spec = GeometryTask
     primary_metric = "uniformity"
-    higher_is_better = True  # the counts' direction; every geometry number is descriptive (no direction)
-    descriptive_metrics = frozenset(GEOMETRY_METRICS)
     role = "diagnostic"
     prompt_type = "clustering"  # the shape of the space: an instruction model's clustering prompt
     description = (

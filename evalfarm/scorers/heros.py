@@ -148,7 +148,6 @@ class HerosScorer(Scorer[HerosTask, HerosData]):
     version = "1"
     task_spec = HerosTask
     primary_metric = "normalized_similarity"
-    higher_is_better = True
     role = "diagnostic"
     description = (
         "HEROS minimal pairs: per subset the mean normalised cosine (cos - cos_avg) / (1 - cos_avg) and raw cosine"

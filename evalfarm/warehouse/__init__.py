@@ -15,7 +15,7 @@ what callers use.
 
 Layout (private; the SQL views are the public interface)::
 
-    <root>/warehouse.json                                   {"schema_version": 3, "format": "delta", ...}
+    <root>/warehouse.json                                   {"schema_version": 4, "format": "delta", ...}
     <root>/tables/<table>/_delta_log/                       each table's Delta log: which files make each version
     <root>/tables/<table>/data/<run_id>/<uuid>.parquet      a unit's (or a batch's) rows, staged then committed
     <root>/tables/<table>/data/compact/<uuid>.parquet       merged small files (evalfarm warehouse compact)

@@ -53,6 +53,10 @@ SUPERSEDED = "superseded"
 """The folder of the rows an older computation holds."""
 KEY = ("model", "task", "scorer", "subset", "variant")
 """What a computation is the newest of (``ranked_computations``' partition)."""
+CURRENT_ROWS_VERSION = 3
+"""The schema version a refresh of the current rows declares (:data:`~evalfarm.warehouse.store.SCHEMA_VERSION`):
+what it wrote, and no more (version 4's directions are the migration's, :func:`~evalfarm.warehouse.migrate.
+correct_directions`)."""
 CURRENT_ROWS_PER_FILE = 1_000_000
 """Rows per current file: a refresh writes the current rows sorted by model and task in files of this many rows."""
 
@@ -180,7 +184,7 @@ def refresh_current(wh: WarehouseLike, *, run_id: str | None = None, min_pending
     except RewriteConflict as exc:
         log.info("the current rows were refreshed by another writer meanwhile (%s)", exc)
         return None
-    wh.declare_version()  # the metrics table now keeps current rows apart: schema version 3
+    wh.declare_version(CURRENT_ROWS_VERSION)  # the metrics table now keeps current rows apart: schema version 3
     return Refreshed(len(files.candidates), n_current, n_superseded)
 
 
@@ -315,6 +319,7 @@ def check_split(files: Iterable[FileEntry], folder: str) -> dict[str, int]:
 __all__ = [
     "CURRENT",
     "CURRENT_ROWS_PER_FILE",
+    "CURRENT_ROWS_VERSION",
     "KEY",
     "SUPERSEDED",
     "MetricsFiles",

@@ -1,4 +1,7 @@
-"""Layout 1 -> layout 2: reading an old warehouse as it is, and converting it (``evalfarm warehouse migrate``).
+"""Upgrading an old warehouse (``evalfarm warehouse migrate``): layout 1 -> the Delta layout, and a Delta warehouse of
+an older schema version (:data:`~evalfarm.warehouse.store.SCHEMA_VERSION`) brought up to this one in place
+(:func:`upgrade`: version 2's metrics table gets its current rows set apart; version 3's stored directions are
+corrected, :func:`correct_directions`).
 
 Layout 1 (evalfarm before the table format) kept one Parquet file per unit and table under
 ``tables/<table>/model=…/task=…/<fingerprint>.parquet`` (and per run for ``runs``, ``units``, ``failures``,
@@ -19,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,6 +62,12 @@ class MigrationResult:
     rows: dict[str, int] = field(default_factory=dict)
     mismatched: dict[str, str] = field(default_factory=dict)
     moved_to: str | None = None
+    upgraded_to: int | None = None
+    """The schema version an in-place upgrade of a Delta warehouse declared (:func:`upgrade`); None for a layout-1
+    migration."""
+    directions: dict[str, int] = field(default_factory=dict)
+    """Metrics rows whose stored direction was corrected (:func:`correct_directions`), by
+    ``scorer/metric: old -> new``."""
 
     @property
     def identical(self) -> bool:
@@ -106,6 +116,7 @@ def migrate(source: str | os.PathLike[str], target: str | os.PathLike[str] | Non
         )
     if in_place:
         result.moved_to = _park_legacy(new, files)
+    result.directions = correct_directions(new)  # layout 1 stored the scorer's one direction on every row
     new._put(new._p(FORMAT_FILE), new._format_body())
     from evalfarm.warehouse.current import refresh_current
 
@@ -116,21 +127,125 @@ def migrate(source: str | os.PathLike[str], target: str | os.PathLike[str] | Non
 
 
 def upgrade(wh: Warehouse) -> MigrationResult:
-    """A warehouse of schema version 2 brought up to :data:`~evalfarm.warehouse.store.SCHEMA_VERSION` in place: the
-    metrics table's current rows set apart (:func:`~evalfarm.warehouse.current.refresh_current`: one commit of the
-    same rows, which a run appending meanwhile never conflicts with), checked equal to the newest computations of
-    the whole history (:func:`~evalfarm.warehouse.current.current_findings`), and the version declared."""
-    from evalfarm.warehouse.current import current_findings, refresh_current
+    """A Delta warehouse of an older schema version brought up to :data:`~evalfarm.warehouse.store.SCHEMA_VERSION`
+    in place, a version at a time. 2 -> 3: the metrics table's current rows set apart
+    (:func:`~evalfarm.warehouse.current.refresh_current`: one commit of the same rows, which a run appending
+    meanwhile never conflicts with), checked equal to the newest computations of the whole history
+    (:func:`~evalfarm.warehouse.current.current_findings`). 3 -> 4: every metrics row's ``higher_is_better`` set to
+    its metric's declared direction (:func:`correct_directions`, checked row for row). Each version is declared once
+    its step is done."""
+    from evalfarm.warehouse.current import CURRENT_ROWS_VERSION, current_findings, refresh_current
 
     result = MigrationResult(wh.uri, wh.uri)
-    got = refresh_current(wh)
+    if (wh.schema_version() or 0) < CURRENT_ROWS_VERSION:
+        got = refresh_current(wh)
+        wh.declare_version(CURRENT_ROWS_VERSION)
+        result.rows["metrics"] = got.current_rows if got is not None else 0
+        wrong = current_findings(wh)
+        if wrong:
+            result.mismatched["metrics"] = "; ".join(wrong)
+            raise RuntimeError(f"upgrade of {wh.uri}: the current rows differ from the history's newest: {wrong[0]}")
+    result.directions = correct_directions(wh)
     wh.declare_version()
-    result.rows["metrics"] = got.current_rows if got is not None else 0
-    wrong = current_findings(wh)
-    if wrong:
-        result.mismatched["metrics"] = "; ".join(wrong)
-        raise RuntimeError(f"upgrade of {wh.uri}: the current rows differ from the history's newest: {wrong[0]}")
+    result.upgraded_to = SCHEMA_VERSION
     return result
+
+
+DIRECTIONS_OPERATION = "correct-directions"
+"""The operation (and the folder under the metrics table's ``data/`` of its pending files) of
+:func:`correct_directions`' commit."""
+
+
+def declared_directions(scorer_metrics: Iterable[tuple[str, str]]) -> dict[tuple[str, str], bool | None]:
+    """The declared ``higher_is_better`` of each (scorer, metric) that something declares (:mod:`evalfarm.metrics`:
+    the registered scorer's own declarations, then the shared ones); an undeclared one is left out (its rows keep
+    what they store: a plug-in no longer installed)."""
+    from evalfarm.metrics import declaration
+    from evalfarm.plugins import task_kinds
+
+    scoped = {s.name: getattr(s, "declared_metrics", None) for _, s in task_kinds.items()}
+    out: dict[tuple[str, str], bool | None] = {}
+    for scorer, metric in scorer_metrics:
+        info = declaration(metric, scoped.get(scorer))
+        if info is not None:
+            out[(scorer, metric)] = info.higher_is_better
+    return out
+
+
+def _corrected(t: pa.Table, want: dict[tuple[str, str], bool | None]) -> tuple[pa.Table, dict[str, int]]:
+    """``t`` with each row's ``higher_is_better`` its declared direction, and the rows changed by
+    ``scorer/metric: old -> new``."""
+    have = t.column("higher_is_better").to_pylist()
+    keys = list(zip(t.column("scorer").to_pylist(), t.column("metric").to_pylist(), strict=True))
+    new = [want[k] if k in want else h for k, h in zip(keys, have, strict=True)]
+    changed: dict[str, int] = {}
+    for (scorer, metric), a, b in zip(keys, have, new, strict=True):
+        if a is not b:
+            label = f"{scorer}/{metric}: {a} -> {b}"
+            changed[label] = changed.get(label, 0) + 1
+    if not changed:
+        return t, changed
+    i = t.schema.get_field_index("higher_is_better")
+    return t.set_column(i, t.schema.field(i), pa.array(new, pa.bool_())), changed
+
+
+def correct_directions(wh: Warehouse, *, attempts: int = 5) -> dict[str, int]:
+    """Set every metrics row's ``higher_is_better`` to its metric's declared direction (schema version 4): each file
+    holding a row that stores another is rewritten with the same rows in the same order, that one column
+    corrected, in its own kind's folder (current, superseded; pending files under ``data/correct-directions/``), all
+    in one commit; each rewritten file is read back and checked row for row against what it replaces (every other
+    column equal, the direction the declared one). Rows of a metric nothing declares keep theirs. Returns the rows
+    changed by ``scorer/metric: old -> new`` ({} when every row was right). Started over when another writer
+    rewrote one of the files first (a refresh, a compaction), up to ``attempts`` times."""
+    from evalfarm.warehouse.current import TABLE, kind_of
+    from evalfarm.warehouse.rewrite import commit_rewrite, stage
+    from evalfarm.warehouse.tables import RewriteConflict
+
+    if not wh.tables.exists(TABLE):
+        return {}
+    for attempt in range(attempts):
+        snap = wh.tables.snapshot(TABLE)
+        folder = wh.tables.folder(TABLE)
+        staged, removes = [], []
+        changed: dict[str, int] = {}
+        for f in snap.files:
+            old = wh.typed(TABLE, wh.read_table(f.path))
+            pairs = set(zip(old.column("scorer").to_pylist(), old.column("metric").to_pylist(), strict=True))
+            new, diff = _corrected(old, declared_directions(pairs))
+            if not diff:
+                continue
+            kind = kind_of(folder, f.path)
+            staged.append(stage(wh, TABLE, new, kind if kind != "pending" else DIRECTIONS_OPERATION))
+            _check_rewritten(wh, old, wh._p(staged[-1][0].path), declared_directions(pairs))
+            removes.append(f)
+            for label, n in diff.items():
+                changed[label] = changed.get(label, 0) + n
+        if not staged:
+            return {}
+        try:
+            commit_rewrite(wh, TABLE, staged, removes, operation=DIRECTIONS_OPERATION, data_change=True)
+        except RewriteConflict:
+            if attempt + 1 == attempts:
+                raise
+            continue
+        return dict(sorted(changed.items()))
+    return {}
+
+
+def _check_rewritten(wh: Warehouse, old: pa.Table, path: str, want: dict[tuple[str, str], bool | None]) -> None:
+    """The staged file at ``path`` holds ``old``'s rows in order, every column but ``higher_is_better`` equal and
+    that one the declared direction (an undeclared metric's as stored); raises before anything is committed."""
+    got = wh.typed("metrics", wh.read_table(path))
+    if got.num_rows != old.num_rows or got.column_names != old.column_names:
+        raise RuntimeError(f"correcting directions: {path} holds {got.num_rows} rows, not {old.num_rows}")
+    rest = [c for c in old.column_names if c != "higher_is_better"]
+    if not got.select(rest).equals(old.select(rest)):
+        raise RuntimeError(f"correcting directions: {path} differs from the file it replaces beyond higher_is_better")
+    keys = zip(old.column("scorer").to_pylist(), old.column("metric").to_pylist(), strict=True)
+    stored = old.column("higher_is_better").to_pylist()
+    expected = [want[k] if k in want else h for k, h in zip(keys, stored, strict=True)]
+    if got.column("higher_is_better").to_pylist() != expected:
+        raise RuntimeError(f"correcting directions: {path} does not store the declared directions")
 
 
 def _check(old: Warehouse, new: Warehouse, in_place: bool) -> None:
@@ -208,16 +323,27 @@ def layout_note(wh: Warehouse) -> dict[str, Any]:
     layout = wh.layout()
     if layout == "legacy":
         return {"layout": 1, "format": "parquet files per unit", "hint": str(LegacyWarehouse(wh.uri))}
-    return {"layout": wh.schema_version(), "format": "delta" if layout == "delta" else None}
+    version = wh.schema_version()
+    note: dict[str, Any] = {"layout": version, "format": "delta" if layout == "delta" else None}
+    if layout == "delta" and (version or 0) < SCHEMA_VERSION:
+        note["hint"] = (
+            f"schema version {version} (this evalfarm writes {SCHEMA_VERSION}): the views read it right; "
+            f"`evalfarm warehouse migrate {wh.uri}` brings it up to date in place (version 4 corrects the stored "
+            "higher_is_better of metrics such as EvalRank's mr, tie_rate and n_pairs)"
+        )
+    return note
 
 
 __all__ = [
+    "DIRECTIONS_OPERATION",
     "LEGACY_DIR",
     "MIGRATING_FILE",
     "MigrationResult",
     "layout_note",
     "legacy_connect",
     "legacy_files",
+    "correct_directions",
+    "declared_directions",
     "migrate",
     "upgrade",
 ]

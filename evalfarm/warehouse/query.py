@@ -66,7 +66,10 @@ def _view_names(origin: str, sql: str, *, views_only: bool) -> tuple[str, ...]:
     return tuple(dict.fromkeys(names))
 
 
-GENERATED_ORIGIN = "evalfarm (generated: evalfarm/ranking.py's tie policies, the scorers' declared roles)"
+GENERATED_ORIGIN = (
+    "evalfarm (generated: evalfarm/ranking.py's tie policies, the scorers' declared roles, evalfarm/metrics.py's "
+    "metric declarations)"
+)
 """The origin of the views generated from Python, created before the core views (which read them)."""
 
 
@@ -76,43 +79,48 @@ def _sql_text(text: str) -> str:
 
 def roles_sql() -> str:
     """The SQL of the registered scorers' declarations that views join on instead of naming a scorer: the
-    ``scorer_roles`` view and the macros ``scorer_role(scorer)`` and ``correlated_metric(scorer, metric)``."""
+    ``scorer_roles`` view and the macro ``scorer_role(scorer)``."""
     from evalfarm.plugins import DEFAULT_ROLE, role_of
 
     scorers = sorted(((kind, s) for kind, s in task_kinds.items()), key=lambda ks: ks[1].name)
-    rows = [
-        f"({_sql_text(s.name)}, {_sql_text(kind)}, {_sql_text(role_of(s))}, "
-        f"[{', '.join(_sql_text(m) for m in getattr(s, 'correlated_metrics', ()))}]::VARCHAR[])"
-        for kind, s in scorers
-    ]
-    values = ",\n    ".join(rows) or "(NULL, NULL, NULL, NULL)"
+    rows = [f"({_sql_text(s.name)}, {_sql_text(kind)}, {_sql_text(role_of(s))})" for kind, s in scorers]
+    values = ",\n    ".join(rows) or "(NULL, NULL, NULL)"
     roles = " ".join(f"WHEN {_sql_text(s.name)} THEN {_sql_text(role_of(s))}" for _, s in scorers)
     roles = f"CASE scorer {roles} ELSE {_sql_text(DEFAULT_ROLE)} END" if roles else _sql_text(DEFAULT_ROLE)
-    extra = [f"(scorer = {_sql_text(s.name)} AND metric IN ({', '.join(_sql_text(m) for m in ms)}))"
-             for _, s in scorers if (ms := tuple(getattr(s, "correlated_metrics", ())))]  # fmt: skip
     return f"""-- scorer_roles: every registered scorer (task kind) and its declared role (Scorer.role): intrinsic (an
 -- evaluator of the space), downstream (a task the intrinsic evaluators should predict: the correlations' columns)
--- or diagnostic (shown on request). also_correlated: metrics besides the primary one that correlation_pairs carries.
+-- or diagnostic (shown on request). Which metrics the correlations carry beside a scorer's primary one is each
+-- metric's declaration (metric_info.correlated).
 -- Views read the role through scorer_role(scorer) ('{DEFAULT_ROLE}' for a scorer no longer registered).
 CREATE OR REPLACE VIEW scorer_roles AS
 SELECT * FROM (VALUES
     {values}
-) AS t(scorer, task_kind, role, also_correlated)
+) AS t(scorer, task_kind, role)
 WHERE scorer IS NOT NULL;
 
 CREATE OR REPLACE MACRO scorer_role(scorer) AS {roles};
-CREATE OR REPLACE MACRO correlated_metric(scorer, metric) AS {" OR ".join(extra) or "false"};
 """
+
+
+def metrics_sql() -> str:
+    """The SQL of the metrics' declarations (:func:`evalfarm.metrics.sql_definitions`: the shared ones and the
+    registered scorers' own): the ``metric_info`` view, the macros ``metric_higher_is_better`` and
+    ``metric_correlated``."""
+    from evalfarm.metrics import sql_definitions
+
+    scoped = {s.name: dict(t) for _, s in task_kinds.items() if (t := getattr(s, "declared_metrics", None))}
+    return sql_definitions(scoped)
 
 
 def view_sources() -> list[ViewSource]:
     """Every source of views in creation order: the generated definitions (the tie policies of
-    :func:`evalfarm.ranking.sql_definitions`, the scorers' roles of :func:`roles_sql`), the core ``sql/*.sql`` files
+    :func:`evalfarm.ranking.sql_definitions`, the scorers' roles of :func:`roles_sql`, the metrics' declarations of
+    :func:`metrics_sql`), the core ``sql/*.sql`` files
     by name, then each task kind's views by kind name. Raises ``RegistryError`` naming both sources when two define
     one view."""
     from evalfarm.ranking import sql_definitions
 
-    generated = sql_definitions() + "\n" + roles_sql()
+    generated = sql_definitions() + "\n" + roles_sql() + "\n" + metrics_sql()
     sources = [ViewSource(GENERATED_ORIGIN, generated, _view_names(GENERATED_ORIGIN, generated, views_only=False))]
     for path in sorted(sql_dir().glob("*.sql")):
         text = path.read_text(encoding="utf-8")

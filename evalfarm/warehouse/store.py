@@ -66,7 +66,7 @@ from evalfarm.warehouse.tables import (
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The warehouse's layout version, in ``<root>/warehouse.json``, one line per version (``evalfarm warehouse migrate``
 brings an older one up to this):
 
@@ -77,7 +77,16 @@ brings an older one up to this):
    an evalfarm of version 2 reads a version-3 warehouse right, but must not rewrite its metrics table (its
    quarantine would hide an older computation that ought to become current again); this one reads a version-2
    warehouse right (nothing current yet: every metrics file pending), and its first refresh of the current rows
-   (the end of a run, ``compact``, ``migrate``) declares 3. A warehouse of a newer version is refused for writes."""
+   (the end of a run, ``compact``, ``migrate``) declares 3;
+4. every metrics row's ``higher_is_better`` is its metric's declared direction (:mod:`evalfarm.metrics`: EvalRank's
+   ``mr``, ``tie_rate``, ``oov_rate`` and ``oov_pair_rate`` lower-is-better, counts such as ``n_pairs`` and
+   ``n_background`` NULL), where versions before it stored the scorer's one direction on every row. The same tables,
+   rows and values; ``evalfarm warehouse migrate`` rewrites the stored directions in place
+   (:func:`~evalfarm.warehouse.migrate.correct_directions`, checked row for row) and declares 4. The views read
+   directions from the declarations, so they are right on a version-3 warehouse too; a version-3 evalfarm refuses
+   to write a version-4 warehouse (it would store the old directions again).
+
+A warehouse of a newer version is refused for writes."""
 FORMAT_FILE = "warehouse.json"
 VERIFIED_MANIFEST = "verified-files.json"
 """``<root>/verified-files.json``: the files :meth:`Warehouse.scan` found whole, by (size, mtime in ns)."""
@@ -364,17 +373,17 @@ class Warehouse:
         return self
 
     @staticmethod
-    def _format_body() -> bytes:
+    def _format_body(version: int = SCHEMA_VERSION) -> bytes:
         from evalfarm._version import __version__
 
-        body = {"schema_version": SCHEMA_VERSION, "format": "delta", "created_by": f"evalfarm {__version__}"}
+        body = {"schema_version": version, "format": "delta", "created_by": f"evalfarm {__version__}"}
         return (json.dumps(body, indent=2) + "\n").encode()
 
-    def declare_version(self) -> None:
-        """Write the format file of this evalfarm's :data:`SCHEMA_VERSION` when the warehouse declares an older one
-        (what a writer does once it wrote what the newer version means)."""
-        if self.layout() == "delta" and (self.schema_version() or 0) < SCHEMA_VERSION:
-            self._put(self._p(FORMAT_FILE), self._format_body())
+    def declare_version(self, version: int = SCHEMA_VERSION) -> None:
+        """Write the format file of schema ``version`` (default this evalfarm's :data:`SCHEMA_VERSION`) when the
+        warehouse declares an older one (what a writer does once it wrote what that version means)."""
+        if self.layout() == "delta" and (self.schema_version() or 0) < version:
+            self._put(self._p(FORMAT_FILE), self._format_body(version))
 
     def schema_version(self) -> int | None:
         """The layout version the warehouse declares (None: no warehouse; 1: a layout-1 one, which declares none)."""

@@ -24,9 +24,10 @@ same warehouse, so a writer who rewrites both is not caught by this check (see d
 ``evalfarm verify --deep`` checks the numbers' meaning as well, from the SQL views only (never file names, so it
 holds whatever layout the tables have). This module has the part that needs nothing but the views,
 :func:`consistency_findings`: each current number against what it must be (``inconsistent``: a value out of its
-range, Hits@k falling as k grows, an MRR that Hits@1 and Hits@k make impossible, an MR below 1 / MRR, the tie
-policies out of order, a fingerprint that is not its inputs'). Recomputing numbers from the detail tables and from
-the stored embeddings needs the scorers (:mod:`evalfarm.recompute`, a layer above).
+declared range (:mod:`evalfarm.metrics`), Hits@k falling as k grows, an MRR that Hits@1 and Hits@k make
+impossible, an MR below 1 / MRR, the tie policies out of order, a fingerprint that is not its inputs').
+Recomputing numbers from the detail tables and from the stored embeddings needs the scorers
+(:mod:`evalfarm.recompute`, a layer above).
 """
 
 from __future__ import annotations
@@ -253,21 +254,25 @@ def _above(a: float, b: float) -> bool:
     return a > b + _EPS * max(1.0, abs(a), abs(b))
 
 
-def _range_problem(metric: str, value: float) -> str | None:
-    """Why ``value`` cannot be a ``metric`` (by the metric's name: rates and ranks), else None."""
+def _bound(x: float) -> str:
+    return "∞" if x == math.inf else "-∞" if x == -math.inf else f"{x:g}"
+
+
+def _range_problem(scorer: str, metric: str, value: float) -> str | None:
+    """Why ``value`` cannot be ``scorer``'s ``metric``: infinite (no stored number is), or outside its declared
+    range (:mod:`evalfarm.metrics`: the scorer's own declaration, else the shared one); else None. A metric nothing
+    declares is checked for infinity only."""
     if math.isinf(value):
         return f"{metric} is {value}"
     if math.isnan(value):
         return None  # an empty unit's numbers are NaN (no pairs)
-    if metric == "mrr" or metric.startswith("hits@") or metric.endswith("_rate") or metric == "accuracy":
-        if _above(value, 1.0) or _above(0.0, value):
-            return f"{metric} {value:.6g} is outside [0, 1]"
-    elif metric == "mr" and _above(1.0, value):
-        return f"mr {value:.6g} is below 1"
-    elif metric in ("spearman", "pearson") and (_above(value, 1.0) or _above(-1.0, value)):
-        return f"{metric} {value:.6g} is outside [-1, 1]"
-    elif metric.startswith("n_") and _above(0.0, value):
-        return f"{metric} {value:.6g} is negative"
+    from evalfarm.metrics import declaration
+    from evalfarm.plugins import task_kinds
+
+    scoped = next((getattr(s, "declared_metrics", None) for _, s in task_kinds.items() if s.name == scorer), None)
+    info = declaration(metric, scoped)
+    if info is not None and (_above(value, info.high) or _above(info.low, value)):
+        return f"{metric} {value:.6g} is outside [{_bound(info.low)}, {_bound(info.high)}]"
     return None
 
 
@@ -368,7 +373,7 @@ def consistency_findings(rows: list[dict[str, Any]]) -> list[Finding]:
         value = float(r["value"]) if r["value"] is not None else math.nan
         parts = (r["scorer"], r["subset"], r["variant"], r["ties"])
         where = "/".join(str(x) for x in parts if x not in (None, "", "all"))
-        if why := _range_problem(r["metric"], value):
+        if why := _range_problem(r["scorer"], r["metric"], value):
             out.append(deep_finding("inconsistent", r, where, why))
         key = (r["model"], r["task"], r["fingerprint"], r["scorer"], r["subset"], r["variant"])
         groups.setdefault(key, {}).setdefault(r["ties"] or "", {})[r["metric"]] = value

@@ -17,6 +17,7 @@ import pyarrow as pa
 
 from evalfarm.catalog.registry import load_catalog
 from evalfarm.catalog.specs import TaskSpec
+from evalfarm.metrics import MetricInfo
 from evalfarm.options import RunOptions
 from evalfarm.plugins import task_kinds
 from evalfarm.scorers.base import Scorer, ScoreResult, TextVectors
@@ -68,7 +69,9 @@ def check_declarations(kind: str) -> None:
     for attr in ("name", "version", "primary_metric", "description"):
         value = getattr(s, attr, None)
         assert isinstance(value, str) and value.strip(), f"{kind}: {attr} must be a non-empty string, got {value!r}"
-    assert isinstance(s.higher_is_better, bool), f"{kind}: higher_is_better must be a bool"
+    s.metric_info(s.primary_metric)  # declared (evalfarm/metrics.py or the scorer's declared_metrics)
+    for name, info in s.declared_metrics.items():
+        assert isinstance(info, MetricInfo), f"{kind}: declared_metrics[{name!r}] is not a MetricInfo"
     spec = s.task_spec
     assert isinstance(spec, type) and issubclass(spec, TaskSpec), f"{kind}: task_spec must subclass TaskSpec"
     field_ = spec.model_fields.get("kind")
@@ -150,12 +153,14 @@ def check_rows(kind: str, result: ScoreResult) -> None:
     assert primary == expected, f"{kind}: primary rows are {primary}, not {expected}"
     bad = [(r.metric, r.subset, r.variant, r.value) for r in result.rows if not np.isfinite(r.value)]
     assert not bad, f"{kind}: non-finite values {bad[:5]}"
+    outside = [(r.metric, r.subset, r.value) for r in result.rows if not s.metric_info(r.metric).within(r.value)]
+    assert not outside, f"{kind}: values outside their metric's declared range {outside[:5]}"
 
 
 def _board_metrics(s: Scorer) -> set[str]:
-    """The metrics a unit of ``s`` puts on the leaderboard: its primary metric, unless that is descriptive (geometry:
-    no direction, nothing on the board)."""
-    return set() if s.primary_metric in s.descriptive_metrics else {s.primary_metric}
+    """The metrics a unit of ``s`` puts on the leaderboard: its primary metric, unless that has no direction
+    (geometry: nothing on the board)."""
+    return set() if s.metric_info(s.primary_metric).direction is None else {s.primary_metric}
 
 
 def check_in_warehouse(kind: str, wh: Warehouse, result: ScoreResult) -> None:
@@ -163,8 +168,8 @@ def check_in_warehouse(kind: str, wh: Warehouse, result: ScoreResult) -> None:
     stored = wh.query("SELECT metric, is_primary, higher_is_better FROM metrics").to_pylist()
     assert len(stored) == len(result.rows)
     assert sum(r["is_primary"] for r in stored) == sum(r.primary for r in result.rows)
-    for r in stored:  # a descriptive metric has no direction (NULL); every other row the scorer's
-        want = None if r["metric"] in s.descriptive_metrics else s.higher_is_better
+    for r in stored:  # each row's direction is its metric's declared one (NULL: none)
+        want = s.metric_info(r["metric"]).higher_is_better
         assert r["higher_is_better"] is want, f"{kind}: {r['metric']} stored higher_is_better {r['higher_is_better']}"
     board = wh.query("SELECT DISTINCT metric FROM leaderboard").to_pylist()
     assert board == [{"metric": m} for m in _board_metrics(s)], f"{kind}: the leaderboard shows {board}"

@@ -21,11 +21,14 @@ from typing import Any, Literal
 import numpy as np
 
 from evalfarm.catalog.specs import ModelSpec, TaskSpec
+from evalfarm.metrics import MetricInfo
 from evalfarm.plugins import LoadContext, ModelKind
 from evalfarm.scorers.base import MetricRow, Scorer, ScoreResult, TextVectors
 
 DIM = 64
 N = 3
+TEXTS = MetricInfo(None, 0.0, float("inf"), "sum", "count", "texts scored")
+"""The kinds' own metric (``spearman`` and ``accuracy`` are evalfarm's declarations, evalfarm/metrics.py)."""
 
 
 class HashingBow:
@@ -89,6 +92,7 @@ class LengthAgreement(Scorer):
     version = "1"
     task_spec = LengthTask
     primary_metric = "spearman"
+    declared_metrics = {"texts": TEXTS}
     description = "Spearman correlation between a sentence's embedding norm and its length in characters."
 
     def load(self, task: TaskSpec) -> Sentences:
@@ -127,6 +131,7 @@ class LengthClasses(Scorer):
     version = "1"
     task_spec = LengthClassesTask
     primary_metric = "accuracy"
+    declared_metrics = {"texts": TEXTS}
     role = "downstream"
     description = "Leave-one-out nearest-centroid accuracy telling sentences longer than the median from the rest."
 
