@@ -22,6 +22,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import os
 import platform
 import sys
 import time
@@ -373,6 +374,7 @@ class Run:
         self._next_text_poll = 0.0
         self.dashboard: str | None = None  # the Ray dashboard's address, when the cluster has one
         self.start_up: dict[str, Any] = {}  # where the workers started (start_up_where) and how long it took
+        self._created_root = False  # begin() made the warehouse's folder (for the heartbeat): a refused run removes it
         self._starting = 0.0  # perf_counter() when the workers began to start
 
     def execute(self) -> RunSummary:
@@ -397,7 +399,10 @@ class Run:
         """The run's first second, before it plans: its id, its progress (phase ``planning``) and its heartbeat
         (``<warehouse>/leases/runs/<run_id>.json``: run id, host, pid, the command, what the planner does now), so
         ``evalfarm status`` follows it from the start and never calls it dead while it plans. A warehouse that
-        cannot be written gets no heartbeat (an error only once there turns out to be work: :meth:`skip`)."""
+        cannot be written gets no heartbeat (an error only once there turns out to be work: :meth:`skip`); a new
+        warehouse's folder, made for the heartbeat, goes again with it if the run is refused (:meth:`_abandon`).
+        The line naming the run (:meth:`_announce`) waits for the plan: a run refused before it (a bad catalog, a
+        missing device) says so in one line."""
         from evalfarm.environment import quiet_third_party_bars
 
         quiet_third_party_bars()  # before any worker starts: a local Ray's workers inherit this environment
@@ -408,10 +413,14 @@ class Run:
         self._connect_first()
         from evalfarm.leases import Leases
 
+        self._created_root = self.wh.local and not os.path.exists(self.wh.root)  # a refused run leaves no folder
         try:
             self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
         except OSError as exc:
             logging.getLogger(__name__).info("no heartbeat for run %s (%s)", self.run_id, exc)
+
+    def _announce(self) -> None:
+        """The run's first printed line (its id, and the command that follows it), once its plan stands."""
         self.emit(RunEvent("begin", self.tracker, message=f"run {self.run_id} on {platform.node()}: planning; "
                            f"`evalfarm status {self.run_id}` follows it from another shell"))  # fmt: skip
 
@@ -429,6 +438,8 @@ class Run:
         if self.leases is not None:
             with contextlib.suppress(OSError):
                 self.leases.stop()
+        if self._created_root:
+            _remove_empty_folders(self.wh.root)
         if self.connected is not None and self.connected[1] and self.executor_obj is None:
             import ray
 
@@ -446,6 +457,7 @@ class Run:
         self._step("planning units")
         self.plans = plan_run(self.cat, models=self.models, tasks=self.tasks, options=self.options)
         _check_device(self.options, self.executor, self.address)
+        self._announce()
         n_units = sum(len(p.units) for p in self.plans)
         self.tracker.total, self.tracker.cost_total = n_units, sum(p.cost for p in self.plans)
         self.unit_cost = {p.model: p.cost / len(p.units) for p in self.plans}
@@ -1123,3 +1135,11 @@ def _executor(
         kinds=kinds,
         connected=connected,
     )
+
+
+def _remove_empty_folders(root: str) -> None:
+    """Remove ``root`` and the folders under it that are empty (a refused run's heartbeat folders), deepest first; a
+    folder that holds a file stays, as does the file (``rmdir`` removes nothing else), and no link is followed."""
+    for folder, _, _ in sorted(os.walk(root, followlinks=False), key=lambda w: -w[0].count(os.sep)):
+        with contextlib.suppress(OSError):
+            os.rmdir(folder)

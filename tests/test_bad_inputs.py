@@ -22,7 +22,7 @@ from evalfarm.runner import run_catalog
 from evalfarm.warehouse import Warehouse, verify_warehouse
 from evalfarm.warehouse.current import drop_units
 from tests.support.task_files import data_folder
-from tests.support.warehouse_files import unit_file
+from tests.support.warehouse_files import unit_file, unit_files
 
 REPO = Path(__file__).resolve().parents[1]
 BAD = Path(__file__).parent / "bad_inputs"
@@ -181,23 +181,33 @@ def test_a_degenerate_model_would_top_the_board_and_is_kept_off_it(tiny_run) -> 
 
 
 def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog: Path, tmp_path: Path) -> None:
+    """A damaged file of a finished warehouse: left out of the views meanwhile, quarantined by the next run, and every
+    unit of the run's model whose rows it held recomputed. A metrics file may hold many units' rows: the run's end
+    keeps the table's current rows together (evalfarm.warehouse.current): the damage reaches every unit they hold."""
     wh = tmp_path / "wh"
     shutil.copytree(finished, wh)
     marker = unit_file(Warehouse(wh), "metrics", CLEAN, "tiny-evalrank")
+    clean_units = {r["task"] for r in _q(wh, f"SELECT DISTINCT task FROM metrics WHERE model = '{CLEAN}'")}
     if use == "metrics-file":
         target = marker
     elif use == "ranks-file":
         target = unit_file(Warehouse(wh), "ranks", CLEAN, "tiny-evalrank")
     else:
         (target,) = (wh / "embeddings" / f"model={CLEAN}").rglob("*.parquet")
-        fp = pq.read_table(marker).column("fingerprint")[0].as_py()
+        (fp,) = {r["fingerprint"] for r in _q(wh, f"SELECT fingerprint FROM metrics WHERE model = '{CLEAN}' "
+                                                  "AND task = 'tiny-evalrank'")}  # fmt: skip
         drop_units(Warehouse(wh), {(CLEAN, "tiny-evalrank", fp)})  # a unit that needs the shard's texts
+    # the model's units whose rows the damaged file holds (a shard's: the unit dropped above, which needs it)
+    held = _units_of(target) if use == "metrics-file" else {(CLEAN, "tiny-evalrank")}
+    lost = {t for m, t in held if m == CLEAN}
+    (named,) = {m for m, _ in held} if len({m for m, _ in held}) == 1 else {None}  # the failure row's model
+    elsewhere = use != "metrics-file" or any(f != target for f in unit_files(Warehouse(wh), "metrics", CLEAN))
     shutil.copyfile(bad, target)
-    # queries still work meanwhile (a truncated file used to break every view, even SELECT 1)
+    # queries still work meanwhile (a truncated file used to break every view, even SELECT 1), over the other files
     w = Warehouse(wh)
     assert w.query("SELECT 1 AS one").to_pylist() == [{"one": 1}]
     n = w.query(f"SELECT count(*) AS n FROM leaderboard WHERE model = '{CLEAN}'").to_pylist()[0]["n"]
-    assert n > 0
+    assert (n > 0) == elsewhere, n
     if expect.get("left_out"):
         assert str(target) in {q.path for q in w.excluded}
     if "views_warn" in expect:
@@ -213,17 +223,23 @@ def _check_quarantine(bad: Path, use: str, expect: dict, finished: Path, catalog
     assert Path(q.moved_to).read_bytes() == bad.read_bytes()
     assert Path(q.moved_to + ".why.txt").read_text().startswith(str(target.relative_to(wh)))
     assert str(wh / "quarantine" / summary.run_id) in q.moved_to
-    # the unit was recomputed, not skipped: its files are whole again and nothing is left out of the views
-    assert summary.counts() == {"done": 1, "skipped": 1, "failed": 0}
+    # the units were recomputed, not skipped: their files are whole again and nothing is left out of the views
+    assert summary.counts() == {"done": len(lost), "skipped": len(clean_units - lost), "failed": 0}
     w = Warehouse(wh)
     assert w.scan(quarantine=False) == [] and verify_warehouse(w).ok  # every file of every table whole again
     assert w.query(f"SELECT count(*) AS n FROM metrics WHERE model = '{CLEAN}'").to_pylist()[0]["n"] > 0
     assert w.excluded == ()
     rows = _q(wh, "SELECT model, stage, detail FROM failures WHERE stage = 'quarantine'")
-    assert {"model": CLEAN, "stage": "quarantine", "detail": str(target)} in rows
+    assert {"model": named, "stage": "quarantine", "detail": str(target)} in rows
     with data_folder(catalog.parent):
         again = run_catalog(load_catalog(catalog), wh, executor="local", models=[CLEAN])
-    assert again.counts() == {"done": 0, "skipped": 2, "failed": 0} and again.quarantined == []
+    assert again.counts() == {"done": 0, "skipped": len(clean_units), "failed": 0} and again.quarantined == []
+
+
+def _units_of(path: Path) -> set[tuple[str, str]]:
+    """(model, task) of the units whose rows the metrics file ``path`` holds (read before it is damaged)."""
+    t = pq.read_table(path, columns=["model", "task"])
+    return set(zip(t.column("model").to_pylist(), t.column("task").to_pylist(), strict=True))
 
 
 @pytest.mark.slow

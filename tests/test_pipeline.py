@@ -239,13 +239,26 @@ def test_text_store_holds_each_text_once_and_its_bytes_depend_on_content_only(cl
 
 
 def _assert_same_result_rows(wh: Path, again: Path, model: str, tables: tuple[str, ...]) -> None:
-    """``model``'s units in ``tables`` of two warehouses: the same units, each file the same rows but for the run's
-    columns (run_id, created_at)."""
+    """``model``'s units in ``tables`` of two warehouses: the same units, each the same rows in the same order but
+    for the run's columns (run_id, created_at). A file may hold many units' rows (the metrics table's current rows,
+    kept together at a run's end): the rows are taken by unit (task, fingerprint) from every file that holds some."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     for table in tables:
-        files = [unit_files(Warehouse(root), table, model) for root in (wh, again)]
-        assert len(files[0]) == len(files[1]) and files[0], (table, files)
-        by_unit = [{(t := pq.read_table(f)).column("task")[0].as_py() + str(t.column("fingerprint")[0]): t
-                    for f in fs} for fs in files]  # fmt: skip
+        by_unit: list[dict[str, pa.Table]] = []
+        for root in (wh, again):
+            units: dict[str, list[pa.Table]] = {}
+            files = unit_files(Warehouse(root), table, model)
+            assert files, (table, root)
+            for f in files:
+                t = pq.read_table(f)
+                t = t.filter(pc.equal(t.column("model"), model))
+                keys = sorted(set(zip(t.column("task").to_pylist(), t.column("fingerprint").to_pylist(), strict=True)))
+                for task, fp in keys:
+                    mask = pc.and_(pc.equal(t.column("task"), task), pc.equal(t.column("fingerprint"), fp))
+                    units.setdefault(f"{task}{fp}", []).append(t.filter(mask))
+            by_unit.append({k: pa.concat_tables(v) for k, v in units.items()})
         assert by_unit[0].keys() == by_unit[1].keys(), table
         for key, first in by_unit[0].items():
             second = by_unit[1][key]

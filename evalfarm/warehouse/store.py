@@ -142,6 +142,10 @@ def sweep_temp_files(root: str | os.PathLike[str], *, now: float | None = None) 
     return removed
 
 
+_UNWRITABLE = frozenset({errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOSPC, errno.EDQUOT})
+"""The errors of a warehouse that cannot be written (no permission, a read-only mount, a full disk)."""
+
+
 def atomic_write_table(
     table: pa.Table, path: str | os.PathLike[str], *, filesystem: pafs.FileSystem | None = None, **kwargs: Any
 ) -> str | Path:
@@ -404,7 +408,12 @@ class Warehouse:
     def _put(self, path: str, body: bytes, *, fsync: bool = True) -> None:
         """A small file of the warehouse, published whole; on a local disk through no link (:func:`write_inside`)."""
         if self.local:
-            write_inside(self.base, self.relative(path), lambda f: f.write(body), fsync=fsync)
+            try:
+                write_inside(self.base, self.relative(path), lambda f: f.write(body), fsync=fsync)
+            except OSError as exc:  # written through a folder's descriptor: the error names the bare temp name
+                if isinstance(exc, WarehouseWriteError) or exc.errno not in _UNWRITABLE:
+                    raise
+                raise WarehouseWriteError(path, exc) from exc
         else:
             with self.fs.open_output_stream(path) as out:
                 out.write(body)
