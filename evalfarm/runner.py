@@ -1137,7 +1137,7 @@ def _executor(
     )
 
 
-def _remove_empty_folders(root: str) -> None:
+def _remove_empty_folders(root: str | os.PathLike[str]) -> None:
     """Remove ``root`` and the folders under it that are empty (a refused run's heartbeat folders), deepest first; a
     folder that holds a file stays, as does the file (``rmdir`` removes nothing else), and no link is followed."""
     for folder, _, _ in sorted(os.walk(root, followlinks=False), key=lambda w: -w[0].count(os.sep)):
