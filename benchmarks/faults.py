@@ -234,7 +234,7 @@ def ray_head(tmp: Path, *, num_cpus: int = 2, autoscaling: dict[str, Any] | None
 def restarting_lines(out: str) -> list[str]:
     """The progress lines (``units …``) of a run's log that show a worker restarting (``· 1 restarting ·``): the
     CLI prints the line when a worker is lost, so a worker being restarted after a kill shows there."""
-    return [ln for ln in out.splitlines() if ln.startswith("units ") and re.search(r"· \d+ restarting ·", ln)]
+    return [ln for ln in out.splitlines() if ln.startswith("units ") and re.search(r"· \d+ restarting( ·|$)", ln)]
 
 
 # -- the warehouse against the reference ---------------------------------------------------------------------------

@@ -418,6 +418,7 @@ class Run:
             self.leases = Leases(self.wh, self.run_id, publish=self.published).start()
         except OSError as exc:
             logging.getLogger(__name__).info("no heartbeat for run %s (%s)", self.run_id, exc)
+        self._step("loading the catalog")  # a terminal's live line says so from the first second; a log prints nothing
 
     def _announce(self) -> None:
         """The run's first printed line (its id, and the command that follows it), once its plan stands."""
