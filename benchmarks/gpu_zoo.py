@@ -334,6 +334,8 @@ def encoder_around(model: Any, tokenizer: Any, *, device: str, batch_size: int, 
 
     enc = HFTransformersEncoder.__new__(HFTransformersEncoder)
     enc.pooling_key, enc.pooling, enc.layer = "mean", "mean", None
+    enc.eos, enc.padding_side = False, "right"  # an encoder's card: no end-of-text token added, padded on the right
+    enc.ref, enc.revision, enc._prompts = "", None, None
     enc.device, enc.dtype = device, str(next(model.parameters()).dtype).removeprefix("torch.")
     enc.max_length, enc.batch_size = max_length, batch_size
     enc.tokenizer, enc.model = tokenizer, model
