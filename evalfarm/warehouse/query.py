@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 import pyarrow.fs as pafs
 
 from evalfarm.plugins import RegistryError, task_kinds
-from evalfarm.warehouse.sandbox import MAX_QUERY_CHARS, glob_escape, lock_down, prefix_filesystem, sql_string
+from evalfarm.warehouse.sandbox import glob_escape, lock_down, prefix_filesystem, refuse_long, sql_string
 
 
 def sql_dir() -> Path:
@@ -190,11 +190,7 @@ def _parse(origin: str, sql: str) -> tuple[_Statement, ...]:
     key = (origin, sql)
     if key in _PARSED:
         return _PARSED[key]
-    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
-        raise ValueError(
-            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
-            "query this long is generated: put its list in a table or a view)"
-        )
+    refuse_long(sql)
     try:
         parsed = duckdb.extract_statements(sql)
     except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks

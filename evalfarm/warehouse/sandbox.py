@@ -386,6 +386,16 @@ query's terms (an ``OR`` of 100,000 terms: 2 s and 0.9 GB here) before any timeo
 query longer than this is generated, and its list belongs in a table or a view."""
 
 
+def refuse_long(sql: str) -> None:
+    """A query longer than :data:`MAX_QUERY_CHARS` is refused before DuckDB's parser sees it (a user's query and a
+    view source alike)."""
+    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
+        raise ValueError(
+            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
+            "query this long is generated: put its list in a table or a view)"
+        )
+
+
 class ResultTooLarge(MemoryError):
     """A read-only query whose result passed its row or byte limit (stopped at the batch that passed it)."""
 
@@ -592,11 +602,7 @@ def check_read_only(sql: str) -> str:
     EXPLAIN is allowed only without ANALYZE (``EXPLAIN ANALYZE`` *executes* the statement it explains) and
     only over a SELECT.
     """
-    if len(sql) > MAX_QUERY_CHARS:  # before the parser, whose time and memory grow with the query's terms
-        raise ValueError(
-            f"refused: the query is {len(sql):,} characters long, and at most {MAX_QUERY_CHARS:,} are parsed (a "
-            "query this long is generated: put its list in a table or a view)"
-        )
+    refuse_long(sql)
     try:
         statements = duckdb.extract_statements(sql)
     except Exception as exc:  # duckdb.ParserException, or ValueError for statement types the binding lacks
@@ -667,6 +673,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "MAX_BYTES_ENV",
     "MAX_QUERY_CHARS",
+    "refuse_long",
     "MAX_ROWS_ENV",
     "MEMORY_LIMIT_ENV",
     "TIMEOUT_ENV",
