@@ -43,14 +43,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import pyarrow.fs as pafs
 
-from evalfarm import atomic
 from evalfarm.atomic import pid_alive
 from evalfarm.warehouse import Warehouse, WarehouseWriteError, now
+from evalfarm.warehouse.base import open_folder_inside, remove_inside, safe_open
 
 LEASE_TIMEOUT = float(os.environ.get("EVALFARM_LEASE_TIMEOUT", "30"))
 HEARTBEAT_SECONDS = LEASE_TIMEOUT / 6
@@ -120,8 +119,8 @@ class Leases:
 
     def _read(self, path: str) -> bytes | None:
         try:
-            if self.wh.local:
-                with open(path, "rb") as fh:
+            if self.wh.local:  # a regular file inside the warehouse only: a planted link is refused, not read
+                with open(safe_open(path, self.wh.base), "rb", closefd=True) as fh:
                     return fh.read()
             with self.wh.fs.open_input_stream(path) as fh:
                 return fh.read()
@@ -136,7 +135,7 @@ class Leases:
         """Write (replace) a whole small file: temp + rename locally, one PUT on an object store."""
         try:
             if self.wh.local:  # no fsync: a heartbeat is rewritten every few seconds, a lost one costs nothing
-                atomic.write_bytes(Path(path), body, fsync=False)
+                self.wh._put(path, body, fsync=False)  # through no link (warehouse.base.write_inside)
                 return
             try:
                 with self.wh.fs.open_output_stream(path) as out:
@@ -148,25 +147,37 @@ class Leases:
         except WarehouseWriteError:
             raise
         except OSError as exc:
+            if isinstance(exc, PermissionError) and exc.errno is None:  # a link refused on the way: said as it is
+                raise
             raise WarehouseWriteError(path, exc) from exc
 
     def _delete(self, path: str) -> None:
+        """Remove a lease file; locally only a regular file reached through no link (a planted link: PermissionError
+        naming it, its target untouched)."""
         with contextlib.suppress(FileNotFoundError):
             if self.wh.local:
-                os.unlink(path)
+                remove_inside(self.wh.base, self.wh.relative(path))
             else:
                 self.wh.fs.delete_file(path)
 
     def _create_exclusive(self, path: str, body: bytes) -> bool:
         """O_CREAT | O_EXCL: True when this call created ``path``. A reader may meet it empty for an instant (see
         ``_info``)."""
+        folder, _, name = self.wh.relative(path).rpartition("/")
+        try:  # its folder reached without following a link (a `leases/unit` planted as a link gets nothing)
+            dir_fd = open_folder_inside(self.wh.base, folder, create=True)
+        except OSError as exc:
+            if isinstance(exc, PermissionError) and exc.errno is None:  # a link refused on the way: said as it is
+                raise
+            raise WarehouseWriteError(path, exc) from exc
         try:
-            os.makedirs(os.path.dirname(path), exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-        except FileExistsError:
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=dir_fd)
+        except FileExistsError:  # O_EXCL: a link standing there exists too, and is never followed
             return False
         except OSError as exc:
             raise WarehouseWriteError(path, exc) from exc
+        finally:
+            os.close(dir_fd)
         try:
             os.write(fd, body)
             os.fsync(fd)
@@ -300,7 +311,7 @@ class Leases:
 
     def _age(self, path: str) -> float:
         try:
-            return time.time() - os.stat(path).st_mtime
+            return time.time() - os.lstat(path).st_mtime
         except FileNotFoundError:
             return 0.0
 
@@ -387,9 +398,13 @@ def heartbeats(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
         if info.type != pafs.FileType.File or not info.base_name.endswith(".json"):
             continue
         try:
-            with warehouse.fs.open_input_stream(info.path) as fh:
-                body = json.loads(fh.read())
-        except (OSError, ValueError):  # being replaced right now, or removed at the run's end
+            if warehouse.local:  # a regular file inside the warehouse: a heartbeat planted as a link is not read
+                with open(safe_open(info.path, warehouse.base), "rb", closefd=True) as fh:
+                    body = json.loads(fh.read())
+            else:
+                with warehouse.fs.open_input_stream(info.path) as fh:
+                    body = json.loads(fh.read())
+        except (OSError, ValueError):  # being replaced right now, removed at the run's end, or a link: left out
             continue
         if not isinstance(body, dict):
             continue

@@ -145,3 +145,71 @@ def test_a_lease_being_written_counts_as_held(tmp_path):
     path.parent.mkdir(parents=True)
     path.write_bytes(b"")  # created with O_EXCL, content not written yet
     assert me.claim("unit/x") is not None and me.holder("unit/x") is not None
+
+
+# -- attacks: a warehouse writer plants links under leases/ (issue 48's leftover; docs/operations.md row 48.7) -------
+
+
+def _outside(tmp_path: Path) -> tuple[Path, dict[str, bytes]]:
+    """A folder beside the warehouse holding a victim's files, and their bytes as planted."""
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "secret.json").write_text(json.dumps({"run_id": "SECRET-RUN", "host": "x", "pid": 1}))
+    (victim / "x.json").write_text("victim's own file")
+    return victim, {p.name: p.read_bytes() for p in victim.iterdir()}
+
+
+def _untouched(victim: Path, before: dict[str, bytes]) -> None:
+    assert {p.name: p.read_bytes() for p in victim.iterdir()} == before  # nothing written, replaced or removed
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("link_at", ["leases", "leases/unit", "leases/runs"])
+def test_a_leases_folder_replaced_by_a_link_gets_nothing_written_through_it(tmp_path, link_at):
+    victim, before = _outside(tmp_path)
+    wh = Warehouse(tmp_path / "wh")
+    link = tmp_path / "wh" / link_at
+    link.parent.mkdir(parents=True, exist_ok=True)
+    link.symlink_to(victim, target_is_directory=True)
+    me = Leases(wh, "run-me")
+    with pytest.raises(PermissionError, match="link"):  # the heartbeat (leases/runs) or the claim (leases/unit)
+        me.start()
+        me.claim("unit/x")
+    me.stop()
+    _untouched(victim, before)
+
+
+@pytest.mark.faults
+def test_a_lease_file_planted_as_a_link_is_neither_followed_nor_removed_through(tmp_path):
+    victim, before = _outside(tmp_path)
+    wh = Warehouse(tmp_path / "wh")
+    me = Leases(wh, "run-me").start()
+    lease = Path(me._path("unit/x"))
+    lease.parent.mkdir(parents=True, exist_ok=True)
+    lease.symlink_to(victim / "x.json")
+    with pytest.raises(PermissionError, match="outside the warehouse|symbolic link"):  # O_EXCL meets it; read: refused
+        me.claim("unit/x")
+    with pytest.raises(PermissionError, match="link"):
+        me._delete(str(lease))  # a release never unlinks through it either
+    (Path(me._beat_path("run-me"))).unlink()
+    Path(me._beat_path("run-me")).symlink_to(victim / "x.json")
+    me.beat()  # the heartbeat replaces the link itself (a rename over it), never writes into its target
+    me.stop()
+    assert not Path(me._beat_path("run-me")).is_symlink()
+    _untouched(victim, before)
+
+
+@pytest.mark.faults
+def test_status_reads_no_heartbeat_planted_as_a_link(tmp_path):
+    from evalfarm.leases import heartbeats
+
+    victim, before = _outside(tmp_path)
+    wh = Warehouse(tmp_path / "wh")
+    runs = tmp_path / "wh" / "leases" / "runs"
+    runs.mkdir(parents=True)
+    (runs / "planted.json").symlink_to(victim / "secret.json")
+    (runs / "real.json").write_text(json.dumps({"run_id": "run-real", "host": HOST, "pid": 1}))
+    seen = heartbeats(wh)
+    assert list(seen) == ["run-real"]  # the link's target (another run's, or a secret) is never read into status
+    assert "SECRET-RUN" not in json.dumps(seen)
+    _untouched(victim, before)
