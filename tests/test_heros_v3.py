@@ -221,7 +221,7 @@ def test_a_lexicon_substitution_is_made_only_in_the_slots_its_entry_allows(sente
         ("Mine do honestly, but I try not to.", None),  # do as a pro-verb
         ("[NAME] forbid someone make a joke around YOU", None),  # God forbid, masked
         ("I do it all the time.", "I do not do it all the time."),
-        ("Check that rabid post history lol", "Do not check that rabid post history lol"),
+        ("Check that rabid post history lol", None),  # an imperative: left alone (mostly formulas here)
     ],
 )
 def test_negation_main_leaves_alone_what_the_version_3_audit_found_wrong(sentence, negated):
@@ -230,3 +230,121 @@ def test_negation_main_leaves_alone_what_the_version_3_audit_found_wrong(sentenc
 
     got = minimal_pairs(_doc(sentence), np.random.default_rng(0), frozenset())
     assert (got["negation-main"].text if got and "negation-main" in got else None) == negated
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        # speaker and focus adverbs: "not" beside them takes the wrong scope
+        "She is probably cheating on you. :(",
+        "Yeah I could definitely see that, which is sad.",
+        "I was just scrolling down and I screamed when I got to the feet",
+        "I sincerely hope they'll take good elements from DMC 2 (outfits, [NAME]) and maybe make fun of DmC",
+        # a floating quantifier stranded before the negation
+        "From one of his posts: \u201cYou and I both know full well that multiculturalism isn\u2019t working.\u201d",
+        # a second negation in the sentence
+        "oof I hope he didn't break his arms landing like that",
+        "[NAME] is trying not to laugh through his lines and hoesntly I love it.",
+        "It sounds like he doesn't know exactly what he wants and he's taking it out on you.",
+        # a negative-polarity word the removed negation licensed
+        "I don't necessarily hate them, but then again, I dislike it when people breed.",
+        # the main predicate is not the parse's root
+        "Glad I took the 1st half spread",
+        "Funny you say that... krav maga is quite popular in Evanston.",
+        "I feel safe around you is a nice one",
+        "And I\u2019m just sitting here wishing my cat would come at least sit by me.",
+        # "looks like" = apparently; puns, a lower-case "name" and a non-word taken for verbs
+        "oh trae turnover then a whistle looks like LP gonna show him the bench :|",
+        "Hey buddy, wear did you ear like van-go.",
+        "> set suggested.",
+        "omgad that monster!",
+        "Free weed lol don't get what you're complaining about.",
+        # draw 2 (the first redraw): imperative formulas, hedges, glued and stacked verbs, caps, a leaning NPI
+        "Excuse me, but define what a good world is",
+        "Trust me dude, switch to stick deodorant and cologne.",
+        "Make sure he gets some glucosamine(!)",
+        "I bet you could do it.",
+        "You\u2019re welcome \U0001f60a",
+        "Girls gotta stick together.",
+        "The huge attention paid by powerful male republicans takes makes a lot more sense.",
+        "they do poorly making me feel otherwise",
+        "I DON'T KNOW WHAT TO DO WITH MY HANDS",
+        "So shocking a couple in their 20s in counseling isn’t going to work out.",
+        "Before.revolution can happen in the streets it first has to happen in their minds",
+        "I can’t believe sb found this even remotely funny.",
+        # draw 3: an ambiguous tense, "until", "or", "always", "almost", a formula, "been", a fronted object
+        "They put whoever has the highest gamescore on a winning team that night, and that happened",
+        "I read the title, and honestly I thought it was [NAME] and his bill again",
+        "Haha, I didn't know that station existed until I was working in E Ayrshire one day",
+        "I don't know you or your story, but I love your syntax",
+        "I don't always do this, but when I do, I'm listening to the unedited version",
+        "Oh my [NAME] I almost forgot about the hot dr pepper in a glass",
+        "I’m sorry but [NAME] has better memes",
+        "My ETL been trying to tell us every box should take us 30 seconds max",
+        "Terrible shade of lipstick she's wearing...",
+        # draw 4 (draw 5, the last, is the audit file as it stands)
+        "Thanks for the clarification, appreciate that.",
+        "I'd like to add spontaneously experiencing unending self-loathing",
+        "The best losers of grand finals cod has ever seen",
+        "Girl I went to school with was killed like this.",
+    ],
+)
+def test_negation_main_leaves_alone_what_the_later_audit_draws_found_wrong(sentence):
+    """Rows of docs/audits/heros-v3.tsv's earlier draws that either pass called wrong or doubtful in
+    `negation-main`, each now a rule of `main_clause_doubtful`: the sentence gets no negation-main pair."""
+    from evalfarm.taskdata.build_heros import minimal_pairs
+
+    got = minimal_pairs(_doc(sentence), np.random.default_rng(0), frozenset())
+    assert got is None or "negation-main" not in got, got["negation-main"].text
+
+
+@pytest.mark.parametrize(
+    ("sentence", "word", "substitute"),
+    [
+        ("I mean, he did believe in a clearly terrible [NAME]", "mean", "look"),  # a discourse marker
+        ("It's 3 Calling Cards I believe, and one sticker for getting Flawless.", "believe", "stop"),  # parenthetical
+        ("Wow [NAME] has a lot more insecurities than I thought", "thought", "became"),  # a comparative clause
+        ("No, I'm pointing to the fact that you think that without Capitalism.", "fact", "end"),  # a noun's clause
+        ("It makes no sense that this happens.", "sense", "movement"),
+        ("I'd rather have to spend all eternity in Sunday services", "eternity", "integer"),  # a mass use
+        ("This was so touching", "touching", "responding"),  # a participle used as an adjective
+    ],
+)
+def test_a_random_word_is_refused_in_the_slots_the_second_audit_pass_found_wrong(sentence, word, substitute):
+    """The random-word rows both passes called wrong where the parse looked plain (`random_slot_doubtful`)."""
+    from evalfarm.taskdata.build_heros import random_slot_doubtful
+
+    doc = _doc(sentence)
+    tok = next(t for t in doc if t.text == word)
+    assert random_slot_doubtful(doc, tok, substitute)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "word", "substitute"),
+    [
+        ("I bought the car yesterday.", "bought", "sold"),
+        ("The dog ate my homework.", "homework", "ladder"),
+        ("That movie was awful.", "awful", "green"),
+    ],
+)
+def test_a_random_word_in_a_plain_slot_is_not_refused(sentence, word, substitute):
+    from evalfarm.taskdata.build_heros import random_slot_doubtful
+
+    doc = _doc(sentence)
+    assert not random_slot_doubtful(doc, next(t for t in doc if t.text == word), substitute)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "negated"),
+    [
+        ("I bought the car.", "I did not buy the car."),
+        ("She is happy with the result.", "She is not happy with the result."),
+        ("We can't go there.", "We can go there."),
+    ],
+)
+def test_the_main_clause_rules_still_negate_a_plain_sentence(sentence, negated):
+    """The rules are no blanket refusal: a plain main clause is still negated."""
+    from evalfarm.taskdata.build_heros import minimal_pairs
+
+    got = minimal_pairs(_doc(sentence), np.random.default_rng(0), frozenset())
+    assert got is not None and got["negation-main"].text == negated

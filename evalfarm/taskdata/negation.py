@@ -44,6 +44,10 @@ NEGATIVE_WORDS = frozenset(
 """Negative words other than ``not``: a clause holding one is left alone."""
 NPI = frozenset({"either", "ever", "any", "anything", "anyone", "anybody", "anymore", "anywhere", "yet", "at"})
 """Negative-polarity words ("at" for "at all"): the negation they lean on cannot be removed."""
+NPI_UNDER_NOT = frozenset({"necessarily", "much", "whatsoever", "remotely", "even", "until", "till", "always"})
+"""More words that lean on a ``not`` before them (the version-3 audit's second pass: "I don't necessarily hate them"
+-> "I do necessarily hate them" is no English): a main clause whose negation they follow is left alone
+(:func:`main_clause_doubtful`). Kept apart from :data:`NPI`, which the other subsets' rules read too."""
 PPI = frozenset(
     {
         "still",
@@ -83,35 +87,177 @@ _CLITIC_FULL = {"'ve": "have", "\u2019ve": "have", "ve": "have"}
 """Clitics glued after an auxiliary that a ``not`` must not split ("could've" -> "could not have")."""
 
 
-DROPPED_I = frozenset(
-    {"wonder", "hope", "guess", "think", "wish", "suppose", "bet", "reckon", "agree", "disagree", "love", "hate",
-     "like", "need", "want", "feel", "mean", "know", "believe", "imagine", "miss", "appreciate", "doubt", "forbid"}
-)  # fmt: skip
-"""Verbs that open a sentence with "I" dropped ("Wonder if …", "Hope he …", "Guess I'm …"): not imperatives, so a
-main clause opening with one is left alone (:func:`main_clause_doubtful`)."""
 NEGATIVE_ADVERBS = frozenset({"barely", "hardly", "scarcely", "seldom", "rarely"})
 """Adverbs that are negative already: "not barely" is no negation of "barely"."""
+FORMULA_PREDICATES = frozenset({"welcome", "sorry"})
+"""Predicates of formulas whose negation insults or says nothing ("You're welcome", "I'm sorry but …")."""
+HEDGES = frozenset({"bet", "guess", "hope", "reckon", "suppose", "wonder", "wish"})
+"""Verbs of a speaker's hedge or wish whose negation with "I" is no English or says no opposite ("I do not bet you
+could", "I do not hope they'll …"): left alone (the version-3 audit's draw 2)."""
 INTERJECTIONS = frozenset({"dude", "bro", "lol", "lmao", "omg", "wow", "yeah", "yes", "damn", "man", "ugh"})
 """Words the tagger takes for a sentence-opening verb ("Dude the speed …" -> "Do not dude the speed …")."""
 
 
+SCOPE_ADVERBS = frozenset(
+    {"probably", "definitely", "certainly", "surely", "possibly", "maybe", "perhaps", "clearly", "obviously",
+     "apparently", "evidently", "undoubtedly", "honestly", "frankly", "seriously", "literally", "sincerely",
+     "personally", "genuinely", "totally", "absolutely", "just", "even", "only", "also", "almost", "nearly"}
+)  # fmt: skip
+"""Speaker and focus adverbs whose scope a ``not`` inserted beside them gets wrong ("She is not probably cheating",
+"I was not just scrolling" = not merely, "I sincerely do not hope"): a main clause holding one is left alone (the
+second audit pass of version 3)."""
+FLOATING_QUANTIFIERS = frozenset({"both", "all", "each"})
+"""A floating quantifier stranded before the negation ("You and I both do not know"): left alone."""
+LIKE_VERBS = frozenset({"look", "sound", "seem", "feel"})
+"""Verbs of appearance before "like" + clause ("a whistle looks like LP gonna …": apparently), left alone."""
+_FRONTED = frozenset({"csubj", "advcl", "dep", "npadvmod"})
+
+
 def main_clause_doubtful(doc: Any, root: Any) -> bool:
-    """Extra doubts for the *main* clause only (``negation-main``), from the version-3 audit: a sentence-opening
-    verb of thinking or hoping with "I" dropped (:data:`DROPPED_I`), an interjection the tagger took for a verb
-    (:data:`INTERJECTIONS`), a "verb" with a determiner (a plural noun: "A billion more saves"), a negative adverb
-    in the clause (:data:`NEGATIVE_ADVERBS`), *do* as a pro-verb with nothing after it ("Mine do honestly"), and
-    a masked name before the verb ("[NAME] forbid": God forbid)."""
-    kids = list(root.children)
-    subject = any(c.dep_ in _SUBJECT for c in kids)
+    """Extra doubts for the *main* clause only (``negation-main``), from the version-3 audit's draws and passes:
+
+    - no subject before a sentence-opening verb: an imperative, which in these comments is mostly a formula
+      ("Excuse me", "Come on", "Trust me", "Talk about …", "Make sure …": 7 of 17 wrong in the audit's draw 2), or
+      "I" dropped ("Wonder if …", "Hope he …");
+    - a subject the parse got wrong: an interjection (:data:`INTERJECTIONS`: "lol don't get …", "Thanks, …
+      appreciate that"), a lower-case
+      "name" ("> set suggested."), a clausal subject ("So shocking a couple … isn't going to …"), two sentences
+      glued by a "." ("Before.revolution can happen"), two subjects, an auxiliary before its pronoun subject (a
+      question without its "?": "wear did you ear"); a "verb" with a determiner (a plural noun: "A billion more
+      saves"), a word no dictionary has as a verb ("omgad that monster!"), a word glued to the verb ("gotta"), two
+      finite verbs in a row ("takes makes"), *do*-support on no plain verb ("they do poorly making");
+    - a hedge with "I" (:data:`HEDGES`: "I do not bet you could"), a formula's predicate
+      (:data:`FORMULA_PREDICATES`: "You're welcome", "I'm sorry but …"), *do* as a pro-verb or light verb ("Mine
+      do honestly"), a masked name before the verb ("[NAME] forbid": God forbid), a verb of appearance before
+      "like" (:data:`LIKE_VERBS`: "looks like" = apparently), a verb whose past is its plain form with no
+      auxiliary ("I read the title": "do" or "did"?), a non-finite first auxiliary ("My ETL been trying"),
+      "would like" (an offer: "I'd like to add …");
+    - a negative adverb in the clause (:data:`NEGATIVE_ADVERBS`), a speaker or focus adverb
+      (:data:`SCOPE_ADVERBS`), a floating quantifier (:data:`FLOATING_QUANTIFIERS`), a word that leans on the
+      negation to be removed (:data:`NPI_UNDER_NOT`: "can't believe … even remotely", "didn't know … until"),
+      or an "or" it licensed ("I don't know you or your story"); a negative-polarity word that something else
+      licenses (a superlative's "ever": "the best … cod has ever seen");
+    - a second negation anywhere in the sentence (``not``, ``never``, ``nothing``, "DON'T" … besides the root's
+      own): adding one reads as a double negation ("I do not hope he didn't …", "is not trying not to laugh"),
+      removing one leaves the other's contrast ("… but other flavours did not");
+    - a main predicate the parse missed: a word fronted before the subject that is no adverbial clause with its
+      subordinator ("Glad I took …", "Funny you say that", "Imagine being … you believe", "sitting here wishing
+      my cat would come"), a fronted object ("Terrible shade of lipstick she's wearing"), or a clause after the
+      verb with no subject of its own ("I feel safe around you is a nice one")."""
+    subjects = [c for c in root.children if c.dep_ in _SUBJECT]
+    checks = (_subject_doubtful, _verb_doubtful, _scope_doubtful, _predicate_missed)
+    return any(check(doc, root, subjects) for check in checks)
+
+
+def _subject_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+    """No subject before an opening verb (an imperative, "I" dropped), or a subject the parse got wrong."""
     first = next((t for t in doc if not t.is_punct), None)
-    opening = first is not None and first.i == root.i
-    if opening and not subject and (root.lemma_.lower() in DROPPED_I or root.lower_ in INTERJECTIONS):
+    if first is not None and first.i == root.i and not subjects:
+        return True  # an imperative (mostly a formula here: "Excuse me", "Come on", "Trust me"), or "I" dropped
+    if any(s.dep_ == "csubj" or "." in s.text.strip(".") for s in subjects):
+        return True  # a clausal subject ("So shocking a couple … isn't going to"), two sentences glued by a "."
+    if any(s.lower_ in INTERJECTIONS or s.lower_ in ("thanks", "thx") or (s.pos_ == "PROPN" and s.text.islower())
+           for s in subjects):  # fmt: skip
+        return True  # "lol don't get …", "> set suggested." (a lower-case "name": the tagger guessing)
+    return len(subjects) > 1 or any(_inverted(doc, t) for t in doc)  # a question without its "?" inside
+
+
+def _verb_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+    """A "verb" that is none, or one whose negation is no English or says no opposite."""
+    kids = list(root.children)
+    lemma = root.lemma_.lower()
+    if lemma in HEDGES and any(s.lower_ == "i" for s in subjects):
+        return True  # "I do not bet you could", "I do not hope"
+    if lemma in ("like", "love") and any(c.dep_ == "aux" and c.lower_ in ("would", "'d", "\u2019d") for c in kids):
+        return True  # "I'd like to add …": an offer or a politeness formula, not a liking
+    nxt = doc[root.i + 1] if root.i + 1 < len(doc) else None
+    if nxt is not None and ((not root.whitespace_ and nxt.is_alpha) or nxt.tag_ in ("VBZ", "VBD", "VBP")):
+        return True  # a word glued to the verb ("gotta"), two finite verbs in a row ("takes makes")
+    if nxt is not None and lemma in LIKE_VERBS and nxt.lower_ == "like":
+        return True  # "a whistle looks like LP gonna …": apparently
+    aux = [c for c in kids if c.dep_ == "aux" and c.i < root.i]
+    if aux and aux[0].lemma_.lower() == "do" and root.tag_ != "VB":
+        return True  # "they do poorly making": do-support on no plain verb
+    if lemma == "do" and not any(c.dep_ == "dobj" for c in kids):
+        return True  # do as a pro-verb ("Mine do honestly") or a light verb ("do poorly")
+    if any(c.dep_ == "acomp" and c.lower_ in FORMULA_PREDICATES for c in kids):
+        return True  # "You're welcome", "I'm sorry but …"
+    if aux and aux[0].lower_ in ("been", "being"):
+        return True  # no finite auxiliary before it ("My ETL been trying"): "been not trying" is no English
+    if not aux and _tense_ambiguous(root):
+        return True  # "They put …", "I read the title": past or present? do-support would have to guess
+    if any(c.dep_ == "xcomp" and c.pos_ == "NOUN" for c in kids):
+        return True  # a "complement" that is a noun: a verb the tagger misread ("takes makes a lot more sense")
+    if any(c.dep_ == "det" for c in kids) or (root.i > 0 and doc[root.i - 1].text == "]"):
+        return True  # a plural noun ("A billion more saves"), a masked name before it ("[NAME] forbid")
+    return root.pos_ == "VERB" and root.lemma_.isalpha() and not _a_verb(lemma)  # "omgad that monster!"
+
+
+def _scope_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+    """A word whose reading the negation's scope changes, or a second negation in the sentence."""
+    clause = _clause(root)
+    if {t.lower_ for t in clause} & (NEGATIVE_ADVERBS | SCOPE_ADVERBS):
         return True
-    if any(c.dep_ == "det" for c in kids) or any(t.lower_ in NEGATIVE_ADVERBS for t in _clause(root)):
+    if any(t.lower_ in FLOATING_QUANTIFIERS and t.dep_ not in ("det", "predet") for t in clause):
+        return True  # "both" / "all" after the subject (not "all the time")
+    own = own_negator(doc, root)
+    if own is not None and any(t.lower_ in NPI_UNDER_NOT for t in doc[own.i + 1 :]):
         return True
-    if root.lemma_.lower() == "do" and not any(c.dep_ in ("dobj", "xcomp", "ccomp", "acomp", "attr") for c in kids):
-        return True
-    return root.i > 0 and doc[root.i - 1].text == "]"
+    if own is None and any(t.lower_ in NPI for t in clause):
+        return True  # "the best … cod has ever seen": something else (a superlative, a question) licenses "ever"
+    if own is not None and any(t.lower_ in ("or", "nor") for t in clause):
+        return True  # "I don't know you or your story" -> "I do know you or your story": the "or" it licensed
+    return any(_negative(t) and (own is None or t.i != own.i) for t in doc)
+
+
+def _predicate_missed(doc: Any, root: Any, subjects: list[Any]) -> bool:
+    """The sentence's main predicate is not the parse's root: a word fronted before the subject that is no
+    adverbial clause with its subordinator ("Glad I took …"), or a finite clause after the verb with no subject
+    of its own ("I feel safe around you is a nice one")."""
+    before = subjects[0].i if subjects else root.i
+    if any(c.dep_ == "dobj" and c.i < before for c in root.children):
+        return True  # a fronted object: a noun phrase with a reduced relative ("Terrible shade of lipstick she's …")
+    for c in root.children:
+        if c.i < before and c.dep_ in _FRONTED and c.pos_ in ("ADJ", "VERB", "AUX", "PROPN"):
+            if not (c.dep_ == "advcl" and any(g.dep_ == "mark" for g in c.children)):
+                return True
+        finite = c.tag_ in _FINITE or any(g.dep_ in ("aux", "auxpass") and g.tag_ in _FINITE for g in c.children)
+        if c.i > root.i and c.dep_ in ("ccomp", "conj") and c.pos_ in ("VERB", "AUX") and finite:
+            if not any(g.dep_ in _SUBJECT for g in c.children):
+                return True  # "Girl I went to school with was killed": the main predicate came after
+    return False
+
+
+def _negative(tok: Any) -> bool:
+    """A negation or negative word, in any case or spelling the tokenizer leaves whole ("DON'T", "can’t")."""
+    low = tok.lower_
+    return is_negator(tok) or low in NEGATIVE_WORDS or low in ("'t", "\u2019t") or low.endswith(("n't", "n\u2019t"))
+
+
+def _tense_ambiguous(verb: Any) -> bool:
+    """A verb whose plain form is its past too ("put", "read", "set", "cut"), without an auxiliary to tell which:
+    *do*-support must pick "do" or "did" by the tagger's guess, which the audit found wrong ("I read the title, and
+    I thought …" -> "I do not read")."""
+    from lemminflect import getInflection, getLemma
+
+    word = verb.lower_
+    lemmas = getLemma(word, upos="VERB")
+    return bool(lemmas) and lemmas[0].lower() == word and word in getInflection(word, tag="VBD")
+
+
+def _inverted(doc: Any, aux: Any) -> bool:
+    """An auxiliary right before its clause's pronoun subject ("did you"): a question's word order."""
+    if aux.pos_ != "AUX" or aux.i + 1 >= len(doc):
+        return False
+    nxt = doc[aux.i + 1]
+    return nxt.pos_ == "PRON" and nxt.dep_ in _SUBJECT and nxt.head.i in (aux.i, aux.head.i)
+
+
+def _a_verb(lemma: str) -> bool:
+    """WordNet has ``lemma`` as a verb (the dictionary the recipe's other word checks read)."""
+    from evalfarm.taskdata import lexical
+
+    return bool(lexical.wn().synsets(lemma, pos="v"))
 
 
 def is_negator(tok: Any) -> bool:
@@ -305,6 +451,7 @@ __all__ = [
     "NEGATIVE_WORDS",
     "NPI",
     "PPI",
+    "SCOPE_ADVERBS",
     "all_caps",
     "cased",
     "finite_clause",
