@@ -45,7 +45,7 @@ NEGATIVE_WORDS = frozenset(
 NPI = frozenset({"either", "ever", "any", "anything", "anyone", "anybody", "anymore", "anywhere", "yet", "at"})
 """Negative-polarity words ("at" for "at all"): the negation they lean on cannot be removed."""
 NPI_UNDER_NOT = frozenset({"necessarily", "much", "whatsoever", "remotely", "even", "until", "till", "always"})
-"""More words that lean on a ``not`` before them (the version-3 audit's second pass: "I don't necessarily hate them"
+"""More words that lean on a ``not`` before them (the version-3 audit's draws: "I don't necessarily hate them"
 -> "I do necessarily hate them" is no English): a main clause whose negation they follow is left alone
 (:func:`main_clause_doubtful`). Kept apart from :data:`NPI`, which the other subsets' rules read too."""
 PPI = frozenset(
@@ -105,7 +105,7 @@ SCOPE_ADVERBS = frozenset(
 )  # fmt: skip
 """Speaker and focus adverbs whose scope a ``not`` inserted beside them gets wrong ("She is not probably cheating",
 "I was not just scrolling" = not merely, "I sincerely do not hope"): a main clause holding one is left alone (the
-second audit pass of version 3)."""
+version-3 audit's draws)."""
 FLOATING_QUANTIFIERS = frozenset({"both", "all", "each"})
 """A floating quantifier stranded before the negation ("You and I both do not know"): left alone."""
 LIKE_VERBS = frozenset({"look", "sound", "seem", "feel"})
@@ -120,12 +120,12 @@ def main_clause_doubtful(doc: Any, root: Any) -> bool:
       ("Excuse me", "Come on", "Trust me", "Talk about …", "Make sure …": 7 of 17 wrong in the audit's draw 2), or
       "I" dropped ("Wonder if …", "Hope he …");
     - a subject the parse got wrong: an interjection (:data:`INTERJECTIONS`: "lol don't get …", "Thanks, …
-      appreciate that"), a lower-case
-      "name" ("> set suggested."), a clausal subject ("So shocking a couple … isn't going to …"), two sentences
-      glued by a "." ("Before.revolution can happen"), two subjects, an auxiliary before its pronoun subject (a
-      question without its "?": "wear did you ear"); a "verb" with a determiner (a plural noun: "A billion more
-      saves"), a word no dictionary has as a verb ("omgad that monster!"), a word glued to the verb ("gotta"), two
-      finite verbs in a row ("takes makes"), *do*-support on no plain verb ("they do poorly making");
+      appreciate that"), a lower-case "name" ("> set suggested."), a clausal subject ("So shocking a couple …
+      isn't going to …"), two sentences glued by a "." ("Before.revolution can happen"), two subjects, an
+      auxiliary before its pronoun subject (a question without its "?": "wear did you ear"); a "verb" with a
+      determiner (a plural noun: "A billion more saves"), a word no dictionary has as a verb ("omgad that
+      monster!"), a word glued to the verb ("gotta"), two finite verbs in a row ("takes makes"), *do*-support on
+      no plain verb ("they do poorly making");
     - a hedge with "I" (:data:`HEDGES`: "I do not bet you could"), a formula's predicate
       (:data:`FORMULA_PREDICATES`: "You're welcome", "I'm sorry but …"), *do* as a pro-verb or light verb ("Mine
       do honestly"), a masked name before the verb ("[NAME] forbid": God forbid), a verb of appearance before
