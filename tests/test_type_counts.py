@@ -14,9 +14,9 @@ from types import ModuleType
 
 from tests.support.benchmark_scripts import load_benchmark
 
-ANY_PER_KLOC_CEILING = 19.5
+ANY_PER_KLOC_CEILING = 19.3
 """``Any`` in annotations per 1,000 lines of evalfarm/: 19.48 after issue 54 (its review: 21.9 on main, 20 the round
-before; 23.9 with issues 48-53 merged)."""
+before; 23.9 with issues 48-53 merged), 19.25 once the negation rules took spaCy's own types."""
 TYPE_IGNORE_CEILING = 9
 """``# type: ignore`` comments in evalfarm/: 9 after issue 54 (its review: 21, 16 the round before)."""
 UNEXPLAINED_IGNORE_CEILING = 0

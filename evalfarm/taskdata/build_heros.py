@@ -47,7 +47,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -75,6 +75,9 @@ from evalfarm.taskdata.negation import (
     own_negator,
     render,
 )
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc, Token
 
 COLUMNS = ("id", "split", "comment_id", "original", *SUBSETS, "edits")
 LEXICON_FILE = Path(__file__).with_name("heros_lexicon.tsv")
@@ -500,7 +503,7 @@ MASS_DETERMINERS = frozenset({"all", "much", "enough", "less", "little", "more",
 """Determiners of a mass use of a singular noun ("all eternity"): a count noun cannot take its place."""
 
 
-def random_slot_doubtful(doc: Any, tok: Any, form: str) -> bool:
+def random_slot_doubtful(doc: Doc, tok: Token, form: str) -> bool:
     """A random word's slot the version-3 audit's second pass found wrong where the parse looked plain: a verb
     before a comma (a parenthetical or discourse marker: "I believe," -> "I stop,", "I mean," -> "I look,"), a
     verb of a comparative clause ("than I thought" -> "than I became"), a noun with a complement clause ("the

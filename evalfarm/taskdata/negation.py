@@ -34,7 +34,10 @@ The edits are ``{token index: new text}`` (``""`` drops a token) for :func:`rend
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from spacy.tokens import Doc, Token
 
 NEGATORS = frozenset({"not", "n't", "n\u2019t", "nt"})
 """Negation tokens as spaCy splits them ("don't" -> "do" "n't"; "dont" -> "do" "nt"; "cannot" -> "can" "not")."""
@@ -113,7 +116,7 @@ LIKE_VERBS = frozenset({"look", "sound", "seem", "feel"})
 _FRONTED = frozenset({"csubj", "advcl", "dep", "npadvmod"})
 
 
-def main_clause_doubtful(doc: Any, root: Any) -> bool:
+def main_clause_doubtful(doc: Doc, root: Token) -> bool:
     """Extra doubts for the *main* clause only (``negation-main``), from the version-3 audit's draws and passes:
 
     - no subject before a sentence-opening verb: an imperative, which in these comments is mostly a formula
@@ -149,7 +152,7 @@ def main_clause_doubtful(doc: Any, root: Any) -> bool:
     return any(check(doc, root, subjects) for check in checks)
 
 
-def _subject_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+def _subject_doubtful(doc: Doc, root: Token, subjects: list[Token]) -> bool:
     """No subject before an opening verb (an imperative, "I" dropped), or a subject the parse got wrong."""
     first = next((t for t in doc if not t.is_punct), None)
     if first is not None and first.i == root.i and not subjects:
@@ -162,7 +165,7 @@ def _subject_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
     return len(subjects) > 1 or any(_inverted(doc, t) for t in doc)  # a question without its "?" inside
 
 
-def _verb_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+def _verb_doubtful(doc: Doc, root: Token, subjects: list[Token]) -> bool:
     """A "verb" that is none, or one whose negation is no English or says no opposite."""
     kids = list(root.children)
     lemma = root.lemma_.lower()
@@ -193,7 +196,7 @@ def _verb_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
     return root.pos_ == "VERB" and root.lemma_.isalpha() and not _a_verb(lemma)  # "omgad that monster!"
 
 
-def _scope_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
+def _scope_doubtful(doc: Doc, root: Token, subjects: list[Token]) -> bool:
     """A word whose reading the negation's scope changes, or a second negation in the sentence."""
     clause = _clause(root)
     if {t.lower_ for t in clause} & (NEGATIVE_ADVERBS | SCOPE_ADVERBS):
@@ -210,7 +213,7 @@ def _scope_doubtful(doc: Any, root: Any, subjects: list[Any]) -> bool:
     return any(_negative(t) and (own is None or t.i != own.i) for t in doc)
 
 
-def _predicate_missed(doc: Any, root: Any, subjects: list[Any]) -> bool:
+def _predicate_missed(doc: Doc, root: Token, subjects: list[Token]) -> bool:
     """The sentence's main predicate is not the parse's root: a word fronted before the subject that is no
     adverbial clause with its subordinator ("Glad I took …"), or a finite clause after the verb with no subject
     of its own ("I feel safe around you is a nice one")."""
@@ -228,13 +231,13 @@ def _predicate_missed(doc: Any, root: Any, subjects: list[Any]) -> bool:
     return False
 
 
-def _negative(tok: Any) -> bool:
+def _negative(tok: Token) -> bool:
     """A negation or negative word, in any case or spelling the tokenizer leaves whole ("DON'T", "can’t")."""
     low = tok.lower_
     return is_negator(tok) or low in NEGATIVE_WORDS or low in ("'t", "\u2019t") or low.endswith(("n't", "n\u2019t"))
 
 
-def _tense_ambiguous(verb: Any) -> bool:
+def _tense_ambiguous(verb: Token) -> bool:
     """A verb whose plain form is its past too ("put", "read", "set", "cut"), without an auxiliary to tell which:
     *do*-support must pick "do" or "did" by the tagger's guess, which the audit found wrong ("I read the title, and
     I thought …" -> "I do not read")."""
@@ -245,7 +248,7 @@ def _tense_ambiguous(verb: Any) -> bool:
     return bool(lemmas) and lemmas[0].lower() == word and word in getInflection(word, tag="VBD")
 
 
-def _inverted(doc: Any, aux: Any) -> bool:
+def _inverted(doc: Doc, aux: Token) -> bool:
     """An auxiliary right before its clause's pronoun subject ("did you"): a question's word order."""
     if aux.pos_ != "AUX" or aux.i + 1 >= len(doc):
         return False
