@@ -49,11 +49,17 @@ import pyarrow.fs as pafs
 
 from evalfarm.atomic import pid_alive
 from evalfarm.warehouse import Warehouse, WarehouseWriteError, now
-from evalfarm.warehouse.base import open_folder_inside, remove_inside, safe_open
+from evalfarm.warehouse.base import open_folder_inside, remove_inside
 
 LEASE_TIMEOUT = float(os.environ.get("EVALFARM_LEASE_TIMEOUT", "30"))
 HEARTBEAT_SECONDS = LEASE_TIMEOUT / 6
 HOST = platform.node()
+
+
+def _said_already(exc: OSError) -> bool:
+    """An error that already names its path and cause: a :class:`WarehouseWriteError`, or the refusal of a link on
+    the way (``warehouse.base`` raises a ``PermissionError`` without an errno naming it)."""
+    return isinstance(exc, WarehouseWriteError) or (isinstance(exc, PermissionError) and exc.errno is None)
 
 
 def unit_key(fingerprint: str) -> str:
@@ -120,7 +126,7 @@ class Leases:
     def _read(self, path: str) -> bytes | None:
         try:
             if self.wh.local:  # a regular file inside the warehouse only: a planted link is refused, not read
-                with open(safe_open(path, self.wh.base), "rb", closefd=True) as fh:
+                with self.wh.open_input(path) as fh:
                     return fh.read()
             with self.wh.fs.open_input_stream(path) as fh:
                 return fh.read()
@@ -144,10 +150,8 @@ class Leases:
                 self.wh.fs.create_dir(path.rpartition("/")[0], recursive=True)
                 with self.wh.fs.open_output_stream(path) as out:
                     out.write(body)
-        except WarehouseWriteError:
-            raise
         except OSError as exc:
-            if isinstance(exc, PermissionError) and exc.errno is None:  # a link refused on the way: said as it is
+            if _said_already(exc):
                 raise
             raise WarehouseWriteError(path, exc) from exc
 
@@ -167,7 +171,7 @@ class Leases:
         try:  # its folder reached without following a link (a `leases/unit` planted as a link gets nothing)
             dir_fd = open_folder_inside(self.wh.base, folder, create=True)
         except OSError as exc:
-            if isinstance(exc, PermissionError) and exc.errno is None:  # a link refused on the way: said as it is
+            if _said_already(exc):
                 raise
             raise WarehouseWriteError(path, exc) from exc
         try:
@@ -399,7 +403,7 @@ def heartbeats(warehouse: Warehouse) -> dict[str, dict[str, Any]]:
             continue
         try:
             if warehouse.local:  # a regular file inside the warehouse: a heartbeat planted as a link is not read
-                with open(safe_open(info.path, warehouse.base), "rb", closefd=True) as fh:
+                with warehouse.open_input(info.path) as fh:
                     body = json.loads(fh.read())
             else:
                 with warehouse.fs.open_input_stream(info.path) as fh:
