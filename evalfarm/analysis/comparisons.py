@@ -26,10 +26,25 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from scipy.stats import norm
-from scipy.stats import t as student_t
 
 from evalfarm.analysis_defaults import BOOTSTRAP_SEED, COMPARISON_RESAMPLES, CONFIDENCE
+
+
+def _norm() -> Any:
+    """SciPy's standard normal, imported on first use: this module is imported by every process that reads the
+    warehouse (the similarity scorer's intervals need :func:`z_variance_factor`), and ``scipy.stats`` costs such a
+    process 0.4-1 s of imports and ~40,000 long-lived objects that each full garbage collection walks again."""
+    from scipy.stats import norm
+
+    return norm
+
+
+def _student_t() -> Any:
+    """SciPy's Student t, imported on first use (as :func:`_norm`)."""
+    from scipy.stats import t
+
+    return t
+
 
 REFINE_RESAMPLES = 20_000
 """Resamples of a comparison whose first-pass p-value is below :data:`REFINE_BELOW`: a bootstrap p-value cannot
@@ -271,7 +286,7 @@ def williams_t(r_ad: float, r_bd: float, r_ab: float, n: int, *, rank: bool = Fa
     mean = (r_ad + r_bd) / 2
     t = (r_ad - r_bd) * math.sqrt((n - 1) * (1 + r_ab) / (2 * (n - 1) / (n - 3) * det + mean**2 * (1 - r_ab) ** 3))
     t /= math.sqrt(z_variance_factor(mean, rank=rank))
-    return t, float(2 * student_t.sf(abs(t), n - 3))
+    return t, float(2 * _student_t().sf(abs(t), n - 3))
 
 
 def _steiger_covariance(r_ad: float, r_bd: float, r_ab: float) -> tuple[float, float]:
@@ -298,7 +313,7 @@ def steiger_z(r_ad: float, r_bd: float, r_ab: float, n: int, *, rank: bool = Fal
     c, m2 = _steiger_covariance(r_ad, r_bd, r_ab)
     var = (2 - 2 * c) * z_variance_factor(math.sqrt(m2), rank=rank)
     z = (math.atanh(r_ad) - math.atanh(r_bd)) * math.sqrt(n - 3) / math.sqrt(var)
-    return z, float(2 * norm.sf(abs(z)))
+    return z, float(2 * _norm().sf(abs(z)))
 
 
 def zou_interval(
@@ -311,7 +326,7 @@ def zou_interval(
     :func:`evalfarm.scorers.similarity.correlation_interval` does). NaN with n < 4 or a correlation of +-1."""
     if n < 4 or max(abs(r_ad), abs(r_bd), abs(r_ab)) >= 1:
         return math.nan, math.nan
-    q = float(norm.ppf(0.5 + confidence / 2))
+    q = float(_norm().ppf(0.5 + confidence / 2))
 
     def own(r: float) -> tuple[float, float]:
         se = math.sqrt(z_variance_factor(r, rank=rank) / (n - 3))
@@ -377,7 +392,7 @@ def steiger_models_needed(
         return math.inf
     c, m2 = _steiger_covariance(r_ad, r_bd, r_ab)
     f = z_variance_factor(math.sqrt(m2), rank=rank)
-    return 3 + f * (2 - 2 * c) * ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) / dz) ** 2
+    return 3 + f * (2 - 2 * c) * ((_norm().ppf(1 - alpha / 2) + _norm().ppf(power)) / dz) ** 2
 
 
 # ---- Holm ---------------------------------------------------------------------------------------------------------
@@ -458,7 +473,7 @@ def simulated_power(
     sd = float(np.std(deltas, ddof=1))
     if sd == 0.0:
         return 1.0 if float(np.abs(deltas).min()) > 0 else 0.0
-    return float(np.mean(np.abs(deltas) > norm.ppf(1 - alpha / 2) * sd))
+    return float(np.mean(np.abs(deltas) > _norm().ppf(1 - alpha / 2) * sd))
 
 
 def models_needed(
@@ -510,4 +525,4 @@ def models_needed_normal(
     """The closed-form counterpart of :func:`models_needed` (a check, not what the tables print): with the
     difference's bootstrap standard deviation ``sd`` at ``n_models`` models shrinking as 1/sqrt(n),
     ``n = n_models * ((z_(1 - alpha/2) + z_power) * sd / |difference|)^2``."""
-    return n_models * ((norm.ppf(1 - alpha / 2) + norm.ppf(power)) * sd / abs(difference)) ** 2
+    return n_models * ((_norm().ppf(1 - alpha / 2) + _norm().ppf(power)) * sd / abs(difference)) ** 2

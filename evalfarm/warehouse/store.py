@@ -780,7 +780,10 @@ class Warehouse:
     ) -> duckdb.DuckDBPyConnection:
         from evalfarm.warehouse.current import current_split
 
-        stand_ins = {name: private_schema_file(name, schema) for name, schema in table_schemas().items()}
+        # a typed empty file for each table the connection binds (a board binds one: eleven would be eleven writes)
+        stand_ins = {
+            name: private_schema_file(name, schema) for name, schema in table_schemas().items() if name in files
+        }
         known = {f.path: (f.size, f.modified_ms) for s in snaps.values() for f in s.files}
         root, remote, duck_path = self._reader(read_only)
         split = None
