@@ -476,11 +476,21 @@ def _timed(jobs: list[tuple[str, Any]], repeats: int) -> dict[str, Any]:
     return out
 
 
-def measure(root: str, layout: int, env: dict[str, str], s3: Any, floor: dict[str, str], repeats: int) -> Any:
-    """Every operation (and its floors) on the warehouse at ``root``."""
+def measure(
+    root: str,
+    layout: int,
+    env: dict[str, str],
+    s3: Any,
+    floor: dict[str, str],
+    repeats: int,
+    only: list[str] | None = None,
+) -> Any:
+    """Every operation (or those named by ``only``; and their floors) on the warehouse at ``root``."""
     out: dict[str, Any] = {}
     hand = hand_queries(floor)
     for name, what, arg, query in operations(root, layout):
+        if only and name not in only:
+            continue
 
         def ours(what: str = what, arg: str = arg) -> dict[str, Any]:
             if s3 is not None:
@@ -601,6 +611,12 @@ def _args() -> argparse.Namespace:
         help="an S3 case uploads the local warehouse of its size (written first) instead of writing its "
         "nights through S3: the same tables, the reads measured alike, the writes' requests not",
     )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        help="measure only these operations ('board', 'leaderboard', 'correlations', 'history of one model', "
+        "'diff of the last two runs', 'status')",
+    )
     ap.add_argument("--json", type=Path)
     ap.add_argument("--smoke", action="store_true")
     return ap.parse_args()
@@ -708,12 +724,12 @@ def _case(base: Path, store: str, s3: Any, n: int, layout: int, args: Any, profi
     floor = export_floor(root, base / f"floor-{store}-l{layout}-m{n}")
     case["floor_export_s"] = round(time.perf_counter() - t0, 1)
     case["floor_bytes"] = {k: os.path.getsize(v) for k, v in floor.items()}
-    case["queries"] = measure(root, layout, env, s3, floor, args.repeats)
+    case["queries"] = measure(root, layout, env, s3, floor, args.repeats, args.only)
     if args.noop:
         unit_list = json.dumps(last_units(root))
         case["queries"]["no-op rerun (warehouse part)"] = _timed([("evalfarm", lambda: probe("noop", root, unit_list,
                                                                                              env))], 1)  # fmt: skip
-    if layout == 2:
+    if layout == 2 and (not args.only or "status" in args.only):
         case["status"] = measure_status(root, env, s3, args.status_files, args.repeats, base / f"{store}-m{n}")
     return case
 
