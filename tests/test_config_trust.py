@@ -47,6 +47,14 @@ def as_user(uid: int, *cmd: str, cwd: str = "/", env: dict[str, str] | None = No
     return subprocess.run([*prefix, *cmd], capture_output=True, text=True, cwd=cwd, env=env, timeout=300)
 
 
+def _attacker_runs_evalfarm() -> None:
+    """Skip when the other uid cannot import evalfarm at all: a checkout inside a folder only root may enter
+    (``mktemp -d`` makes them 0700). What the test then checks would fail for that reason, not for the config."""
+    probe = as_user(ATTACKER, sys.executable, "-c", "import evalfarm")
+    if probe.returncode != 0:
+        pytest.skip(f"uid {ATTACKER} cannot import evalfarm from {REPO}: {probe.stderr.strip()[-200:]}")
+
+
 @pytest.fixture
 def shared() -> Iterator[Path]:
     """A folder every user may write, as ``/tmp`` is (mode 1777, root's), reachable by ``nobody``: pytest's own
@@ -116,6 +124,7 @@ def test_a_root_owned_shared_config_gives_no_command_and_no_folder_to_another_us
     """A checkout's ``.evalfarm.toml`` that root wrote (a shared install): another user's commands take its
     warehouse and limits, never its ``notify``, ``model_paths`` or ``data`` (named as refused). On main they did."""
     _root_only()
+    _attacker_runs_evalfarm()
     folder = Path(tempfile.mkdtemp(prefix="evalfarm-checkout-", dir="/tmp"))
     try:
         folder.chmod(0o755)
