@@ -488,7 +488,11 @@ def measure(
     """Every operation (or those named by ``only``; and their floors) on the warehouse at ``root``."""
     out: dict[str, Any] = {}
     hand = hand_queries(floor)
-    for name, what, arg, query in operations(root, layout):
+    ops = operations(root, layout)
+    unknown = set(only or ()) - {name for name, *_ in ops} - {"status"}
+    if unknown:  # a misspelt name would measure nothing and say nothing
+        raise SystemExit(f"--only: no operation {sorted(unknown)} at layout {layout}; known: {[o[0] for o in ops]}")
+    for name, what, arg, query in ops:
         if only and name not in only:
             continue
 

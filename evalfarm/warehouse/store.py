@@ -780,7 +780,7 @@ class Warehouse:
     ) -> duckdb.DuckDBPyConnection:
         from evalfarm.warehouse.current import current_split
 
-        # a typed empty file for each table the connection binds (a board binds one: eleven would be eleven writes)
+        # a typed empty file for the tables the connection binds only: a board binds one (each written once a process)
         stand_ins = {
             name: private_schema_file(name, schema) for name, schema in table_schemas().items() if name in files
         }
