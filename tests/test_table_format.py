@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from evalfarm.warehouse import CommitBatcher, LegacyWarehouse, Warehouse, table_schemas, verify_warehouse
+from evalfarm.warehouse.base import walk_inside
 from evalfarm.warehouse.history import diff_runs, moved, parse_time, resolve_as_of
 from evalfarm.warehouse.maintenance import compact, parse_duration, vacuum
 from evalfarm.warehouse.migrate import migrate
@@ -340,6 +341,28 @@ def _append(args: tuple[str, int, int]) -> None:
     wh = Warehouse(root)
     for i in range(n):
         wh.write("units", [{"run_id": f"w{writer}", "model": f"m{i}", "task": "t", "stage": "score", "seconds": 1.0}])
+
+
+def test_a_log_entry_renamed_away_while_a_reader_walks_the_log_is_left_out_not_fatal(wh):
+    """delta-rs stages each commit as ``NNN.json#k`` and renames it into place; a reader listing the log beside it
+    meets names gone by the time it looks at them. The walk leaves them out (CI once failed a writer's ``ensure``
+    on exactly that, in the four-writer test below, which cannot make the race happen on demand: this does)."""
+    wh.write("units", [{"run_id": "r", "model": "m", "task": "t", "stage": "score", "seconds": 1.0}])
+    log = wh.root / "tables" / "units" / "_delta_log"
+    staged = log / "00000000000000000099.json#1"
+    staged.write_text("{}")
+    renamed: list[str] = []
+
+    def rename_the_staged_commit_once(name: str) -> bool:
+        if not renamed:  # the writer renames after the reader listed the folder, before it looked at each entry
+            os.rename(staged, log / "staged-elsewhere")
+            renamed.append(name)
+        return name == "staged-elsewhere"
+
+    seen = [e.path for e in walk_inside(str(wh.root), "tables/units/_delta_log", skip=rename_the_staged_commit_once)]
+    assert renamed and staged.name not in seen and "00000000000000000000.json" in seen
+    (log / "staged-elsewhere").unlink()
+    wh.tables._check_log("units")  # the reader's own check of the log walks the same way
 
 
 @pytest.mark.slow

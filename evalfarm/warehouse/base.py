@@ -242,7 +242,9 @@ def walk_inside(root: str, rel: str, *, skip: Callable[[str], bool] = lambda nam
     """Every entry under the folder ``root/rel`` but folders (which are walked), never following a link: each folder
     is opened through its parent's descriptor (:func:`open_folder_inside`'s way), and a link, FIFO or device is
     listed as what it is, not opened. ``skip(name)``: names (of files and folders) to leave out. [] when the folder
-    does not exist; ``PermissionError`` when a link or a file stands where a folder of ``rel`` should be."""
+    does not exist; ``PermissionError`` when a link or a file stands where a folder of ``rel`` should be. An entry that
+    is gone between the listing and its ``lstat`` is left out: a Delta writer beside us stages each commit as
+    ``NNN.json#k`` and renames it, and a reader's walk of the log must not fail on that (it did, in CI)."""
     try:
         top = open_folder_inside(root, rel)
     except FileNotFoundError:
@@ -257,7 +259,10 @@ def walk_inside(root: str, rel: str, *, skip: Callable[[str], bool] = lambda nam
             for e in listed:
                 if skip(e.name):
                     continue
-                st = e.stat(follow_symlinks=False)
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except FileNotFoundError:  # gone since it was listed: a writer's staged file renamed into place
+                    continue
                 path = f"{prefix}{e.name}"
                 if stat.S_ISDIR(st.st_mode):
                     try:
