@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from tests.support.ray_heads import (
+    RAY_WORKER_PORTS,
     Head,
     free_ports,
     head_env,
@@ -64,6 +65,24 @@ def _get(doc: dict[str, Any], dotted: str) -> Any:
         assert isinstance(cur, dict) and key in cur, f"missing {dotted} ({key})"
         cur = cur[key]
     return cur
+
+
+def test_the_harness_draws_head_ports_where_no_bind0_and_no_ray_worker_draws_and_each_xdist_worker_apart(monkeypatch):
+    """A head's ports come from above Ray's worker range and below the kernel's ephemeral range (where a Ray beside
+    the test draws its own with bind(0): one drawn twice left a head without its job API, CI's failure), and the
+    slices of two pytest-xdist workers never meet; each port is free and none is given twice."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    if low <= RAY_WORKER_PORTS[1] + 100:
+        pytest.skip(f"the kernel's ephemeral range starts at {low}: no room below it (free_ports uses bind(0))")
+    drawn = {}
+    for worker in ("gw0", "gw1"):
+        monkeypatch.setenv("PYTEST_XDIST_WORKER", worker)
+        monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+        drawn[worker] = free_ports(11)
+        assert len(set(drawn[worker])) == 11
+        assert all(RAY_WORKER_PORTS[1] < p < low for p in drawn[worker]), drawn[worker]
+    middle = RAY_WORKER_PORTS[1] + 1 + (low - RAY_WORKER_PORTS[1] - 1) // 2
+    assert max(drawn["gw0"]) < middle <= min(drawn["gw1"])
 
 
 def test_the_expected_files_exist():

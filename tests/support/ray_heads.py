@@ -19,6 +19,7 @@ import contextlib
 import ipaddress
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -42,12 +43,55 @@ RAY_CLIENT_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_T
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
 
 
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
+RAY_WORKER_PORTS = (10002, 19999)  # start-head.sh's default worker range (EVALFARM_MIN/MAX_WORKER_PORT)
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    """The kernel's range for bind(0) and outgoing connections (/proc/sys/net/ipv4/ip_local_port_range)."""
     try:
-        for s in socks:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    return low, high
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on loopback now, drawn where nothing else on this machine draws its ports: above
+    Ray's worker range and below the kernel's ephemeral range, in the slice of it that is this pytest-xdist worker's
+    own. A port from bind(0), what this did before, is one every bind(0) of a Ray running beside the test (the other
+    xdist worker's) draws from too. One taken between the pick and the head's start leaves Ray's dashboard agent up
+    without its HTTP server (it retries six times, logs, and carries on), so the head never answers the job API:
+    reproduced by holding the agent's port, it is what CI's one failure of test_security's head showed (every process
+    alive, no answer in 120 s), and :func:`start_head` now says which port was missing and who held it. Falls back to
+    bind(0) where the kernel's range leaves no room below it."""
+    low, high = RAY_WORKER_PORTS[1] + 1, _ephemeral_ports()[0] - 1
+    workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
+    me = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
+    size = (high - low + 1) // workers
+    start, candidates = low + me * size, []
+    if size >= 4 * n:
+        offset = random.randrange(size)  # from a random place in the slice: the ports of the last head may linger
+        candidates = [start + (offset + k) % size for k in range(size)]
+    socks: list[socket.socket] = []
+    ports: list[int] = []
+    try:
+        for port in candidates:
+            s = socket.socket()
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:  # in use (or in TIME_WAIT: no SO_REUSEADDR here, so that counts as taken too)
+                s.close()
+                continue
+            socks.append(s)  # held until all are picked: no port twice
+            ports.append(port)
+            if len(ports) == n:
+                return ports
+        while len(ports) < n:  # no room outside the ephemeral range: the kernel's choice
+            s = socket.socket()
             s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
+            socks.append(s)
+            ports.append(s.getsockname()[1])
+        return ports
     finally:
         for s in socks:
             s.close()
@@ -264,6 +308,25 @@ def pick_ports() -> dict[str, int]:
     return dict(zip(HEAD_PORTS, free_ports(len(HEAD_PORTS)), strict=True))
 
 
+def _why_not_up(head: Head, missing: dict[str, int], code: int | None) -> str:
+    """What a head that never answered lacked: the servers not listening (and who else holds their ports), the job
+    API's last answer, and Ray's own lines about a server it could not start — read before the head's temp folder
+    is removed with it."""
+    if missing:
+        everyone = listening_sockets([pid for pid, _ in _live_pids()])
+        holders = {port: pid for pid, _, _, port in everyone if port in missing.values()}
+        held = {k: f" (held by pid {holders[p]})" if p in holders else "" for k, p in missing.items()}
+        parts = ["not listening: " + ", ".join(f"{k} {p}{held[k]}" for k, p in missing.items())]
+    else:
+        parts = [f"every server listening; the job API answered {code}"]
+    marks = ("Failed to", "already in use", "Address in use")
+    for f in sorted(head.temp_dir.glob("**/logs/*")):
+        with contextlib.suppress(OSError):
+            lines = f.read_text(errors="replace").splitlines()
+            parts += [f"{f.name}: {line.strip()}" for line in lines if any(m in line for m in marks)][:3]
+    return "; ".join(parts)
+
+
 def start_head(
     tmp: Path,
     *,
@@ -323,17 +386,21 @@ def start_head(
     head = Head(proc, ports, ray_dir, log, temp_dir)
     servers = [ports[k] for k in ("gcs", "dashboard", "agent_http", "node_manager", "runtime_env")]
     deadline = time.monotonic() + 120
+    missing: set[int] = set(servers)
+    code: int | None = None
     while True:
         if proc.poll() is not None:
             stop_head(head)
             raise RuntimeError(f"start-head.sh exited with {proc.returncode}:\n{log.read_text()[-4000:]}")
-        if set(servers) <= {port for *_, port in listening_sockets(head.pids())}:
+        missing = set(servers) - {port for *_, port in listening_sockets(head.pids())}
+        if not missing:
             code, _ = http(f"{head.dashboard}/api/jobs/", token=head.token, timeout=5)
             if code == 200:
                 break
         if time.monotonic() > deadline:
+            why = _why_not_up(head, {k: p for k, p in ports.items() if p in missing}, code)
             stop_head(head)
-            raise RuntimeError(f"the job API did not come up in 120 s:\n{log.read_text()[-4000:]}")
+            raise RuntimeError(f"the job API did not come up in 120 s: {why}\n{log.read_text()[-4000:]}")
         time.sleep(1)
     try:
         if not own_network:  # in a network namespace of its own (loopback only) a head may bind 0.0.0.0
