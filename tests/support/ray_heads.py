@@ -60,10 +60,11 @@ def free_ports(n: int) -> list[int]:
     Ray's worker range and below the kernel's ephemeral range, in the slice of it that is this pytest-xdist worker's
     own. A port from bind(0), what this did before, is one every bind(0) of a Ray running beside the test (the other
     xdist worker's) draws from too. One taken between the pick and the head's start leaves Ray's dashboard agent up
-    without its HTTP server (it retries six times, logs, and carries on), so the head never answers the job API:
-    reproduced by holding the agent's port, it is what CI's one failure of test_security's head showed (every process
-    alive, no answer in 120 s), and :func:`start_head` now says which port was missing and who held it. Falls back to
-    bind(0) where the kernel's range leaves no room below it."""
+    without its HTTP server (it retries six times, logs, and carries on: the job API submits through that server),
+    and :func:`start_head`, which waits for every server, times out: reproduced by holding the agent's port, that is
+    what CI's one failure of test_security's head showed (every process alive, 120 s), and :func:`start_head` now
+    says which port was missing and who held it. Falls back to bind(0) where the kernel's range leaves no room below
+    it."""
     low, high = RAY_WORKER_PORTS[1] + 1, _ephemeral_ports()[0] - 1
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
     me = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
