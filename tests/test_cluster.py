@@ -30,6 +30,7 @@ import yaml
 from tests.support.ray_heads import (
     RAY_WORKER_PORTS,
     Head,
+    ephemeral_ports,
     free_ports,
     head_env,
     http,
@@ -71,7 +72,7 @@ def test_the_harness_draws_head_ports_where_no_bind0_and_no_ray_worker_draws_and
     """A head's ports come from above Ray's worker range and below the kernel's ephemeral range (where a Ray beside
     the test draws its own with bind(0): one drawn twice left a head without its job API, CI's failure), and the
     slices of two pytest-xdist workers never meet; each port is free and none is given twice."""
-    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    low = ephemeral_ports()[0]
     if low <= RAY_WORKER_PORTS[1] + 100:
         pytest.skip(f"the kernel's ephemeral range starts at {low}: no room below it (free_ports uses bind(0))")
     drawn = {}

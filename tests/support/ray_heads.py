@@ -20,6 +20,7 @@ import ipaddress
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -43,10 +44,20 @@ RAY_CLIENT_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_T
 _AUTH_VARS = ("RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH", "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER")
 
 
-RAY_WORKER_PORTS = (10002, 19999)  # start-head.sh's default worker range (EVALFARM_MIN/MAX_WORKER_PORT)
+def _script_default(name: str) -> int:
+    """The default start-head.sh gives ``EVALFARM_<name>`` (its ``NAME="${EVALFARM_NAME:-default}"`` line)."""
+    text = (CLUSTER / "local" / "start-head.sh").read_text()
+    found = re.search(rf'^{name}="\$\{{EVALFARM_{name}:-(\d+)\}}"$', text, re.M)
+    if found is None:
+        raise RuntimeError(f"cluster/local/start-head.sh gives EVALFARM_{name} no default: the harness needs one")
+    return int(found.group(1))
 
 
-def _ephemeral_ports() -> tuple[int, int]:
+RAY_WORKER_PORTS = (_script_default("MIN_WORKER_PORT"), _script_default("MAX_WORKER_PORT"))
+"""start-head.sh's default range for Ray's workers: read from the script, its one home."""
+
+
+def ephemeral_ports() -> tuple[int, int]:
     """The kernel's range for bind(0) and outgoing connections (/proc/sys/net/ipv4/ip_local_port_range)."""
     try:
         low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
@@ -65,7 +76,7 @@ def free_ports(n: int) -> list[int]:
     what CI's one failure of test_security's head showed (every process alive, 120 s), and :func:`start_head` now
     says which port was missing and who held it. Falls back to bind(0) where the kernel's range leaves no room below
     it."""
-    low, high = RAY_WORKER_PORTS[1] + 1, _ephemeral_ports()[0] - 1
+    low, high = RAY_WORKER_PORTS[1] + 1, ephemeral_ports()[0] - 1
     workers = max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1))
     me = int(os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw") or 0) % workers
     size = (high - low + 1) // workers
@@ -387,7 +398,6 @@ def start_head(
     head = Head(proc, ports, ray_dir, log, temp_dir)
     servers = [ports[k] for k in ("gcs", "dashboard", "agent_http", "node_manager", "runtime_env")]
     deadline = time.monotonic() + 120
-    missing: set[int] = set(servers)
     code: int | None = None
     while True:
         if proc.poll() is not None:
